@@ -1,0 +1,37 @@
+"""kimicode: a coding agent for kimi-k3 and any OpenAI-compatible endpoint.
+
+Importing the package is cheap: the agent, the HTTP client and the terminal UI load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kimicode._version import __version__
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent, RunResult
+    from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+    from kimicode.tools.decorator import tool
+
+__all__ = ["Agent", "RunResult", "Tool", "ToolContext", "ToolError", "ToolResult", "__version__", "tool"]
+
+_LAZY = {
+    "Agent": "kimicode.agent.core",
+    "RunResult": "kimicode.agent.core",
+    "Tool": "kimicode.tools.base",
+    "ToolContext": "kimicode.tools.base",
+    "ToolError": "kimicode.tools.base",
+    "ToolResult": "kimicode.tools.base",
+    "tool": "kimicode.tools.decorator",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import public names lazily so `import kimicode` stays light."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kimicode' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

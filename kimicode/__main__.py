@@ -1,0 +1,5 @@
+"""`python -m kimicode` runs the command line."""
+
+from kimicode.cli.entry import main
+
+main()

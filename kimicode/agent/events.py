@@ -1,0 +1,158 @@
+"""Typed events: the only thing faces (headless printer, terminal, library hooks) consume.
+
+Events are small immutable records. Messages inside events are the exact dicts stored in the
+history; consumers must not mutate them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TurnStatus = Literal["success", "error", "max_turns", "interrupted"]
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    """A user prompt was accepted and the turn begins."""
+
+    prompt: str
+    session_id: str
+
+
+@dataclass(frozen=True)
+class StepStarted:
+    """A model request is about to be sent (step numbers count from 1 within the turn)."""
+
+    step: int
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """A piece of the model's reasoning text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ContentDelta:
+    """A piece of the answer text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolArgumentsDelta:
+    """A fragment of a tool call's JSON arguments as it streams."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Retrying:
+    """The request failed transiently; partial output of this step must be discarded."""
+
+    attempt: int
+    max_retries: int
+    delay: float
+    error: str
+
+
+@dataclass(frozen=True)
+class MessageCommitted:
+    """A message was appended to the history (and the session log), exactly as sent to the model."""
+
+    message: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCallStarted:
+    """A tool call is about to run (after validation and permission checks)."""
+
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCallFinished:
+    """A tool call produced its result (`content` is what the model will see)."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool
+    summary: str = ""
+    display: Mapping[str, Any] | None = None
+    duration_ms: int = 0
+
+
+@dataclass(frozen=True)
+class PermissionDenied:
+    """A tool call was not run because the permission policy or the user refused it."""
+
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+    reason: str
+
+
+@dataclass(frozen=True)
+class UsageUpdated:
+    """Token usage of the last request and running totals for the session."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    total_prompt_tokens: int
+    total_completion_tokens: int
+    total_cached_tokens: int
+
+
+@dataclass(frozen=True)
+class ContextUpdated:
+    """How full the context window is after a step."""
+
+    used: int
+    window: int
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A one-line status worth showing (a warning, a compaction, a limit approaching)."""
+
+    text: str
+    level: Literal["info", "warning", "error"] = "info"
+
+
+@dataclass(frozen=True)
+class TurnFinished:
+    """The turn ended. `result` is the final answer text; `error` says why when status isn't success."""
+
+    status: TurnStatus
+    result: str
+    num_steps: int
+    error: str | None = None
+    error_kind: str | None = None
+    permission_denials: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+
+
+Event = (
+    TurnStarted
+    | StepStarted
+    | ReasoningDelta
+    | ContentDelta
+    | ToolArgumentsDelta
+    | Retrying
+    | MessageCommitted
+    | ToolCallStarted
+    | ToolCallFinished
+    | PermissionDenied
+    | UsageUpdated
+    | ContextUpdated
+    | Notice
+    | TurnFinished
+)

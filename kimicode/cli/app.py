@@ -1,0 +1,146 @@
+"""The typer application: flags, environment, and dispatch to the headless or interactive face."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kimicode._version import __version__
+
+app = typer.Typer(
+    name="kimicode",
+    help="A coding agent for kimi-k3 and any OpenAI-compatible endpoint.\n\n"
+    "Run `kimicode` for an interactive session, or `kimicode -p PROMPT` to run one task headless.",
+    add_completion=False,
+    no_args_is_help=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class OutputFormat(StrEnum):
+    text = "text"
+    json = "json"
+    stream_json = "stream-json"
+
+
+class Thinking(StrEnum):
+    low = "low"
+    high = "high"
+    max = "max"
+
+
+class PermissionModeOpt(StrEnum):
+    default = "default"
+    accept_edits = "accept-edits"
+    yolo = "yolo"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kimicode {__version__}")
+        raise typer.Exit()
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print `kimicode: message` on stderr and return an Exit to raise."""
+    typer.echo(f"kimicode: {message}", err=True)
+    return typer.Exit(code)
+
+
+@app.callback(invoke_without_command=True)
+def main(
+    ctx: typer.Context,
+    prompt: Annotated[
+        str | None,
+        typer.Option("-p", "--print", help="Run this task headless and exit ('-' reads it from stdin)."),
+    ] = None,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--output-format", help="text (the answer), json (one object), stream-json.")
+    ] = OutputFormat.text,
+    include_partial: Annotated[
+        bool, typer.Option("--include-partial", help="stream-json: also emit text deltas as they stream.")
+    ] = False,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model id (env KIMI_MODEL).")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="Endpoint (env KIMI_BASE_URL).")] = None,
+    thinking: Annotated[Thinking | None, typer.Option("--thinking", help="Reasoning effort.")] = None,
+    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Maximum model steps per task.")] = 200,
+    cwd: Annotated[
+        Path | None, typer.Option("-C", "--cwd", help="Workspace directory (default: the current one).")
+    ] = None,
+    permission_mode: Annotated[
+        PermissionModeOpt, typer.Option("--permission-mode", help="What may run without asking.")
+    ] = PermissionModeOpt.default,
+    yolo: Annotated[bool, typer.Option("--yolo", help="Shorthand for --permission-mode yolo.")] = False,
+    max_retries: Annotated[
+        int, typer.Option("--max-retries", min=0, help="Retries of transient API failures.")
+    ] = 5,
+    request_timeout: Annotated[
+        float, typer.Option("--request-timeout", min=1, help="Seconds to wait for the server or its next chunk.")
+    ] = 300.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show progress on stderr.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """Run kimicode."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from kimicode.cli.stdin import read_all_stdin, read_piped_stdin
+    from kimicode.config import ConfigError
+
+    workspace = (cwd or Path.cwd()).expanduser()
+    if not workspace.is_dir():
+        raise fail(f"-C/--cwd: not a directory: {workspace}")
+    mode = "yolo" if yolo else permission_mode.value
+
+    if prompt is None:
+        if sys.stdin.isatty() and sys.stdout.isatty():
+            raise fail("the interactive terminal is not available in this build yet; run a task with -p PROMPT")
+        raise fail("no prompt: pass -p PROMPT (or -p - to read it from stdin)")
+    if prompt == "-":
+        prompt = read_all_stdin()
+    else:
+        piped = read_piped_stdin()
+        if piped.strip():
+            prompt = f"{prompt}\n\n{piped}"
+    if not prompt.strip():
+        raise fail("the prompt is empty")
+
+    from kimicode.agent.core import Agent
+    from kimicode.cli.headless import Printer, run_headless
+
+    try:
+        agent = Agent(
+            model=model,
+            base_url=base_url,
+            workspace=workspace,
+            permission_mode=mode,
+            thinking=thinking.value if thinking else None,
+            max_turns=max_turns,
+            max_retries=max_retries,
+            retry_base_delay=float(os.environ.get("KIMICODE_RETRY_BASE_DELAY", "1.0")),
+            request_timeout=request_timeout,
+            headless=True,
+        )
+    except (ConfigError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    printer = Printer(output_format.value, include_partial=include_partial, verbose=verbose)
+    code = asyncio.run(run_headless(agent, prompt, printer))
+    raise typer.Exit(code)
+
+
+def run_app() -> None:
+    """Run the application, turning unexpected exceptions into a one-line error and exit 1."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("kimicode: interrupted\n")
+        raise SystemExit(130) from None

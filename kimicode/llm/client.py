@@ -1,0 +1,286 @@
+"""The OpenAI-compatible streaming client.
+
+We use the official `openai` SDK for transport, authentication, base-URL handling and HTTP error
+mapping, but send the request body we serialise ourselves and read the SSE stream as plain JSON: the
+SDK's typed models drop unknown fields such as `reasoning_content`, and its request transformation
+walks every message on every step (costly at a million tokens). The SDK's own retries are off; the
+retry policy lives here, in `ChatClient.stream`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+import openai
+
+from kimicode.llm.accumulate import REASONING_FIELDS, StreamAccumulator
+from kimicode.llm.errors import LLMError, classify_status, parse_retry_after
+from kimicode.llm.profiles import ModelProfile, profile_for
+
+
+@dataclass(frozen=True)
+class StreamDelta:
+    """Streamed text: kind is `reasoning`, `content` or `tool_arguments` (index = tool call index)."""
+
+    kind: str
+    text: str
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class StreamRetry:
+    """The request failed transiently and will be retried: discard any partial output shown so far."""
+
+    attempt: int
+    max_retries: int
+    delay: float
+    error: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished model step: the assistant message exactly as it will be stored and sent back."""
+
+    message: dict[str, Any]
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    request_bytes: int = 0
+
+
+StreamEvent = StreamDelta | StreamRetry | Completion
+
+
+@dataclass
+class ClientConfig:
+    """Everything the client needs to talk to one endpoint."""
+
+    base_url: str
+    api_key: str
+    model: str
+    profile: ModelProfile | None = None
+    effort: str | None = None
+    max_completion_tokens: int | None = None
+    session_id: str | None = None
+    max_retries: int = 5
+    retry_base_delay: float = 1.0
+    retry_max_delay: float = 60.0
+    timeout: float = 300.0
+    """Seconds to wait for the server to answer or to send the next chunk."""
+    reasoning_field: str | None = None
+    """Force the name under which reasoning is sent back (else: the name the server uses)."""
+    extra_headers: dict[str, str] = field(default_factory=dict)
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+class ChatClient:
+    """Streams chat completions, retries transient failures, and keeps messages byte-exact."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.profile = config.profile or profile_for(config.model)
+        self.reasoning_field: str | None = config.reasoning_field
+        self._sdk = openai.AsyncOpenAI(
+            api_key=config.api_key,
+            base_url=config.base_url,
+            max_retries=0,
+            timeout=httpx2.Timeout(config.timeout, connect=min(15.0, config.timeout)),
+        )
+        self._encoded: dict[int, tuple[dict[str, Any], bytes]] = {}
+
+    async def aclose(self) -> None:
+        """Close pooled connections."""
+        await self._sdk.close()
+
+    # -- request building -------------------------------------------------------------------------
+
+    def _wire_message(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The message as sent: reasoning renamed to the server's field name when they differ."""
+        want = self.reasoning_field
+        if want and msg.get("role") == "assistant":
+            for name in REASONING_FIELDS:
+                if name != want and name in msg:
+                    renamed = {(want if k == name else k): v for k, v in msg.items()}
+                    return renamed
+        return msg
+
+    def encode_messages(self, messages: Sequence[dict[str, Any]]) -> bytes:
+        """JSON for the `messages` array, reusing each committed message's cached encoding.
+
+        Messages are never mutated after they are committed (pruning replaces the dict), so the
+        cache is keyed by identity and holds a reference to keep ids from being reused.
+        """
+        cache = self._encoded
+        fresh: dict[int, tuple[dict[str, Any], bytes]] = {}
+        parts: list[bytes] = []
+        for msg in messages:
+            key = id(msg)
+            hit = cache.get(key)
+            if hit is None or hit[0] is not msg:
+                wire = self._wire_message(msg)
+                hit = (msg, json.dumps(wire, ensure_ascii=False, separators=(",", ":")).encode())
+            fresh[key] = hit
+            parts.append(hit[1])
+        self._encoded = fresh
+        return b"[" + b",".join(parts) + b"]"
+
+    def build_body(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> bytes:
+        """The complete request body as bytes."""
+        cfg = self.config
+        head: dict[str, Any] = {"model": cfg.model, "stream": True, "stream_options": {"include_usage": True}}
+        head["max_completion_tokens"] = cfg.max_completion_tokens or self.profile.max_completion_tokens
+        head.update(self.profile.request_params(cfg.effort))
+        if cfg.session_id:
+            head["prompt_cache_key"] = cfg.session_id
+        if tools:
+            head["tools"] = list(tools)
+        head.update(cfg.extra_body)
+        head_json = json.dumps(head, ensure_ascii=False, separators=(",", ":")).encode()
+        return head_json[:-1] + b',"messages":' + self.encode_messages(messages) + b"}"
+
+    # -- streaming with retries -------------------------------------------------------------------
+
+    async def stream(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
+    ) -> AsyncIterator[StreamEvent]:
+        """Yield deltas, retry notices and finally one `Completion`; raise LLMError when it gives up."""
+        body = self.build_body(messages, tools)
+        attempt = 0
+        while True:
+            try:
+                async for event in self._stream_once(body):
+                    yield event
+                return
+            except LLMError as err:
+                if not err.transient or attempt >= self.config.max_retries:
+                    if err.transient and self.config.max_retries:
+                        err.message += f" (gave up after {attempt + 1} attempts)"
+                    raise
+                attempt += 1
+                delay = self._backoff(attempt, err.retry_after)
+                yield StreamRetry(attempt, self.config.max_retries, delay, err.message)
+                await asyncio.sleep(delay)
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, 600.0)
+        base = self.config.retry_base_delay * (2 ** (attempt - 1))
+        return float(min(self.config.retry_max_delay, base) * random.uniform(0.75, 1.25))
+
+    async def _stream_once(self, body: bytes) -> AsyncIterator[StreamEvent]:
+        try:
+            response = await self._sdk.post(
+                "/chat/completions",
+                cast_to=httpx2.Response,
+                content=body,
+                options={
+                    "headers": {
+                        "Content-Type": "application/json",
+                        "Accept": "text/event-stream",
+                        "X-Stainless-Raw-Response": "stream",
+                        **self.config.extra_headers,
+                    }
+                },
+            )
+        except openai.APIStatusError as exc:
+            raise _from_status_error(exc) from None
+        except openai.APITimeoutError:
+            raise LLMError(
+                f"the server did not answer within {self.config.timeout:g} s", "transient"
+            ) from None
+        except openai.APIConnectionError as exc:
+            raise LLMError(f"cannot reach {self.config.base_url}: {_cause(exc)}", "transient") from None
+        acc = StreamAccumulator()
+        done = False
+        got_choice = False
+        try:
+            async for line in response.aiter_lines():
+                if not line or line.startswith(":"):
+                    continue
+                if not line.startswith("data:"):
+                    continue  # `event:`/`id:` fields carry nothing we need
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    done = True
+                    break
+                try:
+                    chunk = json.loads(payload)
+                except json.JSONDecodeError:
+                    raise LLMError(f"malformed chunk from the server: {payload[:200]!r}", "transient") from None
+                if not isinstance(chunk, dict):
+                    raise LLMError(f"unexpected chunk from the server: {payload[:200]!r}", "transient")
+                if chunk.get("error"):
+                    raise _from_stream_error(chunk["error"])
+                if chunk.get("choices"):
+                    got_choice = True
+                for delta in acc.add(chunk):
+                    yield StreamDelta(delta.kind, delta.text, delta.index)
+        except httpx2.TimeoutException:
+            raise LLMError(
+                f"the stream stalled: no data for {self.config.timeout:g} s", "transient"
+            ) from None
+        except httpx2.HTTPError as exc:
+            raise LLMError(f"the connection broke mid-stream: {_cause(exc)}", "transient") from None
+        finally:
+            await response.aclose()
+        if not done and acc.finish_reason is None:
+            raise LLMError("the stream ended before the response was complete", "transient")
+        if not got_choice:
+            raise LLMError("the server returned an empty response", "transient")
+        if acc.reasoning_field and not self.config.reasoning_field:
+            self.reasoning_field = acc.reasoning_field
+        default_field = self.reasoning_field or self.profile.reasoning_field
+        message = acc.message(default_field)
+        if acc.reasoning_field is None and self.reasoning_field is None and not self.profile.name.startswith("kimi"):
+            message.pop(default_field, None)  # a server that never reasons: send nothing it didn't send
+        yield Completion(message, acc.finish_reason, acc.usage, len(body))
+
+
+def _cause(exc: BaseException) -> str:
+    inner = exc.__cause__ or exc.__context__
+    text = str(inner or exc) or type(inner or exc).__name__
+    return text
+
+
+def _from_status_error(exc: openai.APIStatusError) -> LLMError:
+    body = exc.body
+    message = exc.message
+    error_type: str | None = None
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            message = str(err.get("message") or message)
+            etype = err.get("type") or err.get("code")
+            error_type = str(etype) if etype else None
+    headers = dict(exc.response.headers.items()) if exc.response is not None else {}
+    return classify_status(exc.status_code, message, error_type, headers)
+
+
+def _from_stream_error(err: Any) -> LLMError:
+    """An `{"error": ...}` event inside the stream (the server failed after it started answering)."""
+    if isinstance(err, dict):
+        message = str(err.get("message") or err)
+        etype = err.get("type") or err.get("code")
+        status = err.get("status") or err.get("code")
+        code = status if isinstance(status, int) else 500
+        if not isinstance(status, int) and "invalid_request" in str(etype):
+            code = 400
+        return classify_status(code, message, str(etype) if etype else None, {})
+    return LLMError(f"server error mid-stream: {err}", "transient")
+
+
+__all__ = [
+    "ChatClient",
+    "ClientConfig",
+    "Completion",
+    "LLMError",
+    "StreamDelta",
+    "StreamEvent",
+    "StreamRetry",
+    "parse_retry_after",
+]

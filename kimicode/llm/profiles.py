@@ -1,0 +1,45 @@
+"""Model profiles: how to talk to a model family (reasoning knobs, sampling, context window)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Effort = Literal["low", "high", "max"]
+ProfileName = Literal["kimi-k3", "kimi-k2", "generic"]
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Per-family request shaping. Chosen from the model name; every field can be overridden."""
+
+    name: ProfileName
+    context_window: int = 131_072
+    max_completion_tokens: int = 32_768
+    reasoning_field: str = "reasoning_content"
+    """Field under which reasoning is sent back; replaced by whatever name the server uses."""
+    supports_images: bool = False
+
+    def request_params(self, effort: str | None) -> dict[str, Any]:
+        """Top-level request fields for this family (reasoning knobs; never sampling for Kimi)."""
+        if self.name == "kimi-k3":
+            # K3 always reasons; effort is the top-level reasoning_effort; temperature is not sent.
+            return {"reasoning_effort": effort or "high"}
+        if self.name == "kimi-k2":
+            params: dict[str, Any] = {"thinking": {"type": "enabled", "keep": "all"}}
+            if effort:
+                params["reasoning_effort"] = effort
+            return params
+        return {"reasoning_effort": effort} if effort else {}
+
+
+def profile_for(model: str) -> ModelProfile:
+    """Pick the profile from the model name (`kimi-k3*`, `kimi-k2*`, anything else is generic)."""
+    m = model.lower().rsplit("/", 1)[-1]  # OpenRouter-style "moonshotai/kimi-k3"
+    if m.startswith("kimi-k3"):
+        return ModelProfile("kimi-k3", context_window=1_048_576, supports_images=True)
+    if m.startswith("kimi-k2"):
+        return ModelProfile("kimi-k2", context_window=262_144)
+    if m.startswith("deepseek"):
+        return ModelProfile("generic", context_window=131_072)
+    return ModelProfile("generic")

@@ -1,0 +1,92 @@
+"""The tool contract: a tool is an async function of (validated arguments, context) returning a result.
+
+Tools never print, never ask the user and never import the UI. What the user sees of a tool call comes
+from the events the agent emits around it (with `ToolResult.display` as an optional hint).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+ToolKind = Literal["read", "edit", "execute", "other"]
+"""What a tool does, for permissions and concurrency: `read` tools may run concurrently,
+`edit` tools change files (their target is the `path` argument), `execute` runs commands."""
+
+
+class ToolError(Exception):
+    """Raised by a tool to report a failure to the model as an error result (not a crash)."""
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool returns. `content` goes to the model; `summary` and `display` are hints for faces."""
+
+    content: str
+    is_error: bool = False
+    summary: str = ""
+    display: Mapping[str, Any] | None = None
+
+
+@dataclass
+class FileStamp:
+    """What the agent last saw of a file: used to refuse edits to files changed behind its back."""
+
+    mtime_ns: int
+    size: int
+
+
+@dataclass
+class ToolContext:
+    """Everything a tool may use besides its arguments."""
+
+    workspace: Path
+    session_dir: Path | None = None
+    file_stamps: dict[Path, FileStamp] = field(default_factory=dict)
+    env: Mapping[str, str] | None = None
+    """Environment for child processes; None means the agent's own, minus secrets."""
+
+    def resolve(self, path: str) -> Path:
+        """Resolve a user/model-supplied path against the workspace, following `..` and symlinks."""
+        p = Path(os.path.expanduser(path))
+        if not p.is_absolute():
+            p = self.workspace / p
+        return Path(os.path.realpath(p))
+
+    def is_inside(self, path: Path) -> bool:
+        """True when the resolved `path` lies inside the (resolved) workspace."""
+        root = Path(os.path.realpath(self.workspace))
+        return path == root or root in path.parents
+
+    def remember(self, path: Path) -> None:
+        """Record the current on-disk state of `path` after reading or writing it."""
+        try:
+            st = path.stat()
+        except OSError:
+            self.file_stamps.pop(path, None)
+            return
+        self.file_stamps[path] = FileStamp(st.st_mtime_ns, st.st_size)
+
+
+ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable["ToolResult | str"]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool the model can call: name, description for the model, JSON schema, function, kind."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    fn: ToolFn
+    kind: ToolKind = "other"
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI `tools` entry for this tool."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": dict(self.parameters)},
+        }
