@@ -1,15 +1,17 @@
 """kimicode: a coding agent for kimi-k3 and any OpenAI-compatible endpoint.
 
-Importing the package is cheap: the agent, the HTTP client and the terminal UI load on first use.
+Importing the package is cheap (not even `typing` is imported): the agent, the HTTP client and the
+terminal UI load on first use.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from kimicode._version import __version__
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from kimicode.agent.core import Agent, RunResult
     from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
     from kimicode.tools.decorator import tool

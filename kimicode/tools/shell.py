@@ -1,0 +1,328 @@
+"""The `bash` tool: run a shell command in the workspace with a timeout, bounded output and clean kills.
+
+Every command runs as `/bin/bash -c` in its own session (so in its own process group), with stdin
+closed and an environment without secrets. Whatever happens (normal exit, timeout, the user pressing
+Ctrl-C, a background job holding the output pipe open) the tool returns promptly and nothing it started
+is left running in that process group. Output is streamed through a fixed-size head + rolling tail, so
+a command printing gigabytes costs a few tens of kilobytes of memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kimicode.prompts import load_prompt
+from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+
+__all__ = ["BASH", "SECRET_ENV_NAMES", "SECRET_ENV_SUFFIXES", "OutputBuffer", "run_shell", "scrub_env"]
+
+SECRET_ENV_NAMES: Final = frozenset(
+    {
+        "KIMI_API_KEY",
+        "MOONSHOT_API_KEY",
+        "OPENAI_API_KEY",
+        "DEEPSEEK_API_KEY",
+        "OPENROUTER_API_KEY",
+        "ANTHROPIC_API_KEY",
+    }
+)
+"""Variables never passed to commands (the suffix rule below covers them too; listed for clarity)."""
+SECRET_ENV_SUFFIXES: Final = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+"""Any variable whose name ends with one of these (case-insensitively) is treated as a secret."""
+
+SHELL_ENV: Final = {
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "MANPAGER": "cat",
+    "GIT_TERMINAL_PROMPT": "0",
+    "TERM": "dumb",
+    "NO_COLOR": "1",
+}
+"""Set for every command: no pagers, no prompts, no colours."""
+
+DEFAULT_TIMEOUT: Final = 120
+MAX_TIMEOUT: Final = 600
+HEAD_BYTES: Final = 20_000
+TAIL_BYTES: Final = 20_000
+READ_CHUNK: Final = 64 * 1024
+KILL_GRACE: Final = 2.0
+"""Seconds between SIGTERM and SIGKILL."""
+EOF_GRACE: Final = 1.0
+"""Seconds to wait for the output pipe to close after the shell itself exited."""
+
+
+def _is_secret(name: str) -> bool:
+    upper = name.upper()
+    return upper in SECRET_ENV_NAMES or upper.endswith(SECRET_ENV_SUFFIXES)
+
+
+def scrub_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of `env` without API keys, tokens, secrets and passwords."""
+    return {k: v for k, v in env.items() if not _is_secret(k)}
+
+
+class OutputBuffer:
+    """The first HEAD bytes and a rolling last TAIL bytes of a stream, with totals of what passed."""
+
+    def __init__(self, head: int = HEAD_BYTES, tail: int = TAIL_BYTES) -> None:
+        self._head_max = head
+        self._tail_max = tail
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total_bytes = 0
+        self.newlines = 0
+        self.dropped_bytes = 0
+        self.dropped_lines = 0
+        self._last = b""
+
+    def feed(self, data: bytes) -> None:
+        if not data:
+            return
+        self.total_bytes += len(data)
+        self.newlines += data.count(b"\n")
+        self._last = data[-1:]
+        room = self._head_max - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > 2 * self._tail_max:
+                self._trim()
+
+    def _trim(self) -> None:
+        drop = len(self.tail) - self._tail_max
+        if drop > 0:
+            self.dropped_bytes += drop
+            self.dropped_lines += self.tail.count(b"\n", 0, drop)
+            del self.tail[:drop]
+
+    @property
+    def lines(self) -> int:
+        """Lines of output (a final line without newline counts)."""
+        return self.newlines + (1 if self.total_bytes and self._last != b"\n" else 0)
+
+    def render(self) -> str:
+        """Head, an elision marker when bytes were dropped, then tail; decoded leniently."""
+        self._trim()
+        head = self.head.decode("utf-8", "replace")
+        if not self.dropped_bytes:
+            return (self.head + self.tail).decode("utf-8", "replace")
+        tail = bytes(self.tail)
+        skip = 0
+        while skip < min(3, len(tail)) and 0x80 <= tail[skip] < 0xC0:  # start on a character boundary
+            skip += 1
+        marker = f"\n… [{self.dropped_bytes + skip} bytes / {self.dropped_lines} lines elided] …\n"
+        return head + marker + tail[skip:].decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class ShellOutcome:
+    """What happened to a command."""
+
+    output: str
+    returncode: int | None  # negative: killed by that signal
+    timed_out: bool
+    lines: int
+    total_bytes: int
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a process (not a zombie) remains in the group. Zombies hold no resources and may
+    linger where PID 1 does not reap orphans, so on Linux they are not counted."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not os.path.isdir("/proc/self"):
+        return True
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+async def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM the process group, SIGKILL it after KILL_GRACE seconds, and reap the shell."""
+    pgid = proc.pid
+    try:
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + KILL_GRACE
+        while time.monotonic() < deadline and _group_alive(pgid):
+            await asyncio.sleep(0.05)
+    finally:
+        _signal_group(pgid, signal.SIGKILL)  # whatever survived SIGTERM (or we were interrupted)
+        if proc.returncode is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 5.0)
+
+
+async def run_shell(command: str, *, cwd: str, env: Mapping[str, str], timeout: float) -> ShellOutcome:
+    """Run `command` with bash in a new session; stdout+stderr merged, bounded; see module docstring.
+
+    On cancellation the process group is killed and CancelledError propagates.
+    """
+    loop = asyncio.get_running_loop()
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/bash",
+            "-c",
+            command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)  # only the children hold the write end now, so EOF means they are done
+
+    buffer = OutputBuffer()
+    reader = asyncio.StreamReader(limit=READ_CHUNK)
+    pipe = os.fdopen(read_fd, "rb", buffering=0)
+    try:
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    except BaseException:
+        pipe.close()
+        await _kill_group(proc)
+        raise
+
+    async def pump() -> None:
+        while chunk := await reader.read(READ_CHUNK):
+            buffer.feed(chunk)
+
+    pump_task = asyncio.create_task(pump())
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            timed_out = True
+            await _kill_group(proc)
+        if not pump_task.done():
+            # The shell is gone; a background process may still hold the pipe open.
+            await asyncio.wait({pump_task}, timeout=EOF_GRACE)
+            if not pump_task.done():
+                _signal_group(proc.pid, signal.SIGKILL)
+                await asyncio.wait({pump_task}, timeout=0.5)
+    except asyncio.CancelledError:
+        await _kill_group(proc)
+        raise
+    finally:
+        pump_task.cancel()
+        transport.close()
+    return ShellOutcome(
+        output=buffer.render(),
+        returncode=proc.returncode,
+        timed_out=timed_out,
+        lines=buffer.lines,
+        total_bytes=buffer.total_bytes,
+    )
+
+
+def _status(outcome: ShellOutcome, timeout: float) -> tuple[str, str]:
+    """The final line for the model and the short status for the summary."""
+    if outcome.timed_out:
+        return f"[timed out after {timeout:g} s; the command and its children were killed]", (
+            f"timed out after {timeout:g} s"
+        )
+    code = outcome.returncode
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"[killed by signal {name}]", f"killed by {name}"
+    return f"[exit code: {code}]", f"exit {code}"
+
+
+def _short(command: str, width: int = 60) -> str:
+    first = command.strip().splitlines()[0] if command.strip() else ""
+    if len(first) > width or "\n" in command.strip():
+        return first[: width - 1].rstrip() + "…"
+    return first
+
+
+async def _bash(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    """Run a command; the result is its output plus a status line, is_error when it failed."""
+    command = args.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise ToolError("command must be a non-empty shell command")
+    timeout = args.get("timeout", DEFAULT_TIMEOUT)
+    if timeout is None:
+        timeout = DEFAULT_TIMEOUT
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ToolError("timeout must be a number of seconds")
+    if timeout < 1:
+        raise ToolError(f"timeout must be at least 1 second, got {timeout:g}")
+    if timeout > MAX_TIMEOUT:
+        raise ToolError(
+            f"timeout must be at most {MAX_TIMEOUT} seconds, got {timeout:g}; "
+            "run longer jobs in the background with their output redirected to a file"
+        )
+    env = dict(ctx.env) if ctx.env is not None else scrub_env(os.environ)
+    env.update(SHELL_ENV)
+    try:
+        outcome = await run_shell(command, cwd=str(ctx.workspace), env=env, timeout=float(timeout))
+    except OSError as exc:  # a missing or unreadable workspace, or no /bin/bash
+        raise ToolError(f"cannot run the command in {ctx.workspace}: {exc.strerror or exc}") from None
+    status_line, status = _status(outcome, timeout)
+    body = outcome.output if outcome.output else "(no output)"
+    if not body.endswith("\n"):
+        body += "\n"
+    failed = outcome.timed_out or outcome.returncode != 0
+    noun = "line" if outcome.lines == 1 else "lines"
+    return ToolResult(
+        content=body + status_line,
+        is_error=failed,
+        summary=f"bash: {_short(command)} ({status}, {outcome.lines} {noun})",
+    )
+
+
+BASH = Tool(
+    name="bash",
+    description=load_prompt("tools/bash.md"),
+    parameters={
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "The command line, run with /bin/bash -c."},
+            "timeout": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_TIMEOUT,
+                "description": f"Seconds before the command is killed (default {DEFAULT_TIMEOUT}, max {MAX_TIMEOUT}).",
+            },
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    },
+    fn=_bash,
+    kind="execute",
+)

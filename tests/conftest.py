@@ -1,0 +1,65 @@
+"""Shared fixtures: a fake OpenAI-compatible server, an isolated KIMICODE_HOME and workspace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kimicode.testing import FakeServer
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test sees the developer's keys, endpoints or state."""
+    for name in list(os.environ):
+        if name.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_")):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KIMICODE_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    with FakeServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture
+def make_agent(server: FakeServer, workspace: Path, tmp_path: Path) -> Callable[..., Any]:
+    """Build an Agent pointed at the fake server, with fast retries."""
+    from kimicode import Agent
+
+    def make(**kwargs: Any) -> Agent:
+        opts: dict[str, Any] = {
+            "base_url": server.base_url,
+            "api_key": "sk-test-secret-key",
+            "model": "kimi-k3",
+            "workspace": workspace,
+            "home": tmp_path / "home",
+            "retry_base_delay": 0.01,
+        }
+        opts.update(kwargs)
+        return Agent(**opts)
+
+    return make
+
+
+def kimicode_command() -> list[str]:
+    """The installed `kimicode` console script (next to this Python), else `python -m kimicode`."""
+    script = Path(sys.executable).parent / "kimicode"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("kimicode")
+    return [found] if found else [sys.executable, "-m", "kimicode"]
