@@ -1,0 +1,49 @@
+"""Configuration files: merge order and errors that name the file, the line and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kimicode.config import ConfigError
+from kimicode.settings import load_settings
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_project_overrides_user(tmp_path: Path) -> None:
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    write(home / "config.toml", '[defaults]\nmodel = "kimi-k3"\nmax_turns = 50\n[permissions]\nallow = ["bash(ls*)"]\n')
+    write(ws / ".kimicode" / "config.toml", "[defaults]\nmax_turns = 10\n")
+    s = load_settings(ws, home)
+    assert s.get("defaults.model") == "kimi-k3"
+    assert s.get("defaults.max_turns") == 10
+    assert s.get("permissions.allow") == ["bash(ls*)"]
+    assert s.sources == [home / "config.toml", ws / ".kimicode" / "config.toml"]
+    assert s.get("models.none.context_window", 7) == 7
+
+
+def test_no_files_is_empty(tmp_path: Path) -> None:
+    assert load_settings(tmp_path, tmp_path / "home").data == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[defaults]\nmodel = 'x'\nmax_turn = 5\n", ":3: defaults.max_turn: unknown key"),
+        ("[defaults]\n\nthinking = 'extreme'\n", ":3: defaults.thinking: must be one of low, high, max"),
+        ("[models.mine]\nprovider = 'p'\ncontext_window = '1M'\n",
+         ":3: models.mine.context_window: must be an integer"),
+        ("[defaults\nmodel = 1\n", "invalid TOML"),
+    ],
+)
+def test_errors_name_file_line_and_key(tmp_path: Path, text: str, needle: str) -> None:
+    write(tmp_path / "home" / "config.toml", text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(tmp_path, tmp_path / "home")
+    assert str(tmp_path / "home" / "config.toml") in str(info.value)
+    assert needle in str(info.value)
