@@ -168,7 +168,9 @@ def test_output_flood_stays_bounded(workspace: Path) -> None:
         "ctx = ToolContext(workspace=Path(sys.argv[1]))\n"
         "r = asyncio.run(BASH.fn({'command': 'yes | head -c 200000000'}, ctx))\n"
         "sys.stdout.write(r.content)\n"
-        "sys.stderr.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+        # VmHWM is this process's own peak (ru_maxrss would include the forking parent's peak)
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
+        "sys.stderr.write(hwm)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(

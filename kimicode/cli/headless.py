@@ -158,6 +158,13 @@ def result_object(agent: Agent, finished: TurnFinished, duration_ms: int) -> dic
         "duration_ms": duration_ms,
         "permission_denials": [dict(d) for d in finished.permission_denials],
         "error": finished.error,
+        "context": {
+            "used": agent.context.used,
+            "window": agent.context_window,
+            "cached_ratio": round(agent.usage["cached_tokens"] / agent.usage["prompt_tokens"], 4)
+            if agent.usage.get("prompt_tokens")
+            else 0.0,
+        },
     }
 
 

@@ -115,6 +115,9 @@ class ChatClient:
         Messages are never mutated after they are committed (pruning replaces the dict), so the
         cache is keyed by identity and holds a reference to keep ids from being reused.
         """
+        return b"[" + b",".join(self._encode_each(messages)) + b"]"
+
+    def _encode_each(self, messages: Sequence[dict[str, Any]]) -> list[bytes]:
         cache = self._encoded
         fresh: dict[int, tuple[dict[str, Any], bytes]] = {}
         parts: list[bytes] = []
@@ -127,10 +130,18 @@ class ChatClient:
             fresh[key] = hit
             parts.append(hit[1])
         self._encoded = fresh
-        return b"[" + b",".join(parts) + b"]"
+        return parts
 
     def build_body(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> bytes:
         """The complete request body as bytes."""
+        return b"".join(self.body_pieces(messages, tools))
+
+    def body_pieces(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> list[bytes]:
+        """The request body as pieces in order (head, each cached message, separators).
+
+        The body is streamed from these pieces in ~256 KB chunks, so a 4 MB history is never copied
+        into one more 4 MB buffer (nor into the transport's send buffers) on every step.
+        """
         cfg = self.config
         head: dict[str, Any] = {"model": cfg.model, "stream": True, "stream_options": {"include_usage": True}}
         head["max_completion_tokens"] = cfg.max_completion_tokens or self.profile.max_completion_tokens
@@ -141,7 +152,13 @@ class ChatClient:
             head["tools"] = list(tools)
         head.update(cfg.extra_body)
         head_json = json.dumps(head, ensure_ascii=False, separators=(",", ":")).encode()
-        return head_json[:-1] + b',"messages":' + self.encode_messages(messages) + b"}"
+        pieces = [head_json[:-1] + b',"messages":[']
+        for i, encoded in enumerate(self._encode_each(messages)):
+            if i:
+                pieces.append(b",")
+            pieces.append(encoded)
+        pieces.append(b"]}")
+        return pieces
 
     # -- streaming with retries -------------------------------------------------------------------
 
@@ -149,7 +166,7 @@ class ChatClient:
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
     ) -> AsyncIterator[StreamEvent]:
         """Yield deltas, retry notices and finally one `Completion`; raise LLMError when it gives up."""
-        body = self.build_body(messages, tools)
+        body = self.body_pieces(messages, tools)
         attempt = 0
         while True:
             try:
@@ -172,14 +189,16 @@ class ChatClient:
         base = self.config.retry_base_delay * (2 ** (attempt - 1))
         return float(min(self.config.retry_max_delay, base) * random.uniform(0.75, 1.25))
 
-    async def _stream_once(self, body: bytes) -> AsyncIterator[StreamEvent]:
+    async def _stream_once(self, body: list[bytes]) -> AsyncIterator[StreamEvent]:
+        length = sum(map(len, body))
         try:
             response = await self._sdk.post(
                 "/chat/completions",
                 cast_to=httpx2.Response,
-                content=body,
+                content=_chunked(body),
                 options={
                     "headers": {
+                        "Content-Length": str(length),
                         "Content-Type": "application/json",
                         "Accept": "text/event-stream",
                         "X-Stainless-Raw-Response": "stream",
@@ -238,7 +257,21 @@ class ChatClient:
         message = acc.message(default_field)
         if acc.reasoning_field is None and self.reasoning_field is None and not self.profile.name.startswith("kimi"):
             message.pop(default_field, None)  # a server that never reasons: send nothing it didn't send
-        yield Completion(message, acc.finish_reason, acc.usage, len(body))
+        yield Completion(message, acc.finish_reason, acc.usage, length)
+
+
+async def _chunked(pieces: list[bytes], size: int = 1 << 18) -> AsyncIterator[bytes]:
+    """The body pieces joined into chunks of about `size` bytes (sent with a Content-Length)."""
+    batch: list[bytes] = []
+    total = 0
+    for piece in pieces:
+        batch.append(piece)
+        total += len(piece)
+        if total >= size:
+            yield b"".join(batch)
+            batch, total = [], 0
+    if batch:
+        yield b"".join(batch)
 
 
 def _cause(exc: BaseException) -> str:

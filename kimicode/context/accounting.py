@@ -1,0 +1,316 @@
+"""How many tokens a request will take, known before it is sent, at a cost that grows with what is new.
+
+The server's `usage.prompt_tokens` for the previous request is the truth for that request's prefix
+(its messages and tools). The next request is estimated as that number plus the counts of the
+messages added since, scaled by a running correction factor (server tokens / our raw count) learnt
+from the same responses. Each message's raw count is computed once and cached by identity
+(messages are never mutated after they are committed: pruning and compaction replace them).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import operator
+import struct
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kimicode.context.tokens import TokenCounter
+
+MESSAGE_OVERHEAD = 4
+"""Role markers and separators the chat template adds around every message."""
+TOOL_CALL_OVERHEAD = 8
+"""Per tool call: the call markers, the `functions.NAME:N` id and the argument delimiters."""
+DEFAULT_IMAGE_TOKENS = 1_024
+"""An image whose size cannot be read from its data URL."""
+IMAGE_PATCH = 28
+"""Pixels per side of one vision token (14-pixel patches merged 2x2)."""
+MAX_IMAGE_SIDE = 2_048
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+CATEGORIES = ("system", "tools", "user", "assistant", "reasoning", "tool_calls", "tool_results")
+
+Counts = tuple[int, int, int, int, int, int, int]
+"""Raw token counts in the order of CATEGORIES."""
+
+_ZERO: Counts = (0, 0, 0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Where the tokens of a request go (corrected estimates; `total` is the sum)."""
+
+    system: int = 0
+    tools: int = 0
+    user: int = 0
+    assistant: int = 0
+    reasoning: int = 0
+    tool_calls: int = 0
+    tool_results: int = 0
+
+    @property
+    def total(self) -> int:
+        return (
+            self.system + self.tools + self.user + self.assistant + self.reasoning + self.tool_calls + self.tool_results
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in CATEGORIES} | {"total": self.total}
+
+
+@dataclass
+class _Anchor:
+    """A request the server has counted: its messages (by identity), tools and prompt_tokens."""
+
+    messages: list[dict[str, Any]]
+    tools_key: str
+    prompt_tokens: int
+
+
+def image_tokens(url: str) -> int:
+    """Estimate an image's tokens from the width and height in its data URL (PNG, GIF, JPEG, WebP)."""
+    size = _image_size(url)
+    if size is None:
+        return DEFAULT_IMAGE_TOKENS
+    w, h = size
+    if w <= 0 or h <= 0:
+        return DEFAULT_IMAGE_TOKENS
+    scale = min(1.0, MAX_IMAGE_SIDE / max(w, h))
+    w, h = max(1, int(w * scale)), max(1, int(h * scale))
+    return max(16, math.ceil(w / IMAGE_PATCH) * math.ceil(h / IMAGE_PATCH))
+
+
+def _image_size(url: str) -> tuple[int, int] | None:
+    if not url.startswith("data:") or "," not in url[:200]:
+        return None
+    b64 = url.split(",", 1)[1][:65_536]
+    b64 = b64[: len(b64) - len(b64) % 4]
+    try:
+        head = base64.b64decode(b64)
+    except (binascii.Error, ValueError):
+        return None
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24:
+        w, h = struct.unpack(">II", head[16:24])
+        return int(w), int(h)
+    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
+        w, h = struct.unpack("<HH", head[6:10])
+        return int(w), int(h)
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP" and len(head) >= 30:
+        if head[12:16] == b"VP8X":
+            return 1 + int.from_bytes(head[24:27], "little"), 1 + int.from_bytes(head[27:30], "little")
+        return None
+    if head[:2] == b"\xff\xd8":
+        return _jpeg_size(head)
+    return None
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    i = 2
+    while i + 9 < len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        length = int.from_bytes(data[i + 2 : i + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            h, w = struct.unpack(">HH", data[i + 5 : i + 9])
+            return int(w), int(h)
+        i += 2 + length
+    return None
+
+
+class TokenAccountant:
+    """Counts messages once, anchors on server usage and keeps the correction factor.
+
+    `estimate` is what the next request will cost; `observe` takes the server's count after a
+    response. Cost per step: counting the new messages plus a pointer comparison of the prefix.
+    """
+
+    def __init__(self, counter: TokenCounter, decay: float = 0.9) -> None:
+        self.counter = counter
+        self.decay = decay
+        self.correction = 1.0
+        """Server tokens per raw counted token, from the requests seen so far (1.0 before any)."""
+        self._num = 0.0
+        self._den = 0.0
+        self._cache: dict[int, tuple[dict[str, Any], Counts]] = {}
+        self._tools_key = ""
+        self._tools_raw = 0
+        self._anchor: _Anchor | None = None
+        self.samples: deque[tuple[int, int]] = deque(maxlen=1_000)
+        """(our estimate before sending, the server's prompt_tokens) for recent requests."""
+
+    # -- raw counts -------------------------------------------------------------------------------
+
+    def message_counts(self, msg: Mapping[str, Any]) -> Counts:
+        """Raw counts of one message by category, cached by identity."""
+        key = id(msg)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is msg:
+            return hit[1]
+        counts = self._count_message(msg)
+        if isinstance(msg, dict):
+            self._cache[key] = (msg, counts)
+        return counts
+
+    def message_tokens(self, msg: Mapping[str, Any]) -> int:
+        """Corrected tokens of one message."""
+        return round(sum(self.message_counts(msg)) * self.correction)
+
+    def text_tokens(self, text: str) -> int:
+        """Corrected tokens of a piece of text."""
+        return round(self.counter.count(text) * self.correction)
+
+    def _content(self, content: Any) -> int:
+        if content is None:
+            return 0
+        if isinstance(content, str):
+            return self.counter.count(content)
+        if isinstance(content, list):
+            total = 0
+            for part in content:
+                if not isinstance(part, dict):
+                    total += self.counter.count(str(part))
+                elif part.get("type") == "text":
+                    total += self.counter.count(str(part.get("text") or ""))
+                elif part.get("type") in ("image_url", "image"):
+                    image = part.get("image_url")
+                    url = image.get("url") if isinstance(image, dict) else image
+                    total += image_tokens(url if isinstance(url, str) else "")
+                else:
+                    total += self.counter.count(json.dumps(part, ensure_ascii=False))
+            return total
+        return self.counter.count(json.dumps(content, ensure_ascii=False))
+
+    def _count_message(self, msg: Mapping[str, Any]) -> Counts:
+        role = msg.get("role")
+        body = self._content(msg.get("content"))
+        if role == "system":
+            return (MESSAGE_OVERHEAD + body, 0, 0, 0, 0, 0, 0)
+        if role == "user":
+            return (0, 0, MESSAGE_OVERHEAD + body, 0, 0, 0, 0)
+        if role == "tool":
+            call_id = str(msg.get("tool_call_id") or "")
+            return (0, 0, 0, 0, 0, 0, MESSAGE_OVERHEAD + body + self.counter.count(call_id))
+        if role == "assistant":
+            reasoning = 0
+            for name in REASONING_FIELDS:
+                text = msg.get(name)
+                if isinstance(text, str):
+                    reasoning += self.counter.count(text)
+            calls = 0
+            for call in msg.get("tool_calls") or ():
+                if not isinstance(call, dict):
+                    continue
+                fn = call.get("function") or {}
+                calls += TOOL_CALL_OVERHEAD + self.counter.count(str(call.get("id") or ""))
+                if isinstance(fn, dict):
+                    calls += self.counter.count(str(fn.get("name") or ""))
+                    args = fn.get("arguments")
+                    calls += self.counter.count(args if isinstance(args, str) else json.dumps(args))
+            return (0, 0, 0, MESSAGE_OVERHEAD + body, reasoning, calls, 0)
+        return (0, 0, MESSAGE_OVERHEAD + body, 0, 0, 0, 0)
+
+    def _tools(self, tools: Sequence[Mapping[str, Any]]) -> tuple[str, int]:
+        if not tools:
+            return "", 0
+        key = json.dumps(list(tools), ensure_ascii=False, sort_keys=True)
+        if key != self._tools_key:
+            self._tools_key, self._tools_raw = key, self.counter.count(key)
+        return self._tools_key, self._tools_raw
+
+    def raw_total(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> int:
+        """Raw (uncorrected) count of a whole request, from the per-message cache."""
+        return self._tools(tools)[1] + sum(sum(self.message_counts(m)) for m in messages)
+
+    # -- estimates --------------------------------------------------------------------------------
+
+    def _anchored_prefix(self, messages: Sequence[Mapping[str, Any]], tools_key: str) -> _Anchor | None:
+        anchor = self._anchor
+        if anchor is None or anchor.tools_key != tools_key:
+            return None
+        n = len(anchor.messages)
+        if len(messages) < n:
+            return None
+        if not all(map(operator.is_, messages[:n], anchor.messages)):
+            return None
+        return anchor
+
+    def estimate(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> int:
+        """Tokens the request (messages + tools) will take: anchored on the last server count if possible."""
+        tools_key, tools_raw = self._tools(tools)
+        anchor = self._anchored_prefix(messages, tools_key)
+        if anchor is not None:
+            new = sum(sum(self.message_counts(m)) for m in messages[len(anchor.messages) :])
+            return anchor.prompt_tokens + round(new * self.correction)
+        raw = tools_raw + sum(sum(self.message_counts(m)) for m in messages)
+        return round(raw * self.correction)
+
+    def estimate_unanchored(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> int:
+        """The whole request from cached counts and the correction factor only (no server anchor)."""
+        return round(self.raw_total(messages, tools) * self.correction)
+
+    def observe(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        prompt_tokens: int,
+        estimated: int | None = None,
+    ) -> None:
+        """Learn from the server's `prompt_tokens` for the request made of `messages` and `tools`."""
+        if prompt_tokens <= 0:
+            return
+        if estimated is not None:
+            self.samples.append((estimated, prompt_tokens))
+        tools_key, tools_raw = self._tools(tools)
+        anchor = self._anchored_prefix(messages, tools_key)
+        if anchor is not None:
+            server = prompt_tokens - anchor.prompt_tokens
+            raw = sum(sum(self.message_counts(m)) for m in messages[len(anchor.messages) :])
+        else:
+            server = prompt_tokens
+            raw = tools_raw + sum(sum(self.message_counts(m)) for m in messages)
+        if raw > 0 and server > 0:
+            self._num = self._num * self.decay + server
+            self._den = self._den * self.decay + raw
+            self.correction = self._num / self._den
+        self._anchor = _Anchor(list(messages), tools_key, prompt_tokens)
+
+    @property
+    def calibrated(self) -> bool:
+        """True once a server count has been seen (before that the correction factor is a guess)."""
+        return self._den > 0
+
+    def observe_raw(self, raw: int, server: int) -> None:
+        """Learn from a request counted outside the history (a summary request): raw count vs server count."""
+        if raw > 0 and server > 0:
+            self._num = self._num * self.decay + server
+            self._den = self._den * self.decay + raw
+            self.correction = self._num / self._den
+
+    def overflowed(self, estimated: int, requested: int) -> None:
+        """The server said a request we estimated at `estimated` tokens needs `requested`: rescale."""
+        if estimated > 0 and requested > estimated:
+            factor = requested / estimated
+            self.correction *= factor
+            self._num *= factor
+        self._anchor = None
+
+    def forget_missing(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Drop cached counts of messages no longer in the history (after pruning or compaction)."""
+        keep = {id(m) for m in messages}
+        self._cache = {k: v for k, v in self._cache.items() if k in keep}
+
+    def breakdown(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Breakdown:
+        """Corrected tokens per category for a request."""
+        totals = [0] * len(CATEGORIES)
+        totals[1] = self._tools(tools)[1]
+        for msg in messages:
+            for i, value in enumerate(self.message_counts(msg)):
+                totals[i] += value
+        return Breakdown(*(round(v * self.correction) for v in totals))

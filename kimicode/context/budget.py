@@ -1,0 +1,87 @@
+"""The input budget: the context window minus the completion reserve minus a safety margin."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MIN_INPUT_BUDGET = 1_024
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Token limits for one model: where pruning and compaction start, and the hard limit.
+
+    `margin` absorbs the error of the estimate (about 2% of the window by default).
+    """
+
+    window: int
+    reserve: int
+    margin: int
+    prune_threshold: float = 0.70
+    compact_threshold: float = 0.85
+
+    @classmethod
+    def make(
+        cls,
+        window: int,
+        reserve: int,
+        *,
+        margin: int | None = None,
+        prune_threshold: float = 0.70,
+        compact_threshold: float = 0.85,
+    ) -> Budget:
+        """Validate the numbers and build a Budget; bad values raise ValueError with what to change."""
+        if window <= 0:
+            raise ValueError(f"the context window must be a positive number of tokens (got {window})")
+        if reserve < 0:
+            raise ValueError(f"max_completion_tokens must not be negative (got {reserve})")
+        if not 0 < prune_threshold <= 1:
+            raise ValueError(f"prune_threshold must be in (0, 1] (got {prune_threshold})")
+        if not 0 < compact_threshold <= 1:
+            raise ValueError(f"compact_threshold must be in (0, 1] (got {compact_threshold})")
+        if margin is None:
+            margin = max(256, window // 50)
+        budget = cls(window, reserve, margin, prune_threshold, compact_threshold)
+        if budget.input_budget < MIN_INPUT_BUDGET:
+            raise ValueError(
+                f"a context window of {window:,} tokens leaves only {budget.input_budget:,} tokens for input "
+                f"after reserving {reserve:,} for the answer (max_completion_tokens) and a margin of {margin:,}; "
+                "raise the context window or lower max_completion_tokens"
+            )
+        return budget
+
+    @property
+    def input_budget(self) -> int:
+        """The most tokens a request's input may take."""
+        return self.window - self.reserve - self.margin
+
+    @property
+    def prune_at(self) -> int:
+        return int(self.input_budget * self.prune_threshold)
+
+    @property
+    def compact_at(self) -> int:
+        return int(self.input_budget * self.compact_threshold)
+
+    def fits(self, tokens: int) -> bool:
+        return tokens <= self.input_budget
+
+
+_REQUESTED = re.compile(r"(?:requested|resulted in)[:\s]+(\d[\d,]*)", re.IGNORECASE)
+_LIMIT = re.compile(r"(?:token limit|maximum context length(?: is)?)[:\s]+(\d[\d,]*)", re.IGNORECASE)
+
+
+def parse_overflow(message: str, reserve: int) -> tuple[int | None, int | None]:
+    """(input tokens the server counted, the server's window) from a context-length error message.
+
+    Moonshot (`exceeded model token limit: 262144 (requested: 269030)`) counts the completion reserve
+    into `requested`, so it is taken off; OpenAI-style messages (`resulted in N tokens`) count input only.
+    """
+    limit_match = _LIMIT.search(message)
+    requested_match = _REQUESTED.search(message)
+    limit = int(limit_match.group(1).replace(",", "")) if limit_match else None
+    requested = int(requested_match.group(1).replace(",", "")) if requested_match else None
+    if requested is not None and "exceeded model token limit" in message.lower():
+        requested = max(1, requested - reserve)
+    return requested, limit

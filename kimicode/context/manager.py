@@ -1,0 +1,324 @@
+"""The context manager: one object per agent that keeps every request within the model's window.
+
+Before each request `prepare` estimates the request (anchored on the server's last count), prunes old
+tool results at the prune threshold, compacts at the compaction threshold, and refuses to send a
+request that still would not fit. After each response `observe` feeds the server's usage back.
+Every change to the history replaces messages (never mutates them), is logged to the session log as
+a `prune` or `compaction` record (see `replay.py`) and is announced with a `Notice`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kimicode.agent.events import Event, Notice
+from kimicode.context.accounting import Breakdown, TokenAccountant
+from kimicode.context.budget import Budget, parse_overflow
+from kimicode.context.compact import CompactionResult, CompactionSettings, compact_history
+from kimicode.context.output import DEFAULT_CAP_CHARS, DEFAULT_CAP_TOKENS, cap_output
+from kimicode.context.prune import PruneResult, apply_prune, plan_prune
+from kimicode.context.tokens import TokenCounter, default_counter
+from kimicode.llm.accumulate import usage_numbers
+from kimicode.llm.errors import LLMError
+
+if TYPE_CHECKING:
+    from kimicode.llm.client import ChatClient
+    from kimicode.session.log import SessionLog
+
+Emit = Callable[[Event], None]
+
+
+@dataclass
+class ContextSettings:
+    """When to prune and compact, and how much to keep. Shares are of the input budget."""
+
+    prune_threshold: float = 0.70
+    compact_threshold: float = 0.85
+    prune_keep_tokens: int = 100_000
+    """The newest tool output (in tokens) that pruning never touches."""
+    prune_min_gain: float = 0.10
+    """A prune must free at least this share of the input budget (else the prefix is left alone)."""
+    tool_output_tokens: int = DEFAULT_CAP_TOKENS
+    tool_output_chars: int = DEFAULT_CAP_CHARS
+    margin: int | None = None
+    """Tokens kept free for estimation error; default 2% of the window."""
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
+
+
+class ContextManager:
+    """Accounting, budget, flood protection, pruning and compaction for one conversation."""
+
+    def __init__(
+        self,
+        *,
+        window: int,
+        reserve: int,
+        counter: TokenCounter | None = None,
+        tokenizer_path: str | Path | None = None,
+        settings: ContextSettings | None = None,
+        spill_dir: Path | None = None,
+        log: SessionLog | None = None,
+        usage: dict[str, int] | None = None,
+    ) -> None:
+        self.settings = settings or ContextSettings()
+        self.counter = counter or default_counter(tokenizer_path)
+        self.accountant = TokenAccountant(self.counter)
+        self.spill_dir = spill_dir
+        self.log = log
+        self.usage = usage
+        """Totals that the summariser's own usage is added to (the agent's usage dict)."""
+        self.budget = self._make_budget(window, reserve)
+        self._configured = (window, reserve)
+        self.server_limit: int | None = None
+        """The window the server reported in a context-length error, when smaller than configured."""
+        self.used = 0
+        """Tokens of the history after the last step (the server's count plus the new reply)."""
+        self.last_estimate = 0
+        """Our estimate of the last request sent."""
+        self.prunes = 0
+        self.compactions = 0
+
+    def _make_budget(self, window: int, reserve: int) -> Budget:
+        s = self.settings
+        return Budget.make(
+            window,
+            reserve,
+            margin=s.margin,
+            prune_threshold=s.prune_threshold,
+            compact_threshold=s.compact_threshold,
+        )
+
+    def set_window(self, window: int, reserve: int) -> None:
+        """Follow the agent's settings (a model switch changes them); a window the server has shown
+        to be smaller (in a context-length error) is kept until the settings change."""
+        if (window, reserve) != self._configured:
+            self._configured = (window, reserve)
+            self.server_limit = None
+        effective = min(window, self.server_limit) if self.server_limit else window
+        if effective != self.budget.window or reserve != self.budget.reserve:
+            self.budget = self._make_budget(effective, reserve)
+
+    # -- accounting -------------------------------------------------------------------------------
+
+    def estimate(self, messages: Sequence[dict[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> int:
+        """Tokens a request with these messages and tools will take."""
+        return self.accountant.estimate(messages, tools)
+
+    def breakdown(self, messages: Sequence[dict[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Breakdown:
+        """Tokens by category: system, tools, user, assistant text, reasoning, tool calls, tool results."""
+        return self.accountant.breakdown(messages, tools)
+
+    def observe(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        reply: Mapping[str, Any],
+        usage: Mapping[str, Any] | None,
+    ) -> int:
+        """Take the server's usage for the request just answered; return the tokens now in use."""
+        prompt, _completion, _cached = usage_numbers(dict(usage) if usage else None)
+        if prompt:
+            self.accountant.observe(messages, tools, prompt, self.last_estimate or None)
+            self.used = prompt + self.accountant.message_tokens(reply)
+        else:
+            self.used = self.last_estimate + self.accountant.message_tokens(reply)
+        return self.used
+
+    # -- flood protection -------------------------------------------------------------------------
+
+    @property
+    def tool_output_tokens(self) -> int:
+        """The token cap of one tool result: the setting, but never over a quarter of the input budget."""
+        return max(256, min(self.settings.tool_output_tokens, self.budget.input_budget // 4))
+
+    def cap_tool_output(self, text: str, label: str) -> str:
+        """Cap a tool result (head and tail kept, the full text spilled to the session directory)."""
+        return cap_output(
+            text,
+            self.settings.tool_output_chars,
+            self.spill_dir,
+            label,
+            max_tokens=max(1, int(self.tool_output_tokens / self.accountant.correction)),
+            count=self.counter.count,
+        )
+
+    # -- making room ------------------------------------------------------------------------------
+
+    async def prepare(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        client: ChatClient,
+        emit: Emit,
+        tool_kinds: Mapping[str, str] | None = None,
+    ) -> int:
+        """Make the next request fit (prune, then compact); return its estimated size.
+
+        Raises LLMError(kind="context_length") when even a compacted history cannot fit.
+        """
+        budget = self.budget
+        est = self.estimate(messages, tools)
+        if est >= budget.prune_at:
+            # Prune only in a batch that frees a lot and gets back under the prune threshold; otherwise
+            # leave the prefix alone (the server's cache) and let compaction act at its threshold.
+            plan = plan_prune(messages, self.accountant, self._keep_tokens())
+            gain_ok = plan.freed >= budget.input_budget * self.settings.prune_min_gain
+            if plan.indices and gain_ok and est - plan.freed < budget.prune_at:
+                self._apply_prune(messages, plan, emit, est)
+                est = self.estimate(messages, tools)
+        if est >= budget.compact_at:
+            await self.compact(messages, tools, client, emit, reason="threshold", tool_kinds=tool_kinds)
+            est = self.estimate(messages, tools)
+        if est > budget.input_budget:
+            plan = plan_prune(messages, self.accountant, 0)
+            if plan.indices:
+                self._apply_prune(messages, plan, emit, est)
+                est = self.estimate(messages, tools)
+        if est > budget.input_budget:
+            raise LLMError(
+                f"the request needs about {est:,} tokens but only {budget.input_budget:,} fit in the context window "
+                f"({budget.window:,} minus {budget.reserve:,} reserved for the answer), even after compaction",
+                "context_length",
+            )
+        self.last_estimate = est
+        return est
+
+    def _keep_tokens(self) -> int:
+        return min(self.settings.prune_keep_tokens, int(self.budget.input_budget * 0.2))
+
+    def prune(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        emit: Emit,
+        keep_tokens: int | None = None,
+    ) -> PruneResult | None:
+        """Prune now (regardless of thresholds); None when no tool result qualifies."""
+        plan = plan_prune(messages, self.accountant, self._keep_tokens() if keep_tokens is None else keep_tokens)
+        if not plan.indices:
+            return None
+        return self._apply_prune(messages, plan, emit, self.estimate(messages, tools))
+
+    def _apply_prune(self, messages: list[dict[str, Any]], plan: Any, emit: Emit, before: int) -> PruneResult:
+        result = apply_prune(messages, plan, self.accountant, self.spill_dir)
+        self.prunes += 1
+        self.accountant.forget_missing(messages)
+        if self.log:
+            self.log.append(
+                {"type": "prune", "replace": [[i, m] for i, m in result.replaced], "freed_tokens": result.freed}
+            )
+        emit(
+            Notice(
+                f"context: pruned {len(result.replaced)} old tool result{'s' if len(result.replaced) != 1 else ''}, "
+                f"freeing about {result.freed:,} tokens ({before:,} of {self.budget.input_budget:,} were in use)"
+            )
+        )
+        return result
+
+    async def compact(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        client: ChatClient,
+        emit: Emit,
+        *,
+        instructions: str | None = None,
+        reason: str = "manual",
+        tool_kinds: Mapping[str, str] | None = None,
+    ) -> CompactionResult | None:
+        """Summarise the older history and swap the compacted history into `messages` (in place)."""
+        emit(Notice(f"context: compacting ({reason}); {self.estimate(messages, tools):,} tokens in use"))
+
+        async def summarize(request: list[dict[str, Any]]) -> tuple[str, int]:
+            return await self._summarize(client, request)
+
+        result = await compact_history(
+            messages,
+            tools,
+            accountant=self.accountant,
+            budget=self.budget,
+            summarize=summarize,
+            settings=self.settings.compaction,
+            instructions=instructions,
+            tool_kinds=tool_kinds,
+            spill_dir=self.spill_dir,
+            manual=reason in ("manual", "overflow"),
+        )
+        if result is None:
+            emit(Notice("context: nothing to compact"))
+            return None
+        messages[result.start : result.end] = result.messages
+        self.compactions += 1
+        self.accountant.forget_missing(messages)
+        if self.log:
+            self.log.append(
+                {
+                    "type": "compaction",
+                    "reason": reason,
+                    "start": result.start,
+                    "end": result.end,
+                    "messages": result.messages,
+                    "fallback": result.fallback,
+                    "tokens_before": result.tokens_before,
+                    "tokens_after": result.tokens_after,
+                }
+            )
+        note = " (the model's summary failed, a summary was built from the transcript)" if result.fallback else ""
+        emit(
+            Notice(
+                f"context: compacted {result.summarized} messages into a summary{note}: "
+                f"{result.tokens_before:,} → {result.tokens_after:,} tokens",
+                "warning" if result.fallback else "info",
+            )
+        )
+        return result
+
+    async def _summarize(self, client: ChatClient, request: list[dict[str, Any]]) -> tuple[str, int]:
+        from kimicode.llm.client import Completion
+
+        completion: Completion | None = None
+        async for event in client.stream(request, ()):
+            if isinstance(event, Completion):
+                completion = event
+        if completion is None:
+            raise LLMError("the summary request ended without a response", "protocol")
+        prompt, done, cached = usage_numbers(completion.usage)
+        if self.usage is not None:
+            self.usage["prompt_tokens"] = self.usage.get("prompt_tokens", 0) + prompt
+            self.usage["completion_tokens"] = self.usage.get("completion_tokens", 0) + done
+            self.usage["cached_tokens"] = self.usage.get("cached_tokens", 0) + cached
+        return str(completion.message.get("content") or ""), prompt
+
+    async def recover(
+        self,
+        error: LLMError,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        client: ChatClient,
+        emit: Emit,
+        tool_kinds: Mapping[str, str] | None = None,
+    ) -> bool:
+        """After the server said the request was too long: learn its real size, compact; False if nothing changed."""
+        requested, limit = parse_overflow(error.message, self.budget.reserve)
+        if requested:
+            self.accountant.overflowed(self.last_estimate, requested)
+        if limit and limit < self.budget.window:
+            try:
+                self.budget = self._make_budget(limit, self.budget.reserve)
+                self.server_limit = limit
+            except ValueError:
+                pass  # keep the old budget: compaction below still shrinks the history
+        emit(
+            Notice(
+                f"context: the server rejected the request as too long; compacting and retrying ({error.message})",
+                "warning",
+            )
+        )
+        result = await self.compact(messages, tools, client, emit, reason="overflow", tool_kinds=tool_kinds)
+        if result is None:
+            return False
+        self.last_estimate = self.estimate(messages, tools)
+        return True
