@@ -1,0 +1,430 @@
+"""Asking the user before a command runs or a file changes, and remembering what they allowed.
+
+The agent calls `Approver` (its `approve` callback) for each action its permission mode does not allow.
+The question shows exactly what will happen: the command, or the path and a diff computed from the
+arguments against the file on disk. Answers: yes once; yes and don't ask again this session for this
+exact command, for commands starting with a prefix the user confirms, or for this file; no, with an
+optional reason the model is told. Session rules are narrow on purpose: an exact command, or a prefix
+that only matches simple commands (no `;`, `&&`, pipes, redirections or substitutions), so approving
+`git status` never approves `git status; rm -rf ~`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.text import Text
+
+from kimicode.agent.core import Approval, ApprovalRequest
+from kimicode.ui.format import diff_text
+
+SHELL_OPERATORS = (";", "&", "|", "<", ">", "`", "$(", "\n", "\r", "\\")
+"""Characters that chain, redirect or substitute commands: a prefix rule never matches them."""
+
+MAX_PREVIEW_BYTES = 2 * 1024 * 1024
+PREVIEW_LINES = 200
+_TWO_WORD = {
+    "git",
+    "npm",
+    "pnpm",
+    "yarn",
+    "cargo",
+    "go",
+    "uv",
+    "pip",
+    "pip3",
+    "poetry",
+    "make",
+    "docker",
+    "kubectl",
+    "bun",
+    "deno",
+    "dotnet",
+    "gradle",
+    "mvn",
+    "brew",
+    "apt",
+    "just",
+    "hatch",
+    "tox",
+    "nox",
+}
+
+
+def has_shell_operators(command: str) -> bool:
+    """True if `command` chains, redirects or substitutes (then only an exact-command rule can match it)."""
+    return any(op in command for op in SHELL_OPERATORS)
+
+
+def suggest_prefix(command: str) -> str:
+    """A sensible prefix to offer: `git status`, `npm run`, `pytest`, `python -m pytest`."""
+    words = command.split()
+    if not words:
+        return ""
+    if words[0] in ("python", "python3") and len(words) > 2 and words[1] == "-m":
+        return " ".join(words[:3])
+    if words[0] in _TWO_WORD and len(words) > 1 and not words[1].startswith("-"):
+        return " ".join(words[:2])
+    return words[0]
+
+
+def prefix_problem(prefix: str, command: str | None = None) -> str | None:
+    """Why `prefix` can't be a rule (empty, has shell operators, doesn't match the command), or None."""
+    prefix = prefix.strip()
+    if not prefix:
+        return "the prefix is empty (that would allow every command)"
+    if has_shell_operators(prefix):
+        return "a prefix may not contain ; & | < > ` $( or backslashes"
+    if command is not None and not prefix_matches(prefix, command):
+        return f"the command does not start with {prefix!r}"
+    return None
+
+
+def prefix_matches(prefix: str, command: str) -> bool:
+    """A prefix rule matches a simple command equal to it or continuing it after a space."""
+    command = command.strip()
+    if has_shell_operators(command):
+        return False
+    return command == prefix or command.startswith(prefix + " ")
+
+
+@dataclass
+class SessionRules:
+    """What the user allowed for the rest of the session."""
+
+    commands: set[str] = field(default_factory=set)
+    prefixes: set[str] = field(default_factory=set)
+    files: set[str] = field(default_factory=set)
+    calls: set[str] = field(default_factory=set)
+
+    def match(self, request: ApprovalRequest) -> str | None:
+        """A description of the rule that allows `request`, or None."""
+        command = command_of(request)
+        if command is not None:
+            if command in self.commands:
+                return "this command was allowed for the session"
+            for prefix in sorted(self.prefixes, key=len, reverse=True):
+                if prefix_matches(prefix, command):
+                    return f"commands starting with {prefix!r} were allowed for the session"
+            return None
+        if request.path is not None:
+            return "edits to this file were allowed for the session" if request.path in self.files else None
+        return "this call was allowed for the session" if call_key(request) in self.calls else None
+
+    def clear(self) -> None:
+        self.commands.clear()
+        self.prefixes.clear()
+        self.files.clear()
+        self.calls.clear()
+
+
+def command_of(request: ApprovalRequest) -> str | None:
+    """The shell command of an execute request, if it has one."""
+    command = request.arguments.get("command")
+    return command if request.kind == "execute" and isinstance(command, str) else None
+
+
+def call_key(request: ApprovalRequest) -> str:
+    return request.tool + "\x00" + json.dumps(dict(request.arguments), sort_keys=True, ensure_ascii=False)
+
+
+# -- previews -------------------------------------------------------------------------------------
+
+
+def _read_text(path: Path) -> str | None:
+    """The file's text for a preview, or None when missing, too large or not text."""
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_PREVIEW_BYTES:
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if b"\x00" in data[:8192]:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def _unified(old: str, new: str, label: str, created: bool) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        "/dev/null" if created else f"a/{label}",
+        f"b/{label}",
+        n=3,
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def edit_preview(request: ApprovalRequest, workspace: Path) -> tuple[str, str]:
+    """(diff, note) for an edit request, computed from its arguments and the file on disk."""
+    args = request.arguments
+    raw = args.get("path")
+    label = str(raw) if isinstance(raw, str) else "?"
+    path = Path(request.path) if request.path else (workspace / label)
+    current = _read_text(path)
+    exists = path.exists()
+    if request.tool == "write_file" and isinstance(args.get("content"), str):
+        new = str(args["content"])
+        if exists and current is None:
+            return "", f"replaces {label} (a large or binary file; no diff) with {len(new)} characters"
+        diff = _unified(current or "", new, label, not exists)
+        return diff, ("new file" if not exists else ("no change" if not diff else ""))
+    old_s, new_s = args.get("old_string"), args.get("new_string")
+    if isinstance(old_s, str) and isinstance(new_s, str):
+        if current is not None and old_s and old_s in current:
+            count = current.count(old_s)
+            if count == 1 or args.get("replace_all"):
+                updated = current.replace(old_s, new_s)
+                note = f"{count} replacements" if count > 1 else ""
+                return _unified(current, updated, label, False), note
+            note = f"old_string occurs {count} times; the edit will fail unless it is made unique"
+            return _unified(old_s, new_s, label, False), note
+        if not old_s and (current is None or not current):
+            return _unified("", new_s, label, not exists), "new file" if not exists else ""
+        note = "old_string was not found in the file as it is now" if current is not None else ""
+        return _unified(old_s, new_s, label, False), note
+    return "", json.dumps(dict(args), ensure_ascii=False, indent=2)[:4000]
+
+
+def preview(request: ApprovalRequest, workspace: Path, width: int) -> RenderableType:
+    """What will run: a panel with the command, or the path and the diff of an edit."""
+    command = command_of(request)
+    title = Text(f" {request.tool} ", style="bold")
+    if command is not None:
+        body: RenderableType = Text(command, style="bold")
+        extra = {k: v for k, v in request.arguments.items() if k != "command"}
+        if extra:
+            body = Group(body, Text(json.dumps(extra, ensure_ascii=False), style="dim"))
+        return Panel(body, title=title, title_align="left", border_style="yellow", width=min(width, 120))
+    if request.kind == "edit":
+        diff, note = edit_preview(request, workspace)
+        shown = request.arguments.get("path", request.path)
+        parts: list[RenderableType] = [Text(str(shown), style="bold")]
+        if note:
+            parts.append(Text(note, style="dim"))
+        if diff:
+            parts.append(diff_text(diff, PREVIEW_LINES, indent="", headers=False))
+        return Panel(Group(*parts), title=title, title_align="left", border_style="yellow", width=min(width, 160))
+    body = Text(json.dumps(dict(request.arguments), ensure_ascii=False, indent=2)[:4000])
+    return Panel(body, title=title, title_align="left", border_style="yellow", width=min(width, 120))
+
+
+# -- asking ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    value: str
+    key: str
+    label: str
+
+
+def options_for(request: ApprovalRequest) -> list[Option]:
+    """The answers offered for a request."""
+    command = command_of(request)
+    opts = [Option("once", "y", "Yes")]
+    if command is not None:
+        opts.append(Option("command", "a", "Yes, and don't ask again this session for this exact command"))
+        if not has_shell_operators(command):
+            opts.append(Option("prefix", "p", "Yes, and don't ask again for commands starting with…"))
+    elif request.path is not None:
+        opts.append(Option("file", "a", "Yes, and don't ask again this session for edits to this file"))
+    else:
+        opts.append(Option("call", "a", "Yes, and don't ask again this session for this exact call"))
+    opts.append(Option("no", "n", "No, and tell the model what to do instead (esc)"))
+    return opts
+
+
+async def choose(question: str, options: list[Option]) -> str | None:
+    """A one-keystroke menu (arrows + Enter, the letter, or the number); None on Esc, "interrupt" on Ctrl-C."""
+    from prompt_toolkit.application import Application
+    from prompt_toolkit.formatted_text import StyleAndTextTuples
+    from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+    from prompt_toolkit.layout import FormattedTextControl, Layout, Window
+
+    selected = [0]
+    kb = KeyBindings()
+
+    def text() -> StyleAndTextTuples:
+        out: StyleAndTextTuples = [("bold", f"{question}\n")]
+        for i, opt in enumerate(options):
+            mark = "❯" if i == selected[0] else " "
+            style = "reverse" if i == selected[0] else ""
+            out.append(("", f" {mark} "))
+            out.append((style, f"{i + 1}. {opt.label}"))
+            out.append(("fg:ansibrightblack", f" ({opt.key})\n"))
+        return out
+
+    @kb.add("up")
+    @kb.add("c-p")
+    def _up(event: KeyPressEvent) -> None:
+        selected[0] = (selected[0] - 1) % len(options)
+
+    @kb.add("down")
+    @kb.add("c-n")
+    @kb.add("tab")
+    def _down(event: KeyPressEvent) -> None:
+        selected[0] = (selected[0] + 1) % len(options)
+
+    @kb.add("enter")
+    def _enter(event: KeyPressEvent) -> None:
+        event.app.exit(result=options[selected[0]].value)
+
+    @kb.add("escape", eager=True)
+    def _esc(event: KeyPressEvent) -> None:
+        event.app.exit(result=None)
+
+    @kb.add("c-c")
+    def _interrupt(event: KeyPressEvent) -> None:
+        event.app.exit(result="interrupt")
+
+    def bind(key: str, value: str) -> None:
+        @kb.add(key)
+        def _pick(event: KeyPressEvent) -> None:
+            event.app.exit(result=value)
+
+    for i, opt in enumerate(options):
+        bind(opt.key, opt.value)
+        bind(str(i + 1), opt.value)
+
+    app: Application[str | None] = Application(
+        layout=Layout(Window(FormattedTextControl(text, show_cursor=False), dont_extend_height=True)),
+        key_bindings=kb,
+        full_screen=False,
+        erase_when_done=True,
+        mouse_support=False,
+    )
+    return await app.run_async()
+
+
+async def ask_text(message: str, default: str = "") -> str | None:
+    """A one-line text prompt; None when cancelled with Ctrl-C, Ctrl-D or Esc."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+
+    kb = KeyBindings()
+
+    @kb.add("escape", eager=True)
+    def _esc(event: KeyPressEvent) -> None:
+        event.app.exit(exception=KeyboardInterrupt)
+
+    session: PromptSession[str] = PromptSession(key_bindings=kb)
+    try:
+        return await session.prompt_async(message, default=default)
+    except (KeyboardInterrupt, EOFError):
+        return None
+
+
+class Approver:
+    """The agent's `approve` callback for the terminal.
+
+    `suspend`/`resume` take the turn's live lines and key listener off the terminal while the question is
+    on screen; `interrupt` is called (soon, not inside the agent's task) when the user presses Ctrl-C.
+    """
+
+    def __init__(
+        self,
+        console: Console,
+        workspace: Path,
+        rules: SessionRules,
+        *,
+        suspend: Callable[[], None] = lambda: None,
+        resume: Callable[[], None] = lambda: None,
+        interrupt: Callable[[], None] = lambda: None,
+        choose_fn: Callable[[str, list[Option]], Awaitable[str | None]] = choose,
+        ask_fn: Callable[[str, str], Awaitable[str | None]] = ask_text,
+    ) -> None:
+        self.console = console
+        self.workspace = workspace
+        self.rules = rules
+        self.suspend = suspend
+        self.resume = resume
+        self.interrupt = interrupt
+        self.choose_fn = choose_fn
+        self.ask_fn = ask_fn
+
+    def _say(self, text: str, style: str) -> None:
+        self.console.print(Text(text, style=style), highlight=False)
+
+    async def __call__(self, request: ApprovalRequest) -> Approval:
+        allowed_by = self.rules.match(request)
+        if allowed_by is not None:
+            return Approval(True)
+        self.suspend()
+        try:
+            return await self._ask(request)
+        finally:
+            self.resume()
+
+    async def _ask(self, request: ApprovalRequest) -> Approval:
+        self.console.print()
+        self.console.print(preview(request, self.workspace, self.console.size.width))
+        command = command_of(request)
+        question = (
+            "Run this command?"
+            if command is not None
+            else (f"Allow {request.tool}?" if request.kind != "edit" else "Make this change?")
+        )
+        options = options_for(request)
+        while True:
+            answer = await self.choose_fn(question, options)
+            if answer == "interrupt":
+                self._say("  ✗ not allowed; interrupting the turn", "red")
+                asyncio.get_running_loop().call_soon(self.interrupt)
+                return Approval(False, "the user interrupted the turn")
+            if answer == "once":
+                self._say("  ✓ allowed once", "green")
+                return Approval(True)
+            if answer == "command" and command is not None:
+                self.rules.commands.add(command)
+                self._say("  ✓ allowed; this exact command won't be asked about again this session", "green")
+                return Approval(True)
+            if answer == "file" and request.path is not None:
+                self.rules.files.add(request.path)
+                self._say(f"  ✓ allowed; edits to {request.arguments.get('path')} won't be asked about again", "green")
+                return Approval(True)
+            if answer == "call":
+                self.rules.calls.add(call_key(request))
+                self._say("  ✓ allowed; this exact call won't be asked about again this session", "green")
+                return Approval(True)
+            if answer == "prefix" and command is not None:
+                prefix = await self._ask_prefix(command)
+                if prefix is None:
+                    continue  # back to the menu
+                self.rules.prefixes.add(prefix)
+                self._say(f"  ✓ allowed; commands starting with {prefix!r} won't be asked about again", "green")
+                return Approval(True)
+            reason = ""
+            if answer is not None:
+                typed = await self.ask_fn("  Tell the model why or what to do instead (Enter to skip): ", "")
+                reason = (typed or "").strip()
+            self._say("  ✗ not allowed" + (f": {reason}" if reason else ""), "red")
+            return Approval(False, reason)
+
+    async def _ask_prefix(self, command: str) -> str | None:
+        default = suggest_prefix(command)
+        while True:
+            text = await self.ask_fn("  Allow commands starting with: ", default)
+            if text is None:
+                return None
+            problem = prefix_problem(text, command)
+            if problem is None:
+                return text.strip()
+            self._say(f"  {problem}", "yellow")
+            default = text
+
+
+def describe_rules(rules: SessionRules) -> list[str]:
+    """Human-readable lines listing the session's rules (for /permissions)."""
+    out = [f"command: {c}" for c in sorted(rules.commands)]
+    out += [f"commands starting with: {p}" for p in sorted(rules.prefixes)]
+    out += [f"file: {f}" for f in sorted(rules.files)]
+    out += [f"call: {c.split(chr(0), 1)[0]} {c.split(chr(0), 1)[1]}" for c in sorted(rules.calls)]
+    return out

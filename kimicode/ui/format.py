@@ -1,0 +1,99 @@
+"""Small formatting helpers shared by the terminal views: tool-call lines, diffs, token counts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from rich.text import Text
+
+DIFF_STYLES = {"+": "green", "-": "red", "@": "cyan"}
+
+
+def tokens(n: int) -> str:
+    """A compact token count: 999, 12.3k, 262k, 1.0M."""
+    if n < 1000:
+        return str(n)
+    if n < 100_000:
+        return f"{n / 1000:.1f}k"
+    if n < 1_000_000:
+        return f"{n // 1000}k"
+    return f"{n / 1_000_000:.1f}M"
+
+
+def one_line(text: str, limit: int = 120) -> str:
+    """The first line of `text`, shortened to `limit` characters (a `…` marks a cut)."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    more = len(text.strip().splitlines()) > 1
+    if len(first) > limit:
+        return first[: limit - 1] + "…"
+    return first + (" …" if more else "")
+
+
+def describe_call(name: str, args: Mapping[str, Any], limit: int = 160) -> str:
+    """One line saying what a tool call does: `read_file src/app.py:1-200`, `bash: pytest -q`."""
+    path = args.get("path")
+    if name == "read_file" and isinstance(path, str):
+        offset, limit_lines = args.get("offset"), args.get("limit")
+        if isinstance(offset, int) or isinstance(limit_lines, int):
+            start = offset if isinstance(offset, int) else 1
+            end = f"{start + limit_lines - 1}" if isinstance(limit_lines, int) else ""
+            return f"read_file {path}:{start}-{end}"
+        return f"read_file {path}"
+    if name == "write_file" and isinstance(path, str):
+        content = args.get("content")
+        lines = 0
+        if isinstance(content, str):
+            lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
+        return f"write_file {path} ({lines} line{'s' if lines != 1 else ''})"
+    if name == "edit_file" and isinstance(path, str):
+        return f"edit_file {path}" + (" (all occurrences)" if args.get("replace_all") else "")
+    command = args.get("command")
+    if isinstance(command, str):
+        return f"{name}: {one_line(command, limit)}"
+    pattern = args.get("pattern")
+    if name in ("glob", "grep") and isinstance(pattern, str):
+        where = f" in {path}" if isinstance(path, str) and path not in ("", ".") else ""
+        return f"{name} {pattern}{where}"
+    if not args:
+        return name
+    shown = json.dumps(dict(args), ensure_ascii=False)
+    if len(shown) > limit:
+        shown = shown[: limit - 1] + "…"
+    return f"{name} {shown}"
+
+
+def diff_text(diff: str, max_lines: int | None = 60, indent: str = "    ", headers: bool = True) -> Text:
+    """A unified diff as coloured text (added green, removed red, hunks cyan), cut after `max_lines`.
+
+    `headers=False` drops the `---`/`+++` file lines (when the path is shown already).
+    """
+    lines = diff.splitlines()
+    if not headers:
+        lines = [line for line in lines if not line.startswith(("--- ", "+++ "))]
+    out = Text()
+    shown = lines if max_lines is None else lines[:max_lines]
+    for line in shown:
+        style = "bold" if line.startswith(("+++", "---")) else DIFF_STYLES.get(line[:1], "")
+        out.append(indent)
+        out.append(line, style=style)
+        out.append("\n")
+    if max_lines is not None and len(lines) > max_lines:
+        out.append(f"{indent}… {len(lines) - max_lines} more diff lines\n", style="dim")
+    out.rstrip()
+    return out
+
+
+def tail(text: str, n: int, width: int = 200) -> list[str]:
+    """The last `n` non-empty lines of `text`, each cut to `width` characters."""
+    lines = [line.rstrip() for line in text.rstrip().splitlines() if line.strip()]
+    return [line if len(line) <= width else line[: width - 1] + "…" for line in lines[-n:]]
+
+
+def elapsed(seconds: float) -> str:
+    """`12s`, `3m04s`."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    return f"{s // 60}m{s % 60:02d}s"

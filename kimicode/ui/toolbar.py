@@ -1,0 +1,142 @@
+"""The bottom toolbar under the prompt: model and effort, context use, cache share, mode, workspace, branch.
+
+Redrawn on every keystroke, so it only formats numbers kept up to date by the turn's events; the git
+branch is read from `.git/HEAD` and cached until that file changes (one `stat` per redraw, no process).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from kimicode.agent.events import ContextUpdated, Event, UsageUpdated
+from kimicode.ui.format import tokens
+
+
+class GitBranch:
+    """The current branch of the repository containing `workspace` (or a short commit id when detached)."""
+
+    def __init__(self, workspace: Path) -> None:
+        self._head = self._find_head(workspace)
+        self._stamp: tuple[int, int] | None = None
+        self._branch: str | None = None
+
+    @staticmethod
+    def _find_head(workspace: Path) -> Path | None:
+        d = workspace
+        for _ in range(64):
+            dot_git = d / ".git"
+            if dot_git.is_dir():
+                return dot_git / "HEAD"
+            if dot_git.is_file():  # a worktree or submodule: "gitdir: <path>"
+                try:
+                    first = dot_git.read_text(encoding="utf-8", errors="replace").strip()
+                except OSError:
+                    return None
+                if first.startswith("gitdir:"):
+                    gitdir = Path(first[len("gitdir:") :].strip())
+                    return (gitdir if gitdir.is_absolute() else d / gitdir) / "HEAD"
+                return None
+            if d.parent == d:
+                return None
+            d = d.parent
+        return None
+
+    def get(self) -> str | None:
+        """The branch name, or None outside a repository."""
+        if self._head is None:
+            return None
+        try:
+            st = os.stat(self._head)
+        except OSError:
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                text = self._head.read_text(encoding="utf-8", errors="replace").strip()
+            except OSError:
+                return None
+            if text.startswith("ref:"):
+                ref = text[4:].strip()
+                self._branch = ref.removeprefix("refs/heads/")
+            else:
+                self._branch = text[:8] or None
+        return self._branch
+
+
+@dataclass
+class Stats:
+    """Numbers the toolbar shows, updated from `UsageUpdated` and `ContextUpdated` events."""
+
+    context_used: int = 0
+    context_window: int = 0
+    context_estimated: bool = True
+    last_prompt_tokens: int = 0
+    last_cached_tokens: int = 0
+
+    def update(self, ev: Event) -> None:
+        """Take in a usage or context event (others are ignored)."""
+        if isinstance(ev, ContextUpdated):
+            self.context_used, self.context_window = ev.used, ev.window
+            self.context_estimated = False
+        elif isinstance(ev, UsageUpdated):
+            self.last_prompt_tokens = ev.prompt_tokens
+            self.last_cached_tokens = ev.cached_tokens
+
+    def reset(self) -> None:
+        """A new conversation."""
+        self.context_used = self.last_prompt_tokens = self.last_cached_tokens = 0
+        self.context_estimated = True
+
+
+def short_path(path: Path, width: int = 40) -> str:
+    """`~/src/project`, or `…/deep/project` when longer than `width`."""
+    text = str(path)
+    home = str(Path.home())
+    if text == home or text.startswith(home + os.sep):
+        text = "~" + text[len(home) :]
+    if len(text) > width:
+        text = "…" + text[-(width - 1) :]
+    return text
+
+
+def toolbar_fragments(
+    *,
+    model: str,
+    effort: str | None,
+    stats: Stats,
+    window: int,
+    estimate: int,
+    mode: str,
+    workspace: Path,
+    branch: str | None,
+) -> list[tuple[str, str]]:
+    """Formatted-text fragments (style, text) for prompt_toolkit's bottom toolbar."""
+    used = stats.context_used if not stats.context_estimated else estimate
+    window = window or stats.context_window or 1
+    pct = 100 * used / window
+    prefix = "~" if stats.context_estimated else ""
+    ctx_style = "class:toolbar.warn" if pct >= 80 else ""
+    out: list[tuple[str, str]] = [
+        ("class:toolbar.model", f" {model}"),
+        ("", f" · {effort or 'default'}"),
+        ("class:toolbar.sep", " │ "),
+        (ctx_style, f"ctx {prefix}{tokens(used)}/{tokens(window)} ({pct:.0f}%)"),
+    ]
+    if stats.last_prompt_tokens:
+        share = 100 * stats.last_cached_tokens / stats.last_prompt_tokens
+        out += [("class:toolbar.sep", " │ "), ("", f"cached {share:.0f}%")]
+    mode_style = {"yolo": "class:toolbar.yolo", "accept-edits": "class:toolbar.edits"}.get(mode, "")
+    out += [
+        ("class:toolbar.sep", " │ "),
+        (mode_style, f"⏵ {mode}"),
+        ("class:toolbar.dim", " (shift-tab)"),
+        ("class:toolbar.sep", " │ "),
+        ("", short_path(workspace)),
+    ]
+    if branch:
+        out.append(("class:toolbar.dim", f" ⎇ {branch}"))
+    out.append(("", " "))
+    return out

@@ -1,0 +1,386 @@
+"""What a turn looks like in the terminal: the agent's events turned into scrollback and a live status line.
+
+One `TurnView` per turn. Answers stream as Markdown (`MarkdownStream`), reasoning streams dimmed under a
+header or is summarised by a `thinking… 12s` status, each tool call is one line plus a short result, and
+retries, notices and errors are one line each. In plain mode (no terminal, `TERM=dumb`, `NO_COLOR`)
+nothing is redrawn: text is written through without escape codes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console, RenderableType
+from rich.text import Text
+
+from kimicode.agent.events import (
+    ContentDelta,
+    ContextUpdated,
+    Event,
+    MessageCommitted,
+    Notice,
+    PermissionDenied,
+    ReasoningDelta,
+    Retrying,
+    StepStarted,
+    ToolArgumentsDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnFinished,
+    UsageUpdated,
+)
+from kimicode.ui.format import describe_call, diff_text, elapsed, one_line, tail
+from kimicode.ui.render import LiveRegion, MarkdownStream, TextStream, render_ansi
+
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+ERROR_HINTS = {
+    "auth": "Fix it, then restart kimicode (the key is read at start).",
+    "quota": "Then send your message again, or switch model with /model.",
+    "context_length": "The conversation no longer fits the model's context: run /compact or /clear, then retry.",
+    "transient": "The service kept failing after retries; wait a moment and send your message again.",
+    "bad_request": "The endpoint rejected the request; try /clear if it keeps happening, or check /model.",
+    "protocol": "The endpoint sent something unexpected; send the message again or check --base-url.",
+}
+
+
+_STATUS_LINE = re.compile(r"\n?\[(?:exit code|killed by|timed out)[^\n]*\]$")
+"""The status line a command tool appends to its output (the summary says the same)."""
+
+
+def _short_summary(summary: str, header: str) -> str:
+    """`bash: make (exit 0, 3 lines)` under the line `bash: make` becomes `exit 0, 3 lines`."""
+    if summary.startswith(header):
+        rest = summary[len(header) :].strip()
+        if rest.startswith("(") and rest.endswith(")"):
+            return rest[1:-1]
+        return rest or summary
+    return summary
+
+
+@dataclass
+class _Call:
+    name: str
+    args: Mapping[str, Any]
+    started: float
+
+
+class TurnView:
+    """Render the events of one turn.
+
+    `tool_kind(name)` says whether a tool is `read`, `edit`, `execute` or `other` (it decides how results
+    are summarised); `on_stats` receives usage and context events for the toolbar.
+    """
+
+    def __init__(
+        self,
+        console: Console,
+        *,
+        plain: bool,
+        show_reasoning: bool,
+        tool_kind: Callable[[str], str | None] = lambda _name: None,
+        on_stats: Callable[[Event], None] | None = None,
+        hint: str = "esc to interrupt",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.console = console
+        self.plain = plain
+        self.show_reasoning = show_reasoning
+        self.tool_kind = tool_kind
+        self.on_stats = on_stats
+        self.hint = hint
+        self.clock = clock
+        self.live: LiveRegion | None = (
+            None if plain else LiveRegion(console.file, lambda: console.size.height, self._live_parts)
+        )
+        self.answer = MarkdownStream(console, self.live, clock=clock)
+        self.reasoning = TextStream(console, self.live)
+        self._phase = "waiting for the model"
+        self._phase_since = clock()
+        self._turn_start = clock()
+        self._reasoning_start: float | None = None
+        self._reasoning_open = False
+        self._args_chars = 0
+        self._calls: dict[str, _Call] = {}
+        self._denied: set[str] = set()
+        self._last_header: str | None = None
+        self._section = ""
+        self._frame = 0
+        self._last_tick = 0.0
+        self._closed = False
+        self.finished: TurnFinished | None = None
+
+    # -- output helpers ---------------------------------------------------------------------------
+
+    def print(self, renderable: RenderableType) -> None:
+        """Print into scrollback above the live lines."""
+        if self.live is None:
+            self.console.print(renderable, highlight=False)
+            return
+        self.live.print_above(render_ansi(self.console, renderable))
+
+    def _section_break(self, kind: str) -> None:
+        """A blank line before the turn's output and between kinds of output (reasoning, answer, tools)."""
+        if self._section != kind:
+            self.print(Text(""))
+        self._section = kind
+
+    def _status_text(self) -> str:
+        if self.live is None or self._closed:
+            return ""
+        now = self.clock()
+        spin = SPINNER[self._frame % len(SPINNER)]
+        phase = self._phase
+        if phase == "thinking":
+            phase = f"thinking… {elapsed(now - self._phase_since)}"
+        elif phase.startswith("preparing"):
+            phase = f"{phase} ({self._args_chars / 1024:.1f} KB)"
+        else:
+            phase = f"{phase}… {elapsed(now - self._phase_since)}"
+        line = Text()
+        line.append(f"{spin} ", style="cyan")
+        line.append(phase, style="bold" if self._phase == "thinking" else "")
+        total = now - self._turn_start
+        overall = f"{elapsed(total)} · " if total - (now - self._phase_since) >= 1 else ""
+        line.append(f"  ({overall}{self.hint})", style="dim")
+        line.truncate(max(10, self.console.size.width - 1), overflow="ellipsis")
+        return render_ansi(self.console, line)
+
+    def _live_parts(self) -> list[str]:
+        parts = [self.reasoning.live_text()] if self._reasoning_open and self.show_reasoning else []
+        parts.append(self.answer.live_text())
+        status = self._status_text()
+        if status and any(parts):
+            status = "\n" + status if not parts[-1].endswith("\n\n") else status
+        parts.append(status)
+        return parts
+
+    def _set_phase(self, phase: str) -> None:
+        if phase != self._phase:
+            self._phase = phase
+            self._phase_since = self.clock()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Show the status line."""
+        self._turn_start = self._phase_since = self.clock()
+        if self.live is not None:
+            self.live.redraw()
+
+    def tick(self) -> None:
+        """Called a few times a second: advance the spinner, redraw a changed open block."""
+        if self.live is None or self.live.paused:
+            return
+        self._frame += 1
+        self.answer.refresh(draw=False)
+        self.live.redraw()
+
+    def suspend(self) -> None:
+        """Take the live lines off the screen (an approval question is about to be asked)."""
+        self._close_reasoning()
+        self.answer.finish()
+        if self.live is not None:
+            self.live.clear()
+            self.live.paused = True
+
+    def resume(self) -> None:
+        """Bring the live lines back after `suspend`."""
+        if self.live is not None:
+            self.live.paused = False
+            self.live.redraw()
+
+    def close(self) -> None:
+        """The turn is over (or the view is abandoned): flush text and remove the live lines."""
+        self._close_reasoning()
+        self.answer.finish()
+        for call_id, call in list(self._calls.items()):
+            self._header(call.name, call.args, call_id)
+            self.print(Text("  ⎿ interrupted", style="yellow"))
+        self._calls.clear()
+        self._closed = True
+        if self.live is not None:
+            self.live.paused = False
+            self.live.clear()
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def handle(self, ev: Event) -> None:
+        """Render one event."""
+        if isinstance(ev, ReasoningDelta):
+            self._on_reasoning(ev.text)
+        elif isinstance(ev, ContentDelta):
+            self._close_reasoning()
+            if ev.text:
+                if not self.answer.started:
+                    self._section_break("answer")
+                self._set_phase("writing")
+                self.answer.feed(ev.text)
+        elif isinstance(ev, ToolArgumentsDelta):
+            self._close_reasoning()
+            self.answer.finish()
+            self._args_chars += len(ev.text)
+            self._set_phase("preparing a tool call")
+            self._maybe_redraw()
+        elif isinstance(ev, StepStarted):
+            self._new_step()
+            self._set_phase("waiting for the model")
+            self._maybe_redraw()
+        elif isinstance(ev, MessageCommitted):
+            if ev.message.get("role") == "assistant":
+                self._close_reasoning()
+                self.answer.finish()
+                self.answer = MarkdownStream(self.console, self.live, clock=self.clock)
+        elif isinstance(ev, ToolCallStarted):
+            self._on_tool_started(ev)
+        elif isinstance(ev, ToolCallFinished):
+            self._on_tool_finished(ev)
+        elif isinstance(ev, PermissionDenied):
+            self._denied.add(ev.call_id)
+            self._section_break("tools")
+            self._header(ev.name, ev.arguments)
+            self.print(Text(f"  ⎿ not run: {one_line(ev.reason, 200)}", style="yellow"))
+        elif isinstance(ev, Retrying):
+            self._on_retry(ev)
+        elif isinstance(ev, Notice):
+            self._section_break("status")
+            style = {"warning": "yellow", "error": "red"}.get(ev.level, "dim")
+            mark = {"warning": "!", "error": "✗"}.get(ev.level, "·")
+            self.print(Text(f"{mark} {ev.text}", style=style))
+        elif isinstance(ev, UsageUpdated | ContextUpdated):
+            if self.on_stats is not None:
+                self.on_stats(ev)
+        elif isinstance(ev, TurnFinished):
+            self._on_finished(ev)
+
+    def _maybe_redraw(self) -> None:
+        if self.live is None:
+            return
+        now = self.clock()
+        if now - self._last_tick >= 0.1:
+            self._last_tick = now
+            self.live.redraw()
+
+    def _new_step(self) -> None:
+        self._args_chars = 0
+        self._reasoning_start = None
+
+    def _on_reasoning(self, text: str) -> None:
+        if not text:
+            return
+        if not self._reasoning_open:
+            self._reasoning_open = True
+            self._reasoning_start = self.clock()
+            self._set_phase("thinking")
+            self._section_break("reasoning")
+            if self.show_reasoning:
+                self.print(Text("✻ Thinking", style="dim bold"))
+        if self.show_reasoning:
+            self.reasoning.feed(text)
+        self._maybe_redraw()
+
+    def _close_reasoning(self) -> None:
+        if not self._reasoning_open:
+            return
+        self._reasoning_open = False
+        if self.show_reasoning:
+            self.reasoning.finish()
+        else:
+            took = self.clock() - (self._reasoning_start or self.clock())
+            self.print(Text(f"✻ thought for {elapsed(took)}", style="dim"))
+
+    def _header(self, name: str, args: Mapping[str, Any], call_id: str | None = None) -> None:
+        key = call_id or f"{name}:{id(args)}"
+        if self._last_header == key:
+            return
+        line = Text("● ", style="cyan")
+        head, sep, rest = describe_call(name, args).partition(" ")
+        line.append(head, style="bold")
+        line.append(sep + rest)
+        line.truncate(max(20, self.console.size.width - 1), overflow="ellipsis")
+        self.print(line)
+        self._last_header = key
+
+    def _on_tool_started(self, ev: ToolCallStarted) -> None:
+        self._close_reasoning()
+        self.answer.finish()
+        self._section_break("tools")
+        self._calls[ev.call_id] = _Call(ev.name, ev.arguments, self.clock())
+        self._header(ev.name, ev.arguments, ev.call_id)
+        self._set_phase(f"running {describe_call(ev.name, ev.arguments, 60)}")
+        if self.live is not None:
+            self.live.redraw()
+
+    def _on_tool_finished(self, ev: ToolCallFinished) -> None:
+        call = self._calls.pop(ev.call_id, None)
+        if ev.call_id in self._denied:
+            return
+        self._section_break("tools")
+        if call is None:  # refused before it ran (unknown tool, bad arguments)
+            self._header(ev.name, {}, ev.call_id)
+            self.print(Text(f"  ⎿ ✗ {one_line(ev.content, 300)}", style="red"))
+            return
+        self._header(call.name, call.args, ev.call_id)
+        execute = self.tool_kind(ev.name) == "execute"
+        if ev.is_error and not (execute and ev.summary):
+            text = ev.content[len("Error: ") :] if ev.content.startswith("Error: ") else ev.content
+            self.print(Text(f"  ⎿ ✗ {one_line(text, 300)}", style="red"))
+        else:
+            summary = _short_summary(ev.summary, describe_call(call.name, call.args)) or one_line(ev.content, 200)
+            mark = "✗ " if ev.is_error else ""
+            self.print(Text(f"  ⎿ {mark}{summary or 'done'}", style="red" if ev.is_error else "dim"))
+            diff = ev.display.get("diff") if ev.display else None
+            if isinstance(diff, str) and diff.strip():
+                self.print(diff_text(diff, 40, headers=False))
+            elif execute:
+                body = _STATUS_LINE.sub("", ev.content.rstrip())
+                lines = tail(body, 5, max(20, self.console.size.width - 8))
+                if lines:
+                    self.print(Text("\n".join(f"    {line}" for line in lines), style="dim"))
+        if self._calls:
+            name = next(iter(self._calls.values()))
+            self._set_phase(f"running {describe_call(name.name, name.args, 60)}")
+        else:
+            self._set_phase("waiting for the model")
+        self._maybe_redraw()
+
+    def _on_retry(self, ev: Retrying) -> None:
+        self._close_reasoning()
+        kept = self.answer.started
+        self.answer.discard()
+        self.answer = MarkdownStream(self.console, self.live, clock=self.clock)
+        self._section_break("status")
+        note = " (the partial answer above will be repeated)" if kept else ""
+        self.print(
+            Text(
+                f"↻ {one_line(ev.error, 160)}: retrying in {ev.delay:.1f}s "
+                f"(attempt {ev.attempt} of {ev.max_retries}){note}",
+                style="yellow",
+            )
+        )
+        self._set_phase("waiting for the model")
+
+    def _on_finished(self, ev: TurnFinished) -> None:
+        self.close()
+        self.finished = ev
+        if ev.status != "success":
+            self._section_break("status")
+        if ev.status == "interrupted":
+            self.print(Text("⏹ Interrupted. Type a message to continue from here.", style="yellow"))
+        elif ev.status == "max_turns":
+            self.print(
+                Text(
+                    f"■ {ev.error or 'stopped at the step limit'}. Send 'continue' to let it go on.",
+                    style="yellow",
+                )
+            )
+        elif ev.status == "error":
+            self.print(Text(f"✗ {ev.error or 'the turn failed'}", style="red"))
+            hint = ERROR_HINTS.get(ev.error_kind or "", "Send your message again, or /clear to start over.")
+            self.print(Text(f"  {hint}", style="dim"))
+        if self.live is not None:
+            self.live.clear()

