@@ -12,15 +12,35 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from kimicode.agent.core import Agent, RunResult
+    from kimicode.agent.core import Agent, Approval, ApprovalRequest, RunResult
+    from kimicode.session.store import SessionError, SessionInfo, list_sessions
     from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
     from kimicode.tools.decorator import tool
 
-__all__ = ["Agent", "RunResult", "Tool", "ToolContext", "ToolError", "ToolResult", "__version__", "tool"]
+__all__ = [
+    "Agent",
+    "Approval",
+    "ApprovalRequest",
+    "RunResult",
+    "SessionError",
+    "SessionInfo",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolResult",
+    "__version__",
+    "list_sessions",
+    "tool",
+]
 
 _LAZY = {
     "Agent": "kimicode.agent.core",
     "RunResult": "kimicode.agent.core",
+    "Approval": "kimicode.agent.core",
+    "ApprovalRequest": "kimicode.agent.core",
+    "SessionError": "kimicode.session.store",
+    "SessionInfo": "kimicode.session.store",
+    "list_sessions": "kimicode.session.store",
     "Tool": "kimicode.tools.base",
     "ToolContext": "kimicode.tools.base",
     "ToolError": "kimicode.tools.base",

@@ -2,6 +2,23 @@
 
 A record is flushed as soon as it is written and the file is fsynced at the end of each turn, so a
 crash loses at most a torn last line, which `load` ignores. The API key is never part of a record.
+
+Every record carries `"v"` (the schema version) and `"ts"` (Unix seconds). The record types:
+
+- `meta`: the first record: `session_id`, `model`, `base_url`, `workspace`, `permission_mode`,
+  `thinking`.
+- `message`: `{"message": {...}}`, one committed message exactly as sent to the model (the
+  assistant message before its tools run, each tool result as soon as it completes).
+- `settings`: the model and settings in effect from here on: `reason` (`resume`, `fork`, `model`,
+  `thinking`), `model`, `thinking`, `permission_mode`, `workspace`, and `forked_from` for forks.
+- `usage`: the usage object of one model request.
+- `prune`: `{"replace": [[index, message], ...]}` puts each message at its index (the context
+  manager shrank old tool results).
+- `compaction`: `{"start": s, "end": e, "messages": [...]}` replaces `history[s:e]` (see
+  `kimicode.context.replay`); also written when resuming has to repair the middle of a history.
+- `turn_end`: `status`, `steps`, and the process's running `usage` totals; fsynced.
+
+Readers ignore record types they do not know, so new types can be added without a version bump.
 """
 
 from __future__ import annotations
@@ -11,7 +28,7 @@ import os
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -42,7 +59,10 @@ class SessionLog:
     def _open(self) -> IO[str]:
         if self._fh is None:
             self.directory.mkdir(parents=True, exist_ok=True)
+            torn = _ends_without_newline(self.path)
             self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the session
+            if torn:  # a crash cut the last line short: end it, so the next record starts on its own line
+                self._fh.write("\n")
         return self._fh
 
     def append(self, record: dict[str, Any]) -> None:
@@ -69,6 +89,18 @@ class SessionLog:
             self._fh = None
 
 
+def _ends_without_newline(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
+
+
 @dataclass
 class LoadedSession:
     """What `load` recovers: records and a valid message history."""
@@ -76,8 +108,45 @@ class LoadedSession:
     session_id: str
     records: list[dict[str, Any]]
     messages: list[dict[str, Any]]
+    """The history after replaying messages, prunes and compactions, then repairing it."""
     repaired: int
     """How many synthetic tool results were added for calls that never got one."""
+    replayed: list[dict[str, Any]] = field(default_factory=list)
+    """The history exactly as the log describes it, before the repair."""
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The first `meta` record (empty if the log has none)."""
+        return next((r for r in self.records if r.get("type") == "meta"), {})
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The model and settings last in effect: `meta` updated by each `settings` record."""
+        current: dict[str, Any] = {}
+        for rec in self.records:
+            if rec.get("type") in ("meta", "settings"):
+                current.update({k: v for k, v in rec.items() if k not in ("v", "ts", "type", "reason")})
+        return current
+
+    @property
+    def model(self) -> str | None:
+        """The model the session last ran with."""
+        model = self.settings.get("model")
+        return model if isinstance(model, str) else None
+
+    def repair_records(self) -> list[dict[str, Any]]:
+        """Records that turn the logged history into `messages` when appended to the log.
+
+        Synthetic results at the end become `message` records; a repair anywhere else becomes one
+        `compaction` record replacing the changed tail, so replaying the log stays exact.
+        """
+        old, new = self.replayed, self.messages
+        if new[: len(old)] == old:
+            return [{"type": "message", "message": m} for m in new[len(old) :]]
+        same = 0
+        while same < min(len(old), len(new)) and old[same] == new[same]:
+            same += 1
+        return [{"type": "compaction", "reason": "repair", "start": same, "end": len(old), "messages": new[same:]}]
 
 
 def iter_records(path: Path) -> Iterator[dict[str, Any]]:
@@ -125,8 +194,18 @@ def repair_history(messages: list[dict[str, Any]]) -> int:
 
 
 def load(path: Path) -> LoadedSession:
-    """Read a session log back into a valid history (for resume)."""
+    """Read a session log back into a valid history (for resume), replaying prunes and compactions."""
+    from kimicode.context.replay import replay
+
     records = list(iter_records(path))
-    messages = [r["message"] for r in records if r.get("type") == "message" and isinstance(r.get("message"), dict)]
+    replayed = replay(records)
+    messages = list(replayed)
     repaired = repair_history(messages)
-    return LoadedSession(path.stem, records, messages, repaired)
+    return LoadedSession(path.stem, records, messages, repaired, replayed)
+
+
+def list_sessions(home: Path | None = None, workspace: str | Path | None = None) -> list[Any]:
+    """Saved sessions, newest first: see `kimicode.session.store.list_sessions`."""
+    from kimicode.session.store import list_sessions as _list
+
+    return _list(home, workspace)

@@ -1,0 +1,199 @@
+"""Saved sessions on disk: list them, find one by id or prefix, load it, delete it.
+
+Sessions live in `<KIMICODE_HOME>/sessions/<id>.jsonl` (see `kimicode.session.log` for the records),
+with full copies of capped tool outputs in `<id>/` next to the log. Session ids start with their UTC
+start time, so sorting ids sorts by age.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kimicode.config import kimicode_home
+from kimicode.session.log import LoadedSession, load
+
+
+class SessionError(ValueError):
+    """A session that cannot be found or used; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A one-line summary of a saved session (for `kimicode sessions list`, `/sessions`, the picker)."""
+
+    id: str
+    path: Path
+    workspace: str
+    model: str
+    started: datetime
+    """When the session began (UTC)."""
+    updated: datetime
+    """When its log was last written (UTC)."""
+    turns: int
+    """User prompts sent in the session."""
+    messages: int
+    """Message records in the log (what was committed, before any compaction)."""
+    size: int
+    """Bytes of the log."""
+    first_prompt: str
+    forked_from: str | None = None
+
+    def __str__(self) -> str:
+        when = self.started.astimezone().strftime("%Y-%m-%d %H:%M")
+        turns = f"{self.turns} turn{'s' if self.turns != 1 else ''}"
+        return f"{self.id}  {when}  {turns:>9}  {human_size(self.size):>6}  {one_line(self.first_prompt, 60)}"
+
+
+def human_size(n: int) -> str:
+    """1234567 -> `1.2M`."""
+    size = float(n)
+    for unit in ("B", "K", "M", "G"):
+        if size < 1024 or unit == "G":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{size:.1f}G"
+
+
+def one_line(text: str, width: int) -> str:
+    """The text on one line, cut to `width` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def sessions_dir(home: str | Path | None = None) -> Path:
+    """Where session logs live. `home` is KIMICODE_HOME (default: the environment's), or its
+    `sessions/` directory itself."""
+    base = Path(home).expanduser() if home is not None else kimicode_home()
+    if base.name == "sessions" and not (base / "sessions").is_dir():
+        return base
+    return base / "sessions"
+
+
+def _started(session_id: str, fallback: float) -> datetime:
+    try:
+        return datetime.strptime(session_id[:15], "%Y%m%d-%H%M%S").replace(tzinfo=UTC)
+    except ValueError:
+        return datetime.fromtimestamp(fallback, UTC)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def session_info(path: Path) -> SessionInfo:
+    """Summarise one log, reading it line by line (only short records are fully parsed)."""
+    st = path.stat()
+    meta: dict[str, Any] = {}
+    model = ""
+    first_prompt = ""
+    turns = messages = 0
+    forked_from: str | None = None
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            is_message = line.startswith('{"v": ') and '"type": "message"' in line[:60]
+            if is_message:
+                messages += 1
+                if '"role": "user"' not in line[:120] and first_prompt:
+                    continue  # skip parsing long assistant/tool records
+            elif not any(f'"type": "{t}"' in line[:60] for t in ("meta", "settings")):
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line
+            if not isinstance(rec, dict):
+                continue
+            kind = rec.get("type")
+            if kind == "meta" and not meta:
+                meta = rec
+                model = str(rec.get("model") or "")
+            elif kind == "settings":
+                model = str(rec.get("model") or model)
+                if rec.get("forked_from"):
+                    forked_from = str(rec["forked_from"])
+            elif kind == "message":
+                msg = rec.get("message")
+                if isinstance(msg, dict) and msg.get("role") == "user":
+                    turns += 1
+                    if not first_prompt:
+                        first_prompt = _text(msg.get("content"))
+    return SessionInfo(
+        id=path.stem,
+        path=path,
+        workspace=str(meta.get("workspace") or ""),
+        model=model,
+        started=_started(path.stem, st.st_mtime),
+        updated=datetime.fromtimestamp(st.st_mtime, UTC),
+        turns=turns,
+        messages=messages,
+        size=st.st_size,
+        first_prompt=first_prompt,
+        forked_from=forked_from,
+    )
+
+
+def list_sessions(home: str | Path | None = None, workspace: str | Path | None = None) -> list[SessionInfo]:
+    """Saved sessions, most recently used first; only those of `workspace` when given."""
+    directory = sessions_dir(home)
+    if not directory.is_dir():
+        return []
+    wanted = str(Path(workspace).expanduser().resolve()) if workspace is not None else None
+    found: list[tuple[int, SessionInfo]] = []
+    for path in directory.glob("*.jsonl"):
+        try:
+            info = session_info(path)
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            continue  # deleted while listing
+        if wanted is None or info.workspace == wanted:
+            found.append((mtime, info))
+    found.sort(key=lambda pair: (pair[0], pair[1].id), reverse=True)
+    return [info for _, info in found]
+
+
+def latest_session(home: str | Path | None = None, workspace: str | Path | None = None) -> SessionInfo | None:
+    """The most recently used session (of `workspace`, when given), or None."""
+    sessions = list_sessions(home, workspace)
+    return sessions[0] if sessions else None
+
+
+def find_session(home: str | Path | None, session_id: str) -> Path:
+    """The log of a session given its id or a unique prefix of it; SessionError otherwise."""
+    directory = sessions_dir(home)
+    wanted = session_id.strip()
+    if not wanted or "/" in wanted or "\\" in wanted or wanted.startswith("."):
+        raise SessionError(f"not a session id: {session_id!r}")
+    exact = directory / f"{wanted}.jsonl"
+    if exact.is_file():
+        return exact
+    matches = sorted(directory.glob(f"{wanted}*.jsonl")) if directory.is_dir() else []
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise SessionError(f"no session {wanted!r} (see `kimicode sessions list`)")
+    names = ", ".join(p.stem for p in matches[:5])
+    raise SessionError(f"{wanted!r} matches {len(matches)} sessions ({names}{', …' if len(matches) > 5 else ''})")
+
+
+def load_session(home: str | Path | None, session_id: str) -> LoadedSession:
+    """Load a session's valid history by id or unique prefix."""
+    return load(find_session(home, session_id))
+
+
+def delete_session(home: str | Path | None, session_id: str) -> str:
+    """Delete a session's log and its spilled tool outputs; return the full id deleted."""
+    path = find_session(home, session_id)
+    spill = path.with_suffix("")
+    path.unlink()
+    if spill.is_dir():
+        shutil.rmtree(spill, ignore_errors=True)
+    return path.stem
