@@ -7,14 +7,16 @@ and the key instead of being silently ignored.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kimicode.config import ConfigError
+from kimicode.config import DEFAULT_MODEL, ConfigError, Endpoint, resolve_endpoint
+from kimicode.llm.profiles import ModelProfile
 
 # A schema value is a type name, a tuple of allowed literal values, or a nested dict. The key "*" stands
 # for any table name (providers.NAME, models.NAME, ...).
@@ -67,8 +69,14 @@ SCHEMA: dict[str, Any] = {
             "headers": {"*": "str"},
             "type": ("stdio", "http", "streamable-http"),
             "enabled": "bool",
+            "cwd": "str",
+            "startup_timeout": "number",
         }
     },
+    "mcp": {"startup_timeout": "number", "tool_timeout": "number"},
+    "images": {"max_bytes": "int", "max_side": "int"},
+    "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
+    "subagents": {"max_turns": "int", "tools": "list[str]"},
 }
 
 
@@ -204,3 +212,230 @@ def find_line(text: str, keypath: tuple[str, ...]) -> int | None:
 def _key_re(key: str) -> str:
     escaped = re.escape(key)
     return rf"(?:{escaped}|\"{escaped}\"|'{escaped}')"
+
+
+# -- models and providers ---------------------------------------------------------------------------
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+SECRET_MASK = "********"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model as configured: its `[models.NAME]` table joined with its `[providers.P]` table.
+
+    Every field but `name` and `model` may be None (not configured): the model profile's default applies.
+    """
+
+    name: str
+    """The name the user selects (`--model NAME`, `defaults.model`)."""
+    model: str
+    """The model id sent to the API."""
+    provider: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    reasoning_field: str | None = None
+    context_window: int | None = None
+    max_completion_tokens: int | None = None
+    reasoning_effort: str | None = None
+    supports_images: bool | None = None
+    edit_tool: str | None = None
+    prices: Mapping[str, float] = field(default_factory=dict)
+    """USD per million tokens: `input`, `cached_input`, `output`."""
+
+
+def where(settings: Settings, keypath: tuple[str, ...]) -> str:
+    """`file:line` (or `file`) of the highest-precedence file that sets `keypath`, for error messages."""
+    for path in reversed(settings.sources):
+        try:
+            text = path.read_text(encoding="utf-8")
+            data = tomllib.loads(text)
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+        node: Any = data
+        for part in keypath:
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            line = find_line(text, keypath)
+            return f"{path}:{line}" if line else str(path)
+    return "configuration"
+
+
+def expand_env(value: str, env: Mapping[str, str]) -> str:
+    """Replace `${VAR}` and `${VAR:-default}` with environment values; raise KeyError(VAR) if unset."""
+
+    def sub(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        if env.get(name):
+            return env[name]
+        if default is not None:
+            return default
+        raise KeyError(name)
+
+    return _ENV_REF.sub(sub, value)
+
+
+def _expand_table(
+    settings: Settings, table: Mapping[str, str], keypath: tuple[str, ...], env: Mapping[str, str]
+) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in table.items():
+        try:
+            out[key] = expand_env(value, env)
+        except KeyError as exc:
+            where_ = where(settings, (*keypath, key))
+            raise ConfigError(
+                f"{where_}: {'.'.join((*keypath, key))}: the environment variable {exc.args[0]} is not set"
+            ) from None
+    return out
+
+
+def model_config(settings: Settings, name: str, env: Mapping[str, str] | None = None) -> ModelConfig:
+    """The configuration of model `name`: its table, else the one table whose `model` id is `name`.
+
+    A name with no table is used as the model id as it is. Raises ConfigError for an unknown provider.
+    """
+    env = os.environ if env is None else env
+    models = settings.table("models")
+    key = name
+    entry = models.get(name)
+    if entry is None:  # e.g. a resumed session records the API id, not the configured name
+        matches = [k for k, v in models.items() if isinstance(v, dict) and v.get("model") == name]
+        if len(matches) == 1:
+            key = matches[0]
+            entry = models[key]
+    if not isinstance(entry, dict):
+        return ModelConfig(name=name, model=name)
+    provider = entry.get("provider")
+    ptable: dict[str, Any] = {}
+    if provider is not None:
+        providers = settings.table("providers")
+        if provider not in providers:
+            known = ", ".join(sorted(providers)) or "none"
+            raise ConfigError(
+                f"{where(settings, ('models', key, 'provider'))}: models.{key}.provider: unknown provider "
+                f"{provider!r} (providers defined: {known})"
+            )
+        ptable = providers[provider]
+    headers = _expand_table(settings, ptable.get("headers", {}), ("providers", str(provider), "headers"), env)
+    return ModelConfig(
+        name=key,
+        model=entry.get("model", key),
+        provider=provider,
+        base_url=ptable.get("base_url"),
+        api_key_env=ptable.get("api_key_env"),
+        headers=headers,
+        reasoning_field=ptable.get("reasoning_field"),
+        context_window=entry.get("context_window"),
+        max_completion_tokens=entry.get("max_completion_tokens"),
+        reasoning_effort=entry.get("reasoning_effort"),
+        supports_images=entry.get("supports_images"),
+        edit_tool=entry.get("edit_tool"),
+        prices=dict(entry.get("prices", {})),
+    )
+
+
+def resolve_model(
+    settings: Settings,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[Endpoint, ModelConfig]:
+    """Pick the model and its endpoint: flags, then the environment, then the configuration files.
+
+    The model name is `model`, else `KIMI_MODEL`, else `defaults.model`, else kimi-k3. A model whose
+    provider sets `base_url` / `api_key_env` talks to that provider (a `--base-url` flag still wins);
+    any other model uses the KIMI_* / OPENAI_* variables as `config.resolve_endpoint` describes.
+    """
+    env = os.environ if env is None else env
+    default = settings.get("defaults.model")
+    name = model or env.get("KIMI_MODEL") or (default if isinstance(default, str) and default else DEFAULT_MODEL)
+    mc = model_config(settings, name, env)
+    if mc.base_url is None and mc.api_key_env is None:
+        return resolve_endpoint(model=mc.model, base_url=base_url, api_key=api_key, env=env), mc
+    key, source = api_key, "argument"
+    if not key and mc.api_key_env:
+        key, source = env.get(mc.api_key_env) or "", mc.api_key_env
+        if not key:
+            raise ConfigError(
+                f"no API key for model {mc.name!r}: its provider {mc.provider!r} reads the key from the "
+                f"environment variable {mc.api_key_env}, which is not set"
+            )
+    url = base_url or mc.base_url
+    if not key or not url:
+        generic = resolve_endpoint(model=mc.model, base_url=url, api_key=key or None, env=env)
+        key, source, url = generic.api_key, (source if key else generic.key_source), generic.base_url
+    url = url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"the base URL must start with http:// or https:// (got {url!r})")
+    return Endpoint(url, key, mc.model, source), mc
+
+
+def switch_model(settings: Settings, current: Endpoint, name: str) -> tuple[Endpoint, ModelConfig]:
+    """The endpoint after `/model NAME`: a model with its own provider moves there, any other keeps the
+    current base URL and key and changes only the model id."""
+    mc = model_config(settings, name)
+    if mc.base_url is None and mc.api_key_env is None:
+        return replace(current, model=mc.model), mc
+    return resolve_model(settings, model=name)
+
+
+def profile_with(profile: ModelProfile, mc: ModelConfig) -> ModelProfile:
+    """The model profile with the configured context window, output limit and image support applied."""
+    changes: dict[str, Any] = {}
+    if mc.context_window:
+        changes["context_window"] = mc.context_window
+    if mc.max_completion_tokens:
+        changes["max_completion_tokens"] = mc.max_completion_tokens
+    if mc.supports_images is not None:
+        changes["supports_images"] = mc.supports_images
+    if mc.reasoning_field:
+        changes["reasoning_field"] = mc.reasoning_field
+    return replace(profile, **changes) if changes else profile
+
+
+def prefers_apply_patch(mc: ModelConfig) -> bool:
+    """Whether the model edits with apply_patch: its `edit_tool`, else True for GPT and o-series models."""
+    if mc.edit_tool is not None:
+        return mc.edit_tool == "apply_patch"
+    model = mc.model.lower().rsplit("/", 1)[-1]
+    return model.startswith(("gpt-", "codex")) or re.match(r"o\d", model) is not None
+
+
+def estimate_cost(usage: Mapping[str, int], prices: Mapping[str, float]) -> float | None:
+    """Dollars spent for `usage` (prompt/completion/cached tokens) at `prices` per million; None if unpriced."""
+    if "input" not in prices and "output" not in prices:
+        return None
+    prompt = int(usage.get("prompt_tokens", 0))
+    cached = min(int(usage.get("cached_tokens", 0)), prompt)
+    inp = float(prices.get("input", 0.0))
+    cached_price = float(prices.get("cached_input", inp))
+    out = float(prices.get("output", 0.0))
+    return ((prompt - cached) * inp + cached * cached_price + int(usage.get("completion_tokens", 0)) * out) / 1e6
+
+
+def is_secret_key(key: str) -> bool:
+    """Keys whose values are masked when shown: headers and environment entries that carry credentials."""
+    k = key.lower()
+    if k.endswith("_env"):  # the name of a variable (api_key_env), not its value
+        return False
+    return any(word in k for word in ("key", "token", "secret", "auth", "password", "passwd", "credential", "cookie"))
+
+
+def masked(data: Any, keypath: tuple[str, ...] = ()) -> Any:
+    """A copy of the settings with secrets replaced by a mask (`${VAR}` references are shown as they are).
+
+    Every value under a `headers` or `env` table is masked, and any value whose key looks like a secret.
+    """
+    if isinstance(data, dict):
+        return {k: masked(v, (*keypath, str(k))) for k, v in data.items()}
+    if isinstance(data, list):
+        return [masked(v, keypath) for v in data]
+    if isinstance(data, str) and keypath:
+        under = len(keypath) >= 2 and keypath[-2] in ("headers", "env")
+        if (under or is_secret_key(keypath[-1])) and not _ENV_REF.fullmatch(data.strip()):
+            return SECRET_MASK
+    return data

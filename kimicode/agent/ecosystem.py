@@ -1,0 +1,264 @@
+"""What an Agent adds around the built-in tools: the edit tool its model prefers, tools bound to the agent
+(todo_write, task, image-aware read_file), web_fetch, and the MCP servers of the configuration.
+
+Kept out of `core.py` so the turn loop stays small: the Agent calls `install` once when it is built,
+`refresh` when its model changes, `start_extras` before each turn (MCP startup, attached images),
+`after_compaction` after the context was compacted, and `close_extras` when it is closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kimicode.settings import prefers_apply_patch
+from kimicode.tools.base import Tool
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
+    from kimicode.agent.events import Event
+    from kimicode.mcp.manager import McpManager
+    from kimicode.tools.todo import TodoList
+
+
+@dataclass
+class Extras:
+    """The per-agent state of the extras (reachable as `agent.extras`)."""
+
+    default_tools: bool
+    """True when the agent uses the default tool set (no `tools=` given): extras may add and swap tools."""
+    todos: TodoList
+    mcp: McpManager | None = None
+    """The MCP servers (None when none is configured); `mcp.begin()` starts them in the background."""
+    notices: list[tuple[str, str]] = field(default_factory=list)
+    """(text, level) reported at the start of the next turn."""
+    compactions_seen: int = 0
+    mcp_tools_added: bool = False
+    pending_images: list[Mapping[str, Any]] = field(default_factory=list)
+    """Image parts attached to the next prompt (`attach_image`)."""
+
+
+def _swap(agent: Agent, old: str, new: Tool) -> None:
+    """Replace tool `old` by `new` at the same position (the tool order is part of the cached prefix)."""
+    tools = [new if t.name == old else t for t in agent.tools]
+    for t in list(agent.tools):
+        agent.tools.remove(t.name)
+    for t in tools:
+        agent.tools.add(t)
+
+
+def _choose_edit_tool(agent: Agent) -> None:
+    from kimicode.tools.files import EDIT_FILE
+    from kimicode.tools.patch import APPLY_PATCH
+
+    names = agent.tools.names
+    if prefers_apply_patch(agent.model_config):
+        if "edit_file" in names and "apply_patch" not in names:
+            _swap(agent, "edit_file", APPLY_PATCH)
+    elif "apply_patch" in names and "edit_file" not in names:
+        _swap(agent, "apply_patch", EDIT_FILE)
+
+
+BOUND_NAMES = ("todo_write", "task", "read_file")
+
+
+def is_bound(tool: Tool) -> bool:
+    """True for a tool bound to one agent (its function is a method of that agent's state)."""
+    bound = getattr(tool.fn, "__self__", None) is not None
+    return bound and (tool.name in BOUND_NAMES or tool.name.startswith("mcp__"))
+
+
+def install(agent: Agent, default_tools: bool) -> Extras:
+    """Set up the extras of a freshly built agent (its history is already in place).
+
+    A tool list holding tools bound to another agent (a fork's copy of its parent's tools) counts as the
+    default set: those tools are rebound to this agent.
+    """
+    from kimicode.tools.todo import TodoList
+
+    default_tools = default_tools or any(is_bound(t) for t in agent.tools)
+    for t in list(agent.tools):
+        if t.name.startswith("mcp__") and is_bound(t):
+            agent.tools.remove(t.name)  # this agent starts its own MCP connections
+    log_path = agent.log.path if agent.log is not None and agent.log.path.exists() else None
+    extras = Extras(default_tools=default_tools, todos=TodoList.from_history(agent.messages, log_path))
+    agent.extras = extras
+    extras.compactions_seen = agent.context.compactions
+    log = agent.log
+    if log is not None:
+        extras.todos.record = lambda items: log.append({"type": "todos", "items": items})
+    _install_vision(agent)
+    if default_tools:
+        _choose_edit_tool(agent)
+        agent.tools.add(_web_fetch(agent))
+        agent.tools.add(extras.todos.tool())
+        from kimicode.tools.task import TaskRunner
+
+        agent.tools.add(TaskRunner(agent).tool())
+        _setup_mcp(agent, extras)
+    return extras
+
+
+def _setup_mcp(agent: Agent, extras: Extras) -> None:
+    """Create the MCP manager when servers are configured (the SDK is imported only when they start)."""
+    from kimicode.mcp.config import DEFAULT_TOOL_TIMEOUT, load_server_configs
+
+    configs, problems = load_server_configs(agent.workspace, agent.settings)
+    extras.notices.extend((f"MCP configuration: {p}", "warning") for p in problems)
+    if not configs:
+        return
+    from kimicode.mcp.manager import McpManager
+
+    extras.mcp = McpManager(
+        configs,
+        agent.workspace,
+        log_dir=agent.home / "logs",
+        tool_timeout=float(agent.settings.get("mcp.tool_timeout", DEFAULT_TOOL_TIMEOUT)),
+        supports_images=lambda: agent.profile.supports_images,
+    )
+
+
+async def start_extras(agent: Agent, emit: Callable[[Event], None]) -> None:
+    """Before a turn: wait for the MCP servers (each bounded by its startup timeout), add their tools
+    once, and report what failed."""
+    from kimicode.agent.events import Notice
+
+    extras = agent.extras
+    await start_mcp(agent)
+    for text, level in extras.notices:
+        emit(Notice(text, "warning" if level == "warning" else "info"))
+    extras.notices.clear()
+
+
+async def start_mcp(agent: Agent) -> None:
+    """Wait for the MCP servers (each bounded by its startup timeout) and add their tools once; failures
+    are queued as notices for the next turn. Faces may call it early, e.g. before printing the tool list."""
+    extras = agent.extras
+    manager = extras.mcp
+    if manager is None:
+        return
+    await manager.start()
+    if not extras.mcp_tools_added:
+        extras.mcp_tools_added = True
+        for tool in manager.tools():
+            if agent.tools.get(tool.name) is None:
+                agent.tools.add(tool)
+        extras.notices.extend((p, "warning") for p in manager.problems())
+
+
+async def close_extras(agent: Agent) -> None:
+    """Stop the MCP servers (they start again if the agent runs another turn)."""
+    manager = agent.extras.mcp
+    if manager is not None:
+        await manager.aclose()
+
+
+def attach_image(agent: Agent, path: str | Path) -> None:
+    """Attach an image file to the next prompt (`@shot.png`); ToolError (one line) when the model cannot see
+    images or the file is not a usable image."""
+    from kimicode.tools.base import ToolError
+    from kimicode.tools.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_SIDE, image_part
+
+    if not agent.profile.supports_images:
+        raise ToolError(f"the current model ({agent.endpoint.model}) cannot see images")
+    p = Path(path).expanduser()
+    if not p.is_absolute():
+        p = agent.workspace / p
+    side = int(agent.settings.get("images.max_side", DEFAULT_MAX_SIDE))
+    size = int(agent.settings.get("images.max_bytes", DEFAULT_MAX_BYTES))
+    agent.extras.pending_images.append(image_part(p, side, size))
+
+
+def user_content(agent: Agent, prompt: str) -> str | list[dict[str, Any]]:
+    """The content of the turn's user message: the prompt, plus the attached images (which are consumed)."""
+    from kimicode.tools.images import user_content as build
+
+    images = list(agent.extras.pending_images)
+    agent.extras.pending_images.clear()
+    return build(prompt, images)
+
+
+def _web_fetch(agent: Agent) -> Tool:
+    from kimicode.tools.web import DEFAULT_MAX_CHARS, DEFAULT_MAX_REDIRECTS, DEFAULT_TIMEOUT, web_fetch_tool
+
+    s = agent.settings
+    return web_fetch_tool(
+        int(s.get("web_fetch.max_chars", DEFAULT_MAX_CHARS)),
+        int(s.get("web_fetch.max_redirects", DEFAULT_MAX_REDIRECTS)),
+        float(s.get("web_fetch.timeout", DEFAULT_TIMEOUT)),
+    )
+
+
+def _install_vision(agent: Agent) -> None:
+    """Make read_file send images to models that see them (the built-in read_file, or a fork's copy)."""
+    from kimicode.tools.files import READ_FILE
+    from kimicode.tools.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_SIDE, VisionReader
+
+    current = agent.tools.get("read_file")
+    if current is None:
+        return
+    owner = getattr(current.fn, "__self__", None)
+    if isinstance(owner, VisionReader):
+        inner = owner.inner
+    elif current is READ_FILE:
+        inner = current
+    else:
+        return  # the user's own read_file
+    settings = agent.settings
+
+    def limits() -> tuple[int, int]:
+        side = settings.get("images.max_side", DEFAULT_MAX_SIDE)
+        size = settings.get("images.max_bytes", DEFAULT_MAX_BYTES)
+        return int(side), int(size)
+
+    reader = VisionReader(inner, lambda: agent.profile.supports_images, lambda: agent.endpoint.model, limits)
+    agent.tools.add(reader.tool())
+
+
+def refresh(agent: Agent) -> None:
+    """After a model change: offer the edit tool the new model prefers."""
+    if agent.extras.default_tools:
+        _choose_edit_tool(agent)
+
+
+async def start(agent: Agent, emit: Callable[[Event], None]) -> None:
+    """Before a turn: finish starting MCP servers (bounded by their timeout) and report problems."""
+    return None
+
+
+async def aclose(agent: Agent) -> None:
+    """Stop the MCP servers."""
+    return None
+
+
+TODO_HEADER = "Current task list (kept with todo_write; it survived the compaction):"
+
+
+def after_compaction(agent: Agent) -> None:
+    """After a compaction: if the todo list is no longer visible in the history, append it to the summary.
+
+    The summary message is replaced (messages are never mutated) and the change is logged as a `prune`
+    record, which replay applies as a plain replacement, so a resumed session sees the same history.
+    """
+    from kimicode.context.compact import is_summary
+
+    extras = agent.extras
+    if agent.context.compactions == extras.compactions_seen:
+        return
+    extras.compactions_seen = agent.context.compactions
+    if not extras.todos.items:
+        return
+    for msg in agent.messages:
+        for call in msg.get("tool_calls") or ():
+            if (call.get("function") or {}).get("name") == "todo_write":
+                return  # the last list is still in the history
+    for i in range(len(agent.messages) - 1, -1, -1):
+        msg = agent.messages[i]
+        if is_summary(msg):
+            new = {**msg, "content": f"{msg['content']}\n\n{TODO_HEADER}\n{extras.todos.render()}"}
+            agent.messages[i] = new
+            if agent.log is not None:
+                agent.log.append({"type": "prune", "replace": [[i, new]], "freed_tokens": 0, "reason": "todos"})
+            return

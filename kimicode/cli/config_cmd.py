@@ -1,0 +1,157 @@
+"""`kimicode config show`: the merged configuration with secrets masked, and where it came from.
+
+Also `config_defaults`, which applies `[defaults]` from the files to command-line options the user did
+not give (flags win over files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+config_app = typer.Typer(
+    name="config",
+    help="Show the configuration (KIMICODE_HOME/config.toml and .kimicode/config.toml).",
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"kimicode: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(str(value))
+
+
+def _toml_key(key: str) -> str:
+    bare = key.replace("-", "").replace("_", "").isalnum() and key.isascii()
+    return key if bare else json.dumps(key)
+
+
+def to_toml(data: dict[str, Any], prefix: tuple[str, ...] = ()) -> str:
+    """Render nested tables as TOML (values first, then sub-tables with `[a.b]` headers)."""
+    lines: list[str] = []
+    scalars = {k: v for k, v in data.items() if not isinstance(v, dict) or (prefix and _inline(v))}
+    tables = {k: v for k, v in data.items() if k not in scalars}
+    if prefix and (scalars or not tables):
+        lines.append("[" + ".".join(_toml_key(p) for p in prefix) + "]")
+    for key, value in scalars.items():
+        lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    if lines:
+        lines.append("")
+    for key, value in tables.items():
+        lines.append(to_toml(value, (*prefix, key)))
+    return "\n".join(lines)
+
+
+def _inline(table: dict[str, Any]) -> bool:
+    """Small tables of plain values (headers, env, prices) are shown inline."""
+    return not any(isinstance(v, dict) for v in table.values()) and len(table) <= 4 and bool(table)
+
+
+def _mask_key(key: str) -> str:
+    return "(empty)" if not key else "set (" + str(len(key)) + " characters, not shown)"
+
+
+@config_app.command("show")
+def show(
+    cwd: Annotated[Path | None, typer.Option("-C", "--cwd", help="Workspace directory (default: current).")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Show how this model resolves.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of TOML.")] = False,
+) -> None:
+    """Print the merged configuration (secrets masked), the files read, and the resolved model."""
+    from kimicode.config import ConfigError, kimicode_home
+    from kimicode.settings import config_paths, load_settings, masked, resolve_model
+
+    workspace = (cwd or Path.cwd()).expanduser().resolve()
+    home = kimicode_home()
+    try:
+        settings = load_settings(workspace, home)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    resolved: dict[str, Any]
+    try:
+        endpoint, mc = resolve_model(settings, model=model)
+        resolved = {
+            "model": mc.name,
+            "model_id": endpoint.model,
+            "provider": mc.provider or "",
+            "base_url": endpoint.base_url,
+            "api_key_from": endpoint.key_source,
+            "api_key": _mask_key(endpoint.api_key),
+        }
+        if mc.headers:
+            resolved["headers"] = dict.fromkeys(mc.headers, "********")
+    except ConfigError as exc:
+        resolved = {"error": str(exc)}
+    data = masked(settings.data)
+    files = [{"path": str(p), "read": p in settings.sources} for p in config_paths(workspace, home)]
+    if as_json:
+        typer.echo(json.dumps({"files": files, "settings": data, "resolved": resolved}, indent=2))
+        return
+    out = ["# configuration files (later ones override earlier ones):"]
+    for f in files:
+        out.append(f"#   {f['path']}" + ("" if f["read"] else "  (not found)"))
+    env_set = [n for n in ("KIMI_MODEL", "KIMI_BASE_URL", "OPENAI_BASE_URL") if os.environ.get(n)]
+    if env_set:
+        out.append("# environment overrides: " + ", ".join(env_set))
+    out.append("")
+    body = to_toml(data).strip()
+    out.append(body if body else "# (no settings: every value is the default)")
+    out.append("")
+    out.append("# resolved model (flags and the environment applied):")
+    for key, value in resolved.items():
+        out.append(f"#   {key}: {value if not isinstance(value, dict) else ', '.join(value)}")
+    typer.echo("\n".join(out))
+
+
+def config_defaults(
+    ctx: typer.Context,
+    workspace: Path,
+    mode: str,
+    max_turns: int,
+    max_retries: int,
+    request_timeout: float,
+) -> tuple[str, int, int, float]:
+    """Fill options the user did not pass from `[defaults]` in the configuration files.
+
+    Raises ConfigError (the caller prints it in one line) when a file is broken.
+    """
+    from kimicode.config import kimicode_home
+    from kimicode.settings import load_settings
+
+    settings = load_settings(workspace.expanduser().resolve(), kimicode_home())
+    defaults = settings.table("defaults")
+
+    def unset(name: str) -> bool:
+        source = ctx.get_parameter_source(name)  # typer bundles its own click: compare by name
+        return source is None or source.name in ("DEFAULT", "DEFAULT_MAP")
+
+    if "permission_mode" in defaults and unset("permission_mode") and unset("yolo"):
+        mode = str(defaults["permission_mode"])
+    if "max_turns" in defaults and unset("max_turns"):
+        max_turns = int(defaults["max_turns"])
+    if "max_retries" in defaults and unset("max_retries"):
+        max_retries = int(defaults["max_retries"])
+    if "request_timeout" in defaults and unset("request_timeout"):
+        request_timeout = float(defaults["request_timeout"])
+    return mode, max_turns, max_retries, request_timeout

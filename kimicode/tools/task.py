@@ -1,0 +1,189 @@
+"""task: run a subagent with a fresh context and a restricted tool set, and return its final answer.
+
+A subagent is an Agent of its own: the parent's model, endpoint, workspace, permission mode, rules and
+approval callback, but a new history (the system prompt, the project instructions and the task) and by
+default only the read-only tools. Several task calls in one step run concurrently (the tool's kind is
+`read`; anything a subagent does that needs permission is checked by its own permission layer). A
+subagent is cancelled with its parent's turn, and its token usage is added to the parent's totals (and
+logged in the parent's session) whether it finishes or not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from kimicode.prompts import load_prompt
+from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
+
+READ_ONLY = ("read_file", "glob", "grep")
+"""A subagent's tools unless the call or `[subagents] tools` asks for others."""
+NEVER = ("task", "todo_write")
+"""Tools a subagent never gets (no nesting; the task list belongs to the parent)."""
+DEFAULT_MAX_TURNS = 50
+
+
+class TaskRunner:
+    """The task tool of one parent agent."""
+
+    def __init__(self, parent: Agent) -> None:
+        self.parent = parent
+        self.running: dict[str, Agent] = {}
+        """Subagents currently running, by tool call description (for faces that show them)."""
+
+    def tool(self) -> Tool:
+        available = [n for n in self.parent.tools.names if n not in NEVER]
+        return Tool(
+            name="task",
+            description=load_prompt("tools/task.md"),
+            parameters={
+                "type": "object",
+                "properties": {
+                    "description": {"type": "string", "description": "A short label for the job (3-6 words)."},
+                    "prompt": {
+                        "type": "string",
+                        "description": "The complete, self-contained instructions: the subagent sees nothing else.",
+                    },
+                    "tools": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "Tools the subagent may use (default: read_file, glob, grep). "
+                        f"Available: {', '.join(available)}.",
+                    },
+                },
+                "required": ["description", "prompt"],
+                "additionalProperties": False,
+            },
+            fn=self._call,
+            kind="read",
+        )
+
+    def default_tools(self) -> list[str]:
+        configured = self.parent.settings.get("subagents.tools")
+        return list(configured) if isinstance(configured, list) else list(READ_ONLY)
+
+    def child_tools(self, names: Sequence[str]) -> list[Tool]:
+        """The subagent's tools: fresh built-in ones (so it binds and sandboxes them itself), the parent's
+        other tools unbound from the parent (they share its MCP connections)."""
+        from kimicode.tools.registry import builtin_tools
+
+        builtin = {t.name: t for t in builtin_tools()}
+        out: list[Tool] = []
+        unknown = [n for n in names if n in NEVER or self.parent.tools.get(n) is None]
+        if unknown:
+            available = ", ".join(n for n in self.parent.tools.names if n not in NEVER)
+            raise ToolError(f"a subagent cannot use {', '.join(unknown)}; available tools: {available}")
+        for name in dict.fromkeys(names):
+            mine = self.parent.tools.get(name)
+            assert mine is not None
+            if name in builtin:
+                out.append(builtin[name])
+            elif getattr(mine.fn, "__self__", None) is not None:
+                fn = mine.fn
+
+                async def unbound(args: dict[str, Any], ctx: ToolContext, fn: Any = fn) -> ToolResult | str:
+                    result: ToolResult | str = await fn(args, ctx)
+                    return result
+
+                out.append(Tool(mine.name, mine.description, mine.parameters, unbound, mine.kind))
+            else:
+                out.append(mine)
+        return out
+
+    def make_child(self, names: Sequence[str]) -> Agent:
+        """A subagent of the parent with the tools `names`."""
+        from kimicode.agent.core import Agent
+
+        p = self.parent
+        init = p._init_args
+        max_turns = p.settings.get("subagents.max_turns", DEFAULT_MAX_TURNS)
+        return Agent(
+            model=p.model_config.name,
+            base_url=p.endpoint.base_url,
+            api_key=p.endpoint.api_key,
+            workspace=p.workspace,
+            tools=self.child_tools(names),
+            permission_mode=p.permission_mode,
+            approve=p.approve,
+            append_system_prompt=load_prompt("tools/task_system.md"),
+            thinking=p.thinking,
+            context_window=p.context_window,
+            max_completion_tokens=p.max_completion_tokens,
+            max_turns=int(max_turns),
+            max_retries=p.max_retries,
+            retry_base_delay=p.retry_base_delay,
+            request_timeout=p.request_timeout,
+            home=p.home,
+            persist=False,
+            headless=p.headless,
+            config=p.settings,
+            rules=init.get("rules"),
+            sandbox=init.get("sandbox"),
+            sandbox_network=init.get("sandbox_network"),
+        )
+
+    def _add_usage(self, child: Agent, description: str) -> None:
+        usage = {k: int(child.usage.get(k, 0)) for k in ("prompt_tokens", "completion_tokens", "cached_tokens")}
+        if not any(usage.values()):
+            return
+        for key, value in usage.items():
+            self.parent.usage[key] = self.parent.usage.get(key, 0) + value
+        if self.parent.log is not None:
+            self.parent.log.append(
+                {
+                    "type": "usage",
+                    "subagent": description,
+                    "usage": {
+                        "prompt_tokens": usage["prompt_tokens"],
+                        "completion_tokens": usage["completion_tokens"],
+                        "prompt_tokens_details": {"cached_tokens": usage["cached_tokens"]},
+                    },
+                }
+            )
+
+    async def _call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        description = str(args.get("description") or "subagent").strip()[:80]
+        prompt = str(args.get("prompt") or "").strip()
+        if not prompt:
+            raise ToolError("prompt is empty: give the subagent complete instructions")
+        requested = args.get("tools")
+        if isinstance(requested, list) and requested:
+            names = [str(n) for n in requested]
+        else:  # the defaults the parent actually has
+            names = [n for n in self.default_tools() if self.parent.tools.get(n) is not None and n not in NEVER]
+        child = self.make_child(names)
+        key = f"{description}#{id(child)}"
+        self.running[key] = child
+        started = time.monotonic()
+        try:
+            result = await child.run(prompt)
+        finally:
+            self.running.pop(key, None)
+            self._add_usage(child, description)
+            await child.aclose()
+        seconds = time.monotonic() - started
+        display = {
+            "subagent": {
+                "description": description,
+                "status": result.status,
+                "steps": result.num_turns,
+                "tools": names,
+                "usage": dict(child.usage),
+                "seconds": round(seconds, 1),
+            }
+        }
+        summary = f"task {description}: {result.status}, {result.num_turns} steps"
+        if result.ok:
+            return ToolResult(content=result.result or "(the subagent finished without a final answer)",
+                              summary=summary, display=display)  # fmt: skip
+        partial = f"\nIts last message was:\n{result.result}" if result.result else ""
+        return ToolResult(
+            content=f"The subagent did not finish ({result.status}: {result.error or 'no error message'}).{partial}",
+            is_error=True,
+            summary=summary,
+            display=display,
+        )
