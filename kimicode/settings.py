@@ -74,6 +74,7 @@ SCHEMA: dict[str, Any] = {
         }
     },
     "mcp": {"startup_timeout": "number", "tool_timeout": "number"},
+    "trust": {"workspaces": "list[str]"},
     "images": {"max_bytes": "int", "max_side": "int"},
     "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
     "subagents": {"max_turns": "int", "tools": "list[str]"},
@@ -86,6 +87,10 @@ class Settings:
 
     data: dict[str, Any] = field(default_factory=dict)
     sources: list[Path] = field(default_factory=list)
+    trusted: bool = False
+    """Whether the workspace may define providers and MCP servers (see `UNTRUSTED_PROJECT_KEYS`)."""
+    ignored: list[str] = field(default_factory=list)
+    """One message per project setting that was ignored because the workspace is not trusted."""
 
     def get(self, dotted: str, default: Any = None) -> Any:
         """`settings.get("models.kimi-k3.context_window")`; dots separate tables."""
@@ -107,15 +112,48 @@ def config_paths(workspace: Path, home: Path) -> list[Path]:
     return [home / "config.toml", workspace / ".kimicode" / "config.toml"]
 
 
+UNTRUSTED_PROJECT_KEYS = ("providers", "mcp_servers")
+"""Project settings that could leak the API key (a provider's base URL or key variable) or run commands
+(MCP servers): a cloned repository must not be able to set them until the user trusts the workspace."""
+
+
+def is_trusted(workspace: Path, user_data: Mapping[str, Any]) -> bool:
+    """True when `workspace` is (inside) a path listed in the user config's `[trust] workspaces`."""
+    trust = user_data.get("trust")
+    listed = trust.get("workspaces", []) if isinstance(trust, dict) else []
+    here = workspace.expanduser().resolve()
+    for entry in listed:
+        root = Path(entry).expanduser().resolve()
+        if here == root or root in here.parents:
+            return True
+    return False
+
+
 def load_settings(workspace: Path, home: Path) -> Settings:
-    """Read and merge both files; raise ConfigError naming the file, line and key on any problem."""
+    """Read and merge both files; raise ConfigError naming the file, line and key on any problem.
+
+    Project files may not define `providers` or `mcp_servers` unless the workspace is trusted; what is
+    ignored is listed in `Settings.ignored` so faces can say so.
+    """
     settings = Settings()
-    for path in config_paths(workspace, home):
-        if not path.is_file():
-            continue
-        data = parse_file(path)
+    user_path, project_path = config_paths(workspace, home)
+    if user_path.is_file():
+        settings.data = parse_file(user_path)
+        settings.sources.append(user_path)
+    settings.trusted = is_trusted(workspace, settings.data)
+    if project_path.is_file():
+        data = parse_file(project_path)
+        data.pop("trust", None)  # a project cannot trust itself
+        if not settings.trusted:
+            for key in UNTRUSTED_PROJECT_KEYS:
+                if key in data:
+                    del data[key]
+                    settings.ignored.append(
+                        f"{project_path}: [{key}] ignored: this workspace is not trusted "
+                        f"(add it to [trust] workspaces in {user_path} to allow it)"
+                    )
         settings.data = merge(settings.data, data)
-        settings.sources.append(path)
+        settings.sources.append(project_path)
     return settings
 
 
@@ -316,6 +354,7 @@ def model_config(settings: Settings, name: str, env: Mapping[str, str] | None = 
             raise ConfigError(
                 f"{where(settings, ('models', key, 'provider'))}: models.{key}.provider: unknown provider "
                 f"{provider!r} (providers defined: {known})"
+                + "".join(f"; note: {text}" for text in settings.ignored if "[providers]" in text)
             )
         ptable = providers[provider]
     headers = _expand_table(settings, ptable.get("headers", {}), ("providers", str(provider), "headers"), env)

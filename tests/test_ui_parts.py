@@ -490,7 +490,7 @@ def test_slash_commands(session_factory: Callable[[], Any], tmp_path: Path) -> N
     assert session.agent.thinking == "max"
     run("/permissions accept-edits")
     assert session.agent.permission_mode == "accept-edits"
-    assert "takes default, accept-edits, yolo" in run("/permissions everything")
+    assert "takes default, accept-edits, plan, yolo" in run("/permissions everything")
     session.rules.commands.add("make")
     assert "command: make" in run("/permissions")
     text = run("/context")

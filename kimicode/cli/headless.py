@@ -87,9 +87,15 @@ class Printer:
             self._stream_json(ev)
         elif self.verbose:
             self._progress(ev)
+        elif isinstance(ev, Notice) and ev.level != "info":
+            # warnings (an ignored project setting, a sandbox that is unavailable) are shown even when quiet
+            self.err.write(f"kimicode: {ev.level}: {ev.text}\n")
+            self.err.flush()
 
     def _stream_json(self, ev: Event) -> None:
-        if isinstance(ev, MessageCommitted):
+        if isinstance(ev, Notice):
+            self.line({"type": "notice", "level": ev.level, "text": ev.text})
+        elif isinstance(ev, MessageCommitted):
             if ev.message.get("role") in ("assistant", "tool"):
                 self.line({"type": "message", "message": ev.message})
         elif self.include_partial and isinstance(ev, ReasoningDelta):
@@ -187,6 +193,9 @@ async def run_headless(agent: Agent, prompt: str, printer: Printer) -> int:
             loop.add_signal_handler(sig, on_signal)
         except (NotImplementedError, RuntimeError):
             pass
+    from kimicode.agent.ecosystem import start_mcp
+
+    await start_mcp(agent)  # so the init message lists the MCP servers' tools
     printer.init(agent)
     finished: TurnFinished | None = None
     try:

@@ -136,6 +136,13 @@ def load_server_configs(
     """The enabled servers, and a message for each entry that could not be used."""
     env = os.environ if env is None else env
     raw, problems = _raw_servers(workspace)
+    if raw and not settings.trusted:
+        # `.mcp.json` comes with the repository: its commands must not start until the user trusts it.
+        problems.append(
+            f"{workspace / MCP_JSON}: {len(raw)} server(s) not started: this workspace is not trusted "
+            "(add it to [trust] workspaces in KIMICODE_HOME/config.toml to allow it)"
+        )
+        raw = {}
     for name, entry in settings.table("mcp_servers").items():
         base = raw.get(name, ({}, ""))[0]
         raw[name] = ({**base, **entry}, where(settings, ("mcp_servers", name)))
