@@ -20,8 +20,11 @@ def test_readme_has_examples() -> None:
 def test_readme_test_examples_pass(tmp_path: Path) -> None:
     ran = 0
     for i, block in enumerate(python_blocks()):
+        code = compile(block, f"README.md[python block {i}]", "exec")  # every block is valid Python
+        if "FakeServer" not in block:
+            continue  # examples that would talk to a real endpoint are only compiled
         namespace: dict[str, Any] = {"__name__": f"readme_block_{i}"}
-        exec(compile(block, f"README.md[python block {i}]", "exec"), namespace)
+        exec(code, namespace)
         for name, fn in list(namespace.items()):
             if name.startswith("test_") and callable(fn):
                 case = tmp_path / f"{i}-{name}"

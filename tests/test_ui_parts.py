@@ -23,6 +23,7 @@ from kimicode.agent.core import Approval, ApprovalRequest
 from kimicode.agent.events import (
     ContentDelta,
     ContextUpdated,
+    Event,
     MessageCommitted,
     Notice,
     PermissionDenied,
@@ -34,6 +35,7 @@ from kimicode.agent.events import (
     TurnFinished,
     UsageUpdated,
 )
+from kimicode.session.store import SessionError
 from kimicode.testing import FakeServer, Reply
 from kimicode.ui.approvals import (
     Approver,
@@ -47,10 +49,15 @@ from kimicode.ui.approvals import (
     suggest_prefix,
 )
 from kimicode.ui.completion import CommandInfo, FileIndex, PromptCompleter, expand_mentions, list_files
-from kimicode.ui.format import describe_call, tokens
+from kimicode.ui.format import describe_call, human_bytes, money, tokens
 from kimicode.ui.settings import UISettings
-from kimicode.ui.toolbar import GitBranch, Stats, toolbar_fragments
-from kimicode.ui.view import TurnView
+from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, toolbar_fragments
+from kimicode.ui.view import TurnView, last_exchange, recap
+
+PNG = bytes.fromhex(  # a 1x1 PNG
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63fccfc0500f000485"
+    "018084a98c210000000049454e44ae426082"
+)
 
 
 def test_headless_imports_no_ui() -> None:
@@ -181,6 +188,44 @@ def test_approver_answers(tmp_path: Path) -> None:
     # already allowed: no question at all
     ok, shown, asked = run_approver(tmp_path, bash_request("make"), [], [], SessionRules(commands={"make"}))
     assert ok.approved and asked == [] and shown == ""
+
+
+def test_concurrent_approvals_are_asked_one_at_a_time(tmp_path: Path) -> None:
+    """Subagents share the approver: their questions queue, and a session rule answers the waiting ones."""
+    console = Console(file=io.StringIO(), width=100, color_system=None, force_terminal=False)
+    screen: list[str] = []
+    on_screen = 0
+    most = 0
+
+    async def choose(question: str, options: list[Option]) -> str | None:
+        nonlocal on_screen, most
+        on_screen += 1
+        most = max(most, on_screen)
+        await asyncio.sleep(0.05)
+        on_screen -= 1
+        return "command"
+
+    approver = Approver(
+        console,
+        tmp_path,
+        SessionRules(),
+        suspend=lambda: screen.append("suspend"),
+        resume=lambda: screen.append("resume"),
+        choose_fn=choose,
+    )
+
+    async def ask_together() -> list[Approval]:
+        return list(
+            await asyncio.gather(
+                approver(bash_request("make test")), approver(bash_request("make test")), approver(bash_request("ls"))
+            )
+        )
+
+    results = asyncio.run(ask_together())
+    assert all(r.approved for r in results)
+    assert most == 1  # never two questions on the terminal at once
+    assert screen == ["suspend", "resume", "suspend", "resume"]  # the second "make test" was not asked
+    assert approver.rules.commands == {"make test", "ls"}
 
 
 def test_options_depend_on_the_request(tmp_path: Path) -> None:
@@ -351,6 +396,24 @@ def test_toolbar_fragments() -> None:
     text = "".join(t for _, t in frags)
     assert "ctx 900k/1.0M (86%)" in text and "cached 75%" in text and "⏵ yolo" in text
     assert ("class:toolbar.warn", "ctx 900k/1.0M (86%)") in frags
+    assert "$" not in text and "mcp" not in text  # no prices, no servers: nothing shown
+
+
+def test_toolbar_shows_cost_mcp_servers_and_plan_mode() -> None:
+    def frags(**kw: Any) -> list[tuple[str, str]]:
+        base: dict[str, Any] = dict(
+            model="kimi-k3", effort=None, stats=Stats(), window=1000, estimate=10, mode="plan",
+            workspace=Path("/w"), branch=None,
+        )  # fmt: skip
+        return toolbar_fragments(**{**base, **kw})
+
+    shown = frags(cost=0.0042, mcp=McpStatus(ready=1, failed=1, total=2))
+    assert ("", "$0.0042") in shown and ("class:toolbar.warn", "mcp 1/2") in shown
+    assert ("class:toolbar.plan", "⏵ plan") in shown
+    assert ("class:toolbar.dim", "mcp 0/2…") in frags(mcp=McpStatus(0, 0, 2))  # still starting
+    assert ("", "mcp 2/2") in frags(mcp=McpStatus(2, 0, 2))
+    assert money(0.0042) == "$0.0042" and money(0.115) == "$0.115" and money(12.5) == "$12.50"
+    assert human_bytes(500) == "500 B" and human_bytes(12_000) == "12 KB" and human_bytes(3_500_000) == "3.3 MB"
 
 
 def test_settings_roundtrip_and_bad_files(tmp_path: Path) -> None:
@@ -373,6 +436,8 @@ def test_formatting_helpers() -> None:
     assert describe_call("write_file", {"path": "a", "content": "x\ny\n"}) == "write_file a (2 lines)"
     assert describe_call("grep", {"pattern": "TODO", "path": "src"}) == "grep TODO in src"
     assert describe_call("custom", {"k": 1}) == 'custom {"k": 1}'
+    assert describe_call("todo_write", {"todos": [{}, {}]}) == "todo_write (2 tasks)"
+    assert describe_call("task", {"description": "explore", "prompt": "..."}) == "task: explore"
 
 
 # -- the turn view ----------------------------------------------------------------------------------
@@ -388,7 +453,7 @@ def plain_view(**kwargs: Any) -> tuple[TurnView, io.StringIO]:
 def test_turn_view_renders_each_kind_of_event() -> None:
     stats: list[Any] = []
     view, out = plain_view(show_reasoning=False, on_stats=stats.append)
-    events = [
+    events: list[Event] = [
         StepStarted(1),
         ReasoningDelta("hidden thoughts"),
         ContentDelta("I will **run** it."),
@@ -431,6 +496,59 @@ def test_turn_view_renders_each_kind_of_event() -> None:
     assert "· context compacted" in text
     assert "✗ HTTP 400: too long" in text and "/compact" in text
     assert len(stats) == 1
+
+
+def test_turn_view_renders_the_task_list_and_subagents() -> None:
+    view, out = plain_view(show_reasoning=True)
+    todos = [
+        {"id": "1", "content": "Write the parser", "status": "done"},
+        {"id": "2", "content": "Add tests", "status": "in_progress"},
+        {"id": "3", "content": "Update docs", "status": "pending"},
+    ]
+    view.handle(ToolCallStarted("t1", "todo_write", {"todos": todos}))
+    view.handle(ToolCallFinished("t1", "todo_write", "Task list", False, "todos: 1/3 done", {"todos": todos}))
+    sub = {
+        "description": "explore the parser",
+        "status": "success",
+        "steps": 4,
+        "tools": ["read_file"],
+        "usage": {"prompt_tokens": 1500, "completion_tokens": 200, "cached_tokens": 0},
+        "seconds": 3.2,
+    }
+    view.handle(ToolCallStarted("t2", "task", {"description": "explore the parser", "prompt": "look around"}))
+    view.handle(ToolCallFinished("t2", "task", "The parser lives in p.py", False, "task: success", {"subagent": sub}))
+    failed = {**sub, "status": "max_turns", "steps": 50}
+    view.handle(ToolCallStarted("t3", "task", {"description": "run the tests", "prompt": "run them"}))
+    view.handle(ToolCallFinished("t3", "task", "The subagent did not finish", True, "task", {"subagent": failed}))
+    text = out.getvalue()
+    assert "● todo_write (3 tasks)\n  ⎿ ☑ Write the parser\n    ◐ Add tests\n    ☐ Update docs\n" in text
+    assert "● task: explore the parser\n  ⎿ success · 4 steps · 3.2s · 1.7k tokens\n" in text
+    assert "● task: run the tests\n  ⎿ ✗ max_turns · 50 steps · 3.2s · 1.7k tokens" in text
+    assert "The parser lives in p.py" not in text  # the subagent's answer is for the model
+
+
+def test_recap_shows_the_last_prompt_and_answer() -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "system prompt"},
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": "first answer"},
+        {"role": "user", "content": 'explain this\n\n<file path="a.py">\nprint(1)\n</file>'},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "x", "function": {"name": "read_file"}}]},
+        {"role": "tool", "tool_call_id": "x", "content": "image attached"},
+        {"role": "user", "content": [{"type": "text", "text": "[Images returned by read_file (x)]"}]},
+        {"role": "assistant", "content": "line1\nline2\nline3\nline4\nline5\nline6"},
+    ]
+    prompt, answer, prompts = last_exchange(messages)
+    assert prompt == "explain this" and answer is not None and answer.startswith("line1") and prompts == 2
+    console = Console(file=io.StringIO(), width=80, color_system=None, force_terminal=False)
+    for item in recap(messages, "Resumed session abc"):
+        console.print(item)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "Resumed session abc (2 prompts so far)\n  › explain this\n  ● line1\n    line2" in text
+    assert "line5" not in text and "… 2 more lines" in text
+    unanswered = recap([*messages, {"role": "user", "content": "and then?"}], "Resumed session abc")
+    assert [str(t) for t in unanswered[1:]] == ["  › and then?", "  (no answer to it yet)"]
+    assert [str(t) for t in recap(messages[:1], "Resumed")] == ["Resumed (0 prompts so far)", "  (no messages yet)"]
 
 
 def test_turn_view_interruption_closes_running_calls() -> None:
@@ -527,3 +645,184 @@ def test_init_and_a_turn_through_the_session(
     assert "AGENTS.md written." in text and "Seen." in text
     assert "remember this" in server.requests[1].body["messages"][-1]["content"]
     assert "+ attached notes.md (1 lines)" in text
+
+
+def test_custom_commands_in_help_completion_and_dispatch(
+    session_factory: Callable[[], Any], server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
+    from kimicode.ui import commands
+
+    project = workspace / ".kimicode" / "commands"
+    project.mkdir(parents=True)
+    (project / "review.md").write_text(
+        "---\ndescription: Review the staged changes\nargument-hint: [focus]\n---\n"
+        "Review the staged changes. Focus on $ARGUMENTS.\n"
+    )
+    (project / "model.md").write_text("This text is never sent: the built-in /model wins.\n")
+    mine = tmp_path / "home" / "commands" / "git"
+    mine.mkdir(parents=True)
+    (mine / "commit.md").write_text("Write a commit message for the staged changes.\n")
+    server.add(Reply(content="Reviewed."), Reply(content="Committed."))
+    session = session_factory()
+
+    asyncio.run(commands.dispatch(session, "/help"))
+    help_text = output(session)
+    assert re.search(r"/review \[focus\] +Review the staged changes +project", help_text)
+    assert re.search(r"/git:commit +Write a commit message for the staged changes. +user", help_text)
+    assert "/model (.kimicode/commands/model.md) is not available: the built-in /model wins" in help_text
+
+    infos = commands.command_infos(session)
+    assert infos["review"].summary == "Review the staged changes (project)"
+    assert infos["model"].summary == "show or switch the model"  # the built-in, not the file
+    completer = PromptCompleter(lambda: infos, FileIndex(workspace, lister=lambda root: []))
+    shown = [c.text for c in completer.get_completions(Document("/re"), CompleteEvent())]
+    assert shown == ["/reasoning", "/resume", "/review"]
+    assert commands.looks_like_command("/git:commit", session.custom_commands())
+    assert not commands.looks_like_command("/9lives", session.custom_commands())
+
+    async def go() -> None:
+        await commands.dispatch(session, "/review error handling")
+        await commands.dispatch(session, "/GIT:commit")
+        await commands.dispatch(session, "/model")
+        await commands.dispatch(session, "/revew")
+        await session.agent.aclose()
+
+    asyncio.run(go())
+    text = output(session)
+    assert server.requests[0].body["messages"][-1]["content"] == "Review the staged changes. Focus on error handling."
+    assert server.requests[1].body["messages"][-1]["content"] == "Write a commit message for the staged changes."
+    assert len(server.requests) == 2  # /model ran the built-in
+    assert "/review: Review the staged changes" in text and "Reviewed." in text and "Committed." in text
+    assert "Model: kimi-k3" in text and "Did you mean /review?" in text
+
+
+def test_sessions_and_resume_in_place(session_factory: Callable[[], Any], server: FakeServer) -> None:
+    from kimicode.ui import commands
+
+    server.add(Reply(content="I will remember 7."), Reply(content="Another answer."), Reply(content="It was 7."))
+    session = session_factory()
+    seen: dict[str, str] = {}
+
+    async def go() -> None:
+        await session.run_turn("Remember the number 7.")
+        seen["first"] = session.agent.session_id
+        await commands.dispatch(session, "/clear")
+        await session.run_turn("Another topic")
+        seen["second"] = session.agent.session_id
+        output(session)
+        for name, line in (
+            ("listing", "/sessions"),
+            ("unknown", "/resume nosuch"),
+            ("same", f"/resume {seen['second']}"),
+            ("resumed", f"/resume {seen['first'][:-1]}"),
+        ):
+            await commands.dispatch(session, line)
+            seen[name] = output(session)
+        await session.run_turn("Which number was it?")
+        await session.agent.aclose()
+
+    asyncio.run(go())
+    first, second = seen["first"], seen["second"]
+    listing = seen["listing"]
+    assert first in listing and second in listing and "Remember the number 7." in listing
+    assert re.search(rf"{second} .*Another topic ◀ current", listing)
+    assert "Could not resume nosuch: no session 'nosuch'" in seen["unknown"]
+    assert f"Already in session {second}" in seen["same"]
+    assert (
+        f"Resumed session {first} (1 prompt so far)\n  › Remember the number 7.\n  ● I will remember 7."
+        in (seen["resumed"])
+    )
+    assert session.agent.session_id == first
+    last = server.requests[-1].body["messages"]
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "user"]
+    assert last[1]["content"] == "Remember the number 7." and last[-1]["content"] == "Which number was it?"
+
+
+def test_opening_on_the_latest_session_or_a_fork_with_rules(
+    server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kimicode import Agent
+    from kimicode.ui.app import LATEST, AgentOptions, Session, run_interactive
+
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+
+    def open_session(**options: Any) -> Any:
+        console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
+        return Session(AgentOptions(retry_base_delay=0.01, **options), console, plain=True)
+
+    with pytest.raises(SessionError, match="no session to continue in"):
+        open_session(workspace=workspace, resume=LATEST)
+    assert run_interactive(workspace=workspace, resume="nosuch") == 2
+    assert "kimicode: no session 'nosuch'" in capsys.readouterr().err
+    assert run_interactive(workspace=workspace, fork=True) == 2
+    assert "--fork needs a session" in capsys.readouterr().err
+
+    server.add(Reply(content="Noted."))
+    first = Agent(workspace=workspace).run_sync("Remember the number 7.")
+    latest = open_session(workspace=workspace, resume=LATEST, allow=("bash(git status)",), deny=("bash(rm*)",))
+    agent = latest.agent
+    assert agent.session_id == first.session_id and latest.opened == "resumed"
+    assert [str(r) for r in agent.policy.rules.allow] == ["bash(git status)"]
+    assert [str(r) for r in agent.policy.rules.deny] == ["bash(rm*)"]
+    latest.banner()
+    text = output(latest)
+    assert f"Resumed session {first.session_id}" in text and "› Remember the number 7." in text and "● Noted." in text
+
+    forked = open_session(resume=first.session_id, fork=True, sandbox="workspace-write")  # no workspace: the session's
+    assert forked.agent.session_id != first.session_id and forked.forked_from == first.session_id
+    assert forked.workspace == workspace.resolve()
+    assert forked.agent.sandbox is not None or forked.agent.sandbox_warning  # the sandbox was asked for
+    forked.banner()
+    text = output(forked)
+    assert f"Forked session {first.session_id} into {forked.agent.session_id}" in text
+    if forked.agent.sandbox_warning:
+        assert f"! {forked.agent.sandbox_warning}" in text
+    for s in (latest, forked):
+        asyncio.run(s.agent.aclose())
+
+
+def test_image_mentions_are_sent_as_images(
+    session_factory: Callable[[], Any], server: FakeServer, workspace: Path
+) -> None:
+    (workspace / "shot.png").write_bytes(PNG)
+    server.add(Reply(content="A tiny image."), Reply(content="Text only."))
+    session = session_factory()
+
+    async def go() -> None:
+        await session.run_turn("what is in @shot.png?")
+        session.agent.set_model("kimi-k2-turbo")  # a model that does not see images
+        await session.run_turn("and in @shot.png now?")
+        await session.agent.aclose()
+
+    asyncio.run(go())
+    text = output(session)
+    content = server.requests[0].body["messages"][-1]["content"]
+    assert content[0] == {"type": "text", "text": "what is in @shot.png?"}
+    assert content[1]["type"] == "image_url" and content[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert f"+ attached image shot.png ({len(PNG)} B)" in text
+    assert server.requests[1].body["messages"][-1]["content"] == "and in @shot.png now?"
+    assert "! shot.png not attached: the current model (kimi-k2-turbo) cannot see images" in text
+
+
+def test_cost_with_configured_prices(session_factory: Callable[[], Any], server: FakeServer, tmp_path: Path) -> None:
+    from kimicode.ui import commands
+
+    home = tmp_path / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text("[models.kimi-k3]\nprices = { input = 1.0, cached_input = 0.5, output = 4.0 }\n")
+    usage = {"prompt_tokens": 100_000, "completion_tokens": 10_000, "total_tokens": 110_000, "cached_tokens": 50_000}
+    server.add(Reply(content="hi", usage=usage))
+    session = session_factory()
+    assert session.cost() == 0.0
+
+    async def go() -> None:
+        await session.run_turn("hello")
+        await commands.dispatch(session, "/cost")
+        await session.agent.aclose()
+
+    asyncio.run(go())
+    assert session.cost() == pytest.approx(0.115)  # 50k at $1 + 50k cached at $0.5 + 10k out at $4, per million
+    assert "$0.115" in "".join(text for _, text in session.toolbar())
+    text = output(session)
+    assert "Cost: about $0.115 (kimi-k3 prices per million tokens: input $1, cached input $0.5, output $4)." in text

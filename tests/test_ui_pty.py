@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.slow
 
 ROWS, COLS = 30, 110
 INTERRUPTED = "interrupted by user"
+DEMO_MCP = str(Path(__file__).parent / "mcp" / "demo_server.py")
 
 
 class Terminal:
@@ -332,6 +334,9 @@ def test_slash_commands_and_mode_cycling(start: Callable[..., Terminal], server:
     term.wait_for(lambda: "⏵ accept-edits" in term.toolbar())
     term.send_message("/permissions")
     term.wait_for("Permission mode: accept-edits")
+    term.wait_prompt()
+    term.type("\x1b[Z")  # default → accept-edits → plan → yolo
+    term.wait_for(lambda: "⏵ plan" in term.toolbar())
     term.send_message("/cost")
     term.wait_for("prices are not configured")
     term.wait_prompt()
@@ -409,3 +414,62 @@ def test_missing_api_key_is_one_line_and_exit_2(term_env: dict[str, str], worksp
     out = term.child.before.decode()
     assert term.child.exitstatus == 2
     assert "kimicode: no API key" in out and "Traceback" not in out
+
+
+def test_resume_picker_shows_where_the_session_stands(
+    term_env: dict[str, str], server: FakeServer, workspace: Path, make_agent: Callable[..., Any]
+) -> None:
+    server.add(Reply(content="I will remember 7."))
+    first = make_agent().run_sync("Remember the number 7.")
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo allowed-by-rule"})]), Reply(content="It was 7."))
+    # -r without an id: pick from a list; --allow reaches the interactive agent
+    term = Terminal(["-r", "--allow", "bash(echo *)"], term_env, workspace)
+    try:
+        term.wait_for("Resume which session?")
+        assert "Remember the number 7." in term.text
+        term.type("1\r")
+        screen = term.wait_prompt()
+        assert f"Resumed session {first.session_id} (1 prompt so far)" in screen
+        assert "› Remember the number 7." in screen and "● I will remember 7." in screen
+        term.send_message("Which number was it?")
+        screen = term.wait_for("It was 7.")
+        assert "Run this command?" not in screen and "allowed-by-rule" in screen  # the rule let it run
+        messages = server.requests[-2].body["messages"]
+        assert roles(server.requests[-2].body) == ["system", "user", "assistant", "user"]
+        assert messages[1]["content"] == "Remember the number 7."
+    finally:
+        term.close()
+
+
+def test_mcp_status_line_cost_and_task_list(start: Callable[..., Terminal], server: FakeServer, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        "[models.kimi-k3]\nprices = { input = 1.0, output = 4.0 }\n"
+        f'[mcp_servers.demo]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(DEMO_MCP)}, "stdio"]\n'
+        '[mcp_servers.broken]\ncommand = "/nonexistent/kimicode-test-mcp"\n'
+    )
+    todos = [
+        {"id": "1", "content": "Write the parser", "status": "done"},
+        {"id": "2", "content": "Add tests", "status": "in_progress"},
+        {"id": "3", "content": "Update docs", "status": "pending"},
+    ]
+    usage = {"prompt_tokens": 20_000, "completion_tokens": 1_000, "total_tokens": 21_000}
+    server.add(
+        Reply(tool_calls=[ToolCall("todo_write", {"todos": todos})], usage=usage),
+        Reply(content="Planned.", usage={**usage, "prompt_tokens": 10_000}),
+    )
+    term = start()
+    # the servers start as soon as the session opens: the failure shows up without sending anything
+    term.wait_for("MCP: broken failed")
+    term.wait_for(lambda: "mcp 1/2" in term.toolbar())
+    assert "$0.0000" in term.toolbar()
+    term.send_message("plan the work")
+    term.wait_for("Planned.")
+    screen = term.wait_prompt()
+    assert "● todo_write (3 tasks)" in screen
+    assert "⎿ ☑ Write the parser" in screen and "◐ Add tests" in screen and "☐ Update docs" in screen
+    assert "$0.038" in term.toolbar()  # 30k input at $1 + 2k output at $4 per million
+    assert term.raw.count(b"broken failed") == 1  # not repeated when the turn starts
+    tools = [t["function"]["name"] for t in server.requests[0].body["tools"]]
+    assert "mcp__demo__echo" in tools and not any(t.startswith("mcp__broken") for t in tools)

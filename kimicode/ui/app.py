@@ -3,23 +3,25 @@
 Input is a prompt_toolkit prompt (history, completion, a bottom toolbar); output is rich, written into
 normal scrollback. While a turn runs no prompt is shown: a `KeyListener` catches Esc / Ctrl-C (interrupt)
 and Shift-Tab (permission mode), and the `TurnView` keeps a status line at the bottom. Approval questions
-pause both and ask with a small prompt_toolkit menu.
+pause both and ask with a small prompt_toolkit menu (one at a time, even when subagents ask together).
+
+A session may open on a saved conversation (`-c`, `-r ID`, `--fork`): its last exchange is shown so the
+user sees where they are. MCP servers start in the background as soon as the session opens.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import os
 import signal
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 from rich.text import Text
@@ -28,15 +30,19 @@ from kimicode._version import __version__
 from kimicode.agent.core import Agent
 from kimicode.agent.events import ContextUpdated, Event, Notice, ToolCallFinished, TurnFinished, UsageUpdated
 from kimicode.agent.permissions import MODES
+from kimicode.commands import CustomCommand, load_custom_commands
 from kimicode.config import ConfigError, kimicode_home
 from kimicode.context.output import DEFAULT_CAP_CHARS
+from kimicode.session.store import SessionError, latest_session
+from kimicode.settings import estimate_cost
 from kimicode.ui import commands
 from kimicode.ui.approvals import Approver, SessionRules
 from kimicode.ui.completion import FileIndex, PromptCompleter, expand_mentions
+from kimicode.ui.format import human_bytes, one_line
 from kimicode.ui.keys import KeyListener
 from kimicode.ui.settings import UISettings
-from kimicode.ui.toolbar import GitBranch, Stats, short_path, toolbar_fragments
-from kimicode.ui.view import TurnView
+from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, short_path, toolbar_fragments
+from kimicode.ui.view import TurnView, recap
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
@@ -47,20 +53,37 @@ T = TypeVar("T")
 TICK = 0.1
 """Seconds between redraws of the status line while a turn runs."""
 
+LATEST = ""
+"""`resume=LATEST`: continue the most recently used session of the workspace (`kimicode -c`)."""
+
+CUSTOM_RELOAD = 2.0
+"""Seconds a loaded list of custom commands is reused before the command directories are read again."""
+
 
 @dataclass(frozen=True)
 class AgentOptions:
-    """The settings every Agent of the session is built with (the command line's flags)."""
+    """The settings every Agent of the session is built with (the command line's flags).
+
+    `workspace=None` means the current directory for a new session and the session's own workspace
+    when resuming. `resume` is a session id (or unique prefix), `LATEST`, or None for a new session.
+    """
 
     model: str | None = None
     base_url: str | None = None
-    workspace: Path = Path(".")
+    workspace: Path | None = None
     permission_mode: str = "default"
     thinking: str | None = None
     max_turns: int = 200
     max_retries: int = 5
     retry_base_delay: float = 1.0
     request_timeout: float = 300.0
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    ask: tuple[str, ...] = ()
+    sandbox: str | None = None
+    sandbox_network: bool | None = None
+    resume: str | None = None
+    fork: bool = False
 
 
 def plain_output() -> bool:
@@ -85,9 +108,6 @@ class Session:
         self.settings = UISettings.load(self.home)
         self.rules = SessionRules()
         self.stats = Stats()
-        self.workspace = options.workspace.expanduser().resolve()
-        self.index = FileIndex(self.workspace)
-        self.branch = GitBranch(self.workspace)
         self.exit_requested = False
         self._view: TurnView | None = None
         self._listener: KeyListener | None = None
@@ -95,73 +115,177 @@ class Session:
         self._typed_ahead = ""
         self._estimate = 0
         self._estimate_len = -1
+        self._shown_notices: set[str] = set()
+        """Warnings already printed (at startup, or the MCP status line): the agent's Notice repeating one
+        at the start of the next turn is not shown again."""
+        self._background: set[asyncio.Future[Any]] = set()
+        self._custom: dict[str, CustomCommand] = {}
+        self._custom_loaded = -CUSTOM_RELOAD
         self.approver = Approver(
             console,
-            self.workspace,
+            (options.workspace or Path(".")).expanduser().resolve(),
             self.rules,
             suspend=self._suspend_turn,
             resume=self._resume_turn,
             interrupt=self._interrupt,
         )
-        self.agent = self._make_agent(options.permission_mode, options.model, options.thinking)
+        self.opened = "new" if options.resume is None else ("forked" if options.fork else "resumed")
+        """How the session opened: `new`, `resumed` or `forked` (from `options.resume`)."""
+        self.forked_from: str | None = None
+        self.agent = self._open_agent()
+        self.workspace = self.agent.workspace
+        self.approver.workspace = self.workspace
+        self.index = FileIndex(self.workspace)
+        self.branch = GitBranch(self.workspace)
         self._prompt: PromptSession[str] | None = None
 
     # -- agent ------------------------------------------------------------------------------------
 
-    def _make_agent(self, mode: str, model: str | None, thinking: str | None) -> Agent:
+    def _agent_kwargs(self, mode: str, model: str | None, thinking: str | None) -> dict[str, Any]:
+        """Constructor arguments shared by every Agent of the session (new, cleared or resumed)."""
         o = self.options
-        return Agent(
-            model=model,
-            base_url=o.base_url,
-            workspace=self.workspace,
-            permission_mode=mode,
-            approve=self.approver,
-            thinking=thinking,
-            max_turns=o.max_turns,
-            max_retries=o.max_retries,
-            retry_base_delay=o.retry_base_delay,
-            request_timeout=o.request_timeout,
-        )
+        return {
+            "model": model,
+            "base_url": o.base_url,
+            "permission_mode": mode,
+            "approve": self.approver,
+            "thinking": thinking,
+            "max_turns": o.max_turns,
+            "max_retries": o.max_retries,
+            "retry_base_delay": o.retry_base_delay,
+            "request_timeout": o.request_timeout,
+            "allow": o.allow,
+            "deny": o.deny,
+            "ask": o.ask,
+            "sandbox": o.sandbox,
+            "sandbox_network": o.sandbox_network,
+        }
+
+    def _open_agent(self) -> Agent:
+        """The first Agent: a new session, or `Agent.resume` of the one `options.resume` names."""
+        o = self.options
+        kwargs = self._agent_kwargs(o.permission_mode, o.model, o.thinking)
+        if o.resume is None:
+            return Agent(workspace=o.workspace or Path("."), **kwargs)
+        target = o.resume
+        if target == LATEST:
+            where = (o.workspace or Path(".")).expanduser().resolve()
+            info = latest_session(self.home, where)
+            if info is None:
+                raise SessionError(f"no session to continue in {where} (see `kimicode sessions list`)")
+            target = info.id
+        if o.workspace is not None:
+            kwargs["workspace"] = o.workspace
+        agent = Agent.resume(target, fork=o.fork, **kwargs)
+        if o.fork:
+            self.forked_from = target
+        return agent
+
+    def _replaced(self) -> None:
+        """Bookkeeping after `self.agent` was replaced by a new or resumed one."""
+        self.rules.clear()
+        self.stats.reset()
+        self._estimate_len = -1
 
     async def new_conversation(self) -> None:
         """/clear: a new Agent and session log, keeping the model, effort and permission mode."""
         old = self.agent
-        self.agent = self._make_agent(old.permission_mode, old.endpoint.model, old.thinking)
-        self.rules.clear()
-        self.stats.reset()
-        self._estimate_len = -1
+        self.agent = Agent(
+            workspace=self.workspace,
+            **self._agent_kwargs(old.permission_mode, old.model_config.name, old.thinking),
+        )
+        self._replaced()
         with contextlib.suppress(Exception):
             await old.aclose()
+        self.start_mcp()
 
     async def resume_session(self, session_id: str) -> None:
-        """/resume: an Agent continuing a saved session (needs `Agent.resume(session_id, **settings)`)."""
+        """/resume: switch to a saved session in place (in this workspace, keeping the permission mode).
+
+        The model and effort are the session's recorded ones unless given on the command line. Raises
+        SessionError (a ValueError) for an unknown or ambiguous id; the current session then goes on.
+        """
         old = self.agent
         o = self.options
-        resume = getattr(Agent, "resume")  # noqa: B009 - present only in builds with resumable sessions
-        agent = resume(
-            session_id,
-            model=old.endpoint.model,
-            base_url=o.base_url,
-            workspace=self.workspace,
-            permission_mode=old.permission_mode,
-            approve=self.approver,
-            thinking=old.thinking,
-            max_turns=o.max_turns,
-            max_retries=o.max_retries,
-            retry_base_delay=o.retry_base_delay,
-            request_timeout=o.request_timeout,
+        agent = Agent.resume(
+            session_id, workspace=self.workspace, **self._agent_kwargs(old.permission_mode, o.model, o.thinking)
         )
-        if inspect.isawaitable(agent):
-            agent = await agent
         self.agent = agent
-        self.rules.clear()
-        self.stats.reset()
-        self._estimate_len = -1
+        self.forked_from = None
+        self._replaced()
         with contextlib.suppress(Exception):
             await old.aclose()
+        self.start_mcp()
+
+    def custom_commands(self) -> dict[str, CustomCommand]:
+        """The custom slash commands (`.kimicode/commands/`, `KIMICODE_HOME/commands/`), re-read every
+        few seconds so a file added during the session shows up."""
+        now = time.monotonic()
+        if now - self._custom_loaded >= CUSTOM_RELOAD:
+            self._custom_loaded = now
+            try:
+                self._custom = load_custom_commands(self.workspace, self.home)
+            except Exception:  # an unreadable directory: keep what was loaded before
+                pass
+        return self._custom
+
+    def cost(self) -> float | None:
+        """Dollars spent in this session at the model's configured prices, or None without prices."""
+        agent = self.agent
+        try:
+            return estimate_cost(agent.usage, agent.model_config.prices)
+        except Exception:
+            return None
+
+    # -- MCP --------------------------------------------------------------------------------------
+
+    def start_mcp(self) -> None:
+        """Start the agent's MCP servers in the background (they start while the user types); when they
+        are up, report the ones that failed in one status line."""
+        manager = self.agent.extras.mcp
+        if manager is None:
+            return
+        agent = self.agent
+        try:
+            task = manager.begin()
+        except Exception as exc:
+            self.say(f"! MCP servers could not be started: {exc}", "yellow")
+            return
+        task.add_done_callback(lambda done: self._mcp_started(agent, done))
+
+    def _mcp_started(self, agent: Agent, task: asyncio.Future[Any]) -> None:
+        manager = agent.extras.mcp
+        if agent is not self.agent or manager is None or task.cancelled():
+            return
+        failed = [s for s in manager.servers if s.status in ("failed", "timeout")]
+        if task.exception() is not None and not failed:
+            self.announce(f"! MCP: the servers could not be started ({task.exception()})", "yellow")
+            return
+        if not failed:
+            self._redraw_prompt()  # the toolbar's MCP count changed
+            return
+        self._shown_notices.update(manager.problems())
+        parts = [
+            f"{s.config.name} {'timed out' if s.status == 'timeout' else 'failed'}"
+            + (f" ({one_line(s.error, 80)})" if s.error else "")
+            for s in failed
+        ]
+        self.announce(f"! MCP: {'; '.join(parts)}; skipped (logs: {short_path(agent.home / 'logs', 30)})", "yellow")
+
+    def mcp_status(self) -> McpStatus | None:
+        """Counts for the toolbar, or None when no server is configured."""
+        manager = self.agent.extras.mcp
+        if manager is None:
+            return None
+        servers = manager.servers
+        return McpStatus(
+            ready=sum(1 for s in servers if s.status == "ready"),
+            failed=sum(1 for s in servers if s.status in ("failed", "timeout")),
+            total=len(servers),
+        )
 
     def cycle_mode(self) -> str:
-        """Shift-Tab: default → accept-edits → yolo → default."""
+        """Shift-Tab: default → accept-edits → plan → yolo → default."""
         current = self.agent.permission_mode
         mode = MODES[(MODES.index(current) + 1) % len(MODES)] if current in MODES else MODES[0]
         self.agent.permission_mode = mode
@@ -176,6 +300,34 @@ class Session:
             self._view.print(line)
         else:
             self.console.print(line, highlight=False)
+
+    def announce(self, text: str, style: str = "") -> None:
+        """A line printed whenever something happens in the background: above the prompt (which is
+        redrawn under it) when one is on screen, else like `say`."""
+        from prompt_toolkit.application import get_app_or_none, run_in_terminal
+
+        app = get_app_or_none()
+        if app is None or not app.is_running:
+            self.say(text, style)
+            return
+        future = asyncio.ensure_future(run_in_terminal(lambda: self.say(text, style)))
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+
+    @staticmethod
+    def _redraw_prompt() -> None:
+        """Redraw the prompt (and its toolbar) if one is on screen."""
+        from prompt_toolkit.application import get_app_or_none
+
+        app = get_app_or_none()
+        if app is not None and app.is_running:
+            app.invalidate()
+
+    def note_once(self, text: str | None, style: str = "yellow") -> None:
+        """Print a warning now and keep the agent's Notice of the same text from repeating it."""
+        if text and text not in self._shown_notices:
+            self._shown_notices.add(text)
+            self.say(f"! {text}", style)
 
     def _context_estimate(self) -> int:
         messages = self.agent.messages
@@ -211,6 +363,8 @@ class Session:
                     mode=agent.permission_mode,
                     workspace=self.workspace,
                     branch=self.branch.get(),
+                    cost=self.cost(),
+                    mcp=self.mcp_status(),
                 )
             )
         except Exception:
@@ -272,6 +426,7 @@ class Session:
                 "toolbar.warn": "fg:#ffaf00 bold",
                 "toolbar.yolo": "fg:#ff5f5f bold",
                 "toolbar.edits": "fg:#ffaf00",
+                "toolbar.plan": "fg:#5fd7d7 bold",
                 "prompt": "bold fg:#5fafff",
             }
         )
@@ -327,7 +482,7 @@ class Session:
         """Events emitted outside a turn (by /compact): statistics and one-line notices."""
         if isinstance(ev, UsageUpdated | ContextUpdated):
             self.stats.update(ev)
-        elif isinstance(ev, Notice):
+        elif isinstance(ev, Notice) and ev.text not in self._shown_notices:
             style = {"warning": "yellow", "error": "red"}.get(ev.level, "dim")
             self.say(ev.text, style)
 
@@ -361,7 +516,8 @@ class Session:
             self._interrupt()
         elif key == "s-tab":
             mode = self.cycle_mode()
-            self.say(f"permission mode: {mode}", "cyan")
+            note = " (nothing is changed: the agent investigates and proposes a plan)" if mode == "plan" else ""
+            self.say(f"permission mode: {mode}{note}", "cyan")
 
     def _on_stats(self, ev: Event) -> None:
         if isinstance(ev, UsageUpdated | ContextUpdated):
@@ -372,10 +528,13 @@ class Session:
         if echo:
             self.say(echo, "dim")
         message, attachments = expand_mentions(text, self.workspace, DEFAULT_CAP_CHARS, self.index)
+        agent = self.agent
         for att in attachments:
+            if att.kind == "image":
+                self._attach_image(att.path, att.resolved)
+                continue
             note = f", {att.note}" if att.note else ""
             self.say(f"+ attached {att.path} ({att.lines} lines{note})", "dim")
-        agent = self.agent
         view = TurnView(
             self.console,
             plain=self.plain,
@@ -399,6 +558,8 @@ class Session:
         view.start()
         try:
             async for ev in agent.stream(message):
+                if isinstance(ev, Notice) and ev.text in self._shown_notices:
+                    continue  # printed already (at startup, or the MCP status line)
                 view.handle(ev)
                 if isinstance(ev, TurnFinished):
                     finished = ev
@@ -421,6 +582,21 @@ class Session:
         if changed_files:
             self.index.refresh()
         return finished
+
+    def _attach_image(self, shown: str, path: Path | None) -> None:
+        """`@shot.png`: send the image with the message (the mention stays in the text)."""
+        from kimicode.agent.ecosystem import attach_image
+
+        try:
+            attach_image(self.agent, path if path is not None else shown)
+        except Exception as exc:  # ToolError: the model can't see images, not an image, too large
+            self.say(f"! {shown} not attached: {exc}", "yellow")
+            return
+        try:
+            size = f" ({human_bytes((path or Path(shown)).stat().st_size)})"
+        except OSError:
+            size = ""
+        self.say(f"+ attached image {shown}{size}", "dim")
 
     def _report_internal_error(self, exc: BaseException) -> None:
         log = self.home / "ui-errors.log"
@@ -448,11 +624,27 @@ class Session:
         self.console.print(
             Text("/help for commands · @path attaches a file · Esc interrupts · Ctrl-D exits", style="dim")
         )
+        if self.opened != "new":
+            self.show_recap()
+        self.note_once(agent.sandbox_warning)
+        self.note_once(agent.resume_warning)
+
+    def show_recap(self) -> None:
+        """Where a resumed session stands: its id, and the last prompt and answer, briefly."""
+        agent = self.agent
+        if self.forked_from is not None:
+            head = f"Forked session {self.forked_from} into {agent.session_id}"
+        else:
+            head = f"Resumed session {agent.session_id}"
+        self.console.print()
+        for item in recap(agent.messages, head, width=self.console.size.width):
+            self.console.print(item, highlight=False)
 
     async def run(self) -> int:
         """The read-eval-print loop; returns the exit code."""
         self.index.refresh()
         self.banner()
+        self.start_mcp()
         armed = False
         try:
             while not self.exit_requested:
@@ -469,7 +661,7 @@ class Session:
                 armed = False
                 if not text.strip():
                     continue
-                if commands.looks_like_command(text):
+                if commands.looks_like_command(text, self.custom_commands()):
                     try:
                         await commands.dispatch(self, text)
                     except Exception as exc:
@@ -486,28 +678,49 @@ def run_interactive(
     *,
     model: str | None = None,
     base_url: str | None = None,
-    workspace: str | Path = ".",
+    workspace: str | Path | None = None,
     permission_mode: str = "default",
     thinking: str | None = None,
     max_turns: int = 200,
     max_retries: int = 5,
     retry_base_delay: float = 1.0,
     request_timeout: float = 300.0,
+    resume: str | None = None,
+    fork: bool = False,
+    allow: Sequence[str] = (),
+    deny: Sequence[str] = (),
+    ask: Sequence[str] = (),
+    sandbox: str | None = None,
+    sandbox_network: bool | None = None,
 ) -> int:
     """Run the interactive terminal session; return the process exit code.
 
-    Configuration problems (no API key, a bad base URL) are reported in one line on stderr (exit 2).
+    `resume` continues a saved session (an id or unique prefix; `LATEST`, the empty string, for the most
+    recent one of the workspace, as `kimicode -c`), in a copy when `fork` is true. `workspace=None` is
+    the current directory, or the resumed session's own workspace. `allow`/`deny`/`ask` are permission rules
+    and `sandbox`/`sandbox_network` the bash sandbox, as for `Agent`. Configuration problems (no API
+    key, a bad base URL, an unknown session) are reported in one line on stderr (exit 2).
     """
+    if fork and resume is None:
+        sys.stderr.write("kimicode: --fork needs a session to fork (-c or -r ID)\n")
+        return 2
     options = AgentOptions(
         model=model,
         base_url=base_url,
-        workspace=Path(workspace),
+        workspace=Path(workspace) if workspace is not None else None,
         permission_mode=permission_mode,
         thinking=thinking,
         max_turns=max_turns,
         max_retries=max_retries,
         retry_base_delay=retry_base_delay,
         request_timeout=request_timeout,
+        allow=tuple(allow),
+        deny=tuple(deny),
+        ask=tuple(ask),
+        sandbox=sandbox,
+        sandbox_network=sandbox_network,
+        resume=resume,
+        fork=fork,
     )
     plain = plain_output()
     console = make_console(plain)

@@ -7,6 +7,10 @@ exact command, for commands starting with a prefix the user confirms, or for thi
 optional reason the model is told. Session rules are narrow on purpose: an exact command, or a prefix
 that only matches simple commands (no `;`, `&&`, pipes, redirections or substitutions), so approving
 `git status` never approves `git status; rm -rf ~`.
+
+Subagents started in the same step share the session's `Approver`, so several questions can arrive at
+once: they are asked one after the other (a lock), and each is checked against the session rules again
+when its turn comes, so "don't ask again" given to the first also answers the ones waiting.
 """
 
 from __future__ import annotations
@@ -327,6 +331,7 @@ class Approver:
 
     `suspend`/`resume` take the turn's live lines and key listener off the terminal while the question is
     on screen; `interrupt` is called (soon, not inside the agent's task) when the user presses Ctrl-C.
+    Questions are asked one at a time.
     """
 
     def __init__(
@@ -349,19 +354,22 @@ class Approver:
         self.interrupt = interrupt
         self.choose_fn = choose_fn
         self.ask_fn = ask_fn
+        self._lock = asyncio.Lock()
 
     def _say(self, text: str, style: str) -> None:
         self.console.print(Text(text, style=style), highlight=False)
 
     async def __call__(self, request: ApprovalRequest) -> Approval:
-        allowed_by = self.rules.match(request)
-        if allowed_by is not None:
+        if self.rules.match(request) is not None:
             return Approval(True)
-        self.suspend()
-        try:
-            return await self._ask(request)
-        finally:
-            self.resume()
+        async with self._lock:  # one question on the terminal at a time
+            if self.rules.match(request) is not None:  # allowed while this one waited
+                return Approval(True)
+            self.suspend()
+            try:
+                return await self._ask(request)
+            finally:
+                self.resume()
 
     async def _ask(self, request: ApprovalRequest) -> Approval:
         self.console.print()

@@ -1,8 +1,9 @@
 """Slash commands of the interactive session (`/help`, `/clear`, `/model`, …).
 
-Each command is an async handler taking the session and the rest of the line. Commands that depend on
-features still being built (`/compact`, `/sessions`, `/resume`) look for them at run time and say so in
-one line when they are not there yet.
+Each built-in command is an async handler taking the session and the rest of the line. Custom commands
+(Markdown files in `.kimicode/commands/` and `KIMICODE_HOME/commands/`, see `kimicode.commands`) are
+dispatched after the built-ins: their rendered text is sent as the prompt. A built-in command (or alias)
+wins over a custom command of the same name, and /help says which files are hidden that way.
 """
 
 from __future__ import annotations
@@ -11,25 +12,29 @@ import asyncio
 import difflib
 import json
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
 
 from kimicode.agent.permissions import MODES
+from kimicode.session.store import SessionError, find_session, list_sessions, one_line
 from kimicode.ui.approvals import describe_rules
-from kimicode.ui.completion import CommandInfo
-from kimicode.ui.format import tokens
+from kimicode.ui.completion import Choice, CommandInfo
+from kimicode.ui.format import money, tokens
+from kimicode.ui.toolbar import short_path
 
 if TYPE_CHECKING:
+    from kimicode.commands import CustomCommand
     from kimicode.ui.app import Session
 
 Handler = Callable[["Session", str], Awaitable[None]]
 
 EFFORTS = ("low", "high", "max")
-_COMMAND_WORD = re.compile(r"^/([A-Za-z][\w-]*)(?:\s|$)")
+_COMMAND_WORD = re.compile(r"^/([A-Za-z][\w-]*(?::[\w-]+)*)(?:\s|$)")
 
 
 @dataclass(frozen=True)
@@ -40,38 +45,78 @@ class Command:
     summary: str
     handler: Handler
     usage: str = ""
-    choices: Callable[[Session], Sequence[str]] | None = None
+    choices: Callable[[Session], Sequence[Choice]] | None = None
 
 
-def looks_like_command(text: str) -> bool:
-    """`/word …` is a command; `/usr/bin/env is broken` (a path) is a message."""
-    return _COMMAND_WORD.match(text.strip()) is not None
+def looks_like_command(text: str, custom: Mapping[str, object] | None = None) -> bool:
+    """`/word …` is a command; `/usr/bin/env is broken` (a path) is a message. `/git:commit` and any
+    name in `custom` (custom commands, which may start with a digit) are commands too."""
+    stripped = text.strip()
+    if _COMMAND_WORD.match(stripped) is not None:
+        return True
+    word = stripped[1:].split(None, 1)[0] if stripped.startswith("/") and len(stripped) > 1 else ""
+    return bool(word) and custom is not None and find_custom(custom, word) is not None
+
+
+def builtin(name: str) -> Command | None:
+    """The built-in command called `name` (or an alias of it)."""
+    name = name.lower()
+    return COMMANDS.get(name) or COMMANDS.get(ALIASES.get(name, ""))
+
+
+def find_custom(custom: Mapping[str, Any], name: str) -> Any:
+    """The custom command `name` (exact, else ignoring case), or None."""
+    if name in custom:
+        return custom[name]
+    lowered = {k.lower(): v for k, v in custom.items()}
+    return lowered.get(name.lower())
 
 
 async def dispatch(session: Session, line: str) -> None:
-    """Run the command on `line` (which `looks_like_command`)."""
+    """Run the command on `line` (which `looks_like_command`): a built-in, else a custom command."""
     stripped = line.strip()
-    name, _, arg = stripped[1:].partition(" ")
-    name = name.lower()
-    command = COMMANDS.get(name) or COMMANDS.get(ALIASES.get(name, ""))
-    if command is None:
-        close = difflib.get_close_matches(name, [*COMMANDS, *ALIASES], n=1, cutoff=0.5)
-        hint = f" Did you mean /{ALIASES.get(close[0], close[0])}?" if close else ""
-        session.say(f"Unknown command /{name}.{hint} Type /help for the list.", "yellow")
+    raw, _, arg = stripped[1:].partition(" ")
+    command = builtin(raw)
+    if command is not None:
+        await command.handler(session, arg.strip())
         return
-    await command.handler(session, arg.strip())
+    custom = session.custom_commands()
+    found: CustomCommand | None = find_custom(custom, raw)
+    if found is not None:
+        await run_custom(session, found, arg)
+        return
+    name = raw.lower()
+    close = difflib.get_close_matches(name, [*COMMANDS, *ALIASES, *custom], n=1, cutoff=0.5)
+    hint = f" Did you mean /{ALIASES.get(close[0], close[0])}?" if close else ""
+    session.say(f"Unknown command /{raw}.{hint} Type /help for the list.", "yellow")
+
+
+async def run_custom(session: Session, command: CustomCommand, arg: str) -> None:
+    """Send a custom command's text (with the arguments filled in) as the prompt."""
+    prompt = command.render(arg)
+    if not prompt.strip():
+        session.say(f"/{command.name} has no text to send ({command.path}).", "yellow")
+        return
+    await session.run_turn(prompt, echo=f"/{command.name}: {command.description or 'custom command'}")
 
 
 def command_infos(session: Session) -> dict[str, CommandInfo]:
-    """Names, summaries and argument choices for completion."""
+    """Names, summaries and argument choices for completion (custom commands too, unless hidden by a
+    built-in of the same name)."""
 
-    def choices_of(cmd: Command) -> Callable[[], Sequence[str]] | None:
+    def choices_of(cmd: Command) -> Callable[[], Sequence[Choice]] | None:
         if cmd.choices is None:
             return None
         fn = cmd.choices
         return lambda: fn(session)
 
-    return {name: CommandInfo(name, cmd.summary, choices_of(cmd)) for name, cmd in COMMANDS.items()}
+    infos = {
+        name: CommandInfo(name, f"{custom.description} ({custom.scope})".strip())
+        for name, custom in session.custom_commands().items()
+        if builtin(name) is None
+    }
+    infos.update({name: CommandInfo(name, cmd.summary, choices_of(cmd)) for name, cmd in COMMANDS.items()})
+    return infos
 
 
 # -- handlers -------------------------------------------------------------------------------------
@@ -82,7 +127,7 @@ KEYS_HELP = [
     ("Tab", "complete /commands and @paths"),
     ("@path", "attach a file (or a directory listing) to the message"),
     ("↑ ↓, Ctrl-R", "previous messages, search them"),
-    ("Shift-Tab", "cycle the permission mode: default → accept-edits → yolo"),
+    ("Shift-Tab", "cycle the permission mode: default → accept-edits → plan → yolo"),
     ("Esc, Ctrl-C", "interrupt the agent"),
     ("Ctrl-C twice, Ctrl-D", "exit"),
 ]
@@ -93,15 +138,45 @@ async def cmd_help(session: Session, arg: str) -> None:
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column()
     for cmd in COMMANDS.values():
-        table.add_row(f"/{cmd.name}" + (f" {cmd.usage}" if cmd.usage else ""), cmd.summary)
+        table.add_row(Text(f"/{cmd.name}" + (f" {cmd.usage}" if cmd.usage else "")), Text(cmd.summary))
     session.console.print(table)
     keys = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
     keys.add_column(style="bold", no_wrap=True)
     keys.add_column(style="dim")
     for key, what in KEYS_HELP:
         keys.add_row(key, what)
+    custom = session.custom_commands()
+    if custom:
+        session.console.print()
+        where = f".kimicode/commands/, {short_path(session.home / 'commands')}/"
+        session.console.print(Text(f"Custom commands ({where}):", style="bold"))
+        mine = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+        mine.add_column(style="bold cyan", no_wrap=True)
+        mine.add_column()
+        mine.add_column(style="dim")
+        hidden: list[str] = []
+        for name, mine_cmd in custom.items():
+            if builtin(name) is not None:
+                hidden.append(name)
+                continue
+            hint = f" {mine_cmd.argument_hint}" if mine_cmd.argument_hint else ""
+            mine.add_row(Text(f"/{name}{hint}"), Text(mine_cmd.description), Text(mine_cmd.scope))
+        session.console.print(mine)
+        for name in hidden:
+            session.say(
+                f"/{name} ({_shown_path(custom[name].path, session)}) is not available: the built-in /{name} "
+                "wins; rename the file to use it.",
+                "yellow",
+            )
     session.console.print()
     session.console.print(keys)
+
+
+def _shown_path(path: Path, session: Session) -> str:
+    try:
+        return path.relative_to(session.workspace).as_posix()
+    except ValueError:
+        return short_path(path, 60)
 
 
 async def cmd_exit(session: Session, arg: str) -> None:
@@ -159,9 +234,17 @@ async def cmd_permissions(session: Session, arg: str) -> None:
     explain = {
         "default": "reads run; file edits and commands ask first",
         "accept-edits": "reads and edits inside the workspace run; commands and outside edits ask",
+        "plan": "nothing is changed: reads run, edits are refused, commands ask; the agent proposes a plan",
         "yolo": "everything runs without asking",
     }
     session.say(f"Permission mode: {agent.permission_mode} ({explain.get(agent.permission_mode, '')}).")
+    configured = agent.policy.rules
+    for action in ("allow", "deny", "ask"):
+        found = getattr(configured, action)
+        if found:
+            session.say(f"Rules ({action}): " + ", ".join(str(r) for r in found), "dim")
+    if agent.sandbox is not None:
+        session.say("bash runs in the sandbox (the workspace writable, the rest read-only).", "dim")
     rules = describe_rules(session.rules)
     if rules:
         session.say("Allowed for this session:")
@@ -232,18 +315,15 @@ LABELS = {
 
 
 def breakdown_rows(session: Session) -> tuple[list[tuple[str, int]], str]:
-    """Rows of (part, tokens) and how they were obtained: the agent's context accounting when it has one,
-    else characters ÷ 4 per role."""
+    """Rows of (part, tokens) and how they were obtained: the agent's context accounting, else (if that
+    fails) characters ÷ 4 per role."""
     agent = session.agent
-    method = getattr(agent, "context_breakdown", None)
-    if callable(method):
-        try:
-            data = method().as_dict()
-            rows = [(LABELS.get(k, k.replace("_", " ")), int(v)) for k, v in data.items() if k != "total"]
-            return rows, "estimate, calibrated on the server's counts"
-        except Exception:
-            pass
-    return context_breakdown(agent.messages, agent.tools.schemas()), "estimate: characters ÷ 4"
+    try:
+        data = agent.context_breakdown().as_dict()
+        rows = [(LABELS.get(k, k.replace("_", " ")), int(v)) for k, v in data.items() if k != "total"]
+        return rows, "estimate, calibrated on the server's counts"
+    except Exception:
+        return context_breakdown(agent.messages, agent.tools.schemas()), "estimate: characters ÷ 4"
 
 
 async def cmd_context(session: Session, arg: str) -> None:
@@ -274,26 +354,38 @@ async def cmd_context(session: Session, arg: str) -> None:
 
 
 async def cmd_cost(session: Session, arg: str) -> None:
-    usage = session.agent.usage
+    agent = session.agent
+    usage = agent.usage
     prompt, completion, cached = usage["prompt_tokens"], usage["completion_tokens"], usage["cached_tokens"]
     share = f" ({100 * cached / prompt:.0f}% of input)" if prompt else ""
     session.say(
-        f"This session: {prompt:,} input tokens, of which {cached:,} cached{share}; {completion:,} output tokens."
+        f"This session: {prompt:,} input tokens, of which {cached:,} cached{share}; {completion:,} output tokens "
+        "(subagents included)."
     )
-    session.say("Cost: not shown; prices are not configured yet.", "dim")
+    cost = session.cost()
+    name = agent.model_config.name
+    if cost is None:
+        session.say(
+            f"Cost: not shown; prices are not configured for {name} "
+            "(add prices = { input = …, cached_input = …, output = … } to its [models] table in config.toml).",
+            "dim",
+        )
+        return
+    prices = agent.model_config.prices
+    rates = ", ".join(
+        f"{label} ${prices[key]:g}" for key, label in
+        (("input", "input"), ("cached_input", "cached input"), ("output", "output")) if key in prices
+    )  # fmt: skip
+    session.say(f"Cost: about {money(cost)} ({name} prices per million tokens: {rates}).")
 
 
 async def cmd_compact(session: Session, arg: str) -> None:
     agent = session.agent
-    compact = getattr(agent, "compact", None)
-    if not callable(compact):
-        session.say("/compact is not available in this build yet.", "yellow")
-        return
     session.say("Compacting the conversation… (Esc or Ctrl-C cancels)", "dim")
-    previous = getattr(agent, "on_event", None)
+    previous = agent.on_event
     agent.on_event = session.on_side_event
     try:
-        outcome = await session.run_cancellable(compact(arg or None))
+        outcome = await session.run_cancellable(agent.compact(arg or None))
     except asyncio.CancelledError:
         session.say("Compaction cancelled; the conversation is unchanged.", "yellow")
         return
@@ -305,59 +397,85 @@ async def cmd_compact(session: Session, arg: str) -> None:
     if outcome is None:
         session.say("Nothing to compact yet.")
         return
-    before, after = getattr(outcome, "tokens_before", 0), getattr(outcome, "tokens_after", 0)
-    folded = getattr(outcome, "summarized", 0)
-    session.say(f"Compacted {folded} messages into a summary: ~{tokens(before)} → ~{tokens(after)} tokens.", "green")
-    if getattr(outcome, "fallback", False):
+    before, after = outcome.tokens_before, outcome.tokens_after
+    session.say(
+        f"Compacted {outcome.summarized} messages into a summary: ~{tokens(before)} → ~{tokens(after)} tokens.",
+        "green",
+    )
+    if outcome.fallback:
         session.say(
-            f"The summary request failed ({getattr(outcome, 'error', '') or 'no details'}); "
-            "a simpler summary was kept instead.",
+            f"The summary request failed ({outcome.error or 'no details'}); a simpler summary was kept instead.",
             "yellow",
         )
 
 
-def _session_lister() -> Callable[..., Any] | None:
+SESSIONS_SHOWN = 20
+
+
+def _sessions(session: Session) -> list[Any]:
+    """The saved sessions of this workspace, most recently used first."""
+    return list_sessions(session.agent.home, workspace=session.workspace)[:SESSIONS_SHOWN]
+
+
+def session_choices(session: Session) -> list[Choice]:
+    """Session ids for `/resume` completion, each with its first prompt."""
     try:
-        from kimicode.session import log
-    except ImportError:
-        return None
-    for name in ("list_sessions", "sessions"):
-        fn: Callable[..., Any] | None = getattr(log, name, None)
-        if callable(fn):
-            return fn
-    return None
+        found = _sessions(session)
+    except OSError:
+        return []
+    return [(info.id, one_line(info.first_prompt, 40) or "(no prompt)") for info in found]
 
 
 async def cmd_sessions(session: Session, arg: str) -> None:
-    lister = _session_lister()
-    if lister is None:
-        session.say("/sessions is not available in this build yet.", "yellow")
-        return
     try:
-        items = list(lister(session.home / "sessions"))
-    except Exception as exc:
-        session.say(f"Could not list sessions: {exc}", "red")
+        items = _sessions(session)
+    except OSError as exc:
+        session.say(f"Could not list sessions: {exc.strerror or exc}", "red")
         return
     if not items:
-        session.say("No saved sessions.")
+        session.say(f"No saved sessions in {session.workspace}.")
         return
-    for item in items[:20]:
-        session.say(f"  {item}")
+    table = Table(box=None, padding=(0, 2, 0, 0), title_justify="left",
+                  title=f"Sessions of {session.workspace}, most recent first")  # fmt: skip
+    table.add_column("id", no_wrap=True)
+    table.add_column("started", no_wrap=True)
+    table.add_column("prompts", justify="right")
+    table.add_column("first prompt")
+    current = session.agent.session_id
+    for info in items:
+        mark = " ◀ current" if info.id == current else ""
+        table.add_row(
+            Text(info.id, style="bold cyan" if mark else "cyan"),
+            info.started.astimezone().strftime("%Y-%m-%d %H:%M"),
+            str(info.turns),
+            one_line(info.first_prompt, 60) + mark,
+        )
+    session.console.print(table)
+    session.say("/resume ID (or a unique prefix) switches to one; `kimicode sessions list` shows all.", "dim")
 
 
 async def cmd_resume(session: Session, arg: str) -> None:
-    if not callable(getattr(type(session.agent), "resume", None)):
-        session.say("/resume is not available in this build yet.", "yellow")
-        return
     if not arg:
-        session.say("Usage: /resume SESSION_ID (see /sessions).", "yellow")
+        await cmd_sessions(session, "")
         return
     try:
-        await session.resume_session(arg)
-    except Exception as exc:
+        target = find_session(session.agent.home, arg).stem
+    except SessionError as exc:
         session.say(f"Could not resume {arg}: {exc}", "red")
         return
-    session.say(f"Resumed session {session.agent.session_id} ({len(session.agent.messages)} messages).", "green")
+    if target == session.agent.session_id:
+        session.say(f"Already in session {target}.")
+        return
+    try:
+        await session.resume_session(target)
+    except ValueError as exc:  # SessionError, or settings the session can't be resumed with
+        session.say(f"Could not resume {arg}: {exc}", "red")
+        return
+    except Exception as exc:
+        session.say(f"Could not resume {arg}: {type(exc).__name__}: {exc}", "red")
+        return
+    session.show_recap()
+    session.note_once(session.agent.resume_warning)
 
 
 async def cmd_init(session: Session, arg: str) -> None:
@@ -380,7 +498,7 @@ COMMANDS: dict[str, Command] = {
         Command("clear", "start a new session (the conversation is forgotten)", cmd_clear),
         Command("compact", "summarise the conversation to free context", cmd_compact, "[instructions]"),
         Command("context", "what fills the context window", cmd_context),
-        Command("cost", "tokens used this session", cmd_cost),
+        Command("cost", "tokens used and cost of this session", cmd_cost),
         Command("model", "show or switch the model", cmd_model, "[name]"),
         Command("thinking", "reasoning effort", cmd_thinking, "low|high|max", lambda s: EFFORTS),
         Command(
@@ -393,8 +511,8 @@ COMMANDS: dict[str, Command] = {
         Command(
             "reasoning", "show or hide the model's reasoning", cmd_reasoning, "show|hide", lambda s: ("show", "hide")
         ),
-        Command("sessions", "list saved sessions", cmd_sessions),
-        Command("resume", "continue a saved session", cmd_resume, "[id]"),
+        Command("sessions", "list the saved sessions of this workspace", cmd_sessions),
+        Command("resume", "switch to a saved session", cmd_resume, "[id]", session_choices),
         Command("init", "have the agent write AGENTS.md for this repository", cmd_init, "[notes]"),
         Command("exit", "leave kimicode", cmd_exit),
     )

@@ -5,6 +5,9 @@ The workspace's files are listed once, in a background thread, with ripgrep (`rg
 the list is cached and refreshed after each turn. Matching a query against 100k paths is a substring
 scan over pre-lowercased strings (a few milliseconds), with a subsequence match as a fallback, and runs
 in prompt_toolkit's completion thread so typing never waits for it.
+
+A mentioned image (`@shot.png`) is not inlined: it is returned as an `image` attachment, which the
+session sends as an image part of the message.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
@@ -178,13 +182,17 @@ class FileIndex:
         return [p for _, _, p in best]
 
 
+Choice = str | tuple[str, str]
+"""An argument choice: the text, or (text, a short description shown next to it)."""
+
+
 @dataclass(frozen=True)
 class CommandInfo:
     """What completion needs to know about a slash command."""
 
     name: str
     summary: str
-    choices: Callable[[], Sequence[str]] | None = None
+    choices: Callable[[], Sequence[Choice]] | None = None
 
 
 def quote_path(path: str) -> str:
@@ -224,8 +232,9 @@ class PromptCompleter(Completer):
         if target is None or target.choices is None or " " in arg:
             return
         for choice in target.choices():
-            if choice.startswith(arg):
-                yield Completion(choice, start_position=-len(arg))
+            value, meta = (choice, "") if isinstance(choice, str) else choice
+            if value.startswith(arg):
+                yield Completion(value, start_position=-len(arg), display_meta=meta or None)
 
 
 # -- attaching mentioned files ------------------------------------------------------------------------
@@ -236,10 +245,22 @@ _TRAILING = ",.;:!?)]}'\""
 
 @dataclass(frozen=True)
 class Attachment:
+    """A mentioned path: a file or directory listing appended to the message, or an image to send."""
+
     path: str
     chars: int
     lines: int
     note: str = ""
+    kind: Literal["file", "directory", "image"] = "file"
+    resolved: Path | None = None
+    """The path on disk (images are read from it when the message is sent)."""
+
+
+def is_image_file(path: Path) -> bool:
+    """An image the model can be sent (by its suffix: PNG, JPEG, GIF, WebP)."""
+    from kimicode.tools.images import is_image_path
+
+    return path.is_file() and is_image_path(path)
 
 
 def _resolve_mention(raw: str, workspace: Path) -> tuple[str, Path] | None:
@@ -261,7 +282,8 @@ def expand_mentions(
 ) -> tuple[str, list[Attachment]]:
     """Append the content of every `@file` mentioned in `text` (within `cap` characters in total).
 
-    Directories are attached as a listing of their files. Unknown paths are left as plain text.
+    Directories are attached as a listing of their files. Images are not appended: they come back as
+    attachments of kind `image` for the caller to send. Unknown paths are left as plain text.
     """
     blocks: list[str] = []
     attached: list[Attachment] = []
@@ -276,6 +298,9 @@ def expand_mentions(
         if real in seen:
             continue
         seen.add(real)
+        if is_image_file(path):
+            attached.append(Attachment(shown, 0, 0, "image", "image", path))
+            continue
         if path.is_dir():
             body, note = _listing(path, workspace, index)
         else:
@@ -288,11 +313,11 @@ def expand_mentions(
             )
             note = note or f"cut to {budget} characters"
         budget = max(0, budget - len(body))
-        kind = "directory" if path.is_dir() else "file"
+        kind: Literal["file", "directory"] = "directory" if path.is_dir() else "file"
         blocks.append(f'<{kind} path="{shown.rstrip("/")}">\n{body}\n</{kind}>')
-        attached.append(Attachment(shown, len(body), body.count("\n") + 1 if body else 0, note))
+        attached.append(Attachment(shown, len(body), body.count("\n") + 1 if body else 0, note, kind, path))
     if not blocks:
-        return text, []
+        return text, attached
     return text + "\n\n" + "\n\n".join(blocks), attached
 
 

@@ -1,4 +1,4 @@
-"""Small formatting helpers shared by the terminal views: tool-call lines, diffs, token counts."""
+"""Small formatting helpers shared by the terminal views: tool-call lines, diffs, token counts, money."""
 
 from __future__ import annotations
 
@@ -20,6 +20,24 @@ def tokens(n: int) -> str:
     if n < 1_000_000:
         return f"{n // 1000}k"
     return f"{n / 1_000_000:.1f}M"
+
+
+def money(dollars: float) -> str:
+    """A cost in dollars with enough digits to move: $0.0042, $0.042, $4.20."""
+    if dollars >= 1:
+        return f"${dollars:,.2f}"
+    if dollars >= 0.01:
+        return f"${dollars:.3f}"
+    return f"${dollars:.4f}"
+
+
+def human_bytes(n: int) -> str:
+    """A file size: 512 B, 12 KB, 3.4 MB."""
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.0f} KB"
+    return f"{n / (1024 * 1024):.1f} MB"
 
 
 def one_line(text: str, limit: int = 120) -> str:
@@ -49,6 +67,12 @@ def describe_call(name: str, args: Mapping[str, Any], limit: int = 160) -> str:
         return f"write_file {path} ({lines} line{'s' if lines != 1 else ''})"
     if name == "edit_file" and isinstance(path, str):
         return f"edit_file {path}" + (" (all occurrences)" if args.get("replace_all") else "")
+    if name == "todo_write" and isinstance(args.get("todos"), list):
+        n = len(args["todos"])
+        return f"todo_write ({n} task{'s' if n != 1 else ''})"
+    description = args.get("description")
+    if name == "task" and isinstance(description, str):
+        return f"task: {one_line(description, limit)}"
     command = args.get("command")
     if isinstance(command, str):
         return f"{name}: {one_line(command, limit)}"

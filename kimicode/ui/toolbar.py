@@ -1,4 +1,5 @@
-"""The bottom toolbar under the prompt: model and effort, context use, cache share, mode, workspace, branch.
+"""The bottom toolbar under the prompt: model and effort, context use, cache share, cost (when the model
+has prices), MCP servers (when configured), permission mode, workspace, branch.
 
 Redrawn on every keystroke, so it only formats numbers kept up to date by the turn's events; the git
 branch is read from `.git/HEAD` and cached until that file changes (one `stat` per redraw, no process).
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimicode.agent.events import ContextUpdated, Event, UsageUpdated
-from kimicode.ui.format import tokens
+from kimicode.ui.format import money, tokens
 
 
 class GitBranch:
@@ -91,6 +92,19 @@ class Stats:
         self.context_estimated = True
 
 
+@dataclass(frozen=True)
+class McpStatus:
+    """How many MCP servers are ready and failed (failed or timed out) of the configured ones."""
+
+    ready: int
+    failed: int
+    total: int
+
+    @property
+    def starting(self) -> bool:
+        return self.ready + self.failed < self.total
+
+
 def short_path(path: Path, width: int = 40) -> str:
     """`~/src/project`, or `…/deep/project` when longer than `width`."""
     text = str(path)
@@ -112,8 +126,14 @@ def toolbar_fragments(
     mode: str,
     workspace: Path,
     branch: str | None,
+    cost: float | None = None,
+    mcp: McpStatus | None = None,
 ) -> list[tuple[str, str]]:
-    """Formatted-text fragments (style, text) for prompt_toolkit's bottom toolbar."""
+    """Formatted-text fragments (style, text) for prompt_toolkit's bottom toolbar.
+
+    `cost` (dollars, None when the model has no prices) and `mcp` (None without servers) are shown only
+    when known.
+    """
     used = stats.context_used if not stats.context_estimated else estimate
     window = window or stats.context_window or 1
     pct = 100 * used / window
@@ -128,7 +148,19 @@ def toolbar_fragments(
     if stats.last_prompt_tokens:
         share = 100 * stats.last_cached_tokens / stats.last_prompt_tokens
         out += [("class:toolbar.sep", " │ "), ("", f"cached {share:.0f}%")]
-    mode_style = {"yolo": "class:toolbar.yolo", "accept-edits": "class:toolbar.edits"}.get(mode, "")
+    if cost is not None:
+        out += [("class:toolbar.sep", " │ "), ("", money(cost))]
+    if mcp is not None and mcp.total:
+        if mcp.starting:
+            out += [("class:toolbar.sep", " │ "), ("class:toolbar.dim", f"mcp {mcp.ready}/{mcp.total}…")]
+        else:
+            style = "class:toolbar.warn" if mcp.failed else ""
+            out += [("class:toolbar.sep", " │ "), (style, f"mcp {mcp.ready}/{mcp.total}")]
+    mode_style = {
+        "yolo": "class:toolbar.yolo",
+        "accept-edits": "class:toolbar.edits",
+        "plan": "class:toolbar.plan",
+    }.get(mode, "")
     out += [
         ("class:toolbar.sep", " │ "),
         (mode_style, f"⏵ {mode}"),

@@ -2,7 +2,8 @@
 
 One `TurnView` per turn. Answers stream as Markdown (`MarkdownStream`), reasoning streams dimmed under a
 header or is summarised by a `thinking… 12s` status, each tool call is one line plus a short result, and
-retries, notices and errors are one line each. In plain mode (no terminal, `TERM=dumb`, `NO_COLOR`)
+retries, notices and errors are one line each; a todo_write result is a checklist and a subagent's result
+one line. In plain mode (no terminal, `TERM=dumb`, `NO_COLOR`)
 nothing is redrawn: text is written through without escape codes.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +34,16 @@ from kimicode.agent.events import (
     TurnFinished,
     UsageUpdated,
 )
-from kimicode.ui.format import describe_call, diff_text, elapsed, one_line, tail
+from kimicode.context.compact import is_summary
+from kimicode.ui.format import describe_call, diff_text, elapsed, one_line, tail, tokens
 from kimicode.ui.render import LiveRegion, MarkdownStream, TextStream, render_ansi
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+TODO_MARKS = {"pending": ("☐", ""), "in_progress": ("◐", "bold"), "done": ("☑", "dim")}
+"""The mark and style of a task per status."""
+TODO_SHOWN = 20
+"""Tasks listed at most; the rest are counted."""
 
 ERROR_HINTS = {
     "auth": "Fix it, then restart kimicode (the key is read at start).",
@@ -326,7 +333,13 @@ class TurnView:
             return
         self._header(call.name, call.args, ev.call_id)
         execute = self.tool_kind(ev.name) == "execute"
-        if ev.is_error and not (execute and ev.summary):
+        display = ev.display or {}
+        todos, subagent = display.get("todos"), display.get("subagent")
+        if isinstance(todos, list) and not ev.is_error:
+            self.print(todo_checklist(todos))
+        elif isinstance(subagent, Mapping):
+            self.print(subagent_line(subagent, ev.is_error))
+        elif ev.is_error and not (execute and ev.summary):
             text = ev.content[len("Error: ") :] if ev.content.startswith("Error: ") else ev.content
             self.print(Text(f"  ⎿ ✗ {one_line(text, 300)}", style="red"))
         else:
@@ -384,3 +397,103 @@ class TurnView:
             self.print(Text(f"  {hint}", style="dim"))
         if self.live is not None:
             self.live.clear()
+
+
+def todo_checklist(items: Sequence[Any], indent: str = "  ⎿ ", more: str = "    ") -> Text:
+    """The task list of a todo_write result: ☐ pending, ◐ in progress (bold), ☑ done (dimmed)."""
+    out = Text()
+    if not items:
+        out.append(f"{indent}(the task list is empty)", style="dim")
+        return out
+    for n, item in enumerate(items[:TODO_SHOWN]):
+        entry = item if isinstance(item, Mapping) else {}
+        mark, style = TODO_MARKS.get(str(entry.get("status", "pending")), TODO_MARKS["pending"])
+        if n:
+            out.append("\n")
+        out.append(indent if n == 0 else more)
+        out.append(f"{mark} {one_line(str(entry.get('content', '')), 200)}", style=style)
+    if len(items) > TODO_SHOWN:
+        out.append(f"\n{more}… {len(items) - TODO_SHOWN} more", style="dim")
+    return out
+
+
+def subagent_line(info: Mapping[str, Any], is_error: bool) -> Text:
+    """One line for a finished subagent (task): its status, steps, time and tokens."""
+    status = str(info.get("status", "done"))
+    parts = [status if not is_error else f"✗ {status}"]
+    steps = info.get("steps")
+    if isinstance(steps, int):
+        parts.append(f"{steps} step{'s' if steps != 1 else ''}")
+    seconds = info.get("seconds")
+    if isinstance(seconds, int | float):
+        parts.append(f"{seconds:.1f}s")
+    usage = info.get("usage")
+    if isinstance(usage, Mapping):
+        used = int(usage.get("prompt_tokens", 0) or 0) + int(usage.get("completion_tokens", 0) or 0)
+        if used:
+            parts.append(f"{tokens(used)} tokens")
+    return Text("  ⎿ " + " · ".join(parts), style="red" if is_error or status != "success" else "dim")
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+    return ""
+
+
+_ATTACHED = re.compile(r"\n\n<(?:file|directory) path=\"", re.S)
+
+
+def _is_prompt(msg: Mapping[str, Any]) -> bool:
+    """A user message the user typed (not a compaction summary or the images of a tool step)."""
+    if msg.get("role") != "user":
+        return False
+    text = _content_text(msg.get("content"))
+    return not is_summary(msg) and not text.startswith("[Images returned by")
+
+
+def last_exchange(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None, int]:
+    """The last prompt the user typed (without attached files), the assistant's last answer after it,
+    and the number of prompts in the history."""
+    prompts = [i for i, m in enumerate(messages) if _is_prompt(m)]
+    if not prompts:
+        return None, None, 0
+    last = prompts[-1]
+    prompt = _ATTACHED.split(_content_text(messages[last].get("content")), 1)[0]
+    answer = None
+    for msg in messages[last + 1 :]:
+        if msg.get("role") == "assistant":
+            text = _content_text(msg.get("content")).strip()
+            if text:
+                answer = text
+    return prompt, answer, len(prompts)
+
+
+def recap(messages: Sequence[Mapping[str, Any]], head: str, width: int = 100, lines: int = 4) -> list[Text]:
+    """What a resumed session shows: `head` with the number of prompts, the last prompt and the start of
+    the last answer (`lines` lines each at most)."""
+    prompt, answer, turns = last_exchange(messages)
+    out = [Text(f"{head} ({turns} prompt{'s' if turns != 1 else ''} so far)", style="green")]
+    if prompt is None:
+        out.append(Text("  (no messages yet)", style="dim"))
+        return out
+    cut = max(20, width - 6)
+
+    def block(text: str, first: str, style: str) -> Text:
+        rows = [r for r in text.strip().splitlines() if r.strip()] or [""]
+        shown = [r if len(r) <= cut else r[: cut - 1] + "…" for r in rows[:lines]]
+        body = Text()
+        for n, row in enumerate(shown):
+            body.append(("\n    " if n else first) + row, style=style)
+        if len(rows) > lines:
+            body.append(f"\n    … {len(rows) - lines} more lines", style="dim")
+        return body
+
+    out.append(block(prompt, "  › ", "bold"))
+    if answer is None:
+        out.append(Text("  (no answer to it yet)", style="dim"))
+    else:
+        out.append(block(answer, "  ● ", ""))
+    return out
