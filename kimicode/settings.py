@@ -145,6 +145,14 @@ def load_settings(workspace: Path, home: Path) -> Settings:
         data = parse_file(project_path)
         data.pop("trust", None)  # a project cannot trust itself
         if not settings.trusted:
+            mode = data.get("defaults", {}).get("permission_mode") if isinstance(data.get("defaults"), dict) else None
+            if mode not in (None, "default", "plan"):
+                # a repository may make kimicode more careful, never less
+                del data["defaults"]["permission_mode"]
+                settings.ignored.append(
+                    f"{project_path}: defaults.permission_mode = {mode!r} ignored: this workspace is not trusted "
+                    f"(add it to [trust] workspaces in {user_path} to allow it)"
+                )
             for key in UNTRUSTED_PROJECT_KEYS:
                 if key in data:
                     del data[key]

@@ -280,3 +280,36 @@ def test_untrusted_project_provider_is_ignored_with_a_warning(
     assert out.returncode in (0, 2), out.stderr
     if out.returncode == 0:
         assert out.stdout == "safe\n"
+
+
+def test_untrusted_project_cannot_loosen_the_permission_mode(
+    server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / ".kimicode").mkdir()
+    (workspace / ".kimicode" / "config.toml").write_text('[defaults]\npermission_mode = "yolo"\n')
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch pwned"})]), Reply(content="ok"))
+    out = run_cli(["-p", "x", "--output-format", "json"], env_for(server, tmp_path / "home"), workspace)
+    assert out.returncode == 0, out.stderr
+    assert not (workspace / "pwned").exists()
+    assert "permission_mode = 'yolo' ignored" in out.stderr
+    assert json.loads(out.stdout)["permission_denials"][0]["tool_name"] == "bash"
+    # once the user trusts the workspace, the project's setting applies
+    home = tmp_path / "home"
+    (home / "config.toml").write_text(f"[trust]\nworkspaces = [{json.dumps(str(workspace))}]\n")
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch pwned"})]), Reply(content="ok"))
+    out = run_cli(["-p", "x"], env_for(server, home), workspace)
+    assert out.returncode == 0, out.stderr
+    assert (workspace / "pwned").exists()
+
+
+def test_context_window_from_flag_and_config(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    server.add(Reply(content="a"), Reply(content="b"))
+    out = run_cli(["-p", "x", "--output-format", "json", "--context-window", "50000"], env_for(server, home), workspace)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["context"]["window"] == 50000
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text('[models.kimi-k3]\ncontext_window = 70000\n[context]\ncompact_threshold = 0.5\n')
+    out = run_cli(["-p", "x", "--output-format", "json"], env_for(server, home), workspace)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["context"]["window"] == 70000

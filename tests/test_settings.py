@@ -47,3 +47,16 @@ def test_errors_name_file_line_and_key(tmp_path: Path, text: str, needle: str) -
         load_settings(tmp_path, tmp_path / "home")
     assert str(tmp_path / "home" / "config.toml") in str(info.value)
     assert needle in str(info.value)
+
+
+def test_agent_takes_context_settings_from_config_and_arguments_win(tmp_path: Path) -> None:
+    from kimicode import Agent
+
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    ws.mkdir()
+    write(home / "config.toml",
+          "[context]\ncompact_threshold = 0.5\nprune_threshold = 0.4\ntool_output_cap_tokens = 999\n")
+    agent = Agent(api_key="k", workspace=ws, home=home, persist=False, prune_threshold=0.3)
+    assert agent.context.settings.compact_threshold == 0.5
+    assert agent.context.settings.prune_threshold == 0.3
+    assert agent.context.settings.tool_output_tokens == 999

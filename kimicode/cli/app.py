@@ -7,11 +7,14 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from kimicode._version import __version__
+from kimicode.cli.config_cmd import config_app
+from kimicode.cli.mcp_cmd import mcp_app
+from kimicode.cli.sessions import sessions_app
 
 app = typer.Typer(
     name="kimicode",
@@ -40,7 +43,13 @@ class Thinking(StrEnum):
 class PermissionModeOpt(StrEnum):
     default = "default"
     accept_edits = "accept-edits"
+    plan = "plan"
     yolo = "yolo"
+
+
+class SandboxOpt(StrEnum):
+    off = "off"
+    workspace_write = "workspace-write"
 
 
 def _version(value: bool) -> None:
@@ -79,13 +88,44 @@ def main(
         PermissionModeOpt, typer.Option("--permission-mode", help="What may run without asking.")
     ] = PermissionModeOpt.default,
     yolo: Annotated[bool, typer.Option("--yolo", help="Shorthand for --permission-mode yolo.")] = False,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option("--allow", metavar="RULE", help="Run matching calls without asking, e.g. 'bash(git diff*)', "
+                     "'edit(src/**)' (repeatable)."),
+    ] = None,
+    deny: Annotated[
+        list[str] | None,
+        typer.Option("--deny", metavar="RULE", help="Never run matching calls, e.g. 'bash(rm*)' (repeatable)."),
+    ] = None,
+    sandbox: Annotated[
+        SandboxOpt | None,
+        typer.Option("--sandbox", help="workspace-write: run bash in a bubblewrap sandbox (Linux), the workspace "
+                     "writable, the rest read-only, no network."),
+    ] = None,
+    sandbox_network: Annotated[
+        bool, typer.Option("--sandbox-network", help="Allow network access inside the sandbox.")
+    ] = False,
     max_retries: Annotated[
         int, typer.Option("--max-retries", min=0, help="Retries of transient API failures.")
     ] = 5,
     request_timeout: Annotated[
         float, typer.Option("--request-timeout", min=1, help="Seconds to wait for the server or its next chunk.")
     ] = 300.0,
+    context_window: Annotated[
+        int | None,
+        typer.Option("--context-window", min=1024, help="Context window in tokens (default: the model's)."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show progress on stderr.")] = False,
+    continue_: Annotated[
+        bool, typer.Option("-c", "--continue", help="Continue the latest session of this workspace.")
+    ] = False,
+    resume: Annotated[
+        str | None,
+        typer.Option("-r", "--resume", metavar="[ID]", help="Resume a session by id (no id: pick one in a terminal)."),
+    ] = None,
+    fork: Annotated[
+        bool, typer.Option("--fork", help="With -c/-r: continue in a new session, leaving the original as it is.")
+    ] = False,
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
@@ -100,10 +140,53 @@ def main(
     if not workspace.is_dir():
         raise fail(f"-C/--cwd: not a directory: {workspace}")
     mode = "yolo" if yolo else permission_mode.value
+    confinement: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "allow": tuple(allow or ()),
+            "deny": tuple(deny or ()),
+            "sandbox": sandbox.value if sandbox is not None else None,
+            "sandbox_network": True if sandbox_network else None,
+        }.items()
+        if v not in ((), None)
+    }
+    from kimicode.cli.config_cmd import config_defaults
+
+    try:  # [defaults] from the configuration files, for the options not given
+        mode, max_turns, max_retries, request_timeout = config_defaults(
+            ctx, workspace, mode, max_turns, max_retries, request_timeout
+        )
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    from kimicode.cli.sessions import agent_factory, resume_target
+
+    try:
+        target = resume_target(continue_=continue_, resume=resume, fork=fork, workspace=workspace)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
 
     if prompt is None:
         if sys.stdin.isatty() and sys.stdout.isatty():
-            raise fail("the interactive terminal is not available in this build yet; run a task with -p PROMPT")
+            from kimicode.ui.app import run_interactive
+
+            raise typer.Exit(
+                run_interactive(
+                    resume=target,
+                    fork=fork,
+                    **confinement,
+                    model=model,
+                    base_url=base_url,
+                    # without -C a resumed session keeps its own workspace
+                    workspace=workspace if cwd is not None or target is None else None,
+                    permission_mode=mode,
+                    thinking=thinking.value if thinking else None,
+                    max_turns=max_turns,
+                    max_retries=max_retries,
+                    retry_base_delay=float(os.environ.get("KIMICODE_RETRY_BASE_DELAY", "1.0")),
+                    request_timeout=request_timeout,
+                    context_window=context_window,
+                )
+            )
         raise fail("no prompt: pass -p PROMPT (or -p - to read it from stdin)")
     if prompt == "-":
         prompt = read_all_stdin()
@@ -114,11 +197,10 @@ def main(
     if not prompt.strip():
         raise fail("the prompt is empty")
 
-    from kimicode.agent.core import Agent
     from kimicode.cli.headless import Printer, run_headless
 
     try:
-        agent = Agent(
+        agent = agent_factory(target, fork, workspace_given=cwd is not None)(
             model=model,
             base_url=base_url,
             workspace=workspace,
@@ -128,19 +210,30 @@ def main(
             max_retries=max_retries,
             retry_base_delay=float(os.environ.get("KIMICODE_RETRY_BASE_DELAY", "1.0")),
             request_timeout=request_timeout,
+            context_window=context_window,
             headless=True,
+            **confinement,
         )
     except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
+    if agent.resume_warning and not verbose:  # --verbose shows it as a notice
+        typer.echo(f"kimicode: warning: {agent.resume_warning}", err=True)
     printer = Printer(output_format.value, include_partial=include_partial, verbose=verbose)
     code = asyncio.run(run_headless(agent, prompt, printer))
     raise typer.Exit(code)
 
 
+app.add_typer(sessions_app, name="sessions")
+app.add_typer(config_app, name="config")
+app.add_typer(mcp_app, name="mcp")
+
+
 def run_app() -> None:
     """Run the application, turning unexpected exceptions into a one-line error and exit 1."""
+    from kimicode.cli.sessions import optional_resume_value
+
     try:
-        app()
+        app(args=optional_resume_value(sys.argv[1:]))
     except KeyboardInterrupt:
         sys.stderr.write("kimicode: interrupted\n")
         raise SystemExit(130) from None

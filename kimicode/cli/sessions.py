@@ -37,6 +37,7 @@ PICK = ""
 _VALUE_OPTIONS = {
     "-p", "--print", "--output-format", "-m", "--model", "--base-url", "--thinking", "--max-turns",
     "-C", "--cwd", "--permission-mode", "--max-retries", "--request-timeout", "--allow", "--deny", "--sandbox",
+    "--context-window",
 }  # fmt: skip
 """Options of the main command that take a value (which may itself look like `-r`)."""
 

@@ -76,6 +76,8 @@ class ClientConfig:
     """Force the name under which reasoning is sent back (else: the name the server uses)."""
     extra_headers: dict[str, str] = field(default_factory=dict)
     extra_body: dict[str, Any] = field(default_factory=dict)
+    key_source: str | None = None
+    """Where the API key came from (an environment variable's name, or `argument`): named in 401 errors."""
 
 
 class ChatClient:
@@ -207,7 +209,7 @@ class ChatClient:
                 },
             )
         except openai.APIStatusError as exc:
-            raise _from_status_error(exc) from None
+            raise _from_status_error(exc, self.config.key_source) from None
         except openai.APITimeoutError:
             raise LLMError(
                 f"the server did not answer within {self.config.timeout:g} s", "transient"
@@ -280,7 +282,7 @@ def _cause(exc: BaseException) -> str:
     return text
 
 
-def _from_status_error(exc: openai.APIStatusError) -> LLMError:
+def _from_status_error(exc: openai.APIStatusError, key_source: str | None = None) -> LLMError:
     body = exc.body
     message = exc.message
     error_type: str | None = None
@@ -291,7 +293,7 @@ def _from_status_error(exc: openai.APIStatusError) -> LLMError:
             etype = err.get("type") or err.get("code")
             error_type = str(etype) if etype else None
     headers = dict(exc.response.headers.items()) if exc.response is not None else {}
-    return classify_status(exc.status_code, message, error_type, headers)
+    return classify_status(exc.status_code, message, error_type, headers, key_source=key_source)
 
 
 def _from_stream_error(err: Any) -> LLMError:

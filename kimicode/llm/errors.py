@@ -40,9 +40,17 @@ class LLMError(Exception):
 
 
 def classify_status(
-    status: int, message: str, error_type: str | None, headers: dict[str, str] | None = None
+    status: int,
+    message: str,
+    error_type: str | None,
+    headers: dict[str, str] | None = None,
+    *,
+    key_source: str | None = None,
 ) -> LLMError:
-    """Turn an HTTP error response into an LLMError with a kind and a message that says what to do."""
+    """Turn an HTTP error response into an LLMError with a kind and a message that says what to do.
+
+    `key_source` (the environment variable the key came from, or `argument`) is named in a 401's hint.
+    """
     lowered = f"{message} {error_type or ''}".lower()
     retry_after = parse_retry_after(headers or {})
     prefix = f"HTTP {status}" + (f" {error_type}" if error_type else "")
@@ -56,11 +64,14 @@ def classify_status(
             )
         return LLMError(f"{prefix}: {message}", "transient", status, retry_after, error_type)
     if status in (401, 403):
-        hint = (
-            "check the API key (KIMI_API_KEY, MOONSHOT_API_KEY or OPENAI_API_KEY) and the base URL"
-            if status == 401
-            else "the key is not allowed to use this model or the account is suspended / out of balance"
-        )
+        if status == 403:
+            hint = "the key is not allowed to use this model or the account is suspended / out of balance"
+        elif key_source == "argument":
+            hint = "check the API key passed to kimicode and the base URL"
+        elif key_source:
+            hint = f"check the API key in {key_source} and the base URL"
+        else:
+            hint = "check the API key (KIMI_API_KEY, MOONSHOT_API_KEY or OPENAI_API_KEY) and the base URL"
         return LLMError(f"{prefix}: {message} ({hint})", "auth", status, error_type=error_type)
     if status in (408, 409, 425, 500, 502, 503, 504, 520, 522, 524, 529) or status >= 500:
         return LLMError(f"{prefix}: {message}", "transient", status, retry_after, error_type)

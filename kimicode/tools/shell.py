@@ -14,14 +14,23 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+from kimicode.tools.sandbox import Sandbox
 
-__all__ = ["BASH", "SECRET_ENV_NAMES", "SECRET_ENV_SUFFIXES", "OutputBuffer", "run_shell", "scrub_env"]
+__all__ = [
+    "BASH",
+    "SECRET_ENV_NAMES",
+    "SECRET_ENV_SUFFIXES",
+    "OutputBuffer",
+    "bash_tool",
+    "run_shell",
+    "scrub_env",
+]
 
 SECRET_ENV_NAMES: Final = frozenset(
     {
@@ -63,9 +72,17 @@ def _is_secret(name: str) -> bool:
     return upper in SECRET_ENV_NAMES or upper.endswith(SECRET_ENV_SUFFIXES)
 
 
-def scrub_env(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy of `env` without API keys, tokens, secrets and passwords."""
-    return {k: v for k, v in env.items() if not _is_secret(k)}
+def scrub_env(
+    env: Mapping[str, str], *, names: Iterable[str] = (), values: Iterable[str] = ()
+) -> dict[str, str]:
+    """A copy of `env` without API keys, tokens, secrets and passwords.
+
+    `names` adds variables to drop (e.g. the `api_key_env` of each configured provider) and `values`
+    drops any variable holding one of these values (the API key in use, whatever variable holds it).
+    """
+    extra = {n.upper() for n in names}
+    secrets = {v for v in values if v and len(v) >= 8}
+    return {k: v for k, v in env.items() if not (_is_secret(k) or k.upper() in extra or v in secrets)}
 
 
 class OutputBuffer:
@@ -179,18 +196,27 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
                 await asyncio.wait_for(proc.wait(), 5.0)
 
 
-async def run_shell(command: str, *, cwd: str, env: Mapping[str, str], timeout: float) -> ShellOutcome:
+async def run_shell(
+    command: str,
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    timeout: float,
+    wrap: Callable[[Sequence[str]], list[str]] | None = None,
+) -> ShellOutcome:
     """Run `command` with bash in a new session; stdout+stderr merged, bounded; see module docstring.
 
-    On cancellation the process group is killed and CancelledError propagates.
+    `wrap` turns the argv into the one actually started (the OS sandbox). On cancellation the process
+    group is killed and CancelledError propagates.
     """
     loop = asyncio.get_running_loop()
+    argv = ["/bin/bash", "-c", command]
+    if wrap is not None:
+        argv = wrap(argv)
     read_fd, write_fd = os.pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
-            "/bin/bash",
-            "-c",
-            command,
+            *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=write_fd,
             stderr=write_fd,
@@ -270,8 +296,9 @@ def _short(command: str, width: int = 60) -> str:
     return first
 
 
-async def _bash(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    """Run a command; the result is its output plus a status line, is_error when it failed."""
+async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None = None) -> ToolResult:
+    """Run a command (inside `sandbox` when given); the result is its output plus a status line,
+    is_error when it failed."""
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ToolError("command must be a non-empty shell command")
@@ -290,7 +317,13 @@ async def _bash(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     env = dict(ctx.env) if ctx.env is not None else scrub_env(os.environ)
     env.update(SHELL_ENV)
     try:
-        outcome = await run_shell(command, cwd=str(ctx.workspace), env=env, timeout=float(timeout))
+        outcome = await run_shell(
+            command,
+            cwd=str(ctx.workspace),
+            env=env,
+            timeout=float(timeout),
+            wrap=sandbox.wrap if sandbox is not None else None,
+        )
     except OSError as exc:  # a missing or unreadable workspace, or no /bin/bash
         raise ToolError(f"cannot run the command in {ctx.workspace}: {exc.strerror or exc}") from None
     status_line, status = _status(outcome, timeout)
@@ -306,23 +339,34 @@ async def _bash(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     )
 
 
-BASH = Tool(
-    name="bash",
-    description=load_prompt("tools/bash.md"),
-    parameters={
-        "type": "object",
-        "properties": {
-            "command": {"type": "string", "description": "The command line, run with /bin/bash -c."},
-            "timeout": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": MAX_TIMEOUT,
-                "description": f"Seconds before the command is killed (default {DEFAULT_TIMEOUT}, max {MAX_TIMEOUT}).",
-            },
+def bash_tool(sandbox: Sandbox | None = None) -> Tool:
+    """The bash tool; with `sandbox`, every command runs inside it (see kimicode.tools.sandbox)."""
+
+    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return await _bash(args, ctx, sandbox)
+
+    return Tool(
+        name="bash",
+        description=load_prompt("tools/bash.md"),
+        parameters=_BASH_PARAMETERS,
+        fn=_bash if sandbox is None else run,
+        kind="execute",
+    )
+
+
+_BASH_PARAMETERS: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "string", "description": "The command line, run with /bin/bash -c."},
+        "timeout": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_TIMEOUT,
+            "description": f"Seconds before the command is killed (default {DEFAULT_TIMEOUT}, max {MAX_TIMEOUT}).",
         },
-        "required": ["command"],
-        "additionalProperties": False,
     },
-    fn=_bash,
-    kind="execute",
-)
+    "required": ["command"],
+    "additionalProperties": False,
+}
+
+BASH = bash_tool()

@@ -77,6 +77,7 @@ class AgentOptions:
     max_retries: int = 5
     retry_base_delay: float = 1.0
     request_timeout: float = 300.0
+    context_window: int | None = None
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     ask: tuple[str, ...] = ()
@@ -154,6 +155,7 @@ class Session:
             "max_retries": o.max_retries,
             "retry_base_delay": o.retry_base_delay,
             "request_timeout": o.request_timeout,
+            "context_window": o.context_window,
             "allow": o.allow,
             "deny": o.deny,
             "ask": o.ask,
@@ -685,6 +687,7 @@ def run_interactive(
     max_retries: int = 5,
     retry_base_delay: float = 1.0,
     request_timeout: float = 300.0,
+    context_window: int | None = None,
     resume: str | None = None,
     fork: bool = False,
     allow: Sequence[str] = (),
@@ -714,6 +717,7 @@ def run_interactive(
         max_retries=max_retries,
         retry_base_delay=retry_base_delay,
         request_timeout=request_timeout,
+        context_window=context_window,
         allow=tuple(allow),
         deny=tuple(deny),
         ask=tuple(ask),

@@ -1,0 +1,361 @@
+"""Permission rules (`bash(git diff*)`, `edit(src/**)`, `read(~/.ssh/**)`, `tool_name`) and the paths
+that need care (secrets to read, kimicode's own configuration and `.git` to write).
+
+Rules come from the `[permissions]` table of `KIMICODE_HOME/config.toml` and of the workspace's
+`.kimicode/config.toml`, and from the `--allow`/`--deny`/`--ask` flags. They are read once, when the
+agent starts, into an immutable `Rules`: nothing the model writes or reads during the session (a
+config file, a tool result) changes them. `kimicode.agent.permissions.decide` applies them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from kimicode.config import ConfigError
+from kimicode.config import kimicode_home as default_kimicode_home
+
+if TYPE_CHECKING:
+    from kimicode.settings import Settings
+
+__all__ = [
+    "Policy",
+    "Rule",
+    "Rules",
+    "config_reason",
+    "glob_may_match_sensitive",
+    "is_special_device",
+    "load_rules",
+    "parse_rule",
+    "protected_reason",
+    "secret_env_names",
+    "sensitive_reason",
+    "session_rules",
+]
+
+RuleAction = Literal["allow", "deny", "ask"]
+
+_RULE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.:-]*)\s*(?:\((.*)\))?\s*", re.DOTALL)
+_RULE_HELP = "rules look like bash(git diff*), bash(npm test), edit(src/**), read(~/.ssh/**) or a tool name"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule: a tool (`bash`, `edit` = every file-changing tool, `read` = every reading tool, or a
+    tool's name) and an optional pattern (a command pattern for bash, a path pattern otherwise)."""
+
+    tool: str
+    pattern: str | None
+    raw: str
+    source: str = ""
+    """Where it came from: `--allow`, or the config file's path."""
+
+    def __str__(self) -> str:
+        return self.raw
+
+    def applies_to(self, tool_name: str, kind: str) -> bool:
+        """True when the rule is about this tool (whatever the arguments)."""
+        if self.tool == tool_name:
+            return True
+        return (self.tool == "edit" and kind == "edit") or (self.tool == "read" and kind == "read")
+
+    def matches_command(self, text: str) -> bool:
+        """For bash rules: the pattern matches the whole simple command (`*` is any text)."""
+        if self.pattern is None:
+            return True
+        return _command_regex(self.pattern).fullmatch(text) is not None
+
+    def matches_path(self, path: Path, workspace: Path) -> bool:
+        """For path rules: the pattern matches the resolved `path` (relative patterns are workspace-relative)."""
+        if self.pattern is None:
+            return True
+        return _path_regex(self.pattern, str(workspace)).fullmatch(str(path)) is not None
+
+
+def parse_rule(text: str, source: str = "") -> Rule:
+    """Parse `tool` or `tool(pattern)`; raise ConfigError naming `source` when it is malformed."""
+    where = f"{source}: " if source else ""
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"{where}empty permission rule; {_RULE_HELP}")
+    m = _RULE.fullmatch(text)
+    if m is None:
+        raise ConfigError(f"{where}bad permission rule {text!r}; {_RULE_HELP}")
+    tool, pattern = m.group(1), m.group(2)
+    if pattern is not None:
+        pattern = " ".join(pattern.split()) if tool == "bash" else pattern.strip()
+        if not pattern:
+            raise ConfigError(f"{where}bad permission rule {text!r}: empty pattern; {_RULE_HELP}")
+    return Rule(tool, pattern, text.strip(), source)
+
+
+_COMMAND_CACHE: dict[str, re.Pattern[str]] = {}
+_PATH_CACHE: dict[tuple[str, str, str], re.Pattern[str]] = {}
+
+
+def _command_regex(pattern: str) -> re.Pattern[str]:
+    compiled = _COMMAND_CACHE.get(pattern)
+    if compiled is None:
+        compiled = re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
+        _COMMAND_CACHE[pattern] = compiled
+    return compiled
+
+
+def _path_regex(pattern: str, workspace: str) -> re.Pattern[str]:
+    """`**` spans directories, `*` and `?` stay within one; a pattern without wildcards also matches
+    everything below it (`dir` is `dir/**` too).
+
+    Relative patterns are anchored at the resolved workspace and `~` patterns at the resolved home
+    directory; the rest of the pattern is not resolved, so a symbolic link inside the workspace never
+    stretches a rule to where it points. An absolute pattern's literal directories are resolved (as
+    written by the user: `/tmp/x` is `/private/tmp/x` on macOS).
+    """
+    key = (pattern, workspace, os.path.expanduser("~"))
+    compiled = _PATH_CACHE.get(key)
+    if compiled is not None:
+        return compiled
+    if pattern == "~" or pattern.startswith("~/"):
+        anchor, rest_text = os.path.realpath(os.path.expanduser("~")), pattern[2:]
+    elif not os.path.isabs(pattern):
+        anchor, rest_text = os.path.realpath(workspace), pattern
+    else:
+        parts = pattern.split("/")
+        literal: list[str] = []
+        for part in parts:
+            if "*" in part or "?" in part:
+                break
+            literal.append(part)
+        anchor = os.path.realpath("/".join(literal) or "/")
+        rest_text = "/".join(parts[len(literal) :])
+    rest = [p for p in os.path.normpath("/" + rest_text).split("/") if p] if rest_text else []
+    out = re.escape(anchor.rstrip("/"))
+    for part in rest:
+        if part == "**":
+            out += "(?:/.*)?"
+        else:
+            out += "/" + "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in part)
+    if not any("*" in p or "?" in p for p in rest):  # a plain path: it and everything below it
+        out += "(?:/.*)?"
+    compiled = re.compile(out, re.DOTALL)
+    _PATH_CACHE[key] = compiled
+    return compiled
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The rules in effect for a session (immutable once the agent starts)."""
+
+    allow: tuple[Rule, ...] = ()
+    deny: tuple[Rule, ...] = ()
+    ask: tuple[Rule, ...] = ()
+
+    def for_tool(self, action: RuleAction, tool_name: str, kind: str) -> list[Rule]:
+        """The rules of one action that are about this tool."""
+        return [r for r in getattr(self, action) if r.applies_to(tool_name, kind)]
+
+    def __bool__(self) -> bool:
+        return bool(self.allow or self.deny or self.ask)
+
+
+def load_rules(
+    config_files: Iterable[Path],
+    *,
+    allow: Iterable[str] = (),
+    deny: Iterable[str] = (),
+    ask: Iterable[str] = (),
+    untrusted: Collection[Path] = (),
+    ignored: list[str] | None = None,
+) -> Rules:
+    """Rules from the `[permissions]` tables of `config_files` (those that exist) plus the flags.
+
+    Unlike other settings, the lists of the files are joined, not replaced: a project file cannot drop
+    a user's `deny` rule. The `allow` rules of an `untrusted` file are skipped (its `deny` and `ask`
+    rules only restrict, so they apply), with a message appended to `ignored`. Raises ConfigError
+    (file and rule named) on a malformed rule or file.
+    """
+    from kimicode.settings import parse_file
+
+    lists: dict[str, list[Rule]] = {"allow": [], "deny": [], "ask": []}
+    for path in config_files:
+        if not path.is_file():
+            continue
+        table = parse_file(path).get("permissions", {})
+        for action in ("allow", "deny", "ask"):
+            texts = table.get(action, [])
+            if action == "allow" and texts and path in untrusted:
+                if ignored is not None:
+                    ignored.append(
+                        f"{path}: permissions.allow ignored: this workspace is not trusted (add it to "
+                        "[trust] workspaces in your own config.toml to let the project allow tool calls)"
+                    )
+                continue
+            for text in texts:
+                lists[action].append(parse_rule(text, f"{path}: permissions.{action}"))
+    for action, flagged in (("allow", allow), ("deny", deny), ("ask", ask)):
+        for text in flagged:
+            lists[action].append(parse_rule(text, f"--{action}"))
+    return Rules(tuple(lists["allow"]), tuple(lists["deny"]), tuple(lists["ask"]))
+
+
+def session_rules(
+    settings: Settings,
+    *,
+    project_file: Path | None = None,
+    allow: Iterable[str] = (),
+    deny: Iterable[str] = (),
+    ask: Iterable[str] = (),
+    ignored: list[str] | None = None,
+) -> Rules:
+    """The rules for a new session: the configuration files `settings` was read from, plus the flags.
+
+    A cloned repository must not grant itself permissions: unless the workspace is trusted
+    (`settings.trusted`), the `allow` rules of `project_file` are ignored (and said so in `ignored`).
+    Settings built in code (no files) contribute their own `[permissions]` table.
+    """
+    if settings.sources:
+        untrusted = [project_file] if project_file is not None and not settings.trusted else []
+        return load_rules(settings.sources, allow=allow, deny=deny, ask=ask, untrusted=untrusted, ignored=ignored)
+    table = settings.table("permissions")
+    base = Rules(
+        *(
+            tuple(parse_rule(t, f"configuration: permissions.{action}") for t in table.get(action, []))
+            for action in ("allow", "deny", "ask")
+        )
+    )
+    flags = load_rules((), allow=allow, deny=deny, ask=ask)
+    return Rules(base.allow + flags.allow, base.deny + flags.deny, base.ask + flags.ask)
+
+
+def secret_env_names(settings: Settings, key_source: str | None = None) -> list[str]:
+    """Environment variables holding the agent's own secrets: every configured provider's `api_key_env`
+    and the variable the key in use came from. Commands never see them."""
+    names = [key_source] if key_source and key_source != "argument" else []
+    for table in settings.table("providers").values():
+        if isinstance(table, dict) and isinstance(table.get("api_key_env"), str):
+            names.append(table["api_key_env"])
+    return names
+
+
+# -- paths that need care ---------------------------------------------------------------------------
+
+_KEY_NAMES = frozenset({"id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk"})
+_KEY_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".ppk")
+_ENV_TEMPLATES = frozenset({".env.example", ".env.sample", ".env.template", ".env.dist", ".env.defaults"})
+_CREDENTIAL_FILES = frozenset({".netrc", "_netrc", ".git-credentials", ".pgpass", ".my.cnf", ".htpasswd"})
+_TOKEN_FILES = frozenset({".npmrc", ".pypirc", ".yarnrc.yml", ".gem/credentials", ".cargo/credentials.toml"})
+_HOME_DIRS = (
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".gnupg",
+    ".kube",
+    ".docker",
+    ".config/gcloud",
+    ".config/gh",
+    ".config/hub",
+    ".terraform.d",
+    ".password-store",
+    ".local/share/keyrings",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".npmrc",
+    ".pypirc",
+    ".yarnrc.yml",
+    ".vault-token",
+)
+"""Below the user's home directory: credential stores, read or written only with approval."""
+_TOKEN_MARKER = re.compile(rb"(?i)(_authtoken|_auth\b|password|token|secret)\s*[=:]")
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def sensitive_reason(path: Path, *, user_home: Path, kimicode_home: Path) -> str | None:
+    """Why reading `path` (resolved) needs approval, or None: it probably holds secrets."""
+    name = path.name
+    lower = name.lower()
+    if lower.startswith(".env") and lower not in _ENV_TEMPLATES:
+        return f"{name} usually holds secrets"
+    if lower in _KEY_NAMES or lower.endswith(_KEY_SUFFIXES):
+        return f"{name} looks like a private key or certificate store"
+    if lower in _CREDENTIAL_FILES or lower in ("credentials", "credentials.json", "credentials.toml"):
+        return f"{name} holds credentials"
+    home = Path(os.path.realpath(user_home))
+    for rel in _HOME_DIRS:
+        if _within(path, home / rel):
+            return f"~/{rel} holds credentials"
+    if lower in _TOKEN_FILES and _has_token(path):
+        return f"{name} contains a token or password"
+    kc_home = Path(os.path.realpath(kimicode_home))
+    if path == kc_home / "config.toml" or _within(path, kc_home / "credentials"):
+        return "kimicode's own configuration may hold keys"
+    return None
+
+
+def _has_token(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(65536)
+    except OSError:
+        return False
+    return _TOKEN_MARKER.search(head) is not None
+
+
+def config_reason(path: Path, *, kimicode_home: Path) -> str | None:
+    """Why writing `path` (resolved) needs approval in every mode but yolo, whatever the rules: it is
+    kimicode's own configuration or state (a changed rule or mode would take effect next session)."""
+    if _within(path, Path(os.path.realpath(kimicode_home))):
+        return "it is kimicode's own configuration or state (KIMICODE_HOME)"
+    if ".kimicode" in path.parts:
+        return "it is kimicode's configuration (.kimicode)"
+    return None
+
+
+def protected_reason(path: Path) -> str | None:
+    """Why writing `path` (resolved) needs approval even where edits are allowed, unless a rule names it:
+    git's internals (`.git/config` and hooks run code on the next `git` command)."""
+    if ".git" in path.parts:
+        return "it is inside .git (git's configuration and hooks run code)"
+    return None
+
+
+def is_special_device(path: str) -> bool:
+    """`/dev/null`-like targets that a redirection may always write to."""
+    return path in ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty") or path.startswith("/dev/fd/")
+
+
+def glob_may_match_sensitive(glob: str) -> bool:
+    """Whether a search's file filter (e.g. grep's `glob`) selects files that usually hold secrets."""
+    probes = (".env", ".env.local", "id_rsa", "id_ed25519", "server.pem", "server.key", ".netrc", "credentials")
+    name = glob.rsplit("/", 1)[-1].lstrip("!")
+    if glob.startswith("!"):
+        return False
+    return any(fnmatch.fnmatchcase(p, name) for p in probes)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Everything `decide` needs besides the mode: the rules and the places that need care."""
+
+    rules: Rules = field(default_factory=Rules)
+    kimicode_home: Path = field(default_factory=default_kimicode_home)
+    user_home: Path = field(default_factory=Path.home)
+    sandboxed: bool = False
+    """True when bash commands run inside the OS sandbox (the workspace writable, nothing else)."""
+
+    def sensitive(self, path: Path) -> str | None:
+        """Why reading (or writing) `path` needs approval: it probably holds secrets."""
+        return sensitive_reason(path, user_home=self.user_home, kimicode_home=self.kimicode_home)
+
+    def config(self, path: Path) -> str | None:
+        """Why writing `path` needs approval whatever the rules (kimicode's own configuration)."""
+        return config_reason(path, kimicode_home=self.kimicode_home)
+
+    def write_care(self, path: Path) -> str | None:
+        """Why writing `path` needs approval unless a rule names it (secrets, .git)."""
+        return protected_reason(path) or self.sensitive(path)

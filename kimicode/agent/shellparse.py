@@ -1,0 +1,494 @@
+"""A deliberately conservative parser for bash command lines, used by the permission rules.
+
+`parse(command)` returns every simple command bash would run for the line: the parts of lists and
+pipelines (`;`, `&&`, `||`, `|`, `&`, newlines), the bodies of subshells, brace groups, `if`/`while`/
+`until`/`for` compounds, and the commands inside `$(...)`, backticks and `<(...)`/`>(...)`, each with
+its redirections. A rule is then checked against each of them, so `git status && rm -rf ~` is two
+commands and a rule for the first says nothing about the second.
+
+The parser is written for safety, not completeness: whatever it does not fully understand (`case`,
+function definitions, `[[ ]]`, arithmetic, `${...}` holding a command substitution, here-documents
+whose body runs substitutions, unbalanced quotes, ...) raises `ShellParseError`, and a command that
+cannot be parsed is never allowed by a rule. A word that bash would expand (`$VAR`, globs, braces,
+`$'...'`) is marked `dynamic`; a dynamic command name never matches a rule either.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["Redirect", "ShellParseError", "SimpleCommand", "Word", "parse"]
+
+
+class ShellParseError(ValueError):
+    """The command line uses syntax this parser does not accept (or is not valid bash)."""
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word of a command: `text` is its value after quote removal, with expansions kept as written."""
+
+    text: str
+    raw: str
+    """The word exactly as it appears in the command line."""
+    dynamic: bool = False
+    """True when bash would expand it ($VAR, $(...), globs, braces, $'...'): its value is not `text`."""
+    tilde: bool = False
+    """True when it starts with an unquoted `~` (bash replaces it with a home directory)."""
+
+
+RedirectKind = Literal["write", "read", "dup", "heredoc", "herestring"]
+
+_WRITE_OPS = frozenset({">", ">>", ">|", "&>", "&>>", "<>"})
+
+
+@dataclass(frozen=True)
+class Redirect:
+    """A redirection: `op` as written (`>`, `>>`, `2>`'s `>` with fd "2", `<`, `<<`, `>&`, ...)."""
+
+    op: str
+    target: Word
+    fd: str = ""
+
+    @property
+    def kind(self) -> RedirectKind:
+        """`write` (a file is created or changed), `read`, `dup` (`2>&1`, `>&-`), or a here-document/string."""
+        if self.op in ("<<", "<<-"):
+            return "heredoc"
+        if self.op == "<<<":
+            return "herestring"
+        if self.op in (">&", "<&"):
+            if re.fullmatch(r"[0-9]+-?|-", self.target.text) and not self.target.dynamic:
+                return "dup"
+            return "write" if self.op == ">&" else "read"
+        if self.op in _WRITE_OPS:
+            return "write"
+        return "read"
+
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
+
+
+@dataclass(frozen=True)
+class SimpleCommand:
+    """One simple command: its words (leading `NAME=value` assignments included) and redirections."""
+
+    words: tuple[Word, ...]
+    redirects: tuple[Redirect, ...] = ()
+
+    @property
+    def assignments(self) -> tuple[Word, ...]:
+        """The leading `NAME=value` words."""
+        out: list[Word] = []
+        for word in self.words:
+            if not _ASSIGNMENT.match(word.raw):
+                break
+            out.append(word)
+        return tuple(out)
+
+    @property
+    def argv(self) -> tuple[Word, ...]:
+        """The words after the assignments: the command name and its arguments."""
+        return self.words[len(self.assignments) :]
+
+    @property
+    def name(self) -> Word | None:
+        """The command name, or None for a command made only of assignments and redirections."""
+        argv = self.argv
+        return argv[0] if argv else None
+
+    @property
+    def text(self) -> str:
+        """The words joined by single spaces (what a rule pattern is matched against).
+
+        A word holding whitespace is shown in single quotes, so `'git status'` (one word: a program
+        with a space in its name) never reads as `git status`.
+        """
+        return " ".join(_show(w.text) for w in self.words)
+
+
+def _show(text: str) -> str:
+    if text and not any(c.isspace() for c in text):
+        return text
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+_METACHARS = frozenset(" \t\n;&|<>()")
+_PREFIX_KEYWORDS = frozenset({"!", "if", "then", "else", "elif", "do", "while", "until", "{", "time"})
+_END_KEYWORDS = frozenset({"fi", "done", "}", "esac"})
+_UNSUPPORTED_KEYWORDS = frozenset({"case", "function", "coproc", "select", "[[", "]]", "((", "in"})
+_SPECIAL_PARAMS = frozenset("@*#?-$!0123456789")
+_EXPANDS = re.compile(r"[*?]|\[.*\]|\{[^{}]*(,|\.\.)[^{}]*\}")
+"""Unquoted globs (`*`, `?`, `[...]`) and brace expansion (`{a,b}`, `{1..3}`): a lone `[` or `{}` is literal."""
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse(command: str) -> list[SimpleCommand]:
+    """All simple commands of `command` in source order; raises ShellParseError (see the module doc)."""
+    if "\x00" in command:
+        raise ShellParseError("the command contains a NUL byte")
+    parser = _Parser(command)
+    parser.parse_list(None)
+    return parser.commands
+
+
+class _Parser:
+    def __init__(self, src: str, commands: list[SimpleCommand] | None = None) -> None:
+        self.s = src
+        self.i = 0
+        self.commands: list[SimpleCommand] = [] if commands is None else commands
+        self.heredocs: list[tuple[str, bool, bool]] = []  # (delimiter, quoted, strip tabs)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _peek(self, n: int = 0) -> str:
+        j = self.i + n
+        return self.s[j] if j < len(self.s) else ""
+
+    def _startswith(self, text: str) -> bool:
+        return self.s.startswith(text, self.i)
+
+    def _skip_blanks(self) -> None:
+        while self.i < len(self.s):
+            c = self.s[self.i]
+            if c in " \t":
+                self.i += 1
+            elif c == "\\" and self._peek(1) == "\n":
+                self.i += 2
+            else:
+                return
+
+    def _error(self, message: str) -> ShellParseError:
+        return ShellParseError(f"{message} (at offset {self.i})")
+
+    # -- lists -----------------------------------------------------------------------------------
+
+    def parse_list(self, closer: str | None) -> None:
+        """Parse commands until the end (closer None) or an unmatched `)` (closer ")"), consumed."""
+        words: list[Word] = []
+        redirects: list[Redirect] = []
+        after_compound = False  # just after `)`, `}`, `fi`, `done`: only redirections or operators may follow
+        after_time = False  # just after the `time` keyword, which takes -p
+
+        def flush() -> None:
+            nonlocal after_compound, after_time
+            if words or redirects:
+                self.commands.append(SimpleCommand(tuple(words), tuple(redirects)))
+            words.clear()
+            redirects.clear()
+            after_compound = after_time = False
+
+        while True:
+            self._skip_blanks()
+            if self.i >= len(self.s):
+                if closer is not None:
+                    raise self._error("unclosed '('")
+                flush()
+                return
+            c = self.s[self.i]
+            if c == "#":  # at the start of a word: a comment, to the end of the line
+                # (`#` inside a word, as in a#b, is not a comment: words are read whole below.)
+                while self.i < len(self.s) and self.s[self.i] != "\n":
+                    self.i += 1
+                continue
+            if c == "\n":
+                flush()
+                self.i += 1
+                self._read_heredocs()
+                continue
+            if c == ")":
+                if closer != ")":
+                    raise self._error("unexpected ')'")
+                flush()
+                self.i += 1
+                return
+            if c in ";&|" and not self._startswith("&>"):
+                if self._startswith(";;") or self._startswith(";&"):
+                    raise self._error("case clauses are not supported")
+                for op in ("&&", "||", "|&", ";", "&", "|"):
+                    if self._startswith(op):
+                        self.i += len(op)
+                        break
+                flush()
+                continue
+            if c == "(":
+                if words or after_compound:
+                    raise self._error("'(' after a word (function definitions and arrays are not supported)")
+                if self._peek(1) == "(":
+                    raise self._error("arithmetic commands '((' are not supported")
+                self.i += 1
+                self.parse_list(")")
+                after_compound = True
+                continue
+            redirect = self._redirect()
+            if redirect is not None:
+                redirects.append(redirect)
+                continue
+            word = self._word()
+            if after_compound:
+                raise self._error(f"unexpected word {word.raw!r} after a compound command")
+            if not words and not redirects:  # reserved words count only unquoted, in command position
+                if word.raw in _UNSUPPORTED_KEYWORDS:
+                    raise self._error(f"'{word.raw}' is not supported")
+                if word.raw in _PREFIX_KEYWORDS:
+                    after_time = word.raw == "time"
+                    continue
+                if after_time and word.raw in ("-p", "--"):  # `time -p CMD`: the options of the keyword
+                    continue
+                if word.raw in _END_KEYWORDS:
+                    after_compound = True
+                    continue
+                if word.raw == "for":
+                    self._for_header()
+                    continue
+            after_time = False
+            words.append(word)
+
+    def _for_header(self) -> None:
+        """After `for`: the variable name, then optionally `in WORDS`, up to `;` or a newline."""
+        self._skip_blanks()
+        if self._startswith("(("):
+            raise self._error("arithmetic for loops are not supported")
+        name = self._word()
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name.raw):
+            raise self._error(f"bad for loop variable {name.raw!r}")
+        self._skip_blanks()
+        if self.i < len(self.s) and self.s[self.i] not in ";\n":
+            keyword = self._word()
+            if keyword.raw != "in":
+                raise self._error("expected 'in' in a for loop")
+            while True:
+                self._skip_blanks()
+                if self.i >= len(self.s) or self.s[self.i] in ";\n":
+                    break
+                if self.s[self.i] in _METACHARS:
+                    raise self._error(f"unexpected {self.s[self.i]!r} in a for loop")
+                self._word()  # substitutions inside are recorded as commands
+        if self.i < len(self.s):
+            self.i += 1  # the ; or newline
+            if self.s[self.i - 1] == "\n":
+                self._read_heredocs()
+
+    # -- redirections ----------------------------------------------------------------------------
+
+    _REDIRECT = re.compile(r"([0-9]*)(&>>|&>|>>|>&|>\||>|<<<|<<-|<<|<&|<>|<)")
+
+    def _redirect(self) -> Redirect | None:
+        if self._startswith("<(") or self._startswith(">("):
+            return None  # a process substitution: a word
+        m = self._REDIRECT.match(self.s, self.i)
+        if m is None:
+            return None
+        fd, op = m.group(1), m.group(2)
+        if op.startswith("&") and fd:
+            return None  # e.g. 2&>x: not a redirection of fd 2; let the word reader fail or split it
+        self.i = m.end()
+        self._skip_blanks()
+        if self.i >= len(self.s) or self.s[self.i] in _METACHARS:
+            if self._startswith("<(") or self._startswith(">("):
+                target = self._word()
+                return Redirect(op, target, fd)
+            raise self._error(f"missing target after {op!r}")
+        target = self._word()
+        if op in ("<<", "<<-"):
+            quoted = any(q in target.raw for q in "'\"\\")
+            self.heredocs.append((target.text, quoted, op == "<<-"))
+        return Redirect(op, target, fd)
+
+    def _read_heredocs(self) -> None:
+        """Consume the bodies of pending here-documents (they start after the newline just read)."""
+        pending, self.heredocs = self.heredocs, []
+        for delimiter, quoted, strip_tabs in pending:
+            body: list[str] = []
+            while self.i < len(self.s):
+                end = self.s.find("\n", self.i)
+                line = self.s[self.i :] if end < 0 else self.s[self.i : end]
+                self.i = len(self.s) if end < 0 else end + 1
+                check = line.lstrip("\t") if strip_tabs else line
+                if check == delimiter:
+                    break
+                body.append(line)
+            text = "\n".join(body)
+            if not quoted and ("`" in text or "$(" in text):
+                raise ShellParseError("a here-document that runs command substitutions is not supported")
+
+    # -- words -----------------------------------------------------------------------------------
+
+    def _word(self) -> Word:
+        start = self.i
+        text: list[str] = []
+        unquoted: list[str] = []  # the unquoted literal characters, to spot globs and brace expansion
+        dynamic = False
+        tilde = self._peek() == "~"
+        if self._startswith("<(") or self._startswith(">("):
+            self.i += 2
+            self.parse_list(")")
+            return Word(self.s[start : self.i], self.s[start : self.i], dynamic=True)
+        s = self.s
+        while self.i < len(s):
+            c = s[self.i]
+            if c in _METACHARS:
+                break
+            if c == "\\":
+                nxt = self._peek(1)
+                if nxt == "\n":
+                    self.i += 2
+                elif nxt:
+                    text.append(nxt)
+                    self.i += 2
+                else:
+                    text.append("\\")
+                    self.i += 1
+            elif c == "'":
+                end = s.find("'", self.i + 1)
+                if end < 0:
+                    raise self._error("unclosed single quote")
+                text.append(s[self.i + 1 : end])
+                self.i = end + 1
+            elif c == '"':
+                self.i += 1
+                dynamic |= self._double_quoted(text)
+            elif c == "`":
+                text.append(self._backticks())
+                dynamic = True
+            elif c == "$":
+                dynamic |= self._dollar(text)
+            else:
+                text.append(c)
+                unquoted.append(c)
+                self.i += 1
+        if self.i == start:
+            raise self._error(f"unexpected {self._peek()!r}")
+        if _EXPANDS.search("".join(unquoted)):
+            dynamic = True
+        return Word("".join(text), s[start : self.i], dynamic=dynamic, tilde=tilde)
+
+    def _double_quoted(self, text: list[str]) -> bool:
+        """Read up to the closing `"` (the opening one is consumed); True if it expands anything."""
+        s = self.s
+        dynamic = False
+        while True:
+            if self.i >= len(s):
+                raise self._error('unclosed double quote')
+            c = s[self.i]
+            if c == '"':
+                self.i += 1
+                return dynamic
+            if c == "\\":
+                nxt = self._peek(1)
+                if nxt in ('"', "\\", "$", "`"):
+                    text.append(nxt)
+                    self.i += 2
+                elif nxt == "\n":
+                    self.i += 2
+                else:
+                    text.append("\\")
+                    self.i += 1
+            elif c == "`":
+                text.append(self._backticks())
+                dynamic = True
+            elif c == "$":
+                dynamic |= self._dollar(text, quoted=True)
+            else:
+                text.append(c)
+                self.i += 1
+
+    def _backticks(self) -> str:
+        """A backtick substitution starting at `; its commands are parsed and recorded."""
+        s = self.s
+        start = self.i
+        j = self.i + 1
+        inner: list[str] = []
+        while True:
+            if j >= len(s):
+                raise self._error("unclosed backtick")
+            c = s[j]
+            if c == "`":
+                break
+            if c == "\\" and j + 1 < len(s) and s[j + 1] in "`\\$":
+                inner.append(s[j + 1])
+                j += 2
+                continue
+            inner.append(c)
+            j += 1
+        self.i = j + 1
+        sub = _Parser("".join(inner), self.commands)
+        sub.parse_list(None)
+        return s[start : self.i]
+
+    def _dollar(self, text: list[str], quoted: bool = False) -> bool:
+        """At a `$`: append what it stands for (as written); True when it is an expansion."""
+        s = self.s
+        start = self.i
+        nxt = self._peek(1)
+        if nxt == "(":
+            if self._peek(2) == "(":
+                raise self._error("arithmetic expansion $((...)) is not supported")
+            self.i += 2
+            self.parse_list(")")
+            text.append(s[start : self.i])
+            return True
+        if nxt == "{":
+            end = self._braced_end(self.i + 2)
+            body = s[self.i + 2 : end]
+            if "`" in body or "$(" in body:
+                raise self._error("command substitution inside ${...} is not supported")
+            self.i = end + 1
+            text.append(s[start : self.i])
+            return True
+        if nxt == "'" and not quoted:  # $'...': ANSI-C quoting, its escapes can spell anything
+            j = self.i + 2
+            while j < len(s) and s[j] != "'":
+                j += 2 if s[j] == "\\" else 1
+            if j >= len(s):
+                raise self._error("unclosed $'...' string")
+            self.i = j + 1
+            text.append(s[start : self.i])
+            return True
+        if nxt == '"' and not quoted:  # $"...": a translated string, otherwise like "..."
+            self.i += 2
+            return self._double_quoted(text)
+        m = _NAME.match(s, self.i + 1)
+        if m is not None:
+            self.i = m.end()
+            text.append(s[start : self.i])
+            return True
+        if nxt and nxt in _SPECIAL_PARAMS:
+            self.i += 2
+            text.append(s[start : self.i])
+            return True
+        text.append("$")
+        self.i += 1
+        return False
+
+    def _braced_end(self, j: int) -> int:
+        """Index of the `}` closing a `${` whose body starts at j (nesting and quotes respected)."""
+        s = self.s
+        depth = 1
+        while j < len(s):
+            c = s[j]
+            if c == "\\":
+                j += 2
+                continue
+            if c == "'":
+                end = s.find("'", j + 1)
+                if end < 0:
+                    break
+                j = end + 1
+                continue
+            if c == '"':
+                j += 1
+                while j < len(s) and s[j] != '"':
+                    j += 2 if s[j] == "\\" else 1
+                j += 1
+                continue
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    return j
+            j += 1
+        raise self._error("unclosed ${...}")

@@ -1,0 +1,183 @@
+"""An optional OS sandbox for the bash tool on Linux, with bubblewrap (`bwrap`).
+
+`--sandbox workspace-write` runs each command in fresh namespaces where the workspace is writable
+and the rest of the file system is read-only, `/tmp` is private and empty, the network is off (unless
+`--sandbox-network`), the workspace's `.git` and `.kimicode` stay read-only (git hooks and kimicode's
+configuration run code or change rules outside the sandbox), and the user's credential stores
+(`~/.ssh`, `~/.aws`, ...) and kimicode's config file are hidden.
+
+Whether it works is found out once per process by running `bwrap ... /bin/true`: bwrap may be
+missing, or present but unable to create namespaces (containers, hardened kernels). Then `probe`
+says why, and the caller tells the user once and falls back to the permission rules.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Literal
+
+if TYPE_CHECKING:
+    from kimicode.settings import Settings
+
+__all__ = ["SANDBOX_MODES", "Sandbox", "SandboxStatus", "find_bwrap", "probe", "setup_sandbox"]
+
+SandboxMode = Literal["off", "workspace-write"]
+SANDBOX_MODES: Final[tuple[SandboxMode, ...]] = ("off", "workspace-write")
+
+_HIDDEN_DIRS: Final = (".ssh", ".aws", ".azure", ".gnupg", ".kube", ".docker", ".config/gcloud", ".config/gh",
+                       ".password-store", ".terraform.d")
+_HIDDEN_FILES: Final = (".netrc", ".git-credentials", ".pgpass", ".npmrc", ".pypirc", ".vault-token",
+                        ".cargo/credentials.toml", ".gem/credentials")
+_READ_ONLY_IN_WORKSPACE: Final = (".git", ".kimicode")
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    """Whether the sandbox can be used here, and if not, why (for the one-time notice)."""
+
+    available: bool
+    reason: str = ""
+    bwrap: str | None = None
+
+
+def find_bwrap() -> str | None:
+    """`KIMICODE_BWRAP` when set (empty: treat bwrap as absent), else `bwrap` on PATH."""
+    override = os.environ.get("KIMICODE_BWRAP")
+    if override is not None:
+        return override if override and os.access(override, os.X_OK) else None
+    return shutil.which("bwrap")
+
+
+_PROBES: dict[str | None, SandboxStatus] = {}
+
+
+def probe() -> SandboxStatus:
+    """Try bwrap once (per binary, per process): missing, failing (and why), or working."""
+    if not sys.platform.startswith("linux"):
+        return SandboxStatus(False, "the sandbox needs Linux with bubblewrap")
+    bwrap = find_bwrap()
+    cached = _PROBES.get(bwrap)
+    if cached is not None:
+        return cached
+    if bwrap is None:
+        status = SandboxStatus(False, "bubblewrap (bwrap) is not installed; install it (e.g. apt install bubblewrap)")
+    else:
+        args = [bwrap, *_base_args(network=False), "--chdir", "/", "--", "/bin/true"]
+        try:
+            done = subprocess.run(args, capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            status = SandboxStatus(False, f"{bwrap} could not be run: {exc}", bwrap)
+        else:
+            if done.returncode == 0:
+                status = SandboxStatus(True, "", bwrap)
+            else:
+                why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+                detail = why[-1] if why else f"exit code {done.returncode}"
+                status = SandboxStatus(
+                    False, f"{bwrap} cannot create its namespaces here ({detail})", bwrap
+                )
+    _PROBES[bwrap] = status
+    return status
+
+
+def _base_args(*, network: bool) -> list[str]:
+    args = [
+        "--ro-bind", "/", "/",
+        "--dev", "/dev",
+        "--proc", "/proc",
+        "--tmpfs", "/tmp",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+    ]
+    if not network:
+        args.append("--unshare-net")
+    return args
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How to wrap a command for the `workspace-write` sandbox."""
+
+    workspace: Path
+    bwrap: str
+    network: bool = False
+    kimicode_home: Path | None = None
+    user_home: Path = field(default_factory=Path.home)
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """`argv` run inside the sandbox, in the workspace."""
+        ws = os.path.realpath(self.workspace)
+        args = [self.bwrap, *_base_args(network=self.network), "--bind", ws, ws]
+        for name in _READ_ONLY_IN_WORKSPACE:
+            inner = os.path.join(ws, name)
+            if os.path.lexists(inner):
+                real = os.path.realpath(inner)
+                args += ["--ro-bind", real, real] if real != inner else ["--ro-bind", inner, inner]
+        home = os.path.realpath(self.user_home)
+        for rel in _HIDDEN_DIRS:
+            path = os.path.join(home, rel)
+            if os.path.isdir(path) and not _contains(path, ws):
+                args += ["--tmpfs", path]
+        hidden_files = [os.path.join(home, rel) for rel in _HIDDEN_FILES]
+        if self.kimicode_home is not None:
+            hidden_files.append(os.path.join(os.path.realpath(self.kimicode_home), "config.toml"))
+        for path in hidden_files:
+            if os.path.isfile(path):
+                args += ["--ro-bind", "/dev/null", path]
+        args += ["--chdir", ws, "--", *argv]
+        return args
+
+
+def _contains(outer: str, inner: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+def setup_sandbox(
+    mode: str | None,
+    network: bool | None,
+    settings: Settings | None,
+    workspace: Path,
+    kimicode_home: Path | None = None,
+    *,
+    project_file: Path | None = None,
+    ignored: list[str] | None = None,
+) -> tuple[Sandbox | None, str | None]:
+    """The sandbox for a session, from the arguments or else the `[sandbox]` table; and a warning.
+
+    Returns `(None, None)` when the sandbox is off, `(Sandbox, None)` when it works, and
+    `(None, warning)` when it was asked for but cannot be used here (the warning says why, and that
+    commands follow the permission rules instead). An untrusted workspace's `project_file` cannot turn
+    the sandbox's network on (said so in `ignored`). Raises ValueError for an unknown mode.
+    """
+    if mode is None:
+        configured = settings.get("sandbox.mode") if settings is not None else None
+        mode = configured if isinstance(configured, str) else "off"
+    if mode not in SANDBOX_MODES:
+        raise ValueError(f"sandbox must be one of {', '.join(SANDBOX_MODES)} (got {mode!r})")
+    if mode == "off":
+        return None, None
+    if network is None:
+        network = bool(settings.get("sandbox.network", False)) if settings is not None else False
+        if network and settings is not None and not settings.trusted and project_file in settings.sources:
+            from kimicode.settings import parse_file
+
+            others = [p for p in settings.sources if p != project_file]
+            if not any(parse_file(p).get("sandbox", {}).get("network") for p in others):
+                network = False
+                if ignored is not None:
+                    ignored.append(f"{project_file}: sandbox.network ignored: this workspace is not trusted")
+    status = probe()
+    if not status.available or status.bwrap is None:
+        return None, (
+            f"the sandbox is not available: {status.reason}. Commands run unconfined and follow the "
+            "permission rules instead"
+        )
+    return Sandbox(workspace, status.bwrap, network, kimicode_home), None

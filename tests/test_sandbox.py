@@ -1,0 +1,170 @@
+"""The optional bubblewrap sandbox for bash: its fallback (always tested) and its confinement (with bwrap)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import kimicode_command
+
+from kimicode.agent.events import Notice
+from kimicode.testing import FakeServer, Reply, ToolCall
+from kimicode.tools.sandbox import Sandbox, probe
+from kimicode.tools.shell import BASH
+
+MakeAgent = Callable[..., Any]
+
+
+def cli(server: FakeServer, home: Path, cwd: Path, *args: str, **env_extra: str) -> tuple[int, dict[str, Any], str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
+    env.update(KIMICODE_HOME=str(home), KIMICODE_RETRY_BASE_DELAY="0.01", KIMI_API_KEY="sk-sandbox-key",
+               KIMI_BASE_URL=server.base_url, **env_extra)
+    done = subprocess.run([*kimicode_command(), "-p", "x", "--output-format", "json", *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+def tool_results(server: FakeServer) -> list[str]:
+    return [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
+
+
+# -- without bwrap: say so once, then the permission rules apply -----------------------------------------
+
+
+def test_missing_bwrap_is_reported_once_and_the_policy_applies(
+    server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch made"})]), Reply(content="ok"))
+    code, result, stderr = cli(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
+                               KIMICODE_BWRAP="")
+    assert code == 0 and result["status"] == "success"
+    assert stderr.count("sandbox is not available") == 1
+    assert "bubblewrap (bwrap) is not installed" in stderr and "follow the permission rules" in stderr
+    assert [d["tool_name"] for d in result["permission_denials"]] == ["bash"]  # default mode, headless: denied
+    assert not (workspace / "made").exists()
+
+
+def test_a_bwrap_that_cannot_create_namespaces_counts_as_unavailable(
+    server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo hi"})]), Reply(content="ok"))
+    code, _, stderr = cli(server, tmp_path / "home", workspace, "--sandbox", "workspace-write", "--yolo",
+                          KIMICODE_BWRAP=str(fake))
+    assert code == 0
+    assert "cannot create its namespaces here (bwrap: No permissions to create new namespace)" in stderr
+    assert tool_results(server) == ["hi\n[exit code: 0]"]  # yolo, unconfined: it ran
+
+
+def test_the_agent_emits_the_fallback_notice_and_keeps_plain_bash(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KIMICODE_BWRAP", "")
+    (workspace / ".kimicode").mkdir()
+    (workspace / ".kimicode" / "config.toml").write_text('[sandbox]\nmode = "workspace-write"\n')
+    agent = make_agent()
+    assert agent.sandbox is None and agent.sandbox_warning and "not installed" in agent.sandbox_warning
+    assert agent.tools.get("bash") is BASH and not agent.policy.sandboxed
+    server.add(Reply(content="hi"), Reply(content="again"))
+    events: list[Any] = []
+    agent.on_event = events.append
+    agent.run_sync("x")
+    notices = [e for e in events if isinstance(e, Notice)]
+    assert len(notices) == 1 and notices[0].level == "warning" and "sandbox" in notices[0].text
+    with pytest.raises(ValueError, match="sandbox must be one of"):
+        make_agent(sandbox="everything")
+
+
+def test_an_unknown_sandbox_flag_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run([*kimicode_command(), "-p", "x", "--sandbox", "full"], capture_output=True, text=True,
+                          timeout=30, env={**os.environ, "KIMI_API_KEY": "k"}, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+def test_the_wrapper_arguments(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / ".git").mkdir(parents=True)
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".netrc").write_text("machine x password y")
+    kc = tmp_path / "kc"
+    kc.mkdir()
+    (kc / "config.toml").write_text("")
+    ws_real, home_real = os.path.realpath(ws), os.path.realpath(home)
+    args = Sandbox(ws, "/usr/bin/bwrap", kimicode_home=kc, user_home=home).wrap(["/bin/bash", "-c", "ls"])
+    joined = " ".join(args)
+    assert args[0] == "/usr/bin/bwrap" and args[-3:] == ["/bin/bash", "-c", "ls"]
+    assert "--ro-bind / /" in joined and "--unshare-net" in joined and "--tmpfs /tmp" in joined
+    assert f"--bind {ws_real} {ws_real}" in joined and f"--ro-bind {ws_real}/.git {ws_real}/.git" in joined
+    assert f"--tmpfs {home_real}/.ssh" in joined and f"--ro-bind /dev/null {home_real}/.netrc" in joined
+    assert joined.index("--tmpfs /tmp") < joined.index(f"--bind {ws_real}")  # the workspace survives /tmp's tmpfs
+    assert "--unshare-net" not in Sandbox(ws, "bwrap", network=True).wrap(["x"])
+
+
+# -- with bwrap ------------------------------------------------------------------------------------------
+
+STATUS = probe()
+needs_bwrap = pytest.mark.skipif(not STATUS.available, reason=f"sandbox unavailable here: {STATUS.reason}")
+
+
+@needs_bwrap
+def test_the_sandbox_confines_commands(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
+    outside = Path("/var/tmp") / f"kimicode-sandbox-outside-{os.getpid()}"  # writable here, not below /tmp
+    outside.unlink(missing_ok=True)
+    (workspace / ".git").mkdir()
+    home = tmp_path / "user"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("PRIVATE KEY")
+    host_tmp = Path("/tmp") / f"kimicode-sandbox-probe-{os.getpid()}"
+    host_tmp.unlink(missing_ok=True)
+    port = server.base_url.split(":")[2].split("/")[0]
+    steps = [
+        "echo in > in.txt && cat in.txt",
+        f"echo out > {outside}",
+        "echo hook > .git/hooks-evil",
+        f"touch {host_tmp} && ls {host_tmp}",
+        "cat ~/.ssh/id_rsa",
+        f"echo > /dev/tcp/127.0.0.1/{port}",
+        "env | grep -c sk-sandbox-key",
+        "sleep 60",
+    ]
+    calls = [ToolCall("bash", {"command": c, "timeout": 1} if c == "sleep 60" else {"command": c}) for c in steps]
+    server.add(Reply(tool_calls=calls), Reply(content="ok"))
+    code, result, stderr = cli(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
+                               HOME=str(home))
+    assert code == 0 and result["permission_denials"] == [] and "warning" not in stderr  # default mode: ran
+    inside, out, git, tmp, key, net, env, sleep = tool_results(server)
+    assert inside == "in\n[exit code: 0]" and (workspace / "in.txt").read_text() == "in\n"
+    assert "Read-only file system" in out and not outside.exists()
+    assert "Read-only file system" in git and not (workspace / ".git" / "hooks-evil").exists()
+    assert tmp.endswith("[exit code: 0]") and not host_tmp.exists()  # a private /tmp
+    assert "PRIVATE KEY" not in key and "No such file" in key
+    assert "[exit code: 1]" in net and ("unreachable" in net.lower() or "refused" in net.lower())
+    assert env.startswith("0\n")
+    assert "timed out after 1 s" in sleep
+
+
+@needs_bwrap
+def test_sandbox_network_can_be_allowed(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
+    port = server.base_url.split(":")[2].split("/")[0]
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo up"})]),
+               Reply(content="ok"))
+    code, _, _ = cli(server, tmp_path / "home", workspace, "--sandbox", "workspace-write", "--sandbox-network")
+    assert code == 0 and tool_results(server) == ["up\n[exit code: 0]"]
+
+
+@needs_bwrap
+def test_plan_mode_still_asks_inside_the_sandbox(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch made"})]), Reply(content="ok"))
+    code, result, _ = cli(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
+                          "--permission-mode", "plan")
+    assert code == 0 and [d["tool_name"] for d in result["permission_denials"]] == ["bash"]
+    assert not (workspace / "made").exists()
