@@ -6,7 +6,6 @@ traceback.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import sys
@@ -287,12 +286,3 @@ def agent_factory(target: str | None, fork: bool, *, workspace_given: bool) -> C
 
     return make
 
-
-def interactive_resume_args(run_interactive: Callable[..., int], target: str | None, fork: bool) -> dict[str, Any]:
-    """Keyword arguments telling the interactive terminal to resume `target` (if it supports that)."""
-    if target is None:
-        return {}
-    params = inspect.signature(run_interactive).parameters
-    if "resume" not in params or (fork and "fork" not in params):
-        raise _fail("resuming in the interactive terminal is not available in this build; add -p PROMPT", 2)
-    return {"resume": target, "fork": fork} if fork else {"resume": target}
