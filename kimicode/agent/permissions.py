@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kimicode.agent.policy import Policy, Rule, glob_may_match_sensitive, is_special_device
+from kimicode.agent.policy import Policy, Rule, Rules, glob_may_match_sensitive, is_special_device
 from kimicode.agent.shellparse import Redirect, ShellParseError, SimpleCommand, Word, parse
 from kimicode.tools.base import Tool, ToolContext
 
@@ -129,18 +129,26 @@ def _inside(path: Path, ctx: ToolContext) -> bool:
     return ctx.is_inside(path)
 
 
-# -- reads ------------------------------------------------------------------------------------------
-
-
-def _decide_read(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext, policy: Policy) -> Decision:
-    rules = policy.rules
-    paths = _paths(tool, args, ctx)
+def _rule_gate(tool: Tool, rules: Rules, paths: list[Path], ctx: ToolContext) -> Decision | None:
+    """A deny rule refuses, an ask rule asks, for any of the paths a file tool touches (any mode)."""
     hit = _path_rule_hit(rules.for_tool("deny", tool.name, tool.kind), paths, ctx)
     if hit is not None:
         return Decision("deny", f"{tool.name} is denied by the rule {_rule_text(hit)}", by_rule=True)
     hit = _path_rule_hit(rules.for_tool("ask", tool.name, tool.kind), paths, ctx)
     if hit is not None:
         return Decision("ask", f"the rule {_rule_text(hit)} asks before {tool.name}", by_rule=True)
+    return None
+
+
+# -- reads ------------------------------------------------------------------------------------------
+
+
+def _decide_read(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext, policy: Policy) -> Decision:
+    rules = policy.rules
+    paths = _paths(tool, args, ctx)
+    gated = _rule_gate(tool, rules, paths, ctx)
+    if gated is not None:
+        return gated
     if mode == "yolo":
         return Decision("allow")
     allow = rules.for_tool("allow", tool.name, tool.kind)
@@ -167,12 +175,9 @@ def _decide_read(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContex
 def _decide_edit(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext, policy: Policy) -> Decision:
     rules = policy.rules
     paths = _paths(tool, args, ctx)
-    hit = _path_rule_hit(rules.for_tool("deny", tool.name, tool.kind), paths, ctx)
-    if hit is not None:
-        return Decision("deny", f"{tool.name} is denied by the rule {_rule_text(hit)}", by_rule=True)
-    hit = _path_rule_hit(rules.for_tool("ask", tool.name, tool.kind), paths, ctx)
-    if hit is not None:
-        return Decision("ask", f"the rule {_rule_text(hit)} asks before {tool.name}", by_rule=True)
+    gated = _rule_gate(tool, rules, paths, ctx)
+    if gated is not None:
+        return gated
     if mode == "yolo":
         return Decision("allow")
     for path in paths:

@@ -165,6 +165,21 @@ def main(
     except ValueError as exc:
         raise fail(str(exc)) from None
 
+    try:
+        retry_base_delay = float(os.environ.get("KIMICODE_RETRY_BASE_DELAY", "1.0"))
+    except ValueError:
+        raise fail("KIMICODE_RETRY_BASE_DELAY must be a number of seconds") from None
+    common: dict[str, Any] = {  # the Agent settings both faces take from the flags
+        "model": model,
+        "base_url": base_url,
+        "permission_mode": mode,
+        "thinking": thinking.value if thinking else None,
+        "max_turns": max_turns,
+        "max_retries": max_retries,
+        "retry_base_delay": retry_base_delay,
+        "request_timeout": request_timeout,
+        "context_window": context_window,
+    }
     if prompt is None:
         if sys.stdin.isatty() and sys.stdout.isatty():
             from kimicode.ui.app import run_interactive
@@ -174,17 +189,9 @@ def main(
                     resume=target,
                     fork=fork,
                     **confinement,
-                    model=model,
-                    base_url=base_url,
                     # without -C a resumed session keeps its own workspace
                     workspace=workspace if cwd is not None or target is None else None,
-                    permission_mode=mode,
-                    thinking=thinking.value if thinking else None,
-                    max_turns=max_turns,
-                    max_retries=max_retries,
-                    retry_base_delay=float(os.environ.get("KIMICODE_RETRY_BASE_DELAY", "1.0")),
-                    request_timeout=request_timeout,
-                    context_window=context_window,
+                    **common,
                 )
             )
         raise fail("no prompt: pass -p PROMPT (or -p - to read it from stdin)")
@@ -201,17 +208,9 @@ def main(
 
     try:
         agent = agent_factory(target, fork, workspace_given=cwd is not None)(
-            model=model,
-            base_url=base_url,
             workspace=workspace,
-            permission_mode=mode,
-            thinking=thinking.value if thinking else None,
-            max_turns=max_turns,
-            max_retries=max_retries,
-            retry_base_delay=float(os.environ.get("KIMICODE_RETRY_BASE_DELAY", "1.0")),
-            request_timeout=request_timeout,
-            context_window=context_window,
             headless=True,
+            **common,
             **confinement,
         )
     except (ConfigError, ValueError) as exc:
