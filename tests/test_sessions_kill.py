@@ -143,7 +143,18 @@ def test_kill_9_at_many_points_always_resumes_to_a_valid_history(
 
         seen = len(server.requests)
         proc = start(["-c", "-p", f"continue {k}"])
-        server.wait_for_requests(seen + 1, timeout=15)
+        # A request the killed process had already sent may be recorded after `seen` was read, so find
+        # the resumed process's first request by its prompt rather than by position.
+        prompt = {"role": "user", "content": f"continue {k}"}
+        deadline = time.monotonic() + 15
+        while True:
+            mine = [i for i in range(seen, len(server.requests)) if (server.requests[i].body or {}).get(
+                "messages", [None])[-1] == prompt]
+            if mine:
+                seen = mine[0]
+                break
+            assert time.monotonic() < deadline, "the resumed process never sent its request"
+            time.sleep(0.02)
         sent = server.requests[seen].body
         messages = sent["messages"]
         assert history_problems(messages) == [], (how, delay)
