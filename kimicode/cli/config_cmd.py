@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from kimicode.settings import Settings
 
 config_app = typer.Typer(
     name="config",
@@ -26,6 +29,18 @@ config_app = typer.Typer(
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"kimicode: {message}", err=True)
     return typer.Exit(2)
+
+
+def workspace_settings(cwd: Path | None) -> tuple[Path, Settings]:
+    """The workspace (`-C` or the current directory) and its merged settings; a bad file exits 2."""
+    from kimicode.config import ConfigError, kimicode_home
+    from kimicode.settings import load_settings
+
+    workspace = (cwd or Path.cwd()).expanduser().resolve()
+    try:
+        return workspace, load_settings(workspace, kimicode_home())
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _toml_value(value: Any) -> str:
@@ -80,14 +95,10 @@ def show(
 ) -> None:
     """Print the merged configuration (secrets masked), the files read, and the resolved model."""
     from kimicode.config import ConfigError, kimicode_home
-    from kimicode.settings import config_paths, load_settings, masked, resolve_model
+    from kimicode.settings import config_paths, masked, resolve_model
 
-    workspace = (cwd or Path.cwd()).expanduser().resolve()
+    workspace, settings = workspace_settings(cwd)
     home = kimicode_home()
-    try:
-        settings = load_settings(workspace, home)
-    except ConfigError as exc:
-        raise _fail(str(exc)) from None
     resolved: dict[str, Any]
     try:
         endpoint, mc = resolve_model(settings, model=model)

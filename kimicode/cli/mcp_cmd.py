@@ -25,17 +25,12 @@ def list_servers(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Start each configured server, then show its status and tools (exit 1 if any failed)."""
-    from kimicode.config import ConfigError, kimicode_home
+    from kimicode.cli.config_cmd import workspace_settings
+    from kimicode.config import kimicode_home
     from kimicode.mcp.config import load_server_configs
-    from kimicode.settings import load_settings
 
-    workspace = (cwd or Path.cwd()).expanduser().resolve()
+    workspace, settings = workspace_settings(cwd)
     home = kimicode_home()
-    try:
-        settings = load_settings(workspace, home)
-    except ConfigError as exc:
-        typer.echo(f"kimicode: {exc}", err=True)
-        raise typer.Exit(2) from None
     configs, problems = load_server_configs(workspace, settings)
     rows: list[dict[str, Any]] = []
     if configs:
