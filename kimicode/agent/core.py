@@ -752,7 +752,11 @@ class Agent:
         prep.error = message
         denial = {"tool_name": tool.name, "tool_use_id": prep.call_id, "tool_input": dict(prep.args), "reason": reason}
         denials.append(denial)
-        emit(PermissionDenied(prep.call_id, tool.name, prep.args, reason))
+        emit(
+            PermissionDenied(
+                prep.call_id, tool.name, prep.args, reason, decision.suggestion, decision.by_rule, tool.kind
+            )
+        )
 
     async def _execute(self, prep: _Prepared, emit: Callable[[Event], None]) -> str:
         """Run one prepared call; every failure becomes an error result for the model."""

@@ -97,6 +97,12 @@ class PermissionDenied:
     name: str
     arguments: Mapping[str, Any]
     reason: str
+    suggestion: str = ""
+    """A rule that would allow the call (`bash(npm test)`), when the policy has one to offer."""
+    by_rule: bool = False
+    """True when a `deny` rule (not the permission mode) refused it: no flag short of editing it allows it."""
+    kind: str = ""
+    """The tool's kind (`read`, `edit`, `execute`, ...), so faces can name the mode that would allow it."""
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from typing import IO, Any
 
 from kimicode.agent.core import Agent
@@ -63,6 +65,8 @@ class Printer:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self._in_reasoning = False
+        self.denials: list[PermissionDenied] = []
+        self.permission_mode = "default"
 
     def line(self, obj: dict[str, Any]) -> None:
         """One JSON object per line, flushed (stream-json)."""
@@ -70,6 +74,7 @@ class Printer:
         self.out.flush()
 
     def init(self, agent: Agent) -> None:
+        self.permission_mode = agent.permission_mode
         if self.fmt == "stream-json":
             self.line(
                 {
@@ -83,13 +88,19 @@ class Printer:
             )
 
     def event(self, ev: Event) -> None:
+        if isinstance(ev, PermissionDenied):
+            self.denials.append(ev)
         if self.fmt == "stream-json":
             self._stream_json(ev)
         elif self.verbose:
             self._progress(ev)
         elif isinstance(ev, Notice) and ev.level != "info":
             # warnings (an ignored project setting, a sandbox that is unavailable) are shown even when quiet
-            self.err.write(f"kimicode: {ev.level}: {ev.text}\n")
+            self.err.write(f"kimicode: {ev.level}: {one_line(ev.text)}\n")
+            self.err.flush()
+        elif self.fmt == "text" and isinstance(ev, (PermissionDenied, Retrying)):
+            # a quiet text run still says what it refused and why it is waiting: one line each
+            self.err.write((denial_line(ev) if isinstance(ev, PermissionDenied) else retry_line(ev)) + "\n")
             self.err.flush()
 
     def _stream_json(self, ev: Event) -> None:
@@ -130,9 +141,12 @@ class Printer:
             status = "error" if ev.is_error else "ok"
             w(f"  {ev.summary or ev.name} [{status}]\n")
         elif isinstance(ev, PermissionDenied):
-            w(f"✗ denied {ev.name}: {ev.reason}\n")
+            w(denial_line(ev) + "\n")
         elif isinstance(ev, Retrying):
-            w(f"↻ retry {ev.attempt}/{ev.max_retries} in {ev.delay:.1f}s: {ev.error}\n")
+            if self._in_reasoning:
+                w("\n")
+                self._in_reasoning = False
+            w(retry_line(ev) + "\n")
         elif isinstance(ev, Notice):
             w(f"! {ev.text}\n")
         self.err.flush()
@@ -148,8 +162,62 @@ class Printer:
             self.out.write(text if text.endswith("\n") else text + "\n")
             self.out.flush()
         if obj["status"] != "success":
-            self.err.write(f"kimicode: {obj['status']}: {obj['error'] or 'no details'}\n")
+            self.err.write(f"kimicode: {obj['status']}: {one_line(obj['error'] or 'no details')}\n")
             self.err.flush()
+        if self.denials and not self.verbose:
+            self.err.write(denial_summary(self.denials, self.permission_mode) + "\n")
+            self.err.flush()
+
+
+def one_line(text: str, width: int = 300) -> str:
+    """`text` on one line, safe for a terminal: control characters (escape sequences, carriage returns)
+    become spaces, runs of whitespace one space, cut to `width` characters."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _call_text(name: str, arguments: Mapping[str, Any]) -> str:
+    """The refused call in a few words: `bash: npm test`, `write_file src/app.py`, `web_fetch`."""
+    command = arguments.get("command")
+    if name == "bash" and isinstance(command, str):
+        return f"bash: {one_line(command, 120)}"
+    for key in ("path", "url", "pattern"):
+        value = arguments.get(key)
+        if isinstance(value, str) and value:
+            return f"{name} {one_line(value, 120)}"
+    return name
+
+
+def denial_line(ev: PermissionDenied) -> str:
+    """One stderr line for a refused call, with what would allow it."""
+    head = f"kimicode: refused {_call_text(ev.name, ev.arguments)} ({one_line(ev.reason, 200)})"
+    if ev.by_rule:
+        return f"{head}; a deny rule forbids it"
+    options = [f"--allow {shlex.quote(one_line(ev.suggestion, 200))}"] if ev.suggestion else []
+    if ev.kind == "edit":
+        options.append("--permission-mode accept-edits")
+    if not options:
+        options.append(f"--allow {shlex.quote(ev.name)}")
+    return f"{head}; to allow it: {' or '.join(options)}"
+
+
+def retry_line(ev: Retrying) -> str:
+    """One stderr line per retry: when, then what the server said (which may end in "try again.")."""
+    return f"kimicode: retry {ev.attempt}/{ev.max_retries} in {ev.delay:.1f}s after: {one_line(ev.error)}"
+
+
+def denial_summary(denials: list[PermissionDenied], mode: str) -> str:
+    """The last stderr line of a run that refused something: why, and the flags a CI job usually needs."""
+    n = len(denials)
+    what = f"{n} action{'s were' if n != 1 else ' was'} refused"
+    if mode == "default":
+        why = ("in --permission-mode default a headless run may only read: nothing can be approved; "
+               "for a CI fix use e.g. --permission-mode accept-edits --allow 'bash(pytest*)'")
+    elif mode == "plan":
+        why = "plan mode changes nothing; use --permission-mode accept-edits to let it edit"
+    else:
+        why = f"in --permission-mode {mode}; see the lines above for the --allow rule each one needs"
+    return f"kimicode: {what} ({why})"
 
 
 def result_object(agent: Agent, finished: TurnFinished, duration_ms: int) -> dict[str, Any]:
