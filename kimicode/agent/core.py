@@ -146,6 +146,7 @@ class Agent:
         messages: list[dict[str, Any]] | None = None,
         on_event: Callable[[Event], None] | None = None,
         headless: bool = False,
+        origin: str | None = None,
         config: Settings | None = None,
         allow: Iterable[str] = (),
         deny: Iterable[str] = (),
@@ -173,6 +174,8 @@ class Agent:
         self.permission_mode = permission_mode
         self.approve = approve
         self.headless = headless
+        self.origin = origin or ("headless" if headless else "library")
+        """Which face runs the session (`interactive`, `headless`, `library`), recorded in the log for listings."""
         self.thinking = thinking or self.model_config.reasoning_effort or self.settings.get("defaults.thinking")
         self.context_window = context_window or self.profile.context_window
         self.max_completion_tokens = max_completion_tokens or self.model_config.max_completion_tokens
@@ -311,6 +314,7 @@ class Agent:
                     "workspace": str(self.workspace),
                     "permission_mode": self.permission_mode,
                     "thinking": self.thinking,
+                    "origin": self.origin,
                 }
             )
 
@@ -326,6 +330,7 @@ class Agent:
                     "workspace": str(self.workspace),
                     "permission_mode": self.permission_mode,
                     "thinking": self.thinking,
+                    "origin": self.origin,
                     **extra,
                 }
             )

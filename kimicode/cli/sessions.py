@@ -84,13 +84,14 @@ def _table(sessions: list[SessionInfo], *, workspace: bool = True, numbered: boo
             info.started.astimezone().strftime("%Y-%m-%d %H:%M"),
             f"{info.turns:>5}",
             f"{human_size(info.size):>6}",
+            f"{info.origin or '?':<11}",
         ]
         if workspace:
             path = _short_path(info.workspace or "?")
             cells.append(f"{path if len(path) <= 30 else '…' + path[-29:]:<30}")  # the end says most
         cells.append(one_line(info.first_prompt, 60) or "(no prompt)")
         rows.append("  ".join(cells))
-    head = ["  #" if numbered else f"{'ID':<22}", f"{'STARTED':<16}", "TURNS", f"{'SIZE':>6}"]
+    head = ["  #" if numbered else f"{'ID':<22}", f"{'STARTED':<16}", "TURNS", f"{'SIZE':>6}", f"{'ORIGIN':<11}"]
     if workspace:
         head.append(f"{'WORKSPACE':<30}")
     head.append("FIRST PROMPT")
@@ -105,12 +106,24 @@ def list_command(
     ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Show at most this many.")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    origin: Annotated[
+        list[Origin] | None,
+        typer.Option("--origin", help="Only sessions started this way: interactive, headless or library "
+                     "(repeatable)."),
+    ] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", "-a", help="Also sessions without a prompt (saved by older versions).")
+    ] = False,
 ) -> None:
     """List saved sessions, most recently used first."""
     from kimicode.session.store import list_sessions
 
     where = workspace if workspace is not None else (Path.cwd() if here else None)
-    sessions = list_sessions(_home(), where)[:limit]
+    sessions = list_sessions(_home(), where, include_empty=show_all)
+    if origin:
+        wanted = {o.value for o in origin}
+        sessions = [s for s in sessions if s.origin in wanted]
+    sessions = sessions[:limit]
     if as_json:
         for info in sessions:
             typer.echo(
@@ -126,13 +139,15 @@ def list_command(
                         "size": info.size,
                         "first_prompt": info.first_prompt,
                         "forked_from": info.forked_from,
+                        "origin": info.origin or None,
                     },
                     ensure_ascii=False,
                 )
             )
         return
     if not sessions:
-        typer.echo("No saved sessions" + (f" in {where}." if where is not None else "."))
+        kinds = f" {'/'.join(o.value for o in origin)}" if origin else ""
+        typer.echo(f"No saved{kinds} sessions" + (f" in {where}." if where is not None else "."))
         return
     for line in _table(sessions):
         typer.echo(line)
@@ -163,6 +178,12 @@ def show_command(
     if transcript:
         typer.echo("")
         typer.echo(transcript)
+
+
+class Origin(StrEnum):
+    interactive = "interactive"
+    headless = "headless"
+    library = "library"
 
 
 class ExportFormat(StrEnum):
@@ -220,8 +241,9 @@ def rm_command(
 
 
 def pick_session(workspace: Path, *, limit: int = 20) -> str:
-    """Ask on the terminal which session to resume (a numbered list with date, first prompt and size)."""
-    from kimicode.session.store import list_sessions
+    """Ask on the terminal which session to resume (a numbered list with date, first prompt and size);
+    terminal sessions come first, so headless one-shot runs do not push them off the list."""
+    from kimicode.session.store import interactive_first, list_sessions
 
     sessions = list_sessions(_home(), workspace)
     everywhere = not sessions
@@ -229,7 +251,7 @@ def pick_session(workspace: Path, *, limit: int = 20) -> str:
         sessions = list_sessions(_home())
     if not sessions:
         raise _fail("no saved sessions to resume", 2)
-    sessions = sessions[:limit]
+    sessions = interactive_first(sessions)[:limit]
     where = "all workspaces" if everywhere else str(workspace)
     typer.echo(f"Sessions ({where}), most recent first:", err=True)
     for line in _table(sessions, workspace=everywhere, numbered=True):

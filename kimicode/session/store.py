@@ -42,6 +42,9 @@ class SessionInfo:
     """Bytes of the log."""
     first_prompt: str
     forked_from: str | None = None
+    origin: str = ""
+    """`interactive` (the terminal), `headless` (`kimicode -p`), `library`, or "" for logs written before
+    kimicode recorded it. A session ever continued in the terminal counts as interactive."""
 
     def __str__(self) -> str:
         when = self.started.astimezone().strftime("%Y-%m-%d %H:%M")
@@ -97,6 +100,7 @@ def session_info(path: Path) -> SessionInfo:
     first_prompt = ""
     turns = messages = 0
     forked_from: str | None = None
+    origin = ""
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             is_message = line.startswith('{"v": ') and '"type": "message"' in line[:60]
@@ -113,6 +117,9 @@ def session_info(path: Path) -> SessionInfo:
             if not isinstance(rec, dict):
                 continue
             kind = rec.get("type")
+            said = rec.get("origin") if kind in ("meta", "settings") else None
+            if isinstance(said, str) and (not origin or said == "interactive"):
+                origin = said
             if kind == "meta" and not meta:
                 meta = rec
                 model = str(rec.get("model") or "")
@@ -138,11 +145,17 @@ def session_info(path: Path) -> SessionInfo:
         size=st.st_size,
         first_prompt=first_prompt,
         forked_from=forked_from,
+        origin=origin,
     )
 
 
-def list_sessions(home: str | Path | None = None, workspace: str | Path | None = None) -> list[SessionInfo]:
-    """Saved sessions, most recently used first; only those of `workspace` when given."""
+def list_sessions(
+    home: str | Path | None = None, workspace: str | Path | None = None, *, include_empty: bool = False
+) -> list[SessionInfo]:
+    """Saved sessions, most recently used first; only those of `workspace` when given.
+
+    Sessions without a prompt (left by versions that saved them) are skipped unless `include_empty`.
+    """
     directory = sessions_dir(home)
     if not directory.is_dir():
         return []
@@ -154,16 +167,22 @@ def list_sessions(home: str | Path | None = None, workspace: str | Path | None =
             mtime = path.stat().st_mtime_ns
         except OSError:
             continue  # deleted while listing
-        if wanted is None or info.workspace == wanted:
+        if (wanted is None or info.workspace == wanted) and (include_empty or info.turns):
             found.append((mtime, info))
     found.sort(key=lambda pair: (pair[0], pair[1].id), reverse=True)
     return [info for _, info in found]
 
 
 def latest_session(home: str | Path | None = None, workspace: str | Path | None = None) -> SessionInfo | None:
-    """The most recently used session (of `workspace`, when given), or None."""
+    """The most recently used session with a prompt (of `workspace`, when given), or None."""
     sessions = list_sessions(home, workspace)
     return sessions[0] if sessions else None
+
+
+def interactive_first(sessions: list[SessionInfo]) -> list[SessionInfo]:
+    """The same sessions with the terminal ones first (each group keeps its order): a picker is not
+    flooded by headless one-shot runs."""
+    return [s for s in sessions if s.origin == "interactive"] + [s for s in sessions if s.origin != "interactive"]
 
 
 def find_session(home: str | Path | None, session_id: str) -> Path:

@@ -161,6 +161,7 @@ class Session:
             "ask": o.ask,
             "sandbox": o.sandbox,
             "sandbox_network": o.sandbox_network,
+            "origin": "interactive",  # recorded in the session log: listings and the picker show these first
         }
 
     def _open_agent(self) -> Agent:
