@@ -227,12 +227,35 @@ app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
 
 
+def _click_exceptions() -> Any:
+    """The exceptions module of the click that typer runs on (recent typers vendor their own copy)."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # typer before it vendored click
+        from click import exceptions  # type: ignore[no-redef]
+    return exceptions
+
+
 def run_app() -> None:
-    """Run the application, turning unexpected exceptions into a one-line error and exit 1."""
+    """Run the application: usage errors are one clean message (exit 2), Ctrl-C is exit 130."""
     from kimicode.cli.sessions import optional_resume_value
 
+    errors = _click_exceptions()
     try:
-        app(args=optional_resume_value(sys.argv[1:]))
+        code = app(args=optional_resume_value(sys.argv[1:]), prog_name="kimicode", standalone_mode=False)
+    except errors.ClickException as exc:
+        if isinstance(exc, errors.BadParameter):
+            # typer validates choices with pydantic, whose message starts "Value error, "
+            exc.message = exc.message.removeprefix("Value error, ")
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except errors.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            sys.stderr.write("kimicode: interrupted\n")
+            raise SystemExit(130) from None
+        sys.stderr.write("kimicode: aborted\n")
+        raise SystemExit(1) from None
     except KeyboardInterrupt:
         sys.stderr.write("kimicode: interrupted\n")
         raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)

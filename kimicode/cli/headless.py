@@ -32,6 +32,9 @@ EXIT_USAGE = 2
 EXIT_LIMIT = 3
 EXIT_TRANSIENT = 75
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+"""128 + SIGTERM: what shells and CI runners report for a job that was terminated."""
+TERMINATED = "terminated by SIGTERM"
 
 
 def exit_code_for(event: TurnFinished) -> int:
@@ -161,7 +164,10 @@ class Printer:
         if text:
             self.out.write(text if text.endswith("\n") else text + "\n")
             self.out.flush()
-        if obj["status"] != "success":
+        if obj["status"] == "interrupted":
+            self.err.write(f"kimicode: {one_line(obj['error'] or 'interrupted')}\n")
+            self.err.flush()
+        elif obj["status"] != "success":
             self.err.write(f"kimicode: {obj['status']}: {one_line(obj['error'] or 'no details')}\n")
             self.err.flush()
         if self.denials and not self.verbose:
@@ -243,22 +249,24 @@ def result_object(agent: Agent, finished: TurnFinished, duration_ms: int) -> dic
 
 
 async def run_headless(agent: Agent, prompt: str, printer: Printer) -> int:
-    """Run one task to completion; Ctrl-C / SIGTERM interrupt it cleanly (exit 130)."""
+    """Run one task to completion; Ctrl-C (exit 130) and SIGTERM (exit 143) interrupt it cleanly."""
     start = time.monotonic()
     loop = asyncio.get_running_loop()
     hits = 0
+    terminated = False
 
-    def on_signal() -> None:
-        nonlocal hits
+    def on_signal(sig: signal.Signals) -> None:
+        nonlocal hits, terminated
         hits += 1
         if hits > 1:  # a second Ctrl-C while cleaning up: leave now
             sys.stderr.write("kimicode: interrupted twice, exiting\n")
-            raise SystemExit(EXIT_INTERRUPTED)
+            raise SystemExit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+        terminated = sig == signal.SIGTERM
         agent.interrupt()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            loop.add_signal_handler(sig, on_signal)
+            loop.add_signal_handler(sig, on_signal, sig)
         except (NotImplementedError, RuntimeError):
             pass
     from kimicode.agent.ecosystem import start_mcp
@@ -279,5 +287,10 @@ async def run_headless(agent: Agent, prompt: str, printer: Printer) -> int:
                 pass
         await agent.aclose()
     assert finished is not None
-    printer.result(result_object(agent, finished, int((time.monotonic() - start) * 1000)))
+    result = result_object(agent, finished, int((time.monotonic() - start) * 1000))
+    if terminated and finished.status == "interrupted":
+        result["error"] = TERMINATED
+        printer.result(result)
+        return EXIT_TERMINATED
+    printer.result(result)
     return exit_code_for(finished)
