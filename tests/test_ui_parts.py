@@ -825,4 +825,7 @@ def test_cost_with_configured_prices(session_factory: Callable[[], Any], server:
     assert session.cost() == pytest.approx(0.115)  # 50k at $1 + 50k cached at $0.5 + 10k out at $4, per million
     assert "$0.115" in "".join(text for _, text in session.toolbar())
     text = output(session)
-    assert "Cost: about $0.115 (kimi-k3 prices per million tokens: input $1, cached input $0.5, output $4)." in text
+    assert (
+        "Cost: about $0.115 (kimi-k3 prices per million tokens: input $1, cached input $0.5, output $4; "
+        "from config.toml)." in text
+    )

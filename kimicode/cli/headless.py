@@ -228,6 +228,9 @@ def denial_summary(denials: list[PermissionDenied], mode: str) -> str:
 
 def result_object(agent: Agent, finished: TurnFinished, duration_ms: int) -> dict[str, Any]:
     """The final `result` object (the `json` format prints exactly this)."""
+    from kimicode.pricing import session_cost
+
+    cost = session_cost(agent)
     return {
         "type": "result",
         "status": finished.status,
@@ -235,6 +238,7 @@ def result_object(agent: Agent, finished: TurnFinished, duration_ms: int) -> dic
         "session_id": agent.session_id,
         "num_turns": finished.num_steps,
         "usage": dict(agent.usage),
+        "cost_usd": round(cost, 6) if cost is not None else None,
         "duration_ms": duration_ms,
         "permission_denials": [dict(d) for d in finished.permission_denials],
         "error": finished.error,

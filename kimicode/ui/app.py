@@ -33,8 +33,8 @@ from kimicode.agent.permissions import MODES
 from kimicode.commands import CustomCommand, load_custom_commands
 from kimicode.config import ConfigError, kimicode_home
 from kimicode.context.output import DEFAULT_CAP_CHARS
+from kimicode.pricing import session_cost
 from kimicode.session.store import SessionError, latest_session
-from kimicode.settings import estimate_cost
 from kimicode.ui import commands
 from kimicode.ui.approvals import Approver, SessionRules
 from kimicode.ui.completion import FileIndex, PromptCompleter, expand_mentions
@@ -233,10 +233,10 @@ class Session:
         return self._custom
 
     def cost(self) -> float | None:
-        """Dollars spent in this session at the model's configured prices, or None without prices."""
-        agent = self.agent
+        """Dollars spent in this session at the model's prices (configured, else Moonshot's list prices on
+        Moonshot's endpoint), or None when no price is known."""
         try:
-            return estimate_cost(agent.usage, agent.model_config.prices)
+            return session_cost(self.agent)
         except Exception:
             return None
 

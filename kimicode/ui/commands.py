@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kimicode.agent.permissions import MODES
+from kimicode.pricing import agent_prices, describe_prices, unknown_price_hint
 from kimicode.session.store import SessionError, find_session, list_sessions, one_line
 from kimicode.ui.approvals import describe_rules
 from kimicode.ui.completion import Choice, CommandInfo
@@ -365,18 +366,10 @@ async def cmd_cost(session: Session, arg: str) -> None:
     cost = session.cost()
     name = agent.model_config.name
     if cost is None:
-        session.say(
-            f"Cost: not shown; prices are not configured for {name} "
-            "(add prices = { input = …, cached_input = …, output = … } to its [models] table in config.toml).",
-            "dim",
-        )
+        session.say(f"Cost: not shown: {unknown_price_hint(name, agent.home)}", "dim")
         return
-    prices = agent.model_config.prices
-    rates = ", ".join(
-        f"{label} ${prices[key]:g}" for key, label in
-        (("input", "input"), ("cached_input", "cached input"), ("output", "output")) if key in prices
-    )  # fmt: skip
-    session.say(f"Cost: about {money(cost)} ({name} prices per million tokens: {rates}).")
+    prices, source = agent_prices(agent)
+    session.say(f"Cost: about {money(cost)} ({name} prices per million tokens: {describe_prices(prices, source)}).")
 
 
 async def cmd_compact(session: Session, arg: str) -> None:
