@@ -17,6 +17,10 @@ class ConfigError(Exception):
     """A usage or configuration problem: reported in one line, exit code 2."""
 
 
+class MissingKeyError(ConfigError):
+    """No API key anywhere: the terminal offers to store one (`kimicode.cli.firstrun`)."""
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where to send requests. `api_key` lives only in memory: never logged or written."""
@@ -62,9 +66,10 @@ def resolve_endpoint(
     else:
         env_base = env.get("KIMI_BASE_URL") or env.get("OPENAI_BASE_URL") or None
     if not api_key:
-        raise ConfigError(
+        raise MissingKeyError(
             "no API key: set KIMI_API_KEY (or MOONSHOT_API_KEY) for Moonshot's kimi-k3, "
-            "or OPENAI_API_KEY with OPENAI_BASE_URL for another OpenAI-compatible endpoint"
+            "or OPENAI_API_KEY with OPENAI_BASE_URL for another OpenAI-compatible endpoint; or run kimicode in "
+            "a terminal once to store a key in KIMICODE_HOME/config.toml"
         )
     url = (base_url or env_base or DEFAULT_BASE_URL).rstrip("/")
     if not url.startswith(("http://", "https://")):

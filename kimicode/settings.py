@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kimicode.config import DEFAULT_MODEL, ConfigError, Endpoint, resolve_endpoint
+from kimicode.config import DEFAULT_MODEL, KEY_VARIABLES, ConfigError, Endpoint, resolve_endpoint
 from kimicode.llm.profiles import ModelProfile
 
 # A schema value is a type name, a tuple of allowed literal values, or a nested dict. The key "*" stands
@@ -75,6 +75,7 @@ SCHEMA: dict[str, Any] = {
     },
     "mcp": {"startup_timeout": "number", "tool_timeout": "number"},
     "trust": {"workspaces": "list[str]"},
+    "auth": {"api_key": "str"},
     "images": {"max_bytes": "int", "max_side": "int"},
     "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
     "subagents": {"max_turns": "int", "tools": "list[str]"},
@@ -144,6 +145,8 @@ def load_settings(workspace: Path, home: Path) -> Settings:
     if project_path.is_file():
         data = parse_file(project_path)
         data.pop("trust", None)  # a project cannot trust itself
+        if data.pop("auth", None) is not None:  # keys belong in the user's own file (mode 0600), never a repo
+            settings.ignored.append(f"{project_path}: [auth] ignored: an API key is only read from {user_path}")
         if not settings.trusted:
             mode = data.get("defaults", {}).get("permission_mode") if isinstance(data.get("defaults"), dict) else None
             if mode not in (None, "default", "plan"):
@@ -264,6 +267,8 @@ def _key_re(key: str) -> str:
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 SECRET_MASK = "********"
+STORED_KEY_SOURCE = "config.toml"
+"""`Endpoint.key_source` of a key read from `[auth] api_key` in the user's config.toml."""
 
 
 @dataclass(frozen=True)
@@ -402,6 +407,11 @@ def resolve_model(
     name = model or env.get("KIMI_MODEL") or (default if isinstance(default, str) and default else DEFAULT_MODEL)
     mc = model_config(settings, name, env)
     if mc.base_url is None and mc.api_key_env is None:
+        stored = settings.get("auth.api_key")
+        if not api_key and isinstance(stored, str) and stored and not any(env.get(v) for v in KEY_VARIABLES):
+            # the key the first run stored in the user's config.toml; a key variable still wins
+            endpoint = resolve_endpoint(model=mc.model, base_url=base_url, api_key=stored, env=env)
+            return replace(endpoint, key_source=STORED_KEY_SOURCE), mc
         return resolve_endpoint(model=mc.model, base_url=base_url, api_key=api_key, env=env), mc
     key, source = api_key, "argument"
     if not key and mc.api_key_env:

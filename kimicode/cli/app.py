@@ -13,6 +13,7 @@ import typer
 
 from kimicode._version import __version__
 from kimicode.cli.config_cmd import config_app
+from kimicode.cli.doctor import doctor
 from kimicode.cli.mcp_cmd import mcp_app
 from kimicode.cli.sessions import sessions_app
 
@@ -20,6 +21,16 @@ app = typer.Typer(
     name="kimicode",
     help="A coding agent for kimi-k3 and any OpenAI-compatible endpoint.\n\n"
     "Run `kimicode` for an interactive session, or `kimicode -p PROMPT` to run one task headless.",
+    epilog="\b\n"
+    "Environment:\n"
+    "  KIMI_API_KEY (or MOONSHOT_API_KEY)  the API key for Moonshot's kimi-k3\n"
+    "  KIMI_BASE_URL, KIMI_MODEL           endpoint and model (default https://api.moonshot.ai/v1, kimi-k3)\n"
+    "  OPENAI_API_KEY, OPENAI_BASE_URL     any other OpenAI-compatible endpoint\n"
+    "  KIMICODE_HOME                       kimicode's state and config (default ~/.kimicode)\n"
+    "\b\n"
+    "Configuration: KIMICODE_HOME/config.toml (yours; a key pasted on first run is stored there, mode\n"
+    "0600) and .kimicode/config.toml in the workspace (the project's). `kimicode doctor` checks the setup.\n"
+    "Exit codes: 0 ok, 1 failure, 2 usage, 3 limit, 75 transient (retry the job), 130 Ctrl-C, 143 SIGTERM.",
     add_completion=False,
     no_args_is_help=False,
     rich_markup_mode=None,
@@ -182,6 +193,11 @@ def main(
     }
     if prompt is None:
         if sys.stdin.isatty() and sys.stdout.isatty():
+            from kimicode.cli.firstrun import ensure_key
+            from kimicode.config import kimicode_home
+
+            if not ensure_key(workspace, kimicode_home(), model=model, base_url=base_url, out=sys.stderr):
+                raise typer.Exit(2)  # no key: first_run said what to set
             from kimicode.ui.app import run_interactive
 
             raise typer.Exit(
@@ -225,6 +241,7 @@ def main(
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
+app.command("doctor")(doctor)
 
 
 def _click_exceptions() -> Any:
@@ -249,7 +266,7 @@ def run_app() -> None:
             exc.message = exc.message.removeprefix("Value error, ")
         exc.show()
         raise SystemExit(exc.exit_code) from None
-    except errors.Abort as exc:
+    except typer.Abort as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):
             sys.stderr.write("kimicode: interrupted\n")
             raise SystemExit(130) from None

@@ -1,0 +1,255 @@
+"""`kimicode doctor`: check the setup a session needs and say what to fix.
+
+Checks, in order: the configuration files (valid, trusted, the stored key's file mode), the API key
+(present, where from, masked), the endpoint (reachable, `GET /models`, the model id listed), the context
+window (kimicode's versus what the server reports), bubblewrap, ripgrep, and the MCP servers (started
+for real). Exit 1 when something is broken, 0 when everything works (warnings included).
+
+The key is only ever shown masked (`sk-…abcd`) and only sent to the configured endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import stat
+import subprocess
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+import typer
+
+Status = Literal["ok", "warn", "fail"]
+WINDOW_FIELDS = ("context_length", "max_model_len", "context_window", "max_context_length", "max_input_tokens")
+"""Fields of a `/models` entry that servers use for the context window (Moonshot, vLLM, OpenRouter, ...)."""
+
+
+@dataclass
+class Check:
+    """One line of the report: what was checked, how it went, and what to do about it."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+def mask(key: str) -> str:
+    """`sk-…abcd` for a long key; short keys show nothing but their length."""
+    return f"{key[:3]}…{key[-4:]}" if len(key) >= 16 else f"(hidden, {len(key)} characters)"
+
+
+def _config_checks(workspace: Path, home: Path) -> tuple[list[Check], Any]:
+    from kimicode.config import ConfigError
+    from kimicode.settings import config_paths, load_settings
+
+    user, project = config_paths(workspace, home)
+    try:
+        settings = load_settings(workspace, home)
+    except ConfigError as exc:
+        return [Check("config", "fail", str(exc), "fix the file (the message names the line and key)")], None
+    checks: list[Check] = []
+    files = [f"{user} (yours)"] if user.is_file() else [f"{user} (none yet)"]
+    if project.is_file():
+        files.append(f"{project} (project, {'trusted' if settings.trusted else 'not trusted'})")
+    checks.append(Check("config", "ok", ", ".join(files)))
+    if settings.get("auth.api_key") and user.is_file() and stat.S_IMODE(user.stat().st_mode) & 0o077:
+        checks.append(
+            Check("config", "fail", f"{user} holds an API key but others can read it", f"chmod 600 {user}")
+        )
+    for text in settings.ignored:
+        checks.append(
+            Check("config", "warn", text, "trust the workspace only if you trust the repository's configuration")
+        )
+    return checks, settings
+
+
+def _key_check(settings: Any, model: str | None, base_url: str | None) -> tuple[Check, Any, Any]:
+    from kimicode.config import ConfigError, MissingKeyError
+    from kimicode.settings import resolve_model
+
+    try:
+        endpoint, mc = resolve_model(settings, model=model, base_url=base_url)
+    except MissingKeyError:
+        fix = "set KIMI_API_KEY (or MOONSHOT_API_KEY), or run `kimicode` in a terminal to store a key"
+        return Check("API key", "fail", "no API key found", fix), None, None
+    except ConfigError as exc:
+        return Check("API key", "fail", str(exc), "fix the setting the message names"), None, None
+    where = "[auth] api_key in config.toml" if endpoint.key_source == "config.toml" else endpoint.key_source
+    return Check("API key", "ok", f"{mask(endpoint.api_key)} (from {where})"), endpoint, mc
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: it would carry the Authorization header to wherever it points."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _fetch_models(base_url: str, key: str, timeout: float) -> tuple[int | None, Any, str]:
+    """(HTTP status or None when unreachable, parsed body or None, error text)."""
+    request = urllib.request.Request(
+        f"{base_url}/models", headers={"Authorization": f"Bearer {key}", "Accept": "application/json"}
+    )
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            status, raw = response.status, response.read(4 << 20)
+    except urllib.error.HTTPError as exc:
+        if 300 <= exc.code < 400:
+            where = exc.headers.get("Location", "?")
+            return None, None, f"it redirects to {where} (not followed: the key would go along); use that URL"
+        status, raw = exc.code, exc.read(1 << 16)
+    except TimeoutError:
+        return None, None, f"no answer within {timeout:g}s"
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        return None, None, str(reason.strerror if isinstance(reason, OSError) and reason.strerror else reason)
+    except (OSError, ValueError) as exc:
+        return None, None, str(exc) or type(exc).__name__
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    return status, body, ""
+
+
+def _endpoint_checks(endpoint: Any, mc: Any, key_where: str, timeout: float) -> list[Check]:
+    from kimicode.llm.profiles import profile_for
+    from kimicode.settings import profile_with
+
+    url = endpoint.base_url
+    host = urlsplit(url).netloc or url
+    status, body, error = _fetch_models(url, endpoint.api_key, timeout)
+    window = profile_with(profile_for(endpoint.model), mc).context_window
+    if status is None:
+        fix = f"check the base URL ({url}: --base-url or KIMI_BASE_URL) and that the server runs and is reachable"
+        return [Check("endpoint", "fail", f"cannot reach {host}: {error}", fix),
+                Check("context", "warn", f"{window:,} tokens assumed for {endpoint.model} (not checked)")]
+    if status in (401, 403):
+        fix = f"check the key ({key_where}); it may be revoked or for another platform"
+        return [Check("endpoint", "fail", f"{url} rejected the key (HTTP {status})", fix)]
+    if status >= 500:
+        return [Check("endpoint", "fail", f"{url}/models answered HTTP {status}", "try again later")]
+    entries = body.get("data") if isinstance(body, dict) else None
+    if status >= 400 or not isinstance(entries, list):
+        detail = f"{host} is reachable but does not list its models (GET /models: HTTP {status})"
+        return [Check("endpoint", "warn", detail + f"; model {endpoint.model!r} not verified"),
+                Check("context", "ok", f"{window:,} tokens (kimicode's default for {endpoint.model})")]
+    ids = [str(e.get("id")) for e in entries if isinstance(e, dict) and e.get("id")]
+    entry = next((e for e in entries if isinstance(e, dict) and e.get("id") == endpoint.model), None)
+    if entry is None:
+        shown = ", ".join(ids[:10]) + (", …" if len(ids) > 10 else "")
+        return [Check("endpoint", "fail", f"model {endpoint.model!r} is not among the {len(ids)} models {host} "
+                      f"lists: {shown or 'none'}", "pick one with --model or KIMI_MODEL")]
+    checks = [Check("endpoint", "ok", f"{url} reachable, model {endpoint.model} listed ({len(ids)} models)")]
+    server_window = next((entry[f] for f in WINDOW_FIELDS if isinstance(entry.get(f), int) and entry[f] > 0), None)
+    if server_window is not None and server_window < window:
+        fix = f"--context-window {server_window}, or context_window = {server_window} in [models.\"{mc.name}\"]"
+        checks.append(Check("context", "warn", f"kimicode assumes {window:,} tokens but the server allows "
+                            f"{server_window:,}", fix))
+    else:
+        said = f" (server: {server_window:,})" if server_window else " (the server does not say)"
+        checks.append(Check("context", "ok", f"{window:,} tokens{said}"))
+    return checks
+
+
+def _tool_checks(settings: Any) -> list[Check]:
+    from kimicode.tools.sandbox import probe
+    from kimicode.tools.search import find_ripgrep
+
+    checks: list[Check] = []
+    sandbox = probe()
+    wanted = settings is not None and settings.get("sandbox.mode") == "workspace-write"
+    if sandbox.available:
+        checks.append(Check("sandbox", "ok", f"bubblewrap works ({sandbox.bwrap})"))
+    else:
+        fix = "apt install bubblewrap (or dnf/pacman); needed only for --sandbox workspace-write"
+        checks.append(Check("sandbox", "fail" if wanted else "warn", sandbox.reason, fix))
+    rg = find_ripgrep()
+    if rg is None:
+        checks.append(Check("ripgrep", "warn", "rg not found: grep and glob use a slower Python engine",
+                            "pip install ripgrep (in kimicode's environment) or install rg"))
+    else:
+        try:
+            version = subprocess.run([rg, "--version"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            checks.append(Check("ripgrep", "fail", f"{rg} cannot run: {exc}", "reinstall ripgrep"))
+        else:
+            checks.append(Check("ripgrep", "ok", f"{(version.splitlines() or ['rg'])[0]} ({rg})"))
+    return checks
+
+
+def _mcp_checks(workspace: Path, home: Path, settings: Any) -> list[Check]:
+    from kimicode.cli.mcp_cmd import _probe
+    from kimicode.mcp.config import load_server_configs
+
+    configs, problems = load_server_configs(workspace, settings)
+    checks = [Check("mcp", "warn", p, "see `kimicode mcp list`") for p in problems]
+    if not configs:
+        return checks or [Check("mcp", "ok", "no servers configured")]
+    for row in asyncio.run(_probe(configs, workspace, home)):
+        if row["status"] == "ready":
+            checks.append(Check("mcp", "ok", f"{row['name']}: ready, {len(row['tools'])} tools"))
+        else:
+            checks.append(Check("mcp", "fail", f"{row['name']}: {row['status']}: {row['error']}",
+                                "fix its command or URL, or set enabled = false"))
+    return checks
+
+
+def run_checks(
+    workspace: Path, home: Path, *, model: str | None = None, base_url: str | None = None, timeout: float = 10.0
+) -> list[Check]:
+    """Every check, in report order."""
+    checks, settings = _config_checks(workspace, home)
+    if settings is not None:
+        key, endpoint, mc = _key_check(settings, model, base_url)
+        checks.append(key)
+        if endpoint is not None:
+            checks.extend(_endpoint_checks(endpoint, mc, endpoint.key_source, timeout))
+    checks.extend(_tool_checks(settings))
+    if settings is not None:
+        checks.extend(_mcp_checks(workspace, home, settings))
+    return checks
+
+
+def doctor(
+    cwd: Annotated[Path | None, typer.Option("-C", "--cwd", help="Workspace to check (default: current).")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model id to check (env KIMI_MODEL).")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="Endpoint to check (env KIMI_BASE_URL).")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the endpoint.")] = 10.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Check the key, endpoint, model, context window, sandbox, ripgrep, config files and MCP servers."""
+    from kimicode._version import __version__
+    from kimicode.config import kimicode_home
+
+    workspace = (cwd or Path.cwd()).expanduser().resolve()
+    if not workspace.is_dir():
+        typer.echo(f"kimicode: -C/--cwd: not a directory: {workspace}", err=True)
+        raise typer.Exit(2)
+    checks = run_checks(workspace, kimicode_home(), model=model, base_url=base_url, timeout=timeout)
+    failed = sum(c.status == "fail" for c in checks)
+    warned = sum(c.status == "warn" for c in checks)
+    if as_json:
+        typer.echo(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, ensure_ascii=False))
+        raise typer.Exit(1 if failed else 0)
+    typer.echo(f"kimicode {__version__} doctor: {workspace}")
+    label = {"ok": "[ok]  ", "warn": "[warn]", "fail": "[FAIL]"}
+    for c in checks:
+        typer.echo(f"{label[c.status]} {c.name:<9} {c.detail}")
+        if c.fix and c.status != "ok":
+            typer.echo(f"{'':17}fix: {c.fix}")
+    if failed:
+        more = f", {warned} warning(s)." if warned else "."
+        typer.echo(f"{failed} problem{'s' if failed != 1 else ''} to fix{more}")
+    else:
+        typer.echo("Everything kimicode needs works" + (f" ({warned} warning(s))." if warned else "."))
+    raise typer.Exit(1 if failed else 0)
+
+
+__all__ = ["Check", "doctor", "mask", "run_checks"]
