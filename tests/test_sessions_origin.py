@@ -152,3 +152,23 @@ def test_continue_with_only_empty_sessions_is_a_clear_error(
     out = CliRunner().invoke(app, ["-c", "-p", "go on", "-C", str(workspace)])
     assert out.exit_code == 2
     assert "no session to continue" in out.output
+
+
+def test_the_resume_picker_lists_terminal_sessions_first(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import typer
+
+    from kimicode.cli.sessions import pick_session
+
+    d = sessions_dir(tmp_path)
+    for i in range(30):  # a CI job's one-shot runs, newer than the one conversation at the desk
+        os.utime(write_log(d, f"20260102-0000{i:02d}-{i:06d}", workspace, prompt=f"ci run {i}", origin="headless"),
+                 (100 + i, 100 + i))
+    desk = write_log(d, "20260101-000000-aaaaaa", workspace, prompt="at the desk", origin="interactive")
+    os.utime(desk, (1, 1))
+    monkeypatch.setattr(typer, "prompt", lambda *a, **k: "1")
+    assert pick_session(workspace.resolve()) == desk.stem
+    rows = capsys.readouterr().err.splitlines()
+    assert "at the desk" in rows[2] and "interactive" in rows[2]  # title, header, then the first row
+    assert len([r for r in rows if "ci run" in r]) == 19  # the list stays 20 long
