@@ -338,7 +338,7 @@ def test_slash_commands_and_mode_cycling(start: Callable[..., Terminal], server:
     term.type("\x1b[Z")  # default → accept-edits → plan → yolo
     term.wait_for(lambda: "⏵ plan" in term.toolbar())
     term.send_message("/cost")
-    term.wait_for("prices are not configured")
+    term.wait_for("no price is known for kimi-k3")
     term.wait_prompt()
     term.type("\x1b[A")  # Up: the previous input comes back
     term.wait_for(lambda: term.screen.display[term.screen.cursor.y].rstrip() == "› /cost")
@@ -406,14 +406,16 @@ def test_plain_output_with_term_dumb(start: Callable[..., Terminal], server: Fak
     assert b"\x1b[" not in answer
 
 
-def test_missing_api_key_is_one_line_and_exit_2(term_env: dict[str, str], workspace: Path) -> None:
+def test_missing_api_key_asks_for_one_and_skipping_exits_2(term_env: dict[str, str], workspace: Path) -> None:
     env = {k: v for k, v in term_env.items() if k != "KIMI_API_KEY"}
     term = Terminal([], env, workspace)
+    term.child.expect("Enter to skip", timeout=15)  # the first run offers to store a key (tests/test_firstrun.py)
+    term.child.send("\r")
     term.child.expect(pexpect.EOF, timeout=15)
     term.child.close()
     out = term.child.before.decode()
     assert term.child.exitstatus == 2
-    assert "kimicode: no API key" in out and "Traceback" not in out
+    assert "No key stored. Set KIMI_API_KEY" in out and "Traceback" not in out
 
 
 def test_resume_picker_shows_where_the_session_stands(
