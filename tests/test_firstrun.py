@@ -178,3 +178,16 @@ def test_the_terminal_asks_and_never_echoes(tmp_path: Path, workspace: Path) -> 
     assert KEY not in seen
     assert stat.S_IMODE((home / "config.toml").stat().st_mode) == 0o600
     assert tomllib.loads((home / "config.toml").read_text())["auth"]["api_key"] == KEY
+
+
+def test_config_show_never_prints_the_stored_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from kimicode.cli.app import app
+
+    store_key(tmp_path / "home", KEY)
+    monkeypatch.chdir(tmp_path)
+    for args in (["config", "show"], ["config", "show", "--json"], ["doctor", "--timeout", "0.2", "--json"]):
+        result = CliRunner().invoke(app, args, env={"KIMI_BASE_URL": "http://127.0.0.1:9/v1"})
+        assert KEY not in result.output, args
+        assert "config.toml" in result.output

@@ -172,3 +172,8 @@ def test_the_resume_picker_lists_terminal_sessions_first(
     rows = capsys.readouterr().err.splitlines()
     assert "at the desk" in rows[2] and "interactive" in rows[2]  # title, header, then the first row
     assert len([r for r in rows if "ci run" in r]) == 19  # the list stays 20 long
+
+
+def test_a_careless_origin_is_refused(make_agent: MakeAgent) -> None:
+    with pytest.raises(ValueError, match="origin must be interactive, headless or library"):
+        make_agent(origin="Interactive")

@@ -160,6 +160,8 @@ class Agent:
             raise ValueError(f"permission_mode must be one of {', '.join(MODES)} (got {permission_mode!r})")
         if thinking is not None and thinking not in ("low", "high", "max"):
             raise ValueError(f"thinking must be low, high or max (got {thinking!r})")
+        if origin not in (None, "interactive", "headless", "library"):
+            raise ValueError(f"origin must be interactive, headless or library (got {origin!r})")
         self.settings = config if config is not None else load_settings(
             Path(workspace).expanduser().resolve(), Path(home).expanduser() if home is not None else kimicode_home()
         )  # the configuration files; flags (the arguments) and the environment win over them
