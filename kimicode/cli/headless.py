@@ -170,7 +170,7 @@ class Printer:
         elif obj["status"] != "success":
             self.err.write(f"kimicode: {obj['status']}: {one_line(obj['error'] or 'no details')}\n")
             self.err.flush()
-        if self.denials and not self.verbose:
+        if self.denials:
             self.err.write(denial_summary(self.denials, self.permission_mode) + "\n")
             self.err.flush()
 
