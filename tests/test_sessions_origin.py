@@ -177,3 +177,45 @@ def test_the_resume_picker_lists_terminal_sessions_first(
 def test_a_careless_origin_is_refused(make_agent: MakeAgent) -> None:
     with pytest.raises(ValueError, match="origin must be interactive, headless or library"):
         make_agent(origin="Interactive")
+
+
+def test_the_terminal_session_saves_nothing_until_a_prompt_and_clear_exit_leaves_nothing(
+    server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from kimicode.ui import commands
+    from kimicode.ui.app import AgentOptions, Session
+
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+    server.add(Reply(content="hello"))
+
+    def session() -> Session:
+        console = Console(file=io.StringIO(), width=100, color_system=None, force_terminal=False)
+        return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01), console, plain=True)
+
+    async def open_and_quit() -> None:
+        s = session()
+        await commands.dispatch(s, "/context")
+        await commands.dispatch(s, "/exit")
+        await s.agent.aclose()
+
+    asyncio.run(open_and_quit())
+    assert logs(tmp_path) == []
+
+    async def talk_clear_exit() -> str:
+        s = session()
+        await s.run_turn("hi there")
+        first = s.agent.session_id
+        await commands.dispatch(s, "/clear")
+        await commands.dispatch(s, "/exit")
+        await s.agent.aclose()
+        return first
+
+    first = asyncio.run(talk_clear_exit())
+    assert [p.stem for p in logs(tmp_path)] == [first]  # the cleared-to session had no prompt: no file
+    [info] = list_sessions(tmp_path / "home")
+    assert info.origin == "interactive" and info.first_prompt == "hi there"
