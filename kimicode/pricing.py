@@ -1,11 +1,13 @@
 """What a session costs: configured prices, else Moonshot's published list prices for its own endpoint.
 
 The built-in table is Moonshot's public price list for the international platform (USD per million tokens,
-as `input` = cache miss, `cached_input` = cache hit, `output`), read on 2026-12-01 from:
+as `input` = cache miss, `cached_input` = cache hit, `output`), gathered on 2026-12-01:
 
-- kimi-k3: https://platform.kimi.ai/docs/pricing/chat-k3 (released 2026-07-16)
-- kimi-k2.6: https://platform.kimi.ai/docs/pricing/chat-k26
-- kimi-k2.5: https://platform.moonshot.ai/docs/pricing/chat (archived copy of 2026-03-26)
+- kimi-k3 (released 2026-07-16): Moonshot's page https://platform.kimi.ai/docs/pricing/chat-k3, as quoted
+  in getagentseal/codeburn PR #709 and matching the list prices resellers publish (docs.apiyi.com,
+  novita.ai): $3 / $0.30 / $15. The official page itself could not be read from here.
+- kimi-k2.6: https://platform.kimi.ai/docs/pricing/chat-k26 (the same figures in Cloudflare's model docs).
+- kimi-k2.5: https://platform.moonshot.ai/docs/pricing/chat (an archived copy of 2026-03-26).
 
 The prices apply only when the endpoint is Moonshot's international API (`api.moonshot.ai`, the default):
 the same model served by a local vLLM, a reseller, or the China platform (billed in CNY) costs something
