@@ -21,6 +21,7 @@ import openai
 
 from kimicode.llm.accumulate import REASONING_FIELDS, StreamAccumulator
 from kimicode.llm.errors import LLMError, classify_status, parse_retry_after
+from kimicode.llm.overflow import context_overflow
 from kimicode.llm.profiles import ModelProfile, profile_for
 
 
@@ -286,18 +287,29 @@ def _from_status_error(exc: openai.APIStatusError, key_source: str | None = None
     body = exc.body
     message = exc.message
     error_type: str | None = None
+    code: str | int | None = None
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict):
             message = str(err.get("message") or message)
             etype = err.get("type") or err.get("code")
             error_type = str(etype) if etype else None
+            raw_code = err.get("code")
+            code = raw_code if isinstance(raw_code, (str, int)) else None
+        elif isinstance(err, str) and err:
+            message = err  # LM Studio, Ollama: {"error": "text"}
     headers = dict(exc.response.headers.items()) if exc.response is not None else {}
-    return classify_status(exc.status_code, message, error_type, headers, key_source=key_source)
+    return classify_status(
+        exc.status_code, message, error_type, headers, key_source=key_source, code=code, body=body
+    )
 
 
 def _from_stream_error(err: Any) -> LLMError:
-    """An `{"error": ...}` event inside the stream (the server failed after it started answering)."""
+    """An `{"error": ...}` event inside the stream (the server failed after it started answering).
+
+    Some servers (LM Studio) report a context overflow this way, with HTTP 200: it is recognised here
+    like any other context-length error.
+    """
     if isinstance(err, dict):
         message = str(err.get("message") or err)
         etype = err.get("type") or err.get("code")
@@ -305,7 +317,18 @@ def _from_stream_error(err: Any) -> LLMError:
         code = status if isinstance(status, int) else 500
         if not isinstance(status, int) and "invalid_request" in str(etype):
             code = 400
-        return classify_status(code, message, str(etype) if etype else None, {})
+        raw_code = err.get("code")
+        return classify_status(
+            code,
+            message,
+            str(etype) if etype else None,
+            {},
+            code=raw_code if isinstance(raw_code, (str, int)) else None,
+            body=err,
+        )
+    overflow = context_overflow(None, str(err))
+    if overflow is not None:
+        return LLMError(f"server error mid-stream: {err}", "context_length", overflow=overflow)
     return LLMError(f"server error mid-stream: {err}", "transient")
 
 
