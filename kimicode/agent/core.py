@@ -44,6 +44,7 @@ from kimicode.context.compact import CompactionResult
 from kimicode.context.manager import ContextManager, ContextSettings
 from kimicode.context.output import DEFAULT_CAP_CHARS, DEFAULT_CAP_TOKENS
 from kimicode.llm.accumulate import usage_numbers
+from kimicode.llm.discovery import resolve_window
 from kimicode.llm.errors import LLMError
 from kimicode.llm.profiles import profile_for
 from kimicode.prompts import load_prompt
@@ -179,8 +180,15 @@ class Agent:
         self.origin = origin or ("headless" if headless else "library")
         """Which face runs the session (`interactive`, `headless`, `library`), recorded in the log for listings."""
         self.thinking = thinking or self.model_config.reasoning_effort or self.settings.get("defaults.thinking")
-        self.context_window = context_window or self.profile.context_window
-        self.max_completion_tokens = max_completion_tokens or self.model_config.max_completion_tokens
+        self.context_window, self._window_source = resolve_window(
+            context_window, self.model_config.context_window, self.endpoint.model, self.profile.context_window
+        )
+        ctx_max_tokens = self.settings.table("context").get("max_tokens")
+        self.max_completion_tokens = (
+            max_completion_tokens or self.model_config.max_completion_tokens or ctx_max_tokens or None
+        )
+        """The answer's token limit when set (argument, model config, `[context] max_tokens`); else fitted."""
+        self._discovered = context_window is not None or self.model_config.context_window is not None
         self.max_turns = max_turns
         self.max_retries = max_retries
         self.retry_base_delay = retry_base_delay
@@ -218,6 +226,7 @@ class Agent:
             spill_dir=spill,
             log=self.log,
             usage=self.usage,
+            reserve_explicit=self.max_completion_tokens is not None,
         )
         self._client: ChatClient | None = None
         self._worker: asyncio.Task[None] | None = None
@@ -453,7 +462,11 @@ class Agent:
         """Switch the model for the following requests (the history is kept as it is)."""
         self.endpoint, self.model_config = switch_model(self.settings, self.endpoint, model)
         self.profile = profile_with(profile_for(self.endpoint.model), self.model_config)
-        self.context_window = self.profile.context_window
+        self.context_window, self._window_source = resolve_window(
+            None, self.model_config.context_window, self.endpoint.model, self.profile.context_window
+        )
+        self._discovered = self.model_config.context_window is not None
+        self.context.forget_window()
         from kimicode.agent.ecosystem import refresh
 
         refresh(self)  # e.g. apply_patch instead of edit_file for GPT models
@@ -501,6 +514,35 @@ class Agent:
         if self.log:
             self.log.sync()
         return result
+
+    @property
+    def window_source(self) -> str:
+        """Where the context window came from: flag, config, server, known, default, or learnt (from a
+        server's context-length error in this session)."""
+        if self.context.server_limit and self.context.server_limit < self.context_window:
+            return "learnt"
+        return self._window_source
+
+    @property
+    def effective_window(self) -> int:
+        """The window requests are fitted to: the configured one, or smaller when the server said so."""
+        return min(self.context_window, self.context.server_limit or self.context_window)
+
+    async def _discover_window(self, emit: Callable[[Event], None]) -> None:
+        """Ask the server for its window once (bounded, cached under KIMICODE_HOME); a flag or config wins."""
+        from kimicode.llm.discovery import discover_window
+
+        self._discovered = True
+        found = await discover_window(
+            self.endpoint.base_url, self.endpoint.api_key, self.endpoint.model, self.home,
+            headers=dict(self.model_config.headers),
+        )
+        if found and found != self.context_window:
+            self.context_window, self._window_source = found, "server"
+            emit(Notice(f"context: the server reports a window of {found:,} tokens for {self.endpoint.model}"))
+            emit(ContextUpdated(self.context.used, self.context_window))
+        elif found:
+            self._window_source = "server"
 
     def context_breakdown(self) -> Breakdown:
         """Estimated tokens of the next request by category (system, tools, user, assistant, ...)."""
@@ -551,7 +593,7 @@ class Agent:
             repeats = _RepeatTracker()
             while True:
                 if steps >= self.max_turns:
-                    finish("max_turns", self._last_text(), f"stopped after reaching --max-turns {self.max_turns}")
+                    finish("max_turns", self._turn_text(), f"stopped after reaching --max-turns {self.max_turns}")
                     return
                 steps += 1
                 emit(StepStarted(steps))
@@ -560,7 +602,7 @@ class Agent:
                 self._commit(message, emit)
                 calls = list(message.get("tool_calls") or ())
                 if completion.finish_reason == "content_filter":
-                    finish("error", message.get("content") or "", "the provider's content filter blocked the response")
+                    finish("error", "", "the provider's content filter blocked the response")
                     return
                 if not calls:
                     if completion.finish_reason == "length":
@@ -570,17 +612,17 @@ class Agent:
                 pending[:] = calls
                 stop = await self._run_tools(calls, completion.finish_reason, repeats, denials, pending, emit)
                 if stop:
-                    finish("max_turns", self._last_text(), stop)
+                    finish("max_turns", self._turn_text(), stop)
                     return
         except asyncio.CancelledError:
             for call in pending:
                 self._commit({"role": "tool", "tool_call_id": call.get("id", ""), "content": INTERRUPTED}, emit)
             pending.clear()
-            finish("interrupted", self._last_text(), "interrupted by user")
+            finish("interrupted", self._turn_text(), "interrupted by user")
             if not self._interrupted:
                 raise  # cancelled from outside (library cancellation): propagate
         except LLMError as err:
-            finish("error", self._last_text(), err.message, "transient" if err.transient else err.kind)
+            finish("error", "", err.message, "transient" if err.transient else err.kind)  # never an old answer
         except Exception as exc:  # a bug must end the turn with a valid history, never leave the caller waiting
             error = f"internal error: {type(exc).__name__}: {exc}"
             try:
@@ -588,13 +630,18 @@ class Agent:
                     result = {"role": "tool", "tool_call_id": call.get("id", ""), "content": f"Error: {error}"}
                     self._commit(result, emit)
                 pending.clear()
-                finish("error", self._last_text(), error, "internal")
+                finish("error", "", error, "internal")
             except Exception:
-                emit(TurnFinished("error", self._last_text(), steps, error, "internal", tuple(denials)))
+                emit(TurnFinished("error", "", steps, error, "internal", tuple(denials)))
 
-    def _last_text(self) -> str:
+    def _turn_text(self) -> str:
+        """The last assistant text of the current turn (never an earlier turn's answer: a stopped turn
+        must not report what a previous one said, or `answer=$(kimicode -c -p ...)` gets an old answer)."""
         for msg in reversed(self.messages):
-            if msg.get("role") == "assistant" and msg.get("content"):
+            role = msg.get("role")
+            if role == "user":
+                return ""
+            if role == "assistant" and msg.get("content"):
                 return str(msg["content"])
         return ""
 
@@ -603,13 +650,16 @@ class Agent:
 
         tools = self.tools.schemas()
         kinds = {t.name: t.kind for t in self.tools}
+        if not self._discovered:
+            await self._discover_window(emit)
         self.context.set_window(self.context_window, self.max_completion_tokens or self.profile.max_completion_tokens)
-        await self.context.prepare(self.messages, tools, self.client, emit, kinds)  # prune/compact to fit
+        est = await self.context.prepare(self.messages, tools, self.client, emit, kinds)  # prune/compact to fit
         after_compaction(self)  # keep the todo list visible to the model
         completion: Completion | None = None
         for attempt in range(2):
             try:
-                async for ev in self.client.stream(self.messages, tools):
+                limit = self.context.completion_tokens(est)  # prompt + max_tokens never over the window
+                async for ev in self.client.stream(self.messages, tools, max_completion_tokens=limit):
                     if isinstance(ev, StreamDelta):
                         if ev.kind == "reasoning":
                             emit(ReasoningDelta(ev.text))
@@ -627,6 +677,8 @@ class Agent:
                     raise
                 if not await self.context.recover(err, self.messages, tools, self.client, emit, kinds):
                     raise
+                est = self.context.last_estimate
+                emit(ContextUpdated(est, self.context.budget.window))
         assert completion is not None
         prompt_t, completion_t, cached_t = usage_numbers(completion.usage)
         self.usage["prompt_tokens"] += prompt_t
@@ -645,7 +697,7 @@ class Agent:
         if self.log and completion.usage:
             self.log.append({"type": "usage", "usage": completion.usage})
         used = self.context.observe(self.messages, tools, completion.message, completion.usage)
-        emit(ContextUpdated(used, self.context_window, cached_t))
+        emit(ContextUpdated(used, self.effective_window, cached_t))
         return completion
 
     # -- tools ------------------------------------------------------------------------------------

@@ -6,6 +6,21 @@ import re
 from dataclasses import dataclass
 
 MIN_INPUT_BUDGET = 1_024
+MAX_RESERVE_SHARE = 0.25
+"""The completion reservation never takes more than this share of the window unless set explicitly."""
+MIN_RESERVE = 256
+
+
+def fit_reserve(window: int, wanted: int, *, explicit: bool = False) -> int:
+    """The tokens to reserve for the answer in a `window`-token context.
+
+    A reservation set explicitly (`--max-tokens`, `[context] max_tokens`, a model's
+    `max_completion_tokens`) is kept as it is (Budget.make says when it cannot fit); a default one
+    (a profile's 32,768) is cut to a quarter of the window, so a 4k local model keeps 3k for input.
+    """
+    if explicit:
+        return wanted
+    return max(1, min(wanted, max(MIN_RESERVE, int(window * MAX_RESERVE_SHARE))))
 
 
 @dataclass(frozen=True)

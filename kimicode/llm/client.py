@@ -135,11 +135,21 @@ class ChatClient:
         self._encoded = fresh
         return parts
 
-    def build_body(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> bytes:
+    def build_body(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        max_completion_tokens: int | None = None,
+    ) -> bytes:
         """The complete request body as bytes."""
-        return b"".join(self.body_pieces(messages, tools))
+        return b"".join(self.body_pieces(messages, tools, max_completion_tokens))
 
-    def body_pieces(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> list[bytes]:
+    def body_pieces(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        max_completion_tokens: int | None = None,
+    ) -> list[bytes]:
         """The request body as pieces in order (head, each cached message, separators).
 
         The body is streamed from these pieces in ~256 KB chunks, so a 4 MB history is never copied
@@ -147,7 +157,9 @@ class ChatClient:
         """
         cfg = self.config
         head: dict[str, Any] = {"model": cfg.model, "stream": True, "stream_options": {"include_usage": True}}
-        head["max_completion_tokens"] = cfg.max_completion_tokens or self.profile.max_completion_tokens
+        head["max_completion_tokens"] = (
+            max_completion_tokens or cfg.max_completion_tokens or self.profile.max_completion_tokens
+        )
         head.update(self.profile.request_params(cfg.effort))
         if cfg.session_id:
             head["prompt_cache_key"] = cfg.session_id
@@ -166,10 +178,17 @@ class ChatClient:
     # -- streaming with retries -------------------------------------------------------------------
 
     async def stream(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
     ) -> AsyncIterator[StreamEvent]:
-        """Yield deltas, retry notices and finally one `Completion`; raise LLMError when it gives up."""
-        body = self.body_pieces(messages, tools)
+        """Yield deltas, retry notices and finally one `Completion`; raise LLMError when it gives up.
+
+        `max_completion_tokens` overrides the configured limit for this request (the context manager
+        fits it to what the window leaves)."""
+        body = self.body_pieces(messages, tools, max_completion_tokens)
         attempt = 0
         while True:
             try:

@@ -179,6 +179,17 @@ def _error_body(message: str, type_: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": type_, "code": None}}).encode()
 
 
+def _context_error(prompt: int, n_ctx: int) -> bytes:
+    """llama.cpp's context-size error, as recorded from llama-server."""
+    return json.dumps({"error": {
+        "code": 400,
+        "message": f"request ({prompt} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it",
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": prompt,
+        "n_ctx": n_ctx,
+    }}).encode()
+
+
 def _split(text: str | None, size: int) -> list[str]:
     if not text:
         return []
@@ -290,6 +301,9 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 return
             route = self.path.split("?", 1)[0]
+            if self.command == "GET" and route in fake.get_routes:
+                self._send_bytes(200, json.dumps(fake.get_routes[route]).encode())
+                return
             if self.command != "POST" or route != CHAT_PATH:
                 self._send_bytes(
                     404,
@@ -303,6 +317,9 @@ class _Handler(BaseHTTPRequestHandler):
                 body = None
             request = RecordedRequest(method=self.command, path=self.path, headers=headers, raw=raw, body=body)
             fake._record(request)
+            if fake.context_limit is not None and len(raw) // 4 > fake.context_limit:
+                self._send_bytes(400, _context_error(len(raw) // 4, fake.context_limit))
+                return  # refused like llama.cpp: no script item is used
             item = fake._next_item()
             if item is None:
                 self._send_bytes(500, _error_body(EXHAUSTED_MESSAGE, "server_error"))
@@ -554,6 +571,11 @@ class FakeServer:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.requests: list[RecordedRequest] = []
+        self.context_limit: int | None = None
+        """When set, a request whose prompt (body bytes / 4, as usage counts it) is over this many tokens
+        is refused with llama.cpp's `exceed_context_size_error` (n_ctx = this limit)."""
+        self.get_routes: dict[str, Any] = {}
+        """JSON answered to `GET path` (e.g. `/v1/models`, `/props`) for window-discovery tests."""
 
     # ----- lifecycle ------------------------------------------------------------------
 
