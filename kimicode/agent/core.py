@@ -593,7 +593,7 @@ class Agent:
             repeats = _RepeatTracker()
             while True:
                 if steps >= self.max_turns:
-                    finish("max_turns", self._turn_text(), f"stopped after reaching --max-turns {self.max_turns}")
+                    finish("max_turns", self._last_text(), f"stopped after reaching --max-turns {self.max_turns}")
                     return
                 steps += 1
                 emit(StepStarted(steps))
@@ -602,7 +602,7 @@ class Agent:
                 self._commit(message, emit)
                 calls = list(message.get("tool_calls") or ())
                 if completion.finish_reason == "content_filter":
-                    finish("error", "", "the provider's content filter blocked the response")
+                    finish("error", message.get("content") or "", "the provider's content filter blocked the response")
                     return
                 if not calls:
                     if completion.finish_reason == "length":
@@ -612,17 +612,17 @@ class Agent:
                 pending[:] = calls
                 stop = await self._run_tools(calls, completion.finish_reason, repeats, denials, pending, emit)
                 if stop:
-                    finish("max_turns", self._turn_text(), stop)
+                    finish("max_turns", self._last_text(), stop)
                     return
         except asyncio.CancelledError:
             for call in pending:
                 self._commit({"role": "tool", "tool_call_id": call.get("id", ""), "content": INTERRUPTED}, emit)
             pending.clear()
-            finish("interrupted", self._turn_text(), "interrupted by user")
+            finish("interrupted", self._last_text(), "interrupted by user")
             if not self._interrupted:
                 raise  # cancelled from outside (library cancellation): propagate
         except LLMError as err:
-            finish("error", "", err.message, "transient" if err.transient else err.kind)  # never an old answer
+            finish("error", self._last_text(), err.message, "transient" if err.transient else err.kind)
         except Exception as exc:  # a bug must end the turn with a valid history, never leave the caller waiting
             error = f"internal error: {type(exc).__name__}: {exc}"
             try:
@@ -630,18 +630,13 @@ class Agent:
                     result = {"role": "tool", "tool_call_id": call.get("id", ""), "content": f"Error: {error}"}
                     self._commit(result, emit)
                 pending.clear()
-                finish("error", "", error, "internal")
+                finish("error", self._last_text(), error, "internal")
             except Exception:
-                emit(TurnFinished("error", "", steps, error, "internal", tuple(denials)))
+                emit(TurnFinished("error", self._last_text(), steps, error, "internal", tuple(denials)))
 
-    def _turn_text(self) -> str:
-        """The last assistant text of the current turn (never an earlier turn's answer: a stopped turn
-        must not report what a previous one said, or `answer=$(kimicode -c -p ...)` gets an old answer)."""
+    def _last_text(self) -> str:
         for msg in reversed(self.messages):
-            role = msg.get("role")
-            if role == "user":
-                return ""
-            if role == "assistant" and msg.get("content"):
+            if msg.get("role") == "assistant" and msg.get("content"):
                 return str(msg["content"])
         return ""
 

@@ -476,13 +476,6 @@ async def compact_history(
     if not shrunk and not any(m.get("role") in ("assistant", "tool") or is_summary(m) for m in old):
         return None  # nothing to fold into a summary
 
-    if not old:  # only the current turn's tool results were shortened: no summary, no request
-        after = accountant.estimate_unanchored([*head, *recent], tools)
-        return CompactionResult(
-            start=k, end=len(messages), messages=list(recent), summary="", fallback=False, error=None,
-            tokens_before=before, tokens_after=after, summarized=0,
-        )
-
     # 2. the user messages, kept (verbatim when they fit) ahead of the summary
     users = _fit_users(
         [m for m in old if m.get("role") == "user" and not is_summary(m)], users_budget, settings, accountant

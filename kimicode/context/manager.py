@@ -49,18 +49,6 @@ class ContextSettings:
     compaction: CompactionSettings = field(default_factory=CompactionSettings)
 
 
-def compaction_notice(result: CompactionResult) -> str:
-    """Exactly what a compaction did, in one line."""
-    sizes = f"({result.tokens_before:,} → {result.tokens_after:,} tokens)"
-    if not result.summarized:
-        return f"context: shortened the latest tool results {sizes}; nothing older to compact"
-    n = f"{result.summarized} message{'s' if result.summarized != 1 else ''}"
-    if result.fallback:
-        why = f"the summary request failed: {result.error}" if result.error else "the model returned no summary"
-        return f"context: {why}; compacted {n} into a summary built from the transcript {sizes}"
-    return f"context: compacted {n} {sizes}"
-
-
 class ContextManager:
     """Accounting, budget, flood protection, pruning and compaction for one conversation."""
 
@@ -298,9 +286,6 @@ class ContextManager:
         if result is None:
             emit(Notice("context: nothing to compact"))
             return None
-        if result.fallback and result.error and reason == "manual":
-            emit(Notice(f"context: the summary request failed: {result.error}; kept the history", "warning"))
-            return None
         messages[result.start : result.end] = result.messages
         self.compactions += 1
         self.accountant.forget_missing(messages)
@@ -317,7 +302,14 @@ class ContextManager:
                     "tokens_after": result.tokens_after,
                 }
             )
-        emit(Notice(compaction_notice(result), "warning" if result.fallback else "info"))
+        note = " (the model's summary failed, a summary was built from the transcript)" if result.fallback else ""
+        emit(
+            Notice(
+                f"context: compacted {result.summarized} messages into a summary{note}: "
+                f"{result.tokens_before:,} → {result.tokens_after:,} tokens",
+                "warning" if result.fallback else "info",
+            )
+        )
         return result
 
     async def _summarize(self, client: ChatClient, request: list[dict[str, Any]]) -> tuple[str, int]:
