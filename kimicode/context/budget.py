@@ -62,7 +62,8 @@ class Budget:
             raise ValueError(
                 f"a context window of {window:,} tokens leaves only {budget.input_budget:,} tokens for input "
                 f"after reserving {reserve:,} for the answer (max_completion_tokens) and a margin of {margin:,}; "
-                "raise the context window or lower max_completion_tokens"
+                "raise the context window (--context-window) or lower the answer's limit (--max-tokens, "
+                "[context] max_tokens or the model's max_completion_tokens)"
             )
         return budget
 

@@ -214,9 +214,11 @@ class ContextManager:
                 self._apply_prune(messages, plan, emit, est)
                 est = self.estimate(messages, tools)
         if est > budget.input_budget:
+            fixed = self.accountant.estimate_unanchored([m for m in messages if m.get("role") == "system"], tools)
             raise LLMError(
                 f"the request needs about {est:,} tokens but only {budget.input_budget:,} fit in the context window "
-                f"({budget.window:,} minus {budget.reserve:,} reserved for the answer), even after compaction",
+                f"({budget.window:,} minus {budget.reserve:,} reserved for the answer), even after compaction; "
+                f"the system prompt and tool definitions alone take about {fixed:,}",
                 "context_length",
             )
         self.last_estimate = est
