@@ -173,3 +173,51 @@ def test_vllm_max_tokens_too_large_is_retried_with_a_smaller_reservation(
     second = server.requests[1].body["max_completion_tokens"]
     assert second <= 8192 // 4
     assert "tools" in server.requests[1].body  # no compaction request was needed in between
+
+
+def _llama_error(prompt: int, n_ctx: int) -> str:
+    return json.dumps({"error": {"code": 400, "message": f"request ({prompt} tokens) exceeds the available context "
+                       f"size ({n_ctx} tokens), try increasing it", "type": "exceed_context_size_error",
+                       "n_prompt_tokens": prompt, "n_ctx": n_ctx}})
+
+
+def test_an_absurdly_small_window_is_not_believed_and_ends_the_turn_cleanly(
+    server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
+    from kimicode.testing import ErrorReply
+
+    server.add(ErrorReply(400, body=_llama_error(900, 100)), ErrorReply(400, body=_llama_error(900, 100)))
+    agent = small_agent(server, workspace, tmp_path / "home", context_window=8192)
+    result = agent.run_sync("hi")
+    assert result.status == "error" and result.error_kind == "context_length"
+    assert "exceeds the available context size" in (result.error or "")
+    assert agent.context.budget.window == 8192  # a 100-token window cannot hold any request: not learnt
+    assert len(server.requests) <= 2  # no loop
+
+
+def test_a_larger_window_in_the_error_never_grows_the_budget(
+    server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
+    from kimicode.testing import ErrorReply
+
+    server.add(ErrorReply(400, body=_llama_error(7000, 65_536)), Reply(content="ok"))
+    agent = small_agent(server, workspace, tmp_path / "home", context_window=8192)
+    agent.run_sync("hi")
+    assert agent.context.budget.window == 8192 and agent.window_source == "flag"
+
+
+def test_an_overflow_repeated_after_compaction_ends_with_the_servers_error(
+    workspace: Path, tmp_path: Path
+) -> None:
+    with FakeServer() as server:
+        script = Script(server, calls=6, lines=40)
+        events: list[Event] = []
+        agent = small_agent(server, workspace, tmp_path / "home", context_window=32_768, on_event=events.append)
+        assert agent.run_sync("read").status == "success"
+        server.context_limit = 50  # now nothing fits, whatever is done
+        result = agent.run_sync("more")
+        assert result.status == "error" and result.error_kind == "context_length"
+        assert result.error and "exceeds the available context size" in result.error
+        # the request, the summary request and its one retry (both refused: a transcript summary is used),
+        # the retried request: then the turn ends, it never loops
+        assert len(server.requests) - len(script.accepted) <= 4

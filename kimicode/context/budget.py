@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 MIN_INPUT_BUDGET = 1_024
@@ -84,20 +83,15 @@ class Budget:
         return tokens <= self.input_budget
 
 
-_REQUESTED = re.compile(r"(?:requested|resulted in)[:\s]+(\d[\d,]*)", re.IGNORECASE)
-_LIMIT = re.compile(r"(?:token limit|maximum context length(?: is)?)[:\s]+(\d[\d,]*)", re.IGNORECASE)
-
-
 def parse_overflow(message: str, reserve: int) -> tuple[int | None, int | None]:
     """(input tokens the server counted, the server's window) from a context-length error message.
 
-    Moonshot (`exceeded model token limit: 262144 (requested: 269030)`) counts the completion reserve
-    into `requested`, so it is taken off; OpenAI-style messages (`resulted in N tokens`) count input only.
+    Any server's wording (see `kimicode.llm.overflow`); a total that includes the completion (Moonshot's
+    `requested: N`) has the completion taken off (`reserve`, what the request asked for).
     """
-    limit_match = _LIMIT.search(message)
-    requested_match = _REQUESTED.search(message)
-    limit = int(limit_match.group(1).replace(",", "")) if limit_match else None
-    requested = int(requested_match.group(1).replace(",", "")) if requested_match else None
-    if requested is not None and "exceeded model token limit" in message.lower():
-        requested = max(1, requested - reserve)
-    return requested, limit
+    from kimicode.llm.overflow import context_overflow
+
+    found = context_overflow(None, message)
+    if found is None:
+        return None, None
+    return found.prompt_estimate(reserve), found.window
