@@ -167,3 +167,22 @@ def test_cli_max_tokens_and_window_source_in_the_json_result(tmp_path: Path) -> 
              "--max-tokens", "16000"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
         )
         assert bad.returncode == 2 and "--max-tokens" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_silent_server_is_cached_as_silent_and_not_asked_again(tmp_path: Path) -> None:
+    with FakeServer() as server:  # /v1/models answers 404
+        assert asyncio.run(discover_window(server.base_url, "k", "m", tmp_path)) is None
+        server.get_routes = {"/v1/models": {"data": [{"id": "m", "max_model_len": 2048}]}}
+        assert asyncio.run(discover_window(server.base_url, "k", "m", tmp_path)) is None  # cached miss (1 h)
+        # another model is asked for; a server listing one model serves it under any name (llama.cpp)
+        assert asyncio.run(discover_window(server.base_url, "k", "other", tmp_path)) == 2048
+        cache = json.loads((tmp_path / "cache" / "windows.json").read_text())
+        assert cache[f"{server.base_url}|m"]["window"] is None
+
+
+def test_a_corrupt_cache_is_ignored(tmp_path: Path) -> None:
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "windows.json").write_text("{not json")
+    with FakeServer() as server:
+        server.get_routes = {"/v1/models": VLLM_BODY}
+        assert asyncio.run(discover_window(server.base_url, "k", "Qwen/Qwen2.5-7B-Instruct", tmp_path)) == 16384
