@@ -186,3 +186,25 @@ def test_a_corrupt_cache_is_ignored(tmp_path: Path) -> None:
     with FakeServer() as server:
         server.get_routes = {"/v1/models": VLLM_BODY}
         assert asyncio.run(discover_window(server.base_url, "k", "Qwen/Qwen2.5-7B-Instruct", tmp_path)) == 16384
+
+
+def test_slash_context_says_where_the_window_came_from(
+    server: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from kimicode.ui import commands
+    from kimicode.ui.app import AgentOptions, Session
+
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    console = Console(file=io.StringIO(), width=160, color_system=None, force_terminal=False)
+    session = Session(AgentOptions(workspace=ws, context_window=50_000, max_completion_tokens=3000), console,
+                      plain=True)
+    asyncio.run(commands.dispatch(session, "/context"))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "Window: 50.0k tokens" in text and "from --context-window" in text and "3.0k kept for the answer" in text
