@@ -208,3 +208,13 @@ def test_slash_context_says_where_the_window_came_from(
     asyncio.run(commands.dispatch(session, "/context"))
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert "Window: 50.0k tokens" in text and "from --context-window" in text and "3.0k kept for the answer" in text
+
+
+def test_a_server_window_too_small_for_anything_is_a_clear_error(tmp_path: Path) -> None:
+    with FakeServer() as server:
+        server.get_routes = {"/v1/models": {"data": [{"id": "Qwen/Qwen2.5-7B-Instruct", "max_model_len": 1024}]}}
+        agent = _agent(server, tmp_path)
+        result = agent.run_sync("hi")
+        assert result.status == "error" and result.error_kind == "context_length"
+        assert "1,024-token window" in (result.error or "") and "internal" not in (result.error or "")
+        assert not server.requests  # nothing that cannot fit is sent
