@@ -29,6 +29,8 @@ class LLMError(Exception):
     status: int | None = None
     retry_after: float | None = None
     error_type: str | None = None
+    connect: bool = False
+    """The server could not be reached at all (refused, DNS): retried once while it has never answered."""
 
     def __str__(self) -> str:
         return self.message
