@@ -15,7 +15,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kimicode.config import DEFAULT_MODEL, KEY_VARIABLES, ConfigError, Endpoint, resolve_endpoint
+from kimicode.config import (
+    DEFAULT_MODEL,
+    KEY_VARIABLES,
+    ConfigError,
+    Endpoint,
+    check_base_url,
+    check_model,
+    resolve_endpoint,
+)
 from kimicode.llm.profiles import ModelProfile
 
 # A schema value is a type name, a tuple of allowed literal values, or a nested dict. The key "*" stands
@@ -406,6 +414,8 @@ def resolve_model(
     env = os.environ if env is None else env
     default = settings.get("defaults.model")
     name = model or env.get("KIMI_MODEL") or (default if isinstance(default, str) and default else DEFAULT_MODEL)
+    source = "--model" if model else "KIMI_MODEL" if env.get("KIMI_MODEL") else "defaults.model in config.toml"
+    check_model(name, source)
     mc = model_config(settings, name, env)
     if mc.base_url is None and mc.api_key_env is None:
         stored = settings.get("auth.api_key")
@@ -426,10 +436,9 @@ def resolve_model(
     if not key or not url:
         generic = resolve_endpoint(model=mc.model, base_url=url, api_key=key or None, env=env)
         key, source, url = generic.api_key, (source if key else generic.key_source), generic.base_url
-    url = url.rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"the base URL must start with http:// or https:// (got {url!r})")
-    return Endpoint(url, key, mc.model, source), mc
+    url_source = "--base-url" if base_url else f"[providers.{mc.provider}] base_url in config.toml"
+    url = check_base_url(url.strip().rstrip("/"), url_source)
+    return Endpoint(url, key, mc.model, source, url_source), mc
 
 
 def switch_model(settings: Settings, current: Endpoint, name: str) -> tuple[Endpoint, ModelConfig]:

@@ -231,6 +231,7 @@ class Agent:
         self._client: ChatClient | None = None
         self._worker: asyncio.Task[None] | None = None
         self._interrupted = False
+        self._turn_text = ""
         self.resume_warning: str | None = None
         """Set by `resume` when the session was recorded with another model (also sent as a Notice)."""
         self._notices: list[Notice] = []  # emitted at the start of the next turn
@@ -367,6 +368,7 @@ class Agent:
                     reasoning_field=self.model_config.reasoning_field,
                     extra_headers=dict(self.model_config.headers),
                     key_source=self.endpoint.key_source,
+                    url_source=self.endpoint.url_source,
                 )
             )
         return self._client
@@ -573,6 +575,8 @@ class Agent:
     def _commit(self, message: dict[str, Any], emit: Callable[[Event], None]) -> None:
         message = _utf8_safe(message)
         self.messages.append(message)
+        if message.get("role") == "assistant" and message.get("content"):
+            self._turn_text = str(message["content"])
         if self.log:
             self.log.message(message)
         emit(MessageCommitted(message))
@@ -581,6 +585,7 @@ class Agent:
         steps = 0
         denials: list[dict[str, Any]] = []
         pending: list[dict[str, Any]] = []  # tool calls of the current step still without a result
+        self._turn_text = ""
         emit(TurnStarted(prompt, self.session_id))
         for notice in self._notices:  # e.g. the resumed session was recorded with another model
             emit(notice)
@@ -627,7 +632,7 @@ class Agent:
             if not self._interrupted:
                 raise  # cancelled from outside (library cancellation): propagate
         except LLMError as err:
-            finish("error", self._last_text(), err.message, "transient" if err.transient else err.kind)
+            finish("error", "", err.message, "transient" if err.transient else err.kind)  # no stale answer
         except Exception as exc:  # a bug must end the turn with a valid history, never leave the caller waiting
             error = f"internal error: {type(exc).__name__}: {exc}"
             try:
@@ -635,15 +640,13 @@ class Agent:
                     result = {"role": "tool", "tool_call_id": call.get("id", ""), "content": f"Error: {error}"}
                     self._commit(result, emit)
                 pending.clear()
-                finish("error", self._last_text(), error, "internal")
+                finish("error", "", error, "internal")
             except Exception:
-                emit(TurnFinished("error", self._last_text(), steps, error, "internal", tuple(denials)))
+                emit(TurnFinished("error", "", steps, error, "internal", tuple(denials)))
 
     def _last_text(self) -> str:
-        for msg in reversed(self.messages):
-            if msg.get("role") == "assistant" and msg.get("content"):
-                return str(msg["content"])
-        return ""
+        """The last assistant text of the current turn ("" when this turn has none: never an older answer)."""
+        return self._turn_text
 
     async def _model_step(self, emit: Callable[[Event], None]) -> Any:
         from kimicode.llm.client import Completion, StreamDelta, StreamRetry

@@ -34,6 +34,10 @@ MAX_IMAGE_SIDE = 2_048
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 CATEGORIES = ("system", "tools", "user", "assistant", "reasoning", "tool_calls", "tool_results")
 
+CORRECTION_BOUNDS = (0.33, 3.0)
+"""Server tokens per counted token stay within these: beyond them a sample says more about the server's template
+than about our tokenizer (a template that leaves the tool schemas out once taught a factor of 0.108)."""
+
 Counts = tuple[int, int, int, int, int, int, int]
 """Raw token counts in the order of CATEGORIES."""
 
@@ -133,7 +137,9 @@ class TokenAccountant:
         self.counter = counter
         self.decay = decay
         self.correction = 1.0
-        """Server tokens per raw counted token, from the requests seen so far (1.0 before any)."""
+        """Server tokens per raw counted token of messages, from the requests seen so far (1.0 before any)."""
+        self.tools_in_prompt = True
+        """False once the server's counts show its chat template leaves the tool schemas out of the prompt."""
         self._num = 0.0
         self._den = 0.0
         self._cache: dict[int, tuple[dict[str, Any], Counts]] = {}
@@ -246,14 +252,18 @@ class TokenAccountant:
         if anchor is not None:
             new = sum(sum(self.message_counts(m)) for m in messages[len(anchor.messages) :])
             return anchor.prompt_tokens + round(new * self.correction)
-        raw = tools_raw + sum(sum(self.message_counts(m)) for m in messages)
-        return round(raw * self.correction)
+        raw = sum(sum(self.message_counts(m)) for m in messages)
+        return round(raw * self.correction + self._tools_tokens(tools_raw))
+
+    def _tools_tokens(self, tools_raw: int) -> float:
+        return tools_raw * self.correction if self.tools_in_prompt else 0.0
 
     def estimate_unanchored(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
     ) -> int:
         """The whole request from cached counts and the correction factor only (no server anchor)."""
-        return round(self.raw_total(messages, tools) * self.correction)
+        tools_raw = self._tools(tools)[1]
+        return round((self.raw_total(messages, tools) - tools_raw) * self.correction + self._tools_tokens(tools_raw))
 
     def observe(
         self,
@@ -274,12 +284,28 @@ class TokenAccountant:
             raw = sum(sum(self.message_counts(m)) for m in messages[len(anchor.messages) :])
         else:
             server = prompt_tokens
-            raw = tools_raw + sum(sum(self.message_counts(m)) for m in messages)
-        if raw > 0 and server > 0:
-            self._num = self._num * self.decay + server
-            self._den = self._den * self.decay + raw
-            self.correction = self._num / self._den
+            raw = sum(sum(self.message_counts(m)) for m in messages)
+            if tools_raw:
+                low, high = CORRECTION_BOUNDS
+                with_tools = server / (raw + tools_raw)
+                without = server / raw if raw else 0.0
+                # Far too few tokens for messages + schemas, about right for messages alone: the template omits
+                # the schemas. Learn the messages' factor from the messages only, and count no schema tokens.
+                self.tools_in_prompt = not (with_tools < low * 1.5 and low <= without <= high)
+                if self.tools_in_prompt:
+                    raw += tools_raw
+        self._learn(server, raw)
         self._anchor = _Anchor(list(messages), tools_key, prompt_tokens)
+
+    def _learn(self, server: int, raw: int) -> None:
+        """Fold one (server tokens, raw count) sample into the factor, kept within CORRECTION_BOUNDS."""
+        if raw <= 0 or server <= 0:
+            return
+        self._num = self._num * self.decay + server
+        self._den = self._den * self.decay + raw
+        low, high = CORRECTION_BOUNDS
+        self.correction = min(high, max(low, self._num / self._den))
+        self._num = self.correction * self._den
 
     @property
     def calibrated(self) -> bool:
@@ -288,17 +314,17 @@ class TokenAccountant:
 
     def observe_raw(self, raw: int, server: int) -> None:
         """Learn from a request counted outside the history (a summary request): raw count vs server count."""
-        if raw > 0 and server > 0:
-            self._num = self._num * self.decay + server
-            self._den = self._den * self.decay + raw
-            self.correction = self._num / self._den
+        self._learn(server, raw)
 
     def overflowed(self, estimated: int, requested: int) -> None:
         """The server said a request we estimated at `estimated` tokens needs `requested`: rescale."""
         if estimated > 0 and requested > estimated:
             factor = requested / estimated
-            self.correction *= factor
-            self._num *= factor
+            if not self.tools_in_prompt and factor > 1.5:
+                self.tools_in_prompt = True  # the schemas are counted after all
+                factor = max(1.0, factor / 1.5)
+            self.correction = min(CORRECTION_BOUNDS[1], self.correction * factor)
+            self._num = self.correction * self._den
         self._anchor = None
 
     def forget_missing(self, messages: Sequence[Mapping[str, Any]]) -> None:
@@ -309,8 +335,10 @@ class TokenAccountant:
     def breakdown(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> Breakdown:
         """Corrected tokens per category for a request."""
         totals = [0] * len(CATEGORIES)
-        totals[1] = self._tools(tools)[1]
+        tools_raw = self._tools(tools)[1]
         for msg in messages:
             for i, value in enumerate(self.message_counts(msg)):
                 totals[i] += value
-        return Breakdown(*(round(v * self.correction) for v in totals))
+        corrected = [round(v * self.correction) for v in totals]
+        corrected[1] = round(self._tools_tokens(tools_raw))
+        return Breakdown(*corrected)

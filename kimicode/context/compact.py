@@ -71,6 +71,25 @@ class CompactionResult:
     """How many messages were folded into the summary."""
     requests: list[int] = field(default_factory=list)
     """Estimated input tokens of each summary request sent."""
+    shrunk: bool = False
+    """True when the latest turn's tool results were shortened to fit (the turn itself is kept)."""
+
+    def describe(self) -> str:
+        """One true sentence about what happened, for the notice the user sees."""
+        sizes = f"{self.tokens_before:,} → {self.tokens_after:,} tokens"
+        shrunk = "shortened the latest turn's tool output to fit" if self.shrunk else ""
+        if not self.summarized:
+            return f"context: {shrunk or 'nothing was summarised'} ({sizes}; no summary request was sent)"
+        plural = "s" if self.summarized != 1 else ""
+        asked = len(self.requests)
+        how = f"in {asked} summary request{'s' if asked != 1 else ''}" if asked else "without a summary request"
+        if self.fallback:
+            why = f"the summary request failed ({self.error})" if self.error else "the model returned an empty summary"
+            text = f"context: compacted {self.summarized} message{plural}, but {why}; "
+            text += f"kept a summary built from the transcript instead ({sizes})"
+        else:
+            text = f"context: compacted {self.summarized} message{plural} into a summary {how} ({sizes})"
+        return text + (f"; also {shrunk}" if shrunk else "")
 
 
 def is_summary(msg: Mapping[str, Any]) -> bool:
@@ -475,7 +494,8 @@ async def compact_history(
         if cut is not None:
             recent, split, shrunk = cut, start, True
     old = body[:split]
-    if not shrunk and not any(m.get("role") in ("assistant", "tool") or is_summary(m) for m in old):
+    foldable = any(m.get("role") in ("assistant", "tool") or is_summary(m) for m in old)
+    if not shrunk and not foldable:
         return None  # nothing to fold into a summary
 
     # 2. the user messages, kept (verbatim when they fit) ahead of the summary
@@ -483,26 +503,34 @@ async def compact_history(
         [m for m in old if m.get("role") == "user" and not is_summary(m)], users_budget, settings, accountant
     )
 
-    # 3. the summary, in as many requests as the transcript needs
-    prompt = load_prompt("compaction.md").replace("{max_words}", f"{max(150, int(summary_cap * 0.6)):,}")
-    extra = f"\n\nThe user asked for this compaction with these instructions: {instructions}" if instructions else ""
-    blocks = render_transcript(old, accountant, settings)
-    summary, error, requests = await _summarize_parts(
-        blocks, prompt, extra, summary_cap, accountant=accountant, budget=budget, summarize=summarize
-    )
-    fallback = bool(error) or not summary
-    if fallback:
-        summary = truncate_middle(fallback_summary(old, kinds, error), summary_cap, count)
+    # 3. the summary, in as many requests as the transcript needs (none when only the last turn was shrunk)
+    summary: str = ""
+    error: str | None = None
+    requests: list[int] = []
+    fallback = False
+    if foldable:
+        prompt = load_prompt("compaction.md").replace("{max_words}", f"{max(150, int(summary_cap * 0.6)):,}")
+        extra = ""
+        if instructions:
+            extra = f"\n\nThe user asked for this compaction with these instructions: {instructions}"
+        blocks = render_transcript(old, accountant, settings)
+        summary, error, requests = await _summarize_parts(
+            blocks, prompt, extra, summary_cap, accountant=accountant, budget=budget, summarize=summarize
+        )
+        fallback = bool(error) or not summary
+        if fallback:
+            summary = truncate_middle(fallback_summary(old, kinds, error), summary_cap, count)
+    middle = [summary_message(summary)] if foldable else []
 
     # 4. assemble, and make sure the result fits
-    new_body = [*users, summary_message(summary), *recent]
+    new_body = [*users, *middle, *recent]
     new = [*head, *new_body]
     after = accountant.estimate_unanchored(new, tools)
     while after > big and recent:
         recent = recent[1:]
         while recent and recent[0].get("role") == "tool":
             recent = recent[1:]
-        new = [*head, *users, summary_message(summary), *recent]
+        new = [*head, *users, *middle, *recent]
         after = accountant.estimate_unanchored(new, tools)
     new_body = new[k:]
     keep_tail = 0
@@ -520,6 +548,7 @@ async def compact_history(
         error=error,
         tokens_before=before,
         tokens_after=after,
-        summarized=len(old),
+        summarized=len(old) if foldable else 0,
         requests=requests,
+        shrunk=shrunk,
     )

@@ -304,14 +304,7 @@ class ContextManager:
                     "tokens_after": result.tokens_after,
                 }
             )
-        note = " (the model's summary failed, a summary was built from the transcript)" if result.fallback else ""
-        emit(
-            Notice(
-                f"context: compacted {result.summarized} messages into a summary{note}: "
-                f"{result.tokens_before:,} → {result.tokens_after:,} tokens",
-                "warning" if result.fallback else "info",
-            )
-        )
+        emit(Notice(result.describe(), "warning" if result.fallback else "info"))
         return result
 
     async def _summarize(self, client: ChatClient, request: list[dict[str, Any]]) -> tuple[str, int]:

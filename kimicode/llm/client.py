@@ -79,6 +79,10 @@ class ClientConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)
     key_source: str | None = None
     """Where the API key came from (an environment variable's name, or `argument`): named in 401 errors."""
+    url_source: str | None = None
+    """Where the base URL came from (`--base-url`, an environment variable, a config file): named when unreachable."""
+    connect_retries: int = 1
+    """Retries when a server that has not answered yet cannot be reached (refused, DNS): a wrong URL fails fast."""
 
 
 class ChatClient:
@@ -95,6 +99,8 @@ class ChatClient:
             timeout=httpx2.Timeout(config.timeout, connect=min(15.0, config.timeout)),
         )
         self._encoded: dict[int, tuple[dict[str, Any], bytes]] = {}
+        self.reached = False
+        """True once the server has answered: after that a refused connection is a restart, retried as usual."""
 
     async def aclose(self) -> None:
         """Close pooled connections."""
@@ -196,13 +202,16 @@ class ChatClient:
                     yield event
                 return
             except LLMError as err:
-                if not err.transient or attempt >= self.config.max_retries:
-                    if err.transient and self.config.max_retries:
+                limit = self.config.max_retries
+                if err.connect and not self.reached:  # never answered: a wrong URL or a server that is not up
+                    limit = min(limit, self.config.connect_retries)
+                if not err.transient or attempt >= limit:
+                    if err.transient and limit:
                         err.message += f" (gave up after {attempt + 1} attempts)"
                     raise
                 attempt += 1
                 delay = self._backoff(attempt, err.retry_after)
-                yield StreamRetry(attempt, self.config.max_retries, delay, err.message)
+                yield StreamRetry(attempt, limit, delay, err.message)
                 await asyncio.sleep(delay)
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
@@ -229,13 +238,22 @@ class ChatClient:
                 },
             )
         except openai.APIStatusError as exc:
+            self.reached = True
             raise _from_status_error(exc, self.config.key_source) from None
         except openai.APITimeoutError:
             raise LLMError(
                 f"the server did not answer within {self.config.timeout:g} s", "transient"
             ) from None
         except openai.APIConnectionError as exc:
-            raise LLMError(f"cannot reach {self.config.base_url}: {_cause(exc)}", "transient") from None
+            cause = exc.__cause__ or exc.__context__
+            refused = isinstance(cause, httpx2.ConnectError)
+            source = f" (from {self.config.url_source})" if refused and self.config.url_source else ""
+            raise LLMError(
+                f"cannot reach {self.config.base_url}{source}: {_cause(exc)}",
+                "transient",
+                connect=refused,
+            ) from None
+        self.reached = True
         acc = StreamAccumulator()
         done = False
         got_choice = False

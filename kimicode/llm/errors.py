@@ -22,6 +22,8 @@ class LLMError(Exception):
     error_type: str | None = None
     overflow: ContextOverflow | None = None
     """For `context_length` errors: the numbers the server gave (its window, the prompt it counted)."""
+    connect: bool = False
+    """The server could not be reached at all (refused, DNS): retried once while it has never answered."""
 
     def __str__(self) -> str:
         return self.message
