@@ -7,6 +7,7 @@ The headless command line, the terminal UI and library users all consume the sam
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import platform
@@ -54,6 +55,7 @@ from kimicode.tools.registry import ToolRegistry, builtin_tools, parse_arguments
 
 if TYPE_CHECKING:
     from kimicode.llm.client import ChatClient
+    from kimicode.redact import Masker
 
 REPEAT_WARN = 3
 REPEAT_STOP = 5
@@ -285,6 +287,13 @@ class Agent:
             names=secret_env_names(self.settings, self.endpoint.key_source),
             values=(self.endpoint.api_key,),
         )
+        from kimicode.redact import Masker, harden_process, known_secrets
+
+        harden_process()  # children cannot read the key under /proc/<pid>/environ
+        self.masker = Masker(known_secrets(os.environ, api_key=self.endpoint.api_key, settings=self.settings))
+        """Masks every known secret in tool results, the session log, notices and errors."""
+        if self.log is not None:
+            self.log.masker = self.masker
         if self.sandbox_warning:
             self._notices.append(Notice(self.sandbox_warning, "warning"))
 
@@ -372,6 +381,7 @@ class Agent:
         self._interrupted = False
 
         def emit(event: Event) -> None:
+            event = _masked_event(event, self.masker)
             if self.on_event is not None:
                 self.on_event(event)
             queue.put_nowait(event)
@@ -486,6 +496,7 @@ class Agent:
             raise RuntimeError("cannot compact while a turn is running")
 
         def emit(event: Event) -> None:
+            event = _masked_event(event, self.masker)
             if self.on_event is not None:
                 self.on_event(event)
 
@@ -768,7 +779,7 @@ class Agent:
     async def _execute(self, prep: _Prepared, emit: Callable[[Event], None]) -> str:
         """Run one prepared call; every failure becomes an error result for the model."""
         if prep.error is not None or prep.tool is None:
-            content = prep.error or "error"
+            content = self.masker.mask(prep.error or "error")
             emit(ToolCallFinished(prep.call_id, prep.name, content, True, f"{prep.name}: error"))
             return content
         emit(ToolCallStarted(prep.call_id, prep.name, prep.args))
@@ -787,7 +798,8 @@ class Agent:
                 is_error=True,
                 summary=f"{prep.name}: internal error",
             )
-        content = self.context.cap_tool_output(result.content, f"{prep.name}-{prep.call_id}")
+        masked = self.masker.mask(result.content)  # before the spill file, the history and the log
+        content = self.context.cap_tool_output(masked, f"{prep.name}-{prep.call_id}")
         if prep.warning:
             content += prep.warning
         emit(
@@ -802,6 +814,21 @@ class Agent:
             )
         )
         return content
+
+
+def _masked_event(event: Event, masker: Masker) -> Event:
+    """Notices, retries and the final error/result with every known secret masked (a server's error
+    may quote the key; tool results are masked where they are made)."""
+    if not masker:
+        return event
+    if isinstance(event, Notice):
+        return dataclasses.replace(event, text=masker.mask(event.text))
+    if isinstance(event, Retrying):
+        return dataclasses.replace(event, error=masker.mask(event.error))
+    if isinstance(event, TurnFinished):
+        error = masker.mask(event.error) if event.error else event.error
+        return dataclasses.replace(event, result=masker.mask(event.result), error=error)
+    return event
 
 
 def _utf8_safe(message: dict[str, Any]) -> dict[str, Any]:

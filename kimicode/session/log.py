@@ -31,7 +31,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kimicode.redact import Masker
 
 SCHEMA_VERSION = 1
 INTERRUPTED = "interrupted by user"
@@ -55,6 +58,8 @@ class SessionLog:
         self.directory = directory
         self.path = directory / f"{session_id}.jsonl"
         self._fh: IO[str] | None = None
+        self.masker: Masker | None = None
+        """Set by the Agent: every record is written with known secrets masked."""
         self._held: list[str] | None = None if self.path.exists() else []
         """Lines waiting for the first user message (None once the file is written)."""
 
@@ -80,6 +85,8 @@ class SessionLog:
     def append(self, record: dict[str, Any]) -> None:
         """Write one record and flush it to the OS (held in memory until the session has a prompt)."""
         line = json.dumps({"v": SCHEMA_VERSION, "ts": round(time.time(), 3), **record}, ensure_ascii=False)
+        if self.masker is not None:
+            line = self.masker.mask(line)
         if self._held is not None:
             self._held.append(line)
             message = record.get("message")
