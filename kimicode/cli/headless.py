@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from kimicode.agent.core import Agent
 from kimicode.agent.events import (
@@ -25,6 +25,9 @@ from kimicode.agent.events import (
     ToolCallStarted,
     TurnFinished,
 )
+
+if TYPE_CHECKING:
+    from kimicode.redact import Masker
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -70,14 +73,18 @@ class Printer:
         self._in_reasoning = False
         self.denials: list[PermissionDenied] = []
         self.permission_mode = "default"
+        self.masker: Masker | None = None
+        """The agent's: every known secret is masked in what is printed (set by `init`)."""
 
     def line(self, obj: dict[str, Any]) -> None:
         """One JSON object per line, flushed (stream-json)."""
-        self.out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        text = json.dumps(obj, ensure_ascii=False)
+        self.out.write((self.masker.mask(text) if self.masker is not None else text) + "\n")
         self.out.flush()
 
     def init(self, agent: Agent) -> None:
         self.permission_mode = agent.permission_mode
+        self.masker = getattr(agent, "masker", None)
         if self.fmt == "stream-json":
             self.line(
                 {
