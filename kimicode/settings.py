@@ -59,7 +59,7 @@ SCHEMA: dict[str, Any] = {
         "tokenizer": "str",
     },
     "ui": {"reasoning": ("show", "hide")},
-    "sandbox": {"mode": ("off", "workspace-write"), "network": "bool"},
+    "sandbox": {"mode": ("off", "auto", "workspace-write"), "network": "bool"},
     "mcp_servers": {
         "*": {
             "command": "str",

@@ -280,7 +280,7 @@ class Agent:
         sandboxed = False
         if self.sandbox is not None and self.tools.get("bash") is BASH:
             self.tools.add(bash_tool(self.sandbox))
-            sandboxed = True
+            sandboxed = not self.sandbox.auto  # auto confines what runs unasked; it changes no decision
         self.policy = Policy(rules, kimicode_home=self.home, sandboxed=sandboxed)
         self.ctx.env = scrub_env(
             os.environ,
@@ -762,6 +762,7 @@ class Agent:
             else:
                 approved = bool(answer)
         if approved:
+            prep.approved = True
             return
         headless = self.approve is None
         message = denial_message(tool, self.permission_mode, reason, headless, decision)
@@ -785,7 +786,8 @@ class Agent:
         emit(ToolCallStarted(prep.call_id, prep.name, prep.args))
         started = time.monotonic()
         try:
-            out = await prep.tool.fn(prep.args, self.ctx)
+            ctx = dataclasses.replace(self.ctx, approved=True) if prep.approved else self.ctx
+            out = await prep.tool.fn(prep.args, ctx)
             result = out if isinstance(out, ToolResult) else ToolResult(str(out))
             prep.images = list(getattr(result, "images", ()) or ())  # an ImageResult (tools/images.py)
         except ToolError as exc:
@@ -867,6 +869,8 @@ class _Prepared:
     concurrent: bool = False
     canonical: str | None = None
     images: list[Mapping[str, Any]] = field(default_factory=list)
+    approved: bool = False
+    """The user approved it at a prompt (under --sandbox auto it then runs unconfined)."""
 
     @property
     def signature(self) -> str:

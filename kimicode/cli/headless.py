@@ -25,6 +25,7 @@ from kimicode.agent.events import (
     ToolCallStarted,
     TurnFinished,
 )
+from kimicode.termsafe import sanitize
 
 if TYPE_CHECKING:
     from kimicode.redact import Masker
@@ -136,7 +137,7 @@ class Printer:
             if not self._in_reasoning:
                 w("[thinking] ")
                 self._in_reasoning = True
-            w(ev.text)
+            w(sanitize(ev.text))
         elif isinstance(ev, ContentDelta):
             if self._in_reasoning:
                 w("\n")
@@ -146,10 +147,10 @@ class Printer:
                 w("\n")
                 self._in_reasoning = False
             args = json.dumps(dict(ev.arguments), ensure_ascii=False)
-            w(f"→ {ev.name} {args[:200]}\n")
+            w(f"→ {sanitize(ev.name, sequences='escape')} {sanitize(args[:200], sequences='escape')}\n")
         elif isinstance(ev, ToolCallFinished):
             status = "error" if ev.is_error else "ok"
-            w(f"  {ev.summary or ev.name} [{status}]\n")
+            w(f"  {one_line(ev.summary or ev.name)} [{status}]\n")
         elif isinstance(ev, PermissionDenied):
             w(denial_line(ev) + "\n")
         elif isinstance(ev, Retrying):
@@ -158,7 +159,7 @@ class Printer:
                 self._in_reasoning = False
             w(retry_line(ev) + "\n")
         elif isinstance(ev, Notice):
-            w(f"! {ev.text}\n")
+            w(f"! {sanitize(ev.text, sequences='escape')}\n")
         self.err.flush()
 
     def result(self, obj: dict[str, Any]) -> None:
@@ -168,6 +169,8 @@ class Printer:
         if self._in_reasoning:
             self.err.write("\n")
         text = obj["result"] or ""
+        if text and _isatty(self.out):  # the model's answer on a terminal: no control sequences
+            text = sanitize(text)
         if text:
             self.out.write(text if text.endswith("\n") else text + "\n")
             self.out.flush()
@@ -182,10 +185,17 @@ class Printer:
             self.err.flush()
 
 
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def one_line(text: str, width: int = 300) -> str:
-    """`text` on one line, safe for a terminal: control characters (escape sequences, carriage returns)
-    become spaces, runs of whitespace one space, cut to `width` characters."""
-    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    """`text` on one line, safe for a terminal: control characters and escape sequences are shown
+    escaped (kimicode.termsafe), runs of whitespace become one space, cut to `width` characters."""
+    flat = " ".join(sanitize(text, sequences="escape").split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 

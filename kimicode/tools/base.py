@@ -48,6 +48,9 @@ class ToolContext:
     file_stamps: dict[Path, FileStamp] = field(default_factory=dict)
     env: Mapping[str, str] | None = None
     """Environment for child processes; None means the agent's own, minus secrets."""
+    approved: bool = False
+    """The user approved this very call at a prompt (set on a per-call copy by the agent): under
+    `--sandbox auto` such a command runs outside the sandbox, as the user saw and approved it."""
 
     def resolve(self, path: str) -> Path:
         """Resolve a user/model-supplied path against the workspace, following `..` and symlinks."""

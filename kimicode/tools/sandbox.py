@@ -1,6 +1,12 @@
-"""An optional OS sandbox for the bash tool on Linux, with bubblewrap (`bwrap`).
+"""The OS sandbox for the bash tool on Linux, with bubblewrap (`bwrap`).
 
-`--sandbox workspace-write` runs each command in fresh namespaces where the workspace is writable
+Three modes. `auto` (the default) changes no permission decision: every command that runs *without
+asking* (admitted by a rule or the read-only allowance, or run in accept-edits or yolo mode) runs inside
+the sandbox, so a command the permission parser misjudged stays contained; a command the user approved
+at a prompt runs unconfined, as approved. `workspace-write` additionally lets every command run without
+asking in default and accept-edits modes, because the sandbox is then the boundary. `off` never wraps.
+
+The sandbox runs each command in fresh namespaces where the workspace is writable
 and the rest of the file system is read-only, `/tmp` is private and empty, the network is off (unless
 `--sandbox-network`), the workspace's `.git` and `.kimicode` stay read-only (git hooks and kimicode's
 configuration run code or change rules outside the sandbox), and the user's credential stores
@@ -27,8 +33,11 @@ if TYPE_CHECKING:
 
 __all__ = ["SANDBOX_MODES", "Sandbox", "SandboxStatus", "find_bwrap", "probe", "setup_sandbox"]
 
-SandboxMode = Literal["off", "workspace-write"]
-SANDBOX_MODES: Final[tuple[SandboxMode, ...]] = ("off", "workspace-write")
+SandboxMode = Literal["off", "auto", "workspace-write"]
+SANDBOX_MODES: Final[tuple[SandboxMode, ...]] = ("off", "auto", "workspace-write")
+DEFAULT_MODE: Final[SandboxMode] = "auto"
+STRICTNESS: Final[dict[str, int]] = {"off": 0, "auto": 1, "workspace-write": 2}
+"""How much each mode confines: a project's configuration may only move up this scale."""
 
 _HIDDEN_DIRS: Final = (".ssh", ".aws", ".azure", ".gnupg", ".kube", ".docker", ".config/gcloud", ".config/gh",
                        ".password-store", ".terraform.d")
@@ -111,6 +120,8 @@ class Sandbox:
     network: bool = False
     kimicode_home: Path | None = None
     user_home: Path = field(default_factory=Path.home)
+    auto: bool = False
+    """`--sandbox auto`: a command the user approved at a prompt runs unconfined."""
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """`argv` run inside the sandbox, in the workspace."""
@@ -154,12 +165,13 @@ def setup_sandbox(
 
     Returns `(None, None)` when the sandbox is off, `(Sandbox, None)` when it works, and
     `(None, warning)` when it was asked for but cannot be used here (the warning says why, and that
-    commands follow the permission rules instead). An untrusted workspace's `project_file` cannot turn
-    the sandbox's network on (said so in `ignored`). Raises ValueError for an unknown mode.
+    commands follow the permission rules instead). A project's configuration cannot loosen the mode or
+    turn the network on (`load_settings` drops such values; for Settings built elsewhere an untrusted
+    `project_file` is checked again here and said so in `ignored`). Raises ValueError for an unknown mode.
     """
     if mode is None:
         configured = settings.get("sandbox.mode") if settings is not None else None
-        mode = configured if isinstance(configured, str) else "off"
+        mode = configured if isinstance(configured, str) else DEFAULT_MODE
     if mode not in SANDBOX_MODES:
         raise ValueError(f"sandbox must be one of {', '.join(SANDBOX_MODES)} (got {mode!r})")
     if mode == "off":
@@ -176,8 +188,13 @@ def setup_sandbox(
                     ignored.append(f"{project_file}: sandbox.network ignored: this workspace is not trusted")
     status = probe()
     if not status.available or status.bwrap is None:
+        if mode == "auto":
+            return None, (
+                f"the sandbox is not available: {status.reason}. Commands run unconfined; the permission "
+                "rules are the only boundary (--sandbox off silences this notice)"
+            )
         return None, (
             f"the sandbox is not available: {status.reason}. Commands run unconfined and follow the "
             "permission rules instead"
         )
-    return Sandbox(workspace, status.bwrap, network, kimicode_home), None
+    return Sandbox(workspace, status.bwrap, network, kimicode_home, auto=mode == "auto"), None

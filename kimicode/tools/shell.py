@@ -322,7 +322,7 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
             cwd=str(ctx.workspace),
             env=env,
             timeout=float(timeout),
-            wrap=sandbox.wrap if sandbox is not None else None,
+            wrap=sandbox.wrap if sandbox is not None and not (sandbox.auto and ctx.approved) else None,
         )
     except OSError as exc:  # a missing or unreadable workspace, or no /bin/bash
         raise ToolError(f"cannot run the command in {ctx.workspace}: {exc.strerror or exc}") from None

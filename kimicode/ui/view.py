@@ -35,6 +35,7 @@ from kimicode.agent.events import (
     UsageUpdated,
 )
 from kimicode.context.compact import is_summary
+from kimicode.termsafe import sanitize
 from kimicode.ui.format import describe_call, diff_text, elapsed, one_line, tail, tokens
 from kimicode.ui.render import LiveRegion, MarkdownStream, TextStream, render_ansi
 
@@ -219,14 +220,14 @@ class TurnView:
     def handle(self, ev: Event) -> None:
         """Render one event."""
         if isinstance(ev, ReasoningDelta):
-            self._on_reasoning(ev.text)
+            self._on_reasoning(sanitize(ev.text))
         elif isinstance(ev, ContentDelta):
             self._close_reasoning()
             if ev.text:
                 if not self.answer.started:
                     self._section_break("answer")
                 self._set_phase("writing")
-                self.answer.feed(ev.text)
+                self.answer.feed(sanitize(ev.text))  # no control sequences from the model
         elif isinstance(ev, ToolArgumentsDelta):
             self._close_reasoning()
             self.answer.finish()
@@ -257,7 +258,7 @@ class TurnView:
             self._section_break("status")
             style = {"warning": "yellow", "error": "red"}.get(ev.level, "dim")
             mark = {"warning": "!", "error": "✗"}.get(ev.level, "·")
-            self.print(Text(f"{mark} {ev.text}", style=style))
+            self.print(Text(f"{mark} {sanitize(ev.text, sequences='escape')}", style=style))
         elif isinstance(ev, UsageUpdated | ContextUpdated):
             if self.on_stats is not None:
                 self.on_stats(ev)
@@ -345,7 +346,8 @@ class TurnView:
         else:
             summary = _short_summary(ev.summary, describe_call(call.name, call.args)) or one_line(ev.content, 200)
             mark = "✗ " if ev.is_error else ""
-            self.print(Text(f"  ⎿ {mark}{summary or 'done'}", style="red" if ev.is_error else "dim"))
+            summary = sanitize(summary or "done", sequences="escape", newlines=False)
+            self.print(Text(f"  ⎿ {mark}{summary}", style="red" if ev.is_error else "dim"))
             diff = ev.display.get("diff") if ev.display else None
             if isinstance(diff, str) and diff.strip():
                 self.print(diff_text(diff, 40, headers=False))
