@@ -1,0 +1,140 @@
+"""`--sandbox auto`, the default: what runs without asking runs inside bubblewrap (so a command the
+permission parser misjudged stays contained); what the user approved runs as approved; one notice and
+today's behaviour where bwrap cannot run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kimicode.agent.events import Notice
+from kimicode.testing import FakeServer, Reply, ToolCall
+from kimicode.tools.sandbox import probe
+
+MakeAgent = Callable[..., Any]
+STATUS = probe()
+needs_bwrap = pytest.mark.skipif(not STATUS.available, reason=f"bubblewrap cannot run here: {STATUS.reason}")
+
+
+def results(server: FakeServer) -> list[str]:
+    return [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
+
+
+def outside_path(tag: str) -> Path:
+    """A writable place outside the workspace and outside /tmp (the sandbox's /tmp is private)."""
+    path = Path("/var/tmp") / f"kimicode-auto-{tag}-{os.getpid()}"
+    path.unlink(missing_ok=True)
+    return path
+
+
+# -- hostile: what runs unasked cannot reach outside -------------------------------------------------------
+
+
+@needs_bwrap
+def test_yolo_commands_cannot_write_outside_or_reach_the_network(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
+    outside = outside_path("yolo")
+    port = server.base_url.split(":")[2].split("/")[0]
+    steps = [
+        f"echo pwned > {outside}",
+        f"cd / && sh -c 'echo pwned > {outside}'",  # a shell in the shell is no way out
+        f"echo > /dev/tcp/127.0.0.1/{port} && echo connected",
+        "echo fine > inside.txt && cat inside.txt",
+    ]
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": c}) for c in steps]), Reply(content="ok"))
+    agent = make_agent(permission_mode="yolo")
+    assert agent.sandbox is not None and agent.sandbox.auto and not agent.policy.sandboxed
+    agent.run_sync("x")
+    direct, nested, net, inside = results(server)
+    assert not outside.exists()
+    assert "Read-only file system" in direct and "Read-only file system" in nested
+    assert "connected" not in net and "[exit code: 1]" in net
+    assert inside == "fine\n[exit code: 0]" and (workspace / "inside.txt").read_text() == "fine\n"
+
+
+@needs_bwrap
+def test_a_command_admitted_by_a_rule_runs_confined(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
+    """The parser may judge `touch` harmless; whatever it decides, the file outside is never made."""
+    outside = outside_path("rule")
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"touch {outside}"})]), Reply(content="ok"))
+    make_agent(allow=["bash(touch*)"], permission_mode="accept-edits").run_sync("x")
+    assert not outside.exists()
+    (text,) = results(server)
+    assert "Read-only file system" in text or "denied" in text.lower() or "not allowed" in text.lower()
+
+
+@needs_bwrap
+def test_a_command_the_user_approved_runs_unconfined(server: FakeServer, make_agent: MakeAgent) -> None:
+    outside = outside_path("approved")
+    seen: list[str] = []
+
+    def approve(request: Any) -> bool:
+        seen.append(request.arguments["command"])
+        return True
+
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"echo ok > {outside}"})]), Reply(content="ok"))
+    make_agent(approve=approve).run_sync("x")
+    try:
+        assert seen == [f"echo ok > {outside}"]
+        assert outside.read_text() == "ok\n"
+    finally:
+        outside.unlink(missing_ok=True)
+
+
+@needs_bwrap
+def test_auto_changes_no_permission_decision(server: FakeServer, make_agent: MakeAgent, workspace: Path) -> None:
+    """Unlike workspace-write, auto does not let commands run unasked: headless default mode still refuses."""
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch made"})]), Reply(content="ok"))
+    result = make_agent().run_sync("x")
+    assert [d["tool_name"] for d in result.permission_denials] == ["bash"]
+    assert not (workspace / "made").exists()
+
+
+@needs_bwrap
+def test_off_never_wraps(server: FakeServer, make_agent: MakeAgent) -> None:
+    outside = outside_path("off")
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"echo x > {outside}"})]), Reply(content="ok"))
+    agent = make_agent(permission_mode="yolo", sandbox="off")
+    assert agent.sandbox is None and agent.sandbox_warning is None
+    agent.run_sync("x")
+    try:
+        assert outside.exists()
+    finally:
+        outside.unlink(missing_ok=True)
+
+
+# -- without bwrap: one notice, then today's behaviour ----------------------------------------------------
+
+
+def test_auto_without_bwrap_says_so_once_and_runs_as_before(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KIMICODE_BWRAP", "")
+    events: list[Any] = []
+    agent = make_agent(permission_mode="yolo", on_event=events.append)
+    assert agent.sandbox is None and agent.sandbox_warning is not None
+    assert "not installed" in agent.sandbox_warning and "--sandbox off" in agent.sandbox_warning
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo hi"})]), Reply(content="ok"),
+               Reply(content="again"))
+    agent.run_sync("x")
+    agent.run_sync("y")
+    assert results(server) == ["hi\n[exit code: 0]"]
+    assert sum("sandbox is not available" in e.text for e in events if isinstance(e, Notice)) == 1
+
+
+def test_off_without_bwrap_says_nothing(make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KIMICODE_BWRAP", "")
+    agent = make_agent(sandbox="off")
+    assert agent.sandbox is None and agent.sandbox_warning is None
+
+
+def test_an_unknown_mode_is_refused(make_agent: MakeAgent) -> None:
+    with pytest.raises(ValueError, match="off, auto, workspace-write"):
+        make_agent(sandbox="none")
