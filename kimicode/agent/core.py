@@ -48,7 +48,7 @@ from kimicode.llm.accumulate import usage_numbers
 from kimicode.llm.errors import LLMError
 from kimicode.llm.profiles import profile_for
 from kimicode.prompts import load_prompt
-from kimicode.session.log import INTERRUPTED, SessionLog, new_session_id
+from kimicode.session.log import INTERRUPTED, SessionLog, SessionWriteError, new_session_id
 from kimicode.settings import Settings, load_settings, profile_with, resolve_model, switch_model
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.registry import ToolRegistry, builtin_tools, parse_arguments, validate
@@ -592,6 +592,11 @@ class Agent:
                 raise  # cancelled from outside (library cancellation): propagate
         except LLMError as err:
             finish("error", self._last_text(), err.message, "transient" if err.transient else err.kind)
+        except SessionWriteError as err:  # a full disk or unwritable KIMICODE_HOME: stop, say it once
+            for call in pending:
+                self.messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": INTERRUPTED})
+            pending.clear()
+            finish("error", self._last_text(), str(err), "session_log")
         except Exception as exc:  # a bug must end the turn with a valid history, never leave the caller waiting
             error = f"internal error: {type(exc).__name__}: {exc}"
             try:

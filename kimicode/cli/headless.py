@@ -51,6 +51,8 @@ def exit_code_for(event: TurnFinished) -> int:
         return EXIT_LIMIT
     if event.error_kind == "transient":
         return EXIT_TRANSIENT
+    if event.error_kind == "session_log":  # KIMICODE_HOME unwritable or full: a setup problem, like bad flags
+        return EXIT_USAGE
     return EXIT_FAILURE
 
 

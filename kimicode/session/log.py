@@ -118,7 +118,7 @@ class SessionLog:
                 f"cannot write the session log {self.path}: {exc.strerror or exc}. "
                 "Check that KIMICODE_HOME is writable and its disk is not full (KIMICODE_HOME=... picks another)"
             )
-            raise SessionWriteError(exc.errno or 0, self.failed) from None
+            raise SessionWriteError(self.failed) from None
 
     def _write(self, line: str, record: dict[str, Any]) -> None:
         if self._held is not None:
@@ -147,7 +147,7 @@ class SessionLog:
                 os.fsync(self._fh.fileno())
             except OSError as exc:
                 self.failed = f"cannot write the session log {self.path}: {exc.strerror or exc}"
-                raise SessionWriteError(exc.errno or 0, self.failed) from None
+                raise SessionWriteError(self.failed) from None
 
     def close(self) -> None:
         """Flush, close and release the lock; a failure to flush was reported already."""
