@@ -42,8 +42,10 @@ SCHEMA_VERSION = 1
 INTERRUPTED = "interrupted by user"
 
 
-class SessionWriteError(OSError):
-    """The session log cannot be written (a full disk, an unwritable or missing KIMICODE_HOME)."""
+class SessionWriteError(ValueError):
+    """The session log cannot be written (a full disk, an unwritable or missing KIMICODE_HOME).
+
+    A ValueError like the other "this session cannot be used" errors, so faces report it in one line."""
 
 
 class NewerLogError(ValueError):
