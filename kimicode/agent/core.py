@@ -50,7 +50,7 @@ from kimicode.llm.profiles import profile_for
 from kimicode.prompts import load_prompt
 from kimicode.session.log import INTERRUPTED, SessionLog, SessionWriteError, new_session_id
 from kimicode.settings import Settings, load_settings, profile_with, resolve_model, switch_model
-from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.registry import ToolRegistry, builtin_tools, parse_arguments, validate
 
 if TYPE_CHECKING:
@@ -227,6 +227,10 @@ class Agent:
         self.resume_warning: str | None = None
         """Set by `resume` when the session was recorded with another model (also sent as a Notice)."""
         self._notices: list[Notice] = []  # emitted at the start of the next turn
+        self._emit: Callable[[Event], None] | None = None
+        """The running turn's emit (subagents report through it)."""
+        self._denials: list[dict[str, Any]] = []
+        """The running turn's permission denials (subagents add theirs)."""
         self._notices.extend(Notice(text, "warning") for text in self.settings.ignored)
         self._confine(allow, deny, ask, rules, sandbox, sandbox_network)
         if messages is not None:
@@ -386,6 +390,7 @@ class Agent:
                 self.on_event(event)
             queue.put_nowait(event)
 
+        self._emit = emit
         self._worker = asyncio.create_task(self._turn(prompt, emit))
         worker = self._worker
         try:
@@ -544,6 +549,7 @@ class Agent:
     async def _turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
         steps = 0
         denials: list[dict[str, Any]] = []
+        self._denials = denials
         pending: list[dict[str, Any]] = []  # tool calls of the current step still without a result
         emit(TurnStarted(prompt, self.session_id))
         for notice in self._notices:  # e.g. the resumed session was recorded with another model
@@ -790,6 +796,7 @@ class Agent:
             return content
         emit(ToolCallStarted(prep.call_id, prep.name, prep.args))
         started = time.monotonic()
+        CURRENT_CALL_ID.set(prep.call_id)  # each call runs in its own task: no reset needed
         try:
             ctx = dataclasses.replace(self.ctx, approved=True) if prep.approved else self.ctx
             out = await prep.tool.fn(prep.args, ctx)

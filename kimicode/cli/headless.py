@@ -20,6 +20,7 @@ from kimicode.agent.events import (
     PermissionDenied,
     ReasoningDelta,
     Retrying,
+    SubagentEvent,
     ToolArgumentsDelta,
     ToolCallFinished,
     ToolCallStarted,
@@ -101,6 +102,9 @@ class Printer:
             )
 
     def event(self, ev: Event) -> None:
+        if isinstance(ev, SubagentEvent):
+            self._subagent(ev)
+            return
         if isinstance(ev, PermissionDenied):
             self.denials.append(ev)
         if self.fmt == "stream-json":
@@ -114,6 +118,29 @@ class Printer:
         elif self.fmt == "text" and isinstance(ev, (PermissionDenied, Retrying)):
             # a quiet text run still says what it refused and why it is waiting: one line each
             self.err.write((denial_line(ev) if isinstance(ev, PermissionDenied) else retry_line(ev)) + "\n")
+            self.err.flush()
+
+    def _subagent(self, ev: SubagentEvent) -> None:
+        """A subagent's message or denial: a stream-json line with `parent_tool_use_id`, or a text line."""
+        inner = ev.event
+        if isinstance(inner, PermissionDenied):
+            self.denials.append(inner)
+        if self.fmt == "stream-json":
+            if isinstance(inner, MessageCommitted):
+                self.line({"type": "message", "message": inner.message, "parent_tool_use_id": ev.parent_call_id})
+            else:
+                self.line({"type": "permission_denied", "parent_tool_use_id": ev.parent_call_id,
+                           "tool_name": inner.name, "tool_use_id": inner.call_id,
+                           "tool_input": dict(inner.arguments), "reason": inner.reason})
+        elif isinstance(inner, PermissionDenied) and (self.verbose or self.fmt == "text"):
+            self.err.write(f"{denial_line(inner)} (in subagent {one_line(ev.description, 80)})\n")
+            self.err.flush()
+        elif self.verbose and isinstance(inner, MessageCommitted):
+            for call in inner.message.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                args = str(fn.get("arguments") or "")
+                self.err.write(f"  ↳ [{one_line(ev.description, 40)}] → {one_line(str(fn.get('name')), 40)} "
+                               f"{one_line(args, 200)}\n")
             self.err.flush()
 
     def _stream_json(self, ev: Event) -> None:

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+CURRENT_CALL_ID: ContextVar[str] = ContextVar("kimicode_current_call_id", default="")
+"""The id of the tool call being executed (set by the agent around each tool; the task tool reads it
+to tie what its subagent does to the call that started it)."""
 
 ToolKind = Literal["read", "edit", "execute", "other"]
 """What a tool does, for permissions and concurrency: `read` tools may run concurrently,
