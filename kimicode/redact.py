@@ -235,6 +235,10 @@ class Masker:
     def stream(self) -> StreamMasker:
         return StreamMasker(self)
 
+    def byte_stream(self) -> ByteStreamMasker:
+        """A masker for raw bytes arriving in chunks (command output before decoding)."""
+        return ByteStreamMasker(self._secrets)
+
 
 class StreamMasker:
     """Masks text that arrives in pieces: holds back the last `longest - 1` characters of each piece
@@ -271,3 +275,36 @@ class StreamMasker:
         """Whatever is held back, masked."""
         out, self._pending = self._masker.mask(self._pending), ""
         return out
+
+
+class ByteStreamMasker:
+    """`StreamMasker` for bytes: masks the UTF-8 form of each secret in output read from a pipe, before
+    it is buffered (so a secret split across reads, or cut by the output's head/tail elision, never
+    shows even in part)."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        encoded = sorted({s.encode("utf-8", "surrogateescape") for s in secrets}, key=len, reverse=True)
+        self._pattern = re.compile(b"|".join(re.escape(s) for s in encoded)) if encoded else None
+        self._keep = max((len(s) for s in encoded), default=0) - 1
+        self._pending = b""
+        self._mask = MASK.encode()
+
+    def feed(self, data: bytes) -> bytes:
+        """The masked bytes that are safe to release now."""
+        if self._pattern is None:
+            return data
+        data = self._pending + data
+        if len(data) <= self._keep:
+            self._pending = data
+            return b""
+        cut = len(data) - self._keep
+        for m in self._pattern.finditer(data):
+            if m.start() < cut < m.end():
+                cut = m.end()
+                break
+        head, self._pending = data[:cut], data[cut:]
+        return self._pattern.sub(self._mask, head)
+
+    def flush(self) -> bytes:
+        out, self._pending = self._pending, b""
+        return self._pattern.sub(self._mask, out) if self._pattern is not None else out

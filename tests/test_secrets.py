@@ -172,3 +172,27 @@ def test_stream_masker_masks_secrets_split_across_chunks(text: str, cuts: list[i
     out = "".join(sm.feed(p) for p in pieces) + sm.flush()
     assert out == m.mask(full)
     assert secret not in out
+
+
+def test_a_key_cut_by_the_output_elision_leaks_no_part_of_it(server: FakeServer, make_agent: MakeAgent) -> None:
+    """The head/tail buffer keeps the first 20 000 bytes: a key straddling that edge would show in part
+    if masking came after the buffer; it is masked as the output is read instead."""
+    cmd = f"head -c 19990 /dev/zero | tr '\\0' x; printf '{KEY}'; head -c 100000 /dev/zero | tr '\\0' y"
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": cmd})]), Reply(content="ok"))
+    make_agent(permission_mode="yolo", sandbox="off").run_sync("x")
+    (text,) = [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert "elided" in text
+    assert KEY[:8] not in text
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=60), st.lists(st.integers(min_value=0, max_value=80), max_size=8))
+def test_byte_stream_masker_masks_secrets_split_across_reads(noise: bytes, cuts: list[int]) -> None:
+    secret = "sk-ключ-1234"  # not ASCII: masked as its UTF-8 bytes
+    full = noise[: len(noise) // 2] + secret.encode() + noise[len(noise) // 2 :]
+    sm = Masker([secret]).byte_stream()
+    points = sorted({c for c in cuts if c < len(full)})
+    pieces = [full[a:b] for a, b in zip([0, *points], [*points, len(full)], strict=True)]
+    out = b"".join(sm.feed(p) for p in pieces) + sm.flush()
+    assert secret.encode() not in out and MASK.encode() in out
+    assert out == full.replace(secret.encode(), MASK.encode()) or secret.encode() in noise

@@ -298,6 +298,7 @@ class Agent:
         """Masks every known secret in tool results, the session log, notices and errors."""
         if self.log is not None:
             self.log.masker = self.masker
+        self.ctx.mask = self.masker  # command output is masked as it is read
         if self.sandbox_warning:
             self._notices.append(Notice(self.sandbox_warning, "warning"))
 
