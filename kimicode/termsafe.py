@@ -48,16 +48,21 @@ def _is_unsafe(ch: str) -> bool:
     return code < 0x20 or 0x7F <= code < 0xA0 or ch in _INVISIBLE
 
 
+_INVISIBLE_CLASS: Final = "".join(f"\\u{ord(c):04x}" for c in sorted(_INVISIBLE))
+_UNSAFE: Final = re.compile(f"[\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f{_INVISIBLE_CLASS}]")
+_UNSAFE_KEEP_NL: Final = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_INVISIBLE_CLASS}]")
+
+
 def sanitize(
     text: str, *, sequences: Literal["strip", "escape"] = "strip", newlines: bool = True
 ) -> str:
     """`text` safe to print in a terminal (see the module docstring); plain text is returned unchanged."""
-    if text.isprintable() and not (set(text) & _INVISIBLE):  # the common case, fast
+    unsafe = _UNSAFE_KEEP_NL if newlines else _UNSAFE
+    if not unsafe.search(text):  # the common case, one regex scan
         return text
     text = text.replace("\r\n", "\n")
     if sequences == "strip":
         text = _SEQUENCE.sub("", text)
     else:
-        text = _SEQUENCE.sub(lambda m: "".join(_escaped(c) if _is_unsafe(c) else c for c in m.group()), text)
-    keep = {"\n", "\t"} if newlines else {"\t"}
-    return "".join(_escaped(c) if (c not in keep and _is_unsafe(c)) else c for c in text)
+        text = _SEQUENCE.sub(lambda m: _UNSAFE.sub(lambda c: _escaped(c.group()), m.group()), text)
+    return unsafe.sub(lambda c: _escaped(c.group()), text)
