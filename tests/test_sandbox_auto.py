@@ -58,6 +58,39 @@ def test_yolo_commands_cannot_write_outside_or_reach_the_network(
 
 
 @needs_bwrap
+@pytest.mark.parametrize("where", ["/run", "env"])
+def test_host_unix_sockets_are_out_of_reach(
+    server: FakeServer, make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A read-only mount does not stop connect(2): docker's socket under /run would be root, an
+    ssh-agent named by SSH_AUTH_SOCK would sign with the user's keys. Both are hidden."""
+    import socket
+
+    base = Path("/run") if where == "/run" else Path("/var/tmp")
+    if not os.access(base, os.W_OK):
+        pytest.skip(f"cannot create a socket in {base} here")
+    path = base / f"kimicode-sock-{where.strip('/')}-{os.getpid()}"
+    path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(1)
+    if where == "env":
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(path))
+    probe_cmd = (
+        "python3 -c \"import socket,sys; s=socket.socket(socket.AF_UNIX); "
+        f"s.connect('{path}'); print('CONNECTED')\""
+    )
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": probe_cmd})]), Reply(content="ok"))
+    try:
+        make_agent(permission_mode="yolo").run_sync("x")
+    finally:
+        listener.close()
+        path.unlink(missing_ok=True)
+    (text,) = results(server)
+    assert "CONNECTED" not in text and "[exit code: 1]" in text
+
+
+@needs_bwrap
 def test_a_command_admitted_by_a_rule_runs_confined(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:

@@ -8,9 +8,10 @@ asking in default and accept-edits modes, because the sandbox is then the bounda
 
 The sandbox runs each command in fresh namespaces where the workspace is writable
 and the rest of the file system is read-only, `/tmp` is private and empty, the network is off (unless
-`--sandbox-network`), the workspace's `.git` and `.kimicode` stay read-only (git hooks and kimicode's
-configuration run code or change rules outside the sandbox), and the user's credential stores
-(`~/.ssh`, `~/.aws`, ...) and kimicode's config file are hidden.
+`--sandbox-network`), the host's Unix sockets (/run, the agents the environment names) are hidden,
+the workspace's `.git` and `.kimicode` stay read-only (git hooks and kimicode's configuration run code
+or change rules outside the sandbox), and the user's credential stores (`~/.ssh`, `~/.aws`, ...) and
+kimicode's config file are hidden.
 
 Whether it works is found out once per process by running `bwrap ... /bin/true`: bwrap may be
 missing, or present but unable to create namespaces (containers, hardened kernels). Then `probe`
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -126,7 +128,9 @@ class Sandbox:
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """`argv` run inside the sandbox, in the workspace."""
         ws = os.path.realpath(self.workspace)
-        args = [self.bwrap, *_base_args(network=self.network), "--bind", ws, ws]
+        args = [self.bwrap, *_base_args(network=self.network)]
+        args += _socket_masks(ws, network=self.network)
+        args += ["--bind", ws, ws]
         for name in _READ_ONLY_IN_WORKSPACE:
             inner = os.path.join(ws, name)
             if os.path.lexists(inner):
@@ -145,6 +149,44 @@ class Sandbox:
                 args += ["--ro-bind", "/dev/null", path]
         args += ["--chdir", ws, "--", *argv]
         return args
+
+
+_SOCKET_DIRS: Final = ("/run", "/var/run")
+"""Where services keep their Unix sockets (docker, podman, D-Bus, systemd, ssh/gpg agents under
+/run/user, databases). A read-only mount does not stop connect(2) on a socket file, and a socket
+reaches the service outside the sandbox (docker's is root), so these directories are replaced by an
+empty tmpfs; /tmp (X11, ssh-agent, PostgreSQL) is private already."""
+_SOCKET_ENV: Final = ("SSH_AUTH_SOCK", "DOCKER_HOST", "DBUS_SESSION_BUS_ADDRESS", "DBUS_SYSTEM_BUS_ADDRESS")
+_RESOLVER_DIRS: Final = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager")
+"""Kept (read-only) when the network is allowed: /etc/resolv.conf often links into them."""
+
+
+def _socket_masks(ws: str, *, network: bool) -> list[str]:
+    """bwrap arguments hiding the host's Unix sockets (see _SOCKET_DIRS), and the sockets the
+    environment names wherever they are."""
+    args: list[str] = []
+    for directory in _SOCKET_DIRS:
+        if os.path.islink(directory) or not os.path.isdir(directory) or _contains(directory, ws):
+            continue  # /var/run is usually a link to /run, hidden with it
+        args += ["--tmpfs", directory]
+        if network:
+            for keep in _RESOLVER_DIRS:
+                if _contains(directory, keep) and os.path.isdir(keep):
+                    args += ["--ro-bind", keep, keep]
+    for name in _SOCKET_ENV:
+        value = os.environ.get(name, "")
+        for part in value.replace(",", ";").split(";"):
+            path = part.split("path=", 1)[-1] if "path=" in part else part.removeprefix("unix://")
+            if not path.startswith("/"):
+                continue
+            try:
+                is_socket = stat.S_ISSOCK(os.stat(path).st_mode)
+            except OSError:
+                continue
+            real = os.path.realpath(path)
+            if is_socket and not any(_contains(d, real) for d in (*_SOCKET_DIRS, "/tmp")):
+                args += ["--ro-bind", "/dev/null", real]
+    return args
 
 
 def _contains(outer: str, inner: str) -> bool:
