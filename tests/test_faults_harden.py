@@ -240,3 +240,15 @@ def test_setsid_background_jobs_do_not_outlive_kimicode(
     for pid in alive:  # never leave them behind, even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert not alive
+
+
+def test_a_command_nested_too_deeply_to_check_is_refused_and_the_run_goes_on(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
+    deep = "echo " + "$(" * 5000 + "touch pwned" + ")" * 5000
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": deep})]), Reply(content="ok"))
+    result = make_agent(permission_mode="yolo", allow=["bash(echo*)"], deny=["bash(rm*)"], sandbox="off").run_sync("x")
+    assert result.status == "success" and result.result == "ok"
+    assert not (workspace / "pwned").exists()
+    (text,) = tool_results(server)
+    assert "nested too deeply" in text or "Permission" in text or "denied" in text.lower()

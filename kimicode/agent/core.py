@@ -756,7 +756,14 @@ class Agent:
         if prep.error is not None or prep.tool is None:
             return
         tool = prep.tool
-        decision = decide(tool, prep.args, self.permission_mode, self.ctx, self.policy)
+        try:
+            decision = decide(tool, prep.args, self.permission_mode, self.ctx, self.policy)
+        except RecursionError:  # a hostile, deeply nested command line: refuse it, the run goes on
+            prep.error = (
+                f"Not run: this {tool.name} call is nested too deeply to be checked for permission. "
+                "Split it into simpler commands."
+            )
+            return
         if decision.verdict == "allow":
             return
         reason = decision.reason
