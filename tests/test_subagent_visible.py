@@ -87,3 +87,24 @@ def test_stream_json_shows_the_subagent_with_its_parent_call_id(
     result = lines[-1]
     assert result["type"] == "result"
     assert [d["parent_tool_use_id"] for d in result["permission_denials"]] == [PARENT_CALL]
+
+
+def test_the_terminal_view_shows_subagent_calls_and_denials_safely() -> None:
+    import io
+
+    from rich.console import Console
+
+    from kimicode.ui.view import TurnView
+
+    out = io.StringIO()
+    view = TurnView(Console(file=out, width=120, color_system=None, force_terminal=False), plain=True,
+                    show_reasoning=False)
+    call = {"id": "c9", "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": "ls \x1b[2K\rrm -rf ~"})}}
+    view.handle(SubagentEvent(PARENT_CALL, "sneaky", MessageCommitted({"role": "assistant", "tool_calls": [call]})))
+    view.handle(SubagentEvent(PARENT_CALL, "sneaky", PermissionDenied(
+        "c9", "bash", {"command": "echo pwned > out.txt"}, "asks in default mode", None, False, "execute")))
+    text = out.getvalue()
+    assert "[sneaky] bash: ls \\x1b[2K\\x0drm -rf ~" in text
+    assert "[sneaky] not run: bash: echo pwned > out.txt" in text
+    assert "\x1b" not in text

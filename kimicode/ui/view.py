@@ -28,6 +28,7 @@ from kimicode.agent.events import (
     ReasoningDelta,
     Retrying,
     StepStarted,
+    SubagentEvent,
     ToolArgumentsDelta,
     ToolCallFinished,
     ToolCallStarted,
@@ -36,6 +37,7 @@ from kimicode.agent.events import (
 )
 from kimicode.context.compact import is_summary
 from kimicode.termsafe import sanitize
+from kimicode.tools.registry import parse_arguments
 from kimicode.ui.format import describe_call, diff_text, elapsed, one_line, tail, tokens
 from kimicode.ui.render import LiveRegion, MarkdownStream, TextStream, render_ansi
 
@@ -264,6 +266,25 @@ class TurnView:
                 self.on_stats(ev)
         elif isinstance(ev, TurnFinished):
             self._on_finished(ev)
+        elif isinstance(ev, SubagentEvent):
+            self._on_subagent(ev)
+
+    def _on_subagent(self, ev: SubagentEvent) -> None:
+        """A subagent's tool calls and denials, one dim line each under its task (issue 10: visible)."""
+        who = one_line(ev.description, 40)
+        inner = ev.event
+        if isinstance(inner, PermissionDenied):
+            call = describe_call(inner.name, inner.arguments, 100)
+            self.print(Text(f"    ↳ [{who}] not run: {call} ({one_line(inner.reason, 120)})", style="yellow"))
+            return
+        for tc in inner.message.get("tool_calls") or ():
+            fn = tc.get("function") or {}
+            try:
+                args = parse_arguments(str(fn.get("arguments") or ""))
+            except ValueError:
+                args = {}
+            shown = describe_call(str(fn.get("name") or "?"), args, 100)
+            self.print(Text(f"    ↳ [{who}] {shown}", style="dim"))
 
     def _maybe_redraw(self) -> None:
         if self.live is None:
