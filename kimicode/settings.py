@@ -202,6 +202,12 @@ def _only_tighten(settings: Settings, data: dict[str, Any], project_path: Path, 
     if sandbox is not None:
         drop("sandbox", "mode", f"sandbox.mode = {sandbox!r}", looser_than_yours)
     section = data.get("sandbox")
+    wanted = section.get("mode") if isinstance(section, dict) else None
+    mine_mode = user.get("sandbox", {}).get("mode", "auto") if isinstance(user.get("sandbox"), dict) else "auto"
+    if wanted == "workspace-write" and mine_mode != "workspace-write":
+        # more confining, but it also lets every command run without asking in default mode
+        drop("sandbox", "mode", "sandbox.mode = 'workspace-write'", "it lets every command run without asking")
+    section = data.get("sandbox")
     mine = user.get("sandbox")
     user_network = mine.get("network") if isinstance(mine, dict) else None
     if isinstance(section, dict) and section.get("network") is True and user_network is not True:

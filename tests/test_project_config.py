@@ -45,6 +45,8 @@ def trust(home: Path, workspace: Path, extra: str = "") -> None:
         ('[defaults]\npermission_mode = "yolo"\n', "defaults.permission_mode", None),
         ('[defaults]\npermission_mode = "accept-edits"\n', "defaults.permission_mode", None),
         ('[context]\ntokenizer = "/dev/zero"\n', "context.tokenizer", None),
+        # stricter confinement, but every command would then run without asking in default mode
+        ('[sandbox]\nmode = "workspace-write"\n', "sandbox.mode", None),
     ],
 )
 def test_an_untrusted_project_cannot_loosen(
@@ -60,7 +62,6 @@ def test_an_untrusted_project_cannot_loosen(
 @pytest.mark.parametrize(
     ("text", "key", "value"),
     [
-        ('[sandbox]\nmode = "workspace-write"\n', "sandbox.mode", "workspace-write"),
         ('[sandbox]\nnetwork = false\n', "sandbox.network", False),
         ('[defaults]\npermission_mode = "plan"\n', "defaults.permission_mode", "plan"),
     ],
@@ -69,6 +70,17 @@ def test_an_untrusted_project_may_tighten(workspace: Path, tmp_path: Path, text:
     project(workspace, text)
     settings = load_settings(workspace, tmp_path / "home")
     assert settings.get(key) == value and settings.ignored == []
+
+
+def test_off_to_auto_is_tightening_and_workspace_write_needs_the_users_own(workspace: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    user(home, '[sandbox]\nmode = "workspace-write"\n')
+    project(workspace, '[sandbox]\nmode = "workspace-write"\n')
+    settings = load_settings(workspace, home)
+    assert settings.get("sandbox.mode") == "workspace-write" and settings.ignored == []
+    project(workspace, '[sandbox]\nmode = "auto"\n')  # auto leaves approved commands unconfined: looser
+    settings = load_settings(workspace, home)
+    assert settings.get("sandbox.mode") == "workspace-write" and "sandbox.mode = 'auto' ignored" in settings.ignored[0]
 
 
 def test_looser_is_measured_against_the_users_own_settings(workspace: Path, tmp_path: Path) -> None:
