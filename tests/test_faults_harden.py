@@ -100,6 +100,14 @@ def test_a_log_from_a_newer_kimicode_is_refused_naming_its_version(
 # -- one writer per session -------------------------------------------------------------------------------
 
 
+HOLD = (
+    "import sys, time; from pathlib import Path; from kimicode.session.lock import SessionLock\n"
+    "lock = SessionLock.acquire(Path(sys.argv[1]), sys.argv[2]); print('held', flush=True)\n"
+    "sys.stdin.readline(); lock.release(); print('released', flush=True); time.sleep(60)\n"
+)
+
+
+@linux
 def test_a_second_writer_is_refused_with_a_fork_hint_and_a_fork_still_works(
     server: FakeServer, make_agent: MakeAgent, tmp_path: Path
 ) -> None:
@@ -108,15 +116,26 @@ def test_a_second_writer_is_refused_with_a_fork_hint_and_a_fork_still_works(
     first = make_agent()
     first.run_sync("x")
     opts: dict[str, Any] = {"base_url": server.base_url, "api_key": "sk-test-secret-key", "home": home}
-    holder = Agent.resume(first.session_id, **opts)  # holds the lock until closed
-    with pytest.raises(SessionBusyError, match=r"in use by .*--fork"):
-        Agent.resume(first.session_id, **opts)
-    fork = Agent.resume(first.session_id, fork=True, **opts)
-    assert fork.session_id != first.session_id
-    server.add(Reply(content="two"))
-    assert holder.run_sync("y").result == "two"  # run_sync closes the agent: the lock is free again
-    again = Agent.resume(first.session_id, **opts)
-    assert again.log is not None and again.log.lock is not None and again.log.lock.held
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(home / "sessions"), first.session_id],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdin is not None and holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        log = home / "sessions" / f"{first.session_id}.jsonl"
+        before = log.read_bytes()
+        with pytest.raises(SessionBusyError, match=rf"in use by process {holder.pid}: .*--fork"):
+            Agent.resume(first.session_id, **opts)
+        assert log.read_bytes() == before  # the refused resume wrote nothing
+        fork = Agent.resume(first.session_id, fork=True, **opts)
+        assert fork.session_id != first.session_id
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "released"
+        again = Agent.resume(first.session_id, **opts)  # free again
+        assert again.log is not None and again.log.lock is not None and again.log.lock.held
+    finally:
+        holder.kill()
+        holder.wait(10)
 
 
 @linux

@@ -1,10 +1,12 @@
 """One writer per session: an advisory lock beside each session log.
 
 Two processes appending to one log would interleave two conversations into one history. The process
-that writes a session holds `flock(LOCK_EX)` on `<id>.lock` next to `<id>.jsonl` until it closes the
-log; a second process resuming the same session is refused with a message saying who holds it and
-that `--fork` continues a copy. The kernel drops the lock when its holder dies, so a lock left by a
-killed process is simply taken over: there is nothing stale to clean up by hand.
+that writes a session holds a POSIX record lock (`lockf`, `F_SETLK`) on `<id>.lock` next to
+`<id>.jsonl` until it closes the log; a second process resuming the same session is refused with a
+message saying who holds it and that `--fork` continues a copy. The kernel drops the lock when its
+holder dies, so a lock left by a killed process is simply taken over: there is nothing stale to clean
+up by hand. The lock is per process (a library opening one session twice in one process is its own
+business, as with any file).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ except ImportError:  # Windows: no advisory locks here; sessions are not locked
 
 
 class SessionBusyError(ValueError):
-    """The session is being written by another process (or another Agent in this one)."""
+    """The session is being written by another process."""
 
 
 class SessionLock:
@@ -44,13 +46,11 @@ class SessionLock:
         directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: held by another process
             holder = _read_holder(fd)
             os.close(fd)
-            who = f"process {holder}" if holder and holder != os.getpid() else "another session in this process"
-            if holder is None:
-                who = "another kimicode process"
+            who = f"process {holder}" if holder else "another kimicode process"
             raise SessionBusyError(
                 f"session {session_id} is in use by {who}: two writers would mix their conversations. "
                 f"Wait for it to finish, or continue a copy with --fork (Agent.resume(..., fork=True))"
@@ -72,7 +72,7 @@ class SessionLock:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             with contextlib.suppress(OSError):
-                os.close(fd)  # closing the descriptor drops the flock
+                os.close(fd)  # closing the descriptor drops the lock
 
 
 def _read_holder(fd: int) -> int | None:
