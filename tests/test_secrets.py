@@ -46,8 +46,14 @@ def test_a_command_printing_the_key_from_a_planted_file_reaches_neither_log_nor_
     assert f"key={MASK}" in tool_texts[0] and f"{MASK}\ndone" in tool_texts[0]
     assert f"key={MASK}" in tool_texts[1]
     assert KEY not in json.dumps(result.messages)
-    log = (tmp_path / "home" / "sessions" / f"{agent.session_id}.jsonl").read_text()
+    log_path = tmp_path / "home" / "sessions" / f"{agent.session_id}.jsonl"
+    log = log_path.read_text()
     assert KEY not in log and MASK in log
+    from kimicode.session.export import to_json, to_markdown
+    from kimicode.session.log import load
+
+    loaded = load(log_path)
+    assert KEY not in to_markdown(loaded) and KEY not in json.dumps(to_json(loaded))
 
 
 def test_other_known_secrets_are_masked_too(
