@@ -221,8 +221,10 @@ def _only_tighten(settings: Settings, data: dict[str, Any], project_path: Path, 
 
 def parse_file(path: Path) -> dict[str, Any]:
     """Parse and validate one TOML file."""
+    from kimicode.safeio import read_regular
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path).decode("utf-8")  # a config.toml swapped for a FIFO must not hang start-up
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the file ({exc})") from None
     try:

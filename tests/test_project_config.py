@@ -141,6 +141,24 @@ def test_a_project_tokenizer_device_never_hangs_start_up(
 # -- reads that never block -------------------------------------------------------------------------------
 
 
+def test_a_config_file_that_is_a_fifo_or_device_is_refused_at_once(tmp_path: Path) -> None:
+    from kimicode.settings import ConfigError, parse_file
+
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="FIFO"):
+        _in_thread(lambda: parse_file(fifo))
+    with pytest.raises(ConfigError, match="character device"):
+        _in_thread(lambda: parse_file(Path("/dev/zero")))
+
+
+def test_a_project_config_linked_to_a_device_is_skipped(workspace: Path, tmp_path: Path) -> None:
+    (workspace / ".kimicode").mkdir()
+    (workspace / ".kimicode" / "config.toml").symlink_to("/dev/zero")
+    settings = _in_thread(lambda: load_settings(workspace, tmp_path / "home"))
+    assert settings.data == {}
+
+
 def test_read_regular_refuses_fifos_devices_sockets_and_directories(tmp_path: Path) -> None:
     import socket
 
