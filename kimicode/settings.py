@@ -211,7 +211,7 @@ def _only_tighten(settings: Settings, data: dict[str, Any], project_path: Path, 
     mine = user.get("sandbox")
     user_network = mine.get("network") if isinstance(mine, dict) else None
     if isinstance(section, dict) and section.get("network") is True and user_network is not True:
-        drop("sandbox", "network", "sandbox.network = true", looser_than_yours)
+        drop("sandbox", "network", "sandbox.network", looser_than_yours)
     if not settings.trusted:
         for table, key in UNTRUSTED_PROJECT_PATHS:
             section = data.get(table)
