@@ -29,7 +29,17 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from kimicode.settings import Settings
 
-__all__ = ["MASK", "MIN_SECRET_LEN", "Masker", "StreamMasker", "harden_process", "known_secrets", "reap_children"]
+__all__ = [
+    "MASK",
+    "MIN_SECRET_LEN",
+    "ByteStreamMasker",
+    "Masker",
+    "StreamMasker",
+    "harden_process",
+    "is_dumpable",
+    "known_secrets",
+    "reap_children",
+]
 
 MASK: Final = "***"
 MIN_SECRET_LEN: Final = 8
