@@ -118,3 +118,19 @@ def test_headless_text_lines_are_terminal_safe() -> None:
     quiet = io.StringIO()
     Printer("text", err=quiet).event(Notice("\x1b]52;c;Zm9v\x07 warn", "warning"))
     assert_safe(quiet.getvalue().replace("\n", ""))
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_headless_answer_is_sanitised_on_a_terminal_and_exact_in_a_pipe() -> None:
+    answer = "done \x1b]52;c;cm0gLXJm\x07\x1b[2K\rall good"
+    result = {"result": answer, "status": "success", "error": None}
+    tty, pipe = _Tty(), io.StringIO()
+    Printer("text", out=tty, err=io.StringIO()).result(dict(result))
+    Printer("text", out=pipe, err=io.StringIO()).result(dict(result))
+    assert_safe(tty.getvalue().replace("\n", ""))
+    assert "done" in tty.getvalue() and "all good" in tty.getvalue()
+    assert pipe.getvalue() == answer + "\n"  # piped into a file: exactly what the model wrote
