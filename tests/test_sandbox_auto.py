@@ -171,3 +171,33 @@ def test_off_without_bwrap_says_nothing(make_agent: MakeAgent, monkeypatch: pyte
 def test_an_unknown_mode_is_refused(make_agent: MakeAgent) -> None:
     with pytest.raises(ValueError, match="off, auto, workspace-write"):
         make_agent(sandbox="none")
+
+
+@needs_bwrap
+def test_nothing_a_sandboxed_command_starts_outlives_it(server: FakeServer, make_agent: MakeAgent) -> None:
+    """Its own session, ignoring SIGTERM, double-forked: the PID namespace ends with the command."""
+    import time
+
+    cmd = "trap '' TERM; setsid sleep 77.25 & (nohup sleep 77.25 &) ; sleep 60"
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": cmd, "timeout": 1})]), Reply(content="ok"))
+    make_agent(permission_mode="yolo").run_sync("x")
+    (text,) = results(server)
+    assert "timed out after 1 s" in text
+    deadline = time.monotonic() + 5
+    while _running(b"sleep\x0077.25\x00"):
+        assert time.monotonic() < deadline, "a sandboxed background job survived its command"
+        time.sleep(0.05)
+
+
+def _running(cmdline: bytes) -> list[int]:
+    """Live processes with exactly this /proc cmdline."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and Path(f"/proc/{entry}/cmdline").read_bytes() == cmdline:
+                stat = Path(f"/proc/{entry}/stat").read_bytes()
+                if stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
