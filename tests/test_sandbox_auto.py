@@ -174,17 +174,20 @@ def test_an_unknown_mode_is_refused(make_agent: MakeAgent) -> None:
 
 
 @needs_bwrap
-def test_nothing_a_sandboxed_command_starts_outlives_it(server: FakeServer, make_agent: MakeAgent) -> None:
+def test_nothing_a_sandboxed_command_starts_outlives_it(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
     """Its own session, ignoring SIGTERM, double-forked: the PID namespace ends with the command."""
     import time
 
-    cmd = "trap '' TERM; setsid sleep 77.25 & (nohup sleep 77.25 &) ; sleep 60"
+    marker = f"77.{os.getpid()}"  # this run's sleeps, not another test run's
+    cmd = f"trap '' TERM; setsid sleep {marker} & (nohup sleep {marker} &) ; sleep 60"
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": cmd, "timeout": 1})]), Reply(content="ok"))
     make_agent(permission_mode="yolo").run_sync("x")
     (text,) = results(server)
     assert "timed out after 1 s" in text
     deadline = time.monotonic() + 5
-    while _running(b"sleep\x0077.25\x00"):
+    while _running(f"sleep\x00{marker}\x00".encode()):
         assert time.monotonic() < deadline, "a sandboxed background job survived its command"
         time.sleep(0.05)
 
@@ -201,3 +204,32 @@ def _running(cmdline: bytes) -> list[int]:
         except OSError:
             continue
     return found
+
+
+@needs_bwrap
+def test_other_sessions_logs_are_hidden_and_this_sessions_spill_is_not(
+    server: FakeServer, make_agent: MakeAgent, tmp_path: Path
+) -> None:
+    """Every project's history lives in KIMICODE_HOME/sessions: a sandboxed command sees none of it but
+    the current session's spilled outputs (which the model is told to read)."""
+    sessions = tmp_path / "home" / "sessions"
+    sessions.mkdir(parents=True)
+    (sessions / "other.jsonl").write_text('{"content": "another project\'s history"}\n')
+    agent = make_agent(permission_mode="yolo")
+    agent.log.spill_dir.mkdir(parents=True)
+    (agent.log.spill_dir / "bash-1.txt").write_text("spilled output\n")
+    server.add(
+        Reply(tool_calls=[
+            ToolCall("bash", {"command": f"cat {sessions / 'other.jsonl'}"}),
+            ToolCall("bash", {"command": f"ls {sessions}"}),
+            ToolCall("bash", {"command": f"cat {agent.log.spill_dir / 'bash-1.txt'}"}),
+            ToolCall("bash", {"command": f"echo x > {agent.log.spill_dir / 'planted'}"}),
+        ]),
+        Reply(content="ok"),
+    )
+    agent.run_sync("x")
+    other, listing, spill, planted = results(server)
+    assert "another project" not in other and "No such file" in other
+    assert "other.jsonl" not in listing
+    assert spill == "spilled output\n[exit code: 0]"
+    assert "Read-only file system" in planted and not (agent.log.spill_dir / "planted").exists()

@@ -277,7 +277,7 @@ class Agent:
         self._init_args["rules"] = rules  # forks and resumes keep exactly these rules
         self.sandbox, self.sandbox_warning = setup_sandbox(
             sandbox, sandbox_network, self.settings, self.workspace, self.home,
-            project_file=project_file, ignored=ignored,
+            project_file=project_file, ignored=ignored, session_dir=self.log.spill_dir if self.log else None,
         )
         self._notices.extend(Notice(text, "warning") for text in ignored)
         """`sandbox_warning` says why a requested sandbox is not used (also sent once as a Notice)."""

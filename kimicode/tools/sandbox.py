@@ -8,7 +8,8 @@ asking in default and accept-edits modes, because the sandbox is then the bounda
 
 The sandbox runs each command in fresh namespaces where the workspace is writable
 and the rest of the file system is read-only, `/tmp` is private and empty, the network is off (unless
-`--sandbox-network`), the host's Unix sockets (/run, the agents the environment names) are hidden,
+`--sandbox-network`), the host's Unix sockets (/run, the agents the environment names) and
+`KIMICODE_HOME` (every project's session logs; this session's spill directory excepted) are hidden,
 the workspace's `.git` and `.kimicode` stay read-only (git hooks and kimicode's configuration run code
 or change rules outside the sandbox), and the user's credential stores (`~/.ssh`, `~/.aws`, ...) and
 kimicode's config file are hidden.
@@ -124,6 +125,8 @@ class Sandbox:
     user_home: Path = field(default_factory=Path.home)
     auto: bool = False
     """`--sandbox auto`: a command the user approved at a prompt runs unconfined."""
+    session_dir: Path | None = None
+    """The session's own spill directory: the one part of `kimicode_home` left visible (read-only)."""
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """`argv` run inside the sandbox, in the workspace."""
@@ -143,7 +146,16 @@ class Sandbox:
                 args += ["--tmpfs", path]
         hidden_files = [os.path.join(home, rel) for rel in _HIDDEN_FILES]
         if self.kimicode_home is not None:
-            hidden_files.append(os.path.join(os.path.realpath(self.kimicode_home), "config.toml"))
+            kc_home = os.path.realpath(self.kimicode_home)
+            if os.path.isdir(kc_home) and not _contains(kc_home, ws):
+                # other sessions' logs (every project's history) and the config: hidden; this session's
+                # spilled outputs stay readable, since the model is told where they are
+                args += ["--tmpfs", kc_home]
+                spill = os.path.realpath(self.session_dir) if self.session_dir is not None else None
+                if spill is not None and os.path.isdir(spill) and _contains(kc_home, spill):
+                    args += ["--ro-bind", spill, spill]
+            else:
+                hidden_files.append(os.path.join(kc_home, "config.toml"))
         for path in hidden_files:
             if os.path.isfile(path):
                 args += ["--ro-bind", "/dev/null", path]
@@ -202,6 +214,7 @@ def setup_sandbox(
     *,
     project_file: Path | None = None,
     ignored: list[str] | None = None,
+    session_dir: Path | None = None,
 ) -> tuple[Sandbox | None, str | None]:
     """The sandbox for a session, from the arguments or else the `[sandbox]` table; and a warning.
 
@@ -239,4 +252,4 @@ def setup_sandbox(
             f"the sandbox is not available: {status.reason}. Commands run unconfined and follow the "
             "permission rules instead"
         )
-    return Sandbox(workspace, status.bwrap, network, kimicode_home, auto=mode == "auto"), None
+    return Sandbox(workspace, status.bwrap, network, kimicode_home, auto=mode == "auto", session_dir=session_dir), None
