@@ -13,7 +13,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from kimicode.config import (
     DEFAULT_MODEL,
@@ -68,7 +68,7 @@ SCHEMA: dict[str, Any] = {
         "max_tokens": "int",
     },
     "ui": {"reasoning": ("show", "hide")},
-    "sandbox": {"mode": ("off", "workspace-write"), "network": "bool"},
+    "sandbox": {"mode": ("off", "auto", "workspace-write"), "network": "bool"},
     "mcp_servers": {
         "*": {
             "command": "str",
@@ -156,15 +156,8 @@ def load_settings(workspace: Path, home: Path) -> Settings:
         data.pop("trust", None)  # a project cannot trust itself
         if data.pop("auth", None) is not None:  # keys belong in the user's own file (mode 0600), never a repo
             settings.ignored.append(f"{project_path}: [auth] ignored: an API key is only read from {user_path}")
+        _only_tighten(settings, data, project_path, user_path)
         if not settings.trusted:
-            mode = data.get("defaults", {}).get("permission_mode") if isinstance(data.get("defaults"), dict) else None
-            if mode not in (None, "default", "plan"):
-                # a repository may make kimicode more careful, never less
-                del data["defaults"]["permission_mode"]
-                settings.ignored.append(
-                    f"{project_path}: defaults.permission_mode = {mode!r} ignored: this workspace is not trusted "
-                    f"(add it to [trust] workspaces in {user_path} to allow it)"
-                )
             for key in UNTRUSTED_PROJECT_KEYS:
                 if key in data:
                     del data[key]
@@ -177,10 +170,70 @@ def load_settings(workspace: Path, home: Path) -> Settings:
     return settings
 
 
+MODE_STRICTNESS: Final = {"yolo": 0, "accept-edits": 1, "default": 2, "plan": 3}
+SANDBOX_STRICTNESS: Final = {"off": 0, "auto": 1, "workspace-write": 2}
+UNTRUSTED_PROJECT_PATHS: Final = (("context", "tokenizer"),)
+"""Path-valued project settings: a cloned repository must not point kimicode at files of its choosing
+(a device or FIFO that hangs start-up, a file outside the repository)."""
+
+
+def _only_tighten(settings: Settings, data: dict[str, Any], project_path: Path, user_path: Path) -> None:
+    """Drop what a project file may not set, with a message each in `settings.ignored`.
+
+    Unless the workspace is trusted, the project's permission mode and sandbox may only be stricter than
+    the user's (`defaults.permission_mode`, `sandbox.mode`, `sandbox.network = true`), and path-valued
+    settings are ignored. In a trusted workspace they apply, but loosening is still said (a `git pull`
+    may bring it): trust is the user's decision, silence is not.
+    """
+    hint = f"(add it to [trust] workspaces in {user_path} to allow it)"
+    user = settings.data
+
+    def looser(table: str, key: str, scale: Mapping[str, int], default: str) -> str | None:
+        section = data.get(table)
+        value = section.get(key) if isinstance(section, dict) else None
+        if not isinstance(value, str) or value not in scale:
+            return None
+        mine = user.get(table, {}).get(key, default) if isinstance(user.get(table), dict) else default
+        return value if scale[value] < scale.get(mine, scale[default]) else None
+
+    def drop(table: str, key: str, what: str, why: str) -> None:
+        if settings.trusted:
+            settings.ignored.append(f"{project_path}: {what} applies ({why}): this workspace is trusted")
+            return
+        del data[table][key]
+        settings.ignored.append(f"{project_path}: {what} ignored ({why}): this workspace is not trusted {hint}")
+
+    looser_than_yours = "a project may only make kimicode stricter than your own settings"
+    mode = looser("defaults", "permission_mode", MODE_STRICTNESS, "default")
+    if mode is not None:
+        drop("defaults", "permission_mode", f"defaults.permission_mode = {mode!r}", looser_than_yours)
+    sandbox = looser("sandbox", "mode", SANDBOX_STRICTNESS, "auto")
+    if sandbox is not None:
+        drop("sandbox", "mode", f"sandbox.mode = {sandbox!r}", looser_than_yours)
+    section = data.get("sandbox")
+    wanted = section.get("mode") if isinstance(section, dict) else None
+    mine_mode = user.get("sandbox", {}).get("mode", "auto") if isinstance(user.get("sandbox"), dict) else "auto"
+    if wanted == "workspace-write" and mine_mode != "workspace-write":
+        # more confining, but it also lets every command run without asking in default mode
+        drop("sandbox", "mode", "sandbox.mode = 'workspace-write'", "it lets every command run without asking")
+    section = data.get("sandbox")
+    mine = user.get("sandbox")
+    user_network = mine.get("network") if isinstance(mine, dict) else None
+    if isinstance(section, dict) and section.get("network") is True and user_network is not True:
+        drop("sandbox", "network", "sandbox.network", looser_than_yours)
+    if not settings.trusted:
+        for table, key in UNTRUSTED_PROJECT_PATHS:
+            section = data.get(table)
+            if isinstance(section, dict) and key in section:
+                drop(table, key, f"{table}.{key}", "a project may not name files for kimicode to read")
+
+
 def parse_file(path: Path) -> dict[str, Any]:
     """Parse and validate one TOML file."""
+    from kimicode.safeio import read_regular
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path).decode("utf-8")  # a config.toml swapped for a FIFO must not hang start-up
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the file ({exc})") from None
     try:

@@ -232,7 +232,8 @@ def test_sigint_during_long_bash_kills_it_and_records_the_interruption(
     marker = workspace / "child.pid"
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"sleep 300 & echo $! > {marker}; wait"})]))
     home = tmp_path / "home"
-    proc = _start_and_wait_for(server, ["-p", "sleep", "--yolo", "--output-format", "stream-json"],
+    proc = _start_and_wait_for(server, ["-p", "sleep", "--yolo", "--sandbox", "off", "--output-format",
+                                        "stream-json"],  # unconfined: $! must be a host PID
                                env_for(server, home), workspace)
     deadline = time.monotonic() + 15
     while not marker.exists() or not marker.read_text().strip():

@@ -104,4 +104,4 @@ def test_hostile_text_cannot_break_the_line() -> None:
     no_suggestion = denial_line(PermissionDenied("c2", "web_fetch", {"url": "http://x"}, "asks", "", False, "web"))
     assert "--allow web_fetch" in no_suggestion
     assert retry_line(Retrying(1, 5, 0.5, "a\n\nb")) == "kimicode: retry 1/5 in 0.5s after: a b"
-    assert one_line("\t\x00  ") == ""
+    assert one_line("\t\x00  ") == "\\x00"  # issue 10: what cannot be shown is shown escaped, not hidden

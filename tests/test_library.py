@@ -140,14 +140,14 @@ def check_approve(out: str, server: FakeServer, ws: Path) -> None:
 
 
 def script_cancel(server: FakeServer, ws: Path) -> None:
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "sleep 30 & echo $! > child.pid; wait"})]))
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "sleep 30.25 & echo $! > child.pid; wait"})]))
 
 
 def check_cancel(out: str, server: FakeServer, ws: Path) -> None:
     assert out == "stopped: interrupted by user\n"
-    child = int((ws / "child.pid").read_text())
+    assert (ws / "child.pid").read_text().strip()  # it started; inside the sandbox its pid is the namespace's
     deadline = time.monotonic() + 5
-    while _alive(child):  # the running command was killed with the turn
+    while _running(b"sleep\x0030.25\x00"):  # the running command was killed with the turn
         assert time.monotonic() < deadline, "the command survived the cancellation"
         time.sleep(0.05)
     (log,) = (Path(os.environ["KIMICODE_HOME"]) / "sessions").glob("*.jsonl")
@@ -157,12 +157,18 @@ def check_cancel(out: str, server: FakeServer, ws: Path) -> None:
     assert [r["status"] for r in saved.records if r["type"] == "turn_end"] == ["interrupted"]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def _running(cmdline: bytes) -> bool:
+    """Whether a live process has exactly this /proc cmdline (found by name: a sandboxed command's own
+    idea of its pid is its PID namespace's)."""
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and Path(f"/proc/{entry}/cmdline").read_bytes() == cmdline:
+                stat = Path(f"/proc/{entry}/stat").read_bytes()
+                if stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X"):
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def script_sessions(server: FakeServer, ws: Path) -> None:

@@ -68,8 +68,9 @@ def test_the_agent_emits_the_fallback_notice_and_keeps_plain_bash(
     server: FakeServer, make_agent: MakeAgent, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KIMICODE_BWRAP", "")
-    (workspace / ".kimicode").mkdir()
-    (workspace / ".kimicode" / "config.toml").write_text('[sandbox]\nmode = "workspace-write"\n')
+    home = workspace.parent / "home"  # the user's own config (a project's workspace-write would be ignored)
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text('[sandbox]\nmode = "workspace-write"\n')
     agent = make_agent()
     assert agent.sandbox is None and agent.sandbox_warning and "not installed" in agent.sandbox_warning
     assert agent.tools.get("bash") is BASH and not agent.policy.sandboxed

@@ -7,6 +7,7 @@ The headless command line, the terminal UI and library users all consume the sam
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import platform
@@ -48,13 +49,14 @@ from kimicode.llm.discovery import resolve_window
 from kimicode.llm.errors import LLMError
 from kimicode.llm.profiles import profile_for
 from kimicode.prompts import load_prompt
-from kimicode.session.log import INTERRUPTED, SessionLog, new_session_id
+from kimicode.session.log import INTERRUPTED, SessionLog, SessionWriteError, new_session_id
 from kimicode.settings import Settings, load_settings, profile_with, resolve_model, switch_model
-from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.registry import ToolRegistry, builtin_tools, parse_arguments, validate
 
 if TYPE_CHECKING:
     from kimicode.llm.client import ChatClient
+    from kimicode.redact import Masker
 
 REPEAT_WARN = 3
 REPEAT_STOP = 5
@@ -235,6 +237,10 @@ class Agent:
         self.resume_warning: str | None = None
         """Set by `resume` when the session was recorded with another model (also sent as a Notice)."""
         self._notices: list[Notice] = []  # emitted at the start of the next turn
+        self._emit: Callable[[Event], None] | None = None
+        """The running turn's emit (subagents report through it)."""
+        self._denials: list[dict[str, Any]] = []
+        """The running turn's permission denials (subagents add theirs)."""
         self._notices.extend(Notice(text, "warning") for text in self.settings.ignored)
         self._confine(allow, deny, ask, rules, sandbox, sandbox_network)
         if messages is not None:
@@ -281,20 +287,28 @@ class Agent:
         self._init_args["rules"] = rules  # forks and resumes keep exactly these rules
         self.sandbox, self.sandbox_warning = setup_sandbox(
             sandbox, sandbox_network, self.settings, self.workspace, self.home,
-            project_file=project_file, ignored=ignored,
+            project_file=project_file, ignored=ignored, session_dir=self.log.spill_dir if self.log else None,
         )
         self._notices.extend(Notice(text, "warning") for text in ignored)
         """`sandbox_warning` says why a requested sandbox is not used (also sent once as a Notice)."""
         sandboxed = False
         if self.sandbox is not None and self.tools.get("bash") is BASH:
             self.tools.add(bash_tool(self.sandbox))
-            sandboxed = True
+            sandboxed = not self.sandbox.auto  # auto confines what runs unasked; it changes no decision
         self.policy = Policy(rules, kimicode_home=self.home, sandboxed=sandboxed)
         self.ctx.env = scrub_env(
             os.environ,
             names=secret_env_names(self.settings, self.endpoint.key_source),
             values=(self.endpoint.api_key,),
         )
+        from kimicode.redact import Masker, harden_process, known_secrets
+
+        harden_process()  # children cannot read the key under /proc/<pid>/environ
+        self.masker = Masker(known_secrets(os.environ, api_key=self.endpoint.api_key, settings=self.settings))
+        """Masks every known secret in tool results, the session log, notices and errors."""
+        if self.log is not None:
+            self.log.masker = self.masker
+        self.ctx.mask = self.masker  # command output is masked as it is read
         if self.sandbox_warning:
             self._notices.append(Notice(self.sandbox_warning, "warning"))
 
@@ -383,10 +397,12 @@ class Agent:
         self._interrupted = False
 
         def emit(event: Event) -> None:
+            event = _masked_event(event, self.masker)
             if self.on_event is not None:
                 self.on_event(event)
             queue.put_nowait(event)
 
+        self._emit = emit
         self._worker = asyncio.create_task(self._turn(prompt, emit))
         worker = self._worker
         try:
@@ -501,6 +517,7 @@ class Agent:
             raise RuntimeError("cannot compact while a turn is running")
 
         def emit(event: Event) -> None:
+            event = _masked_event(event, self.masker)
             if self.on_event is not None:
                 self.on_event(event)
 
@@ -584,6 +601,7 @@ class Agent:
     async def _turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
         steps = 0
         denials: list[dict[str, Any]] = []
+        self._denials = denials
         pending: list[dict[str, Any]] = []  # tool calls of the current step still without a result
         self._turn_text = ""
         emit(TurnStarted(prompt, self.session_id))
@@ -633,6 +651,11 @@ class Agent:
                 raise  # cancelled from outside (library cancellation): propagate
         except LLMError as err:
             finish("error", "", err.message, "transient" if err.transient else err.kind)  # no stale answer
+        except SessionWriteError as err:  # a full disk or unwritable KIMICODE_HOME: stop, say it once
+            for call in pending:
+                self.messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": INTERRUPTED})
+            pending.clear()
+            finish("error", "", str(err), "session_log")
         except Exception as exc:  # a bug must end the turn with a valid history, never leave the caller waiting
             error = f"internal error: {type(exc).__name__}: {exc}"
             try:
@@ -788,7 +811,14 @@ class Agent:
         if prep.error is not None or prep.tool is None:
             return
         tool = prep.tool
-        decision = decide(tool, prep.args, self.permission_mode, self.ctx, self.policy)
+        try:
+            decision = decide(tool, prep.args, self.permission_mode, self.ctx, self.policy)
+        except RecursionError:  # a hostile, deeply nested command line: refuse it, the run goes on
+            prep.error = (
+                f"Not run: this {tool.name} call is nested too deeply to be checked for permission. "
+                "Split it into simpler commands."
+            )
+            return
         if decision.verdict == "allow":
             return
         reason = decision.reason
@@ -806,6 +836,7 @@ class Agent:
             else:
                 approved = bool(answer)
         if approved:
+            prep.approved = True
             return
         headless = self.approve is None
         message = denial_message(tool, self.permission_mode, reason, headless, decision)
@@ -823,13 +854,15 @@ class Agent:
     async def _execute(self, prep: _Prepared, emit: Callable[[Event], None]) -> str:
         """Run one prepared call; every failure becomes an error result for the model."""
         if prep.error is not None or prep.tool is None:
-            content = prep.error or "error"
+            content = self.masker.mask(prep.error or "error")
             emit(ToolCallFinished(prep.call_id, prep.name, content, True, f"{prep.name}: error"))
             return content
         emit(ToolCallStarted(prep.call_id, prep.name, prep.args))
         started = time.monotonic()
+        CURRENT_CALL_ID.set(prep.call_id)  # each call runs in its own task: no reset needed
         try:
-            out = await prep.tool.fn(prep.args, self.ctx)
+            ctx = dataclasses.replace(self.ctx, approved=True) if prep.approved else self.ctx
+            out = await prep.tool.fn(prep.args, ctx)
             result = out if isinstance(out, ToolResult) else ToolResult(str(out))
             prep.images = list(getattr(result, "images", ()) or ())  # an ImageResult (tools/images.py)
         except ToolError as exc:
@@ -842,7 +875,8 @@ class Agent:
                 is_error=True,
                 summary=f"{prep.name}: internal error",
             )
-        content = self.context.cap_tool_output(result.content, f"{prep.name}-{prep.call_id}")
+        masked = self.masker.mask(result.content)  # before the spill file, the history and the log
+        content = self.context.cap_tool_output(masked, f"{prep.name}-{prep.call_id}")
         if prep.warning:
             content += prep.warning
         emit(
@@ -857,6 +891,21 @@ class Agent:
             )
         )
         return content
+
+
+def _masked_event(event: Event, masker: Masker) -> Event:
+    """Notices, retries and the final error/result with every known secret masked (a server's error
+    may quote the key; tool results are masked where they are made)."""
+    if not masker:
+        return event
+    if isinstance(event, Notice):
+        return dataclasses.replace(event, text=masker.mask(event.text))
+    if isinstance(event, Retrying):
+        return dataclasses.replace(event, error=masker.mask(event.error))
+    if isinstance(event, TurnFinished):
+        error = masker.mask(event.error) if event.error else event.error
+        return dataclasses.replace(event, result=masker.mask(event.result), error=error)
+    return event
 
 
 def _utf8_safe(message: dict[str, Any]) -> dict[str, Any]:
@@ -895,6 +944,8 @@ class _Prepared:
     concurrent: bool = False
     canonical: str | None = None
     images: list[Mapping[str, Any]] = field(default_factory=list)
+    approved: bool = False
+    """The user approved it at a prompt (under --sandbox auto it then runs unconfined)."""
 
     @property
     def signature(self) -> str:

@@ -146,6 +146,16 @@ class TurnFinished:
     permission_denials: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True)
+class SubagentEvent:
+    """Something a subagent (the task tool) did, inside the parent's call `parent_call_id`: its committed
+    messages (tool calls and results) and its permission denials, so they are as visible as the parent's."""
+
+    parent_call_id: str
+    description: str
+    event: MessageCommitted | PermissionDenied
+
+
 Event = (
     TurnStarted
     | StepStarted
@@ -161,4 +171,5 @@ Event = (
     | ContextUpdated
     | Notice
     | TurnFinished
+    | SubagentEvent
 )

@@ -299,8 +299,9 @@ def sensitive_reason(path: Path, *, user_home: Path, kimicode_home: Path) -> str
 
 def _has_token(path: Path) -> bool:
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(65536)
+        from kimicode.safeio import read_regular
+
+        head = read_regular(path, 65536)  # a FIFO named .npmrc must not hang the permission check
     except OSError:
         return False
     return _TOKEN_MARKER.search(head) is not None

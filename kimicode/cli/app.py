@@ -60,6 +60,7 @@ class PermissionModeOpt(StrEnum):
 
 class SandboxOpt(StrEnum):
     off = "off"
+    auto = "auto"
     workspace_write = "workspace-write"
 
 
@@ -110,8 +111,9 @@ def main(
     ] = None,
     sandbox: Annotated[
         SandboxOpt | None,
-        typer.Option("--sandbox", help="workspace-write: run bash in a bubblewrap sandbox (Linux), the workspace "
-                     "writable, the rest read-only, no network."),
+        typer.Option("--sandbox", help="auto (default): commands that run without asking run in a bubblewrap "
+                     "sandbox (Linux), the workspace writable, the rest read-only, no network; workspace-write: "
+                     "every command runs there without asking; off: never."),
     ] = None,
     sandbox_network: Annotated[
         bool, typer.Option("--sandbox-network", help="Allow network access inside the sandbox.")

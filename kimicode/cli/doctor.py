@@ -168,7 +168,12 @@ def _tool_checks(settings: Any) -> list[Check]:
     if sandbox.available:
         checks.append(Check("sandbox", "ok", f"bubblewrap works ({sandbox.bwrap})"))
     else:
-        fix = "apt install bubblewrap (or dnf/pacman); needed only for --sandbox workspace-write"
+        mode = settings.get("sandbox.mode", "auto") if settings is not None else "auto"
+        fix = (
+            "apt install bubblewrap (or dnf/pacman); without it commands that run without asking are not "
+            "confined (--sandbox off silences the notice)"
+            if mode != "off" else "apt install bubblewrap (or dnf/pacman); the sandbox is off in your config"
+        )
         checks.append(Check("sandbox", "fail" if wanted else "warn", sandbox.reason, fix))
     rg = find_ripgrep()
     if rg is None:

@@ -6,13 +6,23 @@ import sys
 
 
 def main() -> None:
-    """Entry point: fast path for `--version`, else the typer application."""
+    """Entry point: fast path for `--version`, else the typer application.
+
+    The process first makes itself non-dumpable and a child subreaper (kimicode.redact), and whatever
+    the bash tool started that is still running when the application ends (`setsid … &`) is killed.
+    """
     args = sys.argv[1:]
     if args in (["--version"], ["-V"]):
         from kimicode._version import __version__
 
         sys.stdout.write(f"kimicode {__version__}\n")
         return
+    from kimicode.redact import harden_process, reap_children
+
+    harden_process(subreaper=True)
     from kimicode.cli.app import run_app
 
-    run_app()
+    try:
+        run_app()
+    finally:
+        reap_children()

@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from kimicode.agent.core import Agent
 from kimicode.agent.events import (
@@ -20,11 +20,16 @@ from kimicode.agent.events import (
     PermissionDenied,
     ReasoningDelta,
     Retrying,
+    SubagentEvent,
     ToolArgumentsDelta,
     ToolCallFinished,
     ToolCallStarted,
     TurnFinished,
 )
+from kimicode.termsafe import sanitize
+
+if TYPE_CHECKING:
+    from kimicode.redact import Masker
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -47,6 +52,8 @@ def exit_code_for(event: TurnFinished) -> int:
         return EXIT_LIMIT
     if event.error_kind == "transient":
         return EXIT_TRANSIENT
+    if event.error_kind == "session_log":  # KIMICODE_HOME unwritable or full: a setup problem, like bad flags
+        return EXIT_USAGE
     return EXIT_FAILURE
 
 
@@ -70,14 +77,18 @@ class Printer:
         self._in_reasoning = False
         self.denials: list[PermissionDenied] = []
         self.permission_mode = "default"
+        self.masker: Masker | None = None
+        """The agent's: every known secret is masked in what is printed (set by `init`)."""
 
     def line(self, obj: dict[str, Any]) -> None:
         """One JSON object per line, flushed (stream-json)."""
-        self.out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        text = json.dumps(obj, ensure_ascii=False)
+        self.out.write((self.masker.mask(text) if self.masker is not None else text) + "\n")
         self.out.flush()
 
     def init(self, agent: Agent) -> None:
         self.permission_mode = agent.permission_mode
+        self.masker = getattr(agent, "masker", None)
         if self.fmt == "stream-json":
             self.line(
                 {
@@ -91,6 +102,9 @@ class Printer:
             )
 
     def event(self, ev: Event) -> None:
+        if isinstance(ev, SubagentEvent):
+            self._subagent(ev)
+            return
         if isinstance(ev, PermissionDenied):
             self.denials.append(ev)
         if self.fmt == "stream-json":
@@ -104,6 +118,29 @@ class Printer:
         elif self.fmt == "text" and isinstance(ev, (PermissionDenied, Retrying)):
             # a quiet text run still says what it refused and why it is waiting: one line each
             self.err.write((denial_line(ev) if isinstance(ev, PermissionDenied) else retry_line(ev)) + "\n")
+            self.err.flush()
+
+    def _subagent(self, ev: SubagentEvent) -> None:
+        """A subagent's message or denial: a stream-json line with `parent_tool_use_id`, or a text line."""
+        inner = ev.event
+        if isinstance(inner, PermissionDenied):
+            self.denials.append(inner)
+        if self.fmt == "stream-json":
+            if isinstance(inner, MessageCommitted):
+                self.line({"type": "message", "message": inner.message, "parent_tool_use_id": ev.parent_call_id})
+            else:
+                self.line({"type": "permission_denied", "parent_tool_use_id": ev.parent_call_id,
+                           "tool_name": inner.name, "tool_use_id": inner.call_id,
+                           "tool_input": dict(inner.arguments), "reason": inner.reason})
+        elif isinstance(inner, PermissionDenied) and (self.verbose or self.fmt == "text"):
+            self.err.write(f"{denial_line(inner)} (in subagent {one_line(ev.description, 80)})\n")
+            self.err.flush()
+        elif self.verbose and isinstance(inner, MessageCommitted):
+            for call in inner.message.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                args = str(fn.get("arguments") or "")
+                self.err.write(f"  ↳ [{one_line(ev.description, 40)}] → {one_line(str(fn.get('name')), 40)} "
+                               f"{one_line(args, 200)}\n")
             self.err.flush()
 
     def _stream_json(self, ev: Event) -> None:
@@ -129,7 +166,7 @@ class Printer:
             if not self._in_reasoning:
                 w("[thinking] ")
                 self._in_reasoning = True
-            w(ev.text)
+            w(sanitize(ev.text))
         elif isinstance(ev, ContentDelta):
             if self._in_reasoning:
                 w("\n")
@@ -139,10 +176,10 @@ class Printer:
                 w("\n")
                 self._in_reasoning = False
             args = json.dumps(dict(ev.arguments), ensure_ascii=False)
-            w(f"→ {ev.name} {args[:200]}\n")
+            w(f"→ {sanitize(ev.name, sequences='escape')} {sanitize(args[:200], sequences='escape')}\n")
         elif isinstance(ev, ToolCallFinished):
             status = "error" if ev.is_error else "ok"
-            w(f"  {ev.summary or ev.name} [{status}]\n")
+            w(f"  {one_line(ev.summary or ev.name)} [{status}]\n")
         elif isinstance(ev, PermissionDenied):
             w(denial_line(ev) + "\n")
         elif isinstance(ev, Retrying):
@@ -151,7 +188,7 @@ class Printer:
                 self._in_reasoning = False
             w(retry_line(ev) + "\n")
         elif isinstance(ev, Notice):
-            w(f"! {ev.text}\n")
+            w(f"! {sanitize(ev.text, sequences='escape')}\n")
         self.err.flush()
 
     def result(self, obj: dict[str, Any]) -> None:
@@ -161,6 +198,8 @@ class Printer:
         if self._in_reasoning:
             self.err.write("\n")
         text = obj["result"] or ""
+        if text and _isatty(self.out):  # the model's answer on a terminal: no control sequences
+            text = sanitize(text)
         if text:
             self.out.write(text if text.endswith("\n") else text + "\n")
             self.out.flush()
@@ -175,10 +214,17 @@ class Printer:
             self.err.flush()
 
 
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def one_line(text: str, width: int = 300) -> str:
-    """`text` on one line, safe for a terminal: control characters (escape sequences, carriage returns)
-    become spaces, runs of whitespace one space, cut to `width` characters."""
-    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    """`text` on one line, safe for a terminal: control characters and escape sequences are shown
+    escaped (kimicode.termsafe), runs of whitespace become one space, cut to `width` characters."""
+    flat = " ".join(sanitize(text, sequences="escape").split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 

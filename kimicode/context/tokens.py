@@ -169,9 +169,11 @@ def load_bpe_file(path: str | Path, pat_str: str = KIMI_PAT_STR) -> BPECounter:
     """A counter from a local tiktoken BPE file such as Kimi's `tiktoken.model` (never downloads)."""
     import tiktoken
 
+    from kimicode.safeio import read_regular
+
     p = Path(path).expanduser()
     try:
-        data = p.read_bytes()
+        data = read_regular(p)  # a FIFO or device path must not hang start-up
     except OSError as exc:
         raise TokenizerError(f"cannot read the tokenizer file {p}: {exc.strerror or exc}") from None
     ranks = parse_bpe_ranks(data, str(p))

@@ -23,6 +23,7 @@ Readers ignore record types they do not know, so new types can be added without 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -31,10 +32,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kimicode.redact import Masker
+    from kimicode.session.lock import SessionLock
 
 SCHEMA_VERSION = 1
 INTERRUPTED = "interrupted by user"
+
+
+class SessionWriteError(ValueError):
+    """The session log cannot be written (a full disk, an unwritable or missing KIMICODE_HOME).
+
+    A ValueError like the other "this session cannot be used" errors, so faces report it in one line."""
+
+
+class NewerLogError(ValueError):
+    """The log was written by a newer kimicode (a record version above SCHEMA_VERSION)."""
 
 
 def new_session_id() -> str:
@@ -55,6 +70,12 @@ class SessionLog:
         self.directory = directory
         self.path = directory / f"{session_id}.jsonl"
         self._fh: IO[str] | None = None
+        self.masker: Masker | None = None
+        self.lock: SessionLock | None = None
+        """Held while this process writes the log (kimicode.session.lock); taken on first write."""
+        self.failed: str | None = None
+        """Why writing failed (then nothing more is written; the turn ends with this error)."""
+        """Set by the Agent: every record is written with known secrets masked."""
         self._held: list[str] | None = None if self.path.exists() else []
         """Lines waiting for the first user message (None once the file is written)."""
 
@@ -68,9 +89,17 @@ class SessionLog:
         """Where full copies of capped tool outputs go (readable by the model with read_file)."""
         return self.directory / self.session_id
 
+    def acquire(self) -> None:
+        """Take the session's lock now (resume does, so a busy session is refused before any work)."""
+        if self.lock is None:
+            from kimicode.session.lock import SessionLock
+
+            self.lock = SessionLock.acquire(self.directory, self.session_id)
+
     def _open(self) -> IO[str]:
         if self._fh is None:
             self.directory.mkdir(parents=True, exist_ok=True)
+            self.acquire()
             torn = _ends_without_newline(self.path)
             self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the session
             if torn:  # a crash cut the last line short: end it, so the next record starts on its own line
@@ -80,6 +109,20 @@ class SessionLog:
     def append(self, record: dict[str, Any]) -> None:
         """Write one record and flush it to the OS (held in memory until the session has a prompt)."""
         line = json.dumps({"v": SCHEMA_VERSION, "ts": round(time.time(), 3), **record}, ensure_ascii=False)
+        if self.masker is not None:
+            line = self.masker.mask(line)
+        if self.failed is not None:
+            return  # already reported; nothing more can be written
+        try:
+            self._write(line, record)
+        except OSError as exc:
+            self.failed = (
+                f"cannot write the session log {self.path}: {exc.strerror or exc}. "
+                "Check that KIMICODE_HOME is writable and its disk is not full (KIMICODE_HOME=... picks another)"
+            )
+            raise SessionWriteError(self.failed) from None
+
+    def _write(self, line: str, record: dict[str, Any]) -> None:
         if self._held is not None:
             self._held.append(line)
             message = record.get("message")
@@ -100,15 +143,32 @@ class SessionLog:
 
     def sync(self) -> None:
         """fsync: called at the end of each turn."""
-        if self._fh is not None:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+        if self._fh is not None and self.failed is None:
+            try:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+            except OSError as exc:
+                self.failed = f"cannot write the session log {self.path}: {exc.strerror or exc}"
+                raise SessionWriteError(self.failed) from None
 
     def close(self) -> None:
-        if self._fh is not None:
-            self.sync()
-            self._fh.close()
-            self._fh = None
+        """Flush, close and release the lock; a failure to flush was reported already."""
+        try:
+            if self._fh is not None:
+                fh, self._fh = self._fh, None
+                try:
+                    if self.failed is None:
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                finally:
+                    with contextlib.suppress(OSError):
+                        fh.close()
+        except OSError as exc:
+            self.failed = self.failed or f"cannot write the session log {self.path}: {exc.strerror or exc}"
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+                self.lock = None
 
 
 def _ends_without_newline(path: Path) -> bool:
@@ -220,6 +280,12 @@ def load(path: Path) -> LoadedSession:
     from kimicode.context.replay import replay
 
     records = list(iter_records(path))
+    newest = max((r["v"] for r in records if isinstance(r.get("v"), int) and not isinstance(r["v"], bool)), default=0)
+    if newest > SCHEMA_VERSION:
+        raise NewerLogError(
+            f"session {path.stem} was written by a newer kimicode (log version {newest}; this kimicode reads "
+            f"version {SCHEMA_VERSION}): upgrade kimicode to resume it (pip install -U kimicode)"
+        )
     replayed = replay(records)
     messages = list(replayed)
     repaired = repair_history(messages)

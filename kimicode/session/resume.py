@@ -57,6 +57,8 @@ def resume_agent(cls: type[Agent], session_id: str, *, fork: bool = False, **kwa
         agent._log_settings("fork", forked_from=loaded.session_id)
     else:
         agent = cls(**kwargs, session_id=loaded.session_id, messages=history)
+        if agent.log is not None:  # one writer per session: a second process is refused (session/lock.py)
+            agent.log.acquire()
         if agent.log is not None and history is not None:
             for record in loaded.repair_records():  # synthetic results for calls a crash left open
                 agent.log.append(record)

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from kimicode.redact import Masker
+
+CURRENT_CALL_ID: ContextVar[str] = ContextVar("kimicode_current_call_id", default="")
+"""The id of the tool call being executed (set by the agent around each tool; the task tool reads it
+to tie what its subagent does to the call that started it)."""
 
 ToolKind = Literal["read", "edit", "execute", "other"]
 """What a tool does, for permissions and concurrency: `read` tools may run concurrently,
@@ -48,6 +56,11 @@ class ToolContext:
     file_stamps: dict[Path, FileStamp] = field(default_factory=dict)
     env: Mapping[str, str] | None = None
     """Environment for child processes; None means the agent's own, minus secrets."""
+    mask: Masker | None = None
+    """Known secrets to mask in output as it is read (set by the agent; kimicode.redact)."""
+    approved: bool = False
+    """The user approved this very call at a prompt (set on a per-call copy by the agent): under
+    `--sandbox auto` such a command runs outside the sandbox, as the user saw and approved it."""
 
     def resolve(self, path: str) -> Path:
         """Resolve a user/model-supplied path against the workspace, following `..` and symlinks."""

@@ -368,7 +368,9 @@ def _sniff_binary(sample: bytes, whole: bool, shown: str, size: int) -> None:
 def _read_sync(path: Path, shown: str, offset: int, limit: int) -> tuple[str, str]:
     """Do the blocking part of read_file; return (content, summary)."""
     try:
-        f = open(path, "rb")  # noqa: SIM115 - "with f" below; open errors are mapped first
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat below then refuses it
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+        f = os.fdopen(fd, "rb")
     except (FileNotFoundError, NotADirectoryError):
         raise ToolError(f"file not found: {shown}") from None
     except IsADirectoryError:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,7 +96,10 @@ def load_image(
 ) -> LoadedImage:
     """Read an image file and scale it down to the limits if needed; raise ToolError when it cannot be sent."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block read_bytes for ever
+            raise ToolError(f"{shown} is not a regular file (it is a directory, device, socket or pipe)")
+        size = st.st_size
         if size > MAX_INPUT_BYTES:
             raise ToolError(f"{shown} is too large to send as an image ({size:,} bytes; limit {MAX_INPUT_BYTES:,})")
         data = path.read_bytes()

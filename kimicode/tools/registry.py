@@ -62,14 +62,49 @@ class ToolRegistry:
         return [t.schema() for t in self._tools.values()]
 
 
+MAX_ARGUMENT_DEPTH = 64
+"""Deeper JSON in a tool call's arguments is refused with an error the model sees (no tool needs it, and
+parsing, validating and logging it would recurse past Python's limit)."""
+
+
+def _nesting(raw: str) -> int:
+    """The deepest `[`/`{` nesting of a JSON text, ignoring brackets inside strings; linear time."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
 def parse_arguments(raw: str) -> dict[str, Any]:
     """Parse a tool call's argument string; `""` means `{}`. Raises ValueError with a clear message."""
     if raw is None or not raw.strip():
         return {}
+    brackets = raw.count("[") + raw.count("{")
+    depth = _nesting(raw) if brackets > MAX_ARGUMENT_DEPTH else 0
+    if depth > MAX_ARGUMENT_DEPTH:  # checked before parsing: json.loads itself would hit RecursionError
+        raise ValueError(
+            f"arguments are nested {depth} levels deep; at most {MAX_ARGUMENT_DEPTH} are accepted"
+        )
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ValueError(f"arguments are not valid JSON ({exc.msg} at position {exc.pos})") from None
+    except RecursionError:
+        raise ValueError("arguments are nested too deeply to parse") from None
     if not isinstance(value, dict):
         raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
     return value

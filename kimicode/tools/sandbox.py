@@ -1,10 +1,18 @@
-"""An optional OS sandbox for the bash tool on Linux, with bubblewrap (`bwrap`).
+"""The OS sandbox for the bash tool on Linux, with bubblewrap (`bwrap`).
 
-`--sandbox workspace-write` runs each command in fresh namespaces where the workspace is writable
+Three modes. `auto` (the default) changes no permission decision: every command that runs *without
+asking* (admitted by a rule or the read-only allowance, or run in accept-edits or yolo mode) runs inside
+the sandbox, so a command the permission parser misjudged stays contained; a command the user approved
+at a prompt runs unconfined, as approved. `workspace-write` additionally lets every command run without
+asking in default and accept-edits modes, because the sandbox is then the boundary. `off` never wraps.
+
+The sandbox runs each command in fresh namespaces where the workspace is writable
 and the rest of the file system is read-only, `/tmp` is private and empty, the network is off (unless
-`--sandbox-network`), the workspace's `.git` and `.kimicode` stay read-only (git hooks and kimicode's
-configuration run code or change rules outside the sandbox), and the user's credential stores
-(`~/.ssh`, `~/.aws`, ...) and kimicode's config file are hidden.
+`--sandbox-network`), the host's Unix sockets (/run, the agents the environment names) and
+`KIMICODE_HOME` (every project's session logs; this session's spill directory excepted) are hidden,
+the workspace's `.git` and `.kimicode` stay read-only (git hooks and kimicode's configuration run code
+or change rules outside the sandbox), and the user's credential stores (`~/.ssh`, `~/.aws`, ...) and
+kimicode's config file are hidden.
 
 Whether it works is found out once per process by running `bwrap ... /bin/true`: bwrap may be
 missing, or present but unable to create namespaces (containers, hardened kernels). Then `probe`
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -27,8 +36,11 @@ if TYPE_CHECKING:
 
 __all__ = ["SANDBOX_MODES", "Sandbox", "SandboxStatus", "find_bwrap", "probe", "setup_sandbox"]
 
-SandboxMode = Literal["off", "workspace-write"]
-SANDBOX_MODES: Final[tuple[SandboxMode, ...]] = ("off", "workspace-write")
+SandboxMode = Literal["off", "auto", "workspace-write"]
+SANDBOX_MODES: Final[tuple[SandboxMode, ...]] = ("off", "auto", "workspace-write")
+DEFAULT_MODE: Final[SandboxMode] = "auto"
+STRICTNESS: Final[dict[str, int]] = {"off": 0, "auto": 1, "workspace-write": 2}
+"""How much each mode confines: a project's configuration may only move up this scale."""
 
 _HIDDEN_DIRS: Final = (".ssh", ".aws", ".azure", ".gnupg", ".kube", ".docker", ".config/gcloud", ".config/gh",
                        ".password-store", ".terraform.d")
@@ -111,11 +123,17 @@ class Sandbox:
     network: bool = False
     kimicode_home: Path | None = None
     user_home: Path = field(default_factory=Path.home)
+    auto: bool = False
+    """`--sandbox auto`: a command the user approved at a prompt runs unconfined."""
+    session_dir: Path | None = None
+    """The session's own spill directory: the one part of `kimicode_home` left visible (read-only)."""
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """`argv` run inside the sandbox, in the workspace."""
         ws = os.path.realpath(self.workspace)
-        args = [self.bwrap, *_base_args(network=self.network), "--bind", ws, ws]
+        args = [self.bwrap, *_base_args(network=self.network)]
+        args += _socket_masks(ws, network=self.network)
+        args += ["--bind", ws, ws]
         for name in _READ_ONLY_IN_WORKSPACE:
             inner = os.path.join(ws, name)
             if os.path.lexists(inner):
@@ -128,12 +146,59 @@ class Sandbox:
                 args += ["--tmpfs", path]
         hidden_files = [os.path.join(home, rel) for rel in _HIDDEN_FILES]
         if self.kimicode_home is not None:
-            hidden_files.append(os.path.join(os.path.realpath(self.kimicode_home), "config.toml"))
+            kc_home = os.path.realpath(self.kimicode_home)
+            if os.path.isdir(kc_home) and not _contains(kc_home, ws):
+                # other sessions' logs (every project's history) and the config: hidden; this session's
+                # spilled outputs stay readable, since the model is told where they are
+                args += ["--tmpfs", kc_home]
+                spill = os.path.realpath(self.session_dir) if self.session_dir is not None else None
+                if spill is not None and os.path.isdir(spill) and _contains(kc_home, spill):
+                    args += ["--ro-bind", spill, spill]
+            else:
+                hidden_files.append(os.path.join(kc_home, "config.toml"))
         for path in hidden_files:
             if os.path.isfile(path):
                 args += ["--ro-bind", "/dev/null", path]
         args += ["--chdir", ws, "--", *argv]
         return args
+
+
+_SOCKET_DIRS: Final = ("/run", "/var/run")
+"""Where services keep their Unix sockets (docker, podman, D-Bus, systemd, ssh/gpg agents under
+/run/user, databases). A read-only mount does not stop connect(2) on a socket file, and a socket
+reaches the service outside the sandbox (docker's is root), so these directories are replaced by an
+empty tmpfs; /tmp (X11, ssh-agent, PostgreSQL) is private already."""
+_SOCKET_ENV: Final = ("SSH_AUTH_SOCK", "DOCKER_HOST", "DBUS_SESSION_BUS_ADDRESS", "DBUS_SYSTEM_BUS_ADDRESS")
+_RESOLVER_DIRS: Final = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager")
+"""Kept (read-only) when the network is allowed: /etc/resolv.conf often links into them."""
+
+
+def _socket_masks(ws: str, *, network: bool) -> list[str]:
+    """bwrap arguments hiding the host's Unix sockets (see _SOCKET_DIRS), and the sockets the
+    environment names wherever they are."""
+    args: list[str] = []
+    for directory in _SOCKET_DIRS:
+        if os.path.islink(directory) or not os.path.isdir(directory) or _contains(directory, ws):
+            continue  # /var/run is usually a link to /run, hidden with it
+        args += ["--tmpfs", directory]
+        if network:
+            for keep in _RESOLVER_DIRS:
+                if _contains(directory, keep) and os.path.isdir(keep):
+                    args += ["--ro-bind", keep, keep]
+    for name in _SOCKET_ENV:
+        value = os.environ.get(name, "")
+        for part in value.replace(",", ";").split(";"):
+            path = part.split("path=", 1)[-1] if "path=" in part else part.removeprefix("unix://")
+            if not path.startswith("/"):
+                continue
+            try:
+                is_socket = stat.S_ISSOCK(os.stat(path).st_mode)
+            except OSError:
+                continue
+            real = os.path.realpath(path)
+            if is_socket and not any(_contains(d, real) for d in (*_SOCKET_DIRS, "/tmp")):
+                args += ["--ro-bind", "/dev/null", real]
+    return args
 
 
 def _contains(outer: str, inner: str) -> bool:
@@ -149,17 +214,19 @@ def setup_sandbox(
     *,
     project_file: Path | None = None,
     ignored: list[str] | None = None,
+    session_dir: Path | None = None,
 ) -> tuple[Sandbox | None, str | None]:
     """The sandbox for a session, from the arguments or else the `[sandbox]` table; and a warning.
 
     Returns `(None, None)` when the sandbox is off, `(Sandbox, None)` when it works, and
     `(None, warning)` when it was asked for but cannot be used here (the warning says why, and that
-    commands follow the permission rules instead). An untrusted workspace's `project_file` cannot turn
-    the sandbox's network on (said so in `ignored`). Raises ValueError for an unknown mode.
+    commands follow the permission rules instead). A project's configuration cannot loosen the mode or
+    turn the network on (`load_settings` drops such values; for Settings built elsewhere an untrusted
+    `project_file` is checked again here and said so in `ignored`). Raises ValueError for an unknown mode.
     """
     if mode is None:
         configured = settings.get("sandbox.mode") if settings is not None else None
-        mode = configured if isinstance(configured, str) else "off"
+        mode = configured if isinstance(configured, str) else DEFAULT_MODE
     if mode not in SANDBOX_MODES:
         raise ValueError(f"sandbox must be one of {', '.join(SANDBOX_MODES)} (got {mode!r})")
     if mode == "off":
@@ -176,8 +243,13 @@ def setup_sandbox(
                     ignored.append(f"{project_file}: sandbox.network ignored: this workspace is not trusted")
     status = probe()
     if not status.available or status.bwrap is None:
+        if mode == "auto":
+            return None, (
+                f"the sandbox is not available: {status.reason}. Commands run unconfined; the permission "
+                "rules are the only boundary (--sandbox off silences this notice)"
+            )
         return None, (
             f"the sandbox is not available: {status.reason}. Commands run unconfined and follow the "
             "permission rules instead"
         )
-    return Sandbox(workspace, status.bwrap, network, kimicode_home), None
+    return Sandbox(workspace, status.bwrap, network, kimicode_home, auto=mode == "auto", session_dir=session_dir), None

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from kimicode.prompts import load_prompt
+from kimicode.safeio import read_regular
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 
 __all__ = ["GLOB", "GREP", "GlobError", "IgnoreRules", "find_ripgrep", "glob_to_regex", "walk_files"]
@@ -315,8 +316,7 @@ class IgnoreRules:
     def from_file(cls, path: str) -> IgnoreRules | None:
         """Read a gitignore-syntax file; None when it is missing, unreadable or has no rules."""
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = read_regular(path)  # a .gitignore FIFO must not hang the search
         except OSError:
             return None
         text = data.decode("utf-8", "replace").removeprefix("\ufeff")

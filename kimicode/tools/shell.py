@@ -16,11 +16,14 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from kimicode.redact import Masker
 
 __all__ = [
     "BASH",
@@ -203,11 +206,13 @@ async def run_shell(
     env: Mapping[str, str],
     timeout: float,
     wrap: Callable[[Sequence[str]], list[str]] | None = None,
+    mask: Masker | None = None,
 ) -> ShellOutcome:
     """Run `command` with bash in a new session; stdout+stderr merged, bounded; see module docstring.
 
-    `wrap` turns the argv into the one actually started (the OS sandbox). On cancellation the process
-    group is killed and CancelledError propagates.
+    `wrap` turns the argv into the one actually started (the OS sandbox). `mask` masks known secrets in
+    the output as it is read, before the head/tail buffer could cut one in two. On cancellation the
+    process group is killed and CancelledError propagates.
     """
     loop = asyncio.get_running_loop()
     argv = ["/bin/bash", "-c", command]
@@ -240,9 +245,11 @@ async def run_shell(
         await _kill_group(proc)
         raise
 
+    masking = mask.byte_stream() if mask else None
+
     async def pump() -> None:
         while chunk := await reader.read(READ_CHUNK):
-            buffer.feed(chunk)
+            buffer.feed(masking.feed(chunk) if masking is not None else chunk)
 
     pump_task = asyncio.create_task(pump())
     timed_out = False
@@ -264,6 +271,8 @@ async def run_shell(
     finally:
         pump_task.cancel()
         transport.close()
+        if masking is not None:
+            buffer.feed(masking.flush())
     return ShellOutcome(
         output=buffer.render(),
         returncode=proc.returncode,
@@ -322,7 +331,8 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
             cwd=str(ctx.workspace),
             env=env,
             timeout=float(timeout),
-            wrap=sandbox.wrap if sandbox is not None else None,
+            wrap=sandbox.wrap if sandbox is not None and not (sandbox.auto and ctx.approved) else None,
+            mask=ctx.mask,
         )
     except OSError as exc:  # a missing or unreadable workspace, or no /bin/bash
         raise ToolError(f"cannot run the command in {ctx.workspace}: {exc.strerror or exc}") from None

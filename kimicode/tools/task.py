@@ -5,20 +5,23 @@ approval callback, but a new history (the system prompt, the project instruction
 default only the read-only tools. Several task calls in one step run concurrently (the tool's kind is
 `read`; anything a subagent does that needs permission is checked by its own permission layer). A
 subagent is cancelled with its parent's turn, and its token usage is added to the parent's totals (and
-logged in the parent's session) whether it finishes or not.
+logged in the parent's session) whether it finishes or not. What it does is visible in the parent: its
+tool calls, results and denials reach the parent's events (`SubagentEvent`, with the parent call id), its
+session log (`subagent` and `subagent_denial` records) and its `permission_denials`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kimicode.prompts import load_prompt
-from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, ToolResult
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
+    from kimicode.agent.events import Event
 
 READ_ONLY = ("read_file", "glob", "grep")
 """A subagent's tools unless the call or `[subagents] tools` asks for others."""
@@ -145,6 +148,31 @@ class TaskRunner:
                 }
             )
 
+    def _relay(self, parent_call_id: str, description: str) -> Callable[[Event], None]:
+        """What the subagent does, made visible in the parent: its tool calls, results and denials go to
+        the parent's events (stream-json, the terminal), its session log and its `permission_denials`."""
+        from kimicode.agent.events import MessageCommitted, PermissionDenied, SubagentEvent
+
+        parent = self.parent
+
+        def relay(event: Event) -> None:
+            if isinstance(event, MessageCommitted) and event.message.get("role") in ("assistant", "tool"):
+                if parent.log is not None:
+                    parent.log.append({"type": "subagent", "parent_tool_use_id": parent_call_id,
+                                       "description": description, "message": dict(event.message)})
+            elif isinstance(event, PermissionDenied):
+                denial = {"tool_name": event.name, "tool_use_id": event.call_id, "tool_input": dict(event.arguments),
+                          "reason": event.reason, "parent_tool_use_id": parent_call_id}
+                parent._denials.append(denial)
+                if parent.log is not None:
+                    parent.log.append({"type": "subagent_denial", "description": description, **denial})
+            else:
+                return
+            if parent._emit is not None:
+                parent._emit(SubagentEvent(parent_call_id, description, event))
+
+        return relay
+
     async def _call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         description = str(args.get("description") or "subagent").strip()[:80]
         prompt = str(args.get("prompt") or "").strip()
@@ -156,6 +184,7 @@ class TaskRunner:
         else:  # the defaults the parent actually has
             names = [n for n in self.default_tools() if self.parent.tools.get(n) is not None and n not in NEVER]
         child = self.make_child(names)
+        child.on_event = self._relay(CURRENT_CALL_ID.get(), description)
         key = f"{description}#{id(child)}"
         self.running[key] = child
         started = time.monotonic()

@@ -27,6 +27,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from kimicode.agent.core import Approval, ApprovalRequest
+from kimicode.termsafe import sanitize
 from kimicode.ui.format import diff_text
 
 SHELL_OPERATORS = (";", "&", "|", "<", ">", "`", "$(", "\n", "\r", "\\")
@@ -202,21 +203,21 @@ def preview(request: ApprovalRequest, workspace: Path, width: int) -> Renderable
     command = command_of(request)
     title = Text(f" {request.tool} ", style="bold")
     if command is not None:
-        body: RenderableType = Text(command, style="bold")
+        body: RenderableType = Text(sanitize(command, sequences="escape"), style="bold")
         extra = {k: v for k, v in request.arguments.items() if k != "command"}
         if extra:
-            body = Group(body, Text(json.dumps(extra, ensure_ascii=False), style="dim"))
+            body = Group(body, Text(sanitize(json.dumps(extra, ensure_ascii=False), sequences="escape"), style="dim"))
         return Panel(body, title=title, title_align="left", border_style="yellow", width=min(width, 120))
     if request.kind == "edit":
         diff, note = edit_preview(request, workspace)
         shown = request.arguments.get("path", request.path)
-        parts: list[RenderableType] = [Text(str(shown), style="bold")]
+        parts: list[RenderableType] = [Text(sanitize(str(shown), sequences="escape"), style="bold")]
         if note:
-            parts.append(Text(note, style="dim"))
+            parts.append(Text(sanitize(note, sequences="escape"), style="dim"))
         if diff:
             parts.append(diff_text(diff, PREVIEW_LINES, indent="", headers=False))
         return Panel(Group(*parts), title=title, title_align="left", border_style="yellow", width=min(width, 160))
-    body = Text(json.dumps(dict(request.arguments), ensure_ascii=False, indent=2)[:4000])
+    body = Text(sanitize(json.dumps(dict(request.arguments), ensure_ascii=False, indent=2)[:4000], sequences="escape"))
     return Panel(body, title=title, title_align="left", border_style="yellow", width=min(width, 120))
 
 

@@ -245,7 +245,10 @@ async def cmd_permissions(session: Session, arg: str) -> None:
         if found:
             session.say(f"Rules ({action}): " + ", ".join(str(r) for r in found), "dim")
     if agent.sandbox is not None:
-        session.say("bash runs in the sandbox (the workspace writable, the rest read-only).", "dim")
+        which = "commands that run without asking run" if agent.sandbox.auto else "bash runs"
+        session.say(f"{which} in the sandbox (the workspace writable, the rest read-only).", "dim")
+    elif agent.sandbox_warning:
+        session.say(f"no sandbox: {agent.sandbox_warning}", "dim")
     rules = describe_rules(session.rules)
     if rules:
         session.say("Allowed for this session:")

@@ -8,6 +8,8 @@ from typing import Any
 
 from rich.text import Text
 
+from kimicode.termsafe import sanitize
+
 DIFF_STYLES = {"+": "green", "-": "red", "@": "cyan"}
 
 
@@ -41,7 +43,8 @@ def human_bytes(n: int) -> str:
 
 
 def one_line(text: str, limit: int = 120) -> str:
-    """The first line of `text`, shortened to `limit` characters (a `…` marks a cut)."""
+    """The first line of `text`, shortened to `limit` characters (a `…` marks a cut), terminal-safe."""
+    text = sanitize(text, sequences="escape")
     first = text.strip().splitlines()[0] if text.strip() else ""
     more = len(text.strip().splitlines()) > 1
     if len(first) > limit:
@@ -50,7 +53,13 @@ def one_line(text: str, limit: int = 120) -> str:
 
 
 def describe_call(name: str, args: Mapping[str, Any], limit: int = 160) -> str:
-    """One line saying what a tool call does: `read_file src/app.py:1-200`, `bash: pytest -q`."""
+    """One line saying what a tool call does: `read_file src/app.py:1-200`, `bash: pytest -q`.
+
+    Model-controlled parts are terminal-safe (kimicode.termsafe)."""
+    return sanitize(_describe_call(name, args, limit), sequences="escape", newlines=False)
+
+
+def _describe_call(name: str, args: Mapping[str, Any], limit: int) -> str:
     path = args.get("path")
     if name == "read_file" and isinstance(path, str):
         offset, limit_lines = args.get("offset"), args.get("limit")
@@ -93,7 +102,7 @@ def diff_text(diff: str, max_lines: int | None = 60, indent: str = "    ", heade
 
     `headers=False` drops the `---`/`+++` file lines (when the path is shown already).
     """
-    lines = diff.splitlines()
+    lines = sanitize(diff, sequences="escape").splitlines()
     if not headers:
         lines = [line for line in lines if not line.startswith(("--- ", "+++ "))]
     out = Text()
@@ -111,7 +120,7 @@ def diff_text(diff: str, max_lines: int | None = 60, indent: str = "    ", heade
 
 def tail(text: str, n: int, width: int = 200) -> list[str]:
     """The last `n` non-empty lines of `text`, each cut to `width` characters."""
-    lines = [line.rstrip() for line in text.rstrip().splitlines() if line.strip()]
+    lines = [line.rstrip() for line in sanitize(text).rstrip().splitlines() if line.strip()]
     return [line if len(line) <= width else line[: width - 1] + "…" for line in lines[-n:]]
 
 

@@ -28,6 +28,7 @@ from kimicode.agent.events import (
     ReasoningDelta,
     Retrying,
     StepStarted,
+    SubagentEvent,
     ToolArgumentsDelta,
     ToolCallFinished,
     ToolCallStarted,
@@ -35,6 +36,8 @@ from kimicode.agent.events import (
     UsageUpdated,
 )
 from kimicode.context.compact import is_summary
+from kimicode.termsafe import sanitize
+from kimicode.tools.registry import parse_arguments
 from kimicode.ui.format import describe_call, diff_text, elapsed, one_line, tail, tokens
 from kimicode.ui.render import LiveRegion, MarkdownStream, TextStream, render_ansi
 
@@ -219,14 +222,14 @@ class TurnView:
     def handle(self, ev: Event) -> None:
         """Render one event."""
         if isinstance(ev, ReasoningDelta):
-            self._on_reasoning(ev.text)
+            self._on_reasoning(sanitize(ev.text))
         elif isinstance(ev, ContentDelta):
             self._close_reasoning()
             if ev.text:
                 if not self.answer.started:
                     self._section_break("answer")
                 self._set_phase("writing")
-                self.answer.feed(ev.text)
+                self.answer.feed(sanitize(ev.text))  # no control sequences from the model
         elif isinstance(ev, ToolArgumentsDelta):
             self._close_reasoning()
             self.answer.finish()
@@ -257,12 +260,31 @@ class TurnView:
             self._section_break("status")
             style = {"warning": "yellow", "error": "red"}.get(ev.level, "dim")
             mark = {"warning": "!", "error": "✗"}.get(ev.level, "·")
-            self.print(Text(f"{mark} {ev.text}", style=style))
+            self.print(Text(f"{mark} {sanitize(ev.text, sequences='escape')}", style=style))
         elif isinstance(ev, UsageUpdated | ContextUpdated):
             if self.on_stats is not None:
                 self.on_stats(ev)
         elif isinstance(ev, TurnFinished):
             self._on_finished(ev)
+        elif isinstance(ev, SubagentEvent):
+            self._on_subagent(ev)
+
+    def _on_subagent(self, ev: SubagentEvent) -> None:
+        """A subagent's tool calls and denials, one dim line each under its task (issue 10: visible)."""
+        who = one_line(ev.description, 40)
+        inner = ev.event
+        if isinstance(inner, PermissionDenied):
+            call = describe_call(inner.name, inner.arguments, 100)
+            self.print(Text(f"    ↳ [{who}] not run: {call} ({one_line(inner.reason, 120)})", style="yellow"))
+            return
+        for tc in inner.message.get("tool_calls") or ():
+            fn = tc.get("function") or {}
+            try:
+                args = parse_arguments(str(fn.get("arguments") or ""))
+            except ValueError:
+                args = {}
+            shown = describe_call(str(fn.get("name") or "?"), args, 100)
+            self.print(Text(f"    ↳ [{who}] {shown}", style="dim"))
 
     def _maybe_redraw(self) -> None:
         if self.live is None:
@@ -345,7 +367,8 @@ class TurnView:
         else:
             summary = _short_summary(ev.summary, describe_call(call.name, call.args)) or one_line(ev.content, 200)
             mark = "✗ " if ev.is_error else ""
-            self.print(Text(f"  ⎿ {mark}{summary or 'done'}", style="red" if ev.is_error else "dim"))
+            summary = sanitize(summary or "done", sequences="escape", newlines=False)
+            self.print(Text(f"  ⎿ {mark}{summary}", style="red" if ev.is_error else "dim"))
             diff = ev.display.get("diff") if ev.display else None
             if isinstance(diff, str) and diff.strip():
                 self.print(diff_text(diff, 40, headers=False))
