@@ -161,9 +161,10 @@ def test_a_failed_turn_never_reports_an_earlier_answer(make_agent: Callable[...,
 
 @pytest.mark.slow
 def test_text_mode_prints_nothing_on_stdout_after_an_error(server: FakeServer, tmp_path: Path) -> None:
-    server.add(Reply(content="the OLD answer"), ErrorReply(400, "bad request: nope", "invalid_request_error"))
+    nope = ErrorReply(400, "bad request: nope", "invalid_request_error")
+    server.add(Reply(content="the OLD answer"), nope, nope)
     env = {"KIMI_API_KEY": "sk-test", "KIMI_BASE_URL": server.base_url, "KIMICODE_HOME": str(tmp_path / "h"),
-           "PATH": "/usr/bin:/bin"}
+           "PATH": "/usr/bin:/bin", "KIMICODE_RETRY_BASE_DELAY": "0.01"}
     first = subprocess.run([*kimicode_command(), "-p", "one"], cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=60)
     assert first.stdout.strip() == "the OLD answer"
