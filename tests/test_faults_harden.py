@@ -271,3 +271,31 @@ def test_a_command_nested_too_deeply_to_check_is_refused_and_the_run_goes_on(
     assert not (workspace / "pwned").exists()
     (text,) = tool_results(server)
     assert "nested too deeply" in text or "Permission" in text or "denied" in text.lower()
+
+
+@linux
+def test_a_session_in_use_by_another_process_is_not_deleted(
+    server: FakeServer, make_agent: MakeAgent, tmp_path: Path
+) -> None:
+    from kimicode.session.store import SessionError, delete_session
+
+    home = tmp_path / "home"
+    server.add(Reply(content="one"))
+    agent = make_agent()
+    agent.run_sync("x")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(home / "sessions"), agent.session_id],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdin is not None and holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(SessionError, match=rf"in use by process {holder.pid}: wait for it to finish"):
+            delete_session(home, agent.session_id)
+        assert (home / "sessions" / f"{agent.session_id}.jsonl").exists()
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "released"
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert delete_session(home, agent.session_id) == agent.session_id
+    assert not list((home / "sessions").glob(f"{agent.session_id}*"))  # log, spill dir and lock file gone

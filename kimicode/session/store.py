@@ -209,10 +209,22 @@ def load_session(home: str | Path | None, session_id: str) -> LoadedSession:
 
 
 def delete_session(home: str | Path | None, session_id: str) -> str:
-    """Delete a session's log and its spilled tool outputs; return the full id deleted."""
+    """Delete a session's log and its spilled tool outputs; return the full id deleted.
+
+    A session another process is writing is not deleted (SessionError saying which process)."""
+    from kimicode.session.lock import SessionBusyError, SessionLock
+
     path = find_session(home, session_id)
     spill = path.with_suffix("")
-    path.unlink()
-    if spill.is_dir():
-        shutil.rmtree(spill, ignore_errors=True)
+    try:
+        lock = SessionLock.acquire(path.parent, path.stem)
+    except SessionBusyError as exc:
+        raise SessionError(str(exc).split(":")[0] + ": wait for it to finish before deleting it") from None
+    try:
+        path.unlink()
+        if spill.is_dir():
+            shutil.rmtree(spill, ignore_errors=True)
+    finally:
+        lock.release()
+        lock.path.unlink(missing_ok=True)
     return path.stem
