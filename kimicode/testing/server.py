@@ -314,7 +314,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _raw(self, reply: RawReply) -> None:
         """Send a recorded response: its status and headers, then its body byte for byte."""
-        self.send_response(reply.status)
+        self.log_request(reply.status)
+        self.send_response_only(reply.status)
+        names = {name.lower() for name in reply.headers}
+        if "server" not in names:
+            self.send_header("Server", self.version_string())
+        if "date" not in names:
+            self.send_header("Date", self.date_time_string())
         for name, value in reply.headers.items():
             self.send_header(name, value)
         if not reply.is_stream():
