@@ -234,7 +234,7 @@ def test_ollama_truncates_silently_and_reports_what_it_kept(served: list[FakeSer
     srv.add(Reply(content="I only saw the end"))
     status, raw = post(srv, chat(messages=[{"role": "user", "content": "y" * 9000}]))
     assert status == 200
-    usage = [c for c in events(raw) if isinstance(c, dict) and c.get("usage")][0]["usage"]
+    usage = next(c for c in events(raw) if isinstance(c, dict) and c.get("usage"))["usage"]
     assert usage["prompt_tokens"] == 500
 
 
@@ -302,7 +302,7 @@ def test_raw_reply_is_served_byte_for_byte(served: list[FakeServer]) -> None:
 
 
 def test_hostile_construction_is_refused_clearly() -> None:
-    with pytest.raises(ValueError, match="unknown FakeServer dialect 'gpt-proxy'; known: .*vllm"):
+    with pytest.raises(ValueError, match=r"unknown FakeServer dialect 'gpt-proxy'; known: .*vllm"):
         FakeServer(dialect="gpt-proxy")
     for bad in (0, -5, True, "4k", 1.5):
         with pytest.raises(ValueError, match="context_window"):
