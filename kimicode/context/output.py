@@ -7,6 +7,7 @@ so the model can read the rest in pieces with `read_file` (offset/limit are line
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 import re
@@ -54,12 +55,23 @@ class Spilled:
         return f" (to stay within the session's disk limit, older saved outputs were deleted: {names})"
 
 
+def _escape_or_pass(exc: UnicodeError) -> tuple[bytes, int]:
+    """Encode error handler: surrogate-escaped bytes back to the bytes, other lone surrogates as-is."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = bytearray()
+    for ch in exc.object[exc.start : exc.end]:
+        cp = ord(ch)
+        out += bytes([cp - 0xDC00]) if 0xDC80 <= cp <= 0xDCFF else ch.encode("utf-8", "surrogatepass")
+    return bytes(out), exc.end
+
+
+codecs.register_error("kimicode-spill", _escape_or_pass)
+
+
 def encode_text(text: str) -> bytes:
     """`text` as UTF-8; undecodable bytes kept as they were (surrogateescape), lone surrogates passed."""
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass")
+    return text.encode("utf-8", "kimicode-spill")
 
 
 def spill_path(spill_dir: Path, label: str, text: str | bytes) -> Path:
