@@ -58,6 +58,7 @@ SCHEMA: dict[str, Any] = {
         "prune_threshold": "number",
         "compact_threshold": "number",
         "tokenizer": "str",
+        "max_tokens": "int",
     },
     "ui": {"reasoning": ("show", "hide")},
     "sandbox": {"mode": ("off", "workspace-write"), "network": "bool"},

@@ -49,6 +49,7 @@ from kimicode.context.output import (
     set_spill_limit,
 )
 from kimicode.llm.accumulate import usage_numbers
+from kimicode.llm.discovery import resolve_window
 from kimicode.llm.errors import LLMError
 from kimicode.llm.profiles import profile_for
 from kimicode.prompts import load_prompt
@@ -184,8 +185,15 @@ class Agent:
         self.origin = origin or ("headless" if headless else "library")
         """Which face runs the session (`interactive`, `headless`, `library`), recorded in the log for listings."""
         self.thinking = thinking or self.model_config.reasoning_effort or self.settings.get("defaults.thinking")
-        self.context_window = context_window or self.profile.context_window
-        self.max_completion_tokens = max_completion_tokens or self.model_config.max_completion_tokens
+        self.context_window, self._window_source = resolve_window(
+            context_window, self.model_config.context_window, self.endpoint.model, self.profile.context_window
+        )
+        ctx_max_tokens = self.settings.table("context").get("max_tokens")
+        self.max_completion_tokens = (
+            max_completion_tokens or self.model_config.max_completion_tokens or ctx_max_tokens or None
+        )
+        """The answer's token limit when set (argument, model config, `[context] max_tokens`); else fitted."""
+        self._discovered = context_window is not None or self.model_config.context_window is not None
         self.max_turns = max_turns
         self.max_retries = max_retries
         self.retry_base_delay = retry_base_delay
@@ -225,6 +233,7 @@ class Agent:
             spill_dir=spill,
             log=self.log,
             usage=self.usage,
+            reserve_explicit=self.max_completion_tokens is not None,
         )
         self._client: ChatClient | None = None
         self._worker: asyncio.Task[None] | None = None
@@ -460,7 +469,11 @@ class Agent:
         """Switch the model for the following requests (the history is kept as it is)."""
         self.endpoint, self.model_config = switch_model(self.settings, self.endpoint, model)
         self.profile = profile_with(profile_for(self.endpoint.model), self.model_config)
-        self.context_window = self.profile.context_window
+        self.context_window, self._window_source = resolve_window(
+            None, self.model_config.context_window, self.endpoint.model, self.profile.context_window
+        )
+        self._discovered = self.model_config.context_window is not None
+        self.context.forget_window()
         from kimicode.agent.ecosystem import refresh
 
         refresh(self)  # e.g. apply_patch instead of edit_file for GPT models
@@ -508,6 +521,35 @@ class Agent:
         if self.log:
             self.log.sync()
         return result
+
+    @property
+    def window_source(self) -> str:
+        """Where the context window came from: flag, config, server, known, default, or learnt (from a
+        server's context-length error in this session)."""
+        if self.context.server_limit and self.context.server_limit < self.context_window:
+            return "learnt"
+        return self._window_source
+
+    @property
+    def effective_window(self) -> int:
+        """The window requests are fitted to: the configured one, or smaller when the server said so."""
+        return min(self.context_window, self.context.server_limit or self.context_window)
+
+    async def _discover_window(self, emit: Callable[[Event], None]) -> None:
+        """Ask the server for its window once (bounded, cached under KIMICODE_HOME); a flag or config wins."""
+        from kimicode.llm.discovery import discover_window
+
+        self._discovered = True
+        found = await discover_window(
+            self.endpoint.base_url, self.endpoint.api_key, self.endpoint.model, self.home,
+            headers=dict(self.model_config.headers),
+        )
+        if found and found != self.context_window:
+            self.context_window, self._window_source = found, "server"
+            emit(Notice(f"context: the server reports a window of {found:,} tokens for {self.endpoint.model}"))
+            emit(ContextUpdated(self.context.used, self.context_window))
+        elif found:
+            self._window_source = "server"
 
     def context_breakdown(self) -> Breakdown:
         """Estimated tokens of the next request by category (system, tools, user, assistant, ...)."""
@@ -610,13 +652,16 @@ class Agent:
 
         tools = self.tools.schemas()
         kinds = {t.name: t.kind for t in self.tools}
+        if not self._discovered:
+            await self._discover_window(emit)
         self.context.set_window(self.context_window, self.max_completion_tokens or self.profile.max_completion_tokens)
-        await self.context.prepare(self.messages, tools, self.client, emit, kinds)  # prune/compact to fit
+        est = await self.context.prepare(self.messages, tools, self.client, emit, kinds)  # prune/compact to fit
         after_compaction(self)  # keep the todo list visible to the model
         completion: Completion | None = None
         for attempt in range(2):
             try:
-                async for ev in self.client.stream(self.messages, tools):
+                limit = self.context.completion_tokens(est)  # prompt + max_tokens never over the window
+                async for ev in self.client.stream(self.messages, tools, max_completion_tokens=limit):
                     if isinstance(ev, StreamDelta):
                         if ev.kind == "reasoning":
                             emit(ReasoningDelta(ev.text))
@@ -634,6 +679,8 @@ class Agent:
                     raise
                 if not await self.context.recover(err, self.messages, tools, self.client, emit, kinds):
                     raise
+                est = self.context.last_estimate
+                emit(ContextUpdated(est, self.context.budget.window))
         assert completion is not None
         prompt_t, completion_t, cached_t = usage_numbers(completion.usage)
         self.usage["prompt_tokens"] += prompt_t
@@ -652,7 +699,7 @@ class Agent:
         if self.log and completion.usage:
             self.log.append({"type": "usage", "usage": completion.usage})
         used = self.context.observe(self.messages, tools, completion.message, completion.usage)
-        emit(ContextUpdated(used, self.context_window, cached_t))
+        emit(ContextUpdated(used, self.effective_window, cached_t))
         return completion
 
     # -- tools ------------------------------------------------------------------------------------

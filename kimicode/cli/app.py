@@ -126,6 +126,11 @@ def main(
         int | None,
         typer.Option("--context-window", min=1024, help="Context window in tokens (default: the model's)."),
     ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("--max-tokens", min=1, help="Most tokens of one answer (default: the model's, at most a "
+                     "quarter of the window; config: [context] max_tokens)."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show progress on stderr.")] = False,
     continue_: Annotated[
         bool, typer.Option("-c", "--continue", help="Continue the latest session of this workspace.")
@@ -190,6 +195,7 @@ def main(
         "retry_base_delay": retry_base_delay,
         "request_timeout": request_timeout,
         "context_window": context_window,
+        "max_completion_tokens": max_tokens,
     }
     if prompt is None:
         if sys.stdin.isatty() and sys.stdout.isatty():

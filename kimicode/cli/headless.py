@@ -244,7 +244,8 @@ def result_object(agent: Agent, finished: TurnFinished, duration_ms: int) -> dic
         "error": finished.error,
         "context": {
             "used": agent.context.used,
-            "window": agent.context_window,
+            "window": agent.effective_window,
+            "window_source": agent.window_source,
             "cached_ratio": round(agent.usage["cached_tokens"] / agent.usage["prompt_tokens"], 4)
             if agent.usage.get("prompt_tokens")
             else 0.0,

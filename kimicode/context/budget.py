@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 MIN_INPUT_BUDGET = 1_024
+MAX_RESERVE_SHARE = 0.25
+"""The completion reservation never takes more than this share of the window unless set explicitly."""
+MIN_RESERVE = 256
+
+
+def fit_reserve(window: int, wanted: int, *, explicit: bool = False) -> int:
+    """The tokens to reserve for the answer in a `window`-token context.
+
+    A reservation set explicitly (`--max-tokens`, `[context] max_tokens`, a model's
+    `max_completion_tokens`) is kept as it is (Budget.make says when it cannot fit); a default one
+    (a profile's 32,768) is cut to a quarter of the window, so a 4k local model keeps 3k for input.
+    """
+    if explicit:
+        return wanted
+    return max(1, min(wanted, max(MIN_RESERVE, int(window * MAX_RESERVE_SHARE))))
 
 
 @dataclass(frozen=True)
@@ -47,7 +61,8 @@ class Budget:
             raise ValueError(
                 f"a context window of {window:,} tokens leaves only {budget.input_budget:,} tokens for input "
                 f"after reserving {reserve:,} for the answer (max_completion_tokens) and a margin of {margin:,}; "
-                "raise the context window or lower max_completion_tokens"
+                "raise the context window (--context-window) or lower the answer's limit (--max-tokens, "
+                "[context] max_tokens or the model's max_completion_tokens)"
             )
         return budget
 
@@ -68,20 +83,15 @@ class Budget:
         return tokens <= self.input_budget
 
 
-_REQUESTED = re.compile(r"(?:requested|resulted in)[:\s]+(\d[\d,]*)", re.IGNORECASE)
-_LIMIT = re.compile(r"(?:token limit|maximum context length(?: is)?)[:\s]+(\d[\d,]*)", re.IGNORECASE)
-
-
 def parse_overflow(message: str, reserve: int) -> tuple[int | None, int | None]:
     """(input tokens the server counted, the server's window) from a context-length error message.
 
-    Moonshot (`exceeded model token limit: 262144 (requested: 269030)`) counts the completion reserve
-    into `requested`, so it is taken off; OpenAI-style messages (`resulted in N tokens`) count input only.
+    Any server's wording (see `kimicode.llm.overflow`); a total that includes the completion (Moonshot's
+    `requested: N`) has the completion taken off (`reserve`, what the request asked for).
     """
-    limit_match = _LIMIT.search(message)
-    requested_match = _REQUESTED.search(message)
-    limit = int(limit_match.group(1).replace(",", "")) if limit_match else None
-    requested = int(requested_match.group(1).replace(",", "")) if requested_match else None
-    if requested is not None and "exceeded model token limit" in message.lower():
-        requested = max(1, requested - reserve)
-    return requested, limit
+    from kimicode.llm.overflow import context_overflow
+
+    found = context_overflow(None, message)
+    if found is None:
+        return None, None
+    return found.prompt_estimate(reserve), found.window

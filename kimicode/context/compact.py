@@ -249,7 +249,9 @@ async def _summarize_parts(
             if err.kind != "context_length" or retried:
                 return summary, err.message, sizes
             retried = True  # our estimate was too low for this server: learn from it, retry once
-            requested, _limit = parse_overflow(err.message, budget.reserve)
+            requested = (
+                err.overflow.prompt_estimate(budget.reserve) if err.overflow else None
+            ) or parse_overflow(err.message, budget.reserve)[0]
             accountant.observe_raw(raw_size, requested if requested else round(raw_size * corr * 2))
             continue
         if prompt_tokens > 0:

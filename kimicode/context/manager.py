@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from kimicode.agent.events import Event, Notice
 from kimicode.context.accounting import Breakdown, TokenAccountant
-from kimicode.context.budget import Budget, parse_overflow
+from kimicode.context.budget import Budget, fit_reserve
 from kimicode.context.compact import CompactionResult, CompactionSettings, compact_history
 from kimicode.context.output import DEFAULT_CAP_CHARS, DEFAULT_CAP_TOKENS, cap_output
 from kimicode.context.prune import PruneResult, apply_prune, plan_prune
 from kimicode.context.tokens import TokenCounter, default_counter
 from kimicode.llm.accumulate import usage_numbers
 from kimicode.llm.errors import LLMError
+from kimicode.llm.overflow import ContextOverflow, context_overflow
 
 if TYPE_CHECKING:
     from kimicode.llm.client import ChatClient
@@ -62,8 +63,11 @@ class ContextManager:
         spill_dir: Path | None = None,
         log: SessionLog | None = None,
         usage: dict[str, int] | None = None,
+        reserve_explicit: bool = False,
     ) -> None:
         self.settings = settings or ContextSettings()
+        self.reserve_explicit = reserve_explicit
+        """True when the completion reservation was set by the user (kept as is, not fitted to the window)."""
         self.counter = counter or default_counter(tokenizer_path)
         self.accountant = TokenAccountant(self.counter)
         self.spill_dir = spill_dir
@@ -74,6 +78,8 @@ class ContextManager:
         self._configured = (window, reserve)
         self.server_limit: int | None = None
         """The window the server reported in a context-length error, when smaller than configured."""
+        self.last_max_tokens: int | None = None
+        """The completion limit sent with the last request (`completion_tokens`)."""
         self.used = 0
         """Tokens of the history after the last step (the server's count plus the new reply)."""
         self.last_estimate = 0
@@ -81,25 +87,55 @@ class ContextManager:
         self.prunes = 0
         self.compactions = 0
 
-    def _make_budget(self, window: int, reserve: int) -> Budget:
+    def _make_budget(self, window: int, reserve: int, *, learnt: bool = False) -> Budget:
         s = self.settings
         return Budget.make(
             window,
-            reserve,
+            fit_reserve(window, reserve, explicit=self.reserve_explicit and not learnt),
             margin=s.margin,
             prune_threshold=s.prune_threshold,
             compact_threshold=s.compact_threshold,
         )
 
     def set_window(self, window: int, reserve: int) -> None:
-        """Follow the agent's settings (a model switch changes them); a window the server has shown
-        to be smaller (in a context-length error) is kept until the settings change."""
-        if (window, reserve) != self._configured:
-            self._configured = (window, reserve)
-            self.server_limit = None
+        """Follow the agent's settings; a window the server has shown to be smaller (in a context-length
+        error) is kept until `forget_window` (a model switch)."""
+        self._configured = (window, reserve)
+        learnt = bool(self.server_limit and self.server_limit < window)
         effective = min(window, self.server_limit) if self.server_limit else window
-        if effective != self.budget.window or reserve != self.budget.reserve:
-            self.budget = self._make_budget(effective, reserve)
+        budget = self._make_budget(effective, reserve, learnt=learnt)
+        if budget != self.budget:
+            self.budget = budget
+
+    def forget_window(self) -> None:
+        """Drop the learnt window (another model or endpoint is used from now on)."""
+        self.server_limit = None
+
+    def learn_window(self, window: int, *, record: bool = True) -> bool:
+        """Keep the window a server has shown (in a context-length error) for the rest of the session.
+
+        The completion reservation is fitted to it; with `record` the window is written to the session
+        log (`{"type": "context_window", ...}`) so a resumed session starts with it. False when the
+        window is not smaller than the current one or too small to hold any request.
+        """
+        if window >= self.budget.window:
+            return False
+        try:
+            self.budget = self._make_budget(window, self._configured[1], learnt=True)
+        except ValueError:
+            return False
+        self.server_limit = window
+        if record and self.log:
+            self.log.append({"type": "context_window", "window": window, "source": "learnt",
+                             "configured": self._configured[0]})
+        return True
+
+    def completion_tokens(self, estimate: int) -> int:
+        """The completion limit for a request of `estimate` input tokens: the reservation, never more
+        than what the window leaves after the input (prompt + max_tokens <= window)."""
+        budget = self.budget
+        self.last_max_tokens = max(1, min(budget.reserve, budget.window - max(0, estimate)))
+        return self.last_max_tokens
 
     # -- accounting -------------------------------------------------------------------------------
 
@@ -178,9 +214,11 @@ class ContextManager:
                 self._apply_prune(messages, plan, emit, est)
                 est = self.estimate(messages, tools)
         if est > budget.input_budget:
+            fixed = self.accountant.estimate_unanchored([m for m in messages if m.get("role") == "system"], tools)
             raise LLMError(
                 f"the request needs about {est:,} tokens but only {budget.input_budget:,} fit in the context window "
-                f"({budget.window:,} minus {budget.reserve:,} reserved for the answer), even after compaction",
+                f"({budget.window:,} minus {budget.reserve:,} reserved for the answer), even after compaction; "
+                f"the system prompt and tool definitions alone take about {fixed:,}",
                 "context_length",
             )
         self.last_estimate = est
@@ -280,7 +318,8 @@ class ContextManager:
         from kimicode.llm.client import Completion
 
         completion: Completion | None = None
-        async for event in client.stream(request, ()):
+        limit = self.completion_tokens(self.accountant.estimate_unanchored(request))
+        async for event in client.stream(request, (), max_completion_tokens=limit):
             if isinstance(event, Completion):
                 completion = event
         if completion is None:
@@ -301,24 +340,34 @@ class ContextManager:
         emit: Emit,
         tool_kinds: Mapping[str, str] | None = None,
     ) -> bool:
-        """After the server said the request was too long: learn its real size, compact; False if nothing changed."""
-        requested, limit = parse_overflow(error.message, self.budget.reserve)
-        if requested:
-            self.accountant.overflowed(self.last_estimate, requested)
-        if limit and limit < self.budget.window:
-            try:
-                self.budget = self._make_budget(limit, self.budget.reserve)
-                self.server_limit = limit
-            except ValueError:
-                pass  # keep the old budget: compaction below still shrinks the history
-        emit(
-            Notice(
-                f"context: the server rejected the request as too long; compacting and retrying ({error.message})",
-                "warning",
-            )
-        )
+        """After the server said the request was too long: learn its window and count, make room.
+
+        The server's numbers (`error.overflow`, else read from the message) rescale the estimate and
+        set the window for the session. When only the requested completion was too large (vLLM's
+        `max_tokens is too large`), the smaller reservation is enough; otherwise the history is
+        compacted (or its tool results pruned). False when nothing could be changed.
+        """
+        overflow = error.overflow or context_overflow(None, error.message) or ContextOverflow()
+        counted = overflow.prompt_estimate(self.last_max_tokens or self.budget.reserve)
+        if counted:
+            self.accountant.overflowed(self.last_estimate, counted)
+        learnt = bool(overflow.window and self.learn_window(overflow.window))
+        est = self.estimate(messages, tools)
+        est = max(est, counted or 0)
+        window_note = f"; the server's window is {overflow.window:,} tokens" if overflow.window else ""
+        if overflow.completion_too_large and est <= self.budget.input_budget:
+            emit(Notice(f"context: the server refused the answer's token limit{window_note}; "
+                        f"retrying with max_tokens {self.budget.reserve:,}", "warning"))
+            self.last_estimate = est
+            return learnt or (self.last_max_tokens or 0) > self.budget.reserve
+        counted_note = f" ({counted:,} tokens by its count)" if counted else ""
+        emit(Notice(f"context: the server rejected the request as too long{counted_note}{window_note}; "
+                    "making room and retrying", "warning"))
         result = await self.compact(messages, tools, client, emit, reason="overflow", tool_kinds=tool_kinds)
         if result is None:
-            return False
+            plan = plan_prune(messages, self.accountant, 0)
+            if not plan.indices:
+                return False
+            self._apply_prune(messages, plan, emit, est)
         self.last_estimate = self.estimate(messages, tools)
         return True

@@ -21,6 +21,7 @@ import openai
 
 from kimicode.llm.accumulate import REASONING_FIELDS, StreamAccumulator
 from kimicode.llm.errors import LLMError, classify_status, parse_retry_after
+from kimicode.llm.overflow import context_overflow
 from kimicode.llm.profiles import ModelProfile, profile_for
 
 
@@ -134,11 +135,21 @@ class ChatClient:
         self._encoded = fresh
         return parts
 
-    def build_body(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> bytes:
+    def build_body(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        max_completion_tokens: int | None = None,
+    ) -> bytes:
         """The complete request body as bytes."""
-        return b"".join(self.body_pieces(messages, tools))
+        return b"".join(self.body_pieces(messages, tools, max_completion_tokens))
 
-    def body_pieces(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> list[bytes]:
+    def body_pieces(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        max_completion_tokens: int | None = None,
+    ) -> list[bytes]:
         """The request body as pieces in order (head, each cached message, separators).
 
         The body is streamed from these pieces in ~256 KB chunks, so a 4 MB history is never copied
@@ -146,7 +157,9 @@ class ChatClient:
         """
         cfg = self.config
         head: dict[str, Any] = {"model": cfg.model, "stream": True, "stream_options": {"include_usage": True}}
-        head["max_completion_tokens"] = cfg.max_completion_tokens or self.profile.max_completion_tokens
+        head["max_completion_tokens"] = (
+            max_completion_tokens or cfg.max_completion_tokens or self.profile.max_completion_tokens
+        )
         head.update(self.profile.request_params(cfg.effort))
         if cfg.session_id:
             head["prompt_cache_key"] = cfg.session_id
@@ -165,10 +178,17 @@ class ChatClient:
     # -- streaming with retries -------------------------------------------------------------------
 
     async def stream(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
     ) -> AsyncIterator[StreamEvent]:
-        """Yield deltas, retry notices and finally one `Completion`; raise LLMError when it gives up."""
-        body = self.body_pieces(messages, tools)
+        """Yield deltas, retry notices and finally one `Completion`; raise LLMError when it gives up.
+
+        `max_completion_tokens` overrides the configured limit for this request (the context manager
+        fits it to what the window leaves)."""
+        body = self.body_pieces(messages, tools, max_completion_tokens)
         attempt = 0
         while True:
             try:
@@ -286,18 +306,29 @@ def _from_status_error(exc: openai.APIStatusError, key_source: str | None = None
     body = exc.body
     message = exc.message
     error_type: str | None = None
+    code: str | int | None = None
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict):
             message = str(err.get("message") or message)
             etype = err.get("type") or err.get("code")
             error_type = str(etype) if etype else None
+            raw_code = err.get("code")
+            code = raw_code if isinstance(raw_code, (str, int)) else None
+        elif isinstance(err, str) and err:
+            message = err  # LM Studio, Ollama: {"error": "text"}
     headers = dict(exc.response.headers.items()) if exc.response is not None else {}
-    return classify_status(exc.status_code, message, error_type, headers, key_source=key_source)
+    return classify_status(
+        exc.status_code, message, error_type, headers, key_source=key_source, code=code, body=body
+    )
 
 
 def _from_stream_error(err: Any) -> LLMError:
-    """An `{"error": ...}` event inside the stream (the server failed after it started answering)."""
+    """An `{"error": ...}` event inside the stream (the server failed after it started answering).
+
+    Some servers (LM Studio) report a context overflow this way, with HTTP 200: it is recognised here
+    like any other context-length error.
+    """
     if isinstance(err, dict):
         message = str(err.get("message") or err)
         etype = err.get("type") or err.get("code")
@@ -305,7 +336,18 @@ def _from_stream_error(err: Any) -> LLMError:
         code = status if isinstance(status, int) else 500
         if not isinstance(status, int) and "invalid_request" in str(etype):
             code = 400
-        return classify_status(code, message, str(etype) if etype else None, {})
+        raw_code = err.get("code")
+        return classify_status(
+            code,
+            message,
+            str(etype) if etype else None,
+            {},
+            code=raw_code if isinstance(raw_code, (str, int)) else None,
+            body=err,
+        )
+    overflow = context_overflow(None, str(err))
+    if overflow is not None:
+        return LLMError(f"server error mid-stream: {err}", "context_length", overflow=overflow)
     return LLMError(f"server error mid-stream: {err}", "transient")
 
 

@@ -5,20 +5,11 @@ from __future__ import annotations
 import email.utils
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from kimicode.llm.overflow import ContextOverflow, context_overflow
 
 ErrorKind = Literal["transient", "auth", "quota", "context_length", "bad_request", "protocol"]
-
-_CONTEXT_MARKERS = (
-    "exceeded model token limit",
-    "maximum context length",
-    "context length",
-    "context_length_exceeded",
-    "input token length too long",
-    "prompt is too long",
-    "too many tokens",
-)
-
 
 @dataclass
 class LLMError(Exception):
@@ -29,6 +20,8 @@ class LLMError(Exception):
     status: int | None = None
     retry_after: float | None = None
     error_type: str | None = None
+    overflow: ContextOverflow | None = None
+    """For `context_length` errors: the numbers the server gave (its window, the prompt it counted)."""
 
     def __str__(self) -> str:
         return self.message
@@ -46,10 +39,14 @@ def classify_status(
     headers: dict[str, str] | None = None,
     *,
     key_source: str | None = None,
+    code: str | int | None = None,
+    body: Any = None,
 ) -> LLMError:
     """Turn an HTTP error response into an LLMError with a kind and a message that says what to do.
 
     `key_source` (the environment variable the key came from, or `argument`) is named in a 401's hint.
+    `code` and `body` (the error's code and the whole parsed body) let context-length errors be
+    recognised in every server's dialect (see `kimicode.llm.overflow`), whatever their status.
     """
     lowered = f"{message} {error_type or ''}".lower()
     retry_after = parse_retry_after(headers or {})
@@ -73,10 +70,11 @@ def classify_status(
         else:
             hint = "check the API key (KIMI_API_KEY, MOONSHOT_API_KEY or OPENAI_API_KEY) and the base URL"
         return LLMError(f"{prefix}: {message} ({hint})", "auth", status, error_type=error_type)
+    overflow = context_overflow(status, message, error_type, code=code, body=body)
+    if overflow is not None:
+        return LLMError(f"{prefix}: {message}", "context_length", status, error_type=error_type, overflow=overflow)
     if status in (408, 409, 425, 500, 502, 503, 504, 520, 522, 524, 529) or status >= 500:
         return LLMError(f"{prefix}: {message}", "transient", status, retry_after, error_type)
-    if any(m in lowered for m in _CONTEXT_MARKERS):
-        return LLMError(f"{prefix}: {message}", "context_length", status, error_type=error_type)
     return LLMError(f"{prefix}: {message}", "bad_request", status, error_type=error_type)
 
 

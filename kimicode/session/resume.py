@@ -69,8 +69,27 @@ def resume_agent(cls: type[Agent], session_id: str, *, fork: bool = False, **kwa
     if recorded_model and recorded_model != current and any(m.get("role") == "assistant" for m in agent.messages):
         agent.resume_warning = model_warning(loaded.session_id, recorded_model, current)
         agent._notices.append(Notice(agent.resume_warning, "warning"))
+    restore_window(agent, loaded.records, record=fork)
     agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())
     return agent
+
+
+def restore_window(agent: Agent, records: list[dict[str, Any]], *, record: bool = False) -> None:
+    """Keep the window a server showed in this session (its last `context_window` record), unless the
+    model or endpoint changed since it was learnt."""
+    learnt: int | None = None
+    for rec in records:
+        if rec.get("type") == "settings" and rec.get("reason") == "model":
+            learnt = None  # learnt for another model
+        elif rec.get("type") == "context_window" and isinstance(rec.get("window"), int):
+            learnt = rec["window"]
+    settings = [r for r in records if r.get("type") in ("meta", "settings")]
+    same = not settings or (
+        settings[-1].get("model") in (None, agent.endpoint.model)
+        and settings[-1].get("base_url") in (None, agent.endpoint.base_url)
+    )
+    if learnt and same:
+        agent.context.learn_window(learnt, record=record)
 
 
 def fork_agent(agent: Agent, **overrides: Any) -> Agent:
@@ -115,5 +134,7 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
             same = twin is not None and twin.description == t.description and twin.parameters == t.parameters
             child.tools.add(twin if twin is not None and same else t)
     child._log_settings("fork", forked_from=agent.session_id)
+    if agent.context.server_limit:  # what the server showed holds for the copy too
+        child.context.learn_window(agent.context.server_limit)
     child.context.used = agent.context.used
     return child

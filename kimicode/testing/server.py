@@ -146,6 +146,9 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 return
             route = self.path.split("?", 1)[0]
+            if self.command == "GET" and route in fake.get_routes:
+                self._send_bytes(200, json.dumps(fake.get_routes[route]).encode())
+                return
             found = discovery_body(fake.dialect, self.command, route, fake.served_model, fake.context_window)
             if found is not None:
                 self._send_bytes(200, found)
@@ -362,6 +365,12 @@ class FakeServer:
         """Requests over this many tokens (request bytes / 4) get the dialect's context error; None: no limit."""
         self.served_model = model
         """The model id the discovery endpoints (``/v1/models``, ``/props``) report."""
+        self.context_limit: int | None = None
+        """When set, a request whose prompt (body bytes / 4, as usage counts it) is over this many tokens
+        is refused with llama.cpp's `exceed_context_size_error` (n_ctx = this limit), whatever the dialect."""
+        self.get_routes: dict[str, Any] = {}
+        """JSON answered to `GET path` (e.g. `/v1/models`, `/props`) for window-discovery tests; wins over
+        the dialect's own discovery answers."""
         items = list(script)
         for item in items:
             check_item(item)
@@ -471,10 +480,12 @@ class FakeServer:
 
     def _over_window(self, request: RecordedRequest) -> ErrorReply | None:
         """The dialect's context error when the request does not fit (the script is left untouched)."""
+        prompt = prompt_tokens(request)
+        if self.context_limit is not None and prompt > self.context_limit:
+            return get_dialect("llamacpp").context(prompt, 0, self.context_limit)
         window = self.context_window
         if window is None or self.dialect.truncates:
             return None
-        prompt = prompt_tokens(request)
         completion = requested_completion(request) if self.dialect.counts_completion else 0
         if prompt + completion <= window:
             return None

@@ -78,6 +78,7 @@ class AgentOptions:
     retry_base_delay: float = 1.0
     request_timeout: float = 300.0
     context_window: int | None = None
+    max_completion_tokens: int | None = None
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     ask: tuple[str, ...] = ()
@@ -156,6 +157,7 @@ class Session:
             "retry_base_delay": o.retry_base_delay,
             "request_timeout": o.request_timeout,
             "context_window": o.context_window,
+            "max_completion_tokens": o.max_completion_tokens,
             "allow": o.allow,
             "deny": o.deny,
             "ask": o.ask,
@@ -689,6 +691,7 @@ def run_interactive(
     retry_base_delay: float = 1.0,
     request_timeout: float = 300.0,
     context_window: int | None = None,
+    max_completion_tokens: int | None = None,
     resume: str | None = None,
     fork: bool = False,
     allow: Sequence[str] = (),
@@ -719,6 +722,7 @@ def run_interactive(
         retry_base_delay=retry_base_delay,
         request_timeout=request_timeout,
         context_window=context_window,
+        max_completion_tokens=max_completion_tokens,
         allow=tuple(allow),
         deny=tuple(deny),
         ask=tuple(ask),

@@ -327,11 +327,21 @@ def breakdown_rows(session: Session) -> tuple[list[tuple[str, int]], str]:
         return context_breakdown(agent.messages, agent.tools.schemas()), "estimate: characters ÷ 4"
 
 
+WINDOW_SOURCES = {
+    "flag": "from --context-window",
+    "config": "from context_window in the config",
+    "server": "as the server reports it",
+    "known": "known for this model",
+    "default": "kimicode's default: the server does not say",
+    "learnt": "learnt from the server's context-length error",
+}
+
+
 async def cmd_context(session: Session, arg: str) -> None:
     agent = session.agent
     rows, how = breakdown_rows(session)
     total = sum(n for _, n in rows)
-    window = max(1, agent.context_window)
+    window = max(1, getattr(agent, "effective_window", agent.context_window))
     table = Table(title=f"Context of the next request ({how})", title_justify="left", box=None, padding=(0, 2, 0, 0))
     table.add_column("part")
     table.add_column("tokens", justify="right")
@@ -351,7 +361,13 @@ async def cmd_context(session: Session, arg: str) -> None:
             f"({100 * stats.context_used / window:.0f}%).",
             "dim",
         )
-    session.say(f"Window: {tokens(window)} tokens ({agent.endpoint.model}).", "dim")
+    source = WINDOW_SOURCES.get(getattr(agent, "window_source", ""), "")
+    reserve = agent.context.budget.reserve
+    session.say(
+        f"Window: {tokens(window)} tokens ({agent.endpoint.model}{', ' + source if source else ''}); "
+        f"{tokens(reserve)} kept for the answer.",
+        "dim",
+    )
 
 
 async def cmd_cost(session: Session, arg: str) -> None:
