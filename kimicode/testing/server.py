@@ -382,6 +382,8 @@ class FakeServer:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.requests: list[RecordedRequest] = []
+        self.tool_call_ids: list[str] = []
+        """Every tool-call id sent, in order (so a test can check a client echoes them back exactly)."""
 
     # ----- lifecycle ------------------------------------------------------------------
 
@@ -506,4 +508,6 @@ class FakeServer:
                 ids.append("call_" + "".join(random.choices(ALNUM, k=24)))
             else:
                 ids.append(self.dialect.tool_id(call.name, start + offset))
+        with self._lock:
+            self.tool_call_ids.extend(ids)
         return ids
