@@ -209,3 +209,16 @@ def test_ollama_truncates_silently_so_the_window_must_be_given(workspace: Path, 
     assert len(server.requests) == len(script.accepted)  # nothing was refused...
     for req in script.accepted:  # ...and nothing was silently cut: every request fitted
         assert len(req.raw) // 4 + req.body["max_completion_tokens"] <= window
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [("vllm", "server"), ("sglang", "server"), ("llamacpp", "server"), ("openrouter", "server"), ("ollama", "default")],
+)
+def test_window_discovery_where_the_server_says_it(name: str, source: str, workspace: Path, tmp_path: Path) -> None:
+    """vLLM/SGLang `max_model_len`, llama.cpp `/props`, OpenRouter `context_length`; Ollama says nothing."""
+    with FakeServer([Reply(content="ok")], dialect=name, context_window=16_384, model="test-model") as server:
+        agent = agent_for(server, workspace, tmp_path / "home")
+        assert agent.run_sync("hi").status == "success"
+    assert agent.window_source == source
+    assert (agent.context.budget.window == 16_384) is (source == "server")
