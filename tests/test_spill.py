@@ -186,3 +186,21 @@ def test_small_outputs_are_not_spilled(tmp_path: Path, size: int) -> None:
     buf.feed(b"a" * size)
     assert buf.render() == "a" * size
     assert buf.spill_path is None and list(tmp_path.iterdir()) == []
+
+
+def test_a_subagents_big_output_is_saved_in_the_parents_session(
+    server: FakeServer, make_agent: MakeAgent, tmp_path: Path
+) -> None:
+    task = {"description": "count", "prompt": "print numbers", "tools": ["bash"]}
+    server.add(
+        Reply(tool_calls=[ToolCall("task", task)]),  # parent
+        Reply(tool_calls=[ToolCall("bash", {"command": "seq 1 200000"})]),  # child
+        Reply(content="printed"),  # child's answer
+        Reply(content="done"),  # parent
+    )
+    agent = make_agent(permission_mode="yolo")
+    assert agent.run_sync("delegate").status == "success"
+    child_result = tool_contents(server.requests[2].body["messages"])[-1]
+    path = saved_path(child_result)
+    assert path.parent == tmp_path / "home" / "sessions" / agent.session_id
+    assert path.read_bytes() == "".join(f"{i}\n" for i in range(1, 200_001)).encode()
