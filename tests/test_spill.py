@@ -204,3 +204,25 @@ def test_a_subagents_big_output_is_saved_in_the_parents_session(
     path = saved_path(child_result)
     assert path.parent == tmp_path / "home" / "sessions" / agent.session_id
     assert path.read_bytes() == "".join(f"{i}\n" for i in range(1, 200_001)).encode()
+
+
+def test_an_mcp_tools_big_result_is_spilled(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
+) -> None:
+    """A real stdio MCP server (tests/mcp/demo_server.py) echoing 200k characters."""
+    import json
+    import sys
+
+    demo = str(Path(__file__).parent / "mcp" / "demo_server.py")
+    (workspace / ".mcp.json").write_text(
+        json.dumps({"mcpServers": {"demo": {"command": sys.executable, "args": [demo]}}})
+    )
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(f"[trust]\nworkspaces = [{json.dumps(str(workspace))}]\n")
+    text = "".join(f"mcp line {i}\n" for i in range(15_000))
+    server.add(Reply(tool_calls=[ToolCall("mcp__demo__echo", {"text": text})]), Reply(content="ok"))
+    result = make_agent(permission_mode="yolo", tool_output_cap=5_000).run_sync("echo")
+    content = tool_contents(result.messages)[0]
+    assert len(content) < 6_000 and "mcp line 7500\n" not in content
+    assert saved_path(content).read_text() == "echo: " + text  # the demo server prefixes its echo
