@@ -328,3 +328,43 @@ def test_raw_recording_parsing_handles_bare_bodies_and_bad_status(tmp_path: Path
     broken.write_bytes(b"HTTP/1.1 OK\r\n\r\nbody")
     with pytest.raises(ValueError, match="not an HTTP status line"):
         RawReply.from_recording(broken)
+
+
+def test_the_testing_package_imports_nothing_else_from_kimicode() -> None:
+    """Users vendor or import kimicode.testing alone: its modules only import each other and the stdlib."""
+    import ast
+
+    package = Path(__file__).parent.parent / "kimicode" / "testing"
+    for module in package.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert not name.startswith("kimicode") or name.startswith("kimicode.testing"), (module.name, name)
+                assert name.split(".")[0] not in ("openai", "httpx", "httpx2", "pydantic"), (module.name, name)
+
+
+def test_a_custom_dialect_built_from_a_real_one(served: list[FakeServer]) -> None:
+    """A user's own gateway: vLLM's shape with a keep-alive comment and its own window."""
+    import dataclasses
+
+    mine = dataclasses.replace(get_dialect("vllm"), name="my-gateway", keepalive=b": ping\n\n", context_window=2048)
+    srv = start(served, dialect=mine)
+    srv.add(Reply(content="hello", reasoning="r"))
+    _, raw = post(srv, chat())
+    assert raw.startswith(b": ping\n\n")
+    deltas = [c["choices"][0]["delta"] for c in events(raw) if isinstance(c, dict) and c.get("choices")]
+    assert "".join(d.get("reasoning", "") for d in deltas) == "r"
+    with urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/v1/models", timeout=5) as resp:
+        assert json.loads(resp.read())["data"][0]["max_model_len"] == 2048
+
+
+@pytest.mark.parametrize("name", ["openai", "llamacpp", "ollama"])
+def test_faults_still_work_in_every_dialect(served: list[FakeServer], name: str) -> None:
+    srv = start(served, dialect=name)
+    srv.add(Reply(content="abcdefghijklmnop", chunk_size=2, cut_after=3))
+    with openai.OpenAI(base_url=srv.base_url, api_key="k", max_retries=0) as client:
+        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True)
+        with pytest.raises(openai.APIConnectionError):
+            list(stream)

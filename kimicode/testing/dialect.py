@@ -111,6 +111,11 @@ class Dialect:
     """Extra top-level keys of every chunk (``system_fingerprint``…)."""
     timings: bool = False
     """The usage chunk also carries llama.cpp's ``timings``."""
+    discovery: str | None = None
+    """Which server's discovery endpoints to answer like (``/v1/models``, ``/props``…; see discovery.py);
+    ``None``: none (404)."""
+    reasoning_tokens: bool = False
+    """Usage carries ``completion_tokens_details.reasoning_tokens`` (OpenAI)."""
 
     def error(self, kind: ErrorKind) -> ErrorReply:
         """This server's error of `kind` as an `ErrorReply` ready to script."""
@@ -138,7 +143,7 @@ class Dialect:
         if self.cached == "deepseek":
             usage["prompt_cache_hit_tokens"] = hit
             usage["prompt_cache_miss_tokens"] = prompt - hit
-        if self.name == "openai":
+        if self.reasoning_tokens:
             usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
         return usage
 

@@ -34,6 +34,7 @@ _RETRY = {"retry-after": "1"}
 # chat_provider/kimi.py and /work/shared/reference/providers.md §1.
 MOONSHOT = Dialect(
     name="moonshot",
+    discovery="moonshot",
     source="platform.kimi.ai docs (errors, thinking); MoonshotAI/kimi-cli kosong kimi.py; kimi-cli #2011",
     reasoning_field="reasoning_content",
     tool_id=kimi_id,
@@ -96,6 +97,8 @@ MOONSHOT = Dialect(
 # platform.openai.com error-codes guide (context_length_exceeded, invalid_api_key, rate_limit_exceeded).
 OPENAI = Dialect(
     name="openai",
+    discovery="openai",
+    reasoning_tokens=True,
     source="openai-python types; platform.openai.com/docs/guides/error-codes",
     reasoning_field=None,
     tool_id=openai_id,
@@ -175,6 +178,7 @@ def _vllm_context(p: int, c: int, w: int) -> ErrorReply:
 
 VLLM = Dialect(
     name="vllm",
+    discovery="vllm",
     source="vllm entrypoints/openai serving_engine.py, protocol.py; PRs #27752, #33402",
     reasoning_field="reasoning",
     tool_id=vllm_id,
@@ -207,6 +211,7 @@ VLLM = Dialect(
 # (context check wording).  401 from the --api-key middleware.
 SGLANG = Dialect(
     name="sglang",
+    discovery="sglang",
     source="sgl-project/sglang srt/entrypoints/openai protocol.py, serving_chat.py; tokenizer_manager.py",
     reasoning_field="reasoning_content",
     tool_id=sglang_id,
@@ -281,6 +286,7 @@ SGLANG = Dialect(
 # unavailable_error; gen_tool_call_id: 32 random alphanumerics).
 LLAMACPP = Dialect(
     name="llamacpp",
+    discovery="llamacpp",
     source="recordings tests/fixtures/streams/llamacpp; llama.cpp tools/server",
     reasoning_field="reasoning_content",
     tool_id=llamacpp_id,
@@ -337,6 +343,7 @@ LLAMACPP = Dialect(
 # #4967 / #3839: a prompt over num_ctx is truncated silently (no error), so `truncates=True`.
 OLLAMA = Dialect(
     name="ollama",
+    discovery="ollama",
     source="ollama openai/openai.go; ollama issues #4967, #3839 (silent truncation)",
     reasoning_field="reasoning",
     tool_id=ollama_id,
@@ -375,6 +382,7 @@ OLLAMA = Dialect(
 # requested about M tokens … middle-out").
 OPENROUTER = Dialect(
     name="openrouter",
+    discovery="openrouter",
     source="openrouter.ai/docs (streaming, reasoning-tokens, usage-accounting, errors)",
     reasoning_field="reasoning",
     reasoning_details=True,
@@ -422,6 +430,7 @@ OPENROUTER = Dialect(
 # OpenAI-compatible "you requested N tokens (M in the messages, K in the completion)".
 DEEPSEEK = Dialect(
     name="deepseek",
+    discovery="deepseek",
     source="api-docs.deepseek.com (thinking_mode, kv_cache, error_codes)",
     reasoning_field="reasoning_content",
     tool_id=deepseek_id,
@@ -457,6 +466,7 @@ DEEPSEEK = Dialect(
 # exceptions.py (ContextWindowExceededError message prefixes).
 LITELLM = Dialect(
     name="litellm",
+    discovery="litellm",
     source="recordings tests/fixtures/streams/litellm; BerriAI/litellm proxy/_types.py, exceptions.py",
     reasoning_field="reasoning_content",
     tool_id=openai_id,

@@ -25,7 +25,7 @@ def _card(model: str, owner: str, **extra: Any) -> dict[str, Any]:
 
 
 def _models(dialect: Dialect, model: str, window: int) -> dict[str, Any] | None:
-    name = dialect.name
+    name = dialect.discovery
     if name == "vllm":
         return {"object": "list", "data": [_card(model, "vllm", root=model, parent=None, max_model_len=window)]}
     if name == "sglang":
@@ -55,14 +55,14 @@ def discovery_body(dialect: Dialect, command: str, route: str, model: str, windo
     found: dict[str, Any] | None = None
     if command == "GET" and route == "/v1/models":
         found = _models(dialect, model, size)
-    elif dialect.name == "llamacpp" and command == "GET" and route == "/props":
+    elif dialect.discovery == "llamacpp" and command == "GET" and route == "/props":
         found = {
             "default_generation_settings": {"n_ctx": size, "params": {"n_predict": -1}},
             "total_slots": 1,
             "model_alias": model,
             "build_info": "b0-unknown",
         }
-    elif dialect.name == "ollama" and command == "POST" and route == "/api/show":
+    elif dialect.discovery == "ollama" and command == "POST" and route == "/api/show":
         found = {
             "parameters": f"num_ctx                        {size}",
             "model_info": {"general.architecture": "llama", "llama.context_length": size},
