@@ -189,7 +189,7 @@ CONTEXT_WORDING = {
     "moonshot": r"Your request exceeded model token limit: 1000 \(requested: \d+\)",
     "openai": r"maximum context length is 1000 tokens\. However, your messages resulted in \d+ tokens",
     "vllm": r"maximum context length is 1000 tokens\. However, your request has \d+ input tokens",
-    "sglang": r"maximum context length of 1000 tokens\. You requested a total of \d+ tokens",
+    "sglang": r"The input \(\d+ tokens\) is longer than the model's context length \(1000 tokens\)\.",
     "llamacpp": r"request \(\d+ tokens\) exceeds the available context size \(1000 tokens\)",
     "openrouter": r"This endpoint's maximum context length is 1000 tokens",
     "deepseek": r"maximum context length is 1000 tokens\. However, you requested \d+ tokens",
@@ -220,13 +220,15 @@ def test_over_the_window_gets_the_dialects_context_error_and_keeps_the_script(
 
 def test_vllm_and_moonshot_count_the_completion_llamacpp_does_not(served: list[FakeServer]) -> None:
     """vLLM refuses prompt + max_tokens over the window (with its 'max_tokens is too large' wording)."""
-    for name, refused in (("vllm", True), ("moonshot", True), ("llamacpp", False), ("openai", False)):
+    for name, refused in (("vllm", True), ("moonshot", True), ("sglang", True), ("llamacpp", False), ("openai", False)):
         srv = start(served, dialect=name, context_window=1000)
         srv.add(Reply(content="ok"))
         status, raw = post(srv, chat(max_completion_tokens=5000))
         assert (status == 400) is refused, (name, raw)
         if name == "vllm":
             assert b"'max_tokens' or 'max_completion_tokens' is too large: 5000" in raw
+        if name == "sglang":
+            assert b"Requested token count exceeds the model's maximum context length of 1000 tokens" in raw
 
 
 def test_ollama_truncates_silently_and_reports_what_it_kept(served: list[FakeServer]) -> None:

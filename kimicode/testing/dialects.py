@@ -204,11 +204,29 @@ VLLM = Dialect(
     },
 )
 
+
 # ----- SGLang ------------------------------------------------------------------------------------
 # Sources: sglang srt/entrypoints/openai/protocol.py (ErrorResponse with top-level "object": "error",
 # message, type, param, code; ChatMessage.reasoning_content), serving_chat.py (tool ids
-# "call_<uuid hex[:24]>", usage chunk with choices [] when include_usage), tokenizer_manager.py
-# (context check wording).  401 from the --api-key middleware.
+# "call_<uuid hex[:24]>", usage chunk with choices [] when include_usage), managers/tokenizer_manager.py
+# (_validate_token_len: "The input (N tokens) is longer than the model's context length (W tokens)."
+# when the prompt alone is too long, else "Requested token count exceeds the model's maximum context
+# length of W tokens. You requested a total of …" for prompt + max_new_tokens).  401 from --api-key.
+def _sglang_context(p: int, c: int, w: int) -> ErrorReply:
+    if p >= w:
+        msg = f"The input ({p} tokens) is longer than the model's context length ({w} tokens)."
+    else:
+        msg = (
+            f"Requested token count exceeds the model's maximum context length of {w} tokens. "
+            f"You requested a total of {p + c} tokens: {p} tokens from the input messages and {c} tokens "
+            "for the completion. Please reduce the number of tokens in the input messages or the "
+            "completion to fit within the limit."
+        )
+    return ErrorReply(
+        400, body=body({"object": "error", "message": msg, "type": "BadRequestError", "param": None, "code": 400})
+    )
+
+
 SGLANG = Dialect(
     name="sglang",
     discovery="sglang",
@@ -220,21 +238,7 @@ SGLANG = Dialect(
     cached="details",
     context_window=32_768,
     counts_completion=True,
-    context_error=lambda p, c, w: ErrorReply(
-        400,
-        body=body(
-            {
-                "object": "error",
-                "message": f"Requested token count exceeds the model's maximum context length of {w} tokens. "
-                f"You requested a total of {p + c} tokens: {p} tokens from the input messages and {c} tokens "
-                "for the completion. Please reduce the number of tokens in the input messages or the "
-                "completion to fit within the limit.",
-                "type": "BadRequestError",
-                "param": None,
-                "code": 400,
-            }
-        ),
-    ),
+    context_error=_sglang_context,
     errors={
         "auth": (401, body({"error": "Unauthorized"}), {}),
         "rate_limit": (
