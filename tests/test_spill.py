@@ -226,3 +226,24 @@ def test_an_mcp_tools_big_result_is_spilled(
     content = tool_contents(result.messages)[0]
     assert len(content) < 6_000 and "mcp line 7500\n" not in content
     assert saved_path(content).read_text() == "echo: " + text  # the demo server prefixes its echo
+
+
+def test_a_running_commands_spool_is_never_dropped_to_make_room(tmp_path: Path) -> None:
+    spill_dir = tmp_path / "s"
+    set_spill_limit(spill_dir, 3_000)
+    running = OutputBuffer(head=10, tail=10, spill_dir=spill_dir)
+    for _ in range(100):
+        running.feed(b"0123456789\n")  # 1,100 bytes, still being written
+    assert running.spill_path is not None
+    later = cap_output("z" * 2_500, 10, spill_dir, "other")  # needs room: only older, finished files may go
+    assert running.spill_path.exists()
+    running.feed(b"last\n")
+    assert "the full output" in running.render()  # render() closes the spool
+    assert running.spill_path.read_bytes() == b"0123456789\n" * 100 + b"last\n"
+    assert "is saved at" in later
+
+
+def test_hostile_labels_stay_inside_the_session_directory(tmp_path: Path) -> None:
+    out = cap_output("q" * 500, 10, tmp_path / "s", "../../../etc/passwd\x00" * 20)
+    path = saved_path(out)
+    assert path.parent == tmp_path / "s" and len(path.name) < 80

@@ -27,6 +27,8 @@ DEFAULT_SPILL_MAX_BYTES = 256 * 1024 * 1024
 """Disk a session's saved outputs may use ([context] spill_max_bytes); the oldest go first beyond it."""
 
 _limits: dict[Path, int] = {}
+in_use: set[Path] = set()
+"""Spill files still being written (a running command's output): never deleted to make room."""
 
 
 def set_spill_limit(spill_dir: Path, max_bytes: int) -> None:
@@ -85,7 +87,7 @@ def make_room(spill_dir: Path, needed: int, keep: Path | None = None) -> tuple[s
     """Delete the oldest files of `spill_dir` until `needed` more bytes fit in its limit; their names."""
     limit = spill_limit(spill_dir)
     try:
-        files = [(p.stat(), p) for p in spill_dir.iterdir() if p.is_file() and p != keep]
+        files = [(p.stat(), p) for p in spill_dir.iterdir() if p.is_file() and p != keep and p not in in_use]
     except OSError:
         return ()
     files.sort(key=lambda item: (item[0].st_mtime_ns, item[1].name))

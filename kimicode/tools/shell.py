@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
-from kimicode.context.output import make_room, spill_limit
+from kimicode.context.output import in_use, make_room, spill_limit
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.sandbox import Sandbox
@@ -145,6 +145,7 @@ class OutputBuffer:
             path = self._spill_dir / f"bash-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.txt"
             self._spill_file = open(path, "wb")  # noqa: SIM115 - written as the command runs, closed in close()
             self.spill_path = path
+            in_use.add(path)
         except OSError as exc:
             self.spill_error = f"it could not be saved ({exc.strerror or exc})"
             return
@@ -169,6 +170,8 @@ class OutputBuffer:
         with contextlib.suppress(OSError):
             self._spill_file.close()
         self._spill_file = None
+        if self.spill_path is not None:
+            in_use.discard(self.spill_path)
         if self._spill_dir is not None:
             self.spill_dropped += make_room(self._spill_dir, 0, keep=self.spill_path)
 
