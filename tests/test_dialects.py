@@ -222,3 +222,29 @@ def test_window_discovery_where_the_server_says_it(name: str, source: str, works
         assert agent.run_sync("hi").status == "success"
     assert agent.window_source == source
     assert (agent.context.budget.window == 16_384) is (source == "server")
+
+
+def test_a_server_sending_empty_tool_call_ids_still_pairs_results(workspace: Path, tmp_path: Path) -> None:
+    """Hostile: a gateway that blanks ids (``"id": ""``) on two steps in a row."""
+    import dataclasses
+
+    blank = dataclasses.replace(get_dialect("ollama"), name="blank-ids", tool_id=lambda name, n: "")
+    (workspace / "a.txt").write_text("alpha\n")
+    script = [
+        Reply(tool_calls=[ToolCall("read_file", {"path": "a.txt"}), ToolCall("glob", {"pattern": "*.txt"})]),
+        Reply(tool_calls=[ToolCall("read_file", {"path": "a.txt"})]),
+        Reply(content="ok"),
+    ]
+    with FakeServer(script, dialect=blank) as server:
+        result = agent_for(server, workspace, tmp_path / "home").run_sync("go")
+        history = server.requests[-1].body["messages"]
+    assert result.status == "success", result.error
+    assert server.tool_call_ids == ["", "", ""]
+    pending: list[str] = []
+    for msg in history:
+        if msg["role"] == "assistant" and msg.get("tool_calls"):
+            pending = [c["id"] for c in msg["tool_calls"]]
+            assert all(pending) and len(set(pending)) == len(pending)
+        elif msg["role"] == "tool":
+            assert msg["tool_call_id"] == pending.pop(0)
+    assert pending == []
