@@ -167,3 +167,54 @@ def test_cli_max_tokens_and_window_source_in_the_json_result(tmp_path: Path) -> 
              "--max-tokens", "16000"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
         )
         assert bad.returncode == 2 and "--max-tokens" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_silent_server_is_cached_as_silent_and_not_asked_again(tmp_path: Path) -> None:
+    with FakeServer() as server:  # /v1/models answers 404
+        assert asyncio.run(discover_window(server.base_url, "k", "m", tmp_path)) is None
+        server.get_routes = {"/v1/models": {"data": [{"id": "m", "max_model_len": 2048}]}}
+        assert asyncio.run(discover_window(server.base_url, "k", "m", tmp_path)) is None  # cached miss (1 h)
+        # another model is asked for; a server listing one model serves it under any name (llama.cpp)
+        assert asyncio.run(discover_window(server.base_url, "k", "other", tmp_path)) == 2048
+        cache = json.loads((tmp_path / "cache" / "windows.json").read_text())
+        assert cache[f"{server.base_url}|m"]["window"] is None
+
+
+def test_a_corrupt_cache_is_ignored(tmp_path: Path) -> None:
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "windows.json").write_text("{not json")
+    with FakeServer() as server:
+        server.get_routes = {"/v1/models": VLLM_BODY}
+        assert asyncio.run(discover_window(server.base_url, "k", "Qwen/Qwen2.5-7B-Instruct", tmp_path)) == 16384
+
+
+def test_slash_context_says_where_the_window_came_from(
+    server: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from kimicode.ui import commands
+    from kimicode.ui.app import AgentOptions, Session
+
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    console = Console(file=io.StringIO(), width=160, color_system=None, force_terminal=False)
+    session = Session(AgentOptions(workspace=ws, context_window=50_000, max_completion_tokens=3000), console,
+                      plain=True)
+    asyncio.run(commands.dispatch(session, "/context"))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "Window: 50.0k tokens" in text and "from --context-window" in text and "3.0k kept for the answer" in text
+
+
+def test_a_server_window_too_small_for_anything_is_a_clear_error(tmp_path: Path) -> None:
+    with FakeServer() as server:
+        server.get_routes = {"/v1/models": {"data": [{"id": "Qwen/Qwen2.5-7B-Instruct", "max_model_len": 1024}]}}
+        agent = _agent(server, tmp_path)
+        result = agent.run_sync("hi")
+        assert result.status == "error" and result.error_kind == "context_length"
+        assert "1,024-token window" in (result.error or "") and "internal" not in (result.error or "")
+        assert not server.requests  # nothing that cannot fit is sent

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kimicode.llm.client import ChatClient, ClientConfig
 from kimicode.llm.errors import LLMError, classify_status
@@ -260,3 +262,22 @@ def test_an_overflow_sent_inside_a_200_stream_is_recognised() -> None:
         err = asyncio.run(_fail(server))
     assert err.kind == "context_length"
     assert err.overflow is not None and err.overflow.window == 4096
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.text(max_size=40),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(
+        st.sampled_from(["error", "message", "n_ctx", "n_prompt_tokens", "code", "type", "x"]), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(status=st.sampled_from([None, 400, 413, 422, 429, 500]), message=st.text(max_size=300), body=_json)
+def test_any_body_is_classified_without_raising(status: int | None, message: str, body: Any) -> None:
+    found = context_overflow(status, message, body=body)
+    if found is not None:
+        for n in (found.window, found.prompt_tokens, found.completion_tokens, found.total_tokens):
+            assert n is None or (isinstance(n, int) and n > 0)
+    if status == 429:
+        assert found is None

@@ -221,3 +221,16 @@ def test_an_overflow_repeated_after_compaction_ends_with_the_servers_error(
         # the request, the summary request and its one retry (both refused: a transcript summary is used),
         # the retried request: then the turn ends, it never loops
         assert len(server.requests) - len(script.accepted) <= 4
+
+
+def test_a_fork_keeps_the_learnt_window(workspace: Path, tmp_path: Path) -> None:
+    with FakeServer() as server:
+        server.context_limit = 4096
+        Script(server, calls=10, lines=40)
+        agent = small_agent(server, workspace, tmp_path / "home", context_window=32_768)
+        assert agent.run_sync("read").status == "success"
+        assert agent.window_source == "learnt"
+        child = agent.fork()
+        assert child.context.budget.window == 4096 and child.window_source == "learnt"
+        log = [r for r in iter_records(child.log.path) if r.get("type") == "context_window"]  # type: ignore[union-attr]
+        assert log and log[-1]["window"] == 4096

@@ -547,6 +547,11 @@ class Agent:
         if found and found != self.context_window:
             self.context_window, self._window_source = found, "server"
             emit(Notice(f"context: the server reports a window of {found:,} tokens for {self.endpoint.model}"))
+            try:
+                self.context.set_window(found, self.max_completion_tokens or self.profile.max_completion_tokens)
+            except ValueError as exc:  # e.g. a 1k window, or --max-tokens larger than the server's window
+                raise LLMError(f"the server serves {self.endpoint.model} with a {found:,}-token window: {exc}",
+                               "context_length") from None
             emit(ContextUpdated(self.context.used, self.context_window))
         elif found:
             self._window_source = "server"

@@ -146,7 +146,8 @@ def _flatten(value: Any, out: list[str], fields: dict[str, int], depth: int = 0)
         return
     if isinstance(value, Mapping):
         for key, item in value.items():
-            if isinstance(item, int) and not isinstance(item, bool) and key in ("n_ctx", "n_prompt_tokens"):
+            if key in ("n_ctx", "n_prompt_tokens") and isinstance(item, int) and not isinstance(item, bool) \
+                    and 0 < item < 10**9:
                 fields.setdefault(str(key), item)
             _flatten(item, out, fields, depth + 1)
     elif isinstance(value, list):

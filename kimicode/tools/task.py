@@ -111,7 +111,7 @@ class TaskRunner:
             approve=p.approve,
             append_system_prompt=load_prompt("tools/task_system.md"),
             thinking=p.thinking,
-            context_window=p.context_window,
+            context_window=getattr(p, "effective_window", p.context_window),  # a window the server showed too
             max_completion_tokens=p.max_completion_tokens,
             max_turns=int(max_turns),
             max_retries=p.max_retries,
