@@ -20,7 +20,18 @@ from kimicode.llm.client import ChatClient, ClientConfig, LLMError
 from kimicode.llm.overflow import context_overflow
 from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall, get_dialect
 
-DIALECTS = ["moonshot", "openai", "vllm", "sglang", "llamacpp", "ollama", "openrouter", "deepseek", "litellm"]
+DIALECTS = [
+    "moonshot",
+    "openai",
+    "vllm",
+    "sglang",
+    "llamacpp",
+    "ollama",
+    "ollama-refuses",
+    "openrouter",
+    "deepseek",
+    "litellm",
+]
 REFUSING = [d for d in DIALECTS if not get_dialect(d).truncates]
 REASONING = 'Let me look.\n  Indented — ünïcode ✓, a "quote", a tab\tand trailing space '
 WORDS = ["value", "return", "self", "config", "path", "request", "token", "items", "count", "parser"]

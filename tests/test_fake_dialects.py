@@ -194,6 +194,7 @@ CONTEXT_WORDING = {
     "openrouter": r"This endpoint's maximum context length is 1000 tokens",
     "deepseek": r"maximum context length is 1000 tokens\. However, you requested \d+ tokens",
     "litellm": r"^litellm\.ContextWindowExceededError: .*maximum context length is 1000 tokens",
+    "ollama-refuses": r'^\{"error": \{"code": 400, "message": "request \(\d+ tokens\) exceeds the available',
 }
 
 

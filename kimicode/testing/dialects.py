@@ -7,6 +7,8 @@ recording in ``tests/fixtures/streams``).  The `Dialect` fields are documented i
 
 from __future__ import annotations
 
+import dataclasses
+
 from kimicode.testing.dialect import (
     Dialect,
     ErrorKind,
@@ -378,6 +380,22 @@ OLLAMA = Dialect(
     },
 )
 
+
+# Ollama versions whose /v1 endpoint refuses instead of truncating (ollama/ollama#16712, as cited by
+# tests/test_overflow.py): 400 api_error whose message is the llama.cpp runner's own JSON error.
+def _ollama_refusal(p: int, c: int, w: int) -> ErrorReply:
+    inner = LLAMACPP.context(p, 0, w).body_bytes().decode()
+    return ErrorReply(400, body=openai_style(inner, "api_error", None))
+
+
+OLLAMA_REFUSES = dataclasses.replace(
+    OLLAMA,
+    name="ollama-refuses",
+    source=OLLAMA.source + "; ollama/ollama#16712 (refusal with the runner's error nested)",
+    truncates=False,
+    context_error=_ollama_refusal,
+)
+
 # ----- OpenRouter --------------------------------------------------------------------------------
 # Sources: openrouter.ai/docs (api-reference streaming: ": OPENROUTER PROCESSING" comments;
 # use-cases/reasoning-tokens: delta.reasoning + reasoning_details; usage-accounting: usage with cost
@@ -536,7 +554,8 @@ DEFAULT = Dialect(
 )
 
 DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (DEFAULT, MOONSHOT, OPENAI, VLLM, SGLANG, LLAMACPP, OLLAMA, OPENROUTER, DEEPSEEK, LITELLM)
+    d.name: d
+    for d in (DEFAULT, MOONSHOT, OPENAI, VLLM, SGLANG, LLAMACPP, OLLAMA, OLLAMA_REFUSES, OPENROUTER, DEEPSEEK, LITELLM)
 }
 """Every dialect by name; ``kimicode`` is the default shape of `FakeServer`."""
 
