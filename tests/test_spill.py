@@ -247,3 +247,14 @@ def test_hostile_labels_stay_inside_the_session_directory(tmp_path: Path) -> Non
     out = cap_output("q" * 500, 10, tmp_path / "s", "../../../etc/passwd\x00" * 20)
     path = saved_path(out)
     assert path.parent == tmp_path / "s" and len(path.name) < 80
+
+
+def test_a_zero_disk_bound_saves_nothing_and_says_why(tmp_path: Path) -> None:
+    spill_dir = tmp_path / "s"
+    set_spill_limit(spill_dir, 0)
+    buf = OutputBuffer(head=10, tail=10, spill_dir=spill_dir)
+    for _ in range(30):
+        buf.feed(b"0123456789\n")
+    assert "the full output was not saved: the session's limit for saved outputs" in buf.render()
+    assert not spill_dir.exists() or list(spill_dir.iterdir()) == []
+    assert "not available: it is larger (10 bytes) than the session's limit" in cap_output("x" * 10, 2, spill_dir, "t")

@@ -140,6 +140,9 @@ class OutputBuffer:
         try:
             self._spill_dir.mkdir(parents=True, exist_ok=True)
             self._spill_room = spill_limit(self._spill_dir)
+            if self._spill_room <= 0:
+                self.spill_error = "the session's limit for saved outputs ([context] spill_max_bytes) is 0"
+                return
             reserve = min(self._spill_room, 4 * (self._head_max + self._tail_max))
             self.spill_dropped = make_room(self._spill_dir, reserve)
             path = self._spill_dir / f"bash-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.txt"
