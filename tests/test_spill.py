@@ -258,3 +258,28 @@ def test_a_zero_disk_bound_saves_nothing_and_says_why(tmp_path: Path) -> None:
     assert "the full output was not saved: the session's limit for saved outputs" in buf.render()
     assert not spill_dir.exists() or list(spill_dir.iterdir()) == []
     assert "not available: it is larger (10 bytes) than the session's limit" in cap_output("x" * 10, 2, spill_dir, "t")
+
+
+def test_the_model_may_read_its_spills_in_default_mode(server: FakeServer, make_agent: MakeAgent) -> None:
+    """The marker's advice works without approval: reading the session directory is a plain read."""
+    big = "".join(f"row {i}\n" for i in range(3_000))
+
+    @tool(kind="read")
+    def flood() -> str:
+        """Lots of rows."""
+        return big
+
+    def read_back(request: Any) -> Reply:
+        path = saved_path(tool_contents(request.body["messages"])[-1])
+        return Reply(
+            tool_calls=[
+                ToolCall("read_file", {"path": str(path), "offset": 1500, "limit": 1}),
+                ToolCall("grep", {"pattern": "^row 2999$", "path": str(path), "output_mode": "content"}),
+            ]
+        )
+
+    server.add(Reply(tool_calls=[ToolCall("flood", "")]), read_back, Reply(content="ok"))
+    result = make_agent(extra_tools=[flood], tool_output_cap=1_000, permission_mode="default").run_sync("go")
+    assert result.status == "success" and not result.permission_denials
+    _, read, grep = tool_contents(result.messages)
+    assert "row 1499" in read and "row 2999" in grep
