@@ -1,9 +1,10 @@
 """Test helpers for kimicode and its users: a scripted fake OpenAI-compatible server.
 
-`FakeServer` answers in the shape of a real server (``dialect=`` one of `DIALECTS`: moonshot, openai,
-vllm, sglang, llamacpp, ollama, openrouter, deepseek, litellm; default ``kimicode``), refuses requests
-over ``context_window`` with that server's own context-length error, and replays recordings byte for
-byte (`RawReply`).  See docs/testing.md and docs/servers.md.  Imports nothing else from kimicode.
+`FakeServer` answers in the shape of a real server (``dialect=`` one of `DIALECTS`: moonshot,
+openai, vllm, sglang, llamacpp, ollama, ollama-refuses, openrouter, deepseek, litellm; default
+``kimicode``), refuses requests over ``context_window`` with that server's own context-length error,
+and replays recordings byte for byte (`RawReply`).  See docs/testing.md and docs/servers.md.
+Imports nothing else from kimicode.
 """
 
 from kimicode.testing.dialects import DIALECTS, Dialect, ErrorKind, get_dialect
