@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kimicode import Agent, tool
 from kimicode.agent.events import Event, Notice
@@ -259,3 +261,39 @@ def test_a_server_sending_empty_tool_call_ids_still_pairs_results(workspace: Pat
         elif msg["role"] == "tool":
             assert msg["tool_call_id"] == pending.pop(0)
     assert pending == []
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(DIALECTS),
+    reasoning=st.text(max_size=30),
+    content=st.text(max_size=30),
+    args=st.lists(st.dictionaries(st.text(max_size=5), st.text(max_size=8), max_size=2), max_size=3),
+    chunk=st.integers(min_value=1, max_value=9),
+)
+def test_any_reply_in_any_dialect_assembles_exactly(
+    name: str, reasoning: str, content: str, args: list[dict[str, str]], chunk: int
+) -> None:
+    """Whatever the text (unicode, empty, JSON-hostile) and however it is cut, the client rebuilds it."""
+    dialect = get_dialect(name)
+    calls = [ToolCall(f"tool_{i}", a) for i, a in enumerate(args)]
+    reply = Reply(reasoning=reasoning or None, content=content, tool_calls=calls, chunk_size=chunk)
+
+    async def run(server: FakeServer) -> Any:
+        client = ChatClient(ClientConfig(base_url=server.base_url, api_key="k", model="test-model", max_retries=0))
+        try:
+            async for event in client.stream([{"role": "user", "content": "hi"}]):
+                last = event
+        finally:
+            await client.aclose()
+        return last
+
+    with FakeServer([reply], dialect=name) as server:
+        done = asyncio.run(run(server))
+        ids = list(server.tool_call_ids)
+    assert done.message["content"] == content
+    if dialect.reasoning_field is not None and reasoning:
+        assert done.message[dialect.reasoning_field] == reasoning
+    got = [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in done.message.get("tool_calls", [])]
+    assert got == [(i, c.name, c.arguments_text()) for i, c in zip(ids, calls, strict=True)]
+    assert done.usage is not None and done.usage["prompt_tokens"] > 0
