@@ -162,7 +162,8 @@ OPENAI = Dialect(
 # since v0.10; "This model's maximum context length is N tokens. However, your request has M input
 # tokens. Please reduce the length of the input messages." for prompts over max_model_len, and the
 # "you requested" wording when prompt + max_tokens is over); PR #27752 / #33402 (reasoning field
-# `reasoning`); random_tool_call_id() -> "chatcmpl-tool-<uuid hex>"; 401 from the --api-key middleware
+# `reasoning`); entrypoints/chat_utils.py make_tool_call_id() -> "chatcmpl-tool-<uuid4 hex>"
+# ("functions.NAME:IDX" for kimi_k2); 401 from the --api-key middleware
 # is {"error": "Unauthorized"}.  vLLM has no rate limit of its own: a full queue answers 503.
 def _vllm_context(p: int, c: int, w: int) -> ErrorReply:
     if p >= w:
@@ -344,9 +345,10 @@ LLAMACPP = Dialect(
 
 # ----- Ollama ------------------------------------------------------------------------------------
 # Sources: ollama openai/openai.go (chunks carry role in every delta, system_fingerprint "fp_ollama",
-# tool calls whole with ids "call_<8 lowercase alnum>", `reasoning` for thinking models, usage chunk
-# only with include_usage, errors {"error": {message, type: "api_error", param, code}}); ollama issues
-# #4967 / #3839: a prompt over num_ctx is truncated silently (no error), so `truncates=True`.
+# tool calls whole with ids from toolCallId(): "call_" + 8 of [a-z0-9] (server/routes.go, openai.go),
+# `reasoning` for thinking models, usage chunk only with include_usage, errors {"error": {message,
+# type: "api_error", param, code}}); ollama issues #4967 / #3839: a prompt over num_ctx is truncated
+# silently (no error), so `truncates=True`.
 OLLAMA = Dialect(
     name="ollama",
     discovery="ollama",
