@@ -62,6 +62,7 @@ SCHEMA: dict[str, Any] = {
     "permissions": {"allow": "list[str]", "deny": "list[str]", "ask": "list[str]"},
     "context": {
         "tool_output_cap_tokens": "int",
+        "spill_max_bytes": "int",
         "prune_threshold": "number",
         "compact_threshold": "number",
         "tokenizer": "str",

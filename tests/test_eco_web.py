@@ -69,6 +69,15 @@ def fetch(url: str, workspace: Path, **limits: Any) -> ToolResult:
     return out
 
 
+def fetch_into(tool: Any, url: str, ctx: ToolContext) -> ToolResult:
+    async def go() -> ToolResult:
+        out = await tool.fn({"url": url}, ctx)
+        assert isinstance(out, ToolResult)
+        return out
+
+    return asyncio.run(go())
+
+
 def test_html_becomes_readable_text(site: str, workspace: Path) -> None:
     out = fetch(f"{site}/r1", workspace)
     text = out.content
@@ -94,6 +103,11 @@ def test_text_types_charsets_and_errors(site: str, workspace: Path) -> None:
 def test_limits(site: str, workspace: Path) -> None:
     big = fetch(f"{site}/big", workspace, max_chars=1000)
     assert "cut: showing the first 1,000 of" in big.content
+    assert "the rest was not saved: no session directory" in big.content
+    tool = web_fetch_tool(max_chars=1000)
+    spilled = fetch_into(tool, f"{site}/big", ToolContext(workspace=workspace, session_dir=workspace / "s"))
+    saved = spilled.content.split("the whole text is saved at ", 1)[1].split(":", 1)[0]
+    assert Path(saved).read_text() == "word " * 20_000  # the page's end is not lost
     with pytest.raises(ToolError, match="too many redirects"):
         fetch(f"{site}/loop", workspace, max_redirects=3)
     with pytest.raises(ToolError, match="redirects to a URL that cannot be fetched"):

@@ -43,7 +43,12 @@ from kimicode.config import kimicode_home
 from kimicode.context.accounting import Breakdown
 from kimicode.context.compact import CompactionResult
 from kimicode.context.manager import ContextManager, ContextSettings
-from kimicode.context.output import DEFAULT_CAP_CHARS, DEFAULT_CAP_TOKENS
+from kimicode.context.output import (
+    DEFAULT_CAP_CHARS,
+    DEFAULT_CAP_TOKENS,
+    DEFAULT_SPILL_MAX_BYTES,
+    set_spill_limit,
+)
 from kimicode.llm.accumulate import usage_numbers
 from kimicode.llm.discovery import resolve_window
 from kimicode.llm.errors import LLMError
@@ -206,6 +211,8 @@ class Agent:
         self.ctx = ToolContext(workspace=self.workspace, session_dir=spill)
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
         ctx_cfg = self.settings.table("context")  # [context] in the config files; arguments win
+        if spill is not None:  # bound the disk the session's saved tool outputs may use
+            set_spill_limit(spill, ctx_cfg.get("spill_max_bytes", DEFAULT_SPILL_MAX_BYTES))
         self.context = ContextManager(
             window=self.context_window,
             reserve=self.max_completion_tokens or self.profile.max_completion_tokens,

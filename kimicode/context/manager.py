@@ -348,7 +348,10 @@ class ContextManager:
         est = self.estimate(messages, tools)
         est = max(est, counted or 0)
         window_note = f"; the server's window is {overflow.window:,} tokens" if overflow.window else ""
-        if overflow.completion_too_large and est <= self.budget.input_budget:
+        # Servers that count prompt + max_tokens against the window (Moonshot, DeepSeek, SGLang,
+        # OpenRouter) say only "too long": once the window is learnt, a smaller reservation may suffice.
+        shrunk = learnt and (self.last_max_tokens or 0) > self.budget.reserve
+        if (overflow.completion_too_large or shrunk) and est <= self.budget.input_budget:
             emit(Notice(f"context: the server refused the answer's token limit{window_note}; "
                         f"retrying with max_tokens {self.budget.reserve:,}", "warning"))
             self.last_estimate = est

@@ -7,9 +7,12 @@ so the model can read the rest in pieces with `read_file` (offset/limit are line
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import hashlib
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_CAP_CHARS = 100_000
@@ -20,24 +23,113 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _HEAD_SHARE = 2 / 3
 
 
-def spill_path(spill_dir: Path, label: str, text: str) -> Path:
+DEFAULT_SPILL_MAX_BYTES = 256 * 1024 * 1024
+"""Disk a session's saved outputs may use ([context] spill_max_bytes); the oldest go first beyond it."""
+
+_limits: dict[Path, int] = {}
+in_use: set[Path] = set()
+"""Spill files still being written (a running command's output): never deleted to make room."""
+
+
+def set_spill_limit(spill_dir: Path, max_bytes: int) -> None:
+    """Bound the disk use of `spill_dir` (one session's directory) for every spill written into it."""
+    _limits[Path(spill_dir)] = max(0, int(max_bytes))
+
+
+def spill_limit(spill_dir: Path) -> int:
+    """The byte bound of `spill_dir` (the default unless `set_spill_limit` said otherwise)."""
+    return _limits.get(Path(spill_dir), DEFAULT_SPILL_MAX_BYTES)
+
+
+@dataclass(frozen=True)
+class Spilled:
+    """Where a full output went: `path`, or `reason` it was not saved; `dropped` older files deleted."""
+
+    path: Path | None
+    reason: str = ""
+    dropped: tuple[str, ...] = ()
+
+    def dropped_note(self) -> str:
+        """A sentence for the result when older saved outputs were deleted to make room (else empty)."""
+        if not self.dropped:
+            return ""
+        names = ", ".join(self.dropped[:5]) + (f" and {len(self.dropped) - 5} more" if len(self.dropped) > 5 else "")
+        return f" (to stay within the session's disk limit, older saved outputs were deleted: {names})"
+
+
+def _escape_or_pass(exc: UnicodeError) -> tuple[bytes, int]:
+    """Encode error handler: surrogate-escaped bytes back to the bytes, other lone surrogates as-is."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = bytearray()
+    for ch in exc.object[exc.start : exc.end]:
+        cp = ord(ch)
+        out += bytes([cp - 0xDC00]) if 0xDC80 <= cp <= 0xDCFF else ch.encode("utf-8", "surrogatepass")
+    return bytes(out), exc.end
+
+
+codecs.register_error("kimicode-spill", _escape_or_pass)
+
+
+def encode_text(text: str) -> bytes:
+    """`text` as UTF-8; undecodable bytes kept as they were (surrogateescape), lone surrogates passed."""
+    return text.encode("utf-8", "kimicode-spill")
+
+
+def spill_path(spill_dir: Path, label: str, text: str | bytes) -> Path:
     """The file a full output is saved to: `<label>-<hash>.txt`, the same for the same text."""
-    digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    digest = hashlib.sha1(data).hexdigest()[:10]
     return spill_dir / f"{_SAFE.sub('_', label)[:60]}-{digest}.txt"
+
+
+def make_room(spill_dir: Path, needed: int, keep: Path | None = None) -> tuple[str, ...]:
+    """Delete the oldest files of `spill_dir` until `needed` more bytes fit in its limit; their names."""
+    limit = spill_limit(spill_dir)
+    try:
+        files = [(p.stat(), p) for p in spill_dir.iterdir() if p.is_file() and p != keep and p not in in_use]
+    except OSError:
+        return ()
+    files.sort(key=lambda item: (item[0].st_mtime_ns, item[1].name))
+    used = sum(st.st_size for st, _ in files)
+    dropped: list[str] = []
+    for st, path in files:
+        if used + needed <= limit:
+            break
+        with contextlib.suppress(OSError):
+            path.unlink()
+            used -= st.st_size
+            dropped.append(path.name)
+    return tuple(dropped)
+
+
+def save_spill(text: str | bytes, spill_dir: Path | None, label: str) -> Spilled:
+    """Save a full output under `spill_dir` within its disk limit (oldest saved outputs dropped first)."""
+    if spill_dir is None:
+        return Spilled(None, "no session directory to save it in")
+    data = text if isinstance(text, bytes) else encode_text(text)
+    limit = spill_limit(spill_dir)
+    if len(data) > limit:
+        return Spilled(
+            None, f"it is larger ({len(data):,} bytes) than the session's limit for saved outputs ({limit:,} bytes)"
+        )
+    try:
+        spill_dir.mkdir(parents=True, exist_ok=True)
+        path = spill_path(spill_dir, label, data)
+        if path.exists():
+            path.touch()  # the same output again: keep it, now the newest
+            return Spilled(path)
+        dropped = make_room(spill_dir, len(data))
+        path.write_bytes(data)
+        return Spilled(path, dropped=dropped)
+    except OSError as exc:
+        return Spilled(None, f"it could not be saved ({exc.strerror or exc})")
 
 
 def spill(text: str, spill_dir: Path | None, label: str) -> Path | str:
     """Save `text` under `spill_dir`; return the path, or a reason why it could not be saved."""
-    if spill_dir is None:
-        return "no session directory to save it in"
-    try:
-        spill_dir.mkdir(parents=True, exist_ok=True)
-        path = spill_path(spill_dir, label, text)
-        if not path.exists():
-            path.write_text(text, encoding="utf-8", errors="surrogateescape")
-        return path
-    except OSError as exc:
-        return f"it could not be saved ({exc.strerror or exc})"
+    saved = save_spill(text, spill_dir, label)
+    return saved.path if saved.path is not None else saved.reason
 
 
 def _cut(text: str, keep: int) -> tuple[int, int]:
@@ -85,17 +177,18 @@ def cap_output(
     cut = text[head_end:tail_start]
     cut_lines = cut.count("\n")
     first_cut_line = text.count("\n", 0, head_end) + 1
-    where = spill(text, spill_dir, label)
+    saved = save_spill(text, spill_dir, label)
     total_lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     approx = ""
     if tokens_kept is not None and keep > 0:
         approx = f" (~{round(len(cut) * tokens_kept / max(1, head_end + len(text) - tail_start)):,} tokens)"
-    if isinstance(where, Path):
+    if saved.path is not None:
         detail = (
-            f"; the full output ({len(text):,} characters, {total_lines:,} lines) is saved at {where}: "
+            f"; the full output ({len(text):,} characters, {total_lines:,} lines) is saved at {saved.path}: "
             f"use read_file with offset/limit (the elided part starts at line {first_cut_line:,}) or grep on it"
+            f"{saved.dropped_note()}"
         )
     else:
-        detail = f"; the full output is not available: {where}"
+        detail = f"; the full output is not available: {saved.reason}"
     marker = f"\n\n… [{len(cut):,} characters / {cut_lines:,} lines{approx} elided from the middle{detail}] …\n\n"
     return text[:head_end] + marker + text[tail_start:]

@@ -1,8 +1,26 @@
 """Test helpers for kimicode and its users: a scripted fake OpenAI-compatible server.
 
-See `FakeServer` and docs/testing.md for a complete pytest example.
+`FakeServer` answers in the shape of a real server (``dialect=`` one of `DIALECTS`: moonshot,
+openai, vllm, sglang, llamacpp, ollama, ollama-refuses, openrouter, deepseek, litellm; default
+``kimicode``), refuses requests over ``context_window`` with that server's own context-length error,
+and replays recordings byte for byte (`RawReply`).  See docs/testing.md and docs/servers.md.
+Imports nothing else from kimicode.
 """
 
-from kimicode.testing.server import ErrorReply, FakeServer, RecordedRequest, Reply, ScriptItem, ToolCall
+from kimicode.testing.dialects import DIALECTS, Dialect, ErrorKind, get_dialect
+from kimicode.testing.replies import ErrorReply, RawReply, RecordedRequest, Reply, ScriptItem, ToolCall
+from kimicode.testing.server import FakeServer
 
-__all__ = ["ErrorReply", "FakeServer", "RecordedRequest", "Reply", "ScriptItem", "ToolCall"]
+__all__ = [
+    "DIALECTS",
+    "Dialect",
+    "ErrorKind",
+    "ErrorReply",
+    "FakeServer",
+    "RawReply",
+    "RecordedRequest",
+    "Reply",
+    "ScriptItem",
+    "ToolCall",
+    "get_dialect",
+]

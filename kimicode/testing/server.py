@@ -17,189 +17,34 @@ import json
 import random
 import socket
 import socketserver
-import string
 import sys
 import threading
 import time
-import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal, TypeAlias
+from typing import Any
 
-__all__ = [
-    "ErrorReply",
-    "FakeServer",
-    "RecordedRequest",
-    "Reply",
-    "ScriptItem",
-    "ToolCall",
-]
+from kimicode.testing.dialects import Dialect, ErrorKind, get_dialect
+from kimicode.testing.discovery import discovery_body
+from kimicode.testing.replies import (
+    ALNUM,
+    ErrorReply,
+    RawReply,
+    RecordedRequest,
+    Reply,
+    ScriptItem,
+    ToolCall,
+    check_item,
+    error_body,
+)
+from kimicode.testing.stream import completion_body, prompt_tokens, requested_completion, stream_chunks
+
+__all__ = ["FakeServer"]
 
 CHAT_PATH = "/v1/chat/completions"
 EXHAUSTED_MESSAGE = "fake server: script exhausted"
-_USAGE_MODES = ("chunk", "choice", "both", "none")
-_ID_STYLES = ("kimi", "openai")
-_ALNUM = string.ascii_letters + string.digits
-
-
-@dataclass
-class ToolCall:
-    """One tool call inside a scripted `Reply`.
-
-    ``arguments`` given as a dict is sent as ``json.dumps(arguments)``; a string is sent verbatim,
-    so it may be deliberately invalid JSON.  ``id`` overrides the id generated from
-    `Reply.id_style`.
-    """
-
-    name: str
-    arguments: str | dict[str, Any] = ""
-    id: str | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str):
-            raise TypeError(f"ToolCall.name must be a str, got {type(self.name).__name__}")
-        if not isinstance(self.arguments, str | dict):
-            raise TypeError(f"ToolCall.arguments must be a str or dict, got {type(self.arguments).__name__}")
-        if self.id is not None and not isinstance(self.id, str):
-            raise TypeError(f"ToolCall.id must be a str or None, got {type(self.id).__name__}")
-
-    def arguments_text(self) -> str:
-        """The arguments exactly as they go on the wire."""
-        if isinstance(self.arguments, dict):
-            return json.dumps(self.arguments)
-        return self.arguments
-
-
-@dataclass
-class Reply:
-    """One scripted successful response, plus optional faults to inject while streaming.
-
-    The fault counters (``cut_after``, ``malformed_after``, ``error_after``) count JSON data
-    events already sent; if the stream has fewer events than the counter, the fault fires just
-    before ``[DONE]``.  ``error_after`` sends the error event, then ``[DONE]`` (unless ``omit_done``);
-    ``chunk_delay`` and ``first_delay`` sleeps end early when the server stops.
-    On a non-streaming request only ``first_delay``, ``cut_after`` (the body is truncated and the
-    connection closed) and the content fields matter.
-    """
-
-    content: str | None = None
-    reasoning: str | None = None
-    reasoning_field: str = "reasoning_content"
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    id_style: Literal["kimi", "openai"] = "kimi"
-    finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
-    usage_mode: Literal["chunk", "choice", "both", "none"] = "chunk"
-    chunk_size: int = 7
-    chunk_delay: float = 0.0
-    first_delay: float = 0.0
-    cut_after: int | None = None
-    malformed_after: int | None = None
-    error_after: int | None = None
-    omit_done: bool = False
-    model: str | None = None
-    error_message: str = "fake server: injected mid-stream error"
-
-    def __post_init__(self) -> None:
-        for name in ("content", "reasoning", "finish_reason", "model"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"Reply.{name} must be a str or None, got {type(value).__name__}")
-        if not isinstance(self.reasoning_field, str) or not self.reasoning_field:
-            raise ValueError("Reply.reasoning_field must be a non-empty string")
-        if self.id_style not in _ID_STYLES:
-            raise ValueError(f"Reply.id_style must be one of {_ID_STYLES}, got {self.id_style!r}")
-        if self.usage_mode not in _USAGE_MODES:
-            raise ValueError(f"Reply.usage_mode must be one of {_USAGE_MODES}, got {self.usage_mode!r}")
-        if self.usage is not None and not isinstance(self.usage, dict):
-            raise TypeError(f"Reply.usage must be a dict or None, got {type(self.usage).__name__}")
-        if not isinstance(self.tool_calls, list) or not all(isinstance(call, ToolCall) for call in self.tool_calls):
-            raise TypeError("Reply.tool_calls must be a list of ToolCall")
-        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
-            raise ValueError(f"Reply.chunk_size must be a positive int, got {self.chunk_size!r}")
-        for name in ("chunk_delay", "first_delay"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ValueError(f"Reply.{name} must be a non-negative number, got {value!r}")
-        for name in ("cut_after", "malformed_after", "error_after"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ValueError(f"Reply.{name} must be None or a non-negative int, got {value!r}")
-
-    def effective_finish_reason(self) -> str:
-        """The finish reason sent: explicit, else ``tool_calls`` when there are calls, else ``stop``."""
-        if self.finish_reason is not None:
-            return self.finish_reason
-        return "tool_calls" if self.tool_calls else "stop"
-
-
-@dataclass
-class ErrorReply:
-    """An HTTP error response: ``status`` with ``headers`` and an OpenAI-style JSON error body.
-
-    ``body`` replaces the JSON body with raw text (sent as-is, still labelled JSON).
-    """
-
-    status: int
-    message: str = "error"
-    type: str = "server_error"
-    headers: dict[str, str] = field(default_factory=dict)
-    body: str | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.status, bool) or not isinstance(self.status, int) or not 100 <= self.status <= 599:
-            raise ValueError(f"ErrorReply.status must be an HTTP status code (100-599), got {self.status!r}")
-        if not isinstance(self.headers, dict):
-            raise TypeError("ErrorReply.headers must be a dict of str to str")
-
-    def body_bytes(self) -> bytes:
-        """The response body as sent."""
-        if self.body is not None:
-            return self.body.encode()
-        return _error_body(self.message, self.type)
-
-
-@dataclass
-class RecordedRequest:
-    """A request as the server received it (recorded before answering)."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    raw: bytes
-    body: Any
-
-
-ScriptItem: TypeAlias = Reply | ErrorReply | Callable[[RecordedRequest], Reply | ErrorReply]
-
-
-def _error_body(message: str, type_: str) -> bytes:
-    return json.dumps({"error": {"message": message, "type": type_, "code": None}}).encode()
-
-
-def _context_error(prompt: int, n_ctx: int) -> bytes:
-    """llama.cpp's context-size error, as recorded from llama-server."""
-    return json.dumps({"error": {
-        "code": 400,
-        "message": f"request ({prompt} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it",
-        "type": "exceed_context_size_error",
-        "n_prompt_tokens": prompt,
-        "n_ctx": n_ctx,
-    }}).encode()
-
-
-def _split(text: str | None, size: int) -> list[str]:
-    if not text:
-        return []
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
-def _check_item(item: object) -> None:
-    if isinstance(item, Reply | ErrorReply) or callable(item):
-        return
-    raise TypeError(f"FakeServer script items must be Reply, ErrorReply or a callable, got {type(item).__name__}")
+_ = ToolCall  # re-exported for `from kimicode.testing.server import ToolCall` users
 
 
 class _Server(ThreadingHTTPServer):
@@ -297,17 +142,21 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 self.close_connection = True
                 self._send_bytes(
-                    400, _error_body("fake server: malformed request body framing", "invalid_request_error")
+                    400, error_body("fake server: malformed request body framing", "invalid_request_error")
                 )
                 return
             route = self.path.split("?", 1)[0]
             if self.command == "GET" and route in fake.get_routes:
                 self._send_bytes(200, json.dumps(fake.get_routes[route]).encode())
                 return
+            found = discovery_body(fake.dialect, self.command, route, fake.served_model, fake.context_window)
+            if found is not None:
+                self._send_bytes(200, found)
+                return
             if self.command != "POST" or route != CHAT_PATH:
                 self._send_bytes(
                     404,
-                    _error_body(f"fake server: no route for {self.command} {route}", "not_found_error"),
+                    error_body(f"fake server: no route for {self.command} {route}", "not_found_error"),
                 )
                 return
             headers = {name.lower(): value for name, value in self.headers.items()}
@@ -317,18 +166,22 @@ class _Handler(BaseHTTPRequestHandler):
                 body = None
             request = RecordedRequest(method=self.command, path=self.path, headers=headers, raw=raw, body=body)
             fake._record(request)
-            if fake.context_limit is not None and len(raw) // 4 > fake.context_limit:
-                self._send_bytes(400, _context_error(len(raw) // 4, fake.context_limit))
-                return  # refused like llama.cpp: no script item is used
+            refusal = fake._over_window(request)
+            if refusal is not None:
+                self._send_bytes(refusal.status, refusal.body_bytes(), refusal.headers)
+                return
             item = fake._next_item()
             if item is None:
-                self._send_bytes(500, _error_body(EXHAUSTED_MESSAGE, "server_error"))
+                self._send_bytes(500, error_body(EXHAUSTED_MESSAGE, "server_error"))
                 return
             answer = self._resolve(item, request)
             if answer is None:
                 return
             if isinstance(answer, ErrorReply):
                 self._send_bytes(answer.status, answer.body_bytes(), answer.headers)
+                return
+            if isinstance(answer, RawReply):
+                self._raw(answer)
                 return
             if answer.first_delay and fake._stopping.wait(answer.first_delay):
                 raise _Abort
@@ -342,21 +195,21 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
 
-    def _resolve(self, item: ScriptItem, request: RecordedRequest) -> Reply | ErrorReply | None:
-        if isinstance(item, Reply | ErrorReply):
+    def _resolve(self, item: ScriptItem, request: RecordedRequest) -> Reply | ErrorReply | RawReply | None:
+        if isinstance(item, Reply | ErrorReply | RawReply):
             return item
         try:
             answer = item(request)
         except Exception as exc:
             self._send_bytes(
                 500,
-                _error_body(f"fake server: script callable raised {type(exc).__name__}: {exc}", "server_error"),
+                error_body(f"fake server: script callable raised {type(exc).__name__}: {exc}", "server_error"),
             )
             return None
-        if not isinstance(answer, Reply | ErrorReply):
+        if not isinstance(answer, Reply | ErrorReply | RawReply):
             self._send_bytes(
                 500,
-                _error_body(
+                error_body(
                     f"fake server: script callable returned {type(answer).__name__}, expected Reply or ErrorReply",
                     "server_error",
                 ),
@@ -404,27 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _complete(self, reply: Reply, request: RecordedRequest) -> None:
         fake = self.server.fake
         ids = fake._assign_ids(reply)
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-        if reply.reasoning is not None:
-            message[reply.reasoning_field] = reply.reasoning
-        if reply.tool_calls:
-            message["tool_calls"] = [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments_text()},
-                }
-                for call, call_id in zip(reply.tool_calls, ids, strict=True)
-            ]
-        payload: dict[str, Any] = {
-            "id": _completion_id(),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": _model_for(reply, request),
-            "choices": [{"index": 0, "message": message, "finish_reason": reply.effective_finish_reason()}],
-        }
-        if reply.usage_mode != "none":
-            payload["usage"] = _usage_for(reply, request)
+        payload = completion_body(reply, request, ids, fake.dialect, fake.context_window)
         data = json.dumps(payload).encode()
         if reply.cut_after is not None:
             self.send_response(200)
@@ -440,13 +273,16 @@ class _Handler(BaseHTTPRequestHandler):
         body = request.body if isinstance(request.body, dict) else {}
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
-        chunks = list(_stream_chunks(reply, request, fake._assign_ids(reply), include_usage))
+        ids = fake._assign_ids(reply)
+        chunks = list(stream_chunks(reply, request, ids, include_usage, fake.dialect, fake.context_window))
 
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        if fake.dialect.keepalive:
+            self._write_chunk(fake.dialect.keepalive)
 
         for sent in range(len(chunks) + 1):
             if reply.malformed_after is not None and self._fires(reply.malformed_after, sent, len(chunks)):
@@ -474,82 +310,34 @@ class _Handler(BaseHTTPRequestHandler):
         return sent == min(limit, total)
 
     def _write_event(self, data: bytes) -> None:
-        event = b"data: " + data + b"\n\n"
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+        self._write_chunk(b"data: " + data + b"\n\n")
 
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
-def _completion_id() -> str:
-    return "chatcmpl-" + uuid.uuid4().hex[:24]
-
-
-def _model_for(reply: Reply, request: RecordedRequest) -> str:
-    if reply.model is not None:
-        return reply.model
-    if isinstance(request.body, dict) and isinstance(request.body.get("model"), str):
-        return str(request.body["model"])
-    return "fake-model"
-
-
-def _usage_for(reply: Reply, request: RecordedRequest) -> dict[str, Any]:
-    if reply.usage is not None:
-        return dict(reply.usage)
-    text = (reply.reasoning or "") + (reply.content or "")
-    text += "".join(call.name + call.arguments_text() for call in reply.tool_calls)
-    prompt = len(request.raw) // 4
-    completion = len(text) // 4
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def _stream_chunks(
-    reply: Reply, request: RecordedRequest, ids: list[str], include_usage: bool
-) -> Iterator[dict[str, Any]]:
-    """The JSON data events of one streamed reply, in wire order (without ``[DONE]``)."""
-    chunk_id = _completion_id()
-    created = int(time.time())
-    model = _model_for(reply, request)
-
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": chunk_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-        }
-        if include_usage:
-            out["usage"] = None
-        return out
-
-    yield chunk({"role": "assistant", "content": ""})
-    for piece in _split(reply.reasoning, reply.chunk_size):
-        yield chunk({reply.reasoning_field: piece})
-    for piece in _split(reply.content, reply.chunk_size):
-        yield chunk({"content": piece})
-    for index, (call, call_id) in enumerate(zip(reply.tool_calls, ids, strict=True)):
-        yield chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": index,
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": ""},
-                    }
-                ]
-            }
-        )
-        for piece in _split(call.arguments_text(), reply.chunk_size):
-            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    final = chunk({}, reply.effective_finish_reason())
-    usage = _usage_for(reply, request)
-    if reply.usage_mode in ("choice", "both"):
-        final["choices"][0]["usage"] = usage
-    yield final
-    if include_usage and reply.usage_mode in ("chunk", "both"):
-        usage_chunk = chunk({})
-        usage_chunk["choices"] = []
-        usage_chunk["usage"] = usage
-        yield usage_chunk
+    def _raw(self, reply: RawReply) -> None:
+        """Send a recorded response: its status and headers, then its body byte for byte."""
+        self.log_request(reply.status)
+        self.send_response_only(reply.status)
+        names = {name.lower() for name in reply.headers}
+        if "server" not in names:
+            self.send_header("Server", self.version_string())
+        if "date" not in names:
+            self.send_header("Date", self.date_time_string())
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        if not reply.is_stream():
+            self.send_header("Content-Length", str(len(reply.body)))
+            self.end_headers()
+            self.wfile.write(reply.body)
+            return
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for piece in reply.events():
+            if self.server.fake._stopping.is_set():
+                raise _Abort
+            self._write_chunk(piece)
+        self.wfile.write(b"0\r\n\r\n")
 
 
 class FakeServer:
@@ -559,10 +347,33 @@ class FakeServer:
     ``POST /v1/chat/completions`` received, in order.
     """
 
-    def __init__(self, script: Iterable[ScriptItem] = ()) -> None:
+    def __init__(
+        self,
+        script: Iterable[ScriptItem] = (),
+        *,
+        dialect: str | Dialect = "kimicode",
+        context_window: int | None = None,
+        model: str = "fake-model",
+    ) -> None:
+        self.dialect: Dialect = get_dialect(dialect)
+        """The server whose stream shape, ids, usage and errors this fake reproduces."""
+        if context_window is not None and (
+            isinstance(context_window, bool) or not isinstance(context_window, int) or context_window < 1
+        ):
+            raise ValueError(f"FakeServer context_window must be None or a positive int, got {context_window!r}")
+        self.context_window = context_window
+        """Requests over this many tokens (request bytes / 4) get the dialect's context error; None: no limit."""
+        self.served_model = model
+        """The model id the discovery endpoints (``/v1/models``, ``/props``) report."""
+        self.context_limit: int | None = None
+        """When set, a request whose prompt (body bytes / 4, as usage counts it) is over this many tokens
+        is refused with llama.cpp's `exceed_context_size_error` (n_ctx = this limit), whatever the dialect."""
+        self.get_routes: dict[str, Any] = {}
+        """JSON answered to `GET path` (e.g. `/v1/models`, `/props`) for window-discovery tests; wins over
+        the dialect's own discovery answers."""
         items = list(script)
         for item in items:
-            _check_item(item)
+            check_item(item)
         self._script: deque[ScriptItem] = deque(items)
         self._lock = threading.Lock()
         self._requests_changed = threading.Condition(self._lock)
@@ -571,11 +382,8 @@ class FakeServer:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.requests: list[RecordedRequest] = []
-        self.context_limit: int | None = None
-        """When set, a request whose prompt (body bytes / 4, as usage counts it) is over this many tokens
-        is refused with llama.cpp's `exceed_context_size_error` (n_ctx = this limit)."""
-        self.get_routes: dict[str, Any] = {}
-        """JSON answered to `GET path` (e.g. `/v1/models`, `/props`) for window-discovery tests."""
+        self.tool_call_ids: list[str] = []
+        """Every tool-call id sent, in order (so a test can check a client echoes them back exactly)."""
 
     # ----- lifecycle ------------------------------------------------------------------
 
@@ -638,7 +446,7 @@ class FakeServer:
     def add(self, *items: ScriptItem) -> None:
         """Append items to the script; safe to call while requests are being served."""
         for item in items:
-            _check_item(item)
+            check_item(item)
         with self._lock:
             self._script.extend(items)
 
@@ -664,6 +472,27 @@ class FakeServer:
         with self._lock:
             return self._script.popleft() if self._script else None
 
+    def error(self, kind: ErrorKind) -> ErrorReply:
+        """This server's dialect's error of `kind` (``auth``, ``rate_limit``, ``overloaded``, ``server``)."""
+        return self.dialect.error(kind)
+
+    def context_error(self, prompt: int, completion: int = 0) -> ErrorReply:
+        """This server's dialect's context-length error for `prompt` (+ `completion`) tokens."""
+        return self.dialect.context(prompt, completion, self.context_window)
+
+    def _over_window(self, request: RecordedRequest) -> ErrorReply | None:
+        """The dialect's context error when the request does not fit (the script is left untouched)."""
+        prompt = prompt_tokens(request)
+        if self.context_limit is not None and prompt > self.context_limit:
+            return get_dialect("llamacpp").context(prompt, 0, self.context_limit)
+        window = self.context_window
+        if window is None or self.dialect.truncates:
+            return None
+        completion = requested_completion(request) if self.dialect.counts_completion else 0
+        if prompt + completion <= window:
+            return None
+        return self.dialect.context(prompt, completion, window)
+
     def _assign_ids(self, reply: Reply) -> list[str]:
         """Tool-call ids for one reply; the Kimi counter advances for every call served."""
         with self._lock:
@@ -675,6 +504,10 @@ class FakeServer:
                 ids.append(call.id)
             elif reply.id_style == "kimi":
                 ids.append(f"functions.{call.name}:{start + offset}")
+            elif reply.id_style == "openai":
+                ids.append("call_" + "".join(random.choices(ALNUM, k=24)))
             else:
-                ids.append("call_" + "".join(random.choices(_ALNUM, k=24)))
+                ids.append(self.dialect.tool_id(call.name, start + offset))
+        with self._lock:
+            self.tool_call_ids.extend(ids)
         return ids

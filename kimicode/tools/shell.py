@@ -4,7 +4,9 @@ Every command runs as `/bin/bash -c` in its own session (so in its own process g
 closed and an environment without secrets. Whatever happens (normal exit, timeout, the user pressing
 Ctrl-C, a background job holding the output pipe open) the tool returns promptly and nothing it started
 is left running in that process group. Output is streamed through a fixed-size head + rolling tail, so
-a command printing gigabytes costs a few tens of kilobytes of memory.
+a command printing gigabytes costs a few tens of kilobytes of memory; once output overflows them, every
+byte also goes to a file in the session directory (within the session's disk limit), so the elided
+middle can be read back.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import contextlib
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Final
 
+from kimicode.context.output import in_use, make_room, spill_limit
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.sandbox import Sandbox
@@ -89,9 +94,21 @@ def scrub_env(
 
 
 class OutputBuffer:
-    """The first HEAD bytes and a rolling last TAIL bytes of a stream, with totals of what passed."""
+    """The first HEAD bytes and a rolling last TAIL bytes of a stream, with totals of what passed.
 
-    def __init__(self, head: int = HEAD_BYTES, tail: int = TAIL_BYTES) -> None:
+    With `spill_dir`, once the stream overflows head + tail every byte is also written to a file there
+    (raw, so binary or invalid UTF-8 output is kept exactly), up to the directory's disk limit.
+    """
+
+    def __init__(self, head: int = HEAD_BYTES, tail: int = TAIL_BYTES, spill_dir: Path | None = None) -> None:
+        self._spill_dir = spill_dir
+        self.spill_path: Path | None = None
+        """The file holding the whole output, once it overflowed (None before, or when it could not be saved)."""
+        self.spill_error = "" if spill_dir is not None else "no session directory to save it in"
+        self.spilled_bytes = 0
+        self.spill_dropped: tuple[str, ...] = ()
+        self._spill_file: IO[bytes] | None = None
+        self._spill_room = 0
         self._head_max = head
         self._tail_max = tail
         self.head = bytearray()
@@ -105,6 +122,8 @@ class OutputBuffer:
     def feed(self, data: bytes) -> None:
         if not data:
             return
+        if self._spill_file is not None:
+            self._spill_write(data)
         self.total_bytes += len(data)
         self.newlines += data.count(b"\n")
         self._last = data[-1:]
@@ -117,9 +136,73 @@ class OutputBuffer:
             if len(self.tail) > 2 * self._tail_max:
                 self._trim()
 
+    def _start_spill(self) -> None:
+        """Open the spill file and write everything seen so far (nothing was dropped yet)."""
+        if self._spill_dir is None or self.spill_path is not None or self.spill_error:
+            return
+        try:
+            self._spill_dir.mkdir(parents=True, exist_ok=True)
+            self._spill_room = spill_limit(self._spill_dir)
+            if self._spill_room <= 0:
+                self.spill_error = "the session's limit for saved outputs ([context] spill_max_bytes) is 0"
+                return
+            reserve = min(self._spill_room, 4 * (self._head_max + self._tail_max))
+            self.spill_dropped = make_room(self._spill_dir, reserve)
+            path = self._spill_dir / f"bash-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.txt"
+            self._spill_file = open(path, "wb")  # noqa: SIM115 - written as the command runs, closed in close()
+            self.spill_path = path
+            in_use.add(path)
+        except OSError as exc:
+            self.spill_error = f"it could not be saved ({exc.strerror or exc})"
+            return
+        self._spill_write(bytes(self.head) + bytes(self.tail))
+
+    def _spill_write(self, data: bytes) -> None:
+        if self._spill_file is None:
+            return
+        part = data[: max(0, self._spill_room - self.spilled_bytes)]
+        try:
+            self._spill_file.write(part)
+        except OSError as exc:
+            self.spill_error = f"writing it failed ({exc.strerror or exc})"
+            self.close()
+            return
+        self.spilled_bytes += len(part)
+
+    def close(self) -> None:
+        """Close the spill file and keep the session's directory within its disk limit."""
+        if self._spill_file is None:
+            return
+        with contextlib.suppress(OSError):
+            self._spill_file.close()
+        self._spill_file = None
+        if self.spill_path is not None:
+            in_use.discard(self.spill_path)
+        if self._spill_dir is not None:
+            self.spill_dropped += make_room(self._spill_dir, 0, keep=self.spill_path)
+
+    def _where(self) -> str:
+        """Where the whole output is, for the elision marker."""
+        if self.spill_path is None or (self.spill_error and not self.spilled_bytes):
+            return f"; the full output was not saved: {self.spill_error or 'no session directory to save it in'}"
+        first = self.head.count(b"\n") + 1
+        whole = self.spilled_bytes == self.total_bytes
+        held = "the full output" if whole else f"the first {self.spilled_bytes:,} bytes of the output"
+        note = ""
+        if not whole:
+            why = self.spill_error or "the session's limit for saved outputs was reached"
+            note = f" ({why})"
+        if self.spill_dropped:
+            note += f"; older saved outputs were deleted to make room: {', '.join(self.spill_dropped[:5])}"
+        return (
+            f"; {held} ({self.total_bytes:,} bytes, {self.lines:,} lines) is saved at {self.spill_path}{note}: "
+            f"use read_file with offset/limit (the elided part starts at line {first:,}) or grep on it"
+        )
+
     def _trim(self) -> None:
         drop = len(self.tail) - self._tail_max
         if drop > 0:
+            self._start_spill()
             self.dropped_bytes += drop
             self.dropped_lines += self.tail.count(b"\n", 0, drop)
             del self.tail[:drop]
@@ -139,7 +222,8 @@ class OutputBuffer:
         skip = 0
         while skip < min(3, len(tail)) and 0x80 <= tail[skip] < 0xC0:  # start on a character boundary
             skip += 1
-        marker = f"\n… [{self.dropped_bytes + skip} bytes / {self.dropped_lines} lines elided] …\n"
+        self.close()
+        marker = f"\n… [{self.dropped_bytes + skip} bytes / {self.dropped_lines} lines elided{self._where()}] …\n"
         return head + marker + tail[skip:].decode("utf-8", "replace")
 
 
@@ -207,12 +291,14 @@ async def run_shell(
     timeout: float,
     wrap: Callable[[Sequence[str]], list[str]] | None = None,
     mask: Masker | None = None,
+    spill_dir: Path | None = None,
 ) -> ShellOutcome:
     """Run `command` with bash in a new session; stdout+stderr merged, bounded; see module docstring.
 
     `wrap` turns the argv into the one actually started (the OS sandbox). `mask` masks known secrets in
     the output as it is read, before the head/tail buffer could cut one in two. On cancellation the
-    process group is killed and CancelledError propagates.
+    process group is killed and CancelledError propagates. Output beyond the head and tail is saved whole
+    in `spill_dir` (the session's directory) so its middle can be read back.
     """
     loop = asyncio.get_running_loop()
     argv = ["/bin/bash", "-c", command]
@@ -235,7 +321,7 @@ async def run_shell(
     finally:
         os.close(write_fd)  # only the children hold the write end now, so EOF means they are done
 
-    buffer = OutputBuffer()
+    buffer = OutputBuffer(spill_dir=spill_dir)
     reader = asyncio.StreamReader(limit=READ_CHUNK)
     pipe = os.fdopen(read_fd, "rb", buffering=0)
     try:
@@ -273,6 +359,7 @@ async def run_shell(
         transport.close()
         if masking is not None:
             buffer.feed(masking.flush())
+        buffer.close()
     return ShellOutcome(
         output=buffer.render(),
         returncode=proc.returncode,
@@ -333,6 +420,7 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
             timeout=float(timeout),
             wrap=sandbox.wrap if sandbox is not None and not (sandbox.auto and ctx.approved) else None,
             mask=ctx.mask,
+            spill_dir=ctx.session_dir,
         )
     except OSError as exc:  # a missing or unreadable workspace, or no /bin/bash
         raise ToolError(f"cannot run the command in {ctx.workspace}: {exc.strerror or exc}") from None

@@ -104,7 +104,7 @@ class TaskRunner:
         p = self.parent
         init = p._init_args
         max_turns = p.settings.get("subagents.max_turns", DEFAULT_MAX_TURNS)
-        return Agent(
+        child = Agent(
             model=p.model_config.name,
             base_url=p.endpoint.base_url,
             api_key=p.endpoint.api_key,
@@ -128,6 +128,11 @@ class TaskRunner:
             sandbox=init.get("sandbox"),
             sandbox_network=init.get("sandbox_network"),
         )
+        # The child keeps no log of its own, but its big tool outputs are saved in the parent's session
+        # directory (same disk bound, deleted with the session) rather than losing their middle.
+        child.ctx.session_dir = p.ctx.session_dir
+        child.context.spill_dir = p.ctx.session_dir
+        return child
 
     def _add_usage(self, child: Agent, description: str) -> None:
         usage = {k: int(child.usage.get(k, 0)) for k in ("prompt_tokens", "completion_tokens", "cached_tokens")}

@@ -12,10 +12,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from kimicode._version import __version__
+from kimicode.context.output import save_spill
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 
@@ -234,8 +236,8 @@ async def fetch(url: str, max_redirects: int, timeout: float, max_bytes: int = M
                 raise ToolError(f"cannot fetch {current}: {type(exc).__name__}: {exc}") from None
 
 
-def render(page: Fetched, max_chars: int) -> ToolResult:
-    """The model's view of a fetched page."""
+def render(page: Fetched, max_chars: int, spill_dir: Path | None = None) -> ToolResult:
+    """The model's view of a fetched page; a text cut at `max_chars` is saved whole under `spill_dir`."""
     ctype = page.content_type.split(";")[0].strip().lower()
     if ctype and not ctype.startswith(TEXT_TYPES) and not ctype.endswith(("+json", "+xml")):
         raise ToolError(
@@ -255,7 +257,14 @@ def render(page: Fetched, max_chars: int) -> ToolResult:
         head.append(f"HTTP status: {page.status}")
     notes: list[str] = []
     if len(text) > max_chars:
-        notes.append(f"[… cut: showing the first {max_chars:,} of {len(text):,} characters]")
+        saved = save_spill(text, spill_dir, "web_fetch")
+        where = (
+            f"; the whole text is saved at {saved.path}: use read_file with offset/limit (it continues at line "
+            f"{text.count(chr(10), 0, max_chars) + 1:,}) or grep on it{saved.dropped_note()}"
+            if saved.path is not None
+            else f"; the rest was not saved: {saved.reason}"
+        )
+        notes.append(f"[… cut: showing the first {max_chars:,} of {len(text):,} characters{where}]")
         text = text[:max_chars]
     elif page.truncated:
         notes.append(f"[… cut: the page is larger than {MAX_BYTES:,} bytes; only the start was read]")
@@ -281,7 +290,7 @@ def web_fetch_tool(
         if not isinstance(url, str) or not url.strip():
             raise ToolError("url is empty; give an http(s) URL")
         page = await fetch(check_url(url), max_redirects, timeout)
-        return render(page, max_chars)
+        return render(page, max_chars, ctx.session_dir)
 
     return Tool(
         name="web_fetch",
