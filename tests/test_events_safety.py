@@ -255,7 +255,7 @@ def test_compact_streams_its_events_and_still_awaits(server: FakeServer, make_ag
         finally:
             await agent.aclose()
 
-    events, result, agent = asyncio.run(asyncio.wait_for(main(), HANG))
+    events, result, _agent = asyncio.run(asyncio.wait_for(main(), HANG))
     assert any(isinstance(e, Notice) for e in events)
     assert result is not None and result.summarized > 0
     assert [type(e) for e in hooked[: len(events)]] == [type(e) for e in events]  # on_event saw the same
