@@ -75,6 +75,11 @@ class ApprovalRequest:
     arguments: Mapping[str, Any]
     reason: str
     path: str | None = None
+    preview: str | None = None
+    """For tools that change files: the exact unified diff the call would apply, computed by the tool
+    itself (CRLF and staleness included); "" when nothing would change."""
+    preview_error: str | None = None
+    """Why the call would fail as it stands (the file changed, old_string not found, ...)."""
 
 
 @dataclass(frozen=True)
@@ -828,8 +833,10 @@ class Agent:
         approved = False
         user_reason = ""
         if decision.verdict == "ask" and self.approve is not None:
+            diff, problem = await _preview(tool, prep.args, self.ctx)
             request = ApprovalRequest(
-                prep.call_id, tool.name, tool.kind, prep.args, reason, target_path(tool, prep.args, self.ctx)
+                prep.call_id, tool.name, tool.kind, prep.args, reason, target_path(tool, prep.args, self.ctx),
+                diff, problem,
             )
             answer = self.approve(request)
             if inspect.isawaitable(answer):
@@ -902,6 +909,18 @@ class Agent:
             )
         )
         return content
+
+
+async def _preview(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> tuple[str | None, str | None]:
+    """(diff, None), or (None, why the call would fail), or (None, None) for a tool without a preview."""
+    if tool.preview is None:
+        return None, None
+    try:
+        return await asyncio.to_thread(tool.preview, dict(args), ctx), None
+    except ToolError as exc:
+        return None, str(exc)
+    except Exception as exc:  # a broken preview must not stop the question from being asked
+        return None, f"no preview ({type(exc).__name__}: {exc})"
 
 
 def _utf8_safe(message: dict[str, Any]) -> dict[str, Any]:
