@@ -155,14 +155,6 @@ def _describe(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     return "\n".join(summary_lines).strip(), params
 
 
-def _is_json(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def _to_text(out: Any) -> ToolResult | str:
     """What the model sees of a return value: strings as they are, JSON for data, `(no output)` for None."""
     if isinstance(out, ToolResult | str):

@@ -32,7 +32,6 @@ from kimicode.ui.format import diff_text
 SHELL_OPERATORS = (";", "&", "|", "<", ">", "`", "$(", "\n", "\r", "\\")
 """Characters that chain, redirect or substitute commands: a prefix rule never matches them."""
 
-MAX_PREVIEW_BYTES = 2 * 1024 * 1024
 PREVIEW_LINES = 200
 _TWO_WORD = {
     "git",
