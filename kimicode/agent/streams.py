@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, Generic, TypeVar
+from types import TracebackType
+from typing import Any, TypeVar
 
 from kimicode.agent.events import Event, Notice, TurnFinished
 
@@ -50,8 +51,12 @@ class Sink:
                 self.queue.put_nowait(Notice(text + "; later hook errors are in RunResult.hook_errors", "warning"))
 
 
-class EventStream(Generic[T]):
-    """The events of one unit of work; see the module docstring for the guarantees."""
+class EventStream(Coroutine[Any, Any, T]):
+    """The events of one unit of work; see the module docstring for the guarantees.
+
+    It is also a coroutine (consuming the events and returning the result), so `asyncio.run(...)`,
+    `asyncio.create_task(...)` and `await` all accept it as they accepted the old coroutine methods.
+    """
 
     def __init__(
         self,
@@ -67,6 +72,7 @@ class EventStream(Generic[T]):
         self._task: asyncio.Task[T] | None = None
         self._started = False
         self._finished = False
+        self._awaiting: Coroutine[Any, Any, T] | None = None
         self.closed = False
         """True once the consumer is done with the stream (finished, closed or left)."""
 
@@ -139,8 +145,28 @@ class EventStream(Generic[T]):
             assert self._task is not None
             return self._task.result()
 
+    def _coroutine(self) -> Coroutine[Any, Any, T]:
+        if self._awaiting is None:
+            self._awaiting = self.result()
+        return self._awaiting
+
     def __await__(self) -> Generator[Any, None, T]:
-        return self.result().__await__()
+        return self._coroutine().__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._coroutine().send(value)
+
+    def throw(
+        self, typ: Any, val: BaseException | object = None, tb: TracebackType | None = None
+    ) -> Any:
+        if isinstance(typ, BaseException):
+            return self._coroutine().throw(typ)
+        exc = typ() if val is None else (val if isinstance(val, BaseException) else typ(val))
+        return self._coroutine().throw(exc)
+
+    def close(self) -> None:
+        if self._awaiting is not None:
+            self._awaiting.close()
 
     def __del__(self) -> None:
         task = self._task
