@@ -65,24 +65,25 @@ def test_the_first_turn_writes_the_held_records_in_order(server: FakeServer, mak
     assert not parent.log.path.exists()  # the parent never ran
 
 
-def test_compaction_before_any_turn_starts_the_log_first(server: FakeServer, make_agent: MakeAgent) -> None:
-    history = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    for i in range(10):
-        history += [{"role": "assistant", "content": f"a{i} " * 300}, {"role": "user", "content": f"u{i}"}]
+def test_a_session_starts_on_disk_with_its_first_prompt(server: FakeServer, make_agent: MakeAgent) -> None:
+    history = [{"role": "system", "content": "s"}]
     server.add(Reply(content="## Goal\nsummary"))
     agent = make_agent(messages=history)
+    assert agent.log is not None
 
     async def main() -> None:
         try:
-            await agent.compact()
+            await agent.compact()  # nothing to compact: still nothing written
+            assert not agent.log.path.exists()  # type: ignore[union-attr]
+            server.add(Reply(content="hi"))
+            await agent.run("hello")
         finally:
             await agent.aclose()
 
     asyncio.run(main())
-    assert agent.log is not None
     loaded = load(agent.log.path)
     assert loaded.records[0]["type"] == "meta"
-    assert loaded.messages == agent.messages  # replaying the log gives the compacted history
+    assert loaded.messages == agent.messages
 
 
 def test_run_sync_inside_a_running_loop_says_to_await_run(make_agent: MakeAgent) -> None:

@@ -206,6 +206,8 @@ def test_resume_errors_are_clear(make_agent: MakeAgent, opts: dict[str, Any], tm
         Agent.resume("../etc/passwd", **opts)
     a, b = make_agent(session_id="20250101-000000-aaaaaa"), make_agent(session_id="20250101-000001-bbbbbb")
     assert a.log and b.log
+    for agent in (a, b):  # a session is saved once it has a prompt
+        agent.log.message({"role": "user", "content": "hi"})
     with pytest.raises(SessionError, match="matches 2 sessions"):
         Agent.resume("20250101", **opts)
     with pytest.raises(TypeError, match="messages"):
@@ -216,6 +218,7 @@ def test_resume_errors_are_clear(make_agent: MakeAgent, opts: dict[str, Any], tm
     gone.mkdir()
     c = make_agent(workspace=gone, session_id="20250102-000000-cccccc")
     assert c.log
+    c.log.message({"role": "user", "content": "hi"})
     gone.rmdir()
     with pytest.raises(SessionError, match="no longer exists"):
         Agent.resume(c.session_id, **opts)

@@ -269,13 +269,15 @@ class Agent:
         self._confine(allow, deny, ask, rules, sandbox, sandbox_network)
         if messages is not None:
             self.messages: list[dict[str, Any]] = messages
+            if self.log and not self.log.path.exists():  # a new log for a given history (fork, library)
+                self._log_meta()
+                for msg in messages:
+                    self.log.message(msg)
         else:
             self.messages = [{"role": "system", "content": self._system_prompt(system_prompt, append_system_prompt)}]
-        self._unlogged: list[dict[str, Any]] | None = None
-        """Records of a new session held until its first turn (or compaction): an idle Agent writes nothing
-        and holds no descriptor; `_start_log` writes the meta record, the history, then these."""
-        if self.log is not None and not self.log.path.exists():
-            self._unlogged = []
+            self._log_meta()
+            if self.log:
+                self.log.message(self.messages[0])
         from kimicode.agent.ecosystem import install
 
         self.extras = install(self, default_tools=tools is None)
@@ -343,17 +345,6 @@ class Agent:
             text += "\n\n" + append
         return text
 
-    def _start_log(self) -> None:
-        """Write a new session's first records (meta, the history so far, held settings) on first use."""
-        held, self._unlogged = self._unlogged, None
-        if held is None or self.log is None:
-            return
-        self._log_meta()
-        for msg in self.messages:
-            self.log.message(msg)
-        for record in held:
-            self.log.append(record)
-
     def _log_meta(self) -> None:
         if self.log:
             self.log.append(
@@ -371,7 +362,7 @@ class Agent:
     def _log_settings(self, reason: str, **extra: Any) -> None:
         """Record the model and settings in effect from now on (resume, fork, a model change)."""
         if self.log:
-            (self.log.append if self._unlogged is None else self._unlogged.append)(
+            self.log.append(
                 {
                     "type": "settings",
                     "reason": reason,
@@ -565,7 +556,6 @@ class Agent:
         return self._event_stream(lambda emit: self._compact(instructions, emit))
 
     async def _compact(self, instructions: str | None, emit: Emit) -> CompactionResult | None:
-        self._start_log()
         client = await self._ensure_client()
         self.context.set_window(self.context_window, self.max_completion_tokens or self.profile.max_completion_tokens)
         kinds = {t.name: t.kind for t in self.tools}
@@ -633,7 +623,6 @@ class Agent:
             emit(TurnFinished(status, result, steps, info, kind, tuple(denials)))
 
         try:
-            self._start_log()  # a new session's file is created by its first turn, not by Agent()
             await start_extras(self, emit)  # MCP servers (bounded by their startup timeout)
             self._commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
             repeats = _RepeatTracker(self.repeat_limit)

@@ -43,13 +43,25 @@ def new_session_id() -> str:
 
 
 class SessionLog:
-    """Appends records to `<home>/sessions/<id>.jsonl`."""
+    """Appends records to `<home>/sessions/<id>.jsonl`.
+
+    A new session's records are held in memory until its first user message: a session that never got a
+    prompt (opened and quit, `/clear` then `/exit`) leaves no file, so it cannot become "the latest" for
+    `-c` or clutter the listings. A log that already exists (a resumed session) is appended to at once.
+    """
 
     def __init__(self, directory: Path, session_id: str) -> None:
         self.session_id = session_id
         self.directory = directory
         self.path = directory / f"{session_id}.jsonl"
         self._fh: IO[str] | None = None
+        self._held: list[str] | None = None if self.path.exists() else []
+        """Lines waiting for the first user message (None once the file is written)."""
+
+    @property
+    def saved(self) -> bool:
+        """Whether the session is on disk (it had a prompt, or was resumed)."""
+        return self._held is None
 
     @property
     def spill_dir(self) -> Path:
@@ -66,9 +78,19 @@ class SessionLog:
         return self._fh
 
     def append(self, record: dict[str, Any]) -> None:
-        """Write one record and flush it to the OS."""
-        fh = self._open()
+        """Write one record and flush it to the OS (held in memory until the session has a prompt)."""
         line = json.dumps({"v": SCHEMA_VERSION, "ts": round(time.time(), 3), **record}, ensure_ascii=False)
+        if self._held is not None:
+            self._held.append(line)
+            message = record.get("message")
+            if record.get("type") != "message" or not isinstance(message, dict) or message.get("role") != "user":
+                return
+            held, self._held = self._held, None
+            fh = self._open()
+            fh.write("".join(h + "\n" for h in held))
+            fh.flush()
+            return
+        fh = self._open()
         fh.write(line + "\n")
         fh.flush()
 
