@@ -7,12 +7,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimicode.errors import ConfigError as ConfigError  # a usage or configuration problem: one line, exit code 2
+from kimicode.errors import ConfigError as _ConfigError
 
 DEFAULT_BASE_URL = "https://api.moonshot.ai/v1"
 DEFAULT_MODEL = "kimi-k3"
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 KEY_VARIABLES = ("KIMI_API_KEY", "MOONSHOT_API_KEY", "OPENAI_API_KEY")
+
+
+class ConfigError(_ConfigError):
+    """A usage or configuration problem: reported in one line, exit code 2."""
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ def test_old_names_are_the_new_classes_and_keep_their_bases() -> None:
     from kimicode.tools.base import ToolError
     from kimicode.tools.patch import PatchError
 
-    assert ConfigError is kimicode.ConfigError and SessionError is kimicode.SessionError
+    assert issubclass(ConfigError, kimicode.ConfigError) and SessionError is kimicode.SessionError
     assert ToolError is kimicode.ToolError and LLMError is kimicode.ModelError
     for cls in (ConfigError, SessionError, ToolError, LLMError, TokenizerError, PatchError, kimicode.UsageError):
         assert issubclass(cls, KimicodeError), cls
