@@ -10,7 +10,6 @@ This module imports nothing from kimicode: every layer may raise these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 
@@ -51,33 +50,52 @@ class TurnError(KimicodeError):
         self.result = result
 
 
-@dataclass(eq=False)
 class ModelError(KimicodeError):
     """A failed model request. `kind` decides retries and the exit code; `message` is for humans.
 
     `kind` is one of `transient`, `auth`, `quota`, `context_length`, `bad_request`, `protocol`;
     `status` is the HTTP status when there was one; `retry_after` the seconds the server asked for.
-    `ModelError(...)` returns the subclass that matches the kind (see `error_class`).
+    Constructing a ModelError (or `kimicode.llm.errors.LLMError`, its subclass) returns an instance of
+    the class that matches the kind (see `error_class`): `except LLMError` and `except RateLimitError`
+    catch the same object.
     """
 
+    _specific = False  # True on the classes picked for a kind
     message: str
     kind: str
-    status: int | None = None
-    retry_after: float | None = None
-    error_type: str | None = None
+    status: int | None
+    retry_after: float | None
+    error_type: str | None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ModelError:
-        if cls is ModelError:
+        if not cls.__dict__.get("_specific", False):
             kind = kwargs.get("kind", args[1] if len(args) > 1 else None)
             status = kwargs.get("status", args[2] if len(args) > 2 else None)
-            cls = error_class(str(kind), status if isinstance(status, int) else None)
+            target = error_class(str(kind), status if isinstance(status, int) else None)
+            cls = cls if issubclass(cls, target) else (target if cls is ModelError else _both(cls, target))
         return super().__new__(cls)
+
+    def __init__(
+        self,
+        message: str,
+        kind: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        self.message, self.kind, self.status = message, kind, status
+        self.retry_after, self.error_type = retry_after, error_type
 
     def __str__(self) -> str:
         return self.message
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, kind={self.kind!r}, status={self.status!r})"
+
     def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes (e.g. a worker pool)
-        return (ModelError, (self.message, self.kind, self.status, self.retry_after, self.error_type))
+        root = next(c for c in type(self).__mro__ if not c.__dict__.get("_specific", False))
+        args = (self.message, self.kind, self.status, self.retry_after, self.error_type)
+        return (root, args, dict(self.__dict__))
 
     @property
     def transient(self) -> bool:
@@ -85,32 +103,58 @@ class ModelError(KimicodeError):
         return self.kind == "transient"
 
 
+_BOTH: dict[tuple[type, type], type] = {}
+
+
+def _both(base: type[ModelError], kind_cls: type[ModelError]) -> type[ModelError]:
+    """A subclass of `base` (e.g. LLMError) and of the class for the kind, made once per pair."""
+    made = _BOTH.get((base, kind_cls))
+    if made is None:
+        made = type(kind_cls.__name__, (base, kind_cls), {"_specific": True, "__module__": base.__module__})
+        _BOTH[(base, kind_cls)] = made
+    return made
+
+
 class AuthError(ModelError):
     """401/403: the key is missing, wrong, or not allowed to use this model."""
+
+    _specific = True
 
 
 class QuotaError(ModelError):
     """The account's quota or balance is exhausted (not retried)."""
 
+    _specific = True
+
 
 class RateLimitError(ModelError):
     """429 without a quota message: too many requests for now (retried after `retry_after`)."""
+
+    _specific = True
 
 
 class ContextLengthError(ModelError):
     """The request is longer than the model's context window (the agent compacts and retries once)."""
 
+    _specific = True
+
 
 class ServerUnavailableError(ModelError):
     """The server failed, timed out, could not be reached, or broke the stream (retried)."""
+
+    _specific = True
 
 
 class BadRequestError(ModelError):
     """The server refused the request as invalid (not retried)."""
 
+    _specific = True
+
 
 class ProtocolError(ModelError):
     """The server answered something that is not a chat-completions stream."""
+
+    _specific = True
 
 
 _BY_KIND: dict[str, type[ModelError]] = {

@@ -28,7 +28,7 @@ def test_old_names_are_the_new_classes_and_keep_their_bases() -> None:
     from kimicode.tools.patch import PatchError
 
     assert issubclass(ConfigError, kimicode.ConfigError) and SessionError is kimicode.SessionError
-    assert ToolError is kimicode.ToolError and LLMError is kimicode.ModelError
+    assert ToolError is kimicode.ToolError and issubclass(LLMError, kimicode.ModelError)
     for cls in (ConfigError, SessionError, ToolError, LLMError, TokenizerError, PatchError, kimicode.UsageError):
         assert issubclass(cls, KimicodeError), cls
     assert issubclass(SessionError, ValueError)  # `except ValueError` still catches an unknown session id
@@ -60,8 +60,11 @@ def test_classified_errors_are_catchable_by_class(
 
 def test_model_error_with_a_kind_nobody_knows_is_still_a_model_error() -> None:
     err = LLMError("what", "something_new")  # a kind added later must not break construction
-    assert type(err) is kimicode.ModelError and str(err) == "what"
-    assert type(LLMError("down", "transient")) is kimicode.ServerUnavailableError  # no status: a network failure
+    assert type(err) is LLMError and isinstance(err, kimicode.ModelError) and str(err) == "what"
+    assert isinstance(LLMError("down", "transient"), kimicode.ServerUnavailableError)  # no status: network
+    assert type(kimicode.ModelError("no", "auth", 401)) is kimicode.AuthError  # the base class dispatches too
+    assert isinstance(LLMError("x", "auth", 401), kimicode.AuthError)
+    assert type(LLMError("x", "auth")).__name__ == "AuthError"
 
 
 def test_error_info_is_the_string_it_always_was() -> None:

@@ -10,6 +10,7 @@ import asyncio
 import inspect
 import json
 import platform
+import sys
 import threading
 import time
 import weakref
@@ -40,7 +41,6 @@ from kimicode.agent.events import (
 )
 from kimicode.agent.permissions import MODES, decide, denial_message, target_path
 from kimicode.agent.policy import Rules
-from kimicode.agent.streams import Emit, EventStream
 from kimicode.config import kimicode_home
 from kimicode.context.accounting import Breakdown
 from kimicode.context.compact import CompactionResult
@@ -57,6 +57,7 @@ from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.registry import ToolRegistry, builtin_tools, parse_arguments, validate
 
 if TYPE_CHECKING:
+    from kimicode.agent.streams import Emit, EventStream
     from kimicode.llm.client import ChatClient
 
 T = TypeVar("T")
@@ -379,38 +380,33 @@ class Agent:
     def client(self) -> ChatClient:
         """The model client, created on first use (importing the HTTP stack is not free)."""
         if self._client is None:
-            self._client = self._new_client()
+            from kimicode.llm.client import ChatClient, ClientConfig
+
+            self._client = ChatClient(
+                ClientConfig(
+                    base_url=self.endpoint.base_url,
+                    api_key=self.endpoint.api_key,
+                    model=self.endpoint.model,
+                    profile=self.profile,
+                    effort=self.thinking,
+                    max_completion_tokens=self.max_completion_tokens,
+                    session_id=self.session_id,
+                    max_retries=self.max_retries,
+                    retry_base_delay=self.retry_base_delay,
+                    timeout=self.request_timeout,
+                    reasoning_field=self.model_config.reasoning_field,
+                    extra_headers=dict(self.model_config.headers),
+                    key_source=self.endpoint.key_source,
+                )
+            )
         return self._client
 
     async def _ensure_client(self) -> ChatClient:
         """The client, built in a worker thread the first time: importing `openai` and building its TLS
         context take a second or more, which must not stall the event loop (other agents, timers, the UI)."""
         if self._client is None:
-            made = await asyncio.to_thread(self._new_client)
-            if self._client is None:
-                self._client = made
-        return self._client
-
-    def _new_client(self) -> ChatClient:
-        from kimicode.llm.client import ChatClient, ClientConfig
-
-        return ChatClient(
-            ClientConfig(
-                base_url=self.endpoint.base_url,
-                api_key=self.endpoint.api_key,
-                model=self.endpoint.model,
-                profile=self.profile,
-                effort=self.thinking,
-                max_completion_tokens=self.max_completion_tokens,
-                session_id=self.session_id,
-                max_retries=self.max_retries,
-                retry_base_delay=self.retry_base_delay,
-                timeout=self.request_timeout,
-                reasoning_field=self.model_config.reasoning_field,
-                extra_headers=dict(self.model_config.headers),
-                key_source=self.endpoint.key_source,
-            )
-        )
+            await asyncio.to_thread(lambda: self.client)
+        return self.client
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -425,6 +421,8 @@ class Agent:
         return self._event_stream(lambda emit: self._turn(prompt, emit))
 
     def _event_stream(self, work: Callable[[Emit], Coroutine[Any, Any, T]]) -> EventStream[T]:
+        from kimicode.agent.streams import EventStream
+
         def on_start(task: asyncio.Task[Any]) -> None:
             self._worker, self._owner = task, ref
 
@@ -616,7 +614,10 @@ class Agent:
         def finish(
             status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None
         ) -> None:
-            info = error if error is None or isinstance(error, ErrorInfo) else ErrorInfo(error, kind or status)
+            info = None if error is None else ErrorInfo(error, kind or status)
+            handling = sys.exc_info()[1]  # called while handling a model error: keep its status and retry-after
+            if error is not None and isinstance(handling, LLMError) and handling.message == error:
+                info = ErrorInfo(error, kind or status, handling.status, handling.retry_after, handling.error_type)
             if self.log:
                 self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
                 self.log.sync()
@@ -658,7 +659,7 @@ class Agent:
             if not self._interrupted:
                 raise  # cancelled from outside (library cancellation): propagate
         except LLMError as err:
-            finish("error", self._last_text(), ErrorInfo.of(err), "transient" if err.transient else err.kind)
+            finish("error", self._last_text(), err.message, "transient" if err.transient else err.kind)
         except Exception as exc:  # a bug must end the turn with a valid history, never leave the caller waiting
             error = f"internal error: {type(exc).__name__}: {exc}"
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import time
+from dataclasses import dataclass
 from typing import Literal
 
 from kimicode.errors import ModelError
@@ -21,9 +22,23 @@ _CONTEXT_MARKERS = (
 )
 
 
-LLMError = ModelError
-"""A failed model request (`kimicode.errors.ModelError`): constructing one returns the subclass for its
-kind (`AuthError`, `RateLimitError`, `ContextLengthError`, ...), so every caller can catch either."""
+@dataclass
+class LLMError(ModelError):
+    """A failed model request. `kind` decides retries and the exit code; `message` is for humans."""
+
+    message: str
+    kind: ErrorKind
+    status: int | None = None
+    retry_after: float | None = None
+    error_type: str | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def transient(self) -> bool:
+        """True when retrying the same request may succeed."""
+        return self.kind == "transient"
 
 
 def classify_status(
