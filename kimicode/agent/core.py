@@ -20,6 +20,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from kimicode import errors
 from kimicode.agent.ecosystem import after_compaction, close_extras, start_extras, user_content
 from kimicode.agent.events import (
     ContentDelta,
@@ -46,7 +47,6 @@ from kimicode.context.accounting import Breakdown
 from kimicode.context.compact import CompactionResult
 from kimicode.context.manager import ContextManager, ContextSettings
 from kimicode.context.output import DEFAULT_CAP_CHARS, DEFAULT_CAP_TOKENS
-from kimicode.errors import ErrorInfo, TurnError, UsageError
 from kimicode.llm.accumulate import usage_numbers
 from kimicode.llm.errors import LLMError
 from kimicode.llm.profiles import profile_for
@@ -106,7 +106,7 @@ class RunResult:
     usage: dict[str, int]
     duration_ms: int
     permission_denials: list[dict[str, Any]]
-    error: ErrorInfo | None = None
+    error: errors.ErrorInfo | None = None
     """Why the turn did not succeed: a string (as before) that also carries `kind`, `status` (HTTP) and
     `retry_after`."""
     error_kind: str | None = None
@@ -136,7 +136,7 @@ class RunResult:
         if self.status == "error" and self.error is not None and self.error.kind not in ("internal", "hook"):
             exc = self.error.exception()
         else:
-            exc = TurnError(str(self.error or f"the turn ended with status {self.status}"), self.status)
+            exc = errors.TurnError(str(self.error or f"the turn ended with status {self.status}"), self.status)
         exc.result = self  # type: ignore[attr-defined]
         raise exc
 
@@ -426,9 +426,14 @@ class Agent:
         def on_start(task: asyncio.Task[Any]) -> None:
             self._worker, self._owner = task, ref
 
-        stream = EventStream(work, lambda: self.on_event, self._claim, on_start)
+        stream = EventStream(work, lambda: self.on_event, self._claim, on_start, self._outgoing)
         ref = weakref.ref(stream)
         return stream
+
+    def _outgoing(self, event: Event) -> Event:
+        """Every event once, before the consumer and the hook see it (the place to rewrite events, e.g.
+        to mask secrets)."""
+        return event
 
     async def _claim(self, stream: EventStream[Any]) -> None:
         """Before new work starts: refuse while a live consumer runs a turn; finish an abandoned one."""
@@ -436,7 +441,7 @@ class Agent:
         if worker is not None and not worker.done():
             owner = self._owner() if self._owner is not None else None
             if owner is not None and owner is not stream and not owner.closed:
-                raise UsageError("a turn is already running on this agent")
+                raise errors.UsageError("a turn is already running on this agent")
             worker.cancel()  # its consumer left without closing it: stop it and let it clean up
             await asyncio.wait([worker])
         self._interrupted = False
@@ -455,8 +460,8 @@ class Agent:
                     finished = event
         assert finished is not None
         error = finished.error
-        if error is not None and not isinstance(error, ErrorInfo):
-            error = ErrorInfo(error, finished.error_kind or "internal")
+        if error is not None and not isinstance(error, errors.ErrorInfo):
+            error = errors.ErrorInfo(error, finished.error_kind or "internal")
         return RunResult(
             status=finished.status,
             result=finished.result,
@@ -482,7 +487,7 @@ class Agent:
             asyncio.get_running_loop()
         except RuntimeError:
             return asyncio.run(self._run_and_close(prompt))
-        raise UsageError(
+        raise errors.UsageError(
             "run_sync() cannot be used inside a running event loop (async code, a Jupyter notebook): "
             "use `await agent.run(prompt)` instead"
         )
@@ -614,10 +619,12 @@ class Agent:
         def finish(
             status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None
         ) -> None:
-            info = None if error is None else ErrorInfo(error, kind or status)
+            info = None if error is None else errors.ErrorInfo(error, kind or status)
             handling = sys.exc_info()[1]  # called while handling a model error: keep its status and retry-after
             if error is not None and isinstance(handling, LLMError) and handling.message == error:
-                info = ErrorInfo(error, kind or status, handling.status, handling.retry_after, handling.error_type)
+                info = errors.ErrorInfo(
+                    error, kind or status, handling.status, handling.retry_after, handling.error_type
+                )
             if self.log:
                 self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
                 self.log.sync()

@@ -32,12 +32,15 @@ class Sink:
     collected (which cancels the work) even while the work still runs.
     """
 
-    def __init__(self, hook: Callable[[], Hook | None]) -> None:
+    def __init__(self, hook: Callable[[], Hook | None], outgoing: Callable[[Event], Event] | None = None) -> None:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self._hook = hook
+        self._outgoing = outgoing
         self.hook_errors: list[str] = []
 
     def __call__(self, event: Event) -> None:
+        if self._outgoing is not None:
+            event = self._outgoing(event)
         self.queue.put_nowait(event)
         hook = self._hook()
         if hook is None:
@@ -64,11 +67,12 @@ class EventStream(Coroutine[Any, Any, T]):
         hook: Callable[[], Hook | None],
         claim: Callable[[EventStream[Any]], Awaitable[None]],
         release: Callable[[asyncio.Task[Any]], None],
+        outgoing: Callable[[Event], Event] | None = None,
     ) -> None:
         self._work = work
         self._claim = claim
         self._release = release
-        self._sink = Sink(hook)
+        self._sink = Sink(hook, outgoing)
         self._task: asyncio.Task[T] | None = None
         self._started = False
         self._finished = False
