@@ -13,21 +13,53 @@ if TYPE_CHECKING:
     from typing import Any
 
     from kimicode.agent.core import Agent, Approval, ApprovalRequest, RunResult
-    from kimicode.session.store import SessionError, SessionInfo, list_sessions
-    from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+    from kimicode.errors import (
+        AuthError,
+        BadRequestError,
+        ConfigError,
+        ContextLengthError,
+        ErrorInfo,
+        KimicodeError,
+        ModelError,
+        ProtocolError,
+        QuotaError,
+        RateLimitError,
+        ServerUnavailableError,
+        SessionError,
+        ToolError,
+        ToolTimeout,
+        TurnError,
+        UsageError,
+    )
+    from kimicode.session.store import SessionInfo, list_sessions
+    from kimicode.tools.base import Tool, ToolContext, ToolResult
     from kimicode.tools.decorator import tool
 
 __all__ = [
     "Agent",
     "Approval",
     "ApprovalRequest",
+    "AuthError",
+    "BadRequestError",
+    "ConfigError",
+    "ContextLengthError",
+    "ErrorInfo",
+    "KimicodeError",
+    "ModelError",
+    "ProtocolError",
+    "QuotaError",
+    "RateLimitError",
     "RunResult",
+    "ServerUnavailableError",
     "SessionError",
     "SessionInfo",
     "Tool",
     "ToolContext",
     "ToolError",
     "ToolResult",
+    "ToolTimeout",
+    "TurnError",
+    "UsageError",
     "__version__",
     "list_sessions",
     "tool",
@@ -38,14 +70,28 @@ _LAZY = {
     "RunResult": "kimicode.agent.core",
     "Approval": "kimicode.agent.core",
     "ApprovalRequest": "kimicode.agent.core",
-    "SessionError": "kimicode.session.store",
+    "SessionError": "kimicode.errors",
     "SessionInfo": "kimicode.session.store",
     "list_sessions": "kimicode.session.store",
     "Tool": "kimicode.tools.base",
     "ToolContext": "kimicode.tools.base",
-    "ToolError": "kimicode.tools.base",
+    "ToolError": "kimicode.errors",
     "ToolResult": "kimicode.tools.base",
     "tool": "kimicode.tools.decorator",
+    "AuthError": "kimicode.errors",
+    "BadRequestError": "kimicode.errors",
+    "ConfigError": "kimicode.errors",
+    "ContextLengthError": "kimicode.errors",
+    "ErrorInfo": "kimicode.errors",
+    "KimicodeError": "kimicode.errors",
+    "ModelError": "kimicode.errors",
+    "ProtocolError": "kimicode.errors",
+    "QuotaError": "kimicode.errors",
+    "RateLimitError": "kimicode.errors",
+    "ServerUnavailableError": "kimicode.errors",
+    "ToolTimeout": "kimicode.errors",
+    "TurnError": "kimicode.errors",
+    "UsageError": "kimicode.errors",
 }
 
 

@@ -7,13 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimicode.errors import ConfigError as _ConfigError
+
 DEFAULT_BASE_URL = "https://api.moonshot.ai/v1"
 DEFAULT_MODEL = "kimi-k3"
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 KEY_VARIABLES = ("KIMI_API_KEY", "MOONSHOT_API_KEY", "OPENAI_API_KEY")
 
 
-class ConfigError(Exception):
+class ConfigError(_ConfigError):
     """A usage or configuration problem: reported in one line, exit code 2."""
 
 

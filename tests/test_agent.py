@@ -171,7 +171,7 @@ def test_repeated_identical_calls_warn_at_three_and_stop_at_five(
 
     server.add(*[Reply(tool_calls=[ToolCall("same", {"n": 1})]) for _ in range(6)])
     result = make_agent(tools=[same]).run_sync("loop")
-    assert result.status == "max_turns"
+    assert result.status == "repeat_limit"  # its own status: not the step limit
     assert "repeated 5 times" in (result.error or "")
     contents = [m["content"] for m in result.messages if m["role"] == "tool"]
     assert "warning" not in contents[1]

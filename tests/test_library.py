@@ -28,7 +28,7 @@ from kimicode.agent.events import (
     UsageUpdated,
 )
 from kimicode.session.log import load
-from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
+from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply, ToolCall
 from kimicode.tools.registry import builtin_tools
 
 MakeAgent = Callable[..., Agent]
@@ -191,6 +191,52 @@ def check_sessions(out: str, server: FakeServer, ws: Path) -> None:
     assert {prompt for _, _, prompt in listed} == {"Remember the number 7."}
 
 
+def script_hooks(server: FakeServer, ws: Path) -> None:
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "sleep 30"})]), Reply(content="Hello."))
+
+
+def check_hooks(out: str, server: FakeServer, ws: Path) -> None:
+    assert out.splitlines() == [
+        "notice: on_event hook raised RuntimeError: the dashboard is down (on TurnStarted)",  # once per turn
+        "success Hello. True",
+    ]
+    second = server.requests[1].body["messages"]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool", "user"]
+    assert second[3]["content"] == "interrupted by user"  # the abandoned call, closed in the history
+
+
+def script_errors(server: FakeServer, ws: Path) -> None:
+    for _ in range(2):
+        server.add(ErrorReply(429, "slow down", "rate_limit_error", headers={"Retry-After": "0"}))
+
+
+def check_errors(out: str, server: FakeServer, ws: Path) -> None:
+    assert out.splitlines() == [
+        "error transient 429 0.0",
+        "rate limited; retry in 0.0 s",
+        "this turn: 0 prompt tokens, 0 in total",
+    ]
+    assert len(server.requests) == 2  # max_retries=1: one retry
+
+
+def script_sync_tools(server: FakeServer, ws: Path) -> None:
+    server.add(
+        Reply(tool_calls=[ToolCall("crunch", {"rows": 10})]),
+        Reply(tool_calls=[ToolCall("crunch", {"rows": 1000})]),
+        *[Reply(tool_calls=[ToolCall("job_status", {"job": "7"})]) for _ in range(5)],
+        Reply(content="Job 7 is still running."),
+    )
+
+
+def check_sync_tools(out: str, server: FakeServer, ws: Path) -> None:
+    assert out.splitlines() == [
+        "processed 10 rows",
+        "Error: the call timed out after 1 s and was stopped;",
+        *["running"] * 5,  # a repeatable tool is not stopped by repeat_limit=4
+        "success",
+    ]
+
+
 SCENARIOS: dict[str, tuple[Callable[[FakeServer, Path], None], Callable[[str, FakeServer, Path], None]]] = {
     "quickstart": (script_quickstart, check_quickstart),
     "stream": (script_stream, check_stream),
@@ -199,6 +245,9 @@ SCENARIOS: dict[str, tuple[Callable[[FakeServer, Path], None], Callable[[str, Fa
     "approve": (script_approve, check_approve),
     "cancel": (script_cancel, check_cancel),
     "sessions": (script_sessions, check_sessions),
+    "hooks": (script_hooks, check_hooks),
+    "errors": (script_errors, check_errors),
+    "sync-tools": (script_sync_tools, check_sync_tools),
 }
 
 

@@ -1,8 +1,5 @@
-"""Tests for the glob and grep tools.
-
-Every behaviour test runs twice: with ripgrep and with the pure-Python engine (KIMICODE_NO_RIPGREP=1),
-and the parity tests assert that both engines print exactly the same text for the same call.
-"""
+"""Tests for the glob and grep tools: ripgrep chooses the files, globs are gitignore-style patterns
+(pathspec), and without ripgrep both tools say how to get it back."""
 
 from __future__ import annotations
 
@@ -13,24 +10,13 @@ from typing import Any
 import pytest
 
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
-from kimicode.tools.search import GLOB, GREP, IgnoreRules, find_ripgrep, glob_to_regex
-
-ENGINES = ["ripgrep", "python"]
+from kimicode.tools.search import GLOB, GREP, GlobSelector, expand_braces, find_ripgrep
 
 
-def _use_engine(monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
-    if engine == "python":
-        monkeypatch.setenv("KIMICODE_NO_RIPGREP", "1")
-        assert find_ripgrep() is None
-    else:
-        monkeypatch.delenv("KIMICODE_NO_RIPGREP", raising=False)
-        assert find_ripgrep() is not None, "the ripgrep wheel is a dependency; rg must be installed"
-
-
-@pytest.fixture(params=ENGINES)
-def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    _use_engine(monkeypatch, request.param)
-    return str(request.param)
+@pytest.fixture(autouse=True)
+def _ripgrep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KIMICODE_NO_RIPGREP", raising=False)
+    assert find_ripgrep() is not None, "the ripgrep wheel is a dependency; rg must be installed"
 
 
 def call(tool: Tool, args: dict[str, Any], workspace: Path) -> ToolResult:
@@ -40,16 +26,6 @@ def call(tool: Tool, args: dict[str, Any], workspace: Path) -> ToolResult:
     result = asyncio.run(invoke())
     assert isinstance(result, ToolResult)
     return result
-
-
-def call_both(monkeypatch: pytest.MonkeyPatch, tool: Tool, args: dict[str, Any], workspace: Path) -> str:
-    """Run one call with each engine, assert they print the same, and return that text."""
-    outputs = []
-    for engine in ENGINES:
-        _use_engine(monkeypatch, engine)
-        outputs.append(call(tool, args, workspace).content)
-    assert outputs[0] == outputs[1], f"engines differ for {args}"
-    return outputs[0]
 
 
 def write(path: Path, content: str | bytes) -> None:
@@ -97,7 +73,7 @@ def project(tmp_path: Path) -> Path:
 # glob
 
 
-def test_glob_lists_files_respecting_ignore_files_sorted_by_path(engine: str, project: Path) -> None:
+def test_glob_lists_files_respecting_ignore_files_sorted_by_path(project: Path) -> None:
     out = call(GLOB, {"pattern": "*"}, project).content.splitlines()
     assert out == [
         "README.md",
@@ -114,11 +90,11 @@ def test_glob_lists_files_respecting_ignore_files_sorted_by_path(engine: str, pr
     ]
 
 
-def test_glob_nested_gitignore_applies_only_below_its_directory(engine: str, project: Path) -> None:
+def test_glob_nested_gitignore_applies_only_below_its_directory(project: Path) -> None:
     assert call(GLOB, {"pattern": "**/*.tmp"}, project).content.splitlines() == ["scratch.tmp"]
 
 
-def test_glob_negation_and_override_precedence(engine: str, project: Path) -> None:
+def test_glob_negation_and_override_precedence(project: Path) -> None:
     everything = call(GLOB, {"pattern": "**"}, project).content.splitlines()
     assert "keep.log" in everything  # `!keep.log` re-includes it
     assert "debug.log" not in everything
@@ -144,7 +120,7 @@ def test_glob_negation_and_override_precedence(engine: str, project: Path) -> No
     ]
 
 
-def test_glob_patterns_with_slash_are_anchored_at_the_search_path(engine: str, project: Path) -> None:
+def test_glob_patterns_with_slash_are_anchored_at_the_search_path(project: Path) -> None:
     assert call(GLOB, {"pattern": "src/*.py"}, project).content.splitlines() == ["src/a-b.py", "src/app.py"]
     assert call(GLOB, {"pattern": "*.py", "path": "src"}, project).content.splitlines() == [
         "src/a/inner.py",
@@ -156,14 +132,14 @@ def test_glob_patterns_with_slash_are_anchored_at_the_search_path(engine: str, p
     assert call(GLOB, {"pattern": "./src/a/*.py"}, project).content == "src/a/inner.py"
 
 
-def test_glob_outside_workspace_shows_absolute_paths(engine: str, project: Path, tmp_path: Path) -> None:
+def test_glob_outside_workspace_shows_absolute_paths(project: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     write(other / "x.txt", "x")
     out = call(GLOB, {"pattern": "*.txt", "path": str(other)}, project).content
     assert out == str((other / "x.txt").resolve())
 
 
-def test_glob_caps_results_and_says_how_many_matched(engine: str, tmp_path: Path) -> None:
+def test_glob_caps_results_and_says_how_many_matched(tmp_path: Path) -> None:
     for i in range(1005):
         write(tmp_path / "many" / f"f{i:04d}.txt", "")
     lines = call(GLOB, {"pattern": "*.txt"}, tmp_path).content.splitlines()
@@ -173,7 +149,7 @@ def test_glob_caps_results_and_says_how_many_matched(engine: str, tmp_path: Path
     assert "1000 of 1005" in lines[-1]
 
 
-def test_glob_errors_are_clear(engine: str, project: Path) -> None:
+def test_glob_errors_are_clear(project: Path) -> None:
     with pytest.raises(ToolError, match="invalid glob"):
         call(GLOB, {"pattern": "{a,b"}, project)
     with pytest.raises(ToolError, match="invalid glob"):
@@ -186,40 +162,47 @@ def test_glob_errors_are_clear(engine: str, project: Path) -> None:
         call(GLOB, {"pattern": "  "}, project)
 
 
-def test_glob_no_match_is_a_normal_result(engine: str, project: Path) -> None:
+def test_glob_no_match_is_a_normal_result(project: Path) -> None:
     result = call(GLOB, {"pattern": "*.rs"}, project)
     assert not result.is_error
     assert result.content.startswith("No files match")
 
 
-GLOB_PATTERNS = [
-    "*",
-    "**",
-    "*.py",
-    "**/*.py",
-    "src/**",
-    "src/**/*.py",
-    "**/a/*",
-    "*.{py,md}",
-    "[a-m]*",
-    "[!a-m]*.py",
-    "?ain.py",
-    "docs/*/*.md",
-    "!*.py",
-    "*.log",
-    ".env",
-    "src/",
-    "/main.py",
-    "a\\-b.py",
-]
+GLOB_CASES = {
+    "**": 11,
+    "*.py": ["main.py", "src/a/inner.py", "src/a-b.py", "src/app.py", "src/dist/kept.py"],
+    "**/a/*": ["src/a/inner.py"],
+    "*.{py,md}": 8,
+    "*.{md,{log,bin}}": ["README.md", "docs/api/ref.md", "docs/guide.md", "image.bin", "keep.log"],
+    "?ain.py": ["main.py"],
+    "docs/*/*.md": ["docs/api/ref.md"],
+    # like .gitignore, a pattern without `/` matches any component: `docs/` and `src/a/` match `[a-m]*`
+    "[a-m]*": ["docs/api/ref.md", "docs/guide.md", "image.bin", "keep.log", "main.py", "src/a/inner.py",
+               "src/a-b.py", "src/app.py", "src/dist/kept.py"],
+    "[!a-r]*.py": "No files match",
+    "[!a-m]*": ["README.md", "docs/api/ref.md", "scratch.tmp", "src/a/inner.py", "src/a-b.py", "src/app.py",
+                "src/dist/kept.py"],
+    "!*.py": ["README.md", "docs/api/ref.md", "docs/guide.md", "image.bin", "keep.log", "scratch.tmp"],
+    "src/": ["src/a/inner.py", "src/a-b.py", "src/app.py", "src/dist/kept.py"],
+    "/main.py": ["main.py"],
+    "a\\-b.py": ["src/a-b.py"],
+    "\\{x\\}.txt": "No files match",
+}
 
 
-@pytest.mark.parametrize("pattern", GLOB_PATTERNS)
-def test_glob_engines_agree(monkeypatch: pytest.MonkeyPatch, project: Path, pattern: str) -> None:
-    call_both(monkeypatch, GLOB, {"pattern": pattern}, project)
+@pytest.mark.parametrize("pattern", list(GLOB_CASES))
+def test_glob_patterns(project: Path, pattern: str) -> None:
+    expected = GLOB_CASES[pattern]
+    out = call(GLOB, {"pattern": pattern}, project).content
+    if isinstance(expected, int):
+        assert len(out.splitlines()) == expected, out
+    elif isinstance(expected, str):
+        assert out.startswith(expected)
+    else:
+        assert out.splitlines() == expected
 
 
-def test_glob_engines_agree_inside_git_repositories(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_glob_inside_git_repositories(tmp_path: Path) -> None:
     ws = tmp_path / "repo"
     write(ws / ".git" / "info" / "exclude", "*.local\n")
     write(ws / ".gitignore", "*.dat\nvendor/lib/skip.txt\n")
@@ -235,61 +218,65 @@ def test_glob_engines_agree_inside_git_repositories(monkeypatch: pytest.MonkeyPa
     write(ws / "sub" / ".rgignore", "!keep.txt\n")
     write(ws / "sub" / "keep.txt", "")
     write(ws / "sub" / "drop.txt", "")
-    out = call_both(monkeypatch, GLOB, {"pattern": "*"}, ws).splitlines()
+    out = call(GLOB, {"pattern": "*"}, ws).content.splitlines()
     assert out == ["a.txt", "sub/keep.txt", "vendor/lib/skip.txt", "vendor/lib/x.dat", "vendor/lib/y.txt"]
-    assert call_both(monkeypatch, GLOB, {"pattern": "*", "path": "vendor"}, ws).splitlines() == out[2:]
-
-
-# --------------------------------------------------------------------------------------------------
-# the shared matcher and glob translation
+    assert call(GLOB, {"pattern": "*", "path": "vendor"}, ws).content.splitlines() == out[2:]
 
 
 @pytest.mark.parametrize(
-    ("lines", "path", "is_dir", "expected"),
+    ("glob", "path", "expected"),
     [
-        (["*.log"], "a/b/c.log", False, True),
-        (["*.log", "!keep.log"], "keep.log", False, False),
-        (["!keep.log", "*.log"], "keep.log", False, True),  # the last matching rule wins
-        (["/build"], "build", True, True),
-        (["/build"], "src/build", True, None),  # a leading `/` anchors to the ignore file's directory
-        (["out/"], "out", False, None),  # a trailing `/` matches directories only
-        (["out/"], "x/out", True, True),
-        (["src/*.py"], "src/a.py", False, True),
-        (["src/*.py"], "src/x/a.py", False, None),  # `*` does not cross `/`
-        (["a/**/b"], "a/x/y/b", False, True),
-        (["a/**/b"], "a/b", False, True),
-        (["**/cache"], "deep/er/cache", True, True),
-        (["abc/**"], "abc", True, None),
-        (["abc/**"], "abc/x/y", False, True),
-        (["# comment", "", "   "], "# comment", False, None),
-        (["\\#hash"], "#hash", False, True),
-        (["\\!bang"], "!bang", False, True),
-        (["f[0-9].txt"], "f7.txt", False, True),
-        (["f?.txt"], "f/.txt", False, None),
-        (["trailing  "], "trailing", False, True),
-        (["*.{jpg,png}"], "img/x.png", False, True),
+        ("*.log", "a/b/c.log", True),
+        ("!*.log", "a/b/c.log", False),
+        ("!*.log", "a/b/c.py", True),
+        ("src/*.py", "src/a.py", True),
+        ("src/*.py", "src/x/a.py", False),  # `*` does not cross `/`
+        ("a/**/b", "a/x/y/b", True),
+        ("a/**/b", "a/b", True),
+        ("!build", "build/deep/x.o", False),  # an excluded directory excludes what is below it
+        ("f[0-9].txt", "f7.txt", True),
+        ("f?.txt", "f/.txt", False),
+        ("*.{jpg,png}", "img/x.png", True),
+        ("{src,lib}/**/*.{c,h}", "lib/x/y.h", True),
+        ("{src,lib}/**/*.{c,h}", "bin/x/y.h", False),
     ],
 )
-def test_ignore_rules_follow_gitignore_semantics(
-    lines: list[str], path: str, is_dir: bool, expected: bool | None
-) -> None:
-    assert IgnoreRules.from_lines(lines).match(path, is_dir) is expected
+def test_glob_selector_semantics(glob: str, path: str, expected: bool) -> None:
+    assert GlobSelector(glob).accepts(path) is expected
 
 
-def test_glob_to_regex_matches_globset() -> None:
-    assert glob_to_regex("**") == ".*"
-    assert glob_to_regex("*.py") == r"[^/]*\.py"
-    assert glob_to_regex("**/x") == r"(?:/?|.*/)x"
-    assert glob_to_regex("a/**") == r"a/.*"
-    assert glob_to_regex("a/**/b") == r"a(?:/|/.*/)b"
-    assert glob_to_regex("{a,b}") in ("(?:a|b)", "(?:b|a)")
+def test_brace_expansion_is_bounded_and_escapable() -> None:
+    assert expand_braces("a{b,c{d,e}}f") == ["abf", "acdf", "acef"]
+    assert expand_braces("\\{a,b\\}") == ["\\{a,b\\}"]
+    assert expand_braces("{,x}y") == ["y", "xy"]
+    with pytest.raises(ValueError, match="alternatives"):
+        expand_braces("{a,b,c,d}" * 5)  # 4**5 patterns
+    for bad in ("{a,b", "[abc", "[z-a]", "!", "!  "):
+        with pytest.raises(ValueError):
+            GlobSelector(bad)
+
+
+def test_without_ripgrep_both_tools_say_how_to_get_it(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KIMICODE_NO_RIPGREP", "1")
+    for tool, args in ((GLOB, {"pattern": "*"}), (GREP, {"pattern": "hello"})):
+        with pytest.raises(ToolError, match=r"ripgrep \(rg\) is not available.*reinstall kimicode"):
+            call(tool, args, project)
+
+
+def test_an_rg_that_cannot_run_is_a_clear_error(project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "rg"
+    write(fake, "not an executable format")
+    fake.chmod(0o755)
+    monkeypatch.setattr("kimicode.tools.search.find_ripgrep", lambda: str(fake))
+    with pytest.raises(ToolError, match="cannot run ripgrep"):
+        call(GREP, {"pattern": "hello"}, project)
 
 
 # --------------------------------------------------------------------------------------------------
 # grep
 
 
-def test_grep_files_mode(engine: str, project: Path) -> None:
+def test_grep_files_mode(project: Path) -> None:
     out = call(GREP, {"pattern": "hello"}, project).content.splitlines()
     assert out == [
         "docs/guide.md",
@@ -301,17 +288,17 @@ def test_grep_files_mode(engine: str, project: Path) -> None:
     ]
 
 
-def test_grep_content_mode_format(engine: str, project: Path) -> None:
+def test_grep_content_mode_format(project: Path) -> None:
     out = call(GREP, {"pattern": "return", "output_mode": "content"}, project).content
     assert out == "src/app.py:2:    return 'Hello'\nsrc/app.py:6:    return 42"
 
 
-def test_grep_count_mode(engine: str, project: Path) -> None:
+def test_grep_count_mode(project: Path) -> None:
     out = call(GREP, {"pattern": "hello|line", "output_mode": "count", "glob": "*.md"}, project).content
     assert out == "docs/guide.md:6"
 
 
-def test_grep_context_lines_and_separators(engine: str, project: Path) -> None:
+def test_grep_context_lines_and_separators(project: Path) -> None:
     args = {"pattern": "hello", "output_mode": "content", "context": 1, "path": "docs"}
     assert call(GREP, args, project).content.splitlines() == [
         "docs/guide.md-2-line two",
@@ -332,7 +319,7 @@ def test_grep_context_lines_and_separators(engine: str, project: Path) -> None:
     ]
 
 
-def test_grep_ignore_case(engine: str, project: Path) -> None:
+def test_grep_ignore_case(project: Path) -> None:
     args: dict[str, Any] = {"pattern": "HELLO", "glob": "*.py"}
     assert call(GREP, args, project).content == "src/a/inner.py"
     args["ignore_case"] = True
@@ -345,7 +332,7 @@ def test_grep_ignore_case(engine: str, project: Path) -> None:
     ]
 
 
-def test_grep_glob_filter_and_path(engine: str, project: Path) -> None:
+def test_grep_glob_filter_and_path(project: Path) -> None:
     assert call(GREP, {"pattern": "hello", "glob": "*.md"}, project).content == "docs/guide.md"
     assert call(GREP, {"pattern": "hello", "glob": "!*.md", "path": "docs"}, project).content.startswith("No matches")
     assert call(GREP, {"pattern": "return", "path": "src/app.py", "output_mode": "count"}, project).content == (
@@ -353,7 +340,7 @@ def test_grep_glob_filter_and_path(engine: str, project: Path) -> None:
     )
 
 
-def test_grep_head_limit_caps_output(engine: str, project: Path) -> None:
+def test_grep_head_limit_caps_output(project: Path) -> None:
     lines = call(GREP, {"pattern": "hello", "output_mode": "content", "head_limit": 2}, project).content
     assert lines.splitlines()[:2] == ["docs/guide.md:3:hello guide", "docs/guide.md:7:hello again"]
     assert "capped at 2 of 7 lines" in lines.splitlines()[2]
@@ -361,28 +348,28 @@ def test_grep_head_limit_caps_output(engine: str, project: Path) -> None:
         call(GREP, {"pattern": "x", "head_limit": 0}, project)
 
 
-def test_grep_invalid_regex_is_a_tool_error(engine: str, project: Path) -> None:
+def test_grep_invalid_regex_is_a_tool_error(project: Path) -> None:
     with pytest.raises(ToolError, match="invalid regex"):
         call(GREP, {"pattern": "foo(bar"}, project)
     with pytest.raises(ToolError, match=r"(?i)look-around"):
         call(GREP, {"pattern": "foo(?=bar)"}, project)
 
 
-def test_grep_skips_binary_and_ignored_files(engine: str, project: Path) -> None:
+def test_grep_skips_binary_and_ignored_files(project: Path) -> None:
     out = call(GREP, {"pattern": "hello", "output_mode": "count"}, project).content
     for absent in ("image.bin", "debug.log", "secret1.txt", "build/", "dist/bundle", "generated/", ".env"):
         assert absent not in out
     assert "keep.log:1" in out
 
 
-def test_grep_explicit_paths_are_searched_even_if_hidden_or_ignored(engine: str, project: Path) -> None:
+def test_grep_explicit_paths_are_searched_even_if_hidden_or_ignored(project: Path) -> None:
     assert call(GREP, {"pattern": "hello", "path": ".hidden"}, project).content == ".hidden/h.py"
     assert call(GREP, {"pattern": "hello", "path": "debug.log"}, project).content == "debug.log"
     binary = call(GREP, {"pattern": "hello", "path": "image.bin"}, project).content
     assert binary.startswith("No matches") and "binary file" in binary
 
 
-def test_grep_no_match_and_long_lines(engine: str, project: Path) -> None:
+def test_grep_no_match_and_long_lines(project: Path) -> None:
     result = call(GREP, {"pattern": "zzz-nothing"}, project)
     assert not result.is_error
     assert result.content.startswith("No matches")
@@ -391,7 +378,7 @@ def test_grep_no_match_and_long_lines(engine: str, project: Path) -> None:
     assert out == "long.txt:1:start " + "x" * 494 + " […]"
 
 
-def test_grep_matches_before_a_late_nul_byte_like_ripgrep(engine: str, tmp_path: Path) -> None:
+def test_grep_matches_before_a_late_nul_byte_like_ripgrep(tmp_path: Path) -> None:
     # ripgrep reports matches from the 64 KB blocks before the one holding the first NUL byte.
     lines = [f"line {i:05d}\n" for i in range(12_000)]
     data = "".join(lines).encode()
@@ -420,12 +407,13 @@ GREP_CASES: list[dict[str, Any]] = [
 
 
 @pytest.mark.parametrize("args", GREP_CASES, ids=[str(i) for i in range(len(GREP_CASES))])
-def test_grep_engines_agree(monkeypatch: pytest.MonkeyPatch, project: Path, args: dict[str, Any]) -> None:
-    out = call_both(monkeypatch, GREP, args, project)
+def test_grep_cases_find_something(project: Path, args: dict[str, Any]) -> None:
+    out = call(GREP, args, project).content
     assert not out.startswith("No matches")
+    assert ".hidden" not in out and "debug.log" not in out and "build/" not in out
 
 
-def test_grep_engines_agree_on_tricky_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_grep_on_tricky_files(tmp_path: Path) -> None:
     write(tmp_path / "bom.txt", b"\xef\xbb\xbfhello bom\n")
     write(tmp_path / "utf16.txt", "hello utf16\n".encode("utf-16"))
     write(tmp_path / "crlf.txt", b"hello crlf\r\nsecond\r\n")
@@ -435,8 +423,8 @@ def test_grep_engines_agree_on_tricky_files(monkeypatch: pytest.MonkeyPatch, tmp
     mixed = "".join(f"hello {i}\n" for i in range(20_000)).encode()
     write(tmp_path / "b_mixed.bin", mixed[:150_000] + b"\x00" + mixed[150_000:])
     for mode in ("files", "content", "count"):
-        out = call_both(monkeypatch, GREP, {"pattern": "hello", "output_mode": mode}, tmp_path)
+        out = call(GREP, {"pattern": "hello", "output_mode": mode}, tmp_path).content
         assert "bom.txt" in out and "utf16.txt" in out
-    out = call_both(monkeypatch, GREP, {"pattern": "hello", "output_mode": "content", "context": 2}, tmp_path)
+    out = call(GREP, {"pattern": "hello", "output_mode": "content", "context": 2}, tmp_path).content
     assert "crlf.txt:1:hello crlf\n" in out
     assert "nonl.txt:1:no newline hello" in out

@@ -234,21 +234,37 @@ def test_options_depend_on_the_request(tmp_path: Path) -> None:
     assert [o.value for o in options_for(edit_request(tmp_path, {"path": "x"}))] == ["once", "file", "no"]
 
 
-def test_edit_previews_come_from_the_arguments_and_the_file(tmp_path: Path) -> None:
+def previewed(ws: Path, args: dict[str, Any], tool: str = "edit_file") -> ApprovalRequest:
+    """An edit request carrying the tool's own preview, as the agent builds it."""
+    from kimicode.tools.base import ToolContext, ToolError
+    from kimicode.tools.files import EDIT_FILE, WRITE_FILE
+
+    fn = {"edit_file": EDIT_FILE, "write_file": WRITE_FILE}[tool].preview
+    assert fn is not None
+    try:
+        diff, problem = fn(args, ToolContext(ws)), None
+    except ToolError as exc:
+        diff, problem = None, str(exc)
+    return ApprovalRequest("call-2", tool, "edit", args, "changes files", str((ws / args["path"]).resolve()),
+                           diff, problem)  # fmt: skip
+
+
+def test_edit_previews_render_the_tools_own_diff(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("one\ntwo\nthree\n")
-    diff, note = edit_preview(
-        edit_request(tmp_path, {"path": "a.py", "old_string": "two", "new_string": "2"}), tmp_path
-    )
+    diff, note = edit_preview(previewed(tmp_path, {"path": "a.py", "old_string": "two", "new_string": "2"}), tmp_path)
     assert "-two\n+2\n" in diff and " one\n" in diff and note == ""
-    diff, note = edit_preview(edit_request(tmp_path, {"path": "new.py", "content": "x = 1\n"}, "write_file"), tmp_path)
+    diff, note = edit_preview(previewed(tmp_path, {"path": "new.py", "content": "x = 1\n"}, "write_file"), tmp_path)
     assert "+x = 1" in diff and note == "new file"
-    diff, note = edit_preview(
-        edit_request(tmp_path, {"path": "a.py", "old_string": "zzz", "new_string": "y"}), tmp_path
-    )
-    assert "-zzz" in diff and "not found" in note
+    diff, note = edit_preview(previewed(tmp_path, {"path": "a.py", "old_string": "zzz", "new_string": "y"}), tmp_path)
+    assert diff == "" and "would fail" in note and "not found" in note
     (tmp_path / "b.py").write_text("x\nx\n")
-    _, note = edit_preview(edit_request(tmp_path, {"path": "b.py", "old_string": "x", "new_string": "y"}), tmp_path)
-    assert "occurs 2 times" in note
+    _, note = edit_preview(previewed(tmp_path, {"path": "b.py", "old_string": "x", "new_string": "y"}), tmp_path)
+    assert "matches 2 times" in note
+    same = previewed(tmp_path, {"path": "a.py", "content": "one\ntwo\nthree\n"}, "write_file")
+    _, note = edit_preview(same, tmp_path)
+    assert note == "no change"
+    _, note = edit_preview(edit_request(tmp_path, {"path": "c.py", "data": 1}), tmp_path)  # no preview: arguments
+    assert '"data": 1' in note
 
 
 # -- completion and attachments -------------------------------------------------------------------

@@ -11,13 +11,17 @@ import dataclasses
 import inspect
 import json
 import platform
+import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from kimicode import errors
 from kimicode.agent.ecosystem import after_compaction, close_extras, start_extras, user_content
 from kimicode.agent.events import (
     ContentDelta,
@@ -60,11 +64,14 @@ from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, T
 from kimicode.tools.registry import ToolRegistry, builtin_tools, parse_arguments, validate
 
 if TYPE_CHECKING:
+    from kimicode.agent.streams import Emit, EventStream
     from kimicode.llm.client import ChatClient
     from kimicode.redact import Masker
 
-REPEAT_WARN = 3
-REPEAT_STOP = 5
+T = TypeVar("T")
+
+REPEAT_LIMIT = 5
+"""The default `repeat_limit`: identical consecutive calls that end the turn (a warning comes 2 earlier)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,11 @@ class ApprovalRequest:
     arguments: Mapping[str, Any]
     reason: str
     path: str | None = None
+    preview: str | None = None
+    """For tools that change files: the exact unified diff the call would apply, computed by the tool
+    itself (CRLF and staleness included); "" when nothing would change."""
+    preview_error: str | None = None
+    """Why the call would fail as it stands (the file changed, old_string not found, ...)."""
 
 
 @dataclass(frozen=True)
@@ -102,16 +114,39 @@ class RunResult:
     usage: dict[str, int]
     duration_ms: int
     permission_denials: list[dict[str, Any]]
-    error: str | None = None
+    error: errors.ErrorInfo | None = None
+    """Why the turn did not succeed: a string (as before) that also carries `kind`, `status` (HTTP) and
+    `retry_after`."""
     error_kind: str | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
     """The messages this turn added to the history (user, assistant and tool), as sent to the model."""
     context: dict[str, int] = field(default_factory=dict)
     """Context window use after the turn: `used` and `window` tokens."""
+    turn_usage: dict[str, int] = field(default_factory=dict)
+    """Tokens of this turn alone (`usage` is the running total of the agent)."""
+    hook_errors: list[str] = field(default_factory=list)
+    """What the `on_event` hook raised during the turn (the turn itself went on)."""
 
     @property
     def ok(self) -> bool:
         return self.status == "success"
+
+    def raise_for_status(self) -> RunResult:
+        """Return self when the turn succeeded; otherwise raise the matching `KimicodeError`.
+
+        A model failure raises its `ModelError` subclass (`AuthError`, `RateLimitError`, ...); a turn that
+        stopped at a limit, was interrupted or failed internally raises `TurnError`. The exception's
+        `result` attribute is this RunResult.
+        """
+        if self.ok:
+            return self
+        exc: Exception
+        if self.status == "error" and self.error is not None and self.error.kind not in ("internal", "hook"):
+            exc = self.error.exception()
+        else:
+            exc = errors.TurnError(str(self.error or f"the turn ended with status {self.status}"), self.status)
+        exc.result = self  # type: ignore[attr-defined]
+        raise exc
 
 
 class Agent:
@@ -139,6 +174,8 @@ class Agent:
         context_window: int | None = None,
         max_completion_tokens: int | None = None,
         max_turns: int = 200,
+        repeat_limit: int | None = REPEAT_LIMIT,
+        tool_timeout: float | None = None,
         max_retries: int = 5,
         retry_base_delay: float = 1.0,
         request_timeout: float = 300.0,
@@ -197,6 +234,14 @@ class Agent:
         """The answer's token limit when set (argument, model config, `[context] max_tokens`); else fitted."""
         self._discovered = context_window is not None or self.model_config.context_window is not None
         self.max_turns = max_turns
+        if repeat_limit is not None and repeat_limit < 2:
+            raise ValueError(f"repeat_limit must be at least 2, or None for no limit (got {repeat_limit!r})")
+        self.repeat_limit = repeat_limit
+        """Identical consecutive tool calls that end the turn (status `repeat_limit`); None: no limit."""
+        if tool_timeout is not None and not tool_timeout > 0:
+            raise ValueError(f"tool_timeout must be a positive number of seconds (got {tool_timeout!r})")
+        self.tool_timeout = tool_timeout
+        """Seconds any tool call may run (a tool's own `timeout` wins); None: no limit."""
         self.max_retries = max_retries
         self.retry_base_delay = retry_base_delay
         self.request_timeout = request_timeout
@@ -238,7 +283,8 @@ class Agent:
             reserve_explicit=self.max_completion_tokens is not None,
         )
         self._client: ChatClient | None = None
-        self._worker: asyncio.Task[None] | None = None
+        self._worker: asyncio.Task[Any] | None = None
+        self._owner: weakref.ref[EventStream[Any]] | None = None  # the stream consuming `_worker`
         self._interrupted = False
         self._turn_text = ""
         self.resume_warning: str | None = None
@@ -394,48 +440,66 @@ class Agent:
             )
         return self._client
 
+    async def _ensure_client(self) -> ChatClient:
+        """The client, built in a worker thread the first time: importing `openai` and building its TLS
+        context take a second or more, which must not stall the event loop (other agents, timers, the UI)."""
+        if self._client is None:
+            await asyncio.to_thread(lambda: self.client)
+        return self.client
+
     # -- public API -------------------------------------------------------------------------------
 
-    async def stream(self, prompt: str) -> AsyncIterator[Event]:
-        """Run one turn for `prompt`, yielding every event as it happens; the last is TurnFinished."""
-        if self._worker is not None and not self._worker.done():
-            raise RuntimeError("a turn is already running on this agent")
-        queue: asyncio.Queue[Event] = asyncio.Queue()
-        self._interrupted = False
+    def stream(self, prompt: str) -> EventStream[None]:
+        """Run one turn for `prompt`, yielding every event as it happens; the last is TurnFinished.
 
-        def emit(event: Event) -> None:
-            event = _masked_event(event, self.masker)
-            if self.on_event is not None:
-                self.on_event(event)
-            queue.put_nowait(event)
+        The turn starts at the first iteration (or `async with`). Leaving early (`break`, an exception,
+        `aclose()`, the consumer being cancelled) cancels the turn: unfinished tool calls get an
+        `interrupted` result and the agent can run again. Each event is queued before `on_event` sees it,
+        and a raising hook is reported (a Notice, `RunResult.hook_errors`) without affecting the turn.
+        """
+        return self._event_stream(lambda emit: self._turn(prompt, emit))
 
-        self._emit = emit
-        self._worker = asyncio.create_task(self._turn(prompt, emit))
+    def _event_stream(self, work: Callable[[Emit], Coroutine[Any, Any, T]]) -> EventStream[T]:
+        from kimicode.agent.streams import EventStream
+
+        def on_start(task: asyncio.Task[Any]) -> None:
+            self._worker, self._owner = task, ref
+
+        stream = EventStream(work, lambda: self.on_event, self._claim, on_start, self._outgoing)
+        ref = weakref.ref(stream)
+        return stream
+
+    def _outgoing(self, event: Event) -> Event:
+        """Every event once, before the consumer and the hook see it: known secrets masked."""
+        return _masked_event(event, self.masker)
+
+    async def _claim(self, stream: EventStream[Any]) -> None:
+        """Before new work starts: refuse while a live consumer runs a turn; finish an abandoned one."""
         worker = self._worker
-        try:
-            while True:
-                event = await queue.get()
-                yield event
-                if isinstance(event, TurnFinished):
-                    break
-            await worker
-        finally:
-            if not worker.done():
-                worker.cancel()
-                # Let the worker write synthetic results for unfinished tool calls before we leave.
-                await asyncio.wait([worker])
+        if worker is not None and not worker.done():
+            owner = self._owner() if self._owner is not None else None
+            if owner is not None and owner is not stream and not owner.closed:
+                raise errors.UsageError("a turn is already running on this agent")
+            worker.cancel()  # its consumer left without closing it: stop it and let it clean up
+            await asyncio.wait([worker])
+        self._interrupted = False
 
     async def run(self, prompt: str) -> RunResult:
         """Run one turn and return its result (the conversation continues on the next call)."""
         start = time.monotonic()
+        before = dict(self.usage)
         added: list[dict[str, Any]] = []  # collected from events: compaction may rewrite the history
         finished: TurnFinished | None = None
-        async for event in self.stream(prompt):
-            if isinstance(event, MessageCommitted):
-                added.append(cast(dict[str, Any], event.message))  # the committed dict itself
-            elif isinstance(event, TurnFinished):
-                finished = event
+        async with self.stream(prompt) as events:
+            async for event in events:
+                if isinstance(event, MessageCommitted):
+                    added.append(cast(dict[str, Any], event.message))  # the committed dict itself
+                elif isinstance(event, TurnFinished):
+                    finished = event
         assert finished is not None
+        error = finished.error
+        if error is not None and not isinstance(error, errors.ErrorInfo):
+            error = errors.ErrorInfo(error, finished.error_kind or "internal")
         return RunResult(
             status=finished.status,
             result=finished.result,
@@ -444,15 +508,27 @@ class Agent:
             usage=dict(self.usage),
             duration_ms=int((time.monotonic() - start) * 1000),
             permission_denials=[dict(d) for d in finished.permission_denials],
-            error=finished.error,
+            error=error,
             error_kind=finished.error_kind,
             messages=added,
             context={"used": self.context.used, "window": self.context_window},
+            turn_usage={k: v - before.get(k, 0) for k, v in self.usage.items()},
+            hook_errors=list(events.hook_errors),
         )
 
     def run_sync(self, prompt: str) -> RunResult:
-        """`run` for scripts without an event loop."""
-        return asyncio.run(self._run_and_close(prompt))
+        """`run` for scripts without an event loop (closes the agent's connections afterwards).
+
+        Inside a running event loop (async code, a notebook) it raises `UsageError`: `await agent.run()`.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self._run_and_close(prompt))
+        raise errors.UsageError(
+            "run_sync() cannot be used inside a running event loop (async code, a Jupyter notebook): "
+            "use `await agent.run(prompt)` instead"
+        )
 
     async def _run_and_close(self, prompt: str) -> RunResult:
         try:
@@ -515,23 +591,21 @@ class Agent:
             except RuntimeError:
                 pass  # no loop running: the pool is released with the object
 
-    async def compact(self, instructions: str | None = None) -> CompactionResult | None:
+    def compact(self, instructions: str | None = None) -> EventStream[CompactionResult | None]:
         """Summarise the older history now (`/compact`); `instructions` tell the summariser what to keep.
 
-        Returns what was replaced, or None when there was nothing to compact. Events go to `on_event`.
+        `await agent.compact()` returns what was replaced, or None when there was nothing to compact;
+        `async for event in agent.compact()` streams its events (Notice, ContextUpdated, ...) like a turn,
+        with the same guarantees (`on_event` sees them too; leaving early cancels the compaction).
         """
-        if self._worker is not None and not self._worker.done():
-            raise RuntimeError("cannot compact while a turn is running")
+        return self._event_stream(lambda emit: self._compact(instructions, emit))
 
-        def emit(event: Event) -> None:
-            event = _masked_event(event, self.masker)
-            if self.on_event is not None:
-                self.on_event(event)
-
+    async def _compact(self, instructions: str | None, emit: Emit) -> CompactionResult | None:
+        client = await self._ensure_client()
         self.context.set_window(self.context_window, self.max_completion_tokens or self.profile.max_completion_tokens)
         kinds = {t.name: t.kind for t in self.tools}
         result = await self.context.compact(
-            self.messages, self.tools.schemas(), self.client, emit, instructions=instructions, tool_kinds=kinds
+            self.messages, self.tools.schemas(), client, emit, instructions=instructions, tool_kinds=kinds
         )
         after_compaction(self)
         if result is not None:
@@ -586,7 +660,13 @@ class Agent:
             self._worker.cancel()
 
     async def aclose(self) -> None:
-        """Release the HTTP connection pool, stop the MCP servers and close the session log."""
+        """Release the HTTP connection pool, stop the MCP servers and close the session log.
+
+        A turn or compaction still running (its stream abandoned) is cancelled and waited for first."""
+        worker = self._worker
+        if worker is not None and not worker.done():
+            worker.cancel()
+            await asyncio.wait([worker])
         await close_extras(self)
         if self._client is not None:
             await self._client.aclose()
@@ -609,6 +689,7 @@ class Agent:
         steps = 0
         denials: list[dict[str, Any]] = []
         self._denials = denials
+        self._emit = emit  # subagents (tools/task.py) report through the parent's stream
         pending: list[dict[str, Any]] = []  # tool calls of the current step still without a result
         self._turn_text = ""
         emit(TurnStarted(prompt, self.session_id))
@@ -616,16 +697,24 @@ class Agent:
             emit(notice)
         self._notices.clear()
 
-        def finish(status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None) -> None:
+        def finish(
+            status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None
+        ) -> None:
+            info = None if error is None else errors.ErrorInfo(error, kind or status)
+            handling = sys.exc_info()[1]  # called while handling a model error: keep its status and retry-after
+            if error is not None and isinstance(handling, LLMError) and handling.message == error:
+                info = errors.ErrorInfo(
+                    error, kind or status, handling.status, handling.retry_after, handling.error_type
+                )
             if self.log:
                 self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
                 self.log.sync()
-            emit(TurnFinished(status, result, steps, error, kind, tuple(denials)))
+            emit(TurnFinished(status, result, steps, info, kind, tuple(denials)))
 
         try:
             await start_extras(self, emit)  # MCP servers (bounded by their startup timeout)
             self._commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
-            repeats = _RepeatTracker()
+            repeats = _RepeatTracker(self.repeat_limit)
             while True:
                 if steps >= self.max_turns:
                     finish("max_turns", self._last_text(), f"stopped after reaching --max-turns {self.max_turns}")
@@ -637,7 +726,8 @@ class Agent:
                 self._commit(message, emit)
                 calls = list(message.get("tool_calls") or ())
                 if completion.finish_reason == "content_filter":
-                    finish("error", message.get("content") or "", "the provider's content filter blocked the response")
+                    blocked = "the provider's content filter blocked the response"
+                    finish("error", message.get("content") or "", blocked, "content_filter")
                     return
                 if not calls:
                     if completion.finish_reason == "length":
@@ -647,7 +737,7 @@ class Agent:
                 pending[:] = calls
                 stop = await self._run_tools(calls, completion.finish_reason, repeats, denials, pending, emit)
                 if stop:
-                    finish("max_turns", self._last_text(), stop)
+                    finish("repeat_limit", self._last_text(), stop)
                     return
         except asyncio.CancelledError:
             for call in pending:
@@ -679,6 +769,7 @@ class Agent:
         return self._turn_text
 
     async def _model_step(self, emit: Callable[[Event], None]) -> Any:
+        await self._ensure_client()  # imports the HTTP stack in a thread the first time
         from kimicode.llm.client import Completion, StreamDelta, StreamRetry
 
         tools = self.tools.schemas()
@@ -752,16 +843,19 @@ class Agent:
         stop: str | None = None
         for prep in prepared:
             count = repeats.see(prep.signature)
-            if count >= REPEAT_STOP:
+            limit = repeats.limit
+            if limit is None or (prep.tool is not None and prep.tool.repeatable):
+                continue  # no limit, or a tool that expects identical calls (polling)
+            if count >= limit:
                 prep.error = (
                     f"Not run: this exact call was repeated {count} times in a row. The turn is stopped."
                 )
                 stop = f"stopped: the same {prep.name} call was repeated {count} times in a row"
-            elif count >= REPEAT_WARN:
+            elif count >= max(2, limit - 2):
                 prep.warning = (
                     f"\n\n[warning: you have made this exact call {count} times in a row; it will not give a "
                     "different result. Change your approach; at "
-                    f"{REPEAT_STOP} repetitions the turn is stopped.]"
+                    f"{limit} repetitions the turn is stopped.]"
                 )
         i = 0
         while i < len(prepared):
@@ -832,8 +926,10 @@ class Agent:
         approved = False
         user_reason = ""
         if decision.verdict == "ask" and self.approve is not None:
+            diff, problem = await _preview(tool, prep.args, self.ctx)
             request = ApprovalRequest(
-                prep.call_id, tool.name, tool.kind, prep.args, reason, target_path(tool, prep.args, self.ctx)
+                prep.call_id, tool.name, tool.kind, prep.args, reason, target_path(tool, prep.args, self.ctx),
+                diff, problem,
             )
             answer = self.approve(request)
             if inspect.isawaitable(answer):
@@ -867,15 +963,31 @@ class Agent:
         emit(ToolCallStarted(prep.call_id, prep.name, prep.args))
         started = time.monotonic()
         CURRENT_CALL_ID.set(prep.call_id)  # each call runs in its own task: no reset needed
+        timeout = prep.tool.timeout if prep.tool.timeout is not None else self.tool_timeout
+        # this call's own cancellation flag; `approved`: the user approved this very call at a prompt
+        ctx = replace(self.ctx, cancelled=threading.Event(), approved=bool(prep.approved))
+        deadline = asyncio.timeout(timeout)
         try:
-            ctx = dataclasses.replace(self.ctx, approved=True) if prep.approved else self.ctx
-            out = await prep.tool.fn(prep.args, ctx)
+            async with deadline:
+                out = await prep.tool.fn(prep.args, ctx)
             result = out if isinstance(out, ToolResult) else ToolResult(str(out))
             prep.images = list(getattr(result, "images", ()) or ())  # an ImageResult (tools/images.py)
         except ToolError as exc:
             result = ToolResult(f"Error: {exc}", is_error=True, summary=f"{prep.name}: {exc}"[:200])
         except asyncio.CancelledError:
+            ctx.cancelled.set()  # a sync tool's thread cannot be stopped: tell it, and drop its result
             raise
+        except TimeoutError as exc:
+            ctx.cancelled.set()
+            if deadline.expired():
+                result = ToolResult(
+                    f"Error: the call timed out after {timeout:g} s and was stopped; nothing it returns later is "
+                    "used. Try a smaller or faster step.",
+                    is_error=True,
+                    summary=f"{prep.name}: timed out after {timeout:g} s",
+                )
+            else:  # the tool's own timeout (a socket, a subprocess), not ours
+                result = ToolResult(f"Error: {exc or 'timed out'}", is_error=True, summary=f"{prep.name}: timed out")
         except Exception as exc:  # a bug in a tool must not end the session
             result = ToolResult(
                 f"Error: the tool failed unexpectedly ({type(exc).__name__}: {exc})",
@@ -913,6 +1025,18 @@ def _masked_event(event: Event, masker: Masker) -> Event:
         error = masker.mask(event.error) if event.error else event.error
         return dataclasses.replace(event, result=masker.mask(event.result), error=error)
     return event
+
+
+async def _preview(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> tuple[str | None, str | None]:
+    """(diff, None), or (None, why the call would fail), or (None, None) for a tool without a preview."""
+    if tool.preview is None:
+        return None, None
+    try:
+        return await asyncio.to_thread(tool.preview, dict(args), ctx), None
+    except ToolError as exc:
+        return None, str(exc)
+    except Exception as exc:  # a broken preview must not stop the question from being asked
+        return None, f"no preview ({type(exc).__name__}: {exc})"
 
 
 def _utf8_safe(message: dict[str, Any]) -> dict[str, Any]:
@@ -960,9 +1084,10 @@ class _Prepared:
 
 
 class _RepeatTracker:
-    """Counts identical consecutive tool calls across the steps of a turn."""
+    """Counts identical consecutive tool calls across the steps of a turn (`limit` None: never stop)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = REPEAT_LIMIT) -> None:
+        self.limit = limit
         self.last: str | None = None
         self.count = 0
 

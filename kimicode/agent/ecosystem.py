@@ -223,16 +223,6 @@ def refresh(agent: Agent) -> None:
         _choose_edit_tool(agent)
 
 
-async def start(agent: Agent, emit: Callable[[Event], None]) -> None:
-    """Before a turn: finish starting MCP servers (bounded by their timeout) and report problems."""
-    return None
-
-
-async def aclose(agent: Agent) -> None:
-    """Stop the MCP servers."""
-    return None
-
-
 TODO_HEADER = "Current task list (kept with todo_write; it survived the compaction):"
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-TurnStatus = Literal["success", "error", "max_turns", "interrupted"]
+TurnStatus = Literal["success", "error", "max_turns", "repeat_limit", "interrupted"]
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ def exit_code_for(event: TurnFinished) -> int:
         return EXIT_OK
     if event.status == "interrupted":
         return EXIT_INTERRUPTED
-    if event.status == "max_turns":
+    if event.status in ("max_turns", "repeat_limit"):
         return EXIT_LIMIT
     if event.error_kind == "transient":
         return EXIT_TRANSIENT

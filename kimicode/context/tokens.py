@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from kimicode.errors import ConfigError
+
 KIMI_PAT_STR = "|".join(
     [
         r"""[\p{Han}]+""",
@@ -53,7 +55,7 @@ _OPENAI_BPE: dict[str, tuple[str, str]] = {
 """Where tiktoken fetches each encoding from (the cache key is sha1 of the URL) and its sha256."""
 
 
-class TokenizerError(ValueError):
+class TokenizerError(ConfigError, ValueError):
     """A tokenizer file that cannot be used; the message says which file and why."""
 
 

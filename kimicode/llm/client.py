@@ -1,7 +1,8 @@
 """The OpenAI-compatible streaming client.
 
 We use the official `openai` SDK for transport, authentication, base-URL handling and HTTP error
-mapping, but send the request body we serialise ourselves and read the SSE stream as plain JSON: the
+mapping, through its public custom-request API (`post(..., cast_to=httpx2.Response, stream=True)`), but
+send the request body we serialise ourselves and read the SSE stream as plain JSON: the
 SDK's typed models drop unknown fields such as `reasoning_content`, and its request transformation
 walks every message on every step (costly at a million tokens). The SDK's own retries are off; the
 retry policy lives here, in `ChatClient.stream`, and nowhere else.
@@ -223,6 +224,8 @@ class ChatClient:
     async def _stream_once(self, body: list[bytes]) -> AsyncIterator[StreamEvent]:
         length = sum(map(len, body))
         try:
+            # The SDK's documented custom-request API (`client.post(..., cast_to=httpx2.Response)`) with
+            # `stream=True`: the raw response comes back unread, so we parse the SSE lines ourselves.
             response = await self._sdk.post(
                 "/chat/completions",
                 cast_to=httpx2.Response,
@@ -232,10 +235,10 @@ class ChatClient:
                         "Content-Length": str(length),
                         "Content-Type": "application/json",
                         "Accept": "text/event-stream",
-                        "X-Stainless-Raw-Response": "stream",
                         **self.config.extra_headers,
                     }
                 },
+                stream=True,
             )
         except openai.APIStatusError as exc:
             self.reached = True

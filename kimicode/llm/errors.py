@@ -7,12 +7,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kimicode.errors import ModelError
 from kimicode.llm.overflow import ContextOverflow, context_overflow
 
 ErrorKind = Literal["transient", "auth", "quota", "context_length", "bad_request", "protocol"]
 
 @dataclass
-class LLMError(Exception):
+class LLMError(ModelError):
     """A failed model request. `kind` decides retries and the exit code; `message` is for humans."""
 
     message: str

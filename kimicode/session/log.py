@@ -71,11 +71,11 @@ class SessionLog:
         self.path = directory / f"{session_id}.jsonl"
         self._fh: IO[str] | None = None
         self.masker: Masker | None = None
+        """Set by the Agent: every record is written with known secrets masked."""
         self.lock: SessionLock | None = None
         """Held while this process writes the log (kimicode.session.lock); taken on first write."""
         self.failed: str | None = None
         """Why writing failed (then nothing more is written; the turn ends with this error)."""
-        """Set by the Agent: every record is written with known secrets masked."""
         self._held: list[str] | None = None if self.path.exists() else []
         """Lines waiting for the first user message (None once the file is written)."""
 

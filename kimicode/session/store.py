@@ -15,11 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from kimicode.config import kimicode_home
+from kimicode.errors import SessionError as SessionError  # a session that cannot be found or used (a ValueError)
 from kimicode.session.log import LoadedSession, load
-
-
-class SessionError(ValueError):
-    """A session that cannot be found or used; the message says what to do."""
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,14 @@ from the events the agent emits around it (with `ToolResult.display` as an optio
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from kimicode.errors import ToolError as ToolError  # raised by a tool to report a failure to the model
 
 if TYPE_CHECKING:
     from kimicode.redact import Masker
@@ -23,10 +26,6 @@ to tie what its subagent does to the call that started it)."""
 ToolKind = Literal["read", "edit", "execute", "other"]
 """What a tool does, for permissions and concurrency: `read` tools may run concurrently,
 `edit` tools change files (their target is the `path` argument), `execute` runs commands."""
-
-
-class ToolError(Exception):
-    """Raised by a tool to report a failure to the model as an error result (not a crash)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,11 @@ class ToolContext:
     approved: bool = False
     """The user approved this very call at a prompt (set on a per-call copy by the agent): under
     `--sandbox auto` such a command runs outside the sandbox, as the user saw and approved it."""
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    """Set when this call is cancelled or times out. Each call gets its own context (sharing the
+    workspace, file stamps and environment) and so its own flag: a sync tool runs in a thread that
+    cannot be killed, so a long one should check `ctx.cancelled.is_set()` and stop; whatever it returns
+    after the flag is set is discarded."""
 
     def resolve(self, path: str) -> Path:
         """Resolve a user/model-supplied path against the workspace, following `..` and symlinks."""
@@ -85,6 +89,9 @@ class ToolContext:
 
 
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable["ToolResult | str"]]
+PreviewFn = Callable[[dict[str, Any], ToolContext], str]
+"""The exact change a call would make, as a unified diff, without making it (raises ToolError when the
+call would fail)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,13 @@ class Tool:
     parameters: Mapping[str, Any]
     fn: ToolFn
     kind: ToolKind = "other"
+    timeout: float | None = None
+    """Seconds a call may run before it is stopped and reported to the model as timed out (None: the
+    agent's `tool_timeout`)."""
+    repeatable: bool = False
+    """True for tools whose identical consecutive calls are expected (polling): no `repeat_limit`."""
+    preview: PreviewFn | None = None
+    """For tools that change files: the diff a call would apply (shown when asking for approval)."""
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI `tools` entry for this tool."""

@@ -8,45 +8,109 @@ import json
 import re
 import types
 import typing
+import warnings
 from collections.abc import Callable
-from typing import Any, Literal, Union, get_args, get_origin, overload
+from typing import TYPE_CHECKING, Any, Union, get_args, get_origin, overload
 
-from kimicode.tools.base import Tool, ToolContext, ToolKind, ToolResult
+from kimicode.tools.base import Tool, ToolContext, ToolError, ToolKind, ToolResult
+
+if TYPE_CHECKING:
+    import pydantic
+
+_UNSUPPORTED = (complex, bytes, bytearray)  # JSON cannot carry these faithfully
 
 
-def json_schema_for(annotation: Any) -> dict[str, Any]:
-    """JSON schema of a Python type hint: str, int, float, bool, Literal, Optional, list, dict."""
-    if annotation is inspect.Parameter.empty or annotation is Any:
-        return {}
-    origin = get_origin(annotation)
-    args = get_args(annotation)
-    if origin is Literal:
-        values = list(args)
-        schema: dict[str, Any] = {"enum": values}
-        kinds = {type(v) for v in values}
-        if len(kinds) == 1:
-            schema.update(json_schema_for(kinds.pop()))
-        return schema
-    if origin in (Union, types.UnionType):
-        non_null = [a for a in args if a is not type(None)]
-        if len(non_null) == 1:
-            inner = json_schema_for(non_null[0])
-            if len(non_null) < len(args):  # Optional[X]: null is allowed too
-                if "type" in inner and isinstance(inner["type"], str):
-                    inner = {**inner, "type": [inner["type"], "null"]}
-                if "enum" in inner and None not in inner["enum"]:
-                    inner = {**inner, "enum": [*inner["enum"], None]}
-            return inner
-        return {"anyOf": [json_schema_for(a) for a in args]}
-    if origin in (list, tuple, set, frozenset) or annotation in (list, tuple, set):
-        item = json_schema_for(args[0]) if args else {}
-        return {"type": "array", "items": item} if item else {"type": "array"}
-    if origin is dict or annotation is dict:
-        return {"type": "object"}
-    simple = {str: "string", int: "integer", float: "number", bool: "boolean"}
-    if annotation in simple:
-        return {"type": simple[annotation]}
-    raise TypeError(f"@tool: unsupported parameter type {annotation!r}")
+def _check_supported(annotation: Any, tool_name: str) -> None:
+    if annotation in _UNSUPPORTED:
+        raise TypeError(f"@tool {tool_name}: unsupported parameter type {annotation!r} (JSON cannot carry it)")
+    for arg in get_args(annotation):
+        _check_supported(arg, tool_name)
+
+
+def _arguments_model(
+    tool_name: str, fields: dict[str, tuple[Any, Any]]
+) -> tuple[type[pydantic.BaseModel], dict[str, Any]]:
+    """A pydantic model of the parameters (internal field names, aliased to the parameter names, so any
+    name works, even `json` or `_private`) and its JSON schema as the model will read it."""
+    import pydantic  # here, not at import: `import kimicode` stays light
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a default JSON cannot show is left out of the schema
+            model = pydantic.create_model(
+                f"{tool_name}_arguments",
+                __config__=pydantic.ConfigDict(extra="forbid", populate_by_name=False),
+                **fields,  # type: ignore[call-overload]
+            )
+            schema = model.model_json_schema(by_alias=True)
+    except (pydantic.PydanticUserError, pydantic.errors.PydanticSchemaGenerationError, TypeError) as exc:
+        message = str(exc).splitlines()[0]
+        raise TypeError(f"@tool {tool_name}: unsupported parameter type ({message})") from None
+    return model, _tidy(schema)
+
+
+def _tidy(schema: dict[str, Any]) -> dict[str, Any]:
+    """pydantic's schema made plain for models and small servers: no titles, `$defs` inlined unless
+    recursive, `X | None` as `{"type": [x, "null"]}`, no `additionalProperties: true` (the default)."""
+    defs: dict[str, Any] = schema.pop("$defs", {})
+    recursive = {name for name in defs if _refers_to(defs[name], name, defs, set())}
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] not in recursive and ref[8:] in defs:
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return walk({**defs[ref[8:]], **rest})
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "title" and isinstance(value, str):
+                continue
+            if key == "additionalProperties" and value is True:
+                continue
+            out[key] = {k: walk(v) for k, v in value.items()} if key in ("properties", "$defs") else walk(value)
+        options = out.get("anyOf")
+        if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
+            other = options[0] if options[1] == {"type": "null"} else options[1]
+            if isinstance(other.get("type"), str):
+                merged = {**other, "type": [other["type"], "null"]}
+                if "enum" in merged and None not in merged["enum"]:
+                    merged["enum"] = [*merged["enum"], None]
+                del out["anyOf"]
+                out = {**merged, **out}
+        return out
+
+    tidy: dict[str, Any] = walk(schema)
+    if recursive:
+        tidy["$defs"] = {name: walk(defs[name]) for name in sorted(recursive)}
+    return tidy
+
+
+def _refers_to(node: Any, name: str, defs: dict[str, Any], seen: set[str]) -> bool:
+    if isinstance(node, list):
+        return any(_refers_to(v, name, defs, seen) for v in node)
+    if not isinstance(node, dict):
+        return False
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        target = ref[8:]
+        if target == name:
+            return True
+        if target not in seen and target in defs:
+            seen.add(target)
+            if _refers_to(defs[target], name, defs, seen):
+                return True
+    return any(_refers_to(v, name, defs, seen) for v in node.values())
+
+
+def _problems(exc: pydantic.ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = "arguments" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
 
 
 _ARGS_HEADERS = ("args:", "arguments:", "parameters:", "params:")
@@ -91,14 +155,6 @@ def _describe(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     return "\n".join(summary_lines).strip(), params
 
 
-def _is_json(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def _to_text(out: Any) -> ToolResult | str:
     """What the model sees of a return value: strings as they are, JSON for data, `(no output)` for None."""
     if isinstance(out, ToolResult | str):
@@ -119,7 +175,12 @@ def tool(fn: Callable[..., Any], /) -> Tool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, kind: ToolKind = "other"
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    kind: ToolKind = "other",
+    timeout: float | None = None,
+    repeatable: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -130,51 +191,68 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     kind: ToolKind = "other",
+    timeout: float | None = None,
+    repeatable: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a Tool from a typed function (sync or async).
 
-    The function's parameters become the schema (defaults make them optional); a parameter annotated
-    `ToolContext` receives the context instead. Return a string (or a ToolResult; dicts and lists are sent
-    as JSON); raise `ToolError` (or any exception) to report an error to the model. The description is
-    the docstring; an `Args:` section in it describes the parameters.
+    The function's parameters become the JSON schema through pydantic (str, int, float, bool, Literal,
+    Enum, `X | None`, lists, dicts, dataclasses, TypedDicts, pydantic models, `Annotated[X, Field(...)]`;
+    defaults make them optional) and the arguments are validated and converted to those types before the
+    call. A parameter annotated `ToolContext` receives the context instead. Return a string (or a
+    ToolResult; dicts and lists are sent as JSON); raise `ToolError` (or any exception) to report an error
+    to the model. The description is the docstring; an `Args:` section in it describes the parameters.
+    `timeout` (seconds) stops a call that runs longer; `repeatable=True` exempts the tool from the
+    agent's `repeat_limit` (a tool meant to be polled).
     """
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"@tool: timeout must be a positive number of seconds (got {timeout!r})")
 
     def build(func: Callable[..., Any]) -> Tool:
-        hints = typing.get_type_hints(func)
-        sig = inspect.signature(func)
-        summary, param_docs = _describe(func)
-        properties: dict[str, Any] = {}
-        required: list[str] = []
-        ctx_param: str | None = None
+        import pydantic
+
         tool_name = name or func.__name__
         if not _NAME_OK.match(tool_name):
             raise ValueError(f"@tool: the name {tool_name!r} must be 1-64 letters, digits, '_' or '-'")
+        try:
+            hints = typing.get_type_hints(func, include_extras=True)
+        except Exception as exc:  # a forward reference that does not resolve
+            raise TypeError(f"@tool {tool_name}: cannot read the type hints ({exc})") from None
+        sig = inspect.signature(func)
+        summary, param_docs = _describe(func)
+        ctx_param: str | None = None
+        fields: dict[str, tuple[Any, Any]] = {}
+        names: dict[str, str] = {}  # internal field name -> parameter name
         for pname, param in sig.parameters.items():
             if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
                 raise TypeError(f"@tool {tool_name}: *args and **kwargs cannot be described to the model")
             if param.kind is inspect.Parameter.POSITIONAL_ONLY:
                 raise TypeError(f"@tool {tool_name}: positional-only parameter {pname!r} cannot be passed by name")
-            annotation = hints.get(pname, param.annotation)
+            annotation = hints.get(pname, Any)
             if annotation is ToolContext or (
                 get_origin(annotation) in (Union, types.UnionType) and ToolContext in get_args(annotation)
             ):  # `ToolContext` or `ToolContext | None`: the agent passes its context here
                 ctx_param = pname
                 continue
-            schema = json_schema_for(annotation)
-            if pname in param_docs:
-                schema["description"] = param_docs[pname]
-            if param.default is inspect.Parameter.empty:
-                required.append(pname)
-            elif _is_json(param.default):  # the model sees the default; the function applies it
-                schema["default"] = param.default
-            properties[pname] = schema
-        parameters: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
-        if required:
-            parameters["required"] = required
+            _check_supported(annotation, tool_name)
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            internal = f"p{len(fields)}"
+            names[internal] = pname
+            fields[internal] = (annotation, pydantic.Field(default, alias=pname))
+        model, parameters = _arguments_model(tool_name, fields)
+        for pname, prop in parameters.get("properties", {}).items():
+            if pname in param_docs and "description" not in prop:  # `Annotated[..., Field(description=)]` wins
+                prop["description"] = param_docs[pname]
+        parameters.setdefault("properties", {})
+        parameters["additionalProperties"] = False
         is_async = inspect.iscoroutinefunction(func)
 
         async def call(args: dict[str, Any], ctx: ToolContext) -> ToolResult | str:
-            kwargs = dict(args)
+            try:
+                validated = model.model_validate(args)
+            except pydantic.ValidationError as exc:
+                raise ToolError(f"invalid arguments: {_problems(exc)}") from None
+            kwargs = {pname: getattr(validated, internal) for internal, pname in names.items()}
             if ctx_param:
                 kwargs[ctx_param] = ctx
             if is_async:
@@ -189,6 +267,8 @@ def tool(
             parameters=parameters,
             fn=call,
             kind=kind,
+            timeout=timeout,
+            repeatable=repeatable,
         )
 
     if fn is not None:

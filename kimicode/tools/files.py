@@ -16,7 +16,7 @@ import re
 import secrets
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -481,8 +481,11 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 # write_file
 
 
-def _write_sync(ctx: ToolContext, path: Path, shown: str, content: str) -> ToolResult:
-    """Do the blocking part of write_file."""
+def _plan_write(
+    ctx: ToolContext, path: Path, shown: str, content: str
+) -> tuple[os.stat_result | None, bytes | None, bytes]:
+    """What write_file would do, without doing it: (the file's stat or None, its bytes or None when too
+    large to diff, the new bytes). Raises ToolError for what would make the write fail."""
     st = _stat_or_none(path, shown)
     if st is not None:
         _check_regular(st, shown)
@@ -492,11 +495,22 @@ def _write_sync(ctx: ToolContext, path: Path, shown: str, content: str) -> ToolR
     except UnicodeEncodeError:
         raise ToolError("content contains characters that cannot be encoded as UTF-8") from None
     old: bytes | None = b""  # None: an existing file too large to diff
+    if st is not None and st.st_size <= MAX_DIFF_BYTES:
+        try:
+            old = path.read_bytes()
+        except OSError as exc:
+            raise _os_error("read", shown, exc) from None
+    elif st is not None:
+        old = None
+    return st, old, data
+
+
+def _write_sync(ctx: ToolContext, path: Path, shown: str, content: str) -> ToolResult:
+    """Do the blocking part of write_file."""
+    st, old, data = _plan_write(ctx, path, shown, content)
     try:
         if st is None:
             path.parent.mkdir(parents=True, exist_ok=True)
-        else:
-            old = path.read_bytes() if st.st_size <= MAX_DIFF_BYTES else None
         _atomic_write(path, data, st)
     except (FileExistsError, NotADirectoryError):
         raise ToolError(f"cannot write {shown}: a parent of it is a file, not a directory") from None
@@ -576,8 +590,23 @@ def _no_match_hint(text: str, old: str) -> str:
     return " Read the file again to get its current exact text"
 
 
-def _edit_sync(ctx: ToolContext, path: Path, shown: str, old: str, new: str, replace_all: bool) -> ToolResult:
-    """Do the blocking part of edit_file."""
+@dataclass
+class _EditPlan:
+    """What edit_file would write: `before` and `after` bytes, and where the replacements start."""
+
+    st: os.stat_result | None
+    before: bytes
+    after: bytes
+    create: bool = False
+    """True for an empty old_string on a missing or empty file (written by `_create_via_edit`)."""
+    result: str = ""
+    new: str = ""
+    new_starts: list[int] = field(default_factory=list)
+
+
+def _plan_edit(ctx: ToolContext, path: Path, shown: str, old: str, new: str, replace_all: bool) -> _EditPlan:
+    """Compute edit_file's result without writing (CRLF handling and staleness included); ToolError
+    for what would make the edit fail."""
     st = _stat_or_none(path, shown)
     if st is not None:
         _check_regular(st, shown)
@@ -585,7 +614,7 @@ def _edit_sync(ctx: ToolContext, path: Path, shown: str, old: str, new: str, rep
     if st is None:
         if old:
             raise _not_found_for_edit(ctx, path, shown)
-        return _create_via_edit(ctx, path, shown, new)
+        return _EditPlan(None, b"", _encode_new(new), create=True)
     if st.st_size > MAX_EDIT_BYTES:
         raise ToolError(
             f"{shown} is too large for edit_file ({st.st_size} bytes, limit {MAX_EDIT_BYTES}); "
@@ -606,7 +635,7 @@ def _edit_sync(ctx: ToolContext, path: Path, shown: str, old: str, new: str, rep
                 f"old_string is empty, which only works to create a new file or fill an empty one, and "
                 f"{shown} is not empty; give the exact text to replace, or use write_file to replace it all"
             )
-        return _create_via_edit(ctx, path, shown, new, original=st)
+        return _EditPlan(st, data, _encode_new(new), create=True)
     candidates = [(old, new)]
     crlf_file = text.count("\r\n") * 2 > text.count("\n")
     if crlf_file and _to_crlf(old) != old:
@@ -646,10 +675,22 @@ def _edit_sync(ctx: ToolContext, path: Path, shown: str, old: str, new: str, rep
             break
     parts.append(text[prev:])
     result = "".join(parts)
+    return _EditPlan(st, data, _encode_new(result), result=result, new=new, new_starts=new_starts)
+
+
+def _encode_new(text: str) -> bytes:
     try:
-        out = result.encode("utf-8", errors="surrogateescape")
+        return text.encode("utf-8", errors="surrogateescape")
     except UnicodeEncodeError:
         raise ToolError("new_string contains characters that cannot be encoded as UTF-8") from None
+
+
+def _edit_sync(ctx: ToolContext, path: Path, shown: str, old: str, new: str, replace_all: bool) -> ToolResult:
+    """Do the blocking part of edit_file."""
+    plan = _plan_edit(ctx, path, shown, old, new, replace_all)
+    if plan.create:
+        return _create_via_edit(ctx, path, shown, new, original=plan.st)
+    st, data, out, result, new, new_starts = plan.st, plan.before, plan.after, plan.result, plan.new, plan.new_starts
     try:
         if not path.exists():
             raise ToolError(f"{shown} was deleted while editing it")
@@ -748,6 +789,42 @@ async def _edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 
 
 # --------------------------------------------------------------------------------------------------
+# previews: the exact diff a call would apply (for approvals), computed by the same code as the write
+
+
+def _preview_target(args: dict[str, Any], ctx: ToolContext) -> tuple[Path, str]:
+    raw = args.get("path")
+    if not isinstance(raw, str) or not raw.strip():
+        raise ToolError("path is empty")
+    path = ctx.resolve(raw)
+    return path, _shown(ctx, path)
+
+
+def preview_write(args: dict[str, Any], ctx: ToolContext) -> str:
+    """The unified diff write_file would apply ("" when nothing would change); ToolError if it would fail."""
+    path, shown = _preview_target(args, ctx)
+    content = args.get("content")
+    if not isinstance(content, str):
+        raise ToolError("content must be a string")
+    st, old, data = _plan_write(ctx, path, shown, content)
+    if old is None:
+        return f"(replaces {shown}, a file too large to diff, with {len(data)} bytes)\n"
+    return _unified_diff(old, data, shown, st is None)[0]
+
+
+def preview_edit(args: dict[str, Any], ctx: ToolContext) -> str:
+    """The unified diff edit_file would apply (CRLF kept, staleness checked); ToolError if it would fail."""
+    path, shown = _preview_target(args, ctx)
+    old, new = args.get("old_string"), args.get("new_string")
+    if not isinstance(old, str) or not isinstance(new, str):
+        raise ToolError("old_string and new_string must be strings")
+    if old == new:
+        raise ToolError("old_string and new_string are identical; nothing would change")
+    plan = _plan_edit(ctx, path, shown, old, new, bool(args.get("replace_all", False)))
+    return _unified_diff(plan.before, plan.after, shown, created=plan.create and plan.st is None)[0]
+
+
+# --------------------------------------------------------------------------------------------------
 # tool definitions
 
 READ_FILE = Tool(
@@ -798,6 +875,7 @@ WRITE_FILE = Tool(
     },
     fn=_write_file,
     kind="edit",
+    preview=preview_write,
 )
 
 EDIT_FILE = Tool(
@@ -828,4 +906,5 @@ EDIT_FILE = Tool(
     },
     fn=_edit_file,
     kind="edit",
+    preview=preview_edit,
 )

@@ -433,6 +433,25 @@ def _commit(ctx: ToolContext, changes: list[_Change]) -> None:
             ctx.remember(ch.path)
 
 
+def _change_diff(ch: _Change) -> tuple[str, int, int]:
+    name = ch.dest_shown or ch.shown
+    diff, added, removed = _unified_diff(ch.old or b"", ch.new or b"", name, created=ch.kind == "add")
+    if ch.kind == "delete":
+        diff = diff.replace(f"+++ b/{name}", "+++ /dev/null", 1)
+    if ch.dest is not None:
+        diff = f"rename {ch.shown} -> {ch.dest_shown}\n" + diff
+    return diff, added, removed
+
+
+def preview_patch(args: dict[str, Any], ctx: ToolContext) -> str:
+    """The unified diff of every file the patch would change, computed by the same code that applies it
+    (nothing is written); PatchError when the patch would not apply."""
+    text = args.get("input")
+    if not isinstance(text, str) or not text.strip():
+        raise PatchError(f"input is empty; give the whole patch from `{BEGIN}` to `{END}`")
+    return "".join(_change_diff(ch)[0] for ch in _plan(ctx, parse_patch(text)))
+
+
 def apply_patch_text(ctx: ToolContext, text: str) -> ToolResult:
     """Parse, check and apply a patch (blocking); the result lists each file with its change counts."""
     ops = parse_patch(text)
@@ -442,12 +461,7 @@ def apply_patch_text(ctx: ToolContext, text: str) -> ToolResult:
     diffs: list[str] = []
     total_add = total_del = 0
     for ch in changes:
-        old = ch.old or b""
-        new = ch.new or b""
-        name = ch.dest_shown or ch.shown
-        diff, added, removed = _unified_diff(old, new, name, created=ch.kind == "add")
-        if ch.kind == "delete":
-            diff = diff.replace(f"+++ b/{name}", "+++ /dev/null", 1)
+        diff, added, removed = _change_diff(ch)
         total_add += added
         total_del += removed
         diffs.append(diff)
@@ -491,4 +505,5 @@ APPLY_PATCH = Tool(
     },
     fn=_apply_patch,
     kind="edit",
+    preview=preview_patch,
 )

@@ -111,46 +111,109 @@ def parse_arguments(raw: str) -> dict[str, Any]:
 
 
 def validate(schema: Mapping[str, Any], value: Any, path: str = "arguments") -> list[str]:
-    """Check `value` against the subset of JSON Schema tools use; return a list of problems."""
+    """Check `value` against a tool's JSON Schema (draft 2020-12, as MCP servers send it: `anyOf`, `$ref`,
+    `pattern`, ...); return problems the model can act on, each naming the path (`arguments.items[2].id`).
+
+    A schema that is itself broken, or refers to documents we do not have, is not enforced here: the
+    tool (or its server) still checks its arguments, and one bad schema must not make a tool uncallable.
+    """
+    from jsonschema.exceptions import SchemaError, UnknownType
+    from referencing.exceptions import Unresolvable
+
+    validator = _validator(schema)
+    if validator is None:
+        return []
     problems: list[str] = []
-    types = schema.get("type")
-    if types is not None:
-        names = [types] if isinstance(types, str) else list(types)
-        ok = False
-        for name in names:
-            py = _JSON_TYPES.get(name)
-            if py is None:
-                ok = True
-                break
-            if isinstance(value, bool) and name in ("integer", "number"):
-                continue
-            if isinstance(value, py):
-                ok = True
-                break
-        if not ok:
-            return [f"{path} must be of type {' or '.join(names)}, got {_json_type(value)}"]
-    if "enum" in schema and value not in schema["enum"]:
-        problems.append(f"{path} must be one of {json.dumps(schema['enum'])}, got {json.dumps(value)}")
-    if isinstance(value, dict):
-        props: Mapping[str, Any] = schema.get("properties", {})
-        for key in schema.get("required", ()):
-            if key not in value:
-                problems.append(f"{path} is missing required property {key!r}")
-        for key, item in value.items():
-            if key in props:
-                problems.extend(validate(props[key], item, f"{path}.{key}"))
-            elif schema.get("additionalProperties") is False:
-                allowed = ", ".join(props) or "none"
-                problems.append(f"{path} has unknown property {key!r} (allowed: {allowed})")
-    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        for i, item in enumerate(value):
-            problems.extend(validate(schema["items"], item, f"{path}[{i}]"))
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            problems.append(f"{path} must be >= {schema['minimum']}, got {value}")
-        if "maximum" in schema and value > schema["maximum"]:
-            problems.append(f"{path} must be <= {schema['maximum']}, got {value}")
+    try:
+        errors = sorted(validator.iter_errors(value), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+        for error in errors:
+            for problem in _describe_error(error, path):
+                if problem not in problems:
+                    problems.append(problem)
+    except (SchemaError, UnknownType, Unresolvable):
+        return []
     return problems
+
+
+_VALIDATORS: dict[int, tuple[Mapping[str, Any], Any]] = {}
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    """A compiled validator per schema object (tool schemas live as long as their tool)."""
+    hit = _VALIDATORS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    from jsonschema.exceptions import SchemaError
+
+    cls = _validator_class()
+    try:
+        cls.check_schema(schema)
+        validator: Any = cls(schema)
+    except SchemaError:
+        validator = None
+    if len(_VALIDATORS) > 1024:
+        _VALIDATORS.clear()
+    _VALIDATORS[id(schema)] = (schema, validator)
+    return validator
+
+
+_CLASS: list[Any] = []
+
+
+def _validator_class() -> Any:
+    """Draft 2020-12, except that `1.0` is not an integer: tools index and slice with their integers."""
+    if not _CLASS:
+        from jsonschema import Draft202012Validator, validators
+
+        checker = Draft202012Validator.TYPE_CHECKER.redefine(
+            "integer", lambda _checker, v: isinstance(v, int) and not isinstance(v, bool)
+        )
+        _CLASS.append(validators.extend(Draft202012Validator, type_checker=checker))
+    return _CLASS[0]
+
+
+def _where(base: str, parts: Iterable[Any]) -> str:
+    return base + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+
+
+def _describe_error(error: Any, base: str) -> list[str]:
+    """One jsonschema error as sentences in the agent's words."""
+    path = _where(base, error.absolute_path)
+    kind, rule, instance = error.validator, error.validator_value, error.instance
+    if kind == "type":
+        names = [rule] if isinstance(rule, str) else list(rule)
+        return [f"{path} must be of type {' or '.join(names)}, got {_json_type(instance)}"]
+    if kind == "required" and isinstance(instance, dict):
+        return [f"{path} is missing required property {key!r}" for key in rule if key not in instance]
+    if kind == "additionalProperties" and rule is False and isinstance(instance, dict):
+        props = error.schema.get("properties", {})
+        patterns = error.schema.get("patternProperties", {})
+        allowed = ", ".join(props) or "none"
+        import re
+
+        extra = [k for k in instance if k not in props and not any(re.search(p, k) for p in patterns)]
+        return [f"{path} has unknown property {key!r} (allowed: {allowed})" for key in extra]
+    if kind == "enum":
+        return [f"{path} must be one of {json.dumps(rule)}, got {json.dumps(instance)}"]
+    if kind == "const":
+        return [f"{path} must be {json.dumps(rule)}, got {json.dumps(instance)}"]
+    if kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[kind]
+        return [f"{path} must be {op} {rule}, got {instance}"]
+    if kind == "pattern":
+        return [f"{path} must match the pattern {rule!r}, got {json.dumps(instance)}"]
+    if kind in ("anyOf", "oneOf") and error.context:
+        branches: dict[Any, list[str]] = {}
+        for sub in error.context:  # what each allowed form objected to, in the schema's order
+            branch = sub.relative_schema_path[0] if sub.relative_schema_path else 0
+            for text in _describe_error(sub, base):
+                text = text[len(path) :].lstrip(" :") if text.startswith(path) else text
+                if text not in branches.setdefault(branch, []):
+                    branches[branch].append(text)
+        forms = "; or ".join(", ".join(texts[:2]) for _, texts in sorted(branches.items(), key=lambda kv: str(kv[0])))
+        how = "exactly one" if kind == "oneOf" else "one"
+        return [f"{path} must match {how} of the allowed forms: {forms}"]
+    return [f"{path}: {error.message}"]
 
 
 def _json_type(value: Any) -> str:

@@ -1,11 +1,12 @@
 """Asking the user before a command runs or a file changes, and remembering what they allowed.
 
 The agent calls `Approver` (its `approve` callback) for each action its permission mode does not allow.
-The question shows exactly what will happen: the command, or the path and a diff computed from the
-arguments against the file on disk. Answers: yes once; yes and don't ask again this session for this
-exact command, for commands starting with a prefix the user confirms, or for this file; no, with an
-optional reason the model is told. Session rules are narrow on purpose: an exact command, or a prefix
-that only matches simple commands (no `;`, `&&`, pipes, redirections or substitutions), so approving
+The question shows exactly what will happen: the command, or the path and the diff the tool itself
+says it would apply (`Tool.preview`, passed in `ApprovalRequest.preview`; apply_patch included).
+Answers: yes once; yes and don't ask again this session for this exact command, for commands starting
+with a prefix the user confirms, or for this file; no, with an optional reason the model is told.
+Session rules are narrow on purpose: an exact command, or a prefix that only matches simple commands
+(no `;`, `&&`, pipes, redirections or substitutions), so approving
 `git status` never approves `git status; rm -rf ~`.
 
 Subagents started in the same step share the session's `Approver`, so several questions can arrive at
@@ -16,7 +17,6 @@ when its turn comes, so "don't ask again" given to the first also answers the on
 from __future__ import annotations
 
 import asyncio
-import difflib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -33,7 +33,6 @@ from kimicode.ui.format import diff_text
 SHELL_OPERATORS = (";", "&", "|", "<", ">", "`", "$(", "\n", "\r", "\\")
 """Characters that chain, redirect or substitute commands: a prefix rule never matches them."""
 
-MAX_PREVIEW_BYTES = 2 * 1024 * 1024
 PREVIEW_LINES = 200
 _TWO_WORD = {
     "git",
@@ -143,59 +142,17 @@ def call_key(request: ApprovalRequest) -> str:
 # -- previews -------------------------------------------------------------------------------------
 
 
-def _read_text(path: Path) -> str | None:
-    """The file's text for a preview, or None when missing, too large or not text."""
-    try:
-        if not path.is_file() or path.stat().st_size > MAX_PREVIEW_BYTES:
-            return None
-        data = path.read_bytes()
-    except OSError:
-        return None
-    if b"\x00" in data[:8192]:
-        return None
-    return data.decode("utf-8", errors="replace")
-
-
-def _unified(old: str, new: str, label: str, created: bool) -> str:
-    lines = difflib.unified_diff(
-        old.splitlines(keepends=True),
-        new.splitlines(keepends=True),
-        "/dev/null" if created else f"a/{label}",
-        f"b/{label}",
-        n=3,
-    )
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-
-
 def edit_preview(request: ApprovalRequest, workspace: Path) -> tuple[str, str]:
-    """(diff, note) for an edit request, computed from its arguments and the file on disk."""
-    args = request.arguments
-    raw = args.get("path")
-    label = str(raw) if isinstance(raw, str) else "?"
-    path = Path(request.path) if request.path else (workspace / label)
-    current = _read_text(path)
-    exists = path.exists()
-    if request.tool == "write_file" and isinstance(args.get("content"), str):
-        new = str(args["content"])
-        if exists and current is None:
-            return "", f"replaces {label} (a large or binary file; no diff) with {len(new)} characters"
-        diff = _unified(current or "", new, label, not exists)
-        return diff, ("new file" if not exists else ("no change" if not diff else ""))
-    old_s, new_s = args.get("old_string"), args.get("new_string")
-    if isinstance(old_s, str) and isinstance(new_s, str):
-        if current is not None and old_s and old_s in current:
-            count = current.count(old_s)
-            if count == 1 or args.get("replace_all"):
-                updated = current.replace(old_s, new_s)
-                note = f"{count} replacements" if count > 1 else ""
-                return _unified(current, updated, label, False), note
-            note = f"old_string occurs {count} times; the edit will fail unless it is made unique"
-            return _unified(old_s, new_s, label, False), note
-        if not old_s and (current is None or not current):
-            return _unified("", new_s, label, not exists), "new file" if not exists else ""
-        note = "old_string was not found in the file as it is now" if current is not None else ""
-        return _unified(old_s, new_s, label, False), note
-    return "", json.dumps(dict(args), ensure_ascii=False, indent=2)[:4000]
+    """(diff, note) for an edit request: the diff the tool itself computed (`ApprovalRequest.preview`);
+    nothing is recomputed here, so what is shown is exactly what the call would write."""
+    if request.preview_error is not None:
+        return "", f"as it stands, the call would fail: {request.preview_error}"
+    diff = request.preview
+    if diff is None:  # a custom edit tool without a preview: its arguments
+        return "", json.dumps(dict(request.arguments), ensure_ascii=False, indent=2)[:4000]
+    if not diff:
+        return "", "no change"
+    return diff, "new file" if diff.startswith("--- /dev/null") else ""
 
 
 def preview(request: ApprovalRequest, workspace: Path, width: int) -> RenderableType:
@@ -210,8 +167,8 @@ def preview(request: ApprovalRequest, workspace: Path, width: int) -> Renderable
         return Panel(body, title=title, title_align="left", border_style="yellow", width=min(width, 120))
     if request.kind == "edit":
         diff, note = edit_preview(request, workspace)
-        shown = request.arguments.get("path", request.path)
-        parts: list[RenderableType] = [Text(sanitize(str(shown), sequences="escape"), style="bold")]
+        shown = request.arguments.get("path") or request.path
+        parts: list[RenderableType] = [Text(sanitize(str(shown), sequences="escape"), style="bold")] if shown else []
         if note:
             parts.append(Text(sanitize(note, sequences="escape"), style="dim"))
         if diff:

@@ -30,6 +30,7 @@ from kimicode.ui.toolbar import short_path
 
 if TYPE_CHECKING:
     from kimicode.commands import CustomCommand
+    from kimicode.context.compact import CompactionResult
     from kimicode.ui.app import Session
 
 Handler = Callable[["Session", str], Awaitable[None]]
@@ -394,18 +395,21 @@ async def cmd_cost(session: Session, arg: str) -> None:
 async def cmd_compact(session: Session, arg: str) -> None:
     agent = session.agent
     session.say("Compacting the conversation… (Esc or Ctrl-C cancels)", "dim")
-    previous = agent.on_event
-    agent.on_event = session.on_side_event
+
+    async def compacting() -> CompactionResult | None:
+        async with agent.compact(arg or None) as events:  # its events stream like a turn's
+            async for ev in events:
+                session.on_side_event(ev)
+            return await events
+
     try:
-        outcome = await session.run_cancellable(agent.compact(arg or None))
+        outcome = await session.run_cancellable(compacting())
     except asyncio.CancelledError:
         session.say("Compaction cancelled; the conversation is unchanged.", "yellow")
         return
     except Exception as exc:
         session.say(f"Compaction failed: {exc}. The conversation is unchanged.", "red")
         return
-    finally:
-        agent.on_event = previous
     if outcome is None:
         session.say("Nothing to compact yet.")
         return

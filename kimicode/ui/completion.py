@@ -1,7 +1,7 @@
 """Tab completion for slash commands and `@path` mentions, and attaching mentioned files to a message.
 
 The workspace's files are listed once, in a background thread, with ripgrep (`rg --files`, so
-`.gitignore` is respected) or the pure-Python walker of `kimicode.tools.search` when ripgrep is missing;
+`.gitignore` is respected) or, when ripgrep is missing, a small walk applying `.gitignore` with pathspec;
 the list is cached and refreshed after each turn. Matching a query against 100k paths is a substring
 scan over pre-lowercased strings (a few milliseconds), with a subsequence match as a fallback, and runs
 in prompt_toolkit's completion thread so typing never waits for it.
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
@@ -62,26 +62,43 @@ def _list_with_ripgrep(root: str) -> list[str] | None:
 
 
 def _list_with_python(root: str) -> list[str]:
-    try:
-        from kimicode.tools.search import walk_files
+    """The fallback listing without ripgrep: hidden entries and a few heavy directories skipped, and each
+    directory's `.gitignore`/`.ignore` applied to what lies below it (pathspec; no ripgrep precedence)."""
+    import pathspec
 
-        out: list[str] = []
-        for rel in walk_files(root, deadline=time.monotonic() + LIST_TIMEOUT):
-            out.append(rel)
-            if len(out) >= MAX_FILES:
-                break
-        return out
-    except Exception:  # the search module is missing or failed: a plain walk without ignore rules
-        pass
     found: list[str] = []
     skip = {".git", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache"}
+    rules: list[tuple[str, pathspec.PathSpec[Any]]] = []  # (directory relative to root, its ignore rules)
+    deadline = time.monotonic() + LIST_TIMEOUT
+
+    def ignored(rel: str, is_dir: bool) -> bool:
+        for base, spec in rules:
+            if not base or rel.startswith(base + "/"):
+                sub = rel[len(base) + 1 :] if base else rel
+                if spec.match_file(sub + ("/" if is_dir else "")):
+                    return True
+        return False
+
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in skip and not d.startswith(".")]
-        rel = os.path.relpath(dirpath, root)
+        rel_dir = os.path.relpath(dirpath, root)
+        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+        for name in (".gitignore", ".ignore"):
+            try:
+                with open(os.path.join(dirpath, name), encoding="utf-8", errors="replace") as fh:
+                    rules.append((rel_dir, pathspec.PathSpec.from_lines("gitignore", fh)))
+            except (OSError, ValueError):
+                pass
+        prefix = rel_dir + "/" if rel_dir else ""
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in skip and not d.startswith(".") and not ignored(prefix + d, True)
+        )
         for name in filenames:
-            found.append(name if rel == "." else f"{rel}/{name}")
-            if len(found) >= MAX_FILES:
-                return found
+            if not name.startswith(".") and not ignored(prefix + name, False):
+                found.append(prefix + name)
+                if len(found) >= MAX_FILES:
+                    return found
+        if time.monotonic() > deadline:
+            break
     return found
 
 

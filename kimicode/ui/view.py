@@ -407,7 +407,7 @@ class TurnView:
             self._section_break("status")
         if ev.status == "interrupted":
             self.print(Text("⏹ Interrupted. Type a message to continue from here.", style="yellow"))
-        elif ev.status == "max_turns":
+        elif ev.status in ("max_turns", "repeat_limit"):
             self.print(
                 Text(
                     f"■ {ev.error or 'stopped at the step limit'}. Send 'continue' to let it go on.",
