@@ -1022,7 +1022,14 @@ def _masked_event(event: Event, masker: Masker) -> Event:
     if isinstance(event, Retrying):
         return dataclasses.replace(event, error=masker.mask(event.error))
     if isinstance(event, TurnFinished):
-        error = masker.mask(event.error) if event.error else event.error
+        error = event.error
+        if error and masker.mask(error) != error:  # keep the ErrorInfo's kind, status and retry-after
+            masked = masker.mask(error)
+            error = (
+                errors.ErrorInfo(masked, error.kind, error.status, error.retry_after, error.error_type)
+                if isinstance(error, errors.ErrorInfo)
+                else masked
+            )
         return dataclasses.replace(event, result=masker.mask(event.result), error=error)
     return event
 
