@@ -1,0 +1,195 @@
+"""The one path resolver behind every permission check on a file: redirect targets, file-tool
+arguments and the files a glob names.
+
+`resolve(raw, base)` turns what the model wrote into the file the operating system would open:
+`~` expanded, relative paths taken from `base`, `..` and symbolic links followed (`os.path.realpath`).
+Paths that are aliases of something only the running process knows cannot be resolved here: a
+`/dev/fd/N/...` or `/proc/<pid>/fd/...` path means "whatever descriptor N is in the process that opens
+it", and `/proc/<pid>/root`, `/proc/<pid>/cwd` re-enter the file system from another process's view.
+Such a path is returned unresolved with `Resolved.problem` set, and the permission engine treats it
+as needing approval (see `policy.sensitive_reason`). Exactly `/dev/null`, `/dev/stdin`, `/dev/stdout`,
+`/dev/stderr`, `/dev/tty`, `/dev/fd/0`, `/dev/fd/1` and `/dev/fd/2` are harmless special devices.
+
+`expand_glob` lists what a glob would match (as bash would, hidden files only for patterns that
+start with a dot), so `cat .e*` is checked as `cat .env`.
+
+`hard_link_twin` finds, for a regular file with more than one name, a sensitive other name of the
+same inode (so a hard link to `.env` called `notes.txt` is as sensitive as `.env`).
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import os
+import re
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "HARMLESS_DEVICES",
+    "Resolved",
+    "expand_glob",
+    "hard_link_twin",
+    "is_harmless_device",
+    "resolve",
+]
+
+HARMLESS_DEVICES = frozenset(
+    {"/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd/0", "/dev/fd/1", "/dev/fd/2"}
+)
+"""Written exactly like this, these name the terminal, the command's own streams or nothing."""
+
+_PROC_ALIAS = re.compile(
+    r"/proc/(?:self|thread-self|[0-9]+)(?:/task/[0-9]+)?/(?:fd|fdinfo|root|cwd|map_files|exe)(?:/|$)"
+)
+_FD_ALIAS = re.compile(r"/dev/fd(?:/|$)|/dev/std(?:in|out|err)/")
+MAX_GLOB_RESULTS = 2000
+MAX_LINK_SCAN = 20000
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A resolved path; `problem` says why it could not be resolved (then `path` is as written)."""
+
+    path: Path
+    problem: str | None = None
+    device: bool = False
+    """True for one of the `HARMLESS_DEVICES`, written exactly."""
+
+
+def is_harmless_device(text: str) -> bool:
+    """True for exactly one of `HARMLESS_DEVICES` (`/dev/fd/1/../x` is not)."""
+    return text in HARMLESS_DEVICES
+
+
+def _lexical(path: str) -> str:
+    """`path` with `.` and `..` removed without following links (only to spot aliases by name)."""
+    return os.path.normpath(path)
+
+
+def _home(raw: str, home: Path | str | None) -> str:
+    """`raw` with a leading `~` expanded (to `home` when given)."""
+    if home is not None and (raw == "~" or raw.startswith("~/")):
+        return str(home) + raw[1:]
+    return os.path.expanduser(raw)
+
+
+def resolve(raw: str, base: Path | str, home: Path | str | None = None) -> Resolved:
+    """The file `raw` names, seen from directory `base` (see the module doc)."""
+    text = _home(raw, home)
+    if not os.path.isabs(text):
+        text = os.path.join(str(base), text)
+    if is_harmless_device(text):
+        return Resolved(Path(text), device=True)
+    # An alias is judged on the text as written (its `..` cannot be undone lexically: /dev/fd/3/..
+    # is the parent of whatever fd 3 is) and after removing `..` (/tmp/../dev/fd/3/x).
+    for candidate in (text, _lexical(text)):
+        probe = candidate.rstrip("/") + "/"
+        if _FD_ALIAS.match(probe) or _PROC_ALIAS.match(probe):
+            return Resolved(
+                Path(candidate),
+                f"{raw} goes through a process's file descriptors or root, which cannot be resolved here",
+            )
+    real, via = _follow(text)
+    if via is not None:
+        return Resolved(Path(via), f"{raw} leads through {via}, which cannot be resolved here")
+    return Resolved(Path(real))
+
+
+def _is_alias(path: str) -> bool:
+    probe = path.rstrip("/") + "/"
+    return bool(_FD_ALIAS.match(probe) or _PROC_ALIAS.match(probe))
+
+
+def _follow(path: str) -> tuple[str, str | None]:
+    """`os.path.realpath(path)`, done link by link so that a link leading into `/proc/self/fd` or
+    `/dev/fd` is seen (realpath would follow it through kimicode's own descriptors); returns the
+    resolved path and the alias passed through (None when none was)."""
+    parts = [p for p in path.split("/") if p]
+    done = "/"
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            done = os.path.dirname(done)
+            continue
+        candidate = os.path.join(done, part)
+        if _is_alias(candidate) and not (not parts and is_harmless_device(candidate)):
+            return candidate, candidate
+        try:
+            target = os.readlink(candidate)
+        except OSError:  # not a link, or missing: keep the name
+            done = candidate
+            continue
+        hops += 1
+        if hops > 40:
+            return os.path.realpath(path), None  # a loop: the OS refuses it too
+        parts = [p for p in target.split("/") if p] + parts
+        if target.startswith("/"):
+            done = "/"
+    return done, None
+
+
+def expand_glob(pattern: str, base: Path | str, home: Path | str | None = None) -> list[Path] | None:
+    """The existing files `pattern` matches (bash's rules: `*`, `?`, `[...]`; a leading dot only
+    matched explicitly), resolved; None when there are more than MAX_GLOB_RESULTS (check as unknown)."""
+    pattern = _home(pattern, home)
+    if not os.path.isabs(pattern):
+        pattern = os.path.join(str(base), pattern)
+    out: list[Path] = []
+    for hit in _glob.iglob(pattern, recursive=False):
+        out.append(resolve(hit, base).path)
+        if len(out) > MAX_GLOB_RESULTS:
+            return None
+    return out
+
+
+def _walk(roots: Iterable[Path], limit: int) -> Iterable[Path] | None:
+    """Regular files below `roots` (not following links); None once more than `limit` were seen."""
+    seen = 0
+    found: list[Path] = []
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+            dirnames[:] = [d for d in dirnames if d not in ("node_modules", ".venv", "__pycache__")]
+            for name in filenames:
+                seen += 1
+                if seen > limit:
+                    return None
+                found.append(Path(dirpath) / name)
+    return found
+
+
+def hard_link_twin(
+    path: Path, roots: Iterable[Path], is_sensitive: Callable[[Path], str | None], limit: int = MAX_LINK_SCAN
+) -> str | None:
+    """Why `path` is sensitive through another name of the same inode under `roots`, or None.
+
+    Only regular files with more than one link are looked at. When `roots` hold more than `limit`
+    files the answer is "maybe": a reason is returned, so the caller asks (never a false "safe")."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+        return None
+    files = _walk(roots, limit)
+    if files is None:
+        return f"{path.name} has {st.st_nlink} hard links and the workspace is too large to check them"
+    for other in files:
+        if other == path:
+            continue
+        try:
+            ost = os.stat(other, follow_symlinks=False)
+        except OSError:
+            continue
+        if (ost.st_dev, ost.st_ino) == (st.st_dev, st.st_ino):
+            why = is_sensitive(other)
+            if why:
+                return f"it is a hard link to {other} ({why})"
+    return None

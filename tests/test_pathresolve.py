@@ -1,0 +1,181 @@
+"""The one path resolver (kimicode.agent.pathresolve) and the policy checks built on it: device and
+/proc aliases, globs, hard links, other projects' session logs, files that run automatically, and
+Claude Code's rule syntax."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kimicode.agent.pathresolve import expand_glob, hard_link_twin, is_harmless_device, resolve
+from kimicode.agent.policy import Policy, Rules, autorun_reason, parse_rule, sensitive_reason
+from kimicode.config import ConfigError
+from kimicode.tools.base import ToolContext
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "/dev/fd/1/../../etc/passwd",
+        "/dev/fd/3",
+        "/dev/fd/0/..",
+        "/dev/stdout/../x",
+        "/dev/fd",
+        "/proc/self/fd/1",
+        "/proc/self/fd/3/../x",
+        "/proc/self/root/etc/shadow",
+        "/proc/thread-self/root/home",
+        "/proc/1/root/etc/passwd",
+        "/proc/self/cwd/.env",
+        "/proc/12345/cwd",
+        "/proc/self/task/1/fd/1",
+        "/tmp/../dev/fd/1/../x",
+        "/proc/self/map_files/x",
+    ],
+)
+def test_aliases_that_cannot_be_resolved_are_flagged(raw: str, tmp_path: Path) -> None:
+    got = resolve(raw, tmp_path)
+    assert got.problem is not None and not got.device
+    why = sensitive_reason(got.path, user_home=tmp_path / "home", kimicode_home=tmp_path / "kc")
+    assert why is not None, raw
+
+
+@pytest.mark.parametrize("raw", ["/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd/1", "/dev/fd/2"])
+def test_harmless_devices_exactly(raw: str, tmp_path: Path) -> None:
+    assert is_harmless_device(raw)
+    assert resolve(raw, tmp_path).device
+    assert not is_harmless_device(raw + "/")
+    assert not is_harmless_device(raw + "/..")
+
+
+def test_proc_environ_is_sensitive(tmp_path: Path) -> None:
+    for raw in ("/proc/self/environ", f"/proc/{os.getpid()}/environ", "/proc/self/mem", "/proc/1/cmdline"):
+        path = resolve(raw, tmp_path).path
+        assert sensitive_reason(path, user_home=tmp_path, kimicode_home=tmp_path / "kc"), raw
+
+
+def test_symlink_and_dotdot_resolved(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "link").symlink_to(tmp_path / "outside")
+    assert resolve("link/x", ws).path == tmp_path / "outside" / "x"
+    assert resolve("a/../../x", ws).path == tmp_path / "x"
+    ctx = ToolContext(workspace=ws)
+    assert ctx.resolve("link/x") == tmp_path / "outside" / "x"
+    assert ctx.resolve("/dev/fd/1/../x") == Path("/dev/fd/1/../x")  # unresolved, as written
+
+
+def test_symlink_into_proc_is_flagged(tmp_path: Path) -> None:
+    (tmp_path / "fd").symlink_to("/proc/self/fd")
+    assert resolve("fd/3/x", tmp_path).problem is not None
+
+
+def test_globs_expand_like_bash(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("K=1")
+    (tmp_path / "a.txt").write_text("")
+    ssh = tmp_path / "home" / ".ssh"
+    ssh.mkdir(parents=True)
+    (ssh / "id_rsa").write_text("key")
+    assert expand_glob(".e*", tmp_path) == [tmp_path / ".env"]
+    assert sorted(expand_glob("*", tmp_path) or []) == [tmp_path / "a.txt", tmp_path / "home"]  # no dot files
+    assert expand_glob("~/.ss?/id_rs?", tmp_path, tmp_path / "home") == [ssh / "id_rsa"]
+    assert expand_glob("nothing*", tmp_path) == []
+
+
+def test_hard_link_to_env_is_sensitive(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / ".env").write_text("API_KEY=1")
+    os.link(ws / ".env", ws / "notes.txt")
+    (ws / "plain.txt").write_text("x")
+    why = sensitive_reason(ws / "notes.txt", user_home=tmp_path / "home", kimicode_home=tmp_path / "kc", workspace=ws)
+    assert why is not None and ".env" in why
+    assert sensitive_reason(ws / "plain.txt", user_home=tmp_path, kimicode_home=tmp_path / "kc", workspace=ws) is None
+
+
+def test_hard_link_scan_too_large_means_maybe(tmp_path: Path) -> None:
+    (tmp_path / "a").write_text("x")
+    os.link(tmp_path / "a", tmp_path / "b")
+    for i in range(5):
+        (tmp_path / f"f{i}").write_text("")
+    assert hard_link_twin(tmp_path / "b", [tmp_path], lambda p: None, limit=3) is not None
+    assert hard_link_twin(tmp_path / "b", [tmp_path], lambda p: None) is None
+
+
+def test_other_projects_session_logs_are_sensitive(tmp_path: Path) -> None:
+    kc = tmp_path / "kc"
+    (kc / "sessions").mkdir(parents=True)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mine = kc / "sessions" / "a.jsonl"
+    mine.write_text(json.dumps({"v": 1, "type": "meta", "workspace": str(ws)}) + "\n")
+    theirs = kc / "sessions" / "b.jsonl"
+    theirs.write_text(json.dumps({"v": 1, "type": "meta", "workspace": "/elsewhere"}) + "\n")
+    policy = Policy(Rules(), kimicode_home=kc, user_home=tmp_path / "home", workspace=ws)
+    assert policy.sensitive(theirs) is not None
+    assert policy.sensitive(mine) is None
+    assert Policy(Rules(), kimicode_home=kc, user_home=tmp_path / "home").sensitive(mine) is not None
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [".husky/pre-commit", ".vscode/tasks.json", ".vscode/settings.json", ".envrc", ".github/workflows/ci.yml",
+     "sub/.husky/x", ".pre-commit-config.yaml", ".devcontainer/devcontainer.json", ".gitattributes"],
+)
+def test_autorun_files(rel: str, tmp_path: Path) -> None:
+    assert autorun_reason(tmp_path / rel) is not None
+
+
+@pytest.mark.parametrize("rel", ["src/main.py", "Makefile", "package.json", "vscode/tasks.json", "husky.txt"])
+def test_not_autorun(rel: str, tmp_path: Path) -> None:
+    assert autorun_reason(tmp_path / rel) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "tool", "pattern"),
+    [
+        ("Bash(rm:*)", "bash", "rm"),
+        ("Bash(npm run test:*)", "bash", "npm run test"),
+        ("Bash(npm test)", "bash", "npm test"),
+        ("Bash", "bash", None),
+        ("Read(~/.ssh/**)", "read", "~/.ssh/**"),
+        ("Read(//etc/hosts)", "read", "/etc/hosts"),
+        ("Edit(src/**)", "edit", "src/**"),
+        ("Write(docs/*)", "edit", "docs/*"),
+        ("WebFetch", "web_fetch", None),
+        ("bash(git diff:*)", "bash", "git diff"),
+    ],
+)
+def test_claude_code_syntax(text: str, tool: str, pattern: str | None) -> None:
+    rule = parse_rule(text)
+    assert (rule.tool, rule.pattern) == (tool, pattern)
+
+
+def test_claude_prefix_is_a_whole_word_prefix() -> None:
+    rule = parse_rule("Bash(rm:*)")
+    assert rule.matches_command("rm") and rule.matches_command("rm -rf x")
+    assert not rule.matches_command("rmdir x")
+    assert parse_rule("bash(git diff*)").literal_words() == 1
+    assert parse_rule("bash(git diff *)").literal_words() == 2
+    assert parse_rule("Bash(git diff:*)").literal_words() == 2
+    assert parse_rule("bash(git status)").literal_words() == 2
+
+
+@pytest.mark.parametrize(
+    "text", ["Bash(rm*:*)", "WebFetch(domain:example.com)", "web_fetch(https://x)", "task(x)", "bash()", "", "b(a"]
+)
+def test_unparseable_rules_are_errors_naming_the_rule(text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_rule(text, "--deny")
+    assert "--deny" in str(info.value)
+
+
+def test_policy_with_rule_adds_a_session_rule() -> None:
+    policy = Policy(Rules())
+    more = policy.with_rule("Bash(git status:*)")
+    assert more.rules.allow[0].pattern == "git status" and not policy.rules.allow
+    with pytest.raises(ConfigError):
+        policy.with_rule("Bash(x*:*)")
