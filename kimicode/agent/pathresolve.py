@@ -19,20 +19,28 @@ same inode (so a hard link to `.env` called `notes.txt` is as sensitive as `.env
 
 from __future__ import annotations
 
+import errno
 import glob as _glob
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kimicode.tools.base import Tool, ToolContext
 
 __all__ = [
     "HARMLESS_DEVICES",
+    "PathChanged",
     "Resolved",
+    "approved_paths",
     "expand_glob",
     "hard_link_twin",
     "is_harmless_device",
+    "open_dir_nofollow",
     "resolve",
 ]
 
@@ -193,3 +201,49 @@ def hard_link_twin(
             if why:
                 return f"it is a hard link to {other} ({why})"
     return None
+
+
+def approved_paths(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> list[Path]:
+    """The resolved files a file tool's call touches, as the permission engine sees them (empty for
+    other tools). The agent takes them before asking and again after the yes: if they differ (a
+    symbolic link was swapped in while the prompt was open), the call is refused."""
+    if tool.kind not in ("edit", "read"):
+        return []
+    from kimicode.agent.permissions import _paths
+
+    return _paths(tool, args, ctx)
+
+
+class PathChanged(OSError):
+    """A component of a resolved path is (now) a symbolic link: the file approved is not this one."""
+
+
+def open_dir_nofollow(directory: Path) -> int:
+    """A descriptor of the resolved `directory`, opened one component at a time with O_NOFOLLOW, so
+    that a link swapped in for any component after the path was resolved (and approved) is refused
+    instead of followed. Raises PathChanged for a link, OSError otherwise."""
+    if not directory.is_absolute():
+        raise PathChanged(f"{directory} is not a resolved path")
+    flags = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open("/", flags)
+    try:
+        for part in directory.parts[1:]:
+            try:
+                nxt = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or _is_link_at(part, fd):
+                    raise PathChanged(f"{part} in {directory} is a symbolic link now") from None
+                raise
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_link_at(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False

@@ -512,6 +512,9 @@ class Policy:
         import dataclasses
 
         parsed = rule if isinstance(rule, Rule) else parse_rule(rule, "session")
+        if any((r.tool, r.pattern, r.word_prefix) == (parsed.tool, parsed.pattern, parsed.word_prefix)
+               for r in getattr(self.rules, action)):
+            return self
         rules = dataclasses.replace(self.rules, **{action: (*getattr(self.rules, action), parsed)})
         return dataclasses.replace(self, rules=rules)
 
