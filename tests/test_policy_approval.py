@@ -93,3 +93,71 @@ def test_a_bad_remembered_rule_is_a_clear_error(server: FakeServer, make_agent: 
         Approval(True, remember="Bash(ec*ho:*)")
     with pytest.raises(ConfigError, match="web_fetch rules take no pattern"):
         Approval(True, remember="WebFetch(domain:example.com)")
+
+
+def _terminal_approver(workspace: Path, answers: list[str], texts: list[str]) -> Any:
+    import io
+
+    from rich.console import Console
+
+    from kimicode.ui.approvals import Approver, SessionRules
+
+    async def choose(question: str, options: list[Any]) -> str | None:
+        return answers.pop(0)
+
+    async def ask(message: str, default: str) -> str | None:
+        return texts.pop(0) if texts else default
+
+    return Approver(Console(file=io.StringIO(), width=100), workspace, SessionRules(), choose_fn=choose, ask_fn=ask)
+
+
+def test_the_terminals_prefix_answer_is_an_engine_rule(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
+    approver = _terminal_approver(workspace, ["prefix", "prefix"], ["mkdir -p"])
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p a"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p b"})]),  # the engine admits it
+        Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p $(touch pwned)"})]),  # static or ask
+        Reply(content="done"),
+    )
+    agent = make_agent(approve=approver)
+    approver.choose_fn = _refusing(approver.choose_fn, after=1)
+    result = agent.run_sync("go")
+    assert (workspace / "a").is_dir() and (workspace / "b").is_dir()
+    assert not (workspace / "pwned").exists()
+    assert [r.raw for r in agent.policy.rules.allow] == ["bash(mkdir -p:*)"]
+    assert [d["tool_input"]["command"] for d in result.permission_denials] == ["mkdir -p $(touch pwned)"]
+    agent.forget_session_rules()
+    assert agent.policy.rules.allow == ()
+
+
+def _refusing(choose: Any, after: int) -> Any:
+    """A choose_fn that gives its scripted answers `after` times, then says no."""
+    calls = [0]
+
+    async def wrapped(question: str, options: list[Any]) -> str | None:
+        calls[0] += 1
+        return await choose(question, options) if calls[0] <= after else "no"
+
+    return wrapped
+
+
+def test_the_terminals_exact_command_answer_is_a_literal_rule(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
+    approver = _terminal_approver(workspace, ["command"], [])
+    approver.choose_fn = _refusing(approver.choose_fn, after=1)
+    line = "mkdir -p x && touch x/done"
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": line})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf x"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": line})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "mkdir -p x"})]),  # a part of it: not the exact line
+        Reply(content="done"),
+    )
+    agent = make_agent(approve=approver)
+    result = agent.run_sync("go")
+    assert (workspace / "x" / "done").exists()
+    refused = [d["tool_input"]["command"] for d in result.permission_denials]
+    assert refused == ["rm -rf x", "mkdir -p x"]

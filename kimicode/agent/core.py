@@ -38,7 +38,7 @@ from kimicode.agent.events import (
 )
 from kimicode.agent.pathresolve import approved_paths
 from kimicode.agent.permissions import MODES, decide, denial_message, target_path
-from kimicode.agent.policy import Rules, parse_rule
+from kimicode.agent.policy import Rule, Rules, parse_rule
 from kimicode.config import kimicode_home
 from kimicode.context.accounting import Breakdown
 from kimicode.context.compact import CompactionResult
@@ -82,10 +82,10 @@ class Approval:
 
     approved: bool
     reason: str = ""
-    remember: str | None = None
+    remember: str | Rule | None = None
 
     def __post_init__(self) -> None:
-        if self.remember is not None:  # a bad rule fails where it is written, naming the rule
+        if isinstance(self.remember, str):  # a bad rule fails where it is written, naming the rule
             parse_rule(self.remember, "Approval.remember")
 
 
@@ -738,6 +738,10 @@ class Agent:
         prep.canonical = json.dumps(args, sort_keys=True, ensure_ascii=False)
         prep.concurrent = tool.kind == "read"
         return prep
+
+    def forget_session_rules(self) -> None:
+        """Drop the rules added by `Approval.remember` answers (the configured rules stay)."""
+        self.policy = self.policy.without_session_rules()
 
     async def _authorize(self, prep: _Prepared, denials: list[dict[str, Any]], emit: Callable[[Event], None]) -> None:
         if prep.error is not None or prep.tool is None:

@@ -77,6 +77,9 @@ class Rule:
     """Where it came from: `--allow`, or the config file's path."""
     word_prefix: bool = False
     """Claude Code's `Bash(cmd:*)`: the command is `cmd` or starts with `cmd ` (a whole-word prefix)."""
+    literal: bool = False
+    """A session answer "this exact command": matches only the whole command line equal to `pattern`
+    (no syntax spells it; `Approval(remember=Rule(..., literal=True))` or the terminal creates it)."""
 
     def __str__(self) -> str:
         return self.raw
@@ -91,6 +94,8 @@ class Rule:
         """For bash rules: the pattern matches the whole simple command (`*` is any text)."""
         if self.pattern is None:
             return True
+        if self.literal:
+            return False  # only the whole line, checked by the bash decision itself
         if self.word_prefix:
             return text == self.pattern or text.startswith(self.pattern + " ")
         return _command_regex(self.pattern).fullmatch(text) is not None
@@ -512,11 +517,20 @@ class Policy:
         import dataclasses
 
         parsed = rule if isinstance(rule, Rule) else parse_rule(rule, "session")
-        if any((r.tool, r.pattern, r.word_prefix) == (parsed.tool, parsed.pattern, parsed.word_prefix)
-               for r in getattr(self.rules, action)):
+        def key(r: Rule) -> tuple[str, str | None, bool, bool]:
+            return (r.tool, r.pattern, r.word_prefix, r.literal)
+
+        if any(key(r) == key(parsed) for r in getattr(self.rules, action)):
             return self
         rules = dataclasses.replace(self.rules, **{action: (*getattr(self.rules, action), parsed)})
         return dataclasses.replace(self, rules=rules)
+
+    def without_session_rules(self) -> Policy:
+        """This policy without the rules `with_rule` added from answers (source "session")."""
+        import dataclasses
+
+        keep = {a: tuple(r for r in getattr(self.rules, a) if r.source != "session") for a in ("allow", "deny", "ask")}
+        return dataclasses.replace(self, rules=Rules(**keep))
 
     def config(self, path: Path) -> str | None:
         """Why writing `path` needs approval whatever the rules (kimicode's own configuration)."""
