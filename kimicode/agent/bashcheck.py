@@ -10,7 +10,8 @@
    `edit(...)`/`read(...)` deny rules apply to redirection targets and to the files arguments name.
 3. **Static or ask**: an allow rule or the read-only allowance admits a line only when every word of
    every command is static (no expansion of any kind) and no program in it executes or writes through
-   its options (`kimicode.agent.programs.risk`). Then arguments naming sensitive files (also by a hard
+   its options (`kimicode.agent.programs.risk`). The bare `bash` rule (every command) is the exception:
+   it names everything, so nothing can hide behind it. Then arguments naming sensitive files (also by a hard
    link or after `cd`) and redirections are checked with the one path resolver (`agent.pathresolve`).
 """
 
@@ -107,7 +108,8 @@ def decide_bash(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext
         return Decision("allow")
 
     # 4. static or ask; then allow rules or the read-only allowance, command by command
-    if opaque is not None:
+    unrestricted = any(r.pattern is None for r in allow)  # `bash`: every command (deny rules came first)
+    if opaque is not None and not unrestricted:
         return Decision("ask", f"the line runs code that cannot be checked: {opaque}")
     edit_allow = rules.for_tool("allow", "", "edit")
     read_allow = rules.for_tool("allow", "", "read")
@@ -116,11 +118,11 @@ def decide_bash(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext
     for cmd in commands:
         shown = cmd.text or " ".join(r.target.raw for r in cmd.redirects)
         moving = _is_dynamic(cmd)
-        if moving is not None:
+        if moving is not None and not unrestricted:
             return Decision("ask", f"`{shown}`: {moving}, so neither a rule nor the read-only allowance can "
                                    "allow it without asking")
         argv = [w.text for w in cmd.argv]
-        if cmd.words:
+        if cmd.words and not unrestricted:
             why_risky = risk(argv) if argv else None
             matched = any(rule.matches_command(cmd.text) for rule in patterned)
             if why_risky is not None:

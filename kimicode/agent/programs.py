@@ -435,7 +435,7 @@ def read_only(argv: Sequence[str]) -> bool:
             )  # `git branch NAME` creates one
         if sub in ("tag", "remote", "stash"):
             listing = {"tag": ("-l", "--list"), "remote": ("-v", "show", "get-url"), "stash": ("list", "show")}[sub]
-            return not args or args[0] in listing
+            return (not args and sub != "stash") or (bool(args) and args[0] in listing)  # bare `git stash` stashes
         return sub in _GIT_READ_ONLY
     if name in _NO_ARGS_ONLY:
         return len([w for w in rest if not w.startswith("-")]) <= 1 and "-r" not in rest
