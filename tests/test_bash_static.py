@@ -36,9 +36,12 @@ def env(tmp_path: Path) -> dict[str, Any]:
     return {"ws": ws, "home": home}
 
 
-def check(env: dict[str, Any], command: str, mode: str = "default", **rules: tuple[str, ...]) -> Decision:
-    policy = Policy(load_rules((), **rules), user_home=env["home"], kimicode_home=env["home"] / ".kimicode",
-                    workspace=env["ws"])
+def check(
+    env: dict[str, Any], command: str, mode: str = "default", *,
+    allow: tuple[str, ...] = (), deny: tuple[str, ...] = (), ask: tuple[str, ...] = (),
+) -> Decision:
+    policy = Policy(load_rules((), allow=allow, deny=deny, ask=ask), user_home=env["home"],
+                    kimicode_home=env["home"] / ".kimicode", workspace=env["ws"])
     return decide(BASH, {"command": command}, mode, ToolContext(workspace=env["ws"]), policy)
 
 
