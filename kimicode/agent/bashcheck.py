@@ -38,6 +38,9 @@ from kimicode.tools.base import Tool, ToolContext
 __all__ = ["decide_bash"]
 
 _MAX_NESTING = 4
+MAX_PATH_ARGUMENTS = 256
+"""More file-like arguments than this in one line ask instead of being checked one by one (each check
+resolves a path on disk: a line of 300,000 arguments would otherwise take minutes)."""
 _CD = frozenset({"cd", "pushd", "popd"})
 
 
@@ -66,6 +69,10 @@ def decide_bash(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext
         return Decision("ask", f"cannot tell whether the line is denied by the rules: {opaque}")
     edit_deny = rules.for_tool("deny", "", "edit")
     read_deny = rules.for_tool("deny", "", "read")
+    too_many = _count_path_arguments(everything) > MAX_PATH_ARGUMENTS
+    if too_many and (read_deny or edit_deny):
+        return Decision("ask", f"the line has more than {MAX_PATH_ARGUMENTS} file arguments, too many to check "
+                               "against the read and edit rules")
     for cmd in everything:
         forms = _deny_forms(cmd)
         for rule in deny:
@@ -115,6 +122,9 @@ def decide_bash(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext
     read_allow = rules.for_tool("allow", "", "read")
     patterned = [r for r in allow if not getattr(r, "literal", False)]
     bases, unknown_cwd = _working_dirs(commands, ctx, policy)
+    if too_many:
+        return Decision("ask", f"the line has more than {MAX_PATH_ARGUMENTS} file arguments, too many to check "
+                               "for sensitive files")
     for cmd in commands:
         shown = cmd.text or " ".join(r.target.raw for r in cmd.redirects)
         moving = _is_dynamic(cmd)
@@ -139,6 +149,14 @@ def decide_bash(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext
             if problem is not None:
                 return problem
     return Decision("allow")
+
+
+def _count_path_arguments(commands: Sequence[SimpleCommand]) -> int:
+    """How many arguments and redirection targets of the line would be resolved as paths."""
+    count = 0
+    for cmd in commands:
+        count += len(cmd.redirects) + sum(1 for w in cmd.words[1:] if not w.text.startswith("-") or "=" in w.text)
+    return count
 
 
 def _is_dynamic(cmd: SimpleCommand) -> str | None:

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 __all__ = ["MAX_DEPTH", "Redirect", "ShellParseError", "SimpleCommand", "Word", "parse"]
 
 MAX_DEPTH = 24
 """How deeply substitutions, subshells and groups may nest before the line is refused."""
+MAX_WORDS = 20000
+"""More words than this in one line are refused (nobody reviews such a line; see MAX_COMMANDS)."""
 MAX_COMMANDS = 5000
 """More simple commands than this in one line are refused: nobody reviews such a line, and checking
 each against every rule would take too long."""
@@ -125,7 +128,7 @@ class SimpleCommand:
         argv = self.argv
         return argv[0] if argv else None
 
-    @property
+    @cached_property
     def text(self) -> str:
         """The words joined by single spaces (what a rule pattern is matched against).
 
@@ -187,8 +190,12 @@ def parse(command: str) -> list[SimpleCommand]:
 
 
 class _Parser:
-    def __init__(self, src: str, commands: list[SimpleCommand] | None = None, depth: int = 0) -> None:
+    def __init__(
+        self, src: str, commands: list[SimpleCommand] | None = None, depth: int = 0, word_count: list[int] | None = None
+    ) -> None:
         self.s = src
+        self.word_count = [0] if word_count is None else word_count
+        """Words read so far in the whole line (shared with the parsers of backtick substitutions)."""
         self.i = 0
         self.depth = depth
         self.last_dollar = src.rfind("$")
@@ -234,6 +241,7 @@ class _Parser:
         redirects: list[Redirect] = []
         after_compound = False  # just after `)`, `}`, `fi`, `done`: only redirections or operators may follow
         after_time = False  # just after the `time` keyword, which takes -p
+        count = self.word_count
 
         def flush() -> None:
             nonlocal after_compound, after_time
@@ -307,6 +315,9 @@ class _Parser:
                     self._for_header()
                     continue
             after_time = False
+            count[0] += 1
+            if count[0] > MAX_WORDS:
+                raise self._error(f"the line holds more than {MAX_WORDS} words")
             words.append(word)
 
     def _for_header(self) -> None:
@@ -500,7 +511,7 @@ class _Parser:
             inner.append(c)
             j += 1
         self.i = j + 1
-        sub = _Parser("".join(inner), self.commands, self.depth)
+        sub = _Parser("".join(inner), self.commands, self.depth, self.word_count)
         sub.parse_list(None)
         return s[start : self.i]
 
