@@ -195,7 +195,7 @@ def test_programs_that_execute_or_write_through_options_are_never_admitted(env: 
 
 
 READ_ONLY = ["ls", "ls -la src", "cat README.md", "head -n 3 README.md", "tail README.md", "wc -l README.md",
-             "grep -r x .", "rg x", "find . -name '*.py'", "git status", "git diff", "git diff --stat",
+             "grep -r x src", "rg x src", "find . -name '*.py'", "git status", "git diff", "git diff --stat",
              "git log --oneline", "git show HEAD", "git blame README.md", "git branch", "git branch -a",
              "pwd", "which git", "stat README.md", "du -sh .", "file README.md", "echo hi", "true",
              "git --no-pager log", "sort README.md", "ls 2>&1 | head", "cat README.md > /dev/null"]
@@ -245,3 +245,16 @@ def test_unwrap_and_embedded() -> None:
 def test_the_bare_bash_rule_still_allows_everything_but_the_denied(env: dict[str, Any]) -> None:
     assert check(env, "ls $X; echo `date`", allow=("bash",)).verdict == "allow"
     assert check(env, "ls $X; rm -rf y", allow=("bash",), deny=("bash(rm*)",)).verdict == "deny"
+
+
+def test_secrets_reached_by_a_search_or_a_revision_ask(env: dict[str, Any]) -> None:
+    (env["ws"] / "src").mkdir()
+    (env["ws"] / "src" / "app.py").write_text("x = 1\n")
+    os.link(env["ws"] / ".env", env["ws"] / "src" / "notes.txt")
+    for line in ("grep -r TOKEN .", "grep -R TOKEN", "grep -rn TOKEN src", "rg TOKEN", "rg TOKEN src",
+                 "grep -r x ~", "git show HEAD:.env", "git cat-file -p HEAD:.env", "git log -p -- .env",
+                 "cat src/notes.txt"):
+        assert check(env, line).verdict == "ask", line
+    (env["ws"] / "src" / "notes.txt").unlink()
+    for line in ("grep -rn x src", "rg x src", "grep x README.md", "git show HEAD:README.md"):
+        assert check(env, line).verdict == "allow", line

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -179,26 +180,29 @@ def _path_problems(
 ) -> Decision | None:
     """Sensitive files named by arguments and the redirections of an otherwise admitted command."""
     for word in cmd.argv[1:] if cmd.name else cmd.words:
-        path = _word_path(word, base, policy)
-        if path is None:
-            continue
-        why = policy.sensitive(path)
-        if why and not _specific_allow(read_allow, path, ctx):
-            return Decision("ask", f"`{cmd.text}` names {_shown(path, ctx)}, which is sensitive: {why}",
-                            f"read({_shown(path, ctx)})")
+        for path in _word_paths(word, base, policy):
+            why = policy.sensitive(path)
+            if why and not _specific_allow(read_allow, path, ctx):
+                return Decision("ask", f"`{cmd.text}` names {_shown(path, ctx)}, which is sensitive: {why}",
+                                f"read({_shown(path, ctx)})")
+    searched = _recursive_search_roots([w.text for w in cmd.argv], base, policy)
+    for root in searched:
+        found = _sensitive_below(root, policy, ctx, read_allow)
+        if found is not None:
+            return Decision("ask", f"`{cmd.text}` searches {_shown(root, ctx)}, which holds {found}")
     for redirect in cmd.redirects:
         if redirect.kind not in ("write", "read"):
             continue
         text = _literal(redirect.target, policy)
-        path = None
+        target: Path | None = None
         if text is not None:
             resolved = pathresolve.resolve(text, base, policy.user_home)
             if resolved.problem is not None:
                 return Decision("ask", f"`{cmd.text or redirect.target.raw}`: {resolved.problem}")
             if resolved.device:
                 continue
-            path = resolved.path
-        problem = _redirect_problem(redirect, path, mode, ctx, policy, edit_allow, read_allow)
+            target = resolved.path
+        problem = _redirect_problem(redirect, target, mode, ctx, policy, edit_allow, read_allow)
         if problem:
             return Decision("ask", f"`{cmd.text or redirect.target.raw}`: {problem}")
     return None
@@ -291,6 +295,73 @@ def _literal(word: Word, policy: Policy) -> str | None:
     elif word.tilde:
         return None
     return text
+
+
+def _word_paths(word: Word, base: Path, policy: Policy) -> list[Path]:
+    """The files an argument may name: itself (or an `--opt=FILE` value), and the part after a `:`
+    (`HEAD:.env` for git show, `host:path`)."""
+    first = _word_path(word, base, policy)
+    out = [first] if first is not None else []
+    text = word.text
+    if ":" in text and not word.dynamic:
+        rest = text.rsplit(":", 1)[1]
+        if rest and not rest.startswith("-"):
+            out.append(pathresolve.resolve(rest, base, policy.user_home).path)
+    return out
+
+
+_RECURSIVE_GREP = re.compile(r"-[A-Za-z]*[rR]|--recursive$|--dereference-recursive$|--directories=recurse$")
+_SUSPECT_NAME = re.compile(
+    r"(?i)^\.env|^\.envrc$|^id_|\.(pem|key|p12|pfx|jks|keystore|ppk)$|credential|netrc|npmrc|pypirc|pgpass"
+    r"|my\.cnf$|htpasswd|yarnrc|^\.vault-token$|\.jsonl$"
+)
+_SEARCH_LIMIT = 5000
+
+
+def _recursive_search_roots(argv: Sequence[str], base: Path, policy: Policy) -> list[Path]:
+    """The directories a recursive `grep -r`/`rg` reads every file of (the working directory by default)."""
+    if not argv:
+        return []
+    name, rest = argv[0], argv[1:]
+    if name in ("grep", "egrep", "fgrep") and any(_RECURSIVE_GREP.match(w) for w in rest):
+        pass
+    elif name not in ("rg", "ripgrep", "ag", "ack"):
+        return []
+    operands = [w for w in rest if not w.startswith("-")]
+    if name in ("grep", "egrep", "fgrep", "rg", "ripgrep", "ag", "ack") and operands:
+        operands = operands[1:]  # the pattern (a -e/-f pattern makes this over-approximate: more roots)
+    roots = [pathresolve.resolve(o, base, policy.user_home).path for o in operands] or [base]
+    return [r for r in roots if r.is_dir()]
+
+
+def _sensitive_below(root: Path, policy: Policy, ctx: ToolContext, read_allow: Sequence[Rule]) -> str | None:
+    """A description of a sensitive file a recursive search of `root` would read, or None; a tree too
+    large to check, or one that holds the home directory, counts as holding one."""
+    home = Path(os.path.realpath(policy.user_home))
+    if root == home or root in home.parents or root == Path("/"):
+        return "your home directory's credential stores"
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in (".git", "node_modules", ".venv", "__pycache__")]
+        seen += len(filenames) + len(dirnames)
+        if seen > _SEARCH_LIMIT:
+            return f"more than {_SEARCH_LIMIT} files (too many to check for secrets)"
+        for fname in filenames:
+            path = Path(dirpath) / fname
+            if _SUSPECT_NAME.search(fname) or _linked(path):
+                why = policy.sensitive(path)
+                if why and not _specific_allow(read_allow, path, ctx):
+                    return f"{_shown(path, ctx)} ({why})"
+    return None
+
+
+def _linked(path: Path) -> bool:
+    """A regular file with more than one name (it may be a secret under another name)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return st.st_nlink > 1 and not os.path.islink(path)
 
 
 def _word_path(word: Word, base: Path, policy: Policy) -> Path | None:
