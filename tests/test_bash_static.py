@@ -211,7 +211,8 @@ def test_read_only_commands_run_without_asking(env: dict[str, Any], line: str) -
                                   "git branch newname", "ls > ../out.txt", "X=1 ls", "./ls",
                                   "/tmp/cat README.md", "wget http://h", "tail -f README.md", "git stash",
                                   "cat .env", "cat ~/.ssh/id_rsa", "head /proc/self/environ", "cd ~/.ssh && cat id_rsa",
-                                  "ls > /dev/fd/1/../x", "cat < /proc/self/root/etc/shadow", "cd - && ls", "pushd /"])
+                                  "ls > /dev/fd/1/../x", "cat < /proc/self/root/etc/shadow", "cd - && ls", "pushd /",
+                                  "printenv", "jq -n env", "jq -n '$ENV.HOME'", "tail -qf README.md"])
 def test_what_still_asks_without_a_rule(env: dict[str, Any], line: str) -> None:
     for mode in MODES:
         assert check(env, line, mode).verdict != "allow", (mode, line)
@@ -252,7 +253,8 @@ def test_secrets_reached_by_a_search_or_a_revision_ask(env: dict[str, Any]) -> N
     (env["ws"] / "src" / "app.py").write_text("x = 1\n")
     os.link(env["ws"] / ".env", env["ws"] / "src" / "notes.txt")
     for line in ("grep -r TOKEN .", "grep -R TOKEN", "grep -rn TOKEN src", "rg TOKEN", "rg TOKEN src",
-                 "grep -r x ~", "git show HEAD:.env", "git cat-file -p HEAD:.env", "git log -p -- .env",
+                 "grep -r x ~", "diff -r . /tmp", "git diff --no-index . /tmp",
+                 "git show HEAD:.env", "git cat-file -p HEAD:.env", "git log -p -- .env",
                  "cat src/notes.txt"):
         assert check(env, line).verdict == "ask", line
     (env["ws"] / "src" / "notes.txt").unlink()

@@ -323,6 +323,11 @@ def _recursive_search_roots(argv: Sequence[str], base: Path, policy: Policy) -> 
     if not argv:
         return []
     name, rest = argv[0], argv[1:]
+    if (name == "diff" and any(_RECURSIVE_GREP.match(w) for w in rest)) or (
+        name == "git" and "--no-index" in rest
+    ):
+        operands = [w for w in rest if not w.startswith("-") and w not in ("diff",)]
+        return [r for r in (pathresolve.resolve(o, base, policy.user_home).path for o in operands) if r.is_dir()]
     if name in ("grep", "egrep", "fgrep") and any(_RECURSIVE_GREP.match(w) for w in rest):
         pass
     elif name not in ("rg", "ripgrep", "ag", "ack"):

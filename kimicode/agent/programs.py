@@ -388,6 +388,8 @@ def _risk_one(name: str, rest: Sequence[str]) -> str | None:
         return "tree -o writes a file"
     if name == "uniq" and len([w for w in rest if not w.startswith("-")]) > 1:
         return "uniq IN OUT writes its second argument"
+    if name in ("jq", "gojq", "yq") and any(re.search(r"\benv\b|\$ENV|input_filename|\$__prog", w) for w in rest):
+        return f"{name} reads the environment (which may hold secrets)"
     if name == "date" and any(w.startswith(("-s", "--set")) for w in rest):
         return "date -s sets the clock"
     if name == "hostname" and [w for w in rest if not w.startswith("-")]:
@@ -404,7 +406,7 @@ _READ_ONLY = frozenset({
     "df", "file", "echo", "true", "false", "printf", "basename", "dirname", "realpath", "readlink", "uname",
     "whoami", "id", "date", "cut", "tr", "nl", "sort", "uniq", "diff", "cmp", "comm", "md5sum", "sha1sum",
     "sha256sum", "sha512sum", "cksum", "tree", "type", "jq", "test", "[", "seq", "column", "fold", "expand",
-    "unexpand", "rev", "tac", "od", "hexdump", "xxd", "strings", "printenv", "hostname", "nproc", "arch",
+    "unexpand", "rev", "tac", "od", "hexdump", "xxd", "strings", "hostname", "nproc", "arch",
     "groups", "locale", "tty", "sleep", "yes", "less", "more",
 })
 _NO_ARGS_ONLY = frozenset({"xxd"})  # xxd IN OUT writes OUT: only with one file
@@ -441,7 +443,8 @@ def read_only(argv: Sequence[str]) -> bool:
         return len([w for w in rest if not w.startswith("-")]) <= 1 and "-r" not in rest
     if name == "sort":
         return True  # -o is caught by risk
-    if name in ("tail",) and any(w.startswith(("-f", "-F", "--follow")) for w in rest):
+    if name == "tail" and any(w.startswith("--follow") or (w.startswith("-") and not w.startswith("--")
+                                                            and ("f" in w or "F" in w)) for w in rest):
         return False  # never ends
     if name in ("sleep", "yes"):
         return False
