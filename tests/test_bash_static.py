@@ -260,3 +260,9 @@ def test_secrets_reached_by_a_search_or_a_revision_ask(env: dict[str, Any]) -> N
     (env["ws"] / "src" / "notes.txt").unlink()
     for line in ("grep -rn x src", "rg x src", "grep x README.md", "git show HEAD:README.md"):
         assert check(env, line).verdict == "allow", line
+
+
+def test_control_characters_in_words_ask(env: dict[str, Any]) -> None:
+    for line in ("ls\x1b[2K", "cat README.md\rrm x", "ls '\x7f'", "ls > 'a\x08b'", "git status\x0b"):
+        assert check(env, line, allow=INNOCENT_RULES).verdict == "ask", repr(line)
+    assert check(env, "ls\t-la", allow=INNOCENT_RULES).verdict == "allow"  # a tab is a blank

@@ -39,6 +39,7 @@ from kimicode.tools.base import Tool, ToolContext
 __all__ = ["decide_bash"]
 
 _MAX_NESTING = 4
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 MAX_PATH_ARGUMENTS = 256
 """More file-like arguments than this in one line ask instead of being checked one by one (each check
 resolves a path on disk: a line of 300,000 arguments would otherwise take minutes)."""
@@ -165,9 +166,13 @@ def _is_dynamic(cmd: SimpleCommand) -> str | None:
     for word in cmd.words:
         if word.dynamic:
             return f"{word.raw!r} is expanded by bash (variables, globs, braces or substitutions)"
+        if _CONTROL.search(word.text):
+            return f"{word.raw!r} holds control characters (what is shown is not what runs)"
         if word.tilde and not (word.raw == "~" or word.raw.startswith("~/")):
             return f"{word.raw!r} names another user's home"
     for redirect in cmd.redirects:
+        if _CONTROL.search(redirect.target.text):
+            return f"{redirect.target.raw!r} holds control characters"
         if redirect.target.dynamic:
             what = "a here-document that expands" if redirect.kind == "heredoc" else f"{redirect.target.raw!r}"
             return f"{what} is expanded by bash"
