@@ -143,6 +143,8 @@ DENY_EVASIONS = [
     "git difftool -x 'rm x'", "rsync -e 'rm x' a b", "\\rm x", "r\\m x", "\"rm\" x", "command rm x", "exec rm x",
     "/usr/bin/rm x", "bash -c \"sh -c 'bash -c \\\"rm x\\\"'\"", "ls; (cd /; rm x)", "ls $(rm x)",
     "x=$(rm x) ls", "ls <(rm x)", "ls && { rm x; }", "if true; then rm x; fi", "dash -c 'rm x'",
+    "env -S 'rm x'", "env -S'rm x'", "su -c 'rm x'", "su root -c 'rm x'", "flock /tmp/l -c 'rm x'",
+    "parallel rm ::: x", "script -qc 'rm x' /dev/null", "runuser -u nobody -- rm x",
 ]
 
 
@@ -153,7 +155,8 @@ def test_deny_reaches_every_command(env: dict[str, Any], line: str) -> None:
         assert decision.verdict == "deny", (mode, line, decision)
 
 
-@pytest.mark.parametrize("line", ["echo 'rm x' | sh", "sh <<< 'rm x'", "bash < script.sh", "source ./s",
+@pytest.mark.parametrize("line", ["echo 'rm x' | sudo -s", "echo 'rm x' | su", "at now <<< 'rm x'",
+                                  "echo 'rm x' | sh", "sh <<< 'rm x'", "bash < script.sh", "source ./s",
                                   ". ./s", "$(echo rm) x", "bash -c 'f() { rm x; }; f'", "sh -s"])
 def test_what_deny_rules_cannot_see_asks(env: dict[str, Any], line: str) -> None:
     assert check(env, line, "yolo", deny=("bash(rm*)",)).verdict == "ask", line

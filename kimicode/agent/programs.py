@@ -60,6 +60,21 @@ WRAPPERS: dict[str, frozenset[str]] = {
     "runuser": frozenset({"-u", "-g"}),
     "su": frozenset({"-c", "-s", "-g"}),
     "script": frozenset({"-c"}),
+    "parallel": frozenset({"-j", "--jobs", "-S", "--sshlogin", "--delay", "--timeout", "-n", "-N", "-L"}),
+    "unbuffer": frozenset(),
+    "proxychains": frozenset({"-f"}),
+    "proxychains4": frozenset({"-f"}),
+    "torsocks": frozenset(),
+    "firejail": frozenset(),
+    "systemd-run": frozenset({"-p", "--property", "-u", "--unit", "-E", "--setenv"}),
+    "xvfb-run": frozenset({"-s", "-n", "-a", "-f", "-e"}),
+    "valgrind": frozenset(),
+    "pkexec": frozenset({"--user"}),
+    "numactl": frozenset(),
+    "prlimit": frozenset(),
+    "nsenter": frozenset({"-t", "--target"}),
+    "catchsegv": frozenset(),
+    "dbus-launch": frozenset(),
 }
 """Programs that run the command in their arguments."""
 
@@ -119,6 +134,25 @@ def embedded(argv: Sequence[str]) -> tuple[list[str], list[list[str]], str | Non
                 return scripts, argvs, f"`{name}` runs a script that cannot be checked (stdin or a file)"
             if script is not None:
                 scripts.append(script)
+        elif name in ("su", "runuser", "script", "flock", "env") and any(
+            w in ("-c", "--command", "-S", "--split-string") or w.startswith(("--command=", "--split-string="))
+            or (name == "env" and w.startswith("-S"))
+            for w in rest
+        ):
+            for i, word in enumerate(rest):
+                if word in ("-c", "--command", "-S", "--split-string") and i + 1 < len(rest):
+                    if name != "env" or word in ("-S", "--split-string"):
+                        scripts.append(rest[i + 1])
+                elif word.startswith(("--command=", "--split-string=")):
+                    scripts.append(word.split("=", 1)[1])
+                elif name == "env" and word.startswith("-S") and len(word) > 2:
+                    scripts.append(word[2:])
+        elif name in ("su", "sudo", "doas", "runuser", "pkexec") and (
+            any(w in ("-s", "-i", "--shell", "--login", "-", "-l") for w in rest) or name == "su"
+        ) and len(unwrap(form)) == 1:
+            return scripts, argvs, f"`{name}` starts a shell that reads commands nobody can see"
+        elif name in ("at", "batch"):
+            return scripts, argvs, f"`{name}` runs commands read from its input later"
         elif name == "eval" and rest:
             scripts.append(" ".join(rest))
         elif name == "trap" and rest and not rest[0].startswith("-"):
