@@ -269,3 +269,19 @@ def test_control_characters_in_words_ask(env: dict[str, Any]) -> None:
     for line in ("ls\x1b[2K", "cat README.md\rrm x", "ls '\x7f'", "ls > 'a\x08b'", "git status\x0b"):
         assert check(env, line, allow=INNOCENT_RULES).verdict == "ask", repr(line)
     assert check(env, "ls\t-la", allow=INNOCENT_RULES).verdict == "allow"  # a tab is a blank
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(st.sampled_from(list("ls cat$`'\"\\(){}[]<>|&;#*?~=\n\t!-0123456789x@P:/.")), max_size=60),
+       st.sampled_from(("default", "plan", "yolo")))
+def test_property_decide_never_crashes(text: str, mode: str) -> None:
+    """Any text gets a decision (never an exception), whatever the rules and the mode."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"ws": Path(tmp), "home": Path(tmp) / "home"}
+        decision = check(env, text, mode, allow=INNOCENT_RULES, deny=("bash(rm*)", "read(.env)"))
+        assert decision.verdict in ("allow", "ask", "deny")
+        if decision.verdict == "allow" and mode != "yolo":
+            commands = parse(text)
+            assert all(not w.dynamic for c in commands for w in c.words), text

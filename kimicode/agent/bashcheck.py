@@ -141,7 +141,7 @@ def decide_bash(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext
                 reason = f"`{cmd.text}`: {why_risky}"
                 if matched:
                     reason += " (allow rules never admit that without asking)"
-                return Decision("ask", reason, _suggest(cmd) if not matched else "")
+                return Decision("ask", reason)  # no rule would admit it: suggest none
             if not matched and (cmd.assignments or not (read_only(argv) or argv[0] in _CD)):
                 return Decision("ask", _bash_reason(cmd, mode, allow), _suggest(cmd))
         if unknown_cwd:

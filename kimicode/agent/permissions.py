@@ -13,10 +13,11 @@ must say yes; headless runs have nobody to ask, so it means no) or `deny`. In or
    - writes: `default` asks, `accept-edits` runs them inside the workspace, `plan` refuses; outside
      the workspace, to secrets or to `.git` they ask unless an `allow` rule with a path names them;
      kimicode's own configuration always asks;
-   - bash: runs when every simple command matches an `allow` rule (in any mode, `plan` included), no
-     argument names a secret file, and every output redirection is a write the mode allows; inside the
-     OS sandbox it runs in `default` and `accept-edits`; anything else asks. A command line that
-     cannot be parsed is never allowed by a rule.
+   - bash (`kimicode.agent.bashcheck`): runs when every simple command matches an `allow` rule or is
+     read-only (in any mode, `plan` included), every word is static, no program executes or writes
+     through its options (`kimicode.agent.programs`), no argument names a secret file, and every output
+     redirection is a write the mode allows; inside the OS sandbox it runs in `default` and
+     `accept-edits`; anything else asks. A command line that cannot be parsed is never allowed by a rule.
 
 Paths are resolved (`..` and symbolic links followed) before any check, so a link inside the
 workspace that points outside counts as outside.
