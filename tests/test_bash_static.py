@@ -184,6 +184,8 @@ RISKY = [
     "man -P id ls", "vim f", "python -c 'import os'", "python3 -Bc 1", "perl -e 1", "ruby -e 1", "node -e 1",
     "php -r 1", "bash -c ls", "sh -c ls", "eval ls", "source x", "trap ls EXIT", "printf -v x 1", "let x=1",
     "curl -o x http://h", "wget http://h", "rg --pre ./evil x", "uniq in out", "date -s now", "tree -o out",
+    "make CC=./evil test", "make -f /tmp/x", "cargo test --config target.x.runner=./evil", "go test -exec ./evil",
+    "npm test --script-shell=./evil", "jq -n env",
 ]
 
 
@@ -215,7 +217,8 @@ def test_read_only_commands_run_without_asking(env: dict[str, Any], line: str) -
                                   "/tmp/cat README.md", "wget http://h", "tail -f README.md", "git stash",
                                   "cat .env", "cat ~/.ssh/id_rsa", "head /proc/self/environ", "cd ~/.ssh && cat id_rsa",
                                   "ls > /dev/fd/1/../x", "cat < /proc/self/root/etc/shadow", "cd - && ls", "pushd /",
-                                  "printenv", "jq -n env", "jq -n '$ENV.HOME'", "tail -qf README.md"])
+                                  "printenv", "jq -n env", "cat < /dev/tcp/127.0.0.1/9",
+                                  "head 0</dev/udp/127.0.0.1/9", "jq -n '$ENV.HOME'", "tail -qf README.md"])
 def test_what_still_asks_without_a_rule(env: dict[str, Any], line: str) -> None:
     for mode in MODES:
         assert check(env, line, mode).verdict != "allow", (mode, line)

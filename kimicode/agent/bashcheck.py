@@ -200,6 +200,9 @@ def _path_problems(
             continue
         text = _literal(redirect.target, policy)
         target: Path | None = None
+        if text is not None and "/dev/" in text and ("tcp" in text or "udp" in text):
+            return Decision("ask", f"`{cmd.text or redirect.target.raw}`: a redirection to {text} opens a network "
+                                   "connection")
         if text is not None:
             resolved = pathresolve.resolve(text, base, policy.user_home)
             if resolved.problem is not None:

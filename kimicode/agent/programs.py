@@ -428,8 +428,20 @@ def _risk_one(name: str, rest: Sequence[str]) -> str | None:
         return "date -s sets the clock"
     if name == "hostname" and [w for w in rest if not w.startswith("-")]:
         return "hostname NAME sets the host name"
-    if name in ("make", "gmake") and any(w.startswith(("--eval", "-E")) for w in rest):
-        return "make --eval runs text as a makefile"
+    if name in ("make", "gmake") and any(w.startswith(("--eval", "-E", "-f", "--file", "--makefile", "-C",
+                                                       "--directory", "-I", "--include-dir")) or
+                                         (not w.startswith("-") and "=" in w) for w in rest):
+        return "make VAR=value, -f, -C or --eval changes what the recipes run"
+    if name == "cargo" and any(w.startswith(("--config", "-Z", "--manifest-path")) for w in rest):
+        return "cargo --config can set a runner (a program cargo runs)"
+    if name == "go" and any(w.startswith(("-exec", "--exec", "-toolexec", "--toolexec", "-modfile", "-overlay"))
+                            for w in rest):
+        return "go -exec/-toolexec runs a program of the command line's choosing"
+    if name in ("npm", "pnpm", "yarn", "npx", "bun") and any(
+        w.startswith(("--script-shell", "--node-options", "--userconfig", "--globalconfig", "--prefix", "-C",
+                      "--dir", "--call", "-c", "--shell")) for w in rest
+    ):
+        return f"{name} runs a shell, node options or a config of the command line's choosing"
     return None
 
 
