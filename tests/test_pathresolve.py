@@ -179,3 +179,26 @@ def test_policy_with_rule_adds_a_session_rule() -> None:
     assert more.rules.allow[0].pattern == "git status" and not policy.rules.allow
     with pytest.raises(ConfigError):
         policy.with_rule("Bash(x*:*)")
+
+
+def test_this_sessions_spilled_outputs_are_readable(tmp_path: Path) -> None:
+    kc = tmp_path / "kc"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (kc / "sessions" / "mine").mkdir(parents=True)
+    (kc / "sessions" / "theirs").mkdir(parents=True)
+    (kc / "sessions" / "mine.jsonl").write_text(json.dumps({"v": 1, "workspace": str(ws)}) + "\n")
+    (kc / "sessions" / "theirs.jsonl").write_text(json.dumps({"v": 1, "workspace": "/elsewhere"}) + "\n")
+    spilled = kc / "sessions" / "mine" / "bash-1.txt"
+    spilled.write_text("out")
+    foreign = kc / "sessions" / "theirs" / "bash-1.txt"
+    foreign.write_text("out")
+    fresh = kc / "sessions" / "new" / "bash-1.txt"  # a session whose log is not written yet
+    fresh.parent.mkdir()
+    fresh.write_text("out")
+    policy = Policy(Rules(), kimicode_home=kc, user_home=tmp_path / "home", workspace=ws)
+    assert policy.sensitive(spilled) is None
+    assert policy.sensitive(foreign) is not None
+    assert policy.sensitive(fresh) is not None
+    own = Policy(Rules(), kimicode_home=kc, user_home=tmp_path / "home", workspace=ws, session_dir=fresh.parent)
+    assert own.sensitive(fresh) is None and own.sensitive(foreign) is not None

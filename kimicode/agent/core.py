@@ -289,7 +289,10 @@ class Agent:
         if self.sandbox is not None and self.tools.get("bash") is BASH:
             self.tools.add(bash_tool(self.sandbox))
             sandboxed = True
-        self.policy = Policy(rules, kimicode_home=self.home, sandboxed=sandboxed, workspace=self.workspace)
+        self.policy = Policy(
+            rules, kimicode_home=self.home, sandboxed=sandboxed, workspace=self.workspace,
+            session_dir=self.ctx.session_dir,
+        )
         self.ctx.env = scrub_env(
             os.environ,
             names=secret_env_names(self.settings, self.endpoint.key_source),

@@ -336,11 +336,19 @@ def _within(path: Path, root: Path) -> bool:
 
 
 def sensitive_reason(
-    path: Path, *, user_home: Path, kimicode_home: Path, workspace: Path | None = None, links: bool = True
+    path: Path,
+    *,
+    user_home: Path,
+    kimicode_home: Path,
+    workspace: Path | None = None,
+    links: bool = True,
+    session_dir: Path | None = None,
 ) -> str | None:
     """Why reading `path` (resolved by `kimicode.agent.pathresolve`) needs approval, or None: it
     probably holds secrets, it is another project's session log, it is an alias that cannot be
     resolved (`/dev/fd/3/..`, `/proc/self/root/...`), or a hard link to such a file (`links`)."""
+    if session_dir is not None and _within(path, Path(os.path.realpath(session_dir))):
+        return None  # this session's own spilled tool outputs
     why = _name_reason(path, user_home=user_home, kimicode_home=kimicode_home, workspace=workspace)
     if why or not links:
         return why
@@ -387,8 +395,15 @@ def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace:
 
 
 def _own_session(path: Path, workspace: Path | None) -> bool:
-    """True when `path` is a session log (or its directory) recorded for `workspace`."""
-    if workspace is None or not path.is_file():
+    """True when `path` is a session log recorded for `workspace`, or a file in the directory of such a
+    log (`sessions/ID/` holds the spilled outputs of `sessions/ID.jsonl`)."""
+    if workspace is None:
+        return False
+    sessions = next((p for p in path.parents if p.name == "sessions"), None)
+    if sessions is not None and path.parent != sessions:
+        top = path.relative_to(sessions).parts[0]
+        path = sessions / f"{top}.jsonl"
+    if not path.is_file():
         return False
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -505,11 +520,17 @@ class Policy:
     workspace: Path | None = None
     """The session's workspace: its own session logs are not sensitive, and hard links to its secret
     files are found there."""
+    session_dir: Path | None = None
+    """This session's directory of spilled tool outputs (readable: the model is told to read them)."""
 
     def sensitive(self, path: Path) -> str | None:
         """Why reading (or writing) `path` needs approval: it probably holds secrets."""
         return sensitive_reason(
-            path, user_home=self.user_home, kimicode_home=self.kimicode_home, workspace=self.workspace
+            path,
+            user_home=self.user_home,
+            kimicode_home=self.kimicode_home,
+            workspace=self.workspace,
+            session_dir=self.session_dir,
         )
 
     def with_rule(self, rule: Rule | str, action: RuleAction = "allow") -> Policy:
