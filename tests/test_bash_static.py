@@ -127,7 +127,9 @@ def test_deep_nesting_is_refused_not_a_recursion_error(env: dict[str, Any]) -> N
 def test_a_megabyte_line_is_decided_quickly(env: dict[str, Any]) -> None:
     """Not a timing assertion (see tests/bench): a 1 MB line must simply come back, with a decision."""
     for line in ("ls " + "a" * 1_000_000, "ls '" + "[{," * 300_000 + "'", "ls " + "{," * 500_000,
-                 "ls " + "[" * 1_000_000, "ls && " * 200_000 + "ls", "cat <<'EOF'\n" + "x\n" * 500_000 + "EOF"):
+                 "ls " + "[" * 1_000_000, "ls && " * 200_000 + "ls", "cat <<'EOF'\n" + "x\n" * 500_000 + "EOF",
+                 "echo " + "$" * (1 << 20), "echo " + "''" * 500_000, "echo " + "``" * 500_000,
+                 "ls " + "ab " * 333_000):
         started = time.monotonic()
         decision = check(env, line, allow=INNOCENT_RULES, deny=("bash(rm*)",))
         assert decision.verdict in ("allow", "ask"), decision

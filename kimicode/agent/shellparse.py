@@ -30,8 +30,8 @@ __all__ = ["MAX_DEPTH", "Redirect", "ShellParseError", "SimpleCommand", "Word", 
 
 MAX_DEPTH = 24
 """How deeply substitutions, subshells and groups may nest before the line is refused."""
-MAX_WORDS = 20000
-"""More words than this in one line are refused (nobody reviews such a line; see MAX_COMMANDS)."""
+MAX_WORDS = 20000  # words in one line: more are refused (nobody reviews such a line)
+MAX_PIECES = 50000  # quotes, escapes and expansions in one line (`$$$$...`): more are refused
 MAX_COMMANDS = 5000
 """More simple commands than this in one line are refused: nobody reviews such a line, and checking
 each against every rule would take too long."""
@@ -194,8 +194,9 @@ class _Parser:
         self, src: str, commands: list[SimpleCommand] | None = None, depth: int = 0, word_count: list[int] | None = None
     ) -> None:
         self.s = src
-        self.word_count = [0] if word_count is None else word_count
-        """Words read so far in the whole line (shared with the parsers of backtick substitutions)."""
+        self.word_count = [0, 0] if word_count is None else word_count
+        """Words and quoted or expanded pieces read so far in the whole line (shared with backtick
+        sub-parsers): both are limited, so no shape of input makes the parser slow."""
         self.i = 0
         self.depth = depth
         self.last_dollar = src.rfind("$")
@@ -220,6 +221,11 @@ class _Parser:
                 self.i += 2
             else:
                 return
+
+    def _piece(self) -> None:
+        self.word_count[1] += 1
+        if self.word_count[1] > MAX_PIECES:
+            raise self._error(f"the line holds more than {MAX_PIECES} quotes, escapes and expansions")
 
     def _error(self, message: str) -> ShellParseError:
         return ShellParseError(f"{message} (at offset {self.i})")
@@ -421,6 +427,7 @@ class _Parser:
             c = s[self.i]
             if c in _METACHARS:
                 break
+            self._piece()
             if c == "\\":
                 nxt = self._peek(1)
                 if nxt == "\n":
@@ -473,6 +480,7 @@ class _Parser:
             if c == '"':
                 self.i += 1
                 return dynamic
+            self._piece()
             if c == "\\":
                 nxt = self._peek(1)
                 if nxt in ('"', "\\", "$", "`"):
