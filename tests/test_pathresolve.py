@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kimicode.agent.pathresolve import expand_glob, hard_link_twin, is_harmless_device, resolve
 from kimicode.agent.policy import Policy, Rules, autorun_reason, parse_rule, sensitive_reason
@@ -202,3 +204,34 @@ def test_this_sessions_spilled_outputs_are_readable(tmp_path: Path) -> None:
     assert policy.sensitive(fresh) is not None
     own = Policy(Rules(), kimicode_home=kc, user_home=tmp_path / "home", workspace=ws, session_dir=fresh.parent)
     assert own.sensitive(fresh) is None and own.sensitive(foreign) is not None
+
+
+_PARTS = st.sampled_from(["..", ".", "x", "etc", "passwd", "1", "3", "fd", "self", "root", "cwd", ""])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    prefix=st.sampled_from(["/dev/fd/1", "/dev/fd/3", "/dev/stdout", "/proc/self/fd/1", "/proc/self/root",
+                            "/proc/1/cwd", "/proc/thread-self/fd", "/tmp/../dev/fd/2", "/dev/fd"]),
+    rest=st.lists(_PARTS, min_size=1, max_size=6),
+)
+def test_property_aliases_are_never_harmless_nor_resolved_quietly(prefix: str, rest: list[str]) -> None:
+    raw = prefix + "/" + "/".join(rest)
+    got = resolve(raw, "/tmp")
+    if got.device:  # only an exact harmless device name, e.g. /dev/fd/1/. is not one
+        assert raw in ("/dev/fd/1", "/dev/stdout") or is_harmless_device(raw)
+    else:
+        assert got.problem is not None, raw
+        assert sensitive_reason(got.path, user_home=Path("/nonexistent"), kimicode_home=Path("/nonexistent/kc")), raw
+
+
+@settings(max_examples=100, deadline=None)
+@given(rest=st.lists(st.sampled_from(["..", ".", "a", "link", "b"]), min_size=1, max_size=6))
+def test_property_resolve_agrees_with_the_os(tmp_path_factory: pytest.TempPathFactory, rest: list[str]) -> None:
+    base = tmp_path_factory.getbasetemp() / "agree"
+    (base / "ws" / "a" / "b").mkdir(parents=True, exist_ok=True)
+    link = base / "ws" / "link"
+    if not link.is_symlink():
+        link.symlink_to(base / "ws" / "a")
+    raw = "/".join(rest)
+    assert resolve(raw, base / "ws").path == Path(os.path.realpath(base / "ws" / raw))
