@@ -20,6 +20,7 @@ from adversarial_corpus import (
     HOSTILE,
     INNOCENT,
     INNOCENT_NO_RULES,
+    READ_ONLY_ABUSE,
     WRITES_IN_WORKSPACE,
 )
 
@@ -82,7 +83,7 @@ def _bash(world: dict[str, Any], line: str, mode: str, allow: Sequence[str], den
 
 
 def test_the_corpus_is_large_enough() -> None:
-    assert len(HOSTILE) + len(DENY_LINES) + len(FILE_CALLS) >= 300
+    assert len(HOSTILE) + len(DENY_LINES) + len(FILE_CALLS) + len(READ_ONLY_ABUSE) >= 300
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -108,6 +109,12 @@ def test_innocent_forms_run(world: dict[str, Any], line: str, mode: str) -> None
 @pytest.mark.parametrize("line", INNOCENT_NO_RULES)
 def test_read_only_commands_run_without_rules(world: dict[str, Any], line: str, mode: str) -> None:
     assert _bash(world, line, mode, []) == "allow", line
+
+
+@pytest.mark.parametrize("mode", ["default", "plan"])
+@pytest.mark.parametrize("line", READ_ONLY_ABUSE)
+def test_the_read_only_allowance_is_not_abused(world: dict[str, Any], line: str, mode: str) -> None:
+    assert _bash(world, line, mode, []) in ("ask", "deny"), line
 
 
 @pytest.mark.parametrize("line", DENY_LINES)
