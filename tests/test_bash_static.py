@@ -219,7 +219,8 @@ def test_read_only_commands_run_without_asking(env: dict[str, Any], line: str) -
                                   "/tmp/cat README.md", "wget http://h", "tail -f README.md", "git stash",
                                   "cat .env", "cat ~/.ssh/id_rsa", "head /proc/self/environ", "cd ~/.ssh && cat id_rsa",
                                   "ls > /dev/fd/1/../x", "cat < /proc/self/root/etc/shadow", "cd - && ls", "pushd /",
-                                  "printenv", "jq -n env", "cat < /dev/tcp/127.0.0.1/9",
+                                  "printenv", "jq -n env", "cat < /dev/tcp/127.0.0.1/9", "cat /dev/stdout/.",
+                                  "cat /dev/stdin/../../etc/hosts", "cat /proc/self/cwd/README.md",
                                   "head 0</dev/udp/127.0.0.1/9", "jq -n '$ENV.HOME'", "tail -qf README.md"])
 def test_what_still_asks_without_a_rule(env: dict[str, Any], line: str) -> None:
     for mode in MODES:

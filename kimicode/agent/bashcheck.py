@@ -185,7 +185,11 @@ def _path_problems(
 ) -> Decision | None:
     """Sensitive files named by arguments and the redirections of an otherwise admitted command."""
     for word in cmd.argv[1:] if cmd.name else cmd.words:
-        for path in _word_paths(word, base, policy):
+        try:
+            paths = _word_paths(word, base, policy)
+        except _Unresolvable as exc:
+            return Decision("ask", f"`{cmd.text}`: {exc}")
+        for path in paths:
             why = policy.sensitive(path)
             if why and not _specific_allow(read_allow, path, ctx):
                 return Decision("ask", f"`{cmd.text}` names {_shown(path, ctx)}, which is sensitive: {why}",
@@ -314,7 +318,10 @@ def _word_paths(word: Word, base: Path, policy: Policy) -> list[Path]:
     if ":" in text and not word.dynamic:
         rest = text.rsplit(":", 1)[1]
         if rest and not rest.startswith("-"):
-            out.append(pathresolve.resolve(rest, base, policy.user_home).path)
+            resolved = pathresolve.resolve(rest, base, policy.user_home)
+            if resolved.problem is not None:
+                raise _Unresolvable(resolved.problem)
+            out.append(resolved.path)
     return out
 
 
@@ -388,7 +395,14 @@ def _word_path(word: Word, base: Path, policy: Policy) -> Path | None:
         text = text.split("=", 1)[1]
     if not text or text.startswith("-"):
         return None
-    return pathresolve.resolve(text, base, policy.user_home).path  # an alias's `problem` makes it sensitive
+    resolved = pathresolve.resolve(text, base, policy.user_home)
+    if resolved.problem is not None:
+        raise _Unresolvable(resolved.problem)
+    return resolved.path
+
+
+class _Unresolvable(ValueError):
+    """An argument reaches through a device alias or /proc (`cat /dev/stdin/../x`): it cannot be checked."""
 
 
 def _argument_paths(cmd: SimpleCommand, ctx: ToolContext, policy: Policy, expand_globs: bool) -> list[Path]:
@@ -399,7 +413,7 @@ def _argument_paths(cmd: SimpleCommand, ctx: ToolContext, policy: Policy, expand
         if not word.dynamic:
             lit = _literal(word, policy)
             if lit is not None:
-                out.append(pathresolve.resolve(lit, base, policy.user_home).path)
+                out.append(pathresolve.resolve(lit, base, policy.user_home).path)  # aliases: asked later
         elif expand_globs and not any(c in word.raw for c in "$`'\"\\{"):
             out += pathresolve.expand_glob(word.raw, base, policy.user_home) or []
     return out
