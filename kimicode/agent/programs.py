@@ -234,7 +234,8 @@ _INTERPRETER_CODE = {
     "pwsh": ("-c", "-Command"), "powershell": ("-c", "-Command"), "expect": ("-c",), "gdb": ("-ex", "-batch"),
 }
 _EDITORS = frozenset({"vi", "vim", "nvim", "ex", "view", "gvim", "emacs", "nano", "ed", "joe", "micro", "kak"})
-_EVALUATING_BUILTINS = frozenset({"printf", "declare", "typeset", "local", "export", "readonly", "read",
+_EVALUATING_BUILTINS = frozenset({"printf", "declare", "typeset", "local", "export", "readonly", "read", "shift",
+                                  "return", "exit", "break", "continue", "caller", "kill", "disown", "jobs",
                                   "mapfile", "readarray", "getopts", "unset", "wait", "test", "[", "[["})
 _NEVER_BUILTINS = {"let": "evaluates arithmetic (which can run commands)",
                    "alias": "defines an alias", "enable": "loads builtins", "shopt": "changes the shell's parsing",
