@@ -221,7 +221,7 @@ _GIT_RISKY_OPTS = re.compile(
 )
 _GIT_READ_ONLY = frozenset({"status", "diff", "log", "show", "blame", "shortlog", "describe", "rev-parse",
                             "ls-files", "ls-tree", "cat-file", "grep", "reflog", "whatchanged", "annotate",
-                            "merge-base", "name-rev", "count-objects", "version", "help", "diff-tree",
+                            "merge-base", "name-rev", "count-objects", "version", "diff-tree",
                             "diff-files", "diff-index", "rev-list", "show-ref", "for-each-ref", "check-ignore"})
 _GIT_BRANCH_WRITE = re.compile(r"-[dDmMcCfu]$|--delete|--move|--copy|--force|--set-upstream|--unset-upstream"
                                r"|--edit-description|--track|--no-track|--create-reflog")
@@ -483,7 +483,7 @@ def read_only(argv: Sequence[str]) -> bool:
                 w.startswith("-") for w in args
             )  # `git branch NAME` creates one
         if sub in ("tag", "remote", "stash"):
-            listing = {"tag": ("-l", "--list"), "remote": ("-v", "show", "get-url"), "stash": ("list", "show")}[sub]
+            listing = {"tag": ("-l", "--list"), "remote": ("-v", "get-url"), "stash": ("list", "show")}[sub]
             return (not args and sub != "stash") or (bool(args) and args[0] in listing)  # bare `git stash` stashes
         return sub in _GIT_READ_ONLY
     if name in _NO_ARGS_ONLY:
