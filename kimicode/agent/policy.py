@@ -365,7 +365,7 @@ def sensitive_reason(
 
 
 _PROC_PRIVATE = re.compile(r"/proc/(?:self|thread-self|[0-9]+)(?:/|$)")
-_DEV_ALIAS = re.compile(r"/dev/(?:fd|std(?:in|out|err))/")
+_DEV_ALIAS = re.compile(r"/dev/(?:fd|std(?:in|out|err))(?:/|$)")
 
 
 def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace: Path | None) -> str | None:
