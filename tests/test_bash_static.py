@@ -146,7 +146,8 @@ DENY_EVASIONS = [
     "/usr/bin/rm x", "bash -c \"sh -c 'bash -c \\\"rm x\\\"'\"", "ls; (cd /; rm x)", "ls $(rm x)",
     "x=$(rm x) ls", "ls <(rm x)", "ls && { rm x; }", "if true; then rm x; fi", "dash -c 'rm x'",
     "env -S 'rm x'", "env -S'rm x'", "su -c 'rm x'", "su root -c 'rm x'", "flock /tmp/l -c 'rm x'",
-    "parallel rm ::: x", "script -qc 'rm x' /dev/null", "runuser -u nobody -- rm x",
+    "parallel rm ::: x", "script -qc 'rm x' /dev/null", "runuser -u nobody -- rm x", "sh <<< 'rm x'",
+    "bash -e <<< 'ls; rm x'", "sudo sh <<< 'rm x'",
 ]
 
 
@@ -158,7 +159,8 @@ def test_deny_reaches_every_command(env: dict[str, Any], line: str) -> None:
 
 
 @pytest.mark.parametrize("line", ["echo 'rm x' | sudo -s", "echo 'rm x' | su", "at now <<< 'rm x'",
-                                  "echo 'rm x' | sh", "sh <<< 'rm x'", "bash < script.sh", "source ./s",
+                                  "echo 'rm x' | sh", "sh <<< \"$X\"", "sh <<< 'ls' < f", "bash < script.sh",
+                                  "source ./s",
                                   ". ./s", "$(echo rm) x", "bash -c 'f() { rm x; }; f'", "sh -s"])
 def test_what_deny_rules_cannot_see_asks(env: dict[str, Any], line: str) -> None:
     assert check(env, line, "yolo", deny=("bash(rm*)",)).verdict == "ask", line

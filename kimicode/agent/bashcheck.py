@@ -32,7 +32,7 @@ from kimicode.agent.permissions import (
     _specific_allow,
 )
 from kimicode.agent.policy import Policy, Rule
-from kimicode.agent.programs import embedded, read_only, risk, unwrap
+from kimicode.agent.programs import SHELLS, embedded, read_only, risk, unwrap
 from kimicode.agent.shellparse import Redirect, ShellParseError, SimpleCommand, Word, parse
 from kimicode.tools.base import Tool, ToolContext
 
@@ -252,6 +252,9 @@ def _nested_commands(commands: Sequence[SimpleCommand], depth: int = 0) -> tuple
         if not cmd.words or (cmd.name is not None and cmd.name.dynamic):
             continue
         scripts, argvs, opaque = embedded([w.text for w in cmd.argv])
+        fed = [r.target for r in cmd.redirects if r.kind == "herestring"]
+        if opaque is not None and fed and not fed[-1].dynamic and _reads_stdin_script(cmd):
+            scripts, opaque = [fed[-1].text], None  # `sh <<< 'rm x'`: the here-string is the script
         if opaque is not None:
             return found, opaque
         for cmd_argv in argvs:
@@ -267,11 +270,17 @@ def _nested_commands(commands: Sequence[SimpleCommand], depth: int = 0) -> tuple
             found += [*inner, *deeper]
             if why is not None:
                 return found, why
-        for redirect in cmd.redirects:  # `sh <<< 'rm x'`: the here-string is the script
-            if redirect.kind == "herestring" and any(f[0].rsplit("/", 1)[-1] in ("sh", "bash")
-                                                     for f in unwrap([w.text for w in cmd.argv])):
-                return found, f"`{cmd.text}` reads its script from a here-string"
     return found, None
+
+
+def _reads_stdin_script(cmd: SimpleCommand) -> bool:
+    """A shell given no `-c` and no script file (`sh`, `bash -e`, `sudo sh`): it runs its standard input."""
+    last = unwrap([w.text for w in cmd.argv])[-1]
+    if os.path.basename(last[0]) not in SHELLS:
+        return False
+    return all(w.startswith("-") and "c" not in w.lstrip("-") for w in last[1:]) and not any(
+        r.kind in ("read", "heredoc") for r in cmd.redirects
+    )
 
 
 def _deny_forms(cmd: SimpleCommand) -> list[str]:
