@@ -235,3 +235,19 @@ def test_property_resolve_agrees_with_the_os(tmp_path_factory: pytest.TempPathFa
         link.symlink_to(base / "ws" / "a")
     raw = "/".join(rest)
     assert resolve(raw, base / "ws").path == Path(os.path.realpath(base / "ws" / raw))
+
+
+def test_hard_links_in_pruned_folders_are_still_found(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "node_modules" / "pkg").mkdir(parents=True)
+    (ws / ".env").write_text("K=1")
+    store = tmp_path / "store"
+    store.mkdir()
+    for i in range(50):  # pnpm-style: the packages are hard links into a store outside the workspace
+        (store / f"f{i}.js").write_text("x")
+        os.link(store / f"f{i}.js", ws / "node_modules" / "pkg" / f"f{i}.js")
+    os.link(ws / ".env", ws / "node_modules" / "pkg" / "README.md")
+    policy = Policy(Rules(), kimicode_home=tmp_path / "kc", user_home=tmp_path / "home", workspace=ws)
+    assert policy.sensitive(ws / "node_modules" / "pkg" / "f3.js") is None
+    why = policy.sensitive(ws / "node_modules" / "pkg" / "README.md")
+    assert why is not None and ".env" in why

@@ -24,6 +24,7 @@ import glob as _glob
 import os
 import re
 import stat
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,7 @@ _PROC_ALIAS = re.compile(
 )
 _FD_ALIAS = re.compile(r"/dev/fd(?:/|$)|/dev/std(?:in|out|err)/")
 MAX_GLOB_RESULTS = 2000
-MAX_LINK_SCAN = 20000
+MAX_LINK_SCAN = 200_000
 
 
 @dataclass(frozen=True)
@@ -156,20 +157,48 @@ def expand_glob(pattern: str, base: Path | str, home: Path | str | None = None) 
     return out
 
 
-def _walk(roots: Iterable[Path], limit: int) -> Iterable[Path] | None:
-    """Regular files below `roots` (not following links); None once more than `limit` were seen."""
+_PRUNE = frozenset({"node_modules", ".venv", "venv", "__pycache__", ".git", ".tox", ".mypy_cache", "target"})
+_INODE_CACHE: dict[tuple[str, ...], tuple[float, dict[tuple[int, int], tuple[Path, str]] | None]] = {}
+INODE_CACHE_SECONDS = 10.0
+
+
+def _sensitive_inodes(
+    roots: Iterable[Path], is_sensitive: Callable[[Path], str | None], limit: int
+) -> dict[tuple[int, int], tuple[Path, str]] | None:
+    """(device, inode) -> (path, reason) for the files below `roots` that are sensitive by name (only
+    those are stat'ed); None when more than `limit` names were seen. Cached for a few seconds per set
+    of roots, since every read of a hard-linked file (pnpm's node_modules are full of them) asks it."""
+    roots = list(roots)
+    key = (*(str(r) for r in roots), f"limit={limit}")
+    now = time.monotonic()
+    cached = _INODE_CACHE.get(key)
+    if cached is not None and now - cached[0] < INODE_CACHE_SECONDS:
+        return cached[1]
+    found: dict[tuple[int, int], tuple[Path, str]] | None = {}
     seen = 0
-    found: list[Path] = []
     for root in roots:
-        if not root.is_dir():
+        if found is None or not root.is_dir():
             continue
         for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-            dirnames[:] = [d for d in dirnames if d not in ("node_modules", ".venv", "__pycache__")]
+            dirnames[:] = [d for d in dirnames if d not in _PRUNE]
+            seen += len(filenames) + len(dirnames)
+            if seen > limit:
+                found = None
+                break
             for name in filenames:
-                seen += 1
-                if seen > limit:
-                    return None
-                found.append(Path(dirpath) / name)
+                other = Path(dirpath) / name
+                why = is_sensitive(other)
+                if not why:
+                    continue
+                try:
+                    st = os.stat(other, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    found[(st.st_dev, st.st_ino)] = (other, why)
+    if len(_INODE_CACHE) > 64:
+        _INODE_CACHE.clear()
+    _INODE_CACHE[key] = (now, found)
     return found
 
 
@@ -179,27 +208,19 @@ def hard_link_twin(
     """Why `path` is sensitive through another name of the same inode under `roots`, or None.
 
     Only regular files with more than one link are looked at. When `roots` hold more than `limit`
-    files the answer is "maybe": a reason is returned, so the caller asks (never a false "safe")."""
+    names the answer is "maybe": a reason is returned, so the caller asks (never a false "safe")."""
     try:
         st = os.stat(path, follow_symlinks=False)
     except OSError:
         return None
     if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
         return None
-    files = _walk(roots, limit)
-    if files is None:
+    inodes = _sensitive_inodes(roots, is_sensitive, limit)
+    if inodes is None:
         return f"{path.name} has {st.st_nlink} hard links and the workspace is too large to check them"
-    for other in files:
-        if other == path:
-            continue
-        try:
-            ost = os.stat(other, follow_symlinks=False)
-        except OSError:
-            continue
-        if (ost.st_dev, ost.st_ino) == (st.st_dev, st.st_ino):
-            why = is_sensitive(other)
-            if why:
-                return f"it is a hard link to {other} ({why})"
+    twin = inodes.get((st.st_dev, st.st_ino))
+    if twin is not None and twin[0] != path:
+        return f"it is a hard link to {twin[0]} ({twin[1]})"
     return None
 
 
