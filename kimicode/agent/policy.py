@@ -100,18 +100,6 @@ class Rule:
             return text == self.pattern or text.startswith(self.pattern + " ")
         return _command_regex(self.pattern).fullmatch(text) is not None
 
-    def literal_words(self) -> int:
-        """How many leading words of a matching command the pattern spells out in full (`git diff*`:
-        1, since `diff*` also matches `difftool`; `git diff *`: 2; `bash(git diff:*)`: 2). The program
-        table (`kimicode.agent.programs`) lets a rule admit a risky option only when it is one of these."""
-        if self.pattern is None:
-            return 0
-        if self.word_prefix or "*" not in self.pattern:
-            return len(self.pattern.split())
-        head = self.pattern.split("*", 1)[0]
-        words = head.split()
-        return len(words) if head.endswith(" ") else max(len(words) - 1, 0)
-
     def matches_path(self, path: Path, workspace: Path) -> bool:
         """For path rules: the pattern matches the resolved `path` (relative patterns are workspace-relative)."""
         if self.pattern is None:
