@@ -293,3 +293,24 @@ def test_property_decide_never_crashes(text: str, mode: str) -> None:
         if decision.verdict == "allow" and mode != "yolo":
             commands = parse(text)
             assert all(not w.dynamic for c in commands for w in c.words), text
+
+
+def test_the_grep_tool_asks_for_a_tree_holding_a_hard_link_to_a_secret(env: dict[str, Any]) -> None:
+    from kimicode.tools.files import READ_FILE
+    from kimicode.tools.search import GREP
+
+    (env["ws"] / "src").mkdir()
+    (env["ws"] / "src" / "app.py").write_text("x = 1\n")
+    policy = Policy(load_rules(()), user_home=env["home"], kimicode_home=env["home"] / ".kimicode",
+                    workspace=env["ws"])
+    ctx = ToolContext(workspace=env["ws"])
+    for args in ({"pattern": "TOKEN"}, {"pattern": "TOKEN", "path": "."}, {"pattern": "TOKEN", "path": "src"}):
+        assert decide(GREP, args, "default", ctx, policy).verdict == "allow", args  # .env is hidden: skipped
+    os.link(env["ws"] / ".env", env["ws"] / "src" / "notes.txt")
+    for args in ({"pattern": "TOKEN"}, {"pattern": "TOKEN", "path": "src"}, {"pattern": "T", "path": "src/notes.txt"}):
+        decision = decide(GREP, args, "plan", ctx, policy)
+        assert decision.verdict == "ask" and "notes.txt" in decision.reason, (args, decision)
+    assert decide(READ_FILE, {"path": "src/notes.txt"}, "default", ctx, policy).verdict == "ask"
+    allowed = Policy(load_rules((), allow=("read(src/notes.txt)",)), user_home=env["home"],
+                     kimicode_home=env["home"] / ".kimicode", workspace=env["ws"])
+    assert decide(GREP, {"pattern": "TOKEN", "path": "src"}, "default", ctx, allowed).verdict == "allow"

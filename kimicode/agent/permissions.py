@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,6 +159,13 @@ def _decide_read(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContex
             return Decision(
                 "ask", f"{tool.name} would read {shown}, which is sensitive: {why}", f"read({shown})"
             )
+    if tool.name == "grep":  # it reads every (non-hidden) file below a directory
+        for path in paths:
+            twin = _linked_secret_below(path, policy)
+            if twin is not None and not _specific_allow(allow, twin, ctx):
+                shown = _shown(twin, ctx)
+                return Decision("ask", f"{tool.name} would read {shown}, which is sensitive: "
+                                f"{policy.sensitive(twin)}", f"read({shown})")
     glob = args.get("glob")
     if (
         isinstance(glob, str)
@@ -166,6 +174,34 @@ def _decide_read(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContex
     ):
         return Decision("ask", f"{tool.name} with glob {glob!r} would search files that usually hold secrets")
     return Decision("allow")
+
+
+_LINK_SCAN_LIMIT = 20000
+
+
+def _linked_secret_below(root: Path, policy: Policy) -> Path | None:
+    """A file below the directory `root` that a search reads (not hidden) and that is a hard link to a
+    sensitive file (`notes.txt` sharing `.env`'s inode). Only multiply-linked files are examined, and at
+    most `_LINK_SCAN_LIMIT` entries (a larger tree is searched without this check)."""
+    if not root.is_dir():
+        return None
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "node_modules"]
+        for name in filenames:
+            seen += 1
+            if seen > _LINK_SCAN_LIMIT:
+                return None
+            if name.startswith("."):
+                continue
+            path = Path(dirpath) / name
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if st.st_nlink > 1 and stat.S_ISREG(st.st_mode) and policy.sensitive(path):
+                return path
+    return None
 
 
 # -- writes -----------------------------------------------------------------------------------------
