@@ -335,6 +335,8 @@ FILE_CALLS = [
     ("grep", {"pattern": "KEY", "path": "notes.txt"}),
     ("grep", {"pattern": "KEY", "path": "~/.ssh"}),
     ("grep", {"pattern": "KEY", "glob": ".env*"}),
+    ("grep", {"pattern": "API_KEY", "path": "."}),  # the tree holds notes.txt, a hard link to .env
+    ("grep", {"pattern": "API_KEY"}),
     ("glob", {"pattern": "*", "path": "~/.ssh"}),
     ("write_file", {"path": ".husky/pre-commit", "content": "id\n"}),
     ("write_file", {"path": ".vscode/tasks.json", "content": "{}"}),
