@@ -314,3 +314,26 @@ def test_the_grep_tool_asks_for_a_tree_holding_a_hard_link_to_a_secret(env: dict
     allowed = Policy(load_rules((), allow=("read(src/notes.txt)",)), user_home=env["home"],
                      kimicode_home=env["home"] / ".kimicode", workspace=env["ws"])
     assert decide(GREP, {"pattern": "TOKEN", "path": "src"}, "default", ctx, allowed).verdict == "allow"
+
+
+WRAP = st.sampled_from(["sudo {}", "env -i {}", "nice -n 3 {}", "timeout 5 {}", "nohup {}", "setsid {}",
+                        "stdbuf -o0 {}", "busybox {}", "command {}", "exec {}", "xargs {}", "parallel {} ::: y",
+                        "bash -c {q}", "sh -ec {q}", "bash -lc {q}", "eval {q}", "trap {q} EXIT", "su -c {q}",
+                        "find . -exec {} \\;", "sh <<< {q}", "ls; {}", "ls && ( {} )", "if true; then {}; fi",
+                        "echo $({})", "X=1 {}", "/usr/bin/env {}"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(WRAP, min_size=1, max_size=4), st.sampled_from(["rm x", "/bin/rm -rf x", "\\rm x", "'rm' x"]))
+def test_property_no_composition_of_wrappers_evades_a_deny_rule(wrappers: list[str], core: str) -> None:
+    """However the denied command is wrapped and nested, in yolo it is refused (or, where a script is
+    hidden from the parser, asked about): never run."""
+    import tempfile
+
+    line = core
+    for wrapper in wrappers:
+        line = wrapper.format(line, q=shlex.quote(line))
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"ws": Path(tmp), "home": Path(tmp) / "home"}
+        decision = check(env, line, "yolo", deny=("Bash(rm:*)",))
+        assert decision.verdict in ("deny", "ask"), (line, decision)

@@ -257,8 +257,14 @@ def _nested_commands(commands: Sequence[SimpleCommand], depth: int = 0) -> tuple
             scripts, opaque = [fed[-1].text], None  # `sh <<< 'rm x'`: the here-string is the script
         if opaque is not None:
             return found, opaque
-        for cmd_argv in argvs:
-            found.append(SimpleCommand(tuple(Word(t, t) for t in cmd_argv)))
+        run = [SimpleCommand(tuple(Word(t, t) for t in cmd_argv)) for cmd_argv in argvs]
+        if run:  # `find -exec bash -c '...' \;`: what they run may run more
+            if depth >= _MAX_NESTING:
+                return found, f"`{cmd.text}` nests commands too deeply"
+            deeper, why = _nested_commands(run, depth + 1)
+            found += [*run, *deeper]
+            if why is not None:
+                return found, why
         for script in scripts:
             if depth >= _MAX_NESTING:
                 return found, f"`{cmd.text}` nests shells too deeply"
