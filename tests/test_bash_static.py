@@ -337,3 +337,23 @@ def test_property_no_composition_of_wrappers_evades_a_deny_rule(wrappers: list[s
         env = {"ws": Path(tmp), "home": Path(tmp) / "home"}
         decision = check(env, line, "yolo", deny=("Bash(rm:*)",))
         assert decision.verdict in ("deny", "ask"), (line, decision)
+
+
+BROAD = tuple(f"bash({w}*)" for w in ("sudo", "env", "nice", "timeout", "nohup", "setsid", "stdbuf", "busybox",
+                                      "command", "exec", "xargs", "parallel", "bash", "sh", "eval", "trap", "su",
+                                      "find", "ls", "echo", "/usr/bin/env", "if", "true"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(WRAP, min_size=1, max_size=3), st.sampled_from(MODES))
+def test_property_broad_allow_rules_never_admit_a_wrapped_command(wrappers: list[str], mode: str) -> None:
+    """Allow rules for every wrapper and shell never let `rm` (which no rule names) run unasked."""
+    import tempfile
+
+    line = "rm x"
+    for wrapper in wrappers:
+        line = wrapper.format(line, q=shlex.quote(line))
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"ws": Path(tmp), "home": Path(tmp) / "home"}
+        decision = check(env, line, mode, allow=BROAD)
+        assert decision.verdict == "ask", (line, decision)

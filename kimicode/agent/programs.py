@@ -334,6 +334,11 @@ def _awk_risk(rest: Sequence[str]) -> str | None:
 
 def risk(argv: Sequence[str]) -> str | None:
     """Why this command executes or writes through its own arguments (see the module doc), or None."""
+    scripts, argvs, opaque = embedded(argv)
+    if opaque is not None:
+        return opaque
+    if scripts or argvs:
+        return f"`{os.path.basename(argv[0])}` runs a script or command given in its arguments"
     forms = unwrap(argv)
     for index, form in enumerate(forms):
         name, rest = os.path.basename(form[0]), form[1:]
