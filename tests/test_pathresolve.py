@@ -249,3 +249,10 @@ def test_hard_links_in_pruned_folders_are_still_found(tmp_path: Path) -> None:
     assert policy.sensitive(ws / "node_modules" / "pkg" / "f3.js") is None
     why = policy.sensitive(ws / "node_modules" / "pkg" / "README.md")
     assert why is not None and ".env" in why
+
+
+def test_huge_paths_are_not_resolved_component_by_component(tmp_path: Path) -> None:
+    got = resolve("a/" * 300_000, tmp_path)
+    assert got.problem is not None and "components" in got.problem
+    deep = "/".join(["d"] * 2000)
+    assert resolve(deep, tmp_path).path == tmp_path.joinpath(*(["d"] * 2000))

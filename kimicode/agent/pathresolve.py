@@ -25,6 +25,7 @@ import os
 import re
 import stat
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,8 @@ _PROC_ALIAS = re.compile(
 )
 _FD_ALIAS = re.compile(r"/dev/fd(?:/|$)|/dev/std(?:in|out|err)/")
 MAX_GLOB_RESULTS = 2000
+MAX_COMPONENTS = 4096
+"""A longer path cannot be opened (PATH_MAX); it is not resolved, and counts as needing approval."""
 MAX_LINK_SCAN = 200_000
 
 
@@ -101,6 +104,8 @@ def resolve(raw: str, base: Path | str, home: Path | str | None = None) -> Resol
                 Path(candidate),
                 f"{raw} goes through a process's file descriptors or root, which cannot be resolved here",
             )
+    if text.count("/") > MAX_COMPONENTS:
+        return Resolved(Path(text), f"{raw[:80]}... has more than {MAX_COMPONENTS} components")
     real, via = _follow(text)
     if via is not None:
         return Resolved(Path(via), f"{raw} leads through {via}, which cannot be resolved here")
@@ -116,11 +121,11 @@ def _follow(path: str) -> tuple[str, str | None]:
     """`os.path.realpath(path)`, done link by link so that a link leading into `/proc/self/fd` or
     `/dev/fd` is seen (realpath would follow it through kimicode's own descriptors); returns the
     resolved path and the alias passed through (None when none was)."""
-    parts = [p for p in path.split("/") if p]
+    parts = deque(p for p in path.split("/") if p)
     done = "/"
     hops = 0
     while parts:
-        part = parts.pop(0)
+        part = parts.popleft()
         if part == ".":
             continue
         if part == "..":
@@ -137,7 +142,7 @@ def _follow(path: str) -> tuple[str, str | None]:
         hops += 1
         if hops > 40:
             return os.path.realpath(path), None  # a loop: the OS refuses it too
-        parts = [p for p in target.split("/") if p] + parts
+        parts.extendleft(reversed([p for p in target.split("/") if p]))
         if target.startswith("/"):
             done = "/"
     return done, None
