@@ -147,7 +147,8 @@ DENY_EVASIONS = [
     "x=$(rm x) ls", "ls <(rm x)", "ls && { rm x; }", "if true; then rm x; fi", "dash -c 'rm x'",
     "env -S 'rm x'", "env -S'rm x'", "su -c 'rm x'", "su root -c 'rm x'", "flock /tmp/l -c 'rm x'",
     "parallel rm ::: x", "script -qc 'rm x' /dev/null", "runuser -u nobody -- rm x", "sh <<< 'rm x'",
-    "bash -e <<< 'ls; rm x'", "sudo sh <<< 'rm x'",
+    "bash -e <<< 'ls; rm x'", "sudo sh <<< 'rm x'", "bash -c -- 'rm x'", "bash -c -e 'rm x'",
+    "sh -o pipefail -c 'rm x'", "bash --rcfile f -c 'rm x'", "bash -euo pipefail -c 'rm x'",
 ]
 
 

@@ -109,17 +109,29 @@ def unwrap(argv: Sequence[str]) -> list[list[str]]:
 
 
 def _shell_script(rest: Sequence[str]) -> tuple[str | None, bool]:
-    """For a shell's arguments: (the `-c` script or None, whether it reads a script we cannot see)."""
-    for index, word in enumerate(rest):
-        if word == "--" or not word.startswith(("-", "+")):
-            return None, True  # a script file, or stdin after `--`
+    """For a shell's arguments: (the `-c` script or None, whether it reads a script we cannot see).
+
+    Options come first (`-e`, `-lc`, `-o pipefail`, `--norc`, `--rcfile F`, up to `--`); with `c` among
+    them the first operand is the script (`bash -c -- 'rm x'`, `bash -ec 'rm x'`), otherwise an operand
+    is a script file and no operand means standard input."""
+    command = False
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        if word == "--" or word == "-":
+            i += 1
+            break
+        if not word.startswith(("-", "+")) or word == "+":
+            break
         if word.startswith("--"):
-            continue  # --norc, --login, ...
-        if "c" in word[1:]:
-            return (rest[index + 1] if index + 1 < len(rest) else ""), False
-        if word[1:] in ("o", "O") and index + 1 < len(rest):
+            i += 2 if word in ("--rcfile", "--init-file") else 1
             continue
-    return None, True  # no script argument: the shell reads stdin (a pipe, a here-string, a file)
+        if "c" in word[1:]:
+            command = True
+        i += 2 if word[1:] in ("o", "O") or (word[-1] in ("o", "O") and len(word) > 2) else 1
+    if command:
+        return (rest[i] if i < len(rest) else ""), False
+    return None, True  # a script file, or standard input (a pipe, a here-string, a file)
 
 
 def embedded(argv: Sequence[str]) -> tuple[list[str], list[list[str]], str | None]:
