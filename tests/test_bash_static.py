@@ -149,6 +149,8 @@ DENY_EVASIONS = [
     "parallel rm ::: x", "script -qc 'rm x' /dev/null", "runuser -u nobody -- rm x", "sh <<< 'rm x'",
     "bash -e <<< 'ls; rm x'", "sudo sh <<< 'rm x'", "bash -c -- 'rm x'", "bash -c -e 'rm x'",
     "sh -o pipefail -c 'rm x'", "bash --rcfile f -c 'rm x'", "bash -euo pipefail -c 'rm x'",
+    "chroot / rm x", "flock /tmp/l rm x", "sg users rm x", "builtin eval 'rm x'",
+    "find . -exec sh -c 'rm \"$1\"' _ {} \\;", "xargs -I {} sh -c 'rm {}'",
 ]
 
 

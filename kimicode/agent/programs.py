@@ -75,10 +75,12 @@ WRAPPERS: dict[str, frozenset[str]] = {
     "nsenter": frozenset({"-t", "--target"}),
     "catchsegv": frozenset(),
     "dbus-launch": frozenset(),
+    "sg": frozenset(),
 }
 """Programs that run the command in their arguments."""
 
 _MAX_FORMS = 12
+_OPERAND_FIRST = frozenset({"chroot", "flock", "sg"})
 
 
 def unwrap(argv: Sequence[str]) -> list[list[str]]:
@@ -105,6 +107,8 @@ def unwrap(argv: Sequence[str]) -> list[list[str]]:
                 break
             if option in value_options and words:
                 words.pop(0)
+        if base in _OPERAND_FIRST and words:
+            words = words[1:]  # chroot NEWROOT CMD, flock FILE CMD, sg GROUP CMD
     return forms
 
 
