@@ -165,7 +165,8 @@ def test_claude_prefix_is_a_whole_word_prefix() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["Bash(rm*:*)", "WebFetch(domain:example.com)", "web_fetch(https://x)", "task(x)", "bash()", "", "b(a"]
+    "text", ["Bash(rm*:*)", "WebFetch(https://example.com)", "web_fetch(domain:)", "WebFetch(domain:a b)",
+             "task(x)", "bash()", "", "b(a"]
 )
 def test_unparseable_rules_are_errors_naming_the_rule(text: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -256,3 +257,40 @@ def test_huge_paths_are_not_resolved_component_by_component(tmp_path: Path) -> N
     assert got.problem is not None and "components" in got.problem
     deep = "/".join(["d"] * 2000)
     assert resolve(deep, tmp_path).path == tmp_path.joinpath(*(["d"] * 2000))
+
+
+@pytest.mark.parametrize(
+    ("rule", "url", "hit"),
+    [
+        ("WebFetch(domain:python.org)", "https://python.org/x", True),
+        ("WebFetch(domain:python.org)", "https://docs.python.org/3/", True),
+        ("WebFetch(domain:python.org)", "https://DOCS.Python.org./3/", True),
+        ("WebFetch(domain:python.org)", "https://evilpython.org/", False),
+        ("WebFetch(domain:python.org)", "https://python.org.evil.com/", False),
+        ("WebFetch(domain:python.org)", "https://evil.com/?u=https://python.org", False),
+        ("WebFetch(domain:python.org)", "https://python.org@evil.com/", False),
+        ("WebFetch(domain:python.org)", "not a url", False),
+        ("WebFetch(domain:python.org)", None, False),
+        ("WebFetch(domain:*.python.org)", "https://docs.python.org/", True),
+        ("WebFetch", "https://anything.example/", True),
+    ],
+)
+def test_web_fetch_domain_rules(rule: str, url: object, hit: bool) -> None:
+    assert parse_rule(rule).matches_url(url) is hit
+
+
+def test_web_fetch_domain_rules_decide(tmp_path: Path) -> None:
+    from kimicode.agent.permissions import decide
+    from kimicode.agent.policy import load_rules
+    from kimicode.tools.web import WEB_FETCH
+
+    ctx = ToolContext(workspace=tmp_path)
+
+    def verdict(url: str, allow: tuple[str, ...] = (), deny: tuple[str, ...] = ()) -> str:
+        policy = Policy(load_rules((), allow=allow, deny=deny), kimicode_home=tmp_path / "kc", user_home=tmp_path)
+        return decide(WEB_FETCH, {"url": url}, "default", ctx, policy).verdict
+
+    assert verdict("https://docs.python.org/3/", allow=("WebFetch(domain:python.org)",)) == "allow"
+    assert verdict("https://evil.com/", allow=("WebFetch(domain:python.org)",)) == "ask"
+    assert verdict("https://evil.com/", allow=("web_fetch",), deny=("WebFetch(domain:evil.com)",)) == "deny"
+    assert verdict("https://docs.python.org/", allow=("web_fetch",), deny=("WebFetch(domain:evil.com)",)) == "allow"

@@ -91,8 +91,8 @@ def test_remember_adds_an_engine_rule_for_the_session(
 def test_a_bad_remembered_rule_is_a_clear_error(server: FakeServer, make_agent: MakeAgent) -> None:
     with pytest.raises(ConfigError, match=r"Approval.remember: .*Bash\(ec\*ho:\*\)"):
         Approval(True, remember="Bash(ec*ho:*)")
-    with pytest.raises(ConfigError, match="web_fetch rules take no pattern"):
-        Approval(True, remember="WebFetch(domain:example.com)")
+    with pytest.raises(ConfigError, match="web_fetch takes domain:HOST"):
+        Approval(True, remember="WebFetch(https://example.com)")
 
 
 def _terminal_approver(workspace: Path, answers: list[str], texts: list[str]) -> Any:

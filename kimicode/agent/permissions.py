@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kimicode.agent.policy import Policy, Rule, Rules, glob_may_match_sensitive
+from kimicode.agent.policy import Policy, Rule, RuleAction, Rules, glob_may_match_sensitive
 from kimicode.tools.base import Tool, ToolContext
 
 PermissionMode = Literal["default", "accept-edits", "plan", "yolo"]
@@ -73,7 +73,7 @@ def decide(
         return _decide_read(tool, args, mode, ctx, policy)
     if tool.kind == "edit":
         return _decide_edit(tool, args, mode, ctx, policy)
-    return _decide_other(tool, mode, policy)
+    return _decide_other(tool, mode, policy, args)
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -242,16 +242,23 @@ def _decide_edit(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContex
 # -- other tools ------------------------------------------------------------------------------------
 
 
-def _decide_other(tool: Tool, mode: str, policy: Policy) -> Decision:
-    """Tools without paths or commands: rules by name; `execute` tools ask, `other` ones run."""
+def _decide_other(tool: Tool, mode: str, policy: Policy, args: Mapping[str, Any] | None = None) -> Decision:
+    """Tools without paths or commands: rules by name (web_fetch rules also by domain); `execute`
+    tools ask, `other` ones run."""
     rules = policy.rules
-    deny = rules.for_tool("deny", tool.name, tool.kind)
+    url = (args or {}).get("url")
+
+    def hits(action: RuleAction) -> list[Rule]:
+        found = rules.for_tool(action, tool.name, tool.kind)
+        return [r for r in found if r.matches_url(url)] if tool.name == "web_fetch" else found
+
+    deny = hits("deny")
     if deny:
         return Decision("deny", f"{tool.name} is denied by the rule {_rule_text(deny[0])}", by_rule=True)
-    ask = rules.for_tool("ask", tool.name, tool.kind)
+    ask = hits("ask")
     if ask:
         return Decision("ask", f"the rule {_rule_text(ask[0])} asks before {tool.name}", by_rule=True)
-    if mode == "yolo" or tool.kind != "execute" or rules.for_tool("allow", tool.name, tool.kind):
+    if mode == "yolo" or tool.kind != "execute" or hits("allow"):
         return Decision("allow")
     action = (
         "fetches from the network" if tool.name == "web_fetch"

@@ -100,6 +100,22 @@ class Rule:
             return text == self.pattern or text.startswith(self.pattern + " ")
         return _command_regex(self.pattern).fullmatch(text) is not None
 
+    def matches_url(self, url: object) -> bool:
+        """For web_fetch rules: the URL's host is the rule's domain or below it (`domain:python.org`
+        matches docs.python.org); a rule without a pattern matches every URL, a URL without a host none."""
+        if self.pattern is None:
+            return True
+        if not isinstance(url, str) or not self.pattern.startswith("domain:"):
+            return False
+        from urllib.parse import urlsplit
+
+        try:
+            host = (urlsplit(url.strip()).hostname or "").rstrip(".").lower()
+        except ValueError:
+            return False
+        domain = self.pattern[len("domain:") :]
+        return bool(host) and (host == domain or host.endswith("." + domain))
+
     def matches_path(self, path: Path, workspace: Path) -> bool:
         """For path rules: the pattern matches the resolved `path` (relative patterns are workspace-relative)."""
         if self.pattern is None:
@@ -126,11 +142,14 @@ def parse_rule(text: str, source: str = "") -> Rule:
             pattern, word_prefix = pattern[:-2].rstrip(), True
             if "*" in pattern:
                 raise ConfigError(f"{where}bad permission rule {text!r}: `:*` must be the only wildcard")
-        elif tool == "web_fetch":  # a per-domain rule would be matched as "every fetch": refuse it
-            raise ConfigError(
-                f"{where}bad permission rule {text!r}: web_fetch rules take no pattern (per-domain rules "
-                f"are not supported; use WebFetch or web_fetch for every fetch); {_RULE_HELP}"
-            )
+        elif tool == "web_fetch":
+            m_domain = re.fullmatch(r"domain:(?:\*\.)?([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)\.?", pattern)
+            if m_domain is None:
+                raise ConfigError(
+                    f"{where}bad permission rule {text!r}: web_fetch takes domain:HOST (e.g. "
+                    f"WebFetch(domain:docs.python.org)); {_RULE_HELP}"
+                )
+            pattern = "domain:" + m_domain.group(1).lower()
         elif tool in ("read", "edit") and claude and pattern.startswith("//"):
             pattern = pattern[1:]  # Claude Code's //absolute/path
         elif tool in _PATTERNLESS:

@@ -106,5 +106,5 @@ def test_accept_edits_asks_for_files_that_run_automatically(
 
 @pytest.mark.slow
 def test_claude_code_rules_on_the_command_line(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
-    code, _, stderr = _cli(server, tmp_path / "home", workspace, "--allow", "WebFetch(domain:example.com)")
-    assert code == 2 and "WebFetch(domain:example.com)" in stderr
+    code, _, stderr = _cli(server, tmp_path / "home", workspace, "--allow", "WebFetch(https://example.com)")
+    assert code == 2 and "WebFetch(https://example.com)" in stderr
