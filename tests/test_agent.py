@@ -186,11 +186,11 @@ def test_headless_permissions_deny_and_tell_the_model(
 ) -> None:
     server.add(
         Reply(tool_calls=[ToolCall("write_file", {"path": "x.txt", "content": "hi"}),
-                          ToolCall("bash", {"command": "echo hi"})]),
+                          ToolCall("bash", {"command": "touch ran.txt"})]),  # not `echo`: read-only since issue 10
         Reply(content="could not"),
     )
     result = make_agent(permission_mode="default").run_sync("write and run")
-    assert not (workspace / "x.txt").exists()
+    assert not (workspace / "x.txt").exists() and not (workspace / "ran.txt").exists()
     results = [m["content"] for m in result.messages if m["role"] == "tool"]
     assert all("Permission denied" in r for r in results)
     assert "--permission-mode accept-edits" in results[0]

@@ -76,7 +76,7 @@ def test_retries_are_one_line_each_even_when_the_message_has_newlines(
 
 def test_json_and_stream_json_keep_stderr_quiet(server: FakeServer, make_agent: Callable[..., Any]) -> None:
     for fmt in ("json", "stream-json"):
-        server.add(ErrorReply(503, "down"), Reply(tool_calls=[ToolCall("bash", {"command": "ls"})]),
+        server.add(ErrorReply(503, "down"), Reply(tool_calls=[ToolCall("bash", {"command": "touch x"})]),
                    Reply(content="x"))
         _, out, err = run(make_agent(headless=True), "q", fmt=fmt)
         assert err == "", fmt  # the result object carries the denials and stream-json the retries

@@ -17,7 +17,8 @@ from kimicode.tools.base import ToolContext
 from kimicode.tools.shell import BASH
 
 GOOD = ["git status", "git status -s", "git status --porcelain", "git status 'a b'"]
-BAD = ["rm -rf x", "curl x", "sh", "git push", "echo git status", "gitstatus", "X=1 git status"]
+BAD = ["rm -rf x", "curl x", "sh", "git push", "tee git status", "gitstatus", "X=1 git status"]
+# (not `echo git status`: echo is read-only and runs without a rule since issue 10)
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class Script:
     text: str
     all_good: bool
     leaves: int
+    static: bool = True
+    """False once a substitution is in it: issue 10 (static or ask) makes such a line ask."""
 
 
 def _leaf() -> st.SearchStrategy[Script]:
@@ -38,7 +41,7 @@ def _leaf() -> st.SearchStrategy[Script]:
 
 def _extend(inner: st.SearchStrategy[Script]) -> st.SearchStrategy[Script]:
     def binary(a: Script, b: Script, op: str) -> Script:
-        return Script(f"{a.text}{op}{b.text}", a.all_good and b.all_good, a.leaves + b.leaves)
+        return Script(f"{a.text}{op}{b.text}", a.all_good and b.all_good, a.leaves + b.leaves, a.static and b.static)
 
     def wrap(a: Script, form: str) -> Script:
         if form == "`" and "`" in a.text:
@@ -56,7 +59,10 @@ def _extend(inner: st.SearchStrategy[Script]) -> st.SearchStrategy[Script]:
             "!": f"{{ ! {a.text}; }}",
             "redirect": f"{{ {a.text}; }} 2>/dev/null",
         }[form]
-        return Script(text, a.all_good, a.leaves + (1 if form.endswith(("(", "`")) and form != "(" else 0))
+        substitution = form in ("$(", '"$(', "`", "<(")
+        return Script(
+            text, a.all_good, a.leaves + (1 if substitution else 0), a.static and not substitution
+        )
 
     ops = st.sampled_from([" && ", " || ", "; ", " | ", "\n", " & ", " |& "])
     forms = st.sampled_from(["(", "{", "$(", '"$(', "`", "<(", "if", "while", "for", "!", "redirect"])
@@ -70,16 +76,17 @@ def _policy() -> Policy:
     return Policy(load_rules((), allow=["bash(git status*)"]))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(SCRIPTS)
 def test_a_rule_allows_a_compound_command_only_when_it_matches_every_part(script: Script) -> None:
+    """Every part must match, and (issue 10) the line must be static: a substitution always asks."""
     commands = parse(script.text)
     assert len([c for c in commands if c.words]) >= script.leaves
     unmatched = [c.text for c in commands if c.words and not c.text.startswith("git status")]
     assert bool(unmatched) == (not script.all_good), (script.text, unmatched)
     ctx = ToolContext(workspace=Path("/nonexistent-workspace"))
     decision = decide(BASH, {"command": script.text}, "default", ctx, _policy())
-    assert (decision.verdict == "allow") == script.all_good, (script.text, decision)
+    assert (decision.verdict == "allow") == (script.all_good and script.static), (script.text, decision)
 
 
 @settings(max_examples=40, deadline=None)

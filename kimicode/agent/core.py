@@ -41,8 +41,9 @@ from kimicode.agent.events import (
     TurnStatus,
     UsageUpdated,
 )
+from kimicode.agent.pathresolve import approved_paths
 from kimicode.agent.permissions import MODES, decide, denial_message, target_path
-from kimicode.agent.policy import Rules
+from kimicode.agent.policy import Rule, Rules, parse_rule
 from kimicode.config import kimicode_home
 from kimicode.context.accounting import Breakdown
 from kimicode.context.compact import CompactionResult
@@ -93,10 +94,19 @@ class ApprovalRequest:
 
 @dataclass(frozen=True)
 class Approval:
-    """An answer to an ApprovalRequest; `reason` (when denied) is passed on to the model."""
+    """An answer to an ApprovalRequest; `reason` (when denied) is passed on to the model.
+
+    `remember`, with a yes, is a rule in the language of `--allow` (`bash(npm test)`,
+    `Bash(git status:*)`, `edit(src/app.py)`) added to the session's allow rules: "don't ask again",
+    decided by the same engine as every other rule. A rule that cannot be parsed raises ConfigError."""
 
     approved: bool
     reason: str = ""
+    remember: str | Rule | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.remember, str):  # a bad rule fails where it is written, naming the rule
+            parse_rule(self.remember, "Approval.remember")
 
 
 ApproveResult = bool | Approval
@@ -348,7 +358,10 @@ class Agent:
         if self.sandbox is not None and self.tools.get("bash") is BASH:
             self.tools.add(bash_tool(self.sandbox))
             sandboxed = not self.sandbox.auto  # auto confines what runs unasked; it changes no decision
-        self.policy = Policy(rules, kimicode_home=self.home, sandboxed=sandboxed)
+        self.policy = Policy(
+            rules, kimicode_home=self.home, sandboxed=sandboxed, workspace=self.workspace,
+            session_dir=self.ctx.session_dir,
+        )
         self.ctx.env = scrub_env(
             os.environ,
             names=secret_env_names(self.settings, self.endpoint.key_source),
@@ -908,6 +921,10 @@ class Agent:
         prep.concurrent = tool.kind == "read"
         return prep
 
+    def forget_session_rules(self) -> None:
+        """Drop the rules added by `Approval.remember` answers (the configured rules stay)."""
+        self.policy = self.policy.without_session_rules()
+
     async def _authorize(self, prep: _Prepared, denials: list[dict[str, Any]], emit: Callable[[Event], None]) -> None:
         if prep.error is not None or prep.tool is None:
             return
@@ -931,13 +948,23 @@ class Agent:
                 prep.call_id, tool.name, tool.kind, prep.args, reason, target_path(tool, prep.args, self.ctx),
                 diff, problem,
             )
+            before = approved_paths(tool, prep.args, self.ctx)
             answer = self.approve(request)
             if inspect.isawaitable(answer):
                 answer = await answer
             if isinstance(answer, Approval):
                 approved, user_reason = answer.approved, answer.reason
+                if approved and answer.remember:
+                    self.policy = self.policy.with_rule(answer.remember)
             else:
                 approved = bool(answer)
+            if approved:  # the path approved is the path written: a link swapped in meanwhile refuses
+                after = approved_paths(tool, prep.args, self.ctx)
+                if after != before:
+                    approved = False
+                    moved = next((f"{b} now resolves to {a}" for b, a in zip(before, after, strict=False) if a != b),
+                                 "the files it touches changed")
+                    reason = f"the approved path changed while approval was pending ({moved}); nothing was written"
         if approved:
             prep.approved = True
             return

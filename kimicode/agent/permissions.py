@@ -13,10 +13,11 @@ must say yes; headless runs have nobody to ask, so it means no) or `deny`. In or
    - writes: `default` asks, `accept-edits` runs them inside the workspace, `plan` refuses; outside
      the workspace, to secrets or to `.git` they ask unless an `allow` rule with a path names them;
      kimicode's own configuration always asks;
-   - bash: runs when every simple command matches an `allow` rule (in any mode, `plan` included), no
-     argument names a secret file, and every output redirection is a write the mode allows; inside the
-     OS sandbox it runs in `default` and `accept-edits`; anything else asks. A command line that
-     cannot be parsed is never allowed by a rule.
+   - bash (`kimicode.agent.bashcheck`): runs when every simple command matches an `allow` rule or is
+     read-only (in any mode, `plan` included), every word is static, no program executes or writes
+     through its options (`kimicode.agent.programs`), no argument names a secret file, and every output
+     redirection is a write the mode allows; inside the OS sandbox it runs in `default` and
+     `accept-edits`; anything else asks. A command line that cannot be parsed is never allowed by a rule.
 
 Paths are resolved (`..` and symbolic links followed) before any check, so a link inside the
 workspace that points outside counts as outside.
@@ -25,15 +26,14 @@ workspace that points outside counts as outside.
 from __future__ import annotations
 
 import os
-import re
 import shlex
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kimicode.agent.policy import Policy, Rule, Rules, glob_may_match_sensitive, is_special_device
-from kimicode.agent.shellparse import Redirect, ShellParseError, SimpleCommand, Word, parse
+from kimicode.agent.policy import Policy, Rule, RuleAction, Rules, glob_may_match_sensitive
 from kimicode.tools.base import Tool, ToolContext
 
 PermissionMode = Literal["default", "accept-edits", "plan", "yolo"]
@@ -73,7 +73,7 @@ def decide(
         return _decide_read(tool, args, mode, ctx, policy)
     if tool.kind == "edit":
         return _decide_edit(tool, args, mode, ctx, policy)
-    return _decide_other(tool, mode, policy)
+    return _decide_other(tool, mode, policy, args)
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -159,6 +159,13 @@ def _decide_read(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContex
             return Decision(
                 "ask", f"{tool.name} would read {shown}, which is sensitive: {why}", f"read({shown})"
             )
+    if tool.name == "grep":  # it reads every (non-hidden) file below a directory
+        for path in paths:
+            twin = _linked_secret_below(path, policy)
+            if twin is not None and not _specific_allow(allow, twin, ctx):
+                shown = _shown(twin, ctx)
+                return Decision("ask", f"{tool.name} would read {shown}, which is sensitive: "
+                                f"{policy.sensitive(twin)}", f"read({shown})")
     glob = args.get("glob")
     if (
         isinstance(glob, str)
@@ -167,6 +174,34 @@ def _decide_read(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContex
     ):
         return Decision("ask", f"{tool.name} with glob {glob!r} would search files that usually hold secrets")
     return Decision("allow")
+
+
+_LINK_SCAN_LIMIT = 20000
+
+
+def _linked_secret_below(root: Path, policy: Policy) -> Path | None:
+    """A file below the directory `root` that a search reads (not hidden) and that is a hard link to a
+    sensitive file (`notes.txt` sharing `.env`'s inode). Only multiply-linked files are examined, and at
+    most `_LINK_SCAN_LIMIT` entries (a larger tree is searched without this check)."""
+    if not root.is_dir():
+        return None
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "node_modules"]
+        for name in filenames:
+            seen += 1
+            if seen > _LINK_SCAN_LIMIT:
+                return None
+            if name.startswith("."):
+                continue
+            path = Path(dirpath) / name
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if st.st_nlink > 1 and stat.S_ISREG(st.st_mode) and policy.sensitive(path):
+                return path
+    return None
 
 
 # -- writes -----------------------------------------------------------------------------------------
@@ -207,16 +242,23 @@ def _decide_edit(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContex
 # -- other tools ------------------------------------------------------------------------------------
 
 
-def _decide_other(tool: Tool, mode: str, policy: Policy) -> Decision:
-    """Tools without paths or commands: rules by name; `execute` tools ask, `other` ones run."""
+def _decide_other(tool: Tool, mode: str, policy: Policy, args: Mapping[str, Any] | None = None) -> Decision:
+    """Tools without paths or commands: rules by name (web_fetch rules also by domain); `execute`
+    tools ask, `other` ones run."""
     rules = policy.rules
-    deny = rules.for_tool("deny", tool.name, tool.kind)
+    url = (args or {}).get("url")
+
+    def hits(action: RuleAction) -> list[Rule]:
+        found = rules.for_tool(action, tool.name, tool.kind)
+        return [r for r in found if r.matches_url(url)] if tool.name == "web_fetch" else found
+
+    deny = hits("deny")
     if deny:
         return Decision("deny", f"{tool.name} is denied by the rule {_rule_text(deny[0])}", by_rule=True)
-    ask = rules.for_tool("ask", tool.name, tool.kind)
+    ask = hits("ask")
     if ask:
         return Decision("ask", f"the rule {_rule_text(ask[0])} asks before {tool.name}", by_rule=True)
-    if mode == "yolo" or tool.kind != "execute" or rules.for_tool("allow", tool.name, tool.kind):
+    if mode == "yolo" or tool.kind != "execute" or hits("allow"):
         return Decision("allow")
     action = (
         "fetches from the network" if tool.name == "web_fetch"
@@ -230,269 +272,9 @@ def _decide_other(tool: Tool, mode: str, policy: Policy) -> Decision:
 
 
 def _decide_bash(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext, policy: Policy) -> Decision:
-    rules = policy.rules
-    deny = rules.for_tool("deny", tool.name, tool.kind)
-    ask = rules.for_tool("ask", tool.name, tool.kind)
-    allow = rules.for_tool("allow", tool.name, tool.kind)
-    confined = policy.sandboxed and mode in ("default", "accept-edits")
-    command = args.get("command")
-    if not isinstance(command, str):
-        command = ""
-    try:
-        commands = parse(command)
-    except ShellParseError as exc:
-        if (mode == "yolo" or confined) and not deny and not ask:
-            return Decision("allow")
-        return Decision("ask", f"the command cannot be checked against the permission rules: {exc}")
+    from kimicode.agent.bashcheck import decide_bash
 
-    # 1. deny rules: any simple command, or any redirection target, they match. A deny rule also sees
-    #    through wrappers and paths (`sudo rm`, `X=1 rm`, `/bin/rm`) and into `sh -c '...'` / `eval`.
-    edit_deny = rules.for_tool("deny", "", "edit")
-    read_deny = rules.for_tool("deny", "", "read")
-    restricting = [r for r in (*deny, *ask) if r.pattern is not None]
-    if restricting:
-        nested, opaque = _nested_commands(commands)
-        if opaque is not None:
-            return Decision("ask", f"cannot tell whether `{opaque}` is denied by the rules: the script it runs "
-                                   "cannot be parsed")
-        commands = [*commands, *nested]
-    for cmd in commands:
-        forms = _deny_forms(cmd)
-        for rule in deny:
-            if rule.pattern is None or any(rule.matches_command(form) for form in forms):
-                return Decision("deny", f"`{cmd.text}` is denied by the rule {_rule_text(rule)}", by_rule=True)
-        for redirect, path in _redirect_paths(cmd, ctx, policy):
-            kind = redirect.kind
-            if path is None:
-                continue
-            rule_list = edit_deny if kind == "write" else read_deny if kind == "read" else []
-            hit = _path_rule_hit(rule_list, [path], ctx)
-            if hit is not None:
-                return Decision(
-                    "deny", f"the redirection to {_shown(path, ctx)} is denied by the rule {_rule_text(hit)}",
-                    by_rule=True,
-                )
-    dynamic = [cmd for cmd in commands if cmd.name is not None and cmd.name.dynamic]
-    if dynamic and any(r.pattern is not None for r in deny):
-        return Decision(
-            "ask",
-            f"cannot tell whether `{dynamic[0].text}` is denied by the rules: its command name is computed",
-        )
-
-    # 2. ask rules (matched like deny rules)
-    for cmd in commands:
-        forms = _deny_forms(cmd)
-        for rule in ask:
-            if rule.pattern is None or any(rule.matches_command(form) for form in forms):
-                return Decision("ask", f"the rule {_rule_text(rule)} asks before `{cmd.text}`", by_rule=True)
-
-    # 3. modes that run everything
-    if mode == "yolo" or confined:
-        return Decision("allow")
-
-    # 4. allow rules, command by command
-    edit_allow = rules.for_tool("allow", "", "edit")
-    read_allow = rules.for_tool("allow", "", "read")
-    for cmd in commands:
-        if cmd.words:
-            if cmd.name is not None and cmd.name.dynamic:
-                return Decision("ask", f"`{cmd.text}`: the command name is computed, so no rule can allow it")
-            if not any(rule.matches_command(cmd.text) for rule in allow):
-                return Decision("ask", _bash_reason(cmd, mode, allow), _suggest(cmd))
-        for word in cmd.words[len(cmd.assignments) + 1 :] if cmd.name else cmd.words:
-            path = _word_path(word, ctx, policy)
-            if path is not None and policy.sensitive(path) and not _specific_allow(read_allow, path, ctx):
-                return Decision("ask", f"`{cmd.text}` names {_shown(path, ctx)}, which is sensitive: "
-                                f"{policy.sensitive(path)}", f"read({_shown(path, ctx)})")
-        for redirect, path in _redirect_paths(cmd, ctx, policy):
-            problem = _redirect_problem(redirect, path, mode, ctx, policy, edit_allow, read_allow)
-            if problem:
-                return Decision("ask", f"`{cmd.text or redirect.target.raw}`: {problem}")
-    return Decision("allow")
-
-
-_WRAPPERS: dict[str, frozenset[str]] = {
-    # program -> its options that take a separate value
-    "command": frozenset(),
-    "builtin": frozenset(),
-    "exec": frozenset({"-a"}),
-    "nohup": frozenset(),
-    "env": frozenset({"-u", "-C", "-S", "--unset", "--chdir", "--split-string"}),
-    "sudo": frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group"}),
-    "doas": frozenset({"-u", "-C"}),
-    "nice": frozenset({"-n", "--adjustment"}),
-    "ionice": frozenset({"-c", "-n", "-p"}),
-    "time": frozenset({"-f", "-o", "--format", "--output"}),
-    "timeout": frozenset({"-k", "-s", "--kill-after", "--signal"}),
-    "stdbuf": frozenset({"-i", "-o", "-e"}),
-    "xargs": frozenset({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter",
-                        "--max-args", "--max-procs", "--max-lines", "--replace"}),
-    "setsid": frozenset(),
-    "caffeinate": frozenset(),
-}
-"""Programs that run the command in their arguments: deny rules look past them."""
-_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash"})
-
-
-def _argv_forms(cmd: SimpleCommand) -> list[list[str]]:
-    """The command's words without its leading assignments, then with the program's base name
-    (`/bin/rm` is `rm`), then behind each wrapper (`sudo -u x nice rm -rf y` is also `rm -rf y`)."""
-    forms: list[list[str]] = []
-    words = [w.text for w in cmd.argv]
-    for _ in range(8):
-        if not words:
-            break
-        forms.append(words)
-        base = os.path.basename(words[0])
-        if base != words[0]:
-            words = [base, *words[1:]]
-            forms.append(words)
-        value_options = _WRAPPERS.get(base)
-        if value_options is None:
-            break
-        words = words[1:]
-        while words and (words[0].startswith("-") or re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[0])
-                         or (base == "timeout" and re.fullmatch(r"[0-9.]+[smhd]?", words[0]))):
-            option = words.pop(0)
-            if option == "--":
-                break
-            if option in value_options and words:
-                words.pop(0)
-    return forms
-
-
-def _deny_forms(cmd: SimpleCommand) -> list[str]:
-    """The texts a deny or ask rule is matched against: the command as written and each of its
-    `_argv_forms`. Over-matching here only refuses (or asks) more."""
-    if not cmd.words:
-        return []
-    return [cmd.text, *(" ".join(form) for form in _argv_forms(cmd))]
-
-
-def _nested_commands(commands: Sequence[SimpleCommand], depth: int = 0) -> tuple[list[SimpleCommand], str | None]:
-    """The commands inside `sh -c SCRIPT` and `eval ARGS` (also behind wrappers), parsed, recursively;
-    and the text of the first such command whose script cannot be parsed (None when all could)."""
-    found: list[SimpleCommand] = []
-    for cmd in commands:
-        scripts: list[str] = []
-        for argv in _argv_forms(cmd):
-            name, rest = argv[0], argv[1:]
-            if name == "eval" and rest:
-                scripts.append(" ".join(rest))
-            elif name in _SHELLS and "-c" in rest:
-                index = rest.index("-c")
-                scripts.append(rest[index + 1] if index + 1 < len(rest) else "")
-        for script in scripts:
-            if depth >= 3:
-                return found, cmd.text
-            try:
-                inner = parse(script)
-            except ShellParseError:
-                return found, cmd.text
-            deeper, opaque = _nested_commands(inner, depth + 1)
-            if opaque is not None:
-                return found, opaque
-            found += [*inner, *deeper]
-    return found, None
-
-
-def _suggest(cmd: SimpleCommand) -> str:
-    """A rule that would allow `cmd`: the command itself, or its first words and `*` when it is long."""
-    text = cmd.text
-    if len(text) <= 60 and "(" not in text and ")" not in text:
-        return f"bash({text})"
-    head = " ".join(w.text for w in cmd.words[: len(cmd.assignments) + 2])
-    return f"bash({head[:60]}*)" if "(" not in head and ")" not in head else ""
-
-
-def _bash_reason(cmd: SimpleCommand, mode: str, allow: Sequence[Rule]) -> str:
-    if not allow:
-        return f"bash runs commands (permission mode {mode!r})"
-    return f"bash runs commands (permission mode {mode!r}) and no allow rule matches `{cmd.text}`"
-
-
-def _expand(word: Word, policy: Policy) -> str | None:
-    """A word's value when it is (nearly) literal: `~` and `$HOME` expanded; None when it is computed."""
-    text = word.text
-    if word.tilde:
-        text = os.path.expanduser(text) if not text.startswith("~/") else str(policy.user_home) + text[1:]
-        if text == "~":
-            text = str(policy.user_home)
-    text = re.sub(r"\$\{?HOME\}?(?=/|$)", lambda _m: str(policy.user_home), text)
-    if "$" in text or "`" in text:
-        return None
-    return text
-
-
-def _word_path(word: Word, ctx: ToolContext, policy: Policy) -> Path | None:
-    """The file an argument may name (`--opt=FILE` included), resolved; None for options and computed words."""
-    text = _expand(word, policy)
-    if text is None:
-        return None
-    if text.startswith("-"):
-        if "=" not in text:
-            return None
-        text = text.split("=", 1)[1]
-    if not text or text.startswith("-"):
-        return None
-    return ctx.resolve(text)
-
-
-def _redirect_paths(cmd: SimpleCommand, ctx: ToolContext, policy: Policy) -> list[tuple[Redirect, Path | None]]:
-    """Each file redirection of `cmd` with its resolved target (None when the target is computed)."""
-    out: list[tuple[Redirect, Path | None]] = []
-    for redirect in cmd.redirects:
-        if redirect.kind not in ("write", "read"):
-            continue
-        text = _expand(redirect.target, policy)
-        if text is None or redirect.target.dynamic:
-            out.append((redirect, None))
-        elif is_special_device(text):
-            continue
-        else:
-            out.append((redirect, ctx.resolve(text)))
-    return out
-
-
-def _redirect_problem(
-    redirect: Redirect,
-    path: Path | None,
-    mode: str,
-    ctx: ToolContext,
-    policy: Policy,
-    edit_allow: Sequence[Rule],
-    read_allow: Sequence[Rule],
-) -> str | None:
-    """Why a redirection keeps an otherwise allowed command from running without approval, or None.
-
-    An output redirection is a write and is allowed exactly when the edit tools could write that file
-    without asking (`accept-edits` inside the workspace, or an `edit(...)` rule naming it); an input
-    redirection from a sensitive file needs a `read(...)` rule naming it.
-    """
-    target = redirect.target.raw
-    if path is None:
-        return f"the redirection target {target!r} is computed, so it cannot be checked"
-    shown = _shown(path, ctx)
-    if redirect.kind == "read":
-        why = policy.sensitive(path)
-        if why and not _specific_allow(read_allow, path, ctx):
-            return f"it reads {shown}, which is sensitive: {why}"
-        return None
-    why = policy.config(path)
-    if why:
-        return f"it writes {shown}: {why}"
-    if _specific_allow(edit_allow, path, ctx) and mode != "plan":
-        return None
-    if mode == "plan":
-        return f"it writes {shown}, and nothing is changed in plan mode"
-    why = policy.write_care(path)
-    if why:
-        return f"it writes {shown}: {why}"
-    if not _inside(path, ctx):
-        return f"it writes outside the workspace ({path})"
-    if mode == "accept-edits" or any(r.pattern is None for r in edit_allow):
-        return None
-    return f"it writes {shown} (permission mode {mode!r} asks before file changes)"
+    return decide_bash(tool, args, mode, ctx, policy)
 
 
 # -- messages ---------------------------------------------------------------------------------------

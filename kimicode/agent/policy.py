@@ -40,8 +40,29 @@ __all__ = [
 
 RuleAction = Literal["allow", "deny", "ask"]
 
-_RULE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.:-]*)\s*(?:\((.*)\))?\s*", re.DOTALL)
-_RULE_HELP = "rules look like bash(git diff*), bash(npm test), edit(src/**), read(~/.ssh/**) or a tool name"
+_RULE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*(?:\((.*)\))?\s*", re.DOTALL)
+_RULE_HELP = (
+    "rules look like bash(git diff*), bash(npm test), edit(src/**), read(~/.ssh/**) or a tool name "
+    "(Claude Code's Bash(cmd:*), Read(path), Edit(path), Write(path), WebFetch are accepted too)"
+)
+_CLAUDE_TOOLS = {
+    "Bash": "bash",
+    "Read": "read",
+    "Edit": "edit",
+    "Write": "edit",
+    "MultiEdit": "edit",
+    "NotebookEdit": "edit",
+    "Grep": "read",
+    "Glob": "read",
+    "LS": "read",
+    "WebFetch": "web_fetch",
+    "WebSearch": "web_search",
+    "Task": "task",
+    "TodoWrite": "todo_write",
+}
+"""Claude Code's tool names, as the kimicode tool (or tool kind) each one means."""
+_PATTERNLESS = frozenset({"task", "todo_write", "web_search"})
+"""Built-in tools whose calls have no path or command, so a pattern would never mean anything."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +75,11 @@ class Rule:
     raw: str
     source: str = ""
     """Where it came from: `--allow`, or the config file's path."""
+    word_prefix: bool = False
+    """Claude Code's `Bash(cmd:*)`: the command is `cmd` or starts with `cmd ` (a whole-word prefix)."""
+    literal: bool = False
+    """A session answer "this exact command": matches only the whole command line equal to `pattern`
+    (no syntax spells it; `Approval(remember=Rule(..., literal=True))` or the terminal creates it)."""
 
     def __str__(self) -> str:
         return self.raw
@@ -68,7 +94,27 @@ class Rule:
         """For bash rules: the pattern matches the whole simple command (`*` is any text)."""
         if self.pattern is None:
             return True
+        if self.literal:
+            return False  # only the whole line, checked by the bash decision itself
+        if self.word_prefix:
+            return text == self.pattern or text.startswith(self.pattern + " ")
         return _command_regex(self.pattern).fullmatch(text) is not None
+
+    def matches_url(self, url: object) -> bool:
+        """For web_fetch rules: the URL's host is the rule's domain or below it (`domain:python.org`
+        matches docs.python.org); a rule without a pattern matches every URL, a URL without a host none."""
+        if self.pattern is None:
+            return True
+        if not isinstance(url, str) or not self.pattern.startswith("domain:"):
+            return False
+        from urllib.parse import urlsplit
+
+        try:
+            host = (urlsplit(url.strip()).hostname or "").rstrip(".").lower()
+        except ValueError:
+            return False
+        domain = self.pattern[len("domain:") :]
+        return bool(host) and (host == domain or host.endswith("." + domain))
 
     def matches_path(self, path: Path, workspace: Path) -> bool:
         """For path rules: the pattern matches the resolved `path` (relative patterns are workspace-relative)."""
@@ -86,11 +132,32 @@ def parse_rule(text: str, source: str = "") -> Rule:
     if m is None:
         raise ConfigError(f"{where}bad permission rule {text!r}; {_RULE_HELP}")
     tool, pattern = m.group(1), m.group(2)
+    claude = tool in _CLAUDE_TOOLS
+    if claude:
+        tool = _CLAUDE_TOOLS[tool]
+    word_prefix = False
     if pattern is not None:
         pattern = " ".join(pattern.split()) if tool == "bash" else pattern.strip()
+        if tool == "bash" and pattern.endswith(":*"):  # Claude Code's prefix form, also accepted lower case
+            pattern, word_prefix = pattern[:-2].rstrip(), True
+            if "*" in pattern:
+                raise ConfigError(f"{where}bad permission rule {text!r}: `:*` must be the only wildcard")
+        elif tool == "web_fetch":
+            m_domain = re.fullmatch(r"domain:(?:\*\.)?([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)\.?", pattern)
+            if m_domain is None:
+                raise ConfigError(
+                    f"{where}bad permission rule {text!r}: web_fetch takes domain:HOST (e.g. "
+                    f"WebFetch(domain:docs.python.org)); {_RULE_HELP}"
+                )
+            pattern = "domain:" + m_domain.group(1).lower()
+        elif tool in ("read", "edit") and claude and pattern.startswith("//"):
+            pattern = pattern[1:]  # Claude Code's //absolute/path
+        elif tool in _PATTERNLESS:
+            raise ConfigError(f"{where}bad permission rule {text!r}: {tool} takes no pattern; {_RULE_HELP}")
         if not pattern:
             raise ConfigError(f"{where}bad permission rule {text!r}: empty pattern; {_RULE_HELP}")
-    return Rule(tool, pattern, text.strip(), source)
+    return Rule(tool, pattern, text.strip(), source, word_prefix)
+
 
 
 _COMMAND_CACHE: dict[str, re.Pattern[str]] = {}
@@ -275,8 +342,43 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def sensitive_reason(path: Path, *, user_home: Path, kimicode_home: Path) -> str | None:
-    """Why reading `path` (resolved) needs approval, or None: it probably holds secrets."""
+def sensitive_reason(
+    path: Path,
+    *,
+    user_home: Path,
+    kimicode_home: Path,
+    workspace: Path | None = None,
+    links: bool = True,
+    session_dir: Path | None = None,
+) -> str | None:
+    """Why reading `path` (resolved by `kimicode.agent.pathresolve`) needs approval, or None: it
+    probably holds secrets, it is another project's session log, it is an alias that cannot be
+    resolved (`/dev/fd/3/..`, `/proc/self/root/...`), or a hard link to such a file (`links`)."""
+    if session_dir is not None and _within(path, Path(os.path.realpath(session_dir))):
+        return None  # this session's own spilled tool outputs
+    why = _name_reason(path, user_home=user_home, kimicode_home=kimicode_home, workspace=workspace)
+    if why or not links:
+        return why
+    from kimicode.agent.pathresolve import hard_link_twin
+
+    home = Path(os.path.realpath(user_home))
+    roots = [Path(os.path.realpath(workspace))] if workspace is not None else []
+    roots += [home / rel for rel in _HOME_DIRS]
+    return hard_link_twin(
+        path,
+        roots,
+        lambda other: _name_reason(other, user_home=user_home, kimicode_home=kimicode_home, workspace=workspace),
+    )
+
+
+_PROC_PRIVATE = re.compile(r"/proc/(?:self|thread-self|[0-9]+)(?:/|$)")
+_DEV_ALIAS = re.compile(r"/dev/(?:fd|std(?:in|out|err))(?:/|$)")
+
+
+def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace: Path | None) -> str | None:
+    text = str(path)
+    if _PROC_PRIVATE.match(text) or _DEV_ALIAS.match(text) or text.startswith("/dev/fd"):
+        return "it is a process's private view (file descriptors, environment, memory or root) that cannot be checked"
     name = path.name
     lower = name.lower()
     if lower.startswith(".env") and lower not in _ENV_TEMPLATES:
@@ -294,7 +396,37 @@ def sensitive_reason(path: Path, *, user_home: Path, kimicode_home: Path) -> str
     kc_home = Path(os.path.realpath(kimicode_home))
     if path == kc_home / "config.toml" or _within(path, kc_home / "credentials"):
         return "kimicode's own configuration may hold keys"
+    if _within(path, kc_home / "sessions") and not _own_session(path, workspace):
+        return "it is a session log of another project (KIMICODE_HOME/sessions)"
     return None
+
+
+def _own_session(path: Path, workspace: Path | None) -> bool:
+    """True when `path` is a session log recorded for `workspace`, or a file in the directory of such a
+    log (`sessions/ID/` holds the spilled outputs of `sessions/ID.jsonl`)."""
+    if workspace is None:
+        return False
+    sessions = next((p for p in path.parents if p.name == "sessions"), None)
+    if sessions is not None and path.parent != sessions:
+        top = path.relative_to(sessions).parts[0]
+        path = sessions / f"{top}.jsonl"
+    if not path.is_file():
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            first = fh.readline(65536)
+    except OSError:
+        return False
+    m = re.search(r'"workspace":\s*("(?:[^"\\]|\\.)*")', first)
+    if m is None:
+        return False
+    import json
+
+    try:
+        recorded = json.loads(m.group(1))
+    except ValueError:
+        return False
+    return isinstance(recorded, str) and recorded == os.path.realpath(workspace)
 
 
 def _has_token(path: Path) -> bool:
@@ -317,17 +449,62 @@ def config_reason(path: Path, *, kimicode_home: Path) -> str | None:
     return None
 
 
-def protected_reason(path: Path) -> str | None:
-    """Why writing `path` (resolved) needs approval even where edits are allowed, unless a rule names it:
-    git's internals (`.git/config` and hooks run code on the next `git` command)."""
-    if ".git" in path.parts:
-        return "it is inside .git (git's configuration and hooks run code)"
+AUTORUN_FILES = (
+    ".envrc",
+    ".husky/**",
+    ".githooks/**",
+    ".vscode/tasks.json",
+    ".vscode/settings.json",
+    ".vscode/launch.json",
+    ".vscode/extensions.json",
+    ".idea/workspace.xml",
+    ".idea/runConfigurations/**",
+    ".devcontainer/**",
+    ".github/workflows/**",
+    ".github/actions/**",
+    ".gitlab-ci.yml",
+    ".pre-commit-config.yaml",
+    ".gitattributes",
+    ".gitmodules",
+    ".claude/**",
+)
+"""Workspace files that other programs run (or configure to run) without anyone typing a command:
+git hooks and filters, direnv, editors' tasks, CI workflows, dev containers, other agents' settings.
+Writing them asks even in accept-edits (unless an edit(...) rule names them). Build files (Makefile,
+package.json, pyproject.toml) are not on the list: they run only when someone runs the build."""
+
+
+def autorun_reason(path: Path) -> str | None:
+    """Why `path` runs automatically when written (see AUTORUN_FILES), or None."""
+    parts = path.parts
+    for entry in AUTORUN_FILES:
+        if entry.endswith("/**"):
+            top = tuple(entry[:-3].split("/"))
+            for i in range(len(parts) - len(top)):
+                if parts[i : i + len(top)] == top:
+                    return f"{'/'.join(top)}/ holds files other programs run automatically"
+        else:
+            top = tuple(entry.split("/"))
+            if len(parts) >= len(top) and parts[-len(top) :] == top:
+                return f"{entry} is run or read automatically by other programs"
     return None
 
 
+def protected_reason(path: Path) -> str | None:
+    """Why writing `path` (resolved) needs approval even where edits are allowed, unless a rule names it:
+    git's internals (`.git/config` and hooks run code on the next `git` command) and the files other
+    programs run automatically (`AUTORUN_FILES`)."""
+    if ".git" in path.parts:
+        return "it is inside .git (git's configuration and hooks run code)"
+    return autorun_reason(path)
+
+
 def is_special_device(path: str) -> bool:
-    """`/dev/null`-like targets that a redirection may always write to."""
-    return path in ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty") or path.startswith("/dev/fd/")
+    """`/dev/null`-like targets that a redirection may always write to, written exactly so
+    (`/dev/fd/1/../x` is not one: see `kimicode.agent.pathresolve`)."""
+    from kimicode.agent.pathresolve import is_harmless_device
+
+    return is_harmless_device(path)
 
 
 def glob_may_match_sensitive(glob: str) -> bool:
@@ -348,10 +525,41 @@ class Policy:
     user_home: Path = field(default_factory=Path.home)
     sandboxed: bool = False
     """True when bash commands run inside the OS sandbox (the workspace writable, nothing else)."""
+    workspace: Path | None = None
+    """The session's workspace: its own session logs are not sensitive, and hard links to its secret
+    files are found there."""
+    session_dir: Path | None = None
+    """This session's directory of spilled tool outputs (readable: the model is told to read them)."""
 
     def sensitive(self, path: Path) -> str | None:
         """Why reading (or writing) `path` needs approval: it probably holds secrets."""
-        return sensitive_reason(path, user_home=self.user_home, kimicode_home=self.kimicode_home)
+        return sensitive_reason(
+            path,
+            user_home=self.user_home,
+            kimicode_home=self.kimicode_home,
+            workspace=self.workspace,
+            session_dir=self.session_dir,
+        )
+
+    def with_rule(self, rule: Rule | str, action: RuleAction = "allow") -> Policy:
+        """This policy plus one session rule (e.g. a "don't ask again" answer), parsed by `parse_rule`."""
+        import dataclasses
+
+        parsed = rule if isinstance(rule, Rule) else parse_rule(rule, "session")
+        def key(r: Rule) -> tuple[str, str | None, bool, bool]:
+            return (r.tool, r.pattern, r.word_prefix, r.literal)
+
+        if any(key(r) == key(parsed) for r in getattr(self.rules, action)):
+            return self
+        rules = dataclasses.replace(self.rules, **{action: (*getattr(self.rules, action), parsed)})
+        return dataclasses.replace(self, rules=rules)
+
+    def without_session_rules(self) -> Policy:
+        """This policy without the rules `with_rule` added from answers (source "session")."""
+        import dataclasses
+
+        keep = {a: tuple(r for r in getattr(self.rules, a) if r.source != "session") for a in ("allow", "deny", "ask")}
+        return dataclasses.replace(self, rules=Rules(**keep))
 
     def config(self, path: Path) -> str | None:
         """Why writing `path` needs approval whatever the rules (kimicode's own configuration)."""

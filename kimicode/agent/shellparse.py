@@ -10,16 +10,31 @@ The parser is written for safety, not completeness: whatever it does not fully u
 function definitions, `[[ ]]`, arithmetic, `${...}` holding a command substitution, here-documents
 whose body runs substitutions, unbalanced quotes, ...) raises `ShellParseError`, and a command that
 cannot be parsed is never allowed by a rule. A word that bash would expand (`$VAR`, globs, braces,
-`$'...'`) is marked `dynamic`; a dynamic command name never matches a rule either.
+`$'...'`, `~user`) is marked `dynamic`; a rule or the read-only allowance admits a line only when no
+word of it is dynamic (see `kimicode.agent.permissions`).
+
+Text that bash would re-join is refused: a backslash-newline inside a word or a double-quoted string
+(it could form a `$(` the parser never saw), and an unquoted here-document whose body holds `$`, a
+backtick or a backslash-newline. Nesting deeper than `MAX_DEPTH` is refused (never a RecursionError),
+and the work is linear in the length of the line: runs of ordinary characters are read in one step.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
-__all__ = ["Redirect", "ShellParseError", "SimpleCommand", "Word", "parse"]
+__all__ = ["MAX_DEPTH", "Redirect", "ShellParseError", "SimpleCommand", "Word", "parse"]
+
+MAX_DEPTH = 24
+"""How deeply substitutions, subshells and groups may nest before the line is refused."""
+MAX_WORDS = 20000  # words in one line: more are refused (nobody reviews such a line)
+MAX_PIECES = 50000  # quotes, escapes and expansions in one line (`$$$$...`): more are refused
+MAX_COMMANDS = 5000
+"""More simple commands than this in one line are refused: nobody reviews such a line, and checking
+each against every rule would take too long."""
 
 
 class ShellParseError(ValueError):
@@ -37,6 +52,17 @@ class Word:
     """True when bash would expand it ($VAR, $(...), globs, braces, $'...'): its value is not `text`."""
     tilde: bool = False
     """True when it starts with an unquoted `~` (bash replaces it with a home directory)."""
+
+    @property
+    def static(self) -> bool:
+        """True when bash would pass `text` unchanged: no expansion at all, `~`/`~/...` excepted (the
+        caller expands those), and no text that bash may evaluate later as code when it is used as a
+        variable name, array subscript or arithmetic (`printf -v 'a[$(cmd)]'`, `read`, `test -v`)."""
+        if self.dynamic:
+            return False
+        if self.tilde and not (self.text == "~" or self.text.startswith("~/")):
+            return False  # ~user/...: another user's home
+        return not _CODE_IN_TEXT.search(self.text)
 
 
 RedirectKind = Literal["write", "read", "dup", "heredoc", "herestring"]
@@ -67,6 +93,9 @@ class Redirect:
             return "write"
         return "read"
 
+
+_CODE_IN_TEXT = re.compile(r"\$[({]|`|[\x00-\x08\x0b-\x1f\x7f]")
+"""Text that bash runs when it evaluates a word as a name or number, and control characters."""
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 
@@ -99,7 +128,7 @@ class SimpleCommand:
         argv = self.argv
         return argv[0] if argv else None
 
-    @property
+    @cached_property
     def text(self) -> str:
         """The words joined by single spaces (what a rule pattern is matched against).
 
@@ -120,8 +149,31 @@ _PREFIX_KEYWORDS = frozenset({"!", "if", "then", "else", "elif", "do", "while", 
 _END_KEYWORDS = frozenset({"fi", "done", "}", "esac"})
 _UNSUPPORTED_KEYWORDS = frozenset({"case", "function", "coproc", "select", "[[", "]]", "((", "in"})
 _SPECIAL_PARAMS = frozenset("@*#?-$!0123456789")
-_EXPANDS = re.compile(r"[*?]|\[.*\]|\{[^{}]*(,|\.\.)[^{}]*\}")
-"""Unquoted globs (`*`, `?`, `[...]`) and brace expansion (`{a,b}`, `{1..3}`): a lone `[` or `{}` is literal."""
+_PLAIN = re.compile(r"[^ \t\n;&|<>()\\'\"`$]+")
+"""A run of characters that stand for themselves in a word (read in one step: linear time)."""
+
+
+_PLAIN_DQ = re.compile(r'[^"\\`$]+')
+
+
+def _expands(unquoted: str) -> bool:
+    """Unquoted globs (`*`, `?`, `[...]`) or brace expansion (`{a,b}`, `{1..3}`), found in linear time.
+
+    Over-approximates: any `{` followed later by `,` or `..` and then `}` counts, as does any `[`
+    followed later by `]` (a lone `[` or `{}` is literal)."""
+    if "*" in unquoted or "?" in unquoted:
+        return True
+    bracket = unquoted.find("[")
+    if bracket >= 0 and unquoted.find("]", bracket + 1) >= 0:
+        return True
+    brace = unquoted.find("{")
+    if brace >= 0:
+        close = unquoted.rfind("}")
+        if close > brace:
+            inner = unquoted[brace + 1 : close]
+            if "," in inner or ".." in inner:
+                return True
+    return False
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -130,14 +182,24 @@ def parse(command: str) -> list[SimpleCommand]:
     if "\x00" in command:
         raise ShellParseError("the command contains a NUL byte")
     parser = _Parser(command)
-    parser.parse_list(None)
+    try:
+        parser.parse_list(None)
+    except RecursionError:  # a safety net: MAX_DEPTH is reached long before Python's limit
+        raise ShellParseError("the command nests too deeply to be checked") from None
     return parser.commands
 
 
 class _Parser:
-    def __init__(self, src: str, commands: list[SimpleCommand] | None = None) -> None:
+    def __init__(
+        self, src: str, commands: list[SimpleCommand] | None = None, depth: int = 0, word_count: list[int] | None = None
+    ) -> None:
         self.s = src
+        self.word_count = [0, 0] if word_count is None else word_count
+        """Words and quoted or expanded pieces read so far in the whole line (shared with backtick
+        sub-parsers): both are limited, so no shape of input makes the parser slow."""
         self.i = 0
+        self.depth = depth
+        self.last_dollar = src.rfind("$")
         self.commands: list[SimpleCommand] = [] if commands is None else commands
         self.heredocs: list[tuple[str, bool, bool]] = []  # (delimiter, quoted, strip tabs)
 
@@ -160,6 +222,11 @@ class _Parser:
             else:
                 return
 
+    def _piece(self) -> None:
+        self.word_count[1] += 1
+        if self.word_count[1] > MAX_PIECES:
+            raise self._error(f"the line holds more than {MAX_PIECES} quotes, escapes and expansions")
+
     def _error(self, message: str) -> ShellParseError:
         return ShellParseError(f"{message} (at offset {self.i})")
 
@@ -167,14 +234,26 @@ class _Parser:
 
     def parse_list(self, closer: str | None) -> None:
         """Parse commands until the end (closer None) or an unmatched `)` (closer ")"), consumed."""
+        self.depth += 1
+        try:
+            self._parse_list(closer)
+        finally:
+            self.depth -= 1
+
+    def _parse_list(self, closer: str | None) -> None:
+        if self.depth > MAX_DEPTH:
+            raise self._error(f"the command nests more than {MAX_DEPTH} levels deep")
         words: list[Word] = []
         redirects: list[Redirect] = []
         after_compound = False  # just after `)`, `}`, `fi`, `done`: only redirections or operators may follow
         after_time = False  # just after the `time` keyword, which takes -p
+        count = self.word_count
 
         def flush() -> None:
             nonlocal after_compound, after_time
             if words or redirects:
+                if len(self.commands) >= MAX_COMMANDS:
+                    raise self._error(f"the line holds more than {MAX_COMMANDS} commands")
                 self.commands.append(SimpleCommand(tuple(words), tuple(redirects)))
             words.clear()
             redirects.clear()
@@ -205,12 +284,10 @@ class _Parser:
                 self.i += 1
                 return
             if c in ";&|" and not self._startswith("&>"):
-                if self._startswith(";;") or self._startswith(";&"):
+                two = self.s[self.i : self.i + 2]
+                if two in (";;", ";&"):
                     raise self._error("case clauses are not supported")
-                for op in ("&&", "||", "|&", ";", "&", "|"):
-                    if self._startswith(op):
-                        self.i += len(op)
-                        break
+                self.i += 2 if two in ("&&", "||", "|&") else 1
                 flush()
                 continue
             if c == "(":
@@ -244,6 +321,9 @@ class _Parser:
                     self._for_header()
                     continue
             after_time = False
+            count[0] += 1
+            if count[0] > MAX_WORDS:
+                raise self._error(f"the line holds more than {MAX_WORDS} words")
             words.append(word)
 
     def _for_header(self) -> None:
@@ -276,6 +356,8 @@ class _Parser:
     _REDIRECT = re.compile(r"([0-9]*)(&>>|&>|>>|>&|>\||>|<<<|<<-|<<|<&|<>|<)")
 
     def _redirect(self) -> Redirect | None:
+        if self.s[self.i] not in "<>&0123456789":
+            return None
         if self._startswith("<(") or self._startswith(">("):
             return None  # a process substitution: a word
         m = self._REDIRECT.match(self.s, self.i)
@@ -295,6 +377,8 @@ class _Parser:
         if op in ("<<", "<<-"):
             quoted = any(q in target.raw for q in "'\"\\")
             self.heredocs.append((target.text, quoted, op == "<<-"))
+            if not quoted and self.last_dollar > self.i:  # the body may expand $VAR: not static
+                target = Word(target.text, target.raw, dynamic=True)
         return Redirect(op, target, fd)
 
     def _read_heredocs(self) -> None:
@@ -311,8 +395,13 @@ class _Parser:
                     break
                 body.append(line)
             text = "\n".join(body)
-            if not quoted and ("`" in text or "$(" in text):
-                raise ShellParseError("a here-document that runs command substitutions is not supported")
+            if not quoted and (
+                "`" in text or "$(" in text or "${" in text or "$[" in text or "\\\n" in text or text.endswith("\\")
+            ):
+                raise ShellParseError(
+                    "a here-document whose body runs substitutions, ${...} or a backslash-newline is not "
+                    "supported; quote its delimiter (<<'EOF')"
+                )
 
     # -- words -----------------------------------------------------------------------------------
 
@@ -322,19 +411,27 @@ class _Parser:
         unquoted: list[str] = []  # the unquoted literal characters, to spot globs and brace expansion
         dynamic = False
         tilde = self._peek() == "~"
-        if self._startswith("<(") or self._startswith(">("):
+        if self.s[self.i] in "<>" and self._peek(1) == "(":
             self.i += 2
             self.parse_list(")")
             return Word(self.s[start : self.i], self.s[start : self.i], dynamic=True)
         s = self.s
         while self.i < len(s):
+            m = _PLAIN.match(s, self.i)
+            if m is not None:
+                chunk = m.group()
+                text.append(chunk)
+                unquoted.append(chunk)
+                self.i = m.end()
+                continue
             c = s[self.i]
             if c in _METACHARS:
                 break
+            self._piece()
             if c == "\\":
                 nxt = self._peek(1)
                 if nxt == "\n":
-                    self.i += 2
+                    raise self._error("a backslash-newline inside a word is not supported (bash re-joins the text)")
                 elif nxt:
                     text.append(nxt)
                     self.i += 2
@@ -361,8 +458,10 @@ class _Parser:
                 self.i += 1
         if self.i == start:
             raise self._error(f"unexpected {self._peek()!r}")
-        if _EXPANDS.search("".join(unquoted)):
+        if _expands("".join(unquoted)):
             dynamic = True
+        if tilde and not re.match(r"~(/|$)", s[start : self.i]):
+            dynamic = True  # ~user, ~+, ~-: another directory than the home
         return Word("".join(text), s[start : self.i], dynamic=dynamic, tilde=tilde)
 
     def _double_quoted(self, text: list[str]) -> bool:
@@ -372,17 +471,23 @@ class _Parser:
         while True:
             if self.i >= len(s):
                 raise self._error('unclosed double quote')
+            m = _PLAIN_DQ.match(s, self.i)
+            if m is not None:
+                text.append(m.group())
+                self.i = m.end()
+                continue
             c = s[self.i]
             if c == '"':
                 self.i += 1
                 return dynamic
+            self._piece()
             if c == "\\":
                 nxt = self._peek(1)
                 if nxt in ('"', "\\", "$", "`"):
                     text.append(nxt)
                     self.i += 2
                 elif nxt == "\n":
-                    self.i += 2
+                    raise self._error("a backslash-newline inside double quotes is not supported")
                 else:
                     text.append("\\")
                     self.i += 1
@@ -414,7 +519,7 @@ class _Parser:
             inner.append(c)
             j += 1
         self.i = j + 1
-        sub = _Parser("".join(inner), self.commands)
+        sub = _Parser("".join(inner), self.commands, self.depth, self.word_count)
         sub.parse_list(None)
         return s[start : self.i]
 

@@ -67,11 +67,13 @@ class ToolContext:
     after the flag is set is discarded."""
 
     def resolve(self, path: str) -> Path:
-        """Resolve a user/model-supplied path against the workspace, following `..` and symlinks."""
-        p = Path(os.path.expanduser(path))
-        if not p.is_absolute():
-            p = self.workspace / p
-        return Path(os.path.realpath(p))
+        """Resolve a user/model-supplied path against the workspace, following `..` and symlinks, with
+        the one resolver of the permission engine (`kimicode.agent.pathresolve`): an alias that cannot
+        be resolved (`/dev/fd/3/..`, `/proc/self/root/...`) comes back as written, and the policy
+        treats it as sensitive."""
+        from kimicode.agent.pathresolve import resolve
+
+        return resolve(path, self.workspace).path
 
     def is_inside(self, path: Path) -> bool:
         """True when the resolved `path` lies inside the (resolved) workspace."""

@@ -148,17 +148,32 @@ def _atomic_write(path: Path, data: bytes, original: os.stat_result | None) -> N
     directory does not let us create the temp file but the file itself is writable, the file is
     rewritten in place instead (not atomic, but it works).
     """
+    # The directory is opened component by component with O_NOFOLLOW and everything below happens
+    # relative to it: a symbolic link swapped in after the path was resolved and approved is refused
+    # (PathChanged, an OSError), never followed out of the place that was approved.
+    from kimicode.agent.pathresolve import open_dir_nofollow
+
+    dfd = open_dir_nofollow(path.parent)
+    try:
+        _atomic_write_at(dfd, path, data, original)
+    finally:
+        os.close(dfd)
+
+
+def _atomic_write_at(dfd: int, path: Path, data: bytes, original: os.stat_result | None) -> None:
+    """`_atomic_write` inside the directory open as `dfd` (names relative to it)."""
     stem = path.name[:200]
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
     while True:
-        tmp = path.with_name(f".{stem}.{secrets.token_hex(4)}.tmp")
+        tmp = f".{stem}.{secrets.token_hex(4)}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | nofollow, 0o666, dir_fd=dfd)
         except FileExistsError:
             continue
         except PermissionError:
-            if original is None or not os.access(path, os.W_OK):
+            if original is None or not os.access(path.name, os.W_OK, dir_fd=dfd):
                 raise
-            with open(path, "r+b") as f:
+            with os.fdopen(os.open(path.name, os.O_WRONLY | os.O_CLOEXEC | nofollow, dir_fd=dfd), "wb") as f:
                 f.write(data)
                 f.truncate()
             return
@@ -176,10 +191,10 @@ def _atomic_write(path: Path, data: bytes, original: os.stat_result | None) -> N
                         os.fchown(f.fileno(), original.st_uid, original.st_gid)
                     except OSError:
                         pass  # only root may give files away; keeping the mode is what matters
-        os.replace(tmp, path)
+        os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dfd)
         except OSError:
             pass
         raise

@@ -9,6 +9,11 @@ Session rules are narrow on purpose: an exact command, or a prefix that only mat
 (no `;`, `&&`, pipes, redirections or substitutions), so approving
 `git status` never approves `git status; rm -rf ~`.
 
+Every "don't ask again" answer is also handed to the agent as a rule of its permission engine
+(`Approval.remember`: `bash(CMD)` for an exact simple command, `bash(PREFIX:*)` for a prefix,
+`edit(PATH)` for a file), so the agent decides later calls with the same parser, program table and
+static-or-ask checks as the user's configured rules; `/permissions clear` forgets both.
+
 Subagents started in the same step share the session's `Approver`, so several questions can arrive at
 once: they are asked one after the other (a lock), and each is checked against the session rules again
 when its turn comes, so "don't ask again" given to the first also answers the ones waiting.
@@ -27,6 +32,8 @@ from rich.panel import Panel
 from rich.text import Text
 
 from kimicode.agent.core import Approval, ApprovalRequest
+from kimicode.agent.policy import Rule, parse_rule
+from kimicode.agent.shellparse import ShellParseError, parse
 from kimicode.termsafe import sanitize
 from kimicode.ui.format import diff_text
 
@@ -86,17 +93,44 @@ def prefix_problem(prefix: str, command: str | None = None) -> str | None:
         return "the prefix is empty (that would allow every command)"
     if has_shell_operators(prefix):
         return "a prefix may not contain ; & | < > ` $( or backslashes"
+    if any(c in prefix for c in "*()$'\"") or ":*" in prefix:
+        return "a prefix may not contain * ( ) $ or quotes"
     if command is not None and not prefix_matches(prefix, command):
         return f"the command does not start with {prefix!r}"
     return None
 
 
+def prefix_rule(prefix: str) -> Rule:
+    """The engine's rule for a confirmed prefix: `bash(PREFIX:*)` (whole words)."""
+    return parse_rule(f"bash({prefix.strip()}:*)", "session")
+
+
 def prefix_matches(prefix: str, command: str) -> bool:
-    """A prefix rule matches a simple command equal to it or continuing it after a space."""
+    """A prefix rule matches a simple command equal to it or continuing it after a space, as the
+    engine reads it: the line parsed, static, one simple command, no redirections."""
     command = command.strip()
     if has_shell_operators(command):
         return False
-    return command == prefix or command.startswith(prefix + " ")
+    try:
+        commands = parse(command)
+    except ShellParseError:
+        return False
+    if len(commands) != 1 or commands[0].redirects or not all(w.static for w in commands[0].words):
+        return False
+    return prefix_rule(prefix).matches_command(commands[0].text)
+
+
+def remember_rule(request: ApprovalRequest, answer: str, prefix: str | None = None) -> Rule | None:
+    """The engine rule for a "don't ask again" answer: `bash(PREFIX:*)`, `edit(PATH)`, or for "this
+    exact command" a literal rule that matches only that whole command line."""
+    if answer == "prefix" and prefix:
+        return prefix_rule(prefix)
+    command = command_of(request)
+    if answer == "command" and command is not None:
+        return Rule("bash", command, f"bash({command})", "session", literal=True)
+    if answer == "file" and request.path is not None and not any(c in request.path for c in "*?()"):
+        return parse_rule(f"edit({request.path})", "session")
+    return None
 
 
 @dataclass
@@ -351,11 +385,11 @@ class Approver:
             if answer == "command" and command is not None:
                 self.rules.commands.add(command)
                 self._say("  ✓ allowed; this exact command won't be asked about again this session", "green")
-                return Approval(True)
+                return Approval(True, remember=remember_rule(request, answer))
             if answer == "file" and request.path is not None:
                 self.rules.files.add(request.path)
                 self._say(f"  ✓ allowed; edits to {request.arguments.get('path')} won't be asked about again", "green")
-                return Approval(True)
+                return Approval(True, remember=remember_rule(request, answer))
             if answer == "call":
                 self.rules.calls.add(call_key(request))
                 self._say("  ✓ allowed; this exact call won't be asked about again this session", "green")
@@ -366,7 +400,7 @@ class Approver:
                     continue  # back to the menu
                 self.rules.prefixes.add(prefix)
                 self._say(f"  ✓ allowed; commands starting with {prefix!r} won't be asked about again", "green")
-                return Approval(True)
+                return Approval(True, remember=remember_rule(request, answer, prefix))
             reason = ""
             if answer is not None:
                 typed = await self.ask_fn("  Tell the model why or what to do instead (Enter to skip): ", "")

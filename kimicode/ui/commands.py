@@ -224,6 +224,7 @@ async def cmd_permissions(session: Session, arg: str) -> None:
     agent = session.agent
     if arg == "clear":
         session.rules.clear()
+        agent.forget_session_rules()
         session.say("Forgot the approvals given this session.", "green")
         return
     if arg:
@@ -242,7 +243,7 @@ async def cmd_permissions(session: Session, arg: str) -> None:
     session.say(f"Permission mode: {agent.permission_mode} ({explain.get(agent.permission_mode, '')}).")
     configured = agent.policy.rules
     for action in ("allow", "deny", "ask"):
-        found = getattr(configured, action)
+        found = [r for r in getattr(configured, action) if r.source != "session"]  # those are listed below
         if found:
             session.say(f"Rules ({action}): " + ", ".join(str(r) for r in found), "dim")
     if agent.sandbox is not None:

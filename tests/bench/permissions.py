@@ -1,0 +1,156 @@
+"""Permission decision time, side by side with baselines: the whole `decide()` for a bash call (parse,
+rules, program table, paths), the parser alone, the parser at the merge base with main (before issue 10)
+and `shlex.split`. Typical lines, 1 MB lines of several shapes, and deeply nested lines.
+
+    python tests/bench/permissions.py [N]
+
+Prints the median over N runs (default 5) in milliseconds, with decide()'s verdict; "refused" means the
+parser raised ShellParseError (the line asks); RecursionError is the old parser's crash; a cell that
+takes longer than LIMIT seconds is killed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from kimicode.agent.permissions import decide
+from kimicode.agent.policy import Policy, load_rules
+from kimicode.agent.shellparse import parse
+from kimicode.tools.base import ToolContext
+from kimicode.tools.shell import BASH
+
+BASELINE_COMMIT = "01360cf"
+"""The branch's starting point (main before issue 10)."""
+
+MB = 1 << 20
+LIMIT = 10.0
+"""Seconds one cell may take before it is killed and shown as "> 10000 (killed)"."""
+LINES: list[tuple[str, str]] = [
+    ("git status", "git status"),
+    ("git diff --stat HEAD~3 -- src/", "git diff --stat HEAD~3 -- src/"),
+    ("pipeline of 4", "cat README.md | grep -n foo | sort | head -20"),
+    ("compound with subst", 'for f in a b; do echo "$(wc -l "$f")"; done && ls -la'),
+    ("hostile: difftool -x", "git difftool -x 'rm -rf ~' HEAD"),
+    ("1 MB: many words", "ls " + "a " * (MB // 2)),
+    ("1 MB: one quoted word", "cat '" + "x" * MB + "'"),
+    ("1 MB: many commands", "ls;" * (MB // 3)),
+    ("1 MB: '[' and no ']'", "ls " + "[" * MB),
+    ("1 MB: '$' runs", "echo " + "$" * MB),
+    ("1 MB: here-doc body", "cat <<EOF\n" + "line\n" * (MB // 5) + "EOF"),
+    ("nested (( x 5000", "(" * 5000 + "ls" + ")" * 5000),
+    ("nested $( x 5000", "echo " + "$(" * 5000 + "ls" + ")" * 5000),
+    ("nested backticks x 30", "echo " + "`" * 30),
+]
+
+
+def _old_parser() -> ModuleType | None:
+    """shellparse.py as it was at BASELINE_COMMIT, loaded under another name (None if unavailable)."""
+    try:
+        source = subprocess.run(
+            ["git", "show", f"{BASELINE_COMMIT}:kimicode/agent/shellparse.py"],
+            cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    path = Path(tempfile.mkdtemp()) / "old_shellparse.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("old_shellparse", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["old_shellparse"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _measure(fn: Callable[[], Any], runs: int, budget: float) -> str:
+    times: list[float] = []
+    outcome = ""
+    spent = 0.0
+    for _ in range(runs):
+        start = time.perf_counter()
+        try:
+            value = fn()
+            if isinstance(value, str):
+                outcome = f" {value}"
+        except RecursionError:
+            return "RecursionError"
+        except Exception as exc:  # ShellParseError, the old parser's own one, or a bug
+            outcome = " refused" if type(exc).__name__ == "ShellParseError" else f" {type(exc).__name__}"
+            if isinstance(exc, RecursionError):
+                return "RecursionError"
+        elapsed = time.perf_counter() - start
+        times.append(elapsed)
+        spent += elapsed
+        if spent > budget:
+            break
+    return f"{statistics.median(times) * 1000:.2f}{outcome}"
+
+
+def _time(fn: Callable[[], Any], runs: int, limit: float = LIMIT) -> str:
+    """Median milliseconds of `fn` over `runs`, measured in a forked child that is killed after
+    `limit` seconds (the old parser is quadratic on some lines), or what it raised."""
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+
+    def target() -> None:
+        child.send(_measure(fn, runs, limit / 2))
+
+    proc = ctx.Process(target=target)
+    proc.start()
+    result = str(parent.recv()) if parent.poll(limit) else f"> {limit * 1000:.0f} (killed)"
+    proc.kill()
+    proc.join()
+    return result
+
+
+def main() -> None:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
+    old = _old_parser()
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = Path(tmp)
+        (ws / "README.md").write_text("hi\n")
+        ctx = ToolContext(workspace=ws)
+        rules = load_rules((), allow=["bash(ls*)", "bash(cat*)", "bash(git diff*)", "bash(git status)"],
+                           deny=["bash(rm*)"])
+        policy = Policy(rules, kimicode_home=ws / ".kc", user_home=ws / ".home", workspace=ws)
+        os.chdir(ws)
+        for _, line in LINES[:5]:  # warm the caches (compiled patterns, imports) outside the timings
+            decide(BASH, {"command": line}, "default", ctx, policy)
+        head = f"{'line':<24}{'decide() ms':>20}{'parse() ms':>20}{'old parse() ms':>20}{'shlex.split ms':>20}"
+        print(head, flush=True)
+        print("-" * len(head))
+        for label, line in LINES:
+
+            def new_decide(line: str = line) -> str:
+                return decide(BASH, {"command": line}, "default", ctx, policy).verdict
+
+            def new_parse(line: str = line) -> object:
+                return parse(line)
+
+            def old_parse(line: str = line) -> object:
+                assert old is not None
+                return old.parse(line)
+
+            def split(line: str = line) -> object:
+                return shlex.split(line)
+
+            cols = [_time(new_decide, runs), _time(new_parse, runs),
+                    _time(old_parse, runs) if old is not None else "n/a", _time(split, runs)]
+            print(f"{label:<24}" + "".join(f"{c:>20}" for c in cols), flush=True)
+
+
+if __name__ == "__main__":
+    main()
