@@ -36,6 +36,7 @@ from kimicode.agent.events import (
     TurnStatus,
     UsageUpdated,
 )
+from kimicode.agent.interrupted import interrupted_answer
 from kimicode.agent.permissions import MODES, decide, denial_message, target_path
 from kimicode.agent.policy import Rules
 from kimicode.config import kimicode_home
@@ -607,6 +608,7 @@ class Agent:
         await self.context.prepare(self.messages, tools, self.client, emit, kinds)  # prune/compact to fit
         after_compaction(self)  # keep the todo list visible to the model
         completion: Completion | None = None
+        partial: list[str] = []  # the answer text so far: kept in the history if the user interrupts it
         for attempt in range(2):
             try:
                 async for ev in self.client.stream(self.messages, tools):
@@ -614,14 +616,21 @@ class Agent:
                         if ev.kind == "reasoning":
                             emit(ReasoningDelta(ev.text))
                         elif ev.kind == "content":
+                            partial.append(ev.text)
                             emit(ContentDelta(ev.text))
                         else:
                             emit(ToolArgumentsDelta(ev.index, ev.text))
                     elif isinstance(ev, StreamRetry):
+                        partial.clear()  # the retried request starts the answer over
                         emit(Retrying(ev.attempt, ev.max_retries, ev.delay, ev.error))
                     else:
                         completion = ev
                 break
+            except asyncio.CancelledError:
+                text = "".join(partial)
+                if text.strip() and self._interrupted:
+                    self._commit(interrupted_answer(text), emit)
+                raise
             except LLMError as err:  # too long for the server after all: compact, then retry once
                 if err.kind != "context_length" or attempt:
                     raise
