@@ -31,6 +31,7 @@ from kimicode.agent.events import (
     ToolArgumentsDelta,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutputDelta,
     TurnFinished,
     TurnStarted,
     TurnStatus,
@@ -51,6 +52,7 @@ from kimicode.prompts import load_prompt
 from kimicode.session.log import INTERRUPTED, SessionLog, new_session_id
 from kimicode.settings import Settings, load_settings, profile_with, resolve_model, switch_model
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+from kimicode.tools.progress import reporting
 from kimicode.tools.registry import ToolRegistry, builtin_tools, parse_arguments, validate
 
 if TYPE_CHECKING:
@@ -782,8 +784,10 @@ class Agent:
             return content
         emit(ToolCallStarted(prep.call_id, prep.name, prep.args))
         started = time.monotonic()
+        call_id = prep.call_id
         try:
-            out = await prep.tool.fn(prep.args, self.ctx)
+            with reporting(lambda text: emit(ToolOutputDelta(call_id, text))):  # bash's live output
+                out = await prep.tool.fn(prep.args, self.ctx)
             result = out if isinstance(out, ToolResult) else ToolResult(str(out))
             prep.images = list(getattr(result, "images", ()) or ())  # an ImageResult (tools/images.py)
         except ToolError as exc:

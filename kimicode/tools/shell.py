@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+from kimicode.tools.progress import ByteReporter
 from kimicode.tools.sandbox import Sandbox
 
 __all__ = [
@@ -240,9 +241,12 @@ async def run_shell(
         await _kill_group(proc)
         raise
 
+    live = ByteReporter()  # the terminal shows the tail of a running command
+
     async def pump() -> None:
         while chunk := await reader.read(READ_CHUNK):
             buffer.feed(chunk)
+            live.feed(chunk)
 
     pump_task = asyncio.create_task(pump())
     timed_out = False

@@ -42,7 +42,7 @@ from kimicode.ui.format import human_bytes, one_line
 from kimicode.ui.keys import KeyListener
 from kimicode.ui.settings import UISettings
 from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, short_path, toolbar_fragments
-from kimicode.ui.view import TurnView, recap
+from kimicode.ui.view import TurnView, expanded_result, recap
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
@@ -114,6 +114,8 @@ class Session:
         self._listener: KeyListener | None = None
         self._interrupting = False
         self._typed_ahead = ""
+        self.last_result: tuple[str, str] | None = None
+        """The last tool call's description and full result (Ctrl-O prints it)."""
         self._estimate = 0
         self._estimate_len = -1
         self._shown_notices: set[str] = set()
@@ -404,6 +406,12 @@ class Session:
             self.cycle_mode()
             event.app.invalidate()
 
+        @kb.add("c-o")
+        def _expand(event: KeyPressEvent) -> None:
+            from prompt_toolkit.application import run_in_terminal
+
+            run_in_terminal(self.expand_last)
+
         @kb.add("c-c")
         def _ctrl_c(event: KeyPressEvent) -> None:
             buf = event.current_buffer
@@ -514,9 +522,20 @@ class Session:
             self._view.hint = "interrupting…"
         self.agent.interrupt()
 
+    def expand_last(self) -> None:
+        """Ctrl-O: print the last tool result in full."""
+        if self._view is not None and self._view.expand_last():
+            return
+        if self.last_result is None:
+            self.say("no tool result to expand yet", "dim")
+        else:
+            self.console.print(expanded_result(*self.last_result), highlight=False)
+
     def _on_key(self, key: str) -> None:
         if key in ("escape", "c-c"):
             self._interrupt()
+        elif key == "c-o":
+            self.expand_last()
         elif key == "s-tab":
             mode = self.cycle_mode()
             note = " (nothing is changed: the agent investigates and proposes a plan)" if mode == "plan" else ""
@@ -582,6 +601,7 @@ class Session:
             self._view = self._listener = None
             self.console.print()
         self._typed_ahead = listener.typed
+        self.last_result = view.last_result or self.last_result
         if changed_files:
             self.index.refresh()
         return finished

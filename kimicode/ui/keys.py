@@ -23,7 +23,7 @@ ESC_TIMEOUT = 0.05
 class KeyListener:
     """Listen for keys on the terminal while no prompt is active.
 
-    `on_key` receives `"escape"`, `"c-c"`, `"s-tab"` (prompt_toolkit key names). Printable characters
+    `on_key` receives `"escape"`, `"c-c"`, `"s-tab"`, `"c-o"` (prompt_toolkit key names). Printable characters
     typed meanwhile accumulate in `typed`.
     """
 
@@ -108,7 +108,7 @@ class KeyListener:
     def _dispatch(self, keys: list[Any]) -> None:
         for press in keys:
             key = str(getattr(press.key, "value", press.key))
-            if key in ("escape", "c-c", "s-tab"):
+            if key in ("escape", "c-c", "s-tab", "c-o"):
                 self.on_key(key)
             elif key == "<bracketed-paste>":
                 self.typed += press.data

@@ -31,11 +31,21 @@ from kimicode.agent.events import (
     ToolArgumentsDelta,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutputDelta,
     TurnFinished,
     UsageUpdated,
 )
 from kimicode.context.compact import is_summary
-from kimicode.ui.format import describe_call, diff_text, elapsed, one_line, tail, tokens
+from kimicode.ui.format import (
+    describe_call,
+    diff_text,
+    elapsed,
+    more_lines,
+    one_line,
+    printable,
+    tail_with_hidden,
+    tokens,
+)
 from kimicode.ui.render import LiveRegion, MarkdownStream, TextStream, render_ansi
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -54,6 +64,14 @@ ERROR_HINTS = {
     "protocol": "The endpoint sent something unexpected; send the message again or check --base-url.",
 }
 
+
+LIVE_LINES = 4
+"""Lines of a running command's output shown live under it."""
+LIVE_KEEP = 8192
+"""Characters of a running command's output kept for the live tail."""
+RESULT_LINES = 5
+"""Lines of a finished command's output shown (the rest is counted; Ctrl-O shows all of it)."""
+EXPAND_KEY = "ctrl+o"
 
 _STATUS_LINE = re.compile(r"\n?\[(?:exit code|killed by|timed out)[^\n]*\]$")
 """The status line a command tool appends to its output (the summary says the same)."""
@@ -113,6 +131,10 @@ class TurnView:
         self._reasoning_open = False
         self._args_chars = 0
         self._calls: dict[str, _Call] = {}
+        self._output: dict[str, str] = {}
+        """The latest output of each running command (its tail is shown live)."""
+        self.last_result: tuple[str, str] | None = None
+        """The last finished tool call (its one-line description, its full result) for Ctrl-O."""
         self._denied: set[str] = set()
         self._last_header: str | None = None
         self._section = ""
@@ -160,11 +182,29 @@ class TurnView:
     def _live_parts(self) -> list[str]:
         parts = [self.reasoning.live_text()] if self._reasoning_open and self.show_reasoning else []
         parts.append(self.answer.live_text())
+        parts.append(self._live_tail())
         status = self._status_text()
         if status and any(parts):
             status = "\n" + status if not parts[-1].endswith("\n\n") else status
         parts.append(status)
         return parts
+
+    def _live_tail(self) -> str:
+        """The last lines of the most recent running command that printed something."""
+        if self.live is None or self._closed:
+            return ""
+        out = next((self._output[c] for c in reversed(self._calls) if self._output.get(c)), "")
+        lines, _hidden = tail_with_hidden(out, LIVE_LINES, max(20, self.console.size.width - 6))
+        if not lines:
+            return ""
+        return render_ansi(self.console, Text("\n".join(f"    {line}" for line in lines), style="dim"))
+
+    def expand_last(self) -> bool:
+        """Ctrl-O: print the last tool result in full (False when there is none yet)."""
+        if self.last_result is None:
+            return False
+        self.print(expanded_result(*self.last_result))
+        return True
 
     def _set_phase(self, phase: str) -> None:
         if phase != self._phase:
@@ -244,6 +284,10 @@ class TurnView:
                 self.answer = MarkdownStream(self.console, self.live, clock=self.clock)
         elif isinstance(ev, ToolCallStarted):
             self._on_tool_started(ev)
+        elif isinstance(ev, ToolOutputDelta):
+            if ev.call_id in self._calls:
+                self._output[ev.call_id] = (self._output.get(ev.call_id, "") + ev.text)[-LIVE_KEEP:]
+                self._maybe_redraw()
         elif isinstance(ev, ToolCallFinished):
             self._on_tool_finished(ev)
         elif isinstance(ev, PermissionDenied):
@@ -324,8 +368,10 @@ class TurnView:
 
     def _on_tool_finished(self, ev: ToolCallFinished) -> None:
         call = self._calls.pop(ev.call_id, None)
+        self._output.pop(ev.call_id, None)
         if ev.call_id in self._denied:
             return
+        self.last_result = (describe_call(call.name if call else ev.name, call.args if call else {}), ev.content)
         self._section_break("tools")
         if call is None:  # refused before it ran (unknown tool, bad arguments)
             self._header(ev.name, {}, ev.call_id)
@@ -351,7 +397,9 @@ class TurnView:
                 self.print(diff_text(diff, 40, headers=False))
             elif execute:
                 body = _STATUS_LINE.sub("", ev.content.rstrip())
-                lines = tail(body, 5, max(20, self.console.size.width - 8))
+                lines, hidden = tail_with_hidden(body, RESULT_LINES, max(20, self.console.size.width - 8))
+                if hidden:
+                    self.print(Text(more_lines(hidden, key=EXPAND_KEY), style="dim"))
                 if lines:
                     self.print(Text("\n".join(f"    {line}" for line in lines), style="dim"))
         if self._calls:
@@ -397,6 +445,15 @@ class TurnView:
             self.print(Text(f"  {hint}", style="dim"))
         if self.live is not None:
             self.live.clear()
+
+
+def expanded_result(header: str, content: str) -> Text:
+    """A tool result in full (Ctrl-O), each line made printable."""
+    out = Text()
+    out.append(f"● {header} (full result)\n", style="bold")
+    rows = content.rstrip().splitlines() or ["(empty)"]
+    out.append("\n".join(f"    {printable(row)}" for row in rows), style="dim")
+    return out
 
 
 def todo_checklist(items: Sequence[Any], indent: str = "  ⎿ ", more: str = "    ") -> Text:
