@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -40,6 +40,7 @@ from kimicode.ui.approvals import Approver, SessionRules
 from kimicode.ui.completion import FileIndex, PromptCompleter, expand_mentions
 from kimicode.ui.format import human_bytes, one_line
 from kimicode.ui.keys import KeyListener
+from kimicode.ui.render import render_ansi
 from kimicode.ui.settings import UISettings
 from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, short_path, toolbar_fragments
 from kimicode.ui.view import TurnView, expanded_result, recap
@@ -87,6 +88,21 @@ class AgentOptions:
     fork: bool = False
 
 
+def endpoint_host(base_url: str) -> str:
+    """`api.moonshot.ai`, `127.0.0.1:8080`: where requests go, never the credentials a URL may carry."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(base_url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    return f"{host}:{port}" if host and port else host
+
+
 def plain_output() -> bool:
     """True when output must be plain text: stdout is not a terminal, `TERM=dumb`, or `NO_COLOR` is set."""
     return not sys.stdout.isatty() or os.environ.get("TERM", "") == "dumb" or bool(os.environ.get("NO_COLOR"))
@@ -131,6 +147,7 @@ class Session:
             suspend=self._suspend_turn,
             resume=self._resume_turn,
             interrupt=self._interrupt,
+            plain=plain,
         )
         self.opened = "new" if options.resume is None else ("forked" if options.fork else "resumed")
         """How the session opened: `new`, `resumed` or `forked` (from `options.resume`)."""
@@ -318,6 +335,22 @@ class Session:
         future = asyncio.ensure_future(run_in_terminal(lambda: self.say(text, style)))
         self._background.add(future)
         future.add_done_callback(self._background.discard)
+
+    @contextlib.contextmanager
+    def transient(self, text: str) -> Iterator[None]:
+        """Show `text` on the current line while the block runs, then erase it (nothing in plain mode,
+        where a line cannot be taken back)."""
+        if self.plain:
+            yield
+            return
+        out = self.console.file
+        out.write(render_ansi(self.console, Text(text, style="dim")).rstrip("\n"))
+        out.flush()
+        try:
+            yield
+        finally:
+            out.write("\r\x1b[2K")
+            out.flush()
 
     @staticmethod
     def _redraw_prompt() -> None:
@@ -563,6 +596,7 @@ class Session:
             show_reasoning=self.settings.show_reasoning,
             tool_kind=lambda name: t.kind if (t := agent.tools.get(name)) is not None else None,
             on_stats=self._on_stats,
+            previewed=self.approver.previewed.__contains__,
         )
         listener = KeyListener(self._on_key)
         self._view, self._listener, self._interrupting = view, listener, False
@@ -642,7 +676,11 @@ class Session:
         agent = self.agent
         line = Text()
         line.append("kimicode", style="bold")
-        line.append(f" {__version__} · {agent.endpoint.model} · {short_path(self.workspace, 60)}", style="dim")
+        where = endpoint_host(agent.endpoint.base_url)
+        line.append(f" {__version__} · {agent.endpoint.model}", style="dim")
+        if where:
+            line.append(f" at {where}", style="dim")
+        line.append(f" · {short_path(self.workspace, 60)}", style="dim")
         self.console.print(line)
         self.console.print(
             Text("/help for commands · @path attaches a file · Esc interrupts · Ctrl-D exits", style="dim")
@@ -692,9 +730,20 @@ class Session:
                     continue
                 await self.run_turn(text)
         finally:
+            self.resume_hint()
             with contextlib.suppress(Exception):
                 await self.agent.aclose()
         return 0
+
+    def resume_hint(self) -> None:
+        """On exit: how to come back to this conversation (only when it was saved: it has a prompt)."""
+        log = self.agent.log
+        try:
+            saved = log is not None and log.path.exists()
+        except OSError:
+            saved = False
+        if saved:
+            self.console.print(Text(f"Resume this session with: kimicode -r {self.agent.session_id}", style="dim"))
 
 
 def run_interactive(

@@ -109,6 +109,7 @@ class TurnView:
         show_reasoning: bool,
         tool_kind: Callable[[str], str | None] = lambda _name: None,
         on_stats: Callable[[Event], None] | None = None,
+        previewed: Callable[[str], bool] = lambda _call_id: False,
         hint: str = "esc to interrupt",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -117,6 +118,8 @@ class TurnView:
         self.show_reasoning = show_reasoning
         self.tool_kind = tool_kind
         self.on_stats = on_stats
+        self.previewed = previewed
+        """True for a call whose diff the approval question showed already."""
         self.hint = hint
         self.clock = clock
         self.live: LiveRegion | None = (
@@ -393,7 +396,7 @@ class TurnView:
             mark = "✗ " if ev.is_error else ""
             self.print(Text(f"  ⎿ {mark}{summary or 'done'}", style="red" if ev.is_error else "dim"))
             diff = ev.display.get("diff") if ev.display else None
-            if isinstance(diff, str) and diff.strip():
+            if isinstance(diff, str) and diff.strip() and not self.previewed(ev.call_id):
                 self.print(diff_text(diff, 40, headers=False))
             elif execute:
                 body = _STATUS_LINE.sub("", ev.content.rstrip())
