@@ -263,7 +263,10 @@ def test_ctrl_c_interrupts_a_stream_and_history_stays_valid(start: Callable[...,
     term.send_message("t")
     term.wait_for("second answer")
     messages = server.requests[1].body["messages"]
-    assert roles(server.requests[1].body) == ["system", "user", "user"]
+    # the partial answer is kept, marked (tests/test_ui_term.py, tests/test_interrupted.py)
+    assert roles(server.requests[1].body) == ["system", "user", "assistant", "user"]
+    assert messages[2]["content"].startswith("word0 word1")
+    assert messages[2]["content"].endswith("[interrupted by the user]")
     assert messages[-1]["content"] == "next"
     assert_valid_history(messages)
 

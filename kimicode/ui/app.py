@@ -344,7 +344,9 @@ class Session:
             yield
             return
         out = self.console.file
-        out.write(render_ansi(self.console, Text(text, style="dim")).rstrip("\n"))
+        line = Text(text, style="dim")
+        line.truncate(max(1, self.console.size.width - 1), overflow="ellipsis")  # one row: one erase takes it back
+        out.write(render_ansi(self.console, line).rstrip("\n"))
         out.flush()
         try:
             yield
