@@ -301,3 +301,51 @@ def test_an_interrupted_answer_stays_and_a_resumed_session_shows_it(
     again.wait_for("ok")
     assert server.requests[-1].body["messages"][2] == kept
     time.sleep(0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cols", [100, 45])
+def test_typing_while_the_agent_works_echoes_and_enter_queues(
+    open_term: Callable[..., Term], server: FakeServer, cols: int
+) -> None:
+    slow = Reply(content=" ".join(f"v{i}" for i in range(150)), chunk_size=4, chunk_delay=0.02)
+    server.add(slow, Reply(content="first queued answered"), Reply(content="/help was not sent"))
+    term = open_term(cols=cols)
+    term.send_message("start")
+    term.wait_for("v5")
+    term.type("fix the tests too")
+    term.wait_for("› fix the tests too")  # echoed while the answer streams
+    term.type("\r")
+    term.wait_for("queued: fix the tests too")
+    term.type("/cost\r")  # a queued command runs as a command, after the message before it
+    term.wait_for("queued: /cost")
+    term.wait_for("first queued answered", 20)
+    term.wait_for("This session:", 10)  # /cost's output
+    term.wait_prompt()
+    assert len(server.requests) == 2
+    assert server.requests[1].body["messages"][-1] == {"role": "user", "content": "fix the tests too"}
+    history = term.history()
+    assert history.index("first queued answered") < history.index("This session:")
+
+
+@pytest.mark.slow
+def test_esc_then_enter_interrupts_and_sends_the_queued_message_now(
+    open_term: Callable[..., Term], server: FakeServer
+) -> None:
+    server.add(
+        Reply(content=" ".join(f"u{i}" for i in range(400)), chunk_size=4, chunk_delay=0.02),
+        Reply(content="changed course"),
+    )
+    term = open_term()
+    term.send_message("go")
+    term.wait_for("u5")
+    term.type("stop, do this instead\r")
+    term.wait_for("queued: stop, do this instead")
+    term.type("\x1b")  # Esc: the turn stops; the queued message waits in the prompt
+    term.wait_for(lambda: term.screen.display[term.screen.cursor.y].rstrip() == "› stop, do this instead", 10)
+    assert len(server.requests) == 1  # not sent by itself after an interrupt
+    term.type("\r")
+    term.wait_for("changed course")
+    sent = server.requests[1].body["messages"]
+    assert sent[-1] == {"role": "user", "content": "stop, do this instead"}
+    assert sent[-2]["role"] == "assistant" and sent[-2]["content"].endswith("[interrupted by the user]")

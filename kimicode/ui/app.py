@@ -130,6 +130,8 @@ class Session:
         self._listener: KeyListener | None = None
         self._interrupting = False
         self._typed_ahead = ""
+        self.queued: list[str] = []
+        """Messages typed and sent with Enter while a turn ran: sent in order when it ends."""
         self.last_result: tuple[str, str] | None = None
         """The last tool call's description and full result (Ctrl-O prints it)."""
         self._estimate = 0
@@ -566,8 +568,34 @@ class Session:
         else:
             self.console.print(expanded_result(*self.last_result), highlight=False)
 
+    def _input_footer(self) -> Text | None:
+        """Under the status line while a turn runs: the queued messages and the line being typed."""
+        listener = self._listener
+        typed = listener.typed if listener is not None else ""
+        if not typed and not self.queued:
+            return None
+        width = max(20, self.console.size.width - 4)
+        out = Text()
+        for message in self.queued:
+            out.append(f"  ⏎ queued: {one_line(message, width - 12)}\n", style="dim")
+        out.append("› ", style="bold cyan")
+        shown = typed.replace("\n", " ⏎ ")
+        out.append(shown if len(shown) <= width else "…" + shown[-(width - 1) :])
+        if not self.queued:
+            out.append("  (enter queues it for when the turn ends)", style="dim")
+        return out
+
     def _on_key(self, key: str) -> None:
-        if key in ("escape", "c-c"):
+        if key == "enter":
+            listener = self._listener
+            if listener is not None and listener.typed.strip():
+                self.queued.append(listener.typed)
+                listener.typed = ""
+            key = "typed"
+        if key == "typed":
+            if self._view is not None and self._view.live is not None and not self._view.live.paused:
+                self._view.live.redraw()
+        elif key in ("escape", "c-c"):
             self._interrupt()
         elif key == "c-o":
             self.expand_last()
@@ -599,6 +627,7 @@ class Session:
             tool_kind=lambda name: t.kind if (t := agent.tools.get(name)) is not None else None,
             on_stats=self._on_stats,
             previewed=self.approver.previewed.__contains__,
+            footer=self._input_footer,
         )
         listener = KeyListener(self._on_key)
         self._view, self._listener, self._interrupting = view, listener, False
@@ -637,6 +666,10 @@ class Session:
             self._view = self._listener = None
             self.console.print()
         self._typed_ahead = listener.typed
+        if finished is None or finished.status in ("interrupted", "error"):
+            # interrupted or failed: what was queued goes back into the prompt, to be edited or sent (Enter)
+            self._typed_ahead = "\n\n".join([*self.queued, *([self._typed_ahead] if self._typed_ahead else [])])
+            self.queued.clear()
         self.last_result = view.last_result or self.last_result
         if changed_files:
             self.index.refresh()
@@ -712,7 +745,11 @@ class Session:
         try:
             while not self.exit_requested:
                 try:
-                    text = await self.read_input()
+                    if self.queued:  # typed while the last turn ran: sent now, in order
+                        text = self.queued.pop(0)
+                        self.console.print(Text("> " if self.plain else "› ", style="bold cyan") + Text(text))
+                    else:
+                        text = await self.read_input()
                 except KeyboardInterrupt:
                     if armed:
                         break

@@ -110,6 +110,7 @@ class TurnView:
         tool_kind: Callable[[str], str | None] = lambda _name: None,
         on_stats: Callable[[Event], None] | None = None,
         previewed: Callable[[str], bool] = lambda _call_id: False,
+        footer: Callable[[], RenderableType | None] = lambda: None,
         hint: str = "esc to interrupt",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -119,6 +120,8 @@ class TurnView:
         self.tool_kind = tool_kind
         self.on_stats = on_stats
         self.previewed = previewed
+        self.footer = footer
+        """What goes under the status line (the input typed while the turn runs, the queued messages)."""
         """True for a call whose diff the approval question showed already."""
         self.hint = hint
         self.clock = clock
@@ -190,6 +193,9 @@ class TurnView:
         if status and any(parts):
             status = "\n" + status if not parts[-1].endswith("\n\n") else status
         parts.append(status)
+        footer = self.footer() if status else None
+        if footer is not None:
+            parts.append(render_ansi(self.console, footer))
         return parts
 
     def _live_tail(self) -> str:
