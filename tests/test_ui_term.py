@@ -349,3 +349,56 @@ def test_esc_then_enter_interrupts_and_sends_the_queued_message_now(
     sent = server.requests[1].body["messages"]
     assert sent[-1] == {"role": "user", "content": "stop, do this instead"}
     assert sent[-2]["role"] == "assistant" and sent[-2]["content"].endswith("[interrupted by the user]")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cols", [100, 50])
+def test_plan_mode_is_told_and_an_approved_plan_is_carried_out(
+    open_term: Callable[..., Term], server: FakeServer, workspace: Path, cols: int
+) -> None:
+    (workspace / "f.txt").write_text("old\n")
+    edit = ToolCall("edit_file", {"path": "f.txt", "old_string": "old", "new_string": "new"})
+    server.add(
+        Reply(content="Plan:\n\n1. change old to new in f.txt"),
+        Reply(tool_calls=[edit]),
+        Reply(content="Done."),
+    )
+    term = open_term("--permission-mode", "plan", cols=cols)
+    term.send_message("rename it")
+    term.wait_for("Approve this plan?")
+    first = server.requests[0].body["messages"]
+    assert first[-2] == {"role": "user", "content": "rename it"}
+    assert first[-1]["role"] == "user" and first[-1]["content"].startswith("[permission mode: plan]")
+    term.type("y")
+    term.wait_for("Done.", 20)
+    term.wait_prompt()
+    assert (workspace / "f.txt").read_text() == "new\n"  # accept-edits: the edit ran without a question
+    assert "Make this change?" not in term.history()
+    go = server.requests[1].body["messages"]
+    assert go[-2] == {"role": "user", "content": "The plan is approved: carry it out."}
+    assert go[-1]["content"].startswith("[permission mode: accept-edits]")
+    assert "accept-edits" in term.text  # the toolbar (or the confirmation line) shows the new mode
+    assert (
+        sum(
+            m["content"].startswith("[permission mode:")
+            for m in server.requests[2].body["messages"]
+            if m["role"] == "user" and isinstance(m["content"], str)
+        )
+        == 2
+    )  # told once per change
+
+
+@pytest.mark.slow
+def test_keeping_on_planning_changes_nothing(open_term: Callable[..., Term], server: FakeServer) -> None:
+    server.add(Reply(content="1. a plan"), Reply(content="1. a better plan"))
+    term = open_term("--permission-mode", "plan")
+    term.send_message("plan it")
+    term.wait_for("Approve this plan?")
+    term.type("\x1b")  # Esc: keep planning, as the label says
+    term.wait_for("Still in plan mode")
+    term.wait_prompt()
+    assert len(server.requests) == 1
+    term.send_message("use fewer steps")
+    term.wait_for("Approve this plan?")
+    sent = server.requests[1].body["messages"]
+    assert [m["content"] for m in sent if m["role"] == "user"][-1] == "use fewer steps"  # no second mode note

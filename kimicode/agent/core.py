@@ -38,6 +38,7 @@ from kimicode.agent.events import (
     UsageUpdated,
 )
 from kimicode.agent.interrupted import interrupted_answer
+from kimicode.agent.modes import note_needed
 from kimicode.agent.permissions import MODES, decide, denial_message, target_path
 from kimicode.agent.policy import Rules
 from kimicode.config import kimicode_home
@@ -556,6 +557,8 @@ class Agent:
                 if steps >= self.max_turns:
                     finish("max_turns", self._last_text(), f"stopped after reaching --max-turns {self.max_turns}")
                     return
+                if (note := note_needed(self.messages, self.permission_mode)) is not None:
+                    self._commit(note, emit)  # the mode changed (or a session starts in one): say so
                 steps += 1
                 emit(StepStarted(steps))
                 completion = await self._model_step(emit)

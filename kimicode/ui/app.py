@@ -57,6 +57,9 @@ TICK = 0.1
 LATEST = ""
 """`resume=LATEST`: continue the most recently used session of the workspace (`kimicode -c`)."""
 
+PLAN_APPROVED = "The plan is approved: carry it out."
+"""Sent when the user approves a plan (the mode note before it says edits now run)."""
+
 CUSTOM_RELOAD = 2.0
 """Seconds a loaded list of custom commands is reused before the command directories are read again."""
 
@@ -767,12 +770,37 @@ class Session:
                     except Exception as exc:
                         self._report_internal_error(exc)
                     continue
-                await self.run_turn(text)
+                finished = await self.run_turn(text)
+                await self.offer_plan(finished)
         finally:
             self.resume_hint()
             with contextlib.suppress(Exception):
                 await self.agent.aclose()
         return 0
+
+    async def offer_plan(self, finished: TurnFinished | None) -> None:
+        """In plan mode, an answer ends with a plan: ask whether to carry it out. Approving switches to
+        accept-edits and sends the go-ahead at once; Esc or No keeps planning (type what to change)."""
+        if finished is None or finished.status != "success" or not finished.result.strip():
+            return
+        if self.agent.permission_mode != "plan" or self.queued:  # typed meanwhile: that is the answer
+            return
+        from kimicode.ui.approvals import Option, choose
+
+        options = [
+            Option("approve", "y", "Yes, switch to accept-edits and carry it out"),
+            Option("keep", "n", "No, keep planning (esc too; then say what to change)"),
+        ]
+        try:
+            answer = await choose("Approve this plan?", options)
+        except (EOFError, KeyboardInterrupt):
+            answer = None
+        if answer != "approve":
+            self.say("Still in plan mode: say what to change.", "dim")
+            return
+        self.agent.permission_mode = "accept-edits"
+        self.say("✓ plan approved; permission mode: accept-edits", "green")
+        self.queued.insert(0, PLAN_APPROVED)
 
     def resume_hint(self) -> None:
         """On exit: how to come back to this conversation (only when it was saved: it has a prompt)."""

@@ -35,6 +35,7 @@ from kimicode.agent.events import (
     TurnFinished,
     UsageUpdated,
 )
+from kimicode.agent.modes import noted_mode
 from kimicode.context.compact import is_summary
 from kimicode.ui.format import (
     describe_call,
@@ -517,7 +518,7 @@ def _is_prompt(msg: Mapping[str, Any]) -> bool:
     if msg.get("role") != "user":
         return False
     text = _content_text(msg.get("content"))
-    return not is_summary(msg) and not text.startswith("[Images returned by")
+    return not is_summary(msg) and not text.startswith("[Images returned by") and noted_mode(msg) is None
 
 
 def last_exchange(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None, int]:
