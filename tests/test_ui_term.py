@@ -402,3 +402,53 @@ def test_keeping_on_planning_changes_nothing(open_term: Callable[..., Term], ser
     term.wait_for("Approve this plan?")
     sent = server.requests[1].body["messages"]
     assert [m["content"] for m in sent if m["role"] == "user"][-1] == "use fewer steps"  # no second mode note
+
+
+def test_picker_filter_needs_every_word() -> None:
+    from kimicode.cli.picker import matches
+
+    row = "  1  2026-12-01 10:00      2   1.2K  interactive  Fix the Flaky parser test"
+    assert matches(row, "flaky PARSER") and matches(row, "") and matches(row, "  ")
+    assert not matches(row, "flaky headless")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cols", [120, 60])
+def test_resume_picker_arrows_filter_and_interactive_first(
+    env: dict[str, str], server: FakeServer, workspace: Path, make_agent: Callable[..., Any], cols: int
+) -> None:
+    server.add(*(Reply(content=f"answer {i}") for i in range(4)))
+    make_agent(origin="interactive").run_sync("alpha interactive chat")
+    make_agent(origin="headless").run_sync("headless one-shot run")
+    make_agent(origin="interactive").run_sync("beta interactive chat")
+    server.add(Reply(content="picked beta"))
+    term = Term(["-r"], env, workspace, cols)
+    try:
+        screen = term.wait_for("Resume which session?")
+        flat = screen.replace("\n", " ")
+        assert flat.index("beta") < flat.index("alpha") < flat.index("one-shot")  # terminal sessions first
+        assert flat.index("❯") < flat.index("beta")
+        term.type("\x1b[B")  # ↓ to alpha
+        term.wait_for(lambda: flat.index("beta") < term.text.replace("\n", " ").index("❯"))
+        term.type("one-sh")  # typing filters: only the headless run is left
+        term.wait_for(lambda: "alpha" not in term.text and "one-shot" in term.text)
+        term.type("\x7f" * 6 + "beta")
+        term.wait_for(lambda: "alpha" not in term.text and "beta interactive" in term.text.replace("\n", ""))
+        term.type("\r")
+        screen = term.wait_prompt()
+        assert "Resumed session" in screen and "beta interactive chat" in screen.replace("\n", "")
+    finally:
+        term.close()
+
+
+@pytest.mark.slow
+def test_resume_picker_esc_cancels(env: dict[str, str], server: FakeServer, workspace: Path, make_agent: Any) -> None:
+    server.add(Reply(content="x"))
+    make_agent(origin="interactive").run_sync("only one")
+    term = Term(["-r"], env, workspace, 80)
+    term.wait_for("Resume which session?")
+    term.type("\x1b")
+    term.child.expect(pexpect.EOF, timeout=10)
+    term.child.close()
+    assert term.child.exitstatus == 1
+    assert "no session picked" in term.child.before.decode()
