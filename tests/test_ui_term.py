@@ -429,7 +429,12 @@ def test_resume_picker_arrows_filter_and_interactive_first(
         assert flat.index("beta") < flat.index("alpha") < flat.index("one-shot")  # terminal sessions first
         assert flat.index("❯") < flat.index("beta")
         term.type("\x1b[B")  # ↓ to alpha
-        term.wait_for(lambda: flat.index("beta") < term.text.replace("\n", " ").index("❯"))
+
+        def on_alpha() -> bool:
+            now = term.text.replace("\n", " ")
+            return "❯" in now and now.index("beta") < now.index("❯") < now.index("alpha")
+
+        term.wait_for(on_alpha)
         term.type("one-sh")  # typing filters: only the headless run is left
         term.wait_for(lambda: "alpha" not in term.text and "one-shot" in term.text)
         term.type("\x7f" * 6 + "beta")
