@@ -36,11 +36,14 @@ from kimicode.agent.events import (
     ToolArgumentsDelta,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutputDelta,
     TurnFinished,
     TurnStarted,
     TurnStatus,
     UsageUpdated,
 )
+from kimicode.agent.interrupted import interrupted_answer
+from kimicode.agent.modes import note_needed
 from kimicode.agent.pathresolve import approved_paths
 from kimicode.agent.permissions import MODES, decide, denial_message, target_path
 from kimicode.agent.policy import Rule, Rules, parse_rule
@@ -62,6 +65,7 @@ from kimicode.prompts import load_prompt
 from kimicode.session.log import INTERRUPTED, SessionLog, SessionWriteError, new_session_id
 from kimicode.settings import Settings, load_settings, profile_with, resolve_model, switch_model
 from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, ToolResult
+from kimicode.tools.progress import reporting
 from kimicode.tools.registry import ToolRegistry, builtin_tools, parse_arguments, validate
 
 if TYPE_CHECKING:
@@ -732,6 +736,8 @@ class Agent:
                 if steps >= self.max_turns:
                     finish("max_turns", self._last_text(), f"stopped after reaching --max-turns {self.max_turns}")
                     return
+                if (note := note_needed(self.messages, self.permission_mode)) is not None:
+                    self._commit(note, emit)  # the mode changed (or a session starts in one): say so
                 steps += 1
                 emit(StepStarted(steps))
                 completion = await self._model_step(emit)
@@ -793,6 +799,7 @@ class Agent:
         est = await self.context.prepare(self.messages, tools, self.client, emit, kinds)  # prune/compact to fit
         after_compaction(self)  # keep the todo list visible to the model
         completion: Completion | None = None
+        partial: list[str] = []  # the answer text so far: kept in the history if the user interrupts it
         for attempt in range(2):
             try:
                 limit = self.context.completion_tokens(est)  # prompt + max_tokens never over the window
@@ -801,14 +808,21 @@ class Agent:
                         if ev.kind == "reasoning":
                             emit(ReasoningDelta(ev.text))
                         elif ev.kind == "content":
+                            partial.append(ev.text)
                             emit(ContentDelta(ev.text))
                         else:
                             emit(ToolArgumentsDelta(ev.index, ev.text))
                     elif isinstance(ev, StreamRetry):
+                        partial.clear()  # the retried request starts the answer over
                         emit(Retrying(ev.attempt, ev.max_retries, ev.delay, ev.error))
                     else:
                         completion = ev
                 break
+            except asyncio.CancelledError:
+                text = "".join(partial)
+                if text.strip() and self._interrupted:
+                    self._commit(interrupted_answer(text), emit)
+                raise
             except LLMError as err:  # too long for the server after all: compact, then retry once
                 if err.kind != "context_length" or attempt:
                     raise
@@ -994,9 +1008,11 @@ class Agent:
         # this call's own cancellation flag; `approved`: the user approved this very call at a prompt
         ctx = replace(self.ctx, cancelled=threading.Event(), approved=bool(prep.approved))
         deadline = asyncio.timeout(timeout)
+        call_id = prep.call_id
         try:
             async with deadline:
-                out = await prep.tool.fn(prep.args, ctx)
+                with reporting(lambda text: emit(ToolOutputDelta(call_id, text))):  # bash's live output
+                    out = await prep.tool.fn(prep.args, ctx)
             result = out if isinstance(out, ToolResult) else ToolResult(str(out))
             prep.images = list(getattr(result, "images", ()) or ())  # an ImageResult (tools/images.py)
         except ToolError as exc:

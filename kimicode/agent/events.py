@@ -77,6 +77,17 @@ class ToolCallStarted:
 
 
 @dataclass(frozen=True)
+class ToolOutputDelta:
+    """A piece of a running tool's output (bash streams its stdout/stderr), for showing progress live.
+
+    Only for display: the result the model sees is `ToolCallFinished.content`, capped and complete.
+    """
+
+    call_id: str
+    text: str
+
+
+@dataclass(frozen=True)
 class ToolCallFinished:
     """A tool call produced its result (`content` is what the model will see)."""
 
@@ -165,6 +176,7 @@ Event = (
     | Retrying
     | MessageCommitted
     | ToolCallStarted
+    | ToolOutputDelta
     | ToolCallFinished
     | PermissionDenied
     | UsageUpdated

@@ -253,8 +253,16 @@ def pick_session(workspace: Path, *, limit: int = 20) -> str:
         raise _fail("no saved sessions to resume", 2)
     sessions = interactive_first(sessions)[:limit]
     where = "all workspaces" if everywhere else str(workspace)
+    header, *rows = _table(sessions, workspace=everywhere, numbered=True)
+    if sys.stdin.isatty() and sys.stderr.isatty():
+        from kimicode.cli.picker import pick
+
+        chosen = pick(f"Resume which session? ({where}; terminal sessions first)", header, rows)
+        if chosen is None:
+            raise _fail("no session picked", 1)
+        return sessions[chosen].id
     typer.echo(f"Sessions ({where}), most recent first:", err=True)
-    for line in _table(sessions, workspace=everywhere, numbered=True):
+    for line in (header, *rows):
         typer.echo(line, err=True)
     while True:
         try:

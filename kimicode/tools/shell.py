@@ -25,6 +25,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 from kimicode.context.output import in_use, make_room, spill_limit
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+from kimicode.tools.progress import ByteReporter
 from kimicode.tools.sandbox import Sandbox
 
 if TYPE_CHECKING:
@@ -332,10 +333,13 @@ async def run_shell(
         raise
 
     masking = mask.byte_stream() if mask else None
+    live = ByteReporter()  # the terminal shows the tail of a running command
 
     async def pump() -> None:
         while chunk := await reader.read(READ_CHUNK):
-            buffer.feed(masking.feed(chunk) if masking is not None else chunk)
+            data = masking.feed(chunk) if masking is not None else chunk
+            buffer.feed(data)
+            live.feed(data)
 
     pump_task = asyncio.create_task(pump())
     timed_out = False

@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import sys
 import time
-import traceback
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -31,18 +27,30 @@ from kimicode.agent.core import Agent
 from kimicode.agent.events import ContextUpdated, Event, Notice, ToolCallFinished, TurnFinished, UsageUpdated
 from kimicode.agent.permissions import MODES
 from kimicode.commands import CustomCommand, load_custom_commands
-from kimicode.config import ConfigError, kimicode_home
+from kimicode.config import kimicode_home
 from kimicode.context.output import DEFAULT_CAP_CHARS
 from kimicode.pricing import session_cost
 from kimicode.session.store import SessionError, latest_session
 from kimicode.ui import commands
 from kimicode.ui.approvals import Approver, SessionRules
-from kimicode.ui.completion import FileIndex, PromptCompleter, expand_mentions
-from kimicode.ui.format import human_bytes, one_line
+from kimicode.ui.completion import FileIndex, expand_mentions
+from kimicode.ui.format import human_bytes
 from kimicode.ui.keys import KeyListener
+from kimicode.ui.launch import (
+    AgentOptions,
+    endpoint_host,
+    make_console,
+    plain_output,
+    report_internal_error,
+    run_interactive,
+)
+from kimicode.ui.render import transient_line
 from kimicode.ui.settings import UISettings
-from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, short_path, toolbar_fragments
-from kimicode.ui.view import TurnView, recap
+from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, mcp_counts, mcp_failure_line, short_path
+from kimicode.ui.typeahead import input_footer, offer_plan
+from kimicode.ui.view import TurnView, expanded_result, recap
+
+__all__ = ["LATEST", "AgentOptions", "Session", "endpoint_host", "make_console", "plain_output", "run_interactive"]
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
@@ -58,45 +66,6 @@ LATEST = ""
 
 CUSTOM_RELOAD = 2.0
 """Seconds a loaded list of custom commands is reused before the command directories are read again."""
-
-
-@dataclass(frozen=True)
-class AgentOptions:
-    """The settings every Agent of the session is built with (the command line's flags).
-
-    `workspace=None` means the current directory for a new session and the session's own workspace
-    when resuming. `resume` is a session id (or unique prefix), `LATEST`, or None for a new session.
-    """
-
-    model: str | None = None
-    base_url: str | None = None
-    workspace: Path | None = None
-    permission_mode: str = "default"
-    thinking: str | None = None
-    max_turns: int = 200
-    max_retries: int = 5
-    retry_base_delay: float = 1.0
-    request_timeout: float = 300.0
-    context_window: int | None = None
-    max_completion_tokens: int | None = None
-    allow: tuple[str, ...] = ()
-    deny: tuple[str, ...] = ()
-    ask: tuple[str, ...] = ()
-    sandbox: str | None = None
-    sandbox_network: bool | None = None
-    resume: str | None = None
-    fork: bool = False
-
-
-def plain_output() -> bool:
-    """True when output must be plain text: stdout is not a terminal, `TERM=dumb`, or `NO_COLOR` is set."""
-    return not sys.stdout.isatty() or os.environ.get("TERM", "") == "dumb" or bool(os.environ.get("NO_COLOR"))
-
-
-def make_console(plain: bool) -> Console:
-    if plain:
-        return Console(color_system=None, highlight=False, emoji=False, markup=False, force_terminal=False)
-    return Console(highlight=False, emoji=False, markup=False)
 
 
 class Session:
@@ -115,6 +84,10 @@ class Session:
         self._listener: KeyListener | None = None
         self._interrupting = False
         self._typed_ahead = ""
+        self.queued: list[str] = []
+        """Messages typed and sent with Enter while a turn ran: sent in order when it ends."""
+        self.last_result: tuple[str, str] | None = None
+        """The last tool call's description and full result (Ctrl-O prints it)."""
         self._estimate = 0
         self._estimate_len = -1
         self._shown_notices: set[str] = set()
@@ -130,6 +103,7 @@ class Session:
             suspend=self._suspend_turn,
             resume=self._resume_turn,
             interrupt=self._interrupt,
+            plain=plain,
         )
         self.opened = "new" if options.resume is None else ("forked" if options.fork else "resumed")
         """How the session opened: `new`, `resumed` or `forked` (from `options.resume`)."""
@@ -270,24 +244,11 @@ class Session:
             self._redraw_prompt()  # the toolbar's MCP count changed
             return
         self._shown_notices.update(manager.problems())
-        parts = [
-            f"{s.config.name} {'timed out' if s.status == 'timeout' else 'failed'}"
-            + (f" ({one_line(s.error, 80)})" if s.error else "")
-            for s in failed
-        ]
-        self.announce(f"! MCP: {'; '.join(parts)}; skipped (logs: {short_path(agent.home / 'logs', 30)})", "yellow")
+        self.announce(mcp_failure_line(failed, agent.home), "yellow")
 
     def mcp_status(self) -> McpStatus | None:
         """Counts for the toolbar, or None when no server is configured."""
-        manager = self.agent.extras.mcp
-        if manager is None:
-            return None
-        servers = manager.servers
-        return McpStatus(
-            ready=sum(1 for s in servers if s.status == "ready"),
-            failed=sum(1 for s in servers if s.status in ("failed", "timeout")),
-            total=len(servers),
-        )
+        return mcp_counts(self.agent.extras.mcp)
 
     def cycle_mode(self) -> str:
         """Shift-Tab: default → accept-edits → plan → yolo → default."""
@@ -318,6 +279,10 @@ class Session:
         future = asyncio.ensure_future(run_in_terminal(lambda: self.say(text, style)))
         self._background.add(future)
         future.add_done_callback(self._background.discard)
+
+    def transient(self, text: str) -> contextlib.AbstractContextManager[None]:
+        """Show `text` on the current line while a block runs, then erase it (render.transient_line)."""
+        return transient_line(self.console, self.plain, text)
 
     @staticmethod
     def _redraw_prompt() -> None:
@@ -355,100 +320,16 @@ class Session:
 
     def toolbar(self) -> StyleAndTextTuples:
         """The bottom toolbar's content (never raises: a failing toolbar would take the prompt down)."""
-        agent = self.agent
-        fragments: StyleAndTextTuples = []
-        try:
-            fragments.extend(
-                toolbar_fragments(
-                    model=agent.endpoint.model,
-                    effort=self.effort(),
-                    stats=self.stats,
-                    window=agent.context_window,
-                    estimate=self._context_estimate(),
-                    mode=agent.permission_mode,
-                    workspace=self.workspace,
-                    branch=self.branch.get(),
-                    cost=self.cost(),
-                    mcp=self.mcp_status(),
-                )
-            )
-        except Exception:
-            fragments.append(("", f" {agent.endpoint.model} │ ⏵ {agent.permission_mode} "))
-        return fragments
+        from kimicode.ui.prompt import toolbar
+
+        return toolbar(self)
 
     # -- input ------------------------------------------------------------------------------------
 
     def _build_prompt(self) -> PromptSession[str]:
-        from prompt_toolkit import PromptSession
-        from prompt_toolkit.completion import ThreadedCompleter
-        from prompt_toolkit.history import FileHistory, History, InMemoryHistory
-        from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
-        from prompt_toolkit.styles import Style
+        from kimicode.ui.prompt import build_prompt
 
-        kb = KeyBindings()
-
-        @kb.add("enter")
-        def _send(event: KeyPressEvent) -> None:
-            buf = event.current_buffer
-            state = buf.complete_state
-            if state is not None and state.current_completion is not None:
-                buf.apply_completion(state.current_completion)
-                return
-            buf.validate_and_handle()
-
-        @kb.add("c-j")
-        @kb.add("escape", "enter")
-        def _newline(event: KeyPressEvent) -> None:
-            event.current_buffer.insert_text("\n")
-
-        @kb.add("s-tab")
-        def _mode(event: KeyPressEvent) -> None:
-            self.cycle_mode()
-            event.app.invalidate()
-
-        @kb.add("c-c")
-        def _ctrl_c(event: KeyPressEvent) -> None:
-            buf = event.current_buffer
-            if buf.text:
-                buf.reset()
-            else:
-                event.app.exit(exception=KeyboardInterrupt)
-
-        history: History
-        try:
-            self.home.mkdir(parents=True, exist_ok=True)
-            path = self.home / "history"
-            path.touch(exist_ok=True)
-            history = FileHistory(str(path))
-        except OSError:
-            history = InMemoryHistory()
-        style = Style.from_dict(
-            {
-                "bottom-toolbar": "noreverse bg:#262626 fg:#bcbcbc",
-                "toolbar.model": "bold fg:#5fafff",
-                "toolbar.sep": "fg:#585858",
-                "toolbar.dim": "fg:#808080",
-                "toolbar.warn": "fg:#ffaf00 bold",
-                "toolbar.yolo": "fg:#ff5f5f bold",
-                "toolbar.edits": "fg:#ffaf00",
-                "toolbar.plan": "fg:#5fd7d7 bold",
-                "prompt": "bold fg:#5fafff",
-            }
-        )
-        completer = PromptCompleter(lambda: commands.command_infos(self), self.index)
-        return PromptSession(
-            multiline=True,
-            key_bindings=kb,
-            history=history,
-            completer=ThreadedCompleter(completer),
-            complete_while_typing=True,
-            bottom_toolbar=None if os.environ.get("TERM", "") == "dumb" else self.toolbar,
-            style=style,
-            prompt_continuation=lambda width, line, wrap: " " * width,
-            enable_history_search=False,
-            reserve_space_for_menu=6,
-            include_default_pygments_style=False,
-        )
+        return build_prompt(self)
 
     async def read_input(self) -> str:
         """The next message (raises KeyboardInterrupt / EOFError as prompt_toolkit does)."""
@@ -516,9 +397,29 @@ class Session:
             self._view.hint = "interrupting…"
         self.agent.interrupt()
 
+    def expand_last(self) -> None:
+        """Ctrl-O: print the last tool result in full."""
+        if self._view is not None and self._view.expand_last():
+            return
+        if self.last_result is None:
+            self.say("no tool result to expand yet", "dim")
+        else:
+            self.console.print(expanded_result(*self.last_result), highlight=False)
+
     def _on_key(self, key: str) -> None:
-        if key in ("escape", "c-c"):
+        if key == "enter":
+            listener = self._listener
+            if listener is not None and listener.typed.strip():
+                self.queued.append(listener.typed)
+                listener.typed = ""
+            key = "typed"
+        if key == "typed":
+            if self._view is not None and self._view.live is not None and not self._view.live.paused:
+                self._view.live.redraw()
+        elif key in ("escape", "c-c"):
             self._interrupt()
+        elif key == "c-o":
+            self.expand_last()
         elif key == "s-tab":
             mode = self.cycle_mode()
             note = " (nothing is changed: the agent investigates and proposes a plan)" if mode == "plan" else ""
@@ -546,6 +447,8 @@ class Session:
             show_reasoning=self.settings.show_reasoning,
             tool_kind=lambda name: t.kind if (t := agent.tools.get(name)) is not None else None,
             on_stats=self._on_stats,
+            previewed=self.approver.previewed.__contains__,
+            footer=lambda: input_footer(self.queued, listener.typed, self.console.size.width),
         )
         listener = KeyListener(self._on_key)
         self._view, self._listener, self._interrupting = view, listener, False
@@ -584,6 +487,11 @@ class Session:
             self._view = self._listener = None
             self.console.print()
         self._typed_ahead = listener.typed
+        if finished is None or finished.status in ("interrupted", "error"):
+            # interrupted or failed: what was queued goes back into the prompt, to be edited or sent (Enter)
+            self._typed_ahead = "\n\n".join([*self.queued, *([self._typed_ahead] if self._typed_ahead else [])])
+            self.queued.clear()
+        self.last_result = view.last_result or self.last_result
         if changed_files:
             self.index.refresh()
         return finished
@@ -604,19 +512,7 @@ class Session:
         self.say(f"+ attached image {shown}{size}", "dim")
 
     def _report_internal_error(self, exc: BaseException) -> None:
-        log = self.home / "ui-errors.log"
-        where = ""
-        try:
-            self.home.mkdir(parents=True, exist_ok=True)
-            with open(log, "a", encoding="utf-8") as fh:
-                fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} kimicode {__version__}\n")
-                fh.write("".join(traceback.format_exception(exc)))
-            where = f" (details in {log})"
-        except OSError:
-            pass
-        self.console.print(
-            Text(f"✗ internal error: {type(exc).__name__}: {exc}{where}. The session continues.", style="red")
-        )
+        report_internal_error(self.console, self.home, exc)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -624,7 +520,11 @@ class Session:
         agent = self.agent
         line = Text()
         line.append("kimicode", style="bold")
-        line.append(f" {__version__} · {agent.endpoint.model} · {short_path(self.workspace, 60)}", style="dim")
+        where = endpoint_host(agent.endpoint.base_url)
+        line.append(f" {__version__} · {agent.endpoint.model}", style="dim")
+        if where:
+            line.append(f" at {where}", style="dim")
+        line.append(f" · {short_path(self.workspace, 60)}", style="dim")
         self.console.print(line)
         self.console.print(
             Text("/help for commands · @path attaches a file · Esc interrupts · Ctrl-D exits", style="dim")
@@ -654,7 +554,11 @@ class Session:
         try:
             while not self.exit_requested:
                 try:
-                    text = await self.read_input()
+                    if self.queued:  # typed while the last turn ran: sent now, in order
+                        text = self.queued.pop(0)
+                        self.console.print(Text("> " if self.plain else "› ", style="bold cyan") + Text(text))
+                    else:
+                        text = await self.read_input()
                 except KeyboardInterrupt:
                     if armed:
                         break
@@ -672,76 +576,20 @@ class Session:
                     except Exception as exc:
                         self._report_internal_error(exc)
                     continue
-                await self.run_turn(text)
+                finished = await self.run_turn(text)
+                await offer_plan(self, finished)
         finally:
+            self.resume_hint()
             with contextlib.suppress(Exception):
                 await self.agent.aclose()
         return 0
 
-
-def run_interactive(
-    *,
-    model: str | None = None,
-    base_url: str | None = None,
-    workspace: str | Path | None = None,
-    permission_mode: str = "default",
-    thinking: str | None = None,
-    max_turns: int = 200,
-    max_retries: int = 5,
-    retry_base_delay: float = 1.0,
-    request_timeout: float = 300.0,
-    context_window: int | None = None,
-    max_completion_tokens: int | None = None,
-    resume: str | None = None,
-    fork: bool = False,
-    allow: Sequence[str] = (),
-    deny: Sequence[str] = (),
-    ask: Sequence[str] = (),
-    sandbox: str | None = None,
-    sandbox_network: bool | None = None,
-) -> int:
-    """Run the interactive terminal session; return the process exit code.
-
-    `resume` continues a saved session (an id or unique prefix; `LATEST`, the empty string, for the most
-    recent one of the workspace, as `kimicode -c`), in a copy when `fork` is true. `workspace=None` is
-    the current directory, or the resumed session's own workspace. `allow`/`deny`/`ask` are permission rules
-    and `sandbox`/`sandbox_network` the bash sandbox, as for `Agent`. Configuration problems (no API
-    key, a bad base URL, an unknown session) are reported in one line on stderr (exit 2).
-    """
-    if fork and resume is None:
-        sys.stderr.write("kimicode: --fork needs a session to fork (-c or -r ID)\n")
-        return 2
-    options = AgentOptions(
-        model=model,
-        base_url=base_url,
-        workspace=Path(workspace) if workspace is not None else None,
-        permission_mode=permission_mode,
-        thinking=thinking,
-        max_turns=max_turns,
-        max_retries=max_retries,
-        retry_base_delay=retry_base_delay,
-        request_timeout=request_timeout,
-        context_window=context_window,
-        max_completion_tokens=max_completion_tokens,
-        allow=tuple(allow),
-        deny=tuple(deny),
-        ask=tuple(ask),
-        sandbox=sandbox,
-        sandbox_network=sandbox_network,
-        resume=resume,
-        fork=fork,
-    )
-    plain = plain_output()
-    console = make_console(plain)
-    try:
-        session = Session(options, console, plain)
-    except (ConfigError, ValueError) as exc:
-        sys.stderr.write(f"kimicode: {exc}\n")
-        return 2
-    try:
-        return asyncio.run(session.run())
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:
-        sys.stderr.write(f"kimicode: unexpected error: {type(exc).__name__}: {exc}\n")
-        return 1
+    def resume_hint(self) -> None:
+        """On exit: how to come back to this conversation (only when it was saved: it has a prompt)."""
+        log = self.agent.log
+        try:
+            saved = log is not None and log.path.exists()
+        except OSError:
+            saved = False
+        if saved:
+            self.console.print(Text(f"Resume this session with: kimicode -r {self.agent.session_id}", style="dim"))

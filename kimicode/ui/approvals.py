@@ -189,16 +189,23 @@ def edit_preview(request: ApprovalRequest, workspace: Path) -> tuple[str, str]:
     return diff, "new file" if diff.startswith("--- /dev/null") else ""
 
 
-def preview(request: ApprovalRequest, workspace: Path, width: int) -> RenderableType:
-    """What will run: a panel with the command, or the path and the diff of an edit."""
+def preview(request: ApprovalRequest, workspace: Path, width: int, plain: bool = False) -> RenderableType:
+    """What will run: a panel with the command, or the path and the diff of an edit (in plain output,
+    `TERM=dumb`, the same without the frame: no box-drawing characters)."""
     command = command_of(request)
     title = Text(f" {request.tool} ", style="bold")
+
+    def frame(body: RenderableType, width: int) -> RenderableType:
+        if plain:
+            return Group(Text(f"[{request.tool}]", style="bold"), body)
+        return Panel(body, title=title, title_align="left", border_style="yellow", width=width)
+
     if command is not None:
         body: RenderableType = Text(sanitize(command, sequences="escape"), style="bold")
         extra = {k: v for k, v in request.arguments.items() if k != "command"}
         if extra:
             body = Group(body, Text(sanitize(json.dumps(extra, ensure_ascii=False), sequences="escape"), style="dim"))
-        return Panel(body, title=title, title_align="left", border_style="yellow", width=min(width, 120))
+        return frame(body, min(width, 120))
     if request.kind == "edit":
         diff, note = edit_preview(request, workspace)
         shown = request.arguments.get("path") or request.path
@@ -207,9 +214,9 @@ def preview(request: ApprovalRequest, workspace: Path, width: int) -> Renderable
             parts.append(Text(sanitize(note, sequences="escape"), style="dim"))
         if diff:
             parts.append(diff_text(diff, PREVIEW_LINES, indent="", headers=False))
-        return Panel(Group(*parts), title=title, title_align="left", border_style="yellow", width=min(width, 160))
+        return frame(Group(*parts), min(width, 160))
     body = Text(sanitize(json.dumps(dict(request.arguments), ensure_ascii=False, indent=2)[:4000], sequences="escape"))
-    return Panel(body, title=title, title_align="left", border_style="yellow", width=min(width, 120))
+    return frame(body, min(width, 120))
 
 
 # -- asking ---------------------------------------------------------------------------------------
@@ -234,7 +241,7 @@ def options_for(request: ApprovalRequest) -> list[Option]:
         opts.append(Option("file", "a", "Yes, and don't ask again this session for edits to this file"))
     else:
         opts.append(Option("call", "a", "Yes, and don't ask again this session for this exact call"))
-    opts.append(Option("no", "n", "No, and tell the model what to do instead (esc)"))
+    opts.append(Option("no", "n", "No, and tell the model what to do instead (esc: no, without a reason)"))
     return opts
 
 
@@ -337,8 +344,12 @@ class Approver:
         interrupt: Callable[[], None] = lambda: None,
         choose_fn: Callable[[str, list[Option]], Awaitable[str | None]] = choose,
         ask_fn: Callable[[str, str], Awaitable[str | None]] = ask_text,
+        plain: bool = False,
     ) -> None:
         self.console = console
+        self.plain = plain
+        self.previewed: set[str] = set()
+        """Call ids whose diff the question showed (the result does not print it a second time)."""
         self.workspace = workspace
         self.rules = rules
         self.suspend = suspend
@@ -365,7 +376,9 @@ class Approver:
 
     async def _ask(self, request: ApprovalRequest) -> Approval:
         self.console.print()
-        self.console.print(preview(request, self.workspace, self.console.size.width))
+        self.console.print(preview(request, self.workspace, self.console.size.width, self.plain))
+        if request.kind == "edit" and edit_preview(request, self.workspace)[0]:
+            self.previewed.add(request.call_id)
         command = command_of(request)
         question = (
             "Run this command?"

@@ -9,6 +9,7 @@ wins over a custom command of the same name, and /help says which files are hidd
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import difflib
 import json
 import re
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
+from kimicode.agent.events import Notice
 from kimicode.agent.permissions import MODES
 from kimicode.pricing import agent_prices, describe_prices, unknown_price_hint
 from kimicode.session.store import SessionError, find_session, list_sessions, one_line
@@ -99,7 +101,19 @@ async def run_custom(session: Session, command: CustomCommand, arg: str) -> None
     if not prompt.strip():
         session.say(f"/{command.name} has no text to send ({command.path}).", "yellow")
         return
-    await session.run_turn(prompt, echo=f"/{command.name}: {command.description or 'custom command'}")
+    await session.run_turn(prompt, echo=f"/{command.name}: {custom_echo(command, arg)}")
+
+
+def custom_echo(command: CustomCommand, arg: str) -> str:
+    """What a custom command's echo line says: its description, with `$ARGUMENTS`/`$1` filled in like the
+    text it sends (a description taken from the text's first line would otherwise show placeholders)."""
+    description = command.description or "custom command"
+    if "$" not in description:
+        return description
+    filled = dataclasses.replace(command, template=description).render(arg) if arg else ""
+    if not arg or not filled:
+        filled = re.sub(r"\$(?:ARGUMENTS|\d+)", "…", description)
+    return one_line(filled, 80)
 
 
 def command_infos(session: Session) -> dict[str, CommandInfo]:
@@ -211,7 +225,14 @@ async def cmd_model(session: Session, arg: str) -> None:
 async def cmd_thinking(session: Session, arg: str) -> None:
     agent = session.agent
     if not arg:
-        session.say(f"Reasoning effort: {agent.thinking or 'the model default'}. Set it with /thinking low|high|max.")
+        effort = session.effort()
+        if agent.thinking:
+            now = agent.thinking
+        elif effort:
+            now = f"{effort} (the model's default)"
+        else:
+            now = "the model's default (none sent)"
+        session.say(f"Reasoning effort: {now}. Set it with /thinking low|high|max.")
         return
     if arg not in EFFORTS:
         session.say(f"/thinking takes low, high or max (got {arg!r}).", "yellow")
@@ -347,7 +368,8 @@ async def cmd_context(session: Session, arg: str) -> None:
     rows, how = breakdown_rows(session)
     total = sum(n for _, n in rows)
     window = max(1, getattr(agent, "effective_window", agent.context_window))
-    table = Table(title=f"Context of the next request ({how})", title_justify="left", box=None, padding=(0, 2, 0, 0))
+    # a short title (a table's title wraps to the table's width); how it was counted goes below
+    table = Table(title="Context of the next request", title_justify="left", box=None, padding=(0, 2, 0, 0))
     table.add_column("part")
     table.add_column("tokens", justify="right")
     table.add_column("of window", justify="right")
@@ -359,6 +381,7 @@ async def cmd_context(session: Session, arg: str) -> None:
         Text(f"{100 * total / window:.1f}%", style="bold"),
     )
     session.console.print(table)
+    session.say(f"Counted as: {how}.", "dim")
     stats = session.stats
     if not stats.context_estimated:
         session.say(
@@ -395,16 +418,17 @@ async def cmd_cost(session: Session, arg: str) -> None:
 
 async def cmd_compact(session: Session, arg: str) -> None:
     agent = session.agent
-    session.say("Compacting the conversation… (Esc or Ctrl-C cancels)", "dim")
 
     async def compacting() -> CompactionResult | None:
         async with agent.compact(arg or None) as events:  # its events stream like a turn's
             async for ev in events:
-                session.on_side_event(ev)
+                if not isinstance(ev, Notice) or ev.level != "info":  # the outcome is reported below, once
+                    session.on_side_event(ev)
             return await events
 
     try:
-        outcome = await session.run_cancellable(compacting())
+        with session.transient("Compacting the conversation… (Esc or Ctrl-C cancels)"):
+            outcome = await session.run_cancellable(compacting())
     except asyncio.CancelledError:
         session.say("Compaction cancelled; the conversation is unchanged.", "yellow")
         return
@@ -412,7 +436,7 @@ async def cmd_compact(session: Session, arg: str) -> None:
         session.say(f"Compaction failed: {exc}. The conversation is unchanged.", "red")
         return
     if outcome is None:
-        session.say("Nothing to compact yet.")
+        session.say("Nothing to compact yet: the conversation is still short.")
         return
     before, after = outcome.tokens_before, outcome.tokens_after
     session.say(

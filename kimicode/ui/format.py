@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -122,6 +123,37 @@ def tail(text: str, n: int, width: int = 200) -> list[str]:
     """The last `n` non-empty lines of `text`, each cut to `width` characters."""
     lines = [line.rstrip() for line in sanitize(text).rstrip().splitlines() if line.strip()]
     return [line if len(line) <= width else line[: width - 1] + "…" for line in lines[-n:]]
+
+
+_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[\]P^_][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?|[\x00-\x08\x0b-\x1f\x7f]"
+)
+"""Escape sequences and control characters: command output must not move the cursor or recolour the terminal."""
+
+
+def printable(line: str) -> str:
+    """One line of command output made safe to print: a `\r` progress bar keeps its last state, escape
+    sequences and control characters are removed, tabs become spaces."""
+    if "\r" in line:
+        parts = [p for p in line.split("\r") if p]
+        line = parts[-1] if parts else ""
+    return _CONTROL.sub("", line.expandtabs(4))
+
+
+def tail_with_hidden(text: str, n: int, width: int = 200) -> tuple[list[str], int]:
+    """The last `n` non-empty lines of `text` (made `printable`, cut to `width`) and how many lines come
+    before them (the lines a shortened view hides, blank ones included)."""
+    rows = text.rstrip().splitlines()
+    keep = [i for i, row in enumerate(rows) if printable(row).strip()][-n:]
+    if not keep:
+        return [], 0
+    shown = [printable(rows[i]).rstrip() for i in keep]
+    return [line if len(line) <= width else line[: width - 1] + "…" for line in shown], keep[0]
+
+
+def more_lines(hidden: int, indent: str = "    ", key: str = "") -> str:
+    """`… 12 more lines` (with the key that shows them, if any)."""
+    return f"{indent}… {hidden} more line{'s' if hidden != 1 else ''}" + (f" ({key} to expand)" if key else "")
 
 
 def elapsed(seconds: float) -> str:

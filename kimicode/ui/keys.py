@@ -4,7 +4,8 @@ No prompt is on screen while the agent works, so the terminal is put in raw mode
 buffering, and Ctrl-C arrives as a key rather than SIGINT) and stdin is read through prompt_toolkit's
 input object, attached to the running asyncio loop. Its escape-sequence parser tells a lone Esc from
 the start of an arrow key: a pending Esc is flushed after a short pause, as terminal editors do.
-Anything else typed is kept and offered as the start of the next prompt.
+Anything else typed is echoed under the status line (the app draws it): Enter queues it to be sent
+when the turn ends; after an interrupt it is offered as the start of the next prompt.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ ESC_TIMEOUT = 0.05
 class KeyListener:
     """Listen for keys on the terminal while no prompt is active.
 
-    `on_key` receives `"escape"`, `"c-c"`, `"s-tab"` (prompt_toolkit key names). Printable characters
-    typed meanwhile accumulate in `typed`.
+    `on_key` receives `"escape"`, `"c-c"`, `"s-tab"`, `"c-o"` (prompt_toolkit key names), `"enter"`, and
+    `"typed"` after `typed` changed: printable characters and pastes accumulate there (Backspace and
+    Ctrl-U edit it).
     """
 
     def __init__(self, on_key: Callable[[str], None]) -> None:
@@ -108,11 +110,19 @@ class KeyListener:
     def _dispatch(self, keys: list[Any]) -> None:
         for press in keys:
             key = str(getattr(press.key, "value", press.key))
-            if key in ("escape", "c-c", "s-tab"):
+            if key in ("escape", "c-c", "s-tab", "c-o"):
                 self.on_key(key)
+            elif key in ("c-m", "enter"):
+                self.on_key("enter")
             elif key == "<bracketed-paste>":
-                self.typed += press.data
+                self.typed += press.data.replace("\r\n", "\n").replace("\r", "\n")
+                self.on_key("typed")
             elif len(key) == 1 and key.isprintable():
                 self.typed += key
+                self.on_key("typed")
             elif key in ("c-h", "backspace") and self.typed:
                 self.typed = self.typed[:-1]
+                self.on_key("typed")
+            elif key == "c-u" and self.typed:
+                self.typed = ""
+                self.on_key("typed")

@@ -10,10 +10,11 @@ re-rendered at most `min_interval` seconds apart, and only its visible tail.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from rich.console import Console, RenderableType
@@ -430,3 +431,22 @@ class TextStream:
         if self._partial.strip():
             self.live.print_above(render_ansi(self.console, Text(self._partial, style=self.style)))
         self._partial = ""
+
+
+@contextlib.contextmanager
+def transient_line(console: Console, plain: bool, text: str) -> Iterator[None]:
+    """Show `text` on the current line while the block runs, then erase it (nothing in plain mode,
+    where a line cannot be taken back)."""
+    if plain:
+        yield
+        return
+    out = console.file
+    line = Text(text, style="dim")
+    line.truncate(max(1, console.size.width - 1), overflow="ellipsis")  # one row: one erase takes it back
+    out.write(render_ansi(console, line).rstrip("\n"))
+    out.flush()
+    try:
+        yield
+    finally:
+        out.write("\r\x1b[2K")
+        out.flush()

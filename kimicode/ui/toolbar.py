@@ -8,11 +8,13 @@ branch is read from `.git/HEAD` and cached until that file changes (one `stat` p
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kimicode.agent.events import ContextUpdated, Event, UsageUpdated
-from kimicode.ui.format import money, tokens
+from kimicode.ui.format import money, one_line, tokens
 
 
 class GitBranch:
@@ -172,3 +174,25 @@ def toolbar_fragments(
         out.append(("class:toolbar.dim", f" ⎇ {branch}"))
     out.append(("", " "))
     return out
+
+
+def mcp_counts(manager: Any) -> McpStatus | None:
+    """The toolbar's MCP counts from the agent's MCP manager (None when no server is configured)."""
+    if manager is None:
+        return None
+    servers = manager.servers
+    return McpStatus(
+        ready=sum(1 for s in servers if s.status == "ready"),
+        failed=sum(1 for s in servers if s.status in ("failed", "timeout")),
+        total=len(servers),
+    )
+
+
+def mcp_failure_line(failed: Sequence[Any], home: Path) -> str:
+    """One status line naming the MCP servers that failed or timed out, and where their logs are."""
+    parts = [
+        f"{s.config.name} {'timed out' if s.status == 'timeout' else 'failed'}"
+        + (f" ({one_line(s.error, 80)})" if s.error else "")
+        for s in failed
+    ]
+    return f"! MCP: {'; '.join(parts)}; skipped (logs: {short_path(home / 'logs', 30)})"

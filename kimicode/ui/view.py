@@ -32,13 +32,24 @@ from kimicode.agent.events import (
     ToolArgumentsDelta,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutputDelta,
     TurnFinished,
     UsageUpdated,
 )
+from kimicode.agent.modes import noted_mode
 from kimicode.context.compact import is_summary
 from kimicode.termsafe import sanitize
 from kimicode.tools.registry import parse_arguments
-from kimicode.ui.format import describe_call, diff_text, elapsed, one_line, tail, tokens
+from kimicode.ui.format import (
+    describe_call,
+    diff_text,
+    elapsed,
+    more_lines,
+    one_line,
+    printable,
+    tail_with_hidden,
+    tokens,
+)
 from kimicode.ui.render import LiveRegion, MarkdownStream, TextStream, render_ansi
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -57,6 +68,14 @@ ERROR_HINTS = {
     "protocol": "The endpoint sent something unexpected; send the message again or check --base-url.",
 }
 
+
+LIVE_LINES = 4
+"""Lines of a running command's output shown live under it."""
+LIVE_KEEP = 8192
+"""Characters of a running command's output kept for the live tail."""
+RESULT_LINES = 5
+"""Lines of a finished command's output shown (the rest is counted; Ctrl-O shows all of it)."""
+EXPAND_KEY = "ctrl+o"
 
 _STATUS_LINE = re.compile(r"\n?\[(?:exit code|killed by|timed out)[^\n]*\]$")
 """The status line a command tool appends to its output (the summary says the same)."""
@@ -94,6 +113,8 @@ class TurnView:
         show_reasoning: bool,
         tool_kind: Callable[[str], str | None] = lambda _name: None,
         on_stats: Callable[[Event], None] | None = None,
+        previewed: Callable[[str], bool] = lambda _call_id: False,
+        footer: Callable[[], RenderableType | None] = lambda: None,
         hint: str = "esc to interrupt",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -102,6 +123,10 @@ class TurnView:
         self.show_reasoning = show_reasoning
         self.tool_kind = tool_kind
         self.on_stats = on_stats
+        self.previewed = previewed
+        self.footer = footer
+        """What goes under the status line (the input typed while the turn runs, the queued messages)."""
+        """True for a call whose diff the approval question showed already."""
         self.hint = hint
         self.clock = clock
         self.live: LiveRegion | None = (
@@ -116,6 +141,10 @@ class TurnView:
         self._reasoning_open = False
         self._args_chars = 0
         self._calls: dict[str, _Call] = {}
+        self._output: dict[str, str] = {}
+        """The latest output of each running command (its tail is shown live)."""
+        self.last_result: tuple[str, str] | None = None
+        """The last finished tool call (its one-line description, its full result) for Ctrl-O."""
         self._denied: set[str] = set()
         self._last_header: str | None = None
         self._section = ""
@@ -163,11 +192,32 @@ class TurnView:
     def _live_parts(self) -> list[str]:
         parts = [self.reasoning.live_text()] if self._reasoning_open and self.show_reasoning else []
         parts.append(self.answer.live_text())
+        parts.append(self._live_tail())
         status = self._status_text()
         if status and any(parts):
             status = "\n" + status if not parts[-1].endswith("\n\n") else status
         parts.append(status)
+        footer = self.footer() if status else None
+        if footer is not None:
+            parts.append(render_ansi(self.console, footer))
         return parts
+
+    def _live_tail(self) -> str:
+        """The last lines of the most recent running command that printed something."""
+        if self.live is None or self._closed:
+            return ""
+        out = next((self._output[c] for c in reversed(self._calls) if self._output.get(c)), "")
+        lines, _hidden = tail_with_hidden(out, LIVE_LINES, max(20, self.console.size.width - 6))
+        if not lines:
+            return ""
+        return render_ansi(self.console, Text("\n".join(f"    {line}" for line in lines), style="dim"))
+
+    def expand_last(self) -> bool:
+        """Ctrl-O: print the last tool result in full (False when there is none yet)."""
+        if self.last_result is None:
+            return False
+        self.print(expanded_result(*self.last_result))
+        return True
 
     def _set_phase(self, phase: str) -> None:
         if phase != self._phase:
@@ -247,6 +297,10 @@ class TurnView:
                 self.answer = MarkdownStream(self.console, self.live, clock=self.clock)
         elif isinstance(ev, ToolCallStarted):
             self._on_tool_started(ev)
+        elif isinstance(ev, ToolOutputDelta):
+            if ev.call_id in self._calls:
+                self._output[ev.call_id] = (self._output.get(ev.call_id, "") + ev.text)[-LIVE_KEEP:]
+                self._maybe_redraw()
         elif isinstance(ev, ToolCallFinished):
             self._on_tool_finished(ev)
         elif isinstance(ev, PermissionDenied):
@@ -346,8 +400,10 @@ class TurnView:
 
     def _on_tool_finished(self, ev: ToolCallFinished) -> None:
         call = self._calls.pop(ev.call_id, None)
+        self._output.pop(ev.call_id, None)
         if ev.call_id in self._denied:
             return
+        self.last_result = (describe_call(call.name if call else ev.name, call.args if call else {}), ev.content)
         self._section_break("tools")
         if call is None:  # refused before it ran (unknown tool, bad arguments)
             self._header(ev.name, {}, ev.call_id)
@@ -370,11 +426,13 @@ class TurnView:
             summary = sanitize(summary or "done", sequences="escape", newlines=False)
             self.print(Text(f"  ⎿ {mark}{summary}", style="red" if ev.is_error else "dim"))
             diff = ev.display.get("diff") if ev.display else None
-            if isinstance(diff, str) and diff.strip():
+            if isinstance(diff, str) and diff.strip() and not self.previewed(ev.call_id):
                 self.print(diff_text(diff, 40, headers=False))
             elif execute:
                 body = _STATUS_LINE.sub("", ev.content.rstrip())
-                lines = tail(body, 5, max(20, self.console.size.width - 8))
+                lines, hidden = tail_with_hidden(body, RESULT_LINES, max(20, self.console.size.width - 8))
+                if hidden:
+                    self.print(Text(more_lines(hidden, key=EXPAND_KEY), style="dim"))
                 if lines:
                     self.print(Text("\n".join(f"    {line}" for line in lines), style="dim"))
         if self._calls:
@@ -420,6 +478,15 @@ class TurnView:
             self.print(Text(f"  {hint}", style="dim"))
         if self.live is not None:
             self.live.clear()
+
+
+def expanded_result(header: str, content: str) -> Text:
+    """A tool result in full (Ctrl-O), each line made printable."""
+    out = Text()
+    out.append(f"● {header} (full result)\n", style="bold")
+    rows = content.rstrip().splitlines() or ["(empty)"]
+    out.append("\n".join(f"    {printable(row)}" for row in rows), style="dim")
+    return out
 
 
 def todo_checklist(items: Sequence[Any], indent: str = "  ⎿ ", more: str = "    ") -> Text:
@@ -474,7 +541,7 @@ def _is_prompt(msg: Mapping[str, Any]) -> bool:
     if msg.get("role") != "user":
         return False
     text = _content_text(msg.get("content"))
-    return not is_summary(msg) and not text.startswith("[Images returned by")
+    return not is_summary(msg) and not text.startswith("[Images returned by") and noted_mode(msg) is None
 
 
 def last_exchange(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None, int]:

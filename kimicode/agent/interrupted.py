@@ -1,0 +1,30 @@
+"""How an answer the user interrupted is kept in the history.
+
+The partial text stays as an ordinary assistant message (valid for every server: no extra keys), with
+a last line saying it was cut off. The model then knows why it stopped, "continue" has something to
+continue from, and a resumed session shows it. The text is stored and sent again byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+INTERRUPTED_MARK = "\n\n[interrupted by the user]"
+"""Appended to the partial answer (the model and a reader both see where it stopped)."""
+
+
+def interrupted_answer(text: str) -> dict[str, Any]:
+    """The assistant message that keeps the partial answer `text`."""
+    return {"role": "assistant", "content": text + INTERRUPTED_MARK}
+
+
+def is_interrupted_answer(message: Mapping[str, Any]) -> bool:
+    """True for a message made by `interrupted_answer`."""
+    content = message.get("content")
+    return (
+        message.get("role") == "assistant"
+        and not message.get("tool_calls")
+        and isinstance(content, str)
+        and content.endswith(INTERRUPTED_MARK)
+    )

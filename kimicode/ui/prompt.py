@@ -1,0 +1,124 @@
+"""The input prompt of the interactive session: key bindings, history, completion and the toolbar's style.
+
+Split from `app.py`; `build_prompt(session)` is called once, when the first message is read.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from kimicode.ui import commands
+from kimicode.ui.completion import PromptCompleter
+from kimicode.ui.toolbar import toolbar_fragments
+
+if TYPE_CHECKING:
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.formatted_text import StyleAndTextTuples
+
+    from kimicode.ui.app import Session
+
+
+def build_prompt(session: Session) -> PromptSession[str]:
+    """The prompt_toolkit session: Enter sends, Ctrl-J / Esc Enter add a line, Shift-Tab cycles the mode,
+    Ctrl-O shows the last tool result in full, Ctrl-C clears the line (or exits when it is empty)."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.completion import ThreadedCompleter
+    from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+    from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+    from prompt_toolkit.styles import Style
+
+    kb = KeyBindings()
+
+    @kb.add("enter")
+    def _send(event: KeyPressEvent) -> None:
+        buf = event.current_buffer
+        state = buf.complete_state
+        if state is not None and state.current_completion is not None:
+            buf.apply_completion(state.current_completion)
+            return
+        buf.validate_and_handle()
+
+    @kb.add("c-j")
+    @kb.add("escape", "enter")
+    def _newline(event: KeyPressEvent) -> None:
+        event.current_buffer.insert_text("\n")
+
+    @kb.add("s-tab")
+    def _mode(event: KeyPressEvent) -> None:
+        session.cycle_mode()
+        event.app.invalidate()
+
+    @kb.add("c-o")
+    def _expand(event: KeyPressEvent) -> None:
+        from prompt_toolkit.application import run_in_terminal
+
+        run_in_terminal(session.expand_last)
+
+    @kb.add("c-c")
+    def _ctrl_c(event: KeyPressEvent) -> None:
+        buf = event.current_buffer
+        if buf.text:
+            buf.reset()
+        else:
+            event.app.exit(exception=KeyboardInterrupt)
+
+    history: History
+    try:
+        session.home.mkdir(parents=True, exist_ok=True)
+        path = session.home / "history"
+        path.touch(exist_ok=True)
+        history = FileHistory(str(path))
+    except OSError:
+        history = InMemoryHistory()
+    style = Style.from_dict(
+        {
+            "bottom-toolbar": "noreverse bg:#262626 fg:#bcbcbc",
+            "toolbar.model": "bold fg:#5fafff",
+            "toolbar.sep": "fg:#585858",
+            "toolbar.dim": "fg:#808080",
+            "toolbar.warn": "fg:#ffaf00 bold",
+            "toolbar.yolo": "fg:#ff5f5f bold",
+            "toolbar.edits": "fg:#ffaf00",
+            "toolbar.plan": "fg:#5fd7d7 bold",
+            "prompt": "bold fg:#5fafff",
+        }
+    )
+    completer = PromptCompleter(lambda: commands.command_infos(session), session.index)
+    return PromptSession(
+        multiline=True,
+        key_bindings=kb,
+        history=history,
+        completer=ThreadedCompleter(completer),
+        complete_while_typing=True,
+        bottom_toolbar=None if os.environ.get("TERM", "") == "dumb" else session.toolbar,
+        style=style,
+        prompt_continuation=lambda width, line, wrap: " " * width,
+        enable_history_search=False,
+        reserve_space_for_menu=6,
+        include_default_pygments_style=False,
+    )
+
+
+def toolbar(session: Session) -> StyleAndTextTuples:
+    """The bottom toolbar's content (never raises: a failing toolbar would take the prompt down)."""
+    agent = session.agent
+    fragments: StyleAndTextTuples = []
+    try:
+        fragments.extend(
+            toolbar_fragments(
+                model=agent.endpoint.model,
+                effort=session.effort(),
+                stats=session.stats,
+                window=agent.context_window,
+                estimate=session._context_estimate(),
+                mode=agent.permission_mode,
+                workspace=session.workspace,
+                branch=session.branch.get(),
+                cost=session.cost(),
+                mcp=session.mcp_status(),
+            )
+        )
+    except Exception:
+        fragments.append(("", f" {agent.endpoint.model} │ ⏵ {agent.permission_mode} "))
+    return fragments

@@ -1,0 +1,63 @@
+"""What the user types while a turn runs, and the plan-mode question after it.
+
+Typing while the agent works echoes under the status line; Enter queues the message (`Session.queued`),
+sent in order when the turn ends; after an interrupt the queue goes back into the prompt, so Esc then
+Enter sends it at once. In plan mode an answer ends with "Approve this plan?": yes switches to
+accept-edits and sends `PLAN_APPROVED`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+
+from kimicode.agent.events import TurnFinished
+from kimicode.ui.approvals import Option, choose
+from kimicode.ui.format import one_line
+
+if TYPE_CHECKING:
+    from kimicode.ui.app import Session
+
+PLAN_APPROVED = "The plan is approved: carry it out."
+"""Sent when the user approves a plan (the mode note before the next step says edits now run)."""
+
+
+def input_footer(queued: list[str], typed: str, width: int) -> Text | None:
+    """Under the status line while a turn runs: the queued messages and the line being typed."""
+    if not typed and not queued:
+        return None
+    width = max(20, width - 4)
+    out = Text()
+    for message in queued:
+        out.append(f"  ⏎ queued: {one_line(message, width - 12)}\n", style="dim")
+    out.append("› ", style="bold cyan")
+    shown = typed.replace("\n", " ⏎ ")
+    out.append(shown if len(shown) <= width else "…" + shown[-(width - 1) :])
+    if not queued:
+        out.append("  (enter queues it for when the turn ends)", style="dim")
+    return out
+
+
+async def offer_plan(session: Session, finished: TurnFinished | None) -> None:
+    """In plan mode, an answer ends with a plan: ask whether to carry it out. Approving switches to
+    accept-edits and sends the go-ahead at once; Esc or No keeps planning (type what to change)."""
+    if finished is None or finished.status != "success" or not finished.result.strip():
+        return
+    if session.agent.permission_mode != "plan" or session.queued:  # typed meanwhile: that is the answer
+        return
+
+    options = [
+        Option("approve", "y", "Yes, switch to accept-edits and carry it out"),
+        Option("keep", "n", "No, keep planning (esc too; then say what to change)"),
+    ]
+    try:
+        answer = await choose("Approve this plan?", options)
+    except (EOFError, KeyboardInterrupt):
+        answer = None
+    if answer != "approve":
+        session.say("Still in plan mode: say what to change.", "dim")
+        return
+    session.agent.permission_mode = "accept-edits"
+    session.say("✓ plan approved; permission mode: accept-edits", "green")
+    session.queued.insert(0, PLAN_APPROVED)
