@@ -295,19 +295,26 @@ class ByteStreamMasker:
     def __init__(self, secrets: Iterable[str]) -> None:
         encoded = sorted({s.encode("utf-8", "surrogateescape") for s in secrets}, key=len, reverse=True)
         self._pattern = re.compile(b"|".join(re.escape(s) for s in encoded)) if encoded else None
+        self._secrets = encoded
         self._keep = max((len(s) for s in encoded), default=0) - 1
         self._pending = b""
         self._mask = MASK.encode()
+
+    def _hold_from(self, data: bytes) -> int:
+        """Where the part that could begin a secret starts: only such a tail is held back, so output
+        that cannot be the start of a secret is released at once (a live view is not delayed)."""
+        for i in range(max(0, len(data) - self._keep), len(data)):
+            tail = data[i:]
+            if any(s.startswith(tail) for s in self._secrets):
+                return i
+        return len(data)
 
     def feed(self, data: bytes) -> bytes:
         """The masked bytes that are safe to release now."""
         if self._pattern is None:
             return data
         data = self._pending + data
-        if len(data) <= self._keep:
-            self._pending = data
-            return b""
-        cut = len(data) - self._keep
+        cut = self._hold_from(data)
         for m in self._pattern.finditer(data):
             if m.start() < cut < m.end():
                 cut = m.end()

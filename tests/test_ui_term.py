@@ -21,6 +21,8 @@ from kimicode.agent.core import ApprovalRequest
 from kimicode.agent.events import ToolCallFinished, ToolCallStarted
 from kimicode.commands import CustomCommand
 from kimicode.testing import FakeServer, Reply, ToolCall
+from kimicode.tools.base import ToolContext
+from kimicode.tools.files import preview_edit
 from kimicode.ui.app import endpoint_host
 from kimicode.ui.approvals import options_for, preview
 from kimicode.ui.commands import custom_echo
@@ -77,7 +79,8 @@ def test_a_custom_command_echo_never_shows_placeholders() -> None:
 def edit_request(workspace: Path) -> ApprovalRequest:
     (workspace / "f.txt").write_text("one\n\nthree\n")
     args = {"path": "f.txt", "old_string": "three", "new_string": "THREE"}
-    return ApprovalRequest("c1", "edit_file", "edit", args, "edits need approval", str(workspace / "f.txt"))
+    diff = preview_edit(args, ToolContext(workspace=workspace))  # the tool's own preview, as the agent sends it
+    return ApprovalRequest("c1", "edit_file", "edit", args, "edits need approval", str(workspace / "f.txt"), diff)
 
 
 def render(renderable: Any, width: int = 80) -> str:

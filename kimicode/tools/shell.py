@@ -362,7 +362,9 @@ async def run_shell(
         pump_task.cancel()
         transport.close()
         if masking is not None:
-            buffer.feed(masking.flush())
+            rest = masking.flush()
+            buffer.feed(rest)
+            live.feed(rest)
         buffer.close()
     return ShellOutcome(
         output=buffer.render(),
