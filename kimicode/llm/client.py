@@ -14,7 +14,7 @@ import json
 import random
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx2
 import openai
@@ -78,6 +78,18 @@ class ClientConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)
     key_source: str | None = None
     """Where the API key came from (an environment variable's name, or `argument`): named in 401 errors."""
+    gate: RateGate | None = None
+    """A limiter shared by many clients (kimicode batch): waited on before each request, told of each 429."""
+
+
+class RateGate(Protocol):
+    """The hook a shared rate limiter offers the retry layer (see kimicode/batch/limiter.py)."""
+
+    async def wait(self) -> None:
+        """Return when a request may be sent."""
+
+    def throttled(self, delay: float) -> None:
+        """The endpoint answered 429: hold every sharer back for `delay` seconds."""
 
 
 class ChatClient:
@@ -170,7 +182,10 @@ class ChatClient:
         """Yield deltas, retry notices and finally one `Completion`; raise LLMError when it gives up."""
         body = self.body_pieces(messages, tools)
         attempt = 0
+        gate = self.config.gate
         while True:
+            if gate is not None:
+                await gate.wait()
             try:
                 async for event in self._stream_once(body):
                     yield event
@@ -182,6 +197,8 @@ class ChatClient:
                     raise
                 attempt += 1
                 delay = self._backoff(attempt, err.retry_after)
+                if gate is not None and err.status == 429:
+                    gate.throttled(delay)
                 yield StreamRetry(attempt, self.config.max_retries, delay, err.message)
                 await asyncio.sleep(delay)
 
