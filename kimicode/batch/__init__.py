@@ -8,7 +8,7 @@ See docs/batch.md.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,13 @@ async def run(
     max_attempts: int = 3,
     address: str | None = None,
     limiter: SharedRateLimiter | None = None,
+    on_event: Callable[[str, Task, int], None] | None = None,
     **options: Any,
 ) -> AsyncIterator[TaskResult]:
     """Run `tasks` and yield each `TaskResult` as it finishes (not in input order).
 
     `tasks` are `Task`s or task-line dicts (a bad dict raises TaskError before anything runs).
+    `on_event(kind, task, attempt)` is called when a task starts (`started`) or is retried (`retrying`).
     `root` keeps the tasks' workspaces and homes (default: a new temporary directory).
     `options` are `BatchOptions` fields: model, base_url, api_key, permission_mode, max_turns,
     timeout, budget_usd, diff, persist, agent_options, ...
@@ -65,11 +67,11 @@ async def run(
         from kimicode.batch.ray_engine import run_ray
 
         async for result in run_ray(checked, opts, concurrency=concurrency, max_attempts=max_attempts,
-                                    address=address):
+                                    address=address, on_event=on_event):
             yield result
         return
     from kimicode.batch.local import run_local
 
     async for result in run_local(checked, opts, concurrency=concurrency, max_attempts=max_attempts,
-                                  limiter=limiter):
+                                  limiter=limiter, on_event=on_event):
         yield result

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from kimicode._version import __version__
+from kimicode.cli.batch_cmd import batch
 from kimicode.cli.config_cmd import config_app
 from kimicode.cli.doctor import doctor
 from kimicode.cli.mcp_cmd import mcp_app
@@ -242,6 +243,7 @@ app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
 app.command("doctor")(doctor)
+app.command("batch")(batch)
 
 
 def _click_exceptions() -> Any:
