@@ -121,6 +121,13 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
     if gate is not None:
         agent.client.config.gate = gate
     budget = task.budget_usd if task.budget_usd is not None else opts.budget_usd
+    if budget is not None:
+        from kimicode.pricing import agent_prices
+
+        if not agent_prices(agent)[0]:
+            await agent.aclose()
+            return failed("error", f"a budget needs the price of {agent.endpoint.model}: set [models.NAME] prices "
+                          "in config.toml", "config", workspace=str(ws))
     over = watch_budget(agent, budget)
     timeout = task.timeout if task.timeout is not None else opts.timeout
     status: str
