@@ -141,11 +141,15 @@ def test_bad_lines_are_reported_by_line_number() -> None:
         '{"id": "e", "prompt": "   "}',
         '{"id": "t", "prompt": "x", "thinking": "huge"}',
         '{"id": "ok3", "prompt": "c", "allow": "bash(ls*)"}',
+        '{"id": "ip1", "prompt": "c", "workspace": "shared", "in_place": true}',
+        '{"id": "ip2", "prompt": "c", "workspace": "./shared/", "in_place": true}',
     ])
-    tasks, bad = parse_lines(text.splitlines())
-    assert [t.id for t in tasks] == ["ok1", "ok3"] and tasks[1].allow == ("bash(ls*)",)
+    tasks, bad = parse_lines(text.splitlines(), base=Path("/srv/tasks"))
+    assert [t.id for t in tasks] == ["ok1", "ok3", "ip1"] and tasks[1].allow == ("bash(ls*)",)
+    assert tasks[2].workspace == "/srv/tasks/shared"
     lines = {b.line: str(b) for b in bad}
-    assert sorted(lines) == [4, 5, 6, 7, 8, 9, 10, 11, 12]
+    assert sorted(lines) == [4, 5, 6, 7, 8, 9, 10, 11, 12, 15]
+    assert "already used by line 14" in lines[15]
     assert "not valid JSON" in lines[4] and "timout" in lines[5] and "JSON object" in lines[6]
     assert "duplicate id 'ok1' (first on line 1)" in lines[7] and "id must be" in lines[8]
     assert "not both" in lines[9] and "max_turns" in lines[10] and "prompt" in lines[11]
@@ -160,6 +164,9 @@ def test_library_rejects_bad_tasks_before_running_anything(tmp_path: Path) -> No
         asyncio.run(go([Task("a", "x"), Task("a", "y")]))
     with pytest.raises(TaskError, match="missing 'prompt'"):
         asyncio.run(go([{"id": "a"}]))
+    with pytest.raises(TaskError, match="in place"):
+        asyncio.run(go([Task("a", "x", workspace=str(tmp_path), in_place=True),
+                        Task("b", "y", workspace=str(tmp_path) + "/.", in_place=True)]))
     with pytest.raises(ValueError, match="engine"):
         asyncio.run(go([], engine="spark"))
     with pytest.raises(ValueError, match="concurrency"):

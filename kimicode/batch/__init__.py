@@ -33,6 +33,23 @@ __all__ = [
 ENGINES = ("local", "ray")
 
 
+def _checked(tasks: Iterable[Task | Mapping[str, Any]]) -> list[Task]:
+    """The tasks as `Task`s; TaskError for a bad one, a duplicate id, or two tasks in place in one directory."""
+    checked: list[Task] = [t if isinstance(t, Task) else task_from_dict(dict(t)) for t in tasks]
+    seen: set[str] = set()
+    in_place: set[Path] = set()
+    for t in checked:
+        if t.id in seen:
+            raise TaskError(f"duplicate task id {t.id!r}")
+        seen.add(t.id)
+        if t.in_place and t.workspace is not None:
+            where = Path(t.workspace).expanduser().resolve()
+            if where in in_place:
+                raise TaskError(f"two tasks work in place in {where} (task {t.id!r})")
+            in_place.add(where)
+    return checked
+
+
 async def run(
     tasks: Iterable[Task | Mapping[str, Any]],
     engine: str = "local",
@@ -55,12 +72,7 @@ async def run(
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)} (got {engine!r})")
-    checked = [t if isinstance(t, Task) else task_from_dict(dict(t)) for t in tasks]
-    seen: set[str] = set()
-    for t in checked:
-        if t.id in seen:
-            raise TaskError(f"duplicate task id {t.id!r}")
-        seen.add(t.id)
+    checked = _checked(tasks)
     base = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="kimicode-batch-"))
     opts = BatchOptions(root=base.resolve(), **options)
     if engine == "ray":

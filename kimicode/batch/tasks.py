@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -138,11 +138,13 @@ class BadLine:
         return f"line {self.line}: {self.error}"
 
 
-def parse_lines(lines: Iterable[str]) -> tuple[list[Task], list[BadLine]]:
-    """Tasks from JSONL text; bad lines (invalid JSON, bad fields, duplicate ids) are returned, not raised."""
+def parse_lines(lines: Iterable[str], base: Path | None = None) -> tuple[list[Task], list[BadLine]]:
+    """Tasks from JSONL text; bad lines (invalid JSON, bad fields, duplicate ids, a second task working in
+    place in the same directory) are returned, not raised. Relative workspaces are resolved against `base`."""
     tasks: list[Task] = []
     bad: list[BadLine] = []
     seen: dict[str, int] = {}
+    in_place: dict[Path, int] = {}
     for number, raw in enumerate(lines, 1):
         text = raw.strip()
         if not text or text.startswith("#"):
@@ -163,6 +165,14 @@ def parse_lines(lines: Iterable[str]) -> tuple[list[Task], list[BadLine]]:
         if task.id in seen:
             bad.append(BadLine(number, f"duplicate id {task.id!r} (first on line {seen[task.id]})"))
             continue
+        if task.workspace is not None and base is not None and not Path(task.workspace).expanduser().is_absolute():
+            task = replace(task, workspace=str(base / task.workspace))
+        if task.in_place and task.workspace is not None:
+            where = Path(task.workspace).expanduser().resolve()
+            if where in in_place:  # two agents editing one directory at once would corrupt each other's work
+                bad.append(BadLine(number, f"in_place workspace {where} is already used by line {in_place[where]}"))
+                continue
+            in_place[where] = number
         seen[task.id] = number
         tasks.append(task)
     return tasks, bad
@@ -172,13 +182,4 @@ def load_tasks(path: str | Path) -> tuple[list[Task], list[BadLine]]:
     """`parse_lines` on a file; relative workspaces are resolved against the file's directory."""
     path = Path(path)
     with path.open(encoding="utf-8", errors="replace") as fh:
-        tasks, bad = parse_lines(fh)
-    base = path.resolve().parent
-    resolved = []
-    for task in tasks:
-        if task.workspace is not None and not Path(task.workspace).expanduser().is_absolute():
-            from dataclasses import replace
-
-            task = replace(task, workspace=str(base / task.workspace))
-        resolved.append(task)
-    return resolved, bad
+        return parse_lines(fh, base=path.resolve().parent)

@@ -2,7 +2,7 @@
 
 Layout under the batch directory (beside RESULTS.jsonl, `RESULTS.batch/`):
 `tasks/<name>/workspace` and `tasks/<name>/home`, where `<name>` is the id made safe for a file name.
-Changed files are found by comparing a snapshot of (size, mtime, hash) taken before the run.
+Changed files are found by comparing a snapshot of (size, mtime, mode) taken before the run.
 """
 
 from __future__ import annotations
@@ -76,7 +76,11 @@ def _clone(repo: str, ref: str | None, dest: Path) -> None:
 
 
 def snapshot(ws: Path) -> Snapshot:
-    """Every file under `ws` (VCS directories skipped) mapped to a fingerprint of its content."""
+    """Every file under `ws` (VCS directories skipped) mapped to its size, mtime and mode.
+
+    A stat, not a hash: a task's workspace may hold a whole repository with its dependencies, and reading
+    every byte twice per task would cost more than the task. Tools that write a file change its mtime.
+    """
     out: Snapshot = {}
     for root, dirs, files in os.walk(ws):
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
@@ -84,10 +88,11 @@ def snapshot(ws: Path) -> Snapshot:
             path = Path(root, name)
             rel = path.relative_to(ws).as_posix()
             try:
+                st = path.lstat()
                 if path.is_symlink():
                     out[rel] = "link:" + os.readlink(path)
                     continue
-                out[rel] = hashlib.sha1(path.read_bytes()).hexdigest()
+                out[rel] = f"{st.st_size}:{st.st_mtime_ns}:{st.st_mode}"
             except OSError:
                 out[rel] = "unreadable"
     return out

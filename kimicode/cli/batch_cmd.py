@@ -181,7 +181,7 @@ async def _run(
             except asyncio.CancelledError:
                 if not stopped:
                     raise
-            except (ImportError, RuntimeError) as exc:
+            except (ImportError, ConnectionError) as exc:  # no Ray, or no cluster at --address
                 progress.note("error", message=str(exc))
                 return EXIT_USAGE
     finally:
