@@ -113,3 +113,28 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     assert proc.returncode == 130
     assert "1 finished, 1 left; resume with: kimicode batch" in err and "Traceback" not in err
     assert [json.loads(x)["id"] for x in results.read_text().splitlines()] == ["f"]
+
+
+def test_progress_counts_on_a_terminal() -> None:
+    import io
+
+    from kimicode.batch.progress import Progress
+    from kimicode.batch.results import TaskResult
+    from kimicode.batch.tasks import Task
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    err = Tty()
+    with Progress(3, fmt="text", out=io.StringIO(), err=err) as progress:
+        for t in ("a", "b", "c"):
+            progress.event("started", Task(t, "x"), 1)
+        progress.event("retrying", Task("c", "x"), 2)
+        assert progress.counts().startswith("done 0 · running 3 · failed 0 · retried 1")
+        progress.result(TaskResult("a", "success", usage={"prompt_tokens": 1500, "completion_tokens": 500},
+                                   cost_usd=0.25))
+        progress.result(TaskResult("b", "error", error="HTTP 400\nmore"))
+        assert progress.counts() == "done 2 · running 1 · failed 1 · retried 1 · 2.0k tokens · $0.2500"
+        assert progress.eta() is not None
+    assert "done 2 · running 1 · failed 1" in err.getvalue() and "0/3" in err.getvalue()
