@@ -140,18 +140,19 @@ def is_trusted(workspace: Path, user_data: Mapping[str, Any]) -> bool:
     return False
 
 
-def load_settings(workspace: Path, home: Path) -> Settings:
+def load_settings(workspace: Path, home: Path, *, trust: bool = False) -> Settings:
     """Read and merge both files; raise ConfigError naming the file, line and key on any problem.
 
     Project files may not define `providers` or `mcp_servers` unless the workspace is trusted; what is
-    ignored is listed in `Settings.ignored` so faces can say so.
+    ignored is listed in `Settings.ignored` so faces can say so. `trust` (`--trust-workspace`) trusts the
+    workspace for this run as if it were listed in `[trust] workspaces`.
     """
     settings = Settings()
     user_path, project_path = config_paths(workspace, home)
     if user_path.is_file():
         settings.data = parse_file(user_path)
         settings.sources.append(user_path)
-    settings.trusted = is_trusted(workspace, settings.data)
+    settings.trusted = trust or is_trusted(workspace, settings.data)
     if project_path.is_file():
         data = parse_file(project_path)
         data.pop("trust", None)  # a project cannot trust itself

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from kimicode._version import __version__
+from kimicode.cli.batch_cmd import batch
 from kimicode.cli.config_cmd import config_app
 from kimicode.cli.doctor import doctor
 from kimicode.cli.mcp_cmd import mcp_app
@@ -30,7 +31,7 @@ app = typer.Typer(
     "\b\n"
     "Configuration: KIMICODE_HOME/config.toml (yours; a key pasted on first run is stored there, mode\n"
     "0600) and .kimicode/config.toml in the workspace (the project's). `kimicode doctor` checks the setup.\n"
-    "Exit codes: 0 ok, 1 failure, 2 usage, 3 limit, 75 transient (retry the job), 130 Ctrl-C, 143 SIGTERM.",
+    "Exit codes: 0 ok, 1 failure, 2 usage, 3 limit, 4 budget, 75 transient (retry the job), 130 Ctrl-C, 143 SIGTERM.",
     add_completion=False,
     no_args_is_help=False,
     rich_markup_mode=None,
@@ -144,6 +145,26 @@ def main(
     fork: Annotated[
         bool, typer.Option("--fork", help="With -c/-r: continue in a new session, leaving the original as it is.")
     ] = False,
+    append_system_prompt: Annotated[
+        str | None, typer.Option("--append-system-prompt", help="Text added to the end of the system prompt.")
+    ] = None,
+    system_prompt_file: Annotated[
+        Path | None, typer.Option("--system-prompt-file", help="Replace kimicode's system prompt with this file.")
+    ] = None,
+    max_budget_usd: Annotated[
+        float | None,
+        typer.Option("--max-budget-usd", min=0, help="Stop when the run's cost passes this (status budget, exit 4)."),
+    ] = None,
+    no_session_persistence: Annotated[
+        bool, typer.Option("--no-session-persistence", help="Write no session log (nothing to resume).")
+    ] = False,
+    trust_workspace: Annotated[
+        bool, typer.Option("--trust-workspace", help="Trust the workspace's own config for this run (CI checkouts).")
+    ] = False,
+    mcp_config: Annotated[
+        Path | None,
+        typer.Option("--mcp-config", metavar="FILE", help="Start the MCP servers of this .mcp.json-style file."),
+    ] = None,
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
@@ -199,6 +220,27 @@ def main(
         "context_window": context_window,
         "max_completion_tokens": max_tokens,
     }
+    from kimicode.cli.ci_flags import FlagError, check_budget, ci_settings, read_system_prompt
+
+    ci: dict[str, Any] = {}
+    try:  # the CI flags (cli/ci_flags.py), for headless runs
+        if system_prompt_file is not None:
+            ci["system_prompt"] = read_system_prompt(system_prompt_file)
+        if append_system_prompt:
+            ci["append_system_prompt"] = append_system_prompt
+        if no_session_persistence:
+            ci["persist"] = False
+        if trust_workspace or mcp_config is not None:
+            from kimicode.config import kimicode_home
+
+            ci["config"] = ci_settings(
+                workspace.resolve(), kimicode_home(), trust=trust_workspace, mcp_config=mcp_config
+            )
+    except (FlagError, ConfigError) as exc:
+        raise fail(str(exc)) from None
+    if prompt is None and (ci or max_budget_usd is not None):
+        raise fail("--max-budget-usd, --system-prompt-file, --append-system-prompt, --no-session-persistence, "
+                   "--trust-workspace and --mcp-config apply to headless runs: add -p PROMPT")
     if prompt is None:
         if sys.stdin.isatty() and sys.stdout.isatty():
             from kimicode.cli.firstrun import ensure_key
@@ -236,13 +278,15 @@ def main(
             headless=True,
             **common,
             **confinement,
+            **ci,
         )
+        check_budget(agent, max_budget_usd)
     except (ConfigError, ValueError) as exc:
         raise fail(str(exc)) from None
     if agent.resume_warning and not verbose:  # --verbose shows it as a notice
         typer.echo(f"kimicode: warning: {agent.resume_warning}", err=True)
     printer = Printer(output_format.value, include_partial=include_partial, verbose=verbose)
-    code = asyncio.run(run_headless(agent, prompt, printer))
+    code = asyncio.run(run_headless(agent, prompt, printer, budget=max_budget_usd))
     raise typer.Exit(code)
 
 
@@ -250,6 +294,7 @@ app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
 app.command("doctor")(doctor)
+app.command("batch")(batch)
 
 
 def _click_exceptions() -> Any:

@@ -35,6 +35,8 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_LIMIT = 3
+EXIT_BUDGET = 4
+"""`--max-budget-usd` stopped the run (status `budget`)."""
 EXIT_TRANSIENT = 75
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
@@ -299,8 +301,14 @@ def result_object(agent: Agent, finished: TurnFinished, duration_ms: int) -> dic
     }
 
 
-async def run_headless(agent: Agent, prompt: str, printer: Printer) -> int:
-    """Run one task to completion; Ctrl-C (exit 130) and SIGTERM (exit 143) interrupt it cleanly."""
+async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: float | None = None) -> int:
+    """Run one task to completion; Ctrl-C (exit 130) and SIGTERM (exit 143) interrupt it cleanly.
+
+    With `budget` (dollars) the run stops once its cost passes it: status `budget`, exit 4.
+    """
+    from kimicode.batch.runner import watch_budget
+
+    over = watch_budget(agent, budget)
     start = time.monotonic()
     loop = asyncio.get_running_loop()
     hits = 0
@@ -339,6 +347,11 @@ async def run_headless(agent: Agent, prompt: str, printer: Printer) -> int:
         await agent.aclose()
     assert finished is not None
     result = result_object(agent, finished, int((time.monotonic() - start) * 1000))
+    if over and finished.status == "interrupted":
+        result["status"] = "budget"
+        result["error"] = f"stopped: the cost ${over[0]:.4f} passed --max-budget-usd {budget:g}"
+        printer.result(result)
+        return EXIT_BUDGET
     if terminated and finished.status == "interrupted":
         result["error"] = TERMINATED
         printer.result(result)

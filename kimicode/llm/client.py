@@ -11,11 +11,13 @@ retry policy lives here, in `ChatClient.stream`, and nowhere else.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx2
 import openai
@@ -84,6 +86,27 @@ class ClientConfig:
     """Where the base URL came from (`--base-url`, an environment variable, a config file): named when unreachable."""
     connect_retries: int = 1
     """Retries when a server that has not answered yet cannot be reached (refused, DNS): a wrong URL fails fast."""
+    gate: RateGate | None = None
+    """A limiter shared by many clients (kimicode batch): waited on before each request, told of each 429."""
+
+
+class RateGate(Protocol):
+    """The hook a shared rate limiter offers the retry layer (see kimicode/batch/limiter.py)."""
+
+    async def wait(self) -> None:
+        """Return when a request may be sent."""
+
+    def throttled(self, delay: float) -> None:
+        """The endpoint answered 429: hold every sharer back for `delay` seconds."""
+
+
+@functools.cache
+def shared_ssl_context() -> ssl.SSLContext:
+    """One TLS context for every client: loading the CA store costs ~50 ms of CPU, paid once per process
+    instead of once per Agent (a batch of 200 tasks would spend 10 s of its event loop on it)."""
+    import httpcore2
+
+    return httpcore2.default_ssl_context()
 
 
 class ChatClient:
@@ -98,6 +121,7 @@ class ChatClient:
             base_url=config.base_url,
             max_retries=0,
             timeout=httpx2.Timeout(config.timeout, connect=min(15.0, config.timeout)),
+            http_client=openai.DefaultAsyncHttpxClient(verify=shared_ssl_context()),
         )
         self._encoded: dict[int, tuple[dict[str, Any], bytes]] = {}
         self.reached = False
@@ -197,7 +221,10 @@ class ChatClient:
         fits it to what the window leaves)."""
         body = self.body_pieces(messages, tools, max_completion_tokens)
         attempt = 0
+        gate = self.config.gate
         while True:
+            if gate is not None:
+                await gate.wait()
             try:
                 async for event in self._stream_once(body):
                     yield event
@@ -212,6 +239,8 @@ class ChatClient:
                     raise
                 attempt += 1
                 delay = self._backoff(attempt, err.retry_after)
+                if gate is not None and err.status == 429:
+                    gate.throttled(delay)
                 yield StreamRetry(attempt, limit, delay, err.message)
                 await asyncio.sleep(delay)
 

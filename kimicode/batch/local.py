@@ -1,0 +1,81 @@
+"""The local engine: up to `concurrency` tasks at once on one asyncio event loop, one shared rate limiter."""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from collections.abc import AsyncIterator, Callable, Iterable
+
+from kimicode.batch.limiter import SharedRateLimiter
+from kimicode.batch.results import TaskResult
+from kimicode.batch.runner import BatchOptions, run_task
+from kimicode.batch.tasks import Task
+
+OnEvent = Callable[[str, Task, int], None]
+"""Progress callback: (`started` | `retrying`, task, attempt)."""
+
+
+async def attempt_with_retries(
+    task: Task,
+    opts: BatchOptions,
+    gate: SharedRateLimiter | None,
+    max_attempts: int,
+    on_event: OnEvent | None = None,
+) -> TaskResult:
+    """Run `task`, again after a crash (an exception out of the runner) up to `max_attempts` times."""
+    last = last_tb = ""
+    for attempt in range(1, max_attempts + 1):
+        if on_event is not None:
+            on_event("started" if attempt == 1 else "retrying", task, attempt)
+        try:
+            return await run_task(task, opts, gate, attempt)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a crash of this task only: record it, retry, never stop the batch
+            last = f"{type(exc).__name__}: {exc}"
+            last_tb = traceback.format_exc(limit=5)
+    return TaskResult(
+        task.id, "crashed", error=f"gave up after {max_attempts} attempts: {last}\n{last_tb}",
+        error_kind="internal", attempts=max_attempts, metadata=dict(task.metadata),
+    )
+
+
+async def run_local(
+    tasks: Iterable[Task],
+    opts: BatchOptions,
+    *,
+    concurrency: int = 4,
+    max_attempts: int = 3,
+    limiter: SharedRateLimiter | None = None,
+    on_event: OnEvent | None = None,
+) -> AsyncIterator[TaskResult]:
+    """Yield each task's result as it finishes; closing the iterator early cancels the running tasks."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1 (got {concurrency})")
+    gate = limiter if limiter is not None else SharedRateLimiter()
+    pending = iter(tasks)
+    running: set[asyncio.Task[TaskResult]] = set()
+
+    def start_next() -> bool:
+        task = next(pending, None)
+        if task is None:
+            return False
+        running.add(asyncio.create_task(attempt_with_retries(task, opts, gate, max_attempts, on_event)))
+        return True
+
+    try:
+        while len(running) < concurrency and start_next():
+            pass
+        while running:
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for fut in done:
+                running.discard(fut)
+                yield fut.result()
+                start_next()
+            while len(running) < concurrency and start_next():
+                pass
+    finally:
+        for fut in running:
+            fut.cancel()
+        if running:
+            await asyncio.wait(running)
