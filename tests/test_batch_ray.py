@@ -27,9 +27,12 @@ def collect(tasks: list[Any], server: FakeServer, tmp_path: Path, events: list[t
             **kw: Any) -> dict[str, TaskResult]:
     async def go() -> dict[str, TaskResult]:
         out: dict[str, TaskResult] = {}
+        # sandbox off: a task kills its worker with `kill -9 $PPID`, and inside the default bubblewrap
+        # sandbox $PPID is the sandbox's own process, not the Ray worker
         async for r in run(tasks, engine="ray", concurrency=2, root=tmp_path / "b", base_url=server.base_url,
                            api_key="sk-test", model="kimi-k3", permission_mode="yolo", retry_base_delay=0.01,
-                           on_event=lambda kind, t, n: events.append((kind, t.id, n)), **kw):
+                           on_event=lambda kind, t, n: events.append((kind, t.id, n)),
+                           agent_options={"sandbox": "off"}, **kw):
             out[r.id] = r
         return out
 
