@@ -100,6 +100,10 @@ class RunResult:
     """The messages this turn added to the history (user, assistant and tool), as sent to the model."""
     context: dict[str, int] = field(default_factory=dict)
     """Context window use after the turn: `used` and `window` tokens."""
+    changes: dict[str, list[str]] | None = None
+    """Files the turn added, modified and deleted (None when no checkpoint was taken: nothing changed)."""
+    checkpoint: str | None = None
+    """The checkpoint taken before the turn's first change (`kimicode undo` restores it)."""
 
     @property
     def ok(self) -> bool:
@@ -241,6 +245,10 @@ class Agent:
         from kimicode.agent.ecosystem import install
 
         self.extras = install(self, default_tools=tools is None)
+        from kimicode.checkpoints.hooks import open_checkpoints
+
+        self.checkpoints = open_checkpoints(self)
+        """This session's workspace checkpoints (None when disabled in `[checkpoints]`); see docs/checkpoints.md."""
         """Edit-tool choice, todo list, subagents, image-aware read_file, web_fetch, MCP (agent/ecosystem.py)."""
 
     # -- setup ------------------------------------------------------------------------------------
@@ -414,6 +422,7 @@ class Agent:
             error_kind=finished.error_kind,
             messages=added,
             context={"used": self.context.used, "window": self.context_window},
+            **_checkpoint_fields(self),
         )
 
     def run_sync(self, prompt: str) -> RunResult:
@@ -448,6 +457,17 @@ class Agent:
         from kimicode.session.resume import fork_agent
 
         return fork_agent(self, **overrides)
+
+    async def rewind(self, turn: int | None = None, *, files: bool = True, conversation: bool = True,
+                     force: bool = False) -> Any:
+        """Undo turn `turn` and every turn after it (default: the last turn): put back the files they
+        changed (`files`) and take them out of the history (`conversation`). Files changed outside
+        kimicode since are not overwritten (RestoreConflict) unless `force`. See docs/checkpoints.md."""
+        if self._worker is not None and not self._worker.done():
+            raise RuntimeError("cannot rewind while a turn is running")
+        from kimicode.checkpoints.hooks import rewind
+
+        return await rewind(self, turn, files=files, conversation=conversation, force=force)
 
     def set_model(self, model: str) -> None:
         """Switch the model for the following requests (the history is kept as it is)."""
@@ -540,6 +560,10 @@ class Agent:
         self._notices.clear()
 
         def finish(status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None) -> None:
+            if self.checkpoints is not None:
+                from kimicode.checkpoints.hooks import end_turn
+
+                end_turn(self, emit)
             if self.log:
                 self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
                 self.log.sync()
@@ -548,6 +572,8 @@ class Agent:
         try:
             await start_extras(self, emit)  # MCP servers (bounded by their startup timeout)
             self._commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
+            if self.checkpoints is not None:
+                self.checkpoints.begin_turn(prompt, len(self.messages) - 1)
             repeats = _RepeatTracker()
             while True:
                 if steps >= self.max_turns:
@@ -687,6 +713,12 @@ class Agent:
             # Permission decisions (and approvals) happen before anything in the batch runs.
             for prep in batch:
                 await self._authorize(prep, denials, emit)
+            if self.checkpoints is not None and any(
+                p.error is None and p.tool is not None and p.tool.kind in ("edit", "execute") for p in batch
+            ):
+                from kimicode.checkpoints.hooks import before_change
+
+                await before_change(self, emit)  # a snapshot before the turn's first change
             results = await asyncio.gather(*(self._execute(prep, emit) for prep in batch))
             for prep, content in zip(batch, results, strict=True):
                 self._commit({"role": "tool", "tool_call_id": prep.call_id, "content": content}, emit)
@@ -802,6 +834,13 @@ class Agent:
             )
         )
         return content
+
+
+def _checkpoint_fields(agent: Agent) -> dict[str, Any]:
+    entry = agent.checkpoints.last if agent.checkpoints is not None else None
+    if entry is None or entry.before is None:
+        return {}
+    return {"changes": entry.changes.as_dict() if entry.after else None, "checkpoint": entry.before}
 
 
 def _utf8_safe(message: dict[str, Any]) -> dict[str, Any]:
