@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kimicode.agent.events import Event, Notice
@@ -58,23 +60,48 @@ def end_turn(agent: Agent, emit: Callable[[Event], None]) -> None:
         emit(Notice(cps.warning, "warning"))
 
 
-def _drop_conversation(agent: Agent, entry: Entry) -> int:
+def _check_conversation(messages: list[dict[str, Any]], entry: Entry) -> None:
+    """Fail before touching any file when the turn's user message is no longer where it was."""
     at = entry.at
-    msgs = agent.messages
-    if not 0 < at < len(msgs) or msgs[at].get("role") != "user":
+    ok = 0 < at < len(messages) and messages[at].get("role") == "user"
+    content = messages[at].get("content") if ok else None
+    if ok and isinstance(content, str) and entry.prompt and not content.startswith(entry.prompt[:500]):
+        ok = False
+    if not ok:
         raise CheckpointError(
-            f"the conversation changed since turn {entry.turn} (compacted?): it cannot be rewound, only files"
+            f"the conversation changed since turn {entry.turn} (compacted?): rewind only the files (files only)"
         )
-    content = msgs[at].get("content")
-    if isinstance(content, str) and entry.prompt and not content.startswith(entry.prompt[:500]):
-        raise CheckpointError(f"the conversation changed since turn {entry.turn} (compacted?): rewind only the files")
-    removed = len(msgs) - at
-    if agent.log:
-        agent.log.append({"type": "compaction", "reason": "rewind", "start": at, "end": len(msgs), "messages": []})
-        agent.log.sync()
-    del msgs[at:]
-    agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())
-    return removed
+
+
+def _mark_undone(cps: SessionCheckpoints, entry: Entry) -> None:
+    live = cps.undoable()
+    for e in live[live.index(entry):]:
+        e.undone = True
+        if cps.log is not None:
+            cps.log.append(e.record())
+
+
+def rewind_core(cps: SessionCheckpoints, messages: list[dict[str, Any]], turn: int | None, *, files: bool,
+                conversation: bool, force: bool) -> tuple[RewindResult, Entry]:
+    """Restore files (when asked) and check the conversation can be cut; the caller cuts it."""
+    entry = cps.find(turn)
+    result = RewindResult(entry.turn)
+    if conversation and entry.kind == "turn":
+        _check_conversation(messages, entry)
+    if files and entry.before is not None:
+        rec = cps.restore(entry, force=force)
+        result.files, result.checkpoint = rec.changes.paths(), rec.before
+    elif files and not conversation:
+        raise CheckpointError(f"turn {entry.turn} has no checkpoint: it changed no files, or the store failed")
+    else:
+        _mark_undone(cps, entry)
+    if conversation and entry.kind == "turn":
+        result.messages_removed = len(messages) - entry.at
+        if cps.log is not None:
+            cps.log.append({"type": "compaction", "reason": "rewind", "start": entry.at, "end": len(messages),
+                            "messages": []})
+            cps.log.sync()
+    return result, entry
 
 
 async def rewind(agent: Agent, turn: int | None, *, files: bool, conversation: bool, force: bool) -> RewindResult:
@@ -82,32 +109,44 @@ async def rewind(agent: Agent, turn: int | None, *, files: bool, conversation: b
     cps = agent.checkpoints
     if cps is None:
         raise CheckpointError("checkpoints are disabled ([checkpoints] enabled = false)")
-    entry = cps.find(turn)
-    result = RewindResult(entry.turn)
-    if conversation and entry.kind == "turn":
-        _drop_conversation_check(agent, entry)
-    if files and entry.before is not None:
-        rec = await asyncio.to_thread(cps.restore, entry, force=force)
-        result.files, result.checkpoint = rec.changes.paths(), rec.before
-    elif files and not conversation:
-        raise CheckpointError(f"turn {entry.turn} has no checkpoint: it changed no files, or the store failed")
-    else:
-        for e in cps.undoable()[cps.undoable().index(entry):]:
-            e.undone = True
-            if cps.log is not None:
-                cps.log.append(e.record())
-    if conversation and entry.kind == "turn":
-        result.messages_removed = _drop_conversation(agent, entry)
+    result, entry = await asyncio.to_thread(
+        rewind_core, cps, agent.messages, turn, files=files, conversation=conversation, force=force
+    )
+    if result.messages_removed:
+        del agent.messages[entry.at:]
+        agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())
     return result
 
 
-def _drop_conversation_check(agent: Agent, entry: Entry) -> None:
-    """Fail before touching any file when the conversation part cannot be done."""
-    at = entry.at
-    if not 0 < at < len(agent.messages) or agent.messages[at].get("role") != "user":
-        raise CheckpointError(
-            f"the conversation changed since turn {entry.turn} (compacted?): rewind only the files (files only)"
-        )
+def open_for_log(home: Path, path: Path) -> SessionCheckpoints:
+    """The checkpoints of a saved session (for the shell commands), appending to its log."""
+    from kimicode.session.log import SessionLog, load
+    from kimicode.settings import load_settings
+
+    session = load(path)
+    workspace = Path(str(session.settings.get("workspace") or "."))
+    if not workspace.is_dir():
+        raise CheckpointError(f"the session's workspace {workspace} no longer exists")
+    cfg = load_settings(workspace, home).table("checkpoints")
+    cps = SessionCheckpoints.open(home, workspace, path.stem, SessionLog(path.parent, path.stem), cfg)
+    note = cps.store.recover()
+    if note:
+        sys.stderr.write(f"kimicode: {note}\n")
+    return cps
+
+
+def undo_in_log(path: Path, cps: Any, turn: int | None, *, files: bool, conversation: bool,
+                force: bool) -> RewindResult:
+    """`kimicode undo`: rewind a saved session's files and log (the conversation as the log replays it)."""
+    from kimicode.session.log import load
+
+    assert isinstance(cps, SessionCheckpoints)
+    try:
+        result, _ = rewind_core(cps, load(path).replayed, turn, files=files, conversation=conversation, force=force)
+    finally:
+        if cps.log is not None:
+            cps.log.close()
+    return result
 
 
 def checkpoint_summary(changes: Any) -> str:

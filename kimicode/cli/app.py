@@ -238,6 +238,9 @@ def main(
     raise typer.Exit(code)
 
 
+from kimicode.cli.checkpoints_cmd import undo_command  # noqa: E402 - also adds `sessions diff`
+
+app.command("undo")(undo_command)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
