@@ -44,12 +44,14 @@ class Entry:
     changes: Changes = field(default_factory=Changes)
     skipped: list[str] = field(default_factory=list)
     undone: bool = False
+    undid: list[int] = field(default_factory=list)
+    """For a restore: the turns it undid (undoing the restore brings their files back, so they count again)."""
 
     def record(self) -> dict[str, Any]:
         return {
             "type": "checkpoint", "kind": self.kind, "turn": self.turn, "prompt": self.prompt[:500], "at": self.at,
             "before": self.before, "after": self.after, "changes": self.changes.as_dict(),
-            "skipped": self.skipped, "undone": self.undone,
+            "skipped": self.skipped, "undone": self.undone, "undid": self.undid,
         }
 
     @classmethod
@@ -63,6 +65,7 @@ class Entry:
             after=rec.get("after") if isinstance(rec.get("after"), str) else None,
             changes=Changes(*(list(ch.get(k) or []) for k in ("added", "modified", "deleted"))),
             skipped=list(rec.get("skipped") or []), undone=bool(rec.get("undone")),
+            undid=[t for t in rec.get("undid") or [] if isinstance(t, int)],
         )
 
 
@@ -211,8 +214,14 @@ class SessionCheckpoints:
         for e in later:
             e.undone = True
             self._log(e)
-        rec = Entry("restore", n, f"restore to before turn {entry.turn}", -1, pre.id, post.id,
-                    self.store.changes(pre.id, post.id))
+        if entry.kind == "restore":  # undoing a restore: the turns it undid are back in the files
+            for e in self.entries:
+                if e.kind == "turn" and e.turn in entry.undid and e.undone:
+                    e.undone = False
+                    self._log(e)
+        what = f"turn {entry.turn}" if entry.kind == "turn" else f"restore {entry.turn}"
+        rec = Entry("restore", n, f"undo of {what}", -1, pre.id, post.id, self.store.changes(pre.id, post.id),
+                    undid=[e.turn for e in later if e.kind == "turn"])
         self.entries.append(rec)
         self._log(rec)
         if self.log is not None:
