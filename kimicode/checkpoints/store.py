@@ -18,6 +18,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat as statmod
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+BULK = 200
+"""More new or changed files than this go in through `git fast-import` (one pack, see `_bulk_add`)."""
 
 
 class CheckpointError(RuntimeError):
@@ -71,11 +73,14 @@ class CheckpointStore:
 
     def __init__(self, home: Path, workspace: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
         self.workspace = workspace.resolve()
-        self.dir = store_dir(home, self.workspace)
+        self.dir = store_dir(home.expanduser().resolve(), self.workspace)  # absolute: git runs in the workspace
         self.git_dir = self.dir / "git"
         self.index = self.dir / "index"
         self.journal = self.dir / "restore.json"
         self.max_file_bytes = max_file_bytes
+        self._lock_fd: int | None = None
+        """The held lock, passed to every git child: a git still running after kimicode was killed keeps
+        the store locked until it exits, so recovery never races it."""
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -99,7 +104,8 @@ class CheckpointStore:
         """Run one git command against the private store; raises CheckpointError with git's message."""
         try:
             proc = subprocess.run(
-                ["git", *args], cwd=self.workspace, env=self._env(), input=input, capture_output=True, check=False
+                ["git", *args], cwd=self.workspace, env=self._env(), input=input, capture_output=True, check=False,
+                pass_fds=self._held(),
             )
         except OSError as exc:
             raise CheckpointError(f"cannot run git: {exc}") from exc
@@ -118,12 +124,17 @@ class CheckpointStore:
             raise CheckpointError(f"cannot create the checkpoint store {self.dir}: {exc.strerror}") from exc
         try:
             fcntl.flock(fh, fcntl.LOCK_EX)
+            self._lock_fd = fh.fileno()
             stale = self.dir / "index.lock"
             if stale.exists():  # left by a process killed mid-snapshot: we hold the lock, so nobody uses it
                 stale.unlink()
             yield
         finally:
+            self._lock_fd = None
             fh.close()
+
+    def _held(self) -> tuple[int, ...]:
+        return (self._lock_fd,) if self._lock_fd is not None else ()
 
     def _init(self) -> None:
         if not (self.git_dir / "HEAD").exists():
@@ -135,6 +146,7 @@ class CheckpointStore:
                 raise CheckpointError(f"cannot create the checkpoint store in {self.git_dir}: {exc}") from exc
             self.git("config", "core.autocrlf", "false")
             self.git("config", "gc.auto", "0")
+            self.git("config", "core.looseCompression", "1")  # hashing speed matters more than size here
             self.git("config", "core.bare", "false")
         info = self.git_dir / "info"
         info.mkdir(exist_ok=True)
@@ -176,7 +188,9 @@ class CheckpointStore:
         if drop:
             self.git("rm", "--cached", "-q", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
                      input=_nul(drop))
-        if add:
+        if len(add) > BULK:
+            self._bulk_add(add)
+        elif add:
             self.git("add", "-A", "-f", "--pathspec-from-file=-", "--pathspec-file-nul", input=_nul(add))
         tree = self.git("write-tree").decode().strip()
         message = f"{label}\n\nworkspace: {self.workspace}\n"
@@ -184,6 +198,61 @@ class CheckpointStore:
         if ref:
             self.git("update-ref", f"refs/kimicode/{ref}", commit)
         return Snapshot(commit, tuple(skipped))
+
+    def _bulk_add(self, paths: Sequence[str]) -> None:
+        """Many new files (a first snapshot): stream them into one pack with `git fast-import` instead of
+        one loose object file each (creating thousands of small files is what costs on most disks),
+        then enter them in the index and let `update-index --refresh` record their stat data."""
+        marks = self.dir / "import-marks"
+        entries: list[tuple[str, int, str]] = []  # (mode, mark, path)
+        gone: list[str] = []
+        try:
+            proc = subprocess.Popen(
+                ["git", "-c", "pack.compression=1", "-c", "pack.depth=0", "-c", "core.bigFileThreshold=1g", "fast-import", "--quiet", "--done", f"--export-marks={marks}"],
+                cwd=self.workspace, env=self._env(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, pass_fds=self._held(),
+            )
+        except OSError as exc:
+            raise CheckpointError(f"cannot run git: {exc}") from exc
+        assert proc.stdin is not None
+        try:
+            for rel in paths:
+                path = self.workspace / rel
+                try:
+                    st = os.lstat(path)
+                    if _is_link(st.st_mode):
+                        data, mode = os.fsencode(os.readlink(path)), "120000"
+                    elif statmod.S_ISREG(st.st_mode):
+                        data = path.read_bytes()
+                        mode = "100755" if st.st_mode & 0o111 else "100644"
+                    else:
+                        continue
+                except FileNotFoundError:
+                    gone.append(rel)
+                    continue
+                except OSError:
+                    continue
+                entries.append((mode, len(entries) + 1, rel))
+                proc.stdin.write(b"blob\nmark :%d\ndata %d\n" % (len(entries), len(data)) + data + b"\n")
+            proc.stdin.write(b"done\n")
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        err = proc.stderr.read() if proc.stderr else b""
+        if proc.wait() != 0:
+            lines = err.decode("utf-8", "replace").strip().splitlines()
+            raise CheckpointError(f"git fast-import failed: {lines[-1] if lines else proc.returncode}")
+        shas: dict[int, str] = {}
+        for line in marks.read_text("ascii").splitlines():
+            mark, _, sha = line.partition(" ")
+            shas[int(mark[1:])] = sha
+        marks.unlink(missing_ok=True)
+        info = b"".join(
+            f"{mode} {shas[mark]}\t".encode() + rel.encode("utf-8", "surrogateescape") + b"\0"
+            for mode, mark, rel in entries
+        ) + b"".join(b"0 " + b"0" * 40 + b"\t" + rel.encode("utf-8", "surrogateescape") + b"\0" for rel in gone)
+        self.git("update-index", "-z", "--index-info", input=info)
+        self.git("update-index", "-q", "--refresh", check=False)  # stat data, so the next snapshot is quick
 
     def has(self, commit: str) -> bool:
         """Whether `commit` is a snapshot in this store."""
