@@ -208,7 +208,8 @@ class CheckpointStore:
         gone: list[str] = []
         try:
             proc = subprocess.Popen(
-                ["git", "-c", "pack.compression=1", "-c", "pack.depth=0", "-c", "core.bigFileThreshold=1g", "fast-import", "--quiet", "--done", f"--export-marks={marks}"],
+                ["git", "-c", "pack.compression=1", "-c", "pack.depth=0", "-c", "core.bigFileThreshold=1g",
+                 "fast-import", "--quiet", "--done", f"--export-marks={marks}"],
                 cwd=self.workspace, env=self._env(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE, pass_fds=self._held(),
             )

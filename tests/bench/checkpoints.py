@@ -21,7 +21,6 @@ from pathlib import Path
 
 from kimicode.checkpoints import CheckpointStore
 
-
 WORDS = ("def", "return", "self", "value", "import", "class", "for", "in", "if", "else", "None", "result",
          "items", "append", "config", "path", "name", "=", "(", ")", ":", "+", "data", "index", "error")
 
