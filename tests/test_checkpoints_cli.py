@@ -139,3 +139,28 @@ def test_kill_9_mid_restore_is_finished_on_next_start(workspace: Path, tmp_path:
     assert not store.journal.exists()
     assert all((workspace / f"d{i // 100}" / f"f{i}.txt").read_text() == f"old {i}\n" for i in range(n))
     store.snapshot("after recovery")  # the store still works
+
+
+def test_sessions_rm_prunes_the_store_but_keeps_what_other_sessions_need(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
+    (workspace / "shared.txt").write_text("same content in both sessions\n")
+    one = make_agent(permission_mode="yolo")
+    turn(server, "echo one-only > one.txt")
+    assert one.run_sync("one").ok
+    two = make_agent(permission_mode="yolo")
+    turn(server, "echo two-only > two.txt")
+    r2 = two.run_sync("two")
+    assert r2.ok and one.checkpoints is not None and two.checkpoints is not None
+    store = one.checkpoints.store
+    assert store.dir == two.checkpoints.store.dir  # one store per workspace: deduplicated across sessions
+    one_after = one.checkpoints.entries[-1].after
+    assert one_after and store.has(one_after)
+    code, out, err = cli("sessions", "rm", one.session_id)
+    assert one.session_id in out
+    assert code == 0, err
+    assert not store.has(one_after)  # pruned with its session
+    assert r2.checkpoint and store.has(r2.checkpoint)  # the other session's checkpoints stay
+    code, _, err = cli("undo", "--session", two.session_id, "--files-only")
+    assert code == 0, err
+    assert not (workspace / "two.txt").exists() and (workspace / "one.txt").exists()

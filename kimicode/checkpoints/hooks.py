@@ -155,3 +155,27 @@ def checkpoint_summary(changes: Any) -> str:
     total = added + modified + deleted
     parts = [f"{n} {what}" for n, what in ((added, "added"), (modified, "modified"), (deleted, "deleted")) if n]
     return f"{total} file{'s' if total != 1 else ''} changed" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def forget_session(home: Path, log_path: Path) -> str | None:
+    """Before `sessions rm`: drop the session's checkpoints from its workspace's store and prune the store
+    (objects no other session needs, and refs older than `[checkpoints] max_age_days`). Returns a
+    warning sentence when that failed (the session is deleted all the same)."""
+    from kimicode.checkpoints.store import CheckpointStore
+    from kimicode.session.log import iter_records
+    from kimicode.settings import load_settings
+
+    try:
+        meta = next((r for r in iter_records(log_path) if r.get("type") == "meta"), {})
+        workspace = Path(str(meta.get("workspace") or ""))
+        if not meta.get("workspace"):
+            return None
+        store = CheckpointStore(home, workspace)
+        if not store.git_dir.exists():
+            return None
+        age = load_settings(workspace, home).get("checkpoints.max_age_days") if workspace.is_dir() else None
+        store.drop_session(log_path.stem)
+        store.prune(float(age) if isinstance(age, int | float) else None)
+    except (CheckpointError, OSError, ValueError) as exc:
+        return f"could not prune the session's checkpoints: {exc}"
+    return None

@@ -220,12 +220,16 @@ def export_command(
 def rm_command(
     session_ids: Annotated[list[str], typer.Argument(metavar="ID...", help="Session ids (or unique prefixes).")],
 ) -> None:
-    """Delete saved sessions (their logs and spilled tool outputs)."""
-    from kimicode.session.store import SessionError, delete_session
+    """Delete saved sessions (their logs, spilled tool outputs and workspace checkpoints)."""
+    from kimicode.checkpoints.hooks import forget_session
+    from kimicode.session.store import SessionError, delete_session, find_session
 
     failed = False
     for session_id in session_ids:
         try:
+            warning = forget_session(_home(), find_session(_home(), session_id))  # its checkpoints go too
+            if warning:
+                typer.echo(f"kimicode: {warning}", err=True)
             typer.echo(f"deleted {delete_session(_home(), session_id)}")
         except SessionError as exc:
             typer.echo(f"kimicode: {exc}", err=True)
