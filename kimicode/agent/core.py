@@ -452,7 +452,9 @@ class Agent:
         """A new Agent with a new session id and a copy of this conversation (`--fork`).
 
         It has this agent's settings unless `overrides` (constructor arguments) change them; the two
-        conversations continue independently.
+        conversations continue independently. `workspace="worktree"` gives the fork its own working tree
+        (a git worktree on a new branch; a copy outside git), `"copy"` a copy, `"shared"` (or a path)
+        the same tree: see docs/checkpoints.md.
         """
         from kimicode.session.resume import fork_agent
 
