@@ -91,3 +91,72 @@ def test_copy_fork_outside_git_and_bad_modes(server: FakeServer, make_agent: Mak
     assert child.run_sync("saved now").ok
     res = CliRunner().invoke(app, ["sessions", "rm", child.session_id])  # not a terminal: the tree is kept
     assert res.exit_code == 0 and child.workspace.exists() and "--remove-worktree" in res.stderr
+
+
+def test_slash_fork_switches_the_terminal_to_its_own_tree(
+    server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+    import io
+
+    from rich.console import Console
+
+    from kimicode.ui import commands
+    from kimicode.ui.app import AgentOptions, Session
+
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+    (workspace / "f.txt").write_text("orig\n")
+    console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
+    session = Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
+                      plain=True)
+    server.add(Reply(content="hi"))
+
+    async def go() -> None:
+        await session.run_turn("hello")
+        first = session.agent.session_id
+        await commands.dispatch(session, "/fork nonsense")
+        assert session.agent.session_id == first
+        await commands.dispatch(session, "/fork")
+        assert session.agent.session_id != first and session.workspace != workspace
+        turn(server, "echo fork > f.txt")
+        await session.run_turn("edit in the fork")
+        await session.agent.aclose()
+
+    asyncio.run(go())
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "/fork takes worktree, copy, shared" in text and "its own working tree" in text
+    assert (workspace / "f.txt").read_text() == "orig\n"
+    assert (session.workspace / "f.txt").read_text() == "fork\n"
+
+
+@pytest.mark.slow
+def test_cli_fork_worktree(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
+    import json
+
+    from conftest import kimicode_command
+
+    git(workspace, "init", "-q")
+    (workspace / "a.txt").write_text("base\n")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "init")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "OPENAI_", "KIMICODE_"))}
+    env.update(KIMICODE_HOME=str(tmp_path / "home"), KIMI_API_KEY="sk-x", KIMI_BASE_URL=server.base_url)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*kimicode_command(), *args], env=env, cwd=workspace, capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL)
+
+    server.add(Reply(content="first"))
+    assert run("-p", "hello").returncode == 0
+    bad = run("-p", "x", "--worktree")
+    assert bad.returncode == 2 and "--fork" in bad.stderr
+    turn(server, "echo forked > a.txt")
+    out = run("-c", "--fork", "--worktree", "-p", "edit", "--permission-mode", "yolo", "--output-format", "json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["changes"]["modified"] == ["a.txt"]
+    assert (workspace / "a.txt").read_text() == "base\n"
+    listing = run("sessions", "list", "--json").stdout.splitlines()
+    trees = [json.loads(line)["fork_tree"] for line in listing if json.loads(line)["fork_tree"]]
+    assert len(trees) == 1 and Path(trees[0]["workspace"], "a.txt").read_text() == "forked\n"

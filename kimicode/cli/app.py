@@ -137,6 +137,10 @@ def main(
     fork: Annotated[
         bool, typer.Option("--fork", help="With -c/-r: continue in a new session, leaving the original as it is.")
     ] = False,
+    worktree: Annotated[
+        bool, typer.Option("--worktree", help="With --fork: give the fork its own working tree (a git worktree on a "
+                           "new branch; a copy outside git).")
+    ] = False,
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
@@ -171,6 +175,10 @@ def main(
         raise fail(str(exc)) from None
     from kimicode.cli.sessions import agent_factory, resume_target
 
+    if worktree and not fork:
+        raise fail("--worktree goes with --fork (-c --fork --worktree, or -r ID --fork --worktree)")
+    fork_workspace = "worktree" if worktree else "shared"
+
     try:
         target = resume_target(continue_=continue_, resume=resume, fork=fork, workspace=workspace)
     except ValueError as exc:
@@ -204,6 +212,7 @@ def main(
                 run_interactive(
                     resume=target,
                     fork=fork,
+                    fork_workspace=fork_workspace,
                     **confinement,
                     # without -C a resumed session keeps its own workspace
                     workspace=workspace if cwd is not None or target is None else None,
@@ -223,7 +232,7 @@ def main(
     from kimicode.cli.headless import Printer, run_headless
 
     try:
-        agent = agent_factory(target, fork, workspace_given=cwd is not None)(
+        agent = agent_factory(target, fork, workspace_given=cwd is not None, fork_workspace=fork_workspace)(
             workspace=workspace,
             headless=True,
             **common,

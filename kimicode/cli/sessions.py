@@ -329,7 +329,9 @@ def resume_target(*, continue_: bool, resume: str | None, fork: bool, workspace:
     return find_session(_home(), resume).stem
 
 
-def agent_factory(target: str | None, fork: bool, *, workspace_given: bool) -> Callable[..., Agent]:
+def agent_factory(
+    target: str | None, fork: bool, *, workspace_given: bool, fork_workspace: str = "shared"
+) -> Callable[..., Agent]:
     """`Agent` for a new session, or `Agent.resume(target)`; without `-C` a resumed session keeps its workspace."""
     from kimicode.agent.core import Agent
 
@@ -339,6 +341,8 @@ def agent_factory(target: str | None, fork: bool, *, workspace_given: bool) -> C
     def make(**kwargs: Any) -> Agent:
         if not workspace_given:
             kwargs.pop("workspace", None)
+        if fork and fork_workspace != "shared":
+            kwargs["fork_workspace"] = fork_workspace  # the fork's own tree (kimicode.checkpoints.forks)
         return Agent.resume(target, fork=fork, **kwargs)
 
     return make

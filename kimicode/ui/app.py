@@ -85,6 +85,8 @@ class AgentOptions:
     sandbox_network: bool | None = None
     resume: str | None = None
     fork: bool = False
+    fork_workspace: str = "shared"
+    """`worktree`: the fork gets its own working tree (`--fork --worktree`)."""
 
 
 def plain_output() -> bool:
@@ -179,6 +181,8 @@ class Session:
             target = info.id
         if o.workspace is not None:
             kwargs["workspace"] = o.workspace
+        if o.fork and o.fork_workspace != "shared":
+            kwargs["fork_workspace"] = o.fork_workspace
         agent = Agent.resume(target, fork=o.fork, **kwargs)
         if o.fork:
             self.forked_from = target
@@ -697,6 +701,7 @@ def run_interactive(
     context_window: int | None = None,
     resume: str | None = None,
     fork: bool = False,
+    fork_workspace: str = "shared",
     allow: Sequence[str] = (),
     deny: Sequence[str] = (),
     ask: Sequence[str] = (),
@@ -732,6 +737,7 @@ def run_interactive(
         sandbox_network=sandbox_network,
         resume=resume,
         fork=fork,
+        fork_workspace=fork_workspace,
     )
     plain = plain_output()
     console = make_console(plain)

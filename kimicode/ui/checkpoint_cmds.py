@@ -140,3 +140,35 @@ async def cmd_diff(session: Session, arg: str) -> None:
         session.say("No file changes recorded" + (f" for turn {entry.turn}." if entry else " in this session."))
         return
     session.console.print(Text.from_ansi(text), highlight=False)
+
+
+async def cmd_fork(session: Session, arg: str) -> None:
+    """Continue in a fork of this conversation, by default in its own working tree."""
+    import contextlib
+
+    from kimicode.checkpoints.forks import MODES
+    from kimicode.ui.completion import FileIndex
+    from kimicode.ui.toolbar import GitBranch
+
+    mode = arg.strip() or "worktree"
+    if mode not in MODES:
+        session.say(f"/fork takes {', '.join(MODES)} (got {mode!r}).", "yellow")
+        return
+    old = session.agent
+    try:
+        child = old.fork(workspace=mode)
+    except (CheckpointError, ValueError, RuntimeError, OSError) as exc:
+        session.say(f"Could not fork: {exc}", "red")
+        return
+    session.agent = child
+    session.forked_from = old.session_id
+    session.workspace = child.workspace
+    session.approver.workspace = child.workspace
+    session.index = FileIndex(child.workspace)
+    session.branch = GitBranch(child.workspace)
+    session._replaced()
+    with contextlib.suppress(Exception):
+        await old.aclose()
+    where = "the same working tree" if mode == "shared" else f"its own working tree {child.workspace}"
+    session.say(f"Forked {old.session_id} into {child.session_id}, working in {where}. "
+                f"`kimicode -r {old.session_id}` goes back to the original.", "green")

@@ -24,7 +24,7 @@ from kimicode.agent.permissions import MODES
 from kimicode.pricing import agent_prices, describe_prices, unknown_price_hint
 from kimicode.session.store import SessionError, find_session, list_sessions, one_line
 from kimicode.ui.approvals import describe_rules
-from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_rewind, cmd_undo
+from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo
 from kimicode.ui.completion import Choice, CommandInfo
 from kimicode.ui.format import money, tokens
 from kimicode.ui.toolbar import short_path
@@ -513,6 +513,8 @@ COMMANDS: dict[str, Command] = {
         Command("rewind", "pick an earlier turn and go back to before it (Esc Esc)", cmd_rewind,
                 "[files|conversation|both]", lambda s: ("files", "conversation", "both")),
         Command("diff", "what this session (or turn N) changed in the files", cmd_diff, "[N]"),
+        Command("fork", "continue in a fork of this conversation with its own working tree", cmd_fork,
+                "[worktree|copy|shared]", lambda s: ("worktree", "copy", "shared")),
         Command("exit", "leave kimicode", cmd_exit),
     )
 }
