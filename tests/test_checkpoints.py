@@ -228,3 +228,19 @@ def test_an_unwritable_store_warns_and_the_turn_goes_on(
     assert sum("no checkpoint" in n for n in notices) == 1  # once per turn, not per tool call
     with pytest.raises(CheckpointError, match=r"changed no files"):
         asyncio.run(agent.rewind(conversation=False))
+
+
+def test_a_subagent_given_bash_counts_as_a_change(server: FakeServer, make_agent: MakeAgent, workspace: Path) -> None:
+    (workspace / "f.txt").write_text("before\n")
+    server.add(
+        Reply(tool_calls=[ToolCall("task", {"description": "edit", "prompt": "edit f.txt", "tools": ["bash"]})]),
+        Reply(tool_calls=[bash("echo after > f.txt")]),  # the subagent's steps
+        Reply(content="sub done"),
+        Reply(content="done"),
+    )
+    agent = make_agent(permission_mode="yolo")
+    result = agent.run_sync("delegate")
+    assert result.ok, result.error
+    assert result.changes == {"added": [], "modified": ["f.txt"], "deleted": []}
+    asyncio.run(agent.rewind(conversation=False))
+    assert (workspace / "f.txt").read_text() == "before\n"

@@ -715,12 +715,11 @@ class Agent:
             # Permission decisions (and approvals) happen before anything in the batch runs.
             for prep in batch:
                 await self._authorize(prep, denials, emit)
-            if self.checkpoints is not None and any(
-                p.error is None and p.tool is not None and p.tool.kind in ("edit", "execute") for p in batch
-            ):
-                from kimicode.checkpoints.hooks import before_change
+            if self.checkpoints is not None:
+                from kimicode.checkpoints.hooks import before_change, may_change
 
-                await before_change(self, emit)  # a snapshot before the turn's first change
+                if any(p.error is None and p.tool is not None and may_change(self, p.tool, p.args) for p in batch):
+                    await before_change(self, emit)  # a snapshot before the turn's first change
             results = await asyncio.gather(*(self._execute(prep, emit) for prep in batch))
             for prep, content in zip(batch, results, strict=True):
                 self._commit({"role": "tool", "tool_call_id": prep.call_id, "content": content}, emit)

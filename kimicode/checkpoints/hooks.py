@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +42,18 @@ def open_checkpoints(agent: Agent) -> SessionCheckpoints | None:
     if note:
         agent._notices.append(Notice(note, "warning"))
     return cps
+
+
+def may_change(agent: Agent, tool: Any, args: Mapping[str, Any]) -> bool:
+    """Whether a call can change the workspace: edit and execute tools, and a subagent given one."""
+    if tool.kind in ("edit", "execute"):
+        return True
+    if tool.name == "task":
+        names = args.get("tools") or agent.settings.get("subagents.tools") or ()
+        return any(
+            (t := agent.tools.get(str(n))) is not None and t.kind in ("edit", "execute") for n in names
+        )
+    return False
 
 
 async def before_change(agent: Agent, emit: Callable[[Event], None]) -> None:
