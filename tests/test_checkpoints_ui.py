@@ -109,3 +109,19 @@ def test_undo_of_a_read_only_turn_takes_only_the_conversation(
     assert "Nothing to undo" in output(session)
     asyncio.run(session.agent.aclose())
 
+
+
+def test_esc_esc_on_an_empty_prompt_opens_rewind(session: Any) -> None:
+    from prompt_toolkit.application.current import create_app_session
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    async def read(keys: str) -> str:
+        with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
+            session._prompt = None
+            pipe.send_text(keys)
+            text: str = await session.read_input()
+            return text
+
+    assert asyncio.run(read("\x1b\x1b")) == "/rewind"
+    assert asyncio.run(read("hello\r")) == "hello"

@@ -571,11 +571,11 @@ class Agent:
                 self.log.sync()
             emit(TurnFinished(status, result, steps, error, kind, tuple(denials)))
 
+        if self.checkpoints is not None:
+            self.checkpoints.begin_turn(prompt, len(self.messages))  # the user message goes at this index
         try:
             await start_extras(self, emit)  # MCP servers (bounded by their startup timeout)
             self._commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
-            if self.checkpoints is not None:
-                self.checkpoints.begin_turn(prompt, len(self.messages) - 1)
             repeats = _RepeatTracker()
             while True:
                 if steps >= self.max_turns:

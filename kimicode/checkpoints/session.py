@@ -98,6 +98,8 @@ class SessionCheckpoints:
         self.log = log
         self.entries: list[Entry] = entries or []
         self.current: Entry | None = None
+        self.turns = max((e.turn for e in self.entries if e.kind == "turn"), default=0)
+        """Turns of the session so far (counted from `turn_end` records when reopened)."""
         self.warning: str | None = None
         """Why the current turn has no checkpoint (the store failed), once per turn."""
 
@@ -109,15 +111,16 @@ class SessionCheckpoints:
         max_bytes = int(float(limit) * 1024 * 1024) if isinstance(limit, int | float) else DEFAULT_MAX_FILE_BYTES
         store = CheckpointStore(home, workspace, max_file_bytes=max_bytes)
         entries: list[Entry] = []
+        turns = 0
         if log is not None and log.path.exists():
             from kimicode.session.log import iter_records
 
-            entries = entries_from_records(iter_records(log.path))
-        return cls(store, session_id, log, entries)
-
-    @property
-    def next_turn(self) -> int:
-        return max((e.turn for e in self.entries if e.kind == "turn"), default=0) + 1
+            records = list(iter_records(log.path))
+            entries = entries_from_records(records)
+            turns = sum(1 for r in records if r.get("type") == "turn_end")
+        cps = cls(store, session_id, log, entries)
+        cps.turns = max(cps.turns, turns)
+        return cps
 
     @property
     def last(self) -> Entry | None:
@@ -126,13 +129,14 @@ class SessionCheckpoints:
         return turns[-1] if turns else None
 
     def _log(self, entry: Entry) -> None:
-        if self.log is not None:
+        if self.log is not None and (entry.before is not None or entry.kind == "restore"):
             self.log.append(entry.record())
 
     # -- during a turn ----------------------------------------------------------------------------
 
     def begin_turn(self, prompt: str, at: int) -> None:
-        self.current = Entry("turn", self.next_turn, prompt, at)
+        self.turns += 1
+        self.current = Entry("turn", self.turns, prompt, at)
         self.entries.append(self.current)
         self.warning = None
 
@@ -166,7 +170,7 @@ class SessionCheckpoints:
                 cur.changes = self.store.changes(cur.before, snap.id)
             except (CheckpointError, OSError) as exc:
                 self.warning = f"could not record the turn's changes ({exc})"
-        self._log(cur)
+            self._log(cur)  # turns that changed nothing are kept in memory only (the log stays as it was)
         return cur
 
     # -- restoring --------------------------------------------------------------------------------
