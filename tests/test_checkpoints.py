@@ -244,3 +244,15 @@ def test_a_subagent_given_bash_counts_as_a_change(server: FakeServer, make_agent
     assert result.changes == {"added": [], "modified": ["f.txt"], "deleted": []}
     asyncio.run(agent.rewind(conversation=False))
     assert (workspace / "f.txt").read_text() == "before\n"
+
+
+def test_a_kimicode_home_inside_the_workspace_is_never_stored(server: FakeServer, make_agent: MakeAgent,
+                                                              workspace: Path) -> None:
+    home = workspace / ".kimi home"
+    script(server, bash("echo x > f.txt"))
+    agent = make_agent(permission_mode="yolo", home=home)
+    result = agent.run_sync("go")
+    assert result.ok and result.changes == {"added": ["f.txt"], "modified": [], "deleted": []}
+    assert agent.checkpoints is not None and result.checkpoint
+    stored = agent.checkpoints.store.git("ls-tree", "-r", "--name-only", result.checkpoint).decode()
+    assert ".kimi home" not in stored

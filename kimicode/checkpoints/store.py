@@ -151,9 +151,12 @@ class CheckpointStore:
         info = self.git_dir / "info"
         info.mkdir(exist_ok=True)
         rules = ""
+        home = self.dir.parent.parent
+        if home.is_relative_to(self.workspace):  # KIMICODE_HOME inside the workspace: never store the store
+            rules += "/" + _glob_escape(str(home.relative_to(self.workspace))) + "/\n"
         user_exclude = self.workspace / ".git" / "info" / "exclude"
         if user_exclude.is_file():
-            rules = user_exclude.read_text("utf-8", "replace")
+            rules += user_exclude.read_text("utf-8", "replace")
         target = info / "exclude"
         if not target.exists() or target.read_text("utf-8", "replace") != rules:
             target.write_text(rules, "utf-8")
@@ -356,6 +359,10 @@ class CheckpointStore:
     def size(self) -> int:
         """Bytes used by the store on disk."""
         return sum(p.stat().st_size for p in self.dir.rglob("*") if p.is_file())
+
+
+def _glob_escape(path: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\!# " else c for c in path)
 
 
 def _nul(paths: Sequence[str]) -> bytes:
