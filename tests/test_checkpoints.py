@@ -256,3 +256,20 @@ def test_a_kimicode_home_inside_the_workspace_is_never_stored(server: FakeServer
     assert agent.checkpoints is not None and result.checkpoint
     stored = agent.checkpoints.store.git("ls-tree", "-r", "--name-only", result.checkpoint).decode()
     assert ".kimi home" not in stored
+
+
+def test_a_directory_in_the_way_holding_the_users_new_files_is_a_conflict(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
+    (workspace / "a").write_text("a file\n")
+    script(server, bash("rm a; mkdir a; echo x > a/x"))
+    agent = make_agent(permission_mode="yolo")
+    assert agent.run_sync("file to dir").ok
+    (workspace / "a" / "mine.txt").write_text("the user's\n")
+    with pytest.raises(RestoreConflict) as err:
+        asyncio.run(agent.rewind(conversation=False))
+    assert err.value.files == ["a/mine.txt"]
+    assert (workspace / "a" / "mine.txt").exists() and (workspace / "a" / "x").exists()
+    asyncio.run(agent.rewind(conversation=False, force=True))
+    assert (workspace / "a").read_text() == "a file\n"
+    assert agent.checkpoints is not None and not agent.checkpoints.store.journal.exists()

@@ -200,7 +200,13 @@ class SessionCheckpoints:
             return paths, []
         now = self.store.snapshot("before restore (check)")
         outside = set(self.store.changes(last_after, now.id).paths())
-        return paths, sorted(set(paths) & outside)
+        conflicts = set(paths) & outside
+        wanted = set(paths)
+        for rel in paths:  # a directory where a file goes back, holding files the turns did not make
+            here = self.store.workspace / rel
+            if here.is_dir() and not here.is_symlink():
+                conflicts.update(f"{rel}/{p}" for p in _files_under(here) if f"{rel}/{p}" not in wanted)
+        return paths, sorted(conflicts)
 
     def restore(self, entry: Entry, *, force: bool = False) -> Entry:
         """Put back the files as they were before `entry`; itself recorded as an undoable entry."""
@@ -244,3 +250,12 @@ class SessionCheckpoints:
         first, last = snaps[0].before, snaps[-1].after
         assert first is not None and last is not None
         return self.store.diff(first, last, color=color)
+
+
+def _files_under(directory: Path) -> list[str]:
+    import os
+
+    out: list[str] = []
+    for dirpath, _, files in os.walk(directory):
+        out.extend(str(Path(dirpath, f).relative_to(directory)) for f in files)
+    return out

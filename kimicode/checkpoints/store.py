@@ -18,6 +18,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import stat as statmod
 import subprocess
 import time
@@ -400,3 +401,6 @@ def _clear_way(root: Path, rel: str) -> None:
         p = root.joinpath(*parts[:i])
         if p.is_symlink() or p.is_file():
             p.unlink()
+    target = root / rel
+    if target.is_dir() and not target.is_symlink():  # only reached when allowed (see SessionCheckpoints.plan)
+        shutil.rmtree(target)
