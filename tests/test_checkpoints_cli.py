@@ -164,3 +164,16 @@ def test_sessions_rm_prunes_the_store_but_keeps_what_other_sessions_need(
     code, _, err = cli("undo", "--session", two.session_id, "--files-only")
     assert code == 0, err
     assert not (workspace / "two.txt").exists() and (workspace / "one.txt").exists()
+
+
+def test_prune_by_age_and_size_keeps_the_newest(workspace: Path, tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "home", workspace)
+    ids = []
+    for i in range(8):
+        (workspace / f"f{i}.bin").write_bytes(os.urandom(200_000))  # incompressible: sizes add up
+        ids.append(store.snapshot(f"s{i}", f"sess/{i}").id)
+        (workspace / f"f{i}.bin").unlink()
+    full = store.size()
+    dropped = store.prune(max_mb=full / 2e6)
+    assert dropped and store.size() <= full / 2 and store.has(ids[-1]) and not store.has(ids[0])
+    assert store.prune(max_age_days=-1) and not store.has(ids[-1])  # everything is older than "tomorrow"

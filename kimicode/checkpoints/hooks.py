@@ -185,9 +185,11 @@ def forget_session(home: Path, log_path: Path) -> str | None:
         store = CheckpointStore(home, workspace)
         if not store.git_dir.exists():
             return None
-        age = load_settings(workspace, home).get("checkpoints.max_age_days") if workspace.is_dir() else None
+        cfg = load_settings(workspace, home).table("checkpoints") if workspace.is_dir() else {}
+        age, size = cfg.get("max_age_days"), cfg.get("max_store_mb")
         store.drop_session(log_path.stem)
-        store.prune(float(age) if isinstance(age, int | float) else None)
+        store.prune(float(age) if isinstance(age, int | float) else None,
+                    float(size) if isinstance(size, int | float) else None)
     except (CheckpointError, OSError, ValueError) as exc:
         return f"could not prune the session's checkpoints: {exc}"
     return None

@@ -342,20 +342,47 @@ class CheckpointStore:
             for ref in out.decode().split():
                 self.git("update-ref", "-d", ref)
 
-    def prune(self, max_age_days: float | None = None) -> None:
-        """Drop refs older than `max_age_days`, then let git remove unreachable objects."""
+    def prune(self, max_age_days: float | None = None, max_mb: float | None = None) -> list[str]:
+        """Drop refs older than `max_age_days`, then (while the store is over `max_mb`) the oldest
+        quarter of the rest, and let git remove unreachable objects. Returns the refs dropped."""
         if not (self.git_dir / "HEAD").exists():
-            return
+            return []
+        dropped: list[str] = []
         with self.locked():
+            refs = self._refs()
             if max_age_days is not None:
                 cutoff = time.time() - max_age_days * 86400
-                out = self.git("for-each-ref", "--format=%(refname) %(committerdate:unix)", "refs/kimicode/")
-                for line in out.decode().splitlines():
-                    name, _, when = line.rpartition(" ")
-                    if when.isdigit() and int(when) < cutoff:
-                        self.git("update-ref", "-d", name)
-            self.git("reflog", "expire", "--expire=now", "--all", check=False)
-            self.git("gc", "--prune=now", "--quiet", check=False)
+                old = [name for name, when in refs if when < cutoff]
+                self._drop(old)
+                dropped += old
+                refs = [r for r in refs if r[0] not in old]
+            self._gc()
+            for _ in range(4):
+                if max_mb is None or self.size() <= max_mb * 1e6 or not refs:
+                    break
+                oldest = [name for name, _ in refs[: max(1, len(refs) // 4)]]
+                self._drop(oldest)
+                dropped += oldest
+                refs = refs[len(oldest):]
+                self._gc()
+        return dropped
+
+    def _refs(self) -> list[tuple[str, int]]:
+        """The snapshots' refs, oldest first."""
+        out = self.git("for-each-ref", "--format=%(refname) %(committerdate:unix)", "refs/kimicode/")
+        refs = []
+        for line in out.decode().splitlines():
+            name, _, when = line.rpartition(" ")
+            refs.append((name, int(when) if when.isdigit() else 0))
+        return sorted(refs, key=lambda r: r[1])
+
+    def _drop(self, refs: Sequence[str]) -> None:
+        if refs:
+            self.git("update-ref", "--stdin", input="".join(f"delete {r}\n" for r in refs).encode())
+
+    def _gc(self) -> None:
+        self.git("reflog", "expire", "--expire=now", "--all", check=False)
+        self.git("gc", "--prune=now", "--quiet", check=False)
 
     def size(self) -> int:
         """Bytes used by the store on disk."""
