@@ -177,3 +177,33 @@ def test_prune_by_age_and_size_keeps_the_newest(workspace: Path, tmp_path: Path)
     dropped = store.prune(max_mb=full / 2e6)
     assert dropped and store.size() <= full / 2 and store.has(ids[-1]) and not store.has(ids[0])
     assert store.prune(max_age_days=-1) and not store.has(ids[-1])  # everything is older than "tomorrow"
+
+
+_SNAPSHOTTER = """
+import sys
+from pathlib import Path
+from kimicode.checkpoints import CheckpointStore
+print("go", flush=True)
+CheckpointStore(Path(sys.argv[1]), Path(sys.argv[2])).snapshot("killed", "s/1")
+"""
+
+
+def test_kill_9_mid_checkpoint_leaves_a_store_that_works(workspace: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    for i in range(2000):
+        d = workspace / f"d{i // 100}"
+        d.mkdir(exist_ok=True)
+        (d / f"f{i}.txt").write_text(f"content {i}\n" * 50)
+    proc = subprocess.Popen([sys.executable, "-c", _SNAPSHOTTER, str(home), str(workspace)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "go"
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    store = CheckpointStore(home, workspace)
+    snap = store.snapshot("after the kill")  # waits for an orphaned git, clears a stale lock, repairs the index
+    listed = store.git("ls-tree", "-r", "--name-only", snap.id).decode().split()
+    assert len(listed) == 2000
+    assert not store.git("fsck", "--no-dangling", check=False).strip()
+    (workspace / "d0" / "f0.txt").unlink()
+    assert store.changes(snap.id, store.snapshot("later").id).deleted == ["d0/f0.txt"]
