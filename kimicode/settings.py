@@ -89,6 +89,7 @@ SCHEMA: dict[str, Any] = {
     "images": {"max_bytes": "int", "max_side": "int"},
     "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
     "subagents": {"max_turns": "int", "tools": "list[str]"},
+    "checkpoints": {"enabled": "bool", "max_file_mb": "number", "max_age_days": "number", "max_store_mb": "number"},
 }
 
 

@@ -692,7 +692,7 @@ def test_custom_commands_in_help_completion_and_dispatch(
     assert infos["model"].summary == "show or switch the model"  # the built-in, not the file
     completer = PromptCompleter(lambda: infos, FileIndex(workspace, lister=lambda root: []))
     shown = [c.text for c in completer.get_completions(Document("/re"), CompleteEvent())]
-    assert shown == ["/reasoning", "/resume", "/review"]
+    assert shown == ["/reasoning", "/resume", "/review", "/rewind"]
     assert commands.looks_like_command("/git:commit", session.custom_commands())
     assert not commands.looks_like_command("/9lives", session.custom_commands())
 

@@ -140,6 +140,10 @@ class RunResult:
     """Tokens of this turn alone (`usage` is the running total of the agent)."""
     hook_errors: list[str] = field(default_factory=list)
     """What the `on_event` hook raised during the turn (the turn itself went on)."""
+    changes: dict[str, list[str]] | None = None
+    """Files the turn added, modified and deleted (None when no checkpoint was taken: nothing changed)."""
+    checkpoint: str | None = None
+    """The checkpoint taken before the turn's first change (`kimicode undo` restores it)."""
 
     @property
     def ok(self) -> bool:
@@ -324,6 +328,10 @@ class Agent:
         from kimicode.agent.ecosystem import install
 
         self.extras = install(self, default_tools=tools is None)
+        from kimicode.checkpoints.hooks import open_checkpoints
+
+        self.checkpoints = open_checkpoints(self)
+        """This session's workspace checkpoints (None when disabled in `[checkpoints]`); see docs/checkpoints.md."""
         """Edit-tool choice, todo list, subagents, image-aware read_file, web_fetch, MCP (agent/ecosystem.py)."""
 
     # -- setup ------------------------------------------------------------------------------------
@@ -531,6 +539,7 @@ class Agent:
             context={"used": self.context.used, "window": self.context_window},
             turn_usage={k: v - before.get(k, 0) for k, v in self.usage.items()},
             hook_errors=list(events.hook_errors),
+            **_checkpoint_fields(self),
         )
 
     def run_sync(self, prompt: str) -> RunResult:
@@ -570,11 +579,24 @@ class Agent:
         """A new Agent with a new session id and a copy of this conversation (`--fork`).
 
         It has this agent's settings unless `overrides` (constructor arguments) change them; the two
-        conversations continue independently.
+        conversations continue independently. `workspace="worktree"` gives the fork its own working tree
+        (a git worktree on a new branch; a copy outside git), `"copy"` a copy, `"shared"` (or a path)
+        the same tree: see docs/checkpoints.md.
         """
         from kimicode.session.resume import fork_agent
 
         return fork_agent(self, **overrides)
+
+    async def rewind(self, turn: int | None = None, *, files: bool = True, conversation: bool = True,
+                     force: bool = False) -> Any:
+        """Undo turn `turn` and every turn after it (default: the last turn): put back the files they
+        changed (`files`) and take them out of the history (`conversation`). Files changed outside
+        kimicode since are not overwritten (RestoreConflict) unless `force`. See docs/checkpoints.md."""
+        if self._worker is not None and not self._worker.done():
+            raise RuntimeError("cannot rewind while a turn is running")
+        from kimicode.checkpoints.hooks import rewind
+
+        return await rewind(self, turn, files=files, conversation=conversation, force=force)
 
     def set_model(self, model: str) -> None:
         """Switch the model for the following requests (the history is kept as it is)."""
@@ -717,6 +739,10 @@ class Agent:
         def finish(
             status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None
         ) -> None:
+            if self.checkpoints is not None:
+                from kimicode.checkpoints.hooks import end_turn
+
+                end_turn(self, emit)
             info = None if error is None else errors.ErrorInfo(error, kind or status)
             handling = sys.exc_info()[1]  # called while handling a model error: keep its status and retry-after
             if error is not None and isinstance(handling, LLMError) and handling.message == error:
@@ -728,6 +754,8 @@ class Agent:
                 self.log.sync()
             emit(TurnFinished(status, result, steps, info, kind, tuple(denials)))
 
+        if self.checkpoints is not None:
+            self.checkpoints.begin_turn(prompt, len(self.messages))  # the user message goes at this index
         try:
             await start_extras(self, emit)  # MCP servers (bounded by their startup timeout)
             self._commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
@@ -893,6 +921,11 @@ class Agent:
             # Permission decisions (and approvals) happen before anything in the batch runs.
             for prep in batch:
                 await self._authorize(prep, denials, emit)
+            if self.checkpoints is not None:
+                from kimicode.checkpoints.hooks import before_change, may_change
+
+                if any(p.error is None and p.tool is not None and may_change(self, p.tool, p.args) for p in batch):
+                    await before_change(self, emit)  # a snapshot before the turn's first change
             results = await asyncio.gather(*(self._execute(prep, emit) for prep in batch))
             for prep, content in zip(batch, results, strict=True):
                 self._commit({"role": "tool", "tool_call_id": prep.call_id, "content": content}, emit)
@@ -1087,6 +1120,13 @@ async def _preview(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> tup
         return None, str(exc)
     except Exception as exc:  # a broken preview must not stop the question from being asked
         return None, f"no preview ({type(exc).__name__}: {exc})"
+
+
+def _checkpoint_fields(agent: Agent) -> dict[str, Any]:
+    entry = agent.checkpoints.last if agent.checkpoints is not None else None
+    if entry is None or entry.before is None:
+        return {}
+    return {"changes": entry.changes.as_dict() if entry.after else None, "checkpoint": entry.before}
 
 
 def _utf8_safe(message: dict[str, Any]) -> dict[str, Any]:

@@ -165,6 +165,10 @@ def main(
         Path | None,
         typer.Option("--mcp-config", metavar="FILE", help="Start the MCP servers of this .mcp.json-style file."),
     ] = None,
+    worktree: Annotated[
+        bool, typer.Option("--worktree", help="With --fork: give the fork its own working tree (a git worktree on a "
+                           "new branch; a copy outside git).")
+    ] = False,
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
@@ -198,6 +202,10 @@ def main(
     except ConfigError as exc:
         raise fail(str(exc)) from None
     from kimicode.cli.sessions import agent_factory, resume_target
+
+    if worktree and not fork:
+        raise fail("--worktree goes with --fork (-c --fork --worktree, or -r ID --fork --worktree)")
+    fork_workspace = "worktree" if worktree else "shared"
 
     try:
         target = resume_target(continue_=continue_, resume=resume, fork=fork, workspace=workspace)
@@ -254,6 +262,7 @@ def main(
                 run_interactive(
                     resume=target,
                     fork=fork,
+                    fork_workspace=fork_workspace,
                     **confinement,
                     # without -C a resumed session keeps its own workspace
                     workspace=workspace if cwd is not None or target is None else None,
@@ -273,7 +282,7 @@ def main(
     from kimicode.cli.headless import Printer, run_headless
 
     try:
-        agent = agent_factory(target, fork, workspace_given=cwd is not None)(
+        agent = agent_factory(target, fork, workspace_given=cwd is not None, fork_workspace=fork_workspace)(
             workspace=workspace,
             headless=True,
             **common,
@@ -290,6 +299,9 @@ def main(
     raise typer.Exit(code)
 
 
+from kimicode.cli.checkpoints_cmd import undo_command  # noqa: E402 - also adds `sessions diff`
+
+app.command("undo")(undo_command)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")

@@ -279,6 +279,8 @@ def result_object(agent: Agent, finished: TurnFinished, duration_ms: int) -> dic
     from kimicode.pricing import session_cost
 
     cost = session_cost(agent)
+    last = agent.checkpoints.last if agent.checkpoints is not None else None
+    taken = last is not None and last.before is not None
     return {
         "type": "result",
         "status": finished.status,
@@ -290,6 +292,8 @@ def result_object(agent: Agent, finished: TurnFinished, duration_ms: int) -> dic
         "duration_ms": duration_ms,
         "permission_denials": [dict(d) for d in finished.permission_denials],
         "error": finished.error,
+        "changes": last.changes.as_dict() if taken and last is not None and last.after else None,
+        "checkpoint": last.before if taken and last is not None else None,
         "context": {
             "used": agent.context.used,
             "window": agent.effective_window,

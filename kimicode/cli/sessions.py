@@ -91,6 +91,10 @@ def _table(sessions: list[SessionInfo], *, workspace: bool = True, numbered: boo
             cells.append(f"{path if len(path) <= 30 else '…' + path[-29:]:<30}")  # the end says most
         cells.append(one_line(info.first_prompt, 60) or "(no prompt)")
         rows.append("  ".join(cells))
+        tree = info.fork_tree
+        if tree:  # a fork with its own working tree: say where it is
+            how = f"git worktree, branch {tree.get('branch')}" if tree.get("kind") == "worktree" else "copy"
+            rows.append(f"{'':>3}  └ fork tree ({how}): {tree.get('workspace')}")
     head = ["  #" if numbered else f"{'ID':<22}", f"{'STARTED':<16}", "TURNS", f"{'SIZE':>6}", f"{'ORIGIN':<11}"]
     if workspace:
         head.append(f"{'WORKSPACE':<30}")
@@ -140,6 +144,7 @@ def list_command(
                         "first_prompt": info.first_prompt,
                         "forked_from": info.forked_from,
                         "origin": info.origin or None,
+                        "fork_tree": info.fork_tree,
                     },
                     ensure_ascii=False,
                 )
@@ -219,13 +224,23 @@ def export_command(
 @sessions_app.command("rm")
 def rm_command(
     session_ids: Annotated[list[str], typer.Argument(metavar="ID...", help="Session ids (or unique prefixes).")],
+    remove_worktree: Annotated[bool | None, typer.Option(
+        "--remove-worktree/--keep-worktree",
+        help="A fork's own working tree: remove it too, or keep it (default: ask in a terminal, else keep).",
+    )] = None,
 ) -> None:
-    """Delete saved sessions (their logs and spilled tool outputs)."""
-    from kimicode.session.store import SessionError, delete_session
+    """Delete saved sessions (their logs, spilled tool outputs and workspace checkpoints)."""
+    from kimicode.checkpoints.hooks import forget_session
+    from kimicode.session.store import SessionError, delete_session, find_session
 
     failed = False
     for session_id in session_ids:
         try:
+            path = find_session(_home(), session_id)
+            _fork_tree(path, remove_worktree)
+            warning = forget_session(_home(), path)  # its checkpoints go too
+            if warning:
+                typer.echo(f"kimicode: {warning}", err=True)
             typer.echo(f"deleted {delete_session(_home(), session_id)}")
         except SessionError as exc:
             typer.echo(f"kimicode: {exc}", err=True)
@@ -235,6 +250,26 @@ def rm_command(
             failed = True
     if failed:
         raise typer.Exit(1)
+
+
+def _fork_tree(log: Path, remove: bool | None) -> None:
+    """Offer to remove a fork's own working tree along with its session (never without a yes or the flag)."""
+    from kimicode.checkpoints.forks import remove_tree
+    from kimicode.checkpoints.store import CheckpointError
+    from kimicode.session.store import session_info
+
+    tree = session_info(log).fork_tree
+    if not tree or not Path(str(tree.get("root") or "")).exists():
+        return
+    if remove is None and sys.stdin.isatty():
+        remove = typer.confirm(f"Also remove the fork's working tree {tree.get('root')}?", default=False)
+    if not remove:
+        typer.echo(f"kept the fork's working tree {tree.get('root')} (--remove-worktree removes it)", err=True)
+        return
+    try:
+        typer.echo(remove_tree(tree))
+    except (CheckpointError, OSError) as exc:
+        typer.echo(f"kimicode: {exc}", err=True)
 
 
 # -- -c / -r / --fork ---------------------------------------------------------------------------------
@@ -302,7 +337,9 @@ def resume_target(*, continue_: bool, resume: str | None, fork: bool, workspace:
     return find_session(_home(), resume).stem
 
 
-def agent_factory(target: str | None, fork: bool, *, workspace_given: bool) -> Callable[..., Agent]:
+def agent_factory(
+    target: str | None, fork: bool, *, workspace_given: bool, fork_workspace: str = "shared"
+) -> Callable[..., Agent]:
     """`Agent` for a new session, or `Agent.resume(target)`; without `-C` a resumed session keeps its workspace."""
     from kimicode.agent.core import Agent
 
@@ -312,6 +349,8 @@ def agent_factory(target: str | None, fork: bool, *, workspace_given: bool) -> C
     def make(**kwargs: Any) -> Agent:
         if not workspace_given:
             kwargs.pop("workspace", None)
+        if fork and fork_workspace != "shared":
+            kwargs["fork_workspace"] = fork_workspace  # the fork's own tree (kimicode.checkpoints.forks)
         return Agent.resume(target, fork=fork, **kwargs)
 
     return make

@@ -17,6 +17,7 @@ Every record carries `"v"` (the schema version) and `"ts"` (Unix seconds). The r
 - `compaction`: `{"start": s, "end": e, "messages": [...]}` replaces `history[s:e]` (see
   `kimicode.context.replay`); also written when resuming has to repair the middle of a history.
 - `turn_end`: `status`, `steps`, and the process's running `usage` totals; fsynced.
+- `checkpoint`: a turn's (or a restore's) workspace checkpoints and changes (`kimicode.checkpoints`).
 
 Readers ignore record types they do not know, so new types can be added without a version bump.
 """

@@ -29,8 +29,11 @@ def model_warning(session_id: str, recorded: str, current: str) -> str:
     )
 
 
-def resume_agent(cls: type[Agent], session_id: str, *, fork: bool = False, **kwargs: Any) -> Agent:
-    """Load `session_id` and return an Agent continuing it (see `Agent.resume`)."""
+def resume_agent(
+    cls: type[Agent], session_id: str, *, fork: bool = False, fork_workspace: str = "shared", **kwargs: Any
+) -> Agent:
+    """Load `session_id` and return an Agent continuing it (see `Agent.resume`); a fork gets its own
+    working tree when `fork_workspace` is `worktree` or `copy` (kimicode.checkpoints.forks)."""
     for name in _FIXED:
         if name in kwargs:
             raise TypeError(f"Agent.resume() takes {name} from the session log; do not pass {name}=")
@@ -53,8 +56,13 @@ def resume_agent(cls: type[Agent], session_id: str, *, fork: bool = False, **kwa
             kwargs["workspace"] = recorded
     history = loaded.messages or None  # an empty log gets a fresh system prompt
     if fork:
-        agent = cls(**kwargs, messages=copy.deepcopy(history) if history else None)
-        agent._log_settings("fork", forked_from=loaded.session_id)
+        from kimicode.checkpoints.forks import fork_tree
+
+        new_id, tree = fork_tree(fork_workspace, Path(kwargs.get("workspace") or "."), kwargs.get("home"))
+        if tree is not None:
+            kwargs["workspace"] = tree.workspace
+        agent = cls(**kwargs, session_id=new_id, messages=copy.deepcopy(history) if history else None)
+        agent._log_settings("fork", forked_from=loaded.session_id, **({"fork_tree": tree.record()} if tree else {}))
     else:
         agent = cls(**kwargs, session_id=loaded.session_id, messages=history)
         if agent.log is not None:  # one writer per session: a second process is refused (session/lock.py)
@@ -125,6 +133,12 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
     )
     opts.update(overrides)
     opts["session_id"] = None
+    tree = None
+    if isinstance(overrides.get("workspace"), str) and overrides["workspace"] in ("worktree", "copy", "shared"):
+        from kimicode.checkpoints.forks import fork_tree  # agent.fork(workspace="worktree"): its own tree
+
+        opts["session_id"], tree = fork_tree(overrides["workspace"], agent.workspace, agent.home)
+        opts["workspace"] = tree.workspace if tree is not None else agent.workspace
     opts["messages"] = copy.deepcopy(agent.messages)
     child = type(agent)(**opts)
     if "tools" not in overrides:  # the parent's tools as they are now (added, removed), in its order
@@ -135,7 +149,7 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
             twin = own.get(t.name)  # the child's own copy of a tool built for each agent (same name and schema)
             same = twin is not None and twin.description == t.description and twin.parameters == t.parameters
             child.tools.add(twin if twin is not None and same else t)
-    child._log_settings("fork", forked_from=agent.session_id)
+    child._log_settings("fork", forked_from=agent.session_id, **({"fork_tree": tree.record()} if tree else {}))
     if agent.context.server_limit:  # what the server showed holds for the copy too
         child.context.learn_window(agent.context.server_limit)
     child.context.used = agent.context.used

@@ -42,6 +42,8 @@ class SessionInfo:
     origin: str = ""
     """`interactive` (the terminal), `headless` (`kimicode -p`), `library`, or "" for logs written before
     kimicode recorded it. A session ever continued in the terminal counts as interactive."""
+    fork_tree: dict[str, Any] | None = None
+    """A fork's own working tree (`kind` worktree/copy, `root`, `workspace`, `repo`, `branch`), if it has one."""
 
     def __str__(self) -> str:
         when = self.started.astimezone().strftime("%Y-%m-%d %H:%M")
@@ -97,6 +99,7 @@ def session_info(path: Path) -> SessionInfo:
     first_prompt = ""
     turns = messages = 0
     forked_from: str | None = None
+    fork_tree: dict[str, Any] | None = None
     origin = ""
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
@@ -124,6 +127,8 @@ def session_info(path: Path) -> SessionInfo:
                 model = str(rec.get("model") or model)
                 if rec.get("forked_from"):
                     forked_from = str(rec["forked_from"])
+                if isinstance(rec.get("fork_tree"), dict):
+                    fork_tree = rec["fork_tree"]
             elif kind == "message":
                 msg = rec.get("message")
                 if isinstance(msg, dict) and msg.get("role") == "user":
@@ -143,6 +148,7 @@ def session_info(path: Path) -> SessionInfo:
         first_prompt=first_prompt,
         forked_from=forked_from,
         origin=origin,
+        fork_tree=fork_tree,
     )
 
 

@@ -155,6 +155,8 @@ class Session:
             target = info.id
         if o.workspace is not None:
             kwargs["workspace"] = o.workspace
+        if o.fork and o.fork_workspace != "shared":
+            kwargs["fork_workspace"] = o.fork_workspace
         agent = Agent.resume(target, fork=o.fork, **kwargs)
         if o.fork:
             self.forked_from = target

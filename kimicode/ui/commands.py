@@ -26,6 +26,7 @@ from kimicode.agent.permissions import MODES
 from kimicode.pricing import agent_prices, describe_prices, unknown_price_hint
 from kimicode.session.store import SessionError, find_session, list_sessions, one_line
 from kimicode.ui.approvals import describe_rules
+from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo
 from kimicode.ui.completion import Choice, CommandInfo
 from kimicode.ui.format import money, tokens
 from kimicode.ui.toolbar import short_path
@@ -555,6 +556,13 @@ COMMANDS: dict[str, Command] = {
         Command("sessions", "list the saved sessions of this workspace", cmd_sessions),
         Command("resume", "switch to a saved session", cmd_resume, "[id]", session_choices),
         Command("init", "have the agent write AGENTS.md for this repository", cmd_init, "[notes]"),
+        Command("undo", "undo the last turn: its file changes and/or its messages", cmd_undo,
+                "[files|conversation|both]", lambda s: ("files", "conversation", "both")),
+        Command("rewind", "pick an earlier turn and go back to before it (Esc Esc)", cmd_rewind,
+                "[files|conversation|both]", lambda s: ("files", "conversation", "both")),
+        Command("diff", "what this session (or turn N) changed in the files", cmd_diff, "[N]"),
+        Command("fork", "continue in a fork of this conversation with its own working tree", cmd_fork,
+                "[worktree|copy|shared]", lambda s: ("worktree", "copy", "shared")),
         Command("exit", "leave kimicode", cmd_exit),
     )
 }

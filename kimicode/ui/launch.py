@@ -47,6 +47,8 @@ class AgentOptions:
     sandbox_network: bool | None = None
     resume: str | None = None
     fork: bool = False
+    fork_workspace: str = "shared"
+    """`worktree`: the fork gets its own working tree (`--fork --worktree`)."""
 
 
 def endpoint_host(base_url: str) -> str:
@@ -105,6 +107,7 @@ def run_interactive(
     max_completion_tokens: int | None = None,
     resume: str | None = None,
     fork: bool = False,
+    fork_workspace: str = "shared",
     allow: Sequence[str] = (),
     deny: Sequence[str] = (),
     ask: Sequence[str] = (),
@@ -141,6 +144,7 @@ def run_interactive(
         sandbox_network=sandbox_network,
         resume=resume,
         fork=fork,
+        fork_workspace=fork_workspace,
     )
     from kimicode.ui.app import Session
 

@@ -23,7 +23,9 @@ def build_prompt(session: Session) -> PromptSession[str]:
     """The prompt_toolkit session: Enter sends, Ctrl-J / Esc Enter add a line, Shift-Tab cycles the mode,
     Ctrl-O shows the last tool result in full, Ctrl-C clears the line (or exits when it is empty)."""
     from prompt_toolkit import PromptSession
+    from prompt_toolkit.application.current import get_app
     from prompt_toolkit.completion import ThreadedCompleter
+    from prompt_toolkit.filters import Condition
     from prompt_toolkit.history import FileHistory, History, InMemoryHistory
     from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
     from prompt_toolkit.styles import Style
@@ -43,6 +45,10 @@ def build_prompt(session: Session) -> PromptSession[str]:
     @kb.add("escape", "enter")
     def _newline(event: KeyPressEvent) -> None:
         event.current_buffer.insert_text("\n")
+
+    @kb.add("escape", "escape", filter=Condition(lambda: not get_app().current_buffer.text))
+    def _rewind(event: KeyPressEvent) -> None:
+        event.app.exit(result="/rewind")  # Esc Esc on an empty prompt opens the rewind list
 
     @kb.add("s-tab")
     def _mode(event: KeyPressEvent) -> None:

@@ -1,0 +1,195 @@
+"""Where the agent's turn loop meets the checkpoints: open, before a change, end of turn, rewind."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kimicode.agent.events import Event, Notice
+from kimicode.checkpoints.session import Entry, SessionCheckpoints
+from kimicode.checkpoints.store import CheckpointError
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
+
+
+@dataclass
+class RewindResult:
+    """What `agent.rewind` did."""
+
+    turn: int
+    files: list[str] = field(default_factory=list)
+    """Files put back (or deleted) in the workspace."""
+    messages_removed: int = 0
+    checkpoint: str | None = None
+    """The snapshot taken just before the restore (undo the undo with `/undo` again)."""
+
+
+def open_checkpoints(agent: Agent) -> SessionCheckpoints | None:
+    """The session's checkpoints, unless `[checkpoints] enabled = false`; finishes an interrupted restore."""
+    cfg = agent.settings.table("checkpoints")
+    if cfg.get("enabled", True) is False:
+        return None
+    cps = SessionCheckpoints.open(agent.home, agent.workspace, agent.session_id, agent.log, cfg)
+    try:
+        note = cps.store.recover()
+    except (CheckpointError, OSError) as exc:
+        note = f"an interrupted checkpoint restore could not be finished: {exc}"
+    if note:
+        agent._notices.append(Notice(note, "warning"))
+    return cps
+
+
+def may_change(agent: Agent, tool: Any, args: Mapping[str, Any]) -> bool:
+    """Whether a call can change the workspace: edit and execute tools, and a subagent given one."""
+    if tool.kind in ("edit", "execute"):
+        return True
+    if tool.name == "task":
+        names = args.get("tools") or agent.settings.get("subagents.tools") or ()
+        return any(
+            (t := agent.tools.get(str(n))) is not None and t.kind in ("edit", "execute") for n in names
+        )
+    return False
+
+
+async def before_change(agent: Agent, emit: Callable[[Event], None]) -> None:
+    assert agent.checkpoints is not None
+    warning = await asyncio.to_thread(agent.checkpoints.before_change)
+    if warning:
+        emit(Notice(warning, "warning"))
+
+
+def end_turn(agent: Agent, emit: Callable[[Event], None]) -> None:
+    assert agent.checkpoints is not None
+    cps = agent.checkpoints
+    had = cps.warning
+    cps.end_turn()
+    if cps.warning and cps.warning != had:
+        emit(Notice(cps.warning, "warning"))
+
+
+def _check_conversation(messages: list[dict[str, Any]], entry: Entry) -> None:
+    """Fail before touching any file when the turn's user message is no longer where it was."""
+    at = entry.at
+    ok = 0 < at < len(messages) and messages[at].get("role") == "user"
+    content = messages[at].get("content") if ok else None
+    if ok and isinstance(content, str) and entry.prompt and not content.startswith(entry.prompt[:500]):
+        ok = False
+    if not ok:
+        raise CheckpointError(
+            f"the conversation changed since turn {entry.turn} (compacted?): rewind only the files (files only)"
+        )
+
+
+def _mark_undone(cps: SessionCheckpoints, entry: Entry) -> None:
+    live = cps.undoable()
+    for e in live[live.index(entry):]:
+        e.undone = True
+        if cps.log is not None:
+            cps.log.append(e.record())
+
+
+def rewind_core(cps: SessionCheckpoints, messages: list[dict[str, Any]], turn: int | None, *, files: bool,
+                conversation: bool, force: bool) -> tuple[RewindResult, Entry]:
+    """Restore files (when asked) and check the conversation can be cut; the caller cuts it."""
+    entry = cps.find(turn)
+    result = RewindResult(entry.turn)
+    if conversation and entry.kind == "turn":
+        _check_conversation(messages, entry)
+    if files and entry.before is not None:
+        rec = cps.restore(entry, force=force)
+        result.files, result.checkpoint = rec.changes.paths(), rec.before
+    elif files and not conversation:
+        raise CheckpointError(f"turn {entry.turn} has no checkpoint: it changed no files, or the store failed")
+    else:
+        _mark_undone(cps, entry)
+    if conversation and entry.kind == "turn":
+        result.messages_removed = len(messages) - entry.at
+        if cps.log is not None:
+            cps.log.append({"type": "compaction", "reason": "rewind", "start": entry.at, "end": len(messages),
+                            "messages": []})
+            cps.log.sync()
+    return result, entry
+
+
+async def rewind(agent: Agent, turn: int | None, *, files: bool, conversation: bool, force: bool) -> RewindResult:
+    """See `Agent.rewind`."""
+    cps = agent.checkpoints
+    if cps is None:
+        raise CheckpointError("checkpoints are disabled ([checkpoints] enabled = false)")
+    result, entry = await asyncio.to_thread(
+        rewind_core, cps, agent.messages, turn, files=files, conversation=conversation, force=force
+    )
+    if result.messages_removed:
+        del agent.messages[entry.at:]
+        agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())
+    return result
+
+
+def open_for_log(home: Path, path: Path) -> SessionCheckpoints:
+    """The checkpoints of a saved session (for the shell commands), appending to its log."""
+    from kimicode.session.log import SessionLog, load
+    from kimicode.settings import load_settings
+
+    session = load(path)
+    workspace = Path(str(session.settings.get("workspace") or "."))
+    if not workspace.is_dir():
+        raise CheckpointError(f"the session's workspace {workspace} no longer exists")
+    cfg = load_settings(workspace, home).table("checkpoints")
+    cps = SessionCheckpoints.open(home, workspace, path.stem, SessionLog(path.parent, path.stem), cfg)
+    note = cps.store.recover()
+    if note:
+        sys.stderr.write(f"kimicode: {note}\n")
+    return cps
+
+
+def undo_in_log(path: Path, cps: Any, turn: int | None, *, files: bool, conversation: bool,
+                force: bool) -> RewindResult:
+    """`kimicode undo`: rewind a saved session's files and log (the conversation as the log replays it)."""
+    from kimicode.session.log import load
+
+    assert isinstance(cps, SessionCheckpoints)
+    try:
+        result, _ = rewind_core(cps, load(path).replayed, turn, files=files, conversation=conversation, force=force)
+    finally:
+        if cps.log is not None:
+            cps.log.close()
+    return result
+
+
+def checkpoint_summary(changes: Any) -> str:
+    """`3 files changed (1 added, 2 modified)` for notices and listings."""
+    added, modified, deleted = (len(changes.get(k) or []) for k in ("added", "modified", "deleted"))
+    total = added + modified + deleted
+    parts = [f"{n} {what}" for n, what in ((added, "added"), (modified, "modified"), (deleted, "deleted")) if n]
+    return f"{total} file{'s' if total != 1 else ''} changed" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def forget_session(home: Path, log_path: Path) -> str | None:
+    """Before `sessions rm`: drop the session's checkpoints from its workspace's store and prune the store
+    (objects no other session needs, and refs older than `[checkpoints] max_age_days`). Returns a
+    warning sentence when that failed (the session is deleted all the same)."""
+    from kimicode.checkpoints.store import CheckpointStore
+    from kimicode.session.log import iter_records
+    from kimicode.settings import load_settings
+
+    try:
+        meta = next((r for r in iter_records(log_path) if r.get("type") == "meta"), {})
+        workspace = Path(str(meta.get("workspace") or ""))
+        if not meta.get("workspace"):
+            return None
+        store = CheckpointStore(home, workspace)
+        if not store.git_dir.exists():
+            return None
+        cfg = load_settings(workspace, home).table("checkpoints") if workspace.is_dir() else {}
+        age, size = cfg.get("max_age_days"), cfg.get("max_store_mb")
+        store.drop_session(log_path.stem)
+        store.prune(float(age) if isinstance(age, int | float) else None,
+                    float(size) if isinstance(size, int | float) else None)
+    except (CheckpointError, OSError, ValueError) as exc:
+        return f"could not prune the session's checkpoints: {exc}"
+    return None

@@ -1,0 +1,110 @@
+"""`kimicode undo` and `kimicode sessions diff`: checkpoints from the shell, without a model.
+
+Both work on the session log directly (no endpoint or key needed). A restore that would overwrite a
+file changed outside kimicode is refused with exit 1, naming the files, unless `--force`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kimicode.cli.sessions import sessions_app
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"kimicode: {message}", err=True)
+    return typer.Exit(code)
+
+
+def open_session(session_id: str | None, cwd: Path) -> tuple[Path, object]:
+    """The log path and the SessionCheckpoints of a session (default: the latest one of `cwd`)."""
+    from kimicode.checkpoints.hooks import open_for_log
+    from kimicode.config import kimicode_home
+    from kimicode.session.store import SessionError, find_session, latest_session
+
+    home = kimicode_home()
+    try:
+        if session_id is None:
+            latest = latest_session(home, cwd.resolve())
+            if latest is None:
+                raise _fail(f"no saved session in {cwd.resolve()}; name one with --session ID")
+            path = latest.path
+        else:
+            path = find_session(home, session_id)
+        return path, open_for_log(home, path)
+    except SessionError as exc:
+        raise _fail(str(exc)) from None
+    except (OSError, ValueError) as exc:
+        raise _fail(f"cannot open the session: {exc}") from None
+
+
+def undo_command(
+    session: Annotated[str | None, typer.Option("--session", "-s", metavar="ID",
+                                                help="Session id or prefix (default: the latest here).")] = None,
+    turn: Annotated[int | None, typer.Option("--turn", "-t", help="Undo this turn and every later one.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files changed outside kimicode too.")] = False,
+    files_only: Annotated[bool, typer.Option("--files-only", help="Keep the conversation as it is.")] = False,
+    conversation_only: Annotated[bool, typer.Option("--conversation-only",
+                                                    help="Keep the files as they are.")] = False,
+    cwd: Annotated[Path, typer.Option("--cwd", "-C", help="Workspace whose latest session to use.")] = Path("."),
+) -> None:
+    """Undo the last turn of a session (or --turn N and later): restore its files and drop it from the
+    conversation. Refuses (exit 1) when a file changed outside kimicode since, unless --force."""
+    from kimicode.checkpoints.hooks import undo_in_log
+    from kimicode.checkpoints.session import RestoreConflict
+    from kimicode.checkpoints.store import CheckpointError
+
+    if files_only and conversation_only:
+        raise _fail("--files-only and --conversation-only exclude each other", 2)
+    path, cps = open_session(session, cwd)
+    try:
+        result = undo_in_log(path, cps, turn, files=not conversation_only, conversation=not files_only, force=force)
+    except RestoreConflict as exc:
+        typer.echo(f"kimicode: not restored: {len(exc.files)} file(s) changed outside kimicode since the agent "
+                   "last touched them (use --force to overwrite them):", err=True)
+        for name in exc.files:
+            typer.echo(f"  {name!r}" if "\n" in name else f"  {name}", err=True)
+        raise typer.Exit(1) from None
+    except CheckpointError as exc:
+        raise _fail(str(exc)) from None
+    for name in result.files:
+        typer.echo(f"restored {name}")
+    what = f"turn {result.turn}" if turn is not None or result.messages_removed else "the last change"
+    parts = [f"{len(result.files)} file(s) restored"] if not conversation_only else []
+    if result.messages_removed:
+        parts.append(f"{result.messages_removed} message(s) taken out of the conversation")
+    typer.echo(f"undid {what} of {path.stem}: " + (", ".join(parts) or "nothing to restore"), err=True)
+
+
+@sessions_app.command("diff")
+def diff_command(
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id (or a unique prefix).")],
+    turn: Annotated[int | None, typer.Option("--turn", "-t", help="Only this turn's changes.")] = None,
+    color: Annotated[bool | None, typer.Option("--color/--no-color", help="Default: when stdout is a terminal.")]
+    = None,
+) -> None:
+    """What a session (or one turn of it) changed in the workspace, as a unified diff."""
+    from kimicode.checkpoints.session import SessionCheckpoints
+    from kimicode.checkpoints.store import CheckpointError
+
+    _, cps = open_session(session_id, Path("."))
+    assert isinstance(cps, SessionCheckpoints)
+    use_color = sys.stdout.isatty() if color is None else color
+    try:
+        if turn is not None:
+            entry = next((e for e in cps.entries if e.kind == "turn" and e.turn == turn), None)
+            if entry is None:
+                raise _fail(f"session {session_id} has no turn {turn}")
+            text = cps.diff(entry, color=use_color)
+        else:
+            text = cps.diff(color=use_color)
+    except CheckpointError as exc:
+        raise _fail(str(exc)) from None
+    if not text:
+        typer.echo("no file changes recorded" + (f" for turn {turn}" if turn is not None else ""), err=True)
+        return
+    sys.stdout.write(text)

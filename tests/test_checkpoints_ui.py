@@ -1,0 +1,127 @@
+"""`/undo`, `/rewind`, `/diff` on a real terminal Session (plain console), turns from the fake server."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from kimicode.testing import FakeServer, Reply, ToolCall
+
+
+@pytest.fixture
+def session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from kimicode.ui.app import AgentOptions, Session
+
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+    console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
+    return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
+                   plain=True)
+
+
+def output(session: Any) -> str:
+    value: str = session.console.file.getvalue()
+    session.console.file.seek(0)
+    session.console.file.truncate()
+    return value
+
+
+def turn(server: FakeServer, cmd: str) -> None:
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": cmd})]), Reply(content="done"))
+
+
+def answers(monkeypatch: pytest.MonkeyPatch, *values: str | None) -> list[str]:
+    """Answer the one-keystroke menus in order (the menu itself needs a terminal); returns the questions."""
+    from kimicode.ui import approvals
+
+    queue = list(values)
+    asked: list[str] = []
+
+    async def choose(question: str, options: list[Any]) -> str | None:
+        asked.append(question + " | " + " | ".join(o.label for o in options))
+        return queue.pop(0)
+
+    monkeypatch.setattr(approvals, "choose", choose)
+    return asked
+
+
+def test_undo_diff_and_rewind_in_the_terminal(
+    session: Any, server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kimicode.ui import commands
+
+    (workspace / "a.txt").write_text("zero\n")
+
+    def run(line: str) -> str:
+        asyncio.run(commands.dispatch(session, line))
+        return output(session)
+
+    async def turns() -> None:
+        turn(server, "echo one > a.txt")
+        await session.run_turn("first")
+        turn(server, "echo two > a.txt; echo b > b.txt")
+        await session.run_turn("second")
+
+    asyncio.run(turns())
+    output(session)
+    text = run("/diff")
+    assert "-zero" in text and "+two" in text and "b.txt" in text
+    assert "+one" in run("/diff 1") and "b.txt" not in run("/diff 1")
+    assert "takes a turn number" in run("/diff x")
+
+    assert "2 file(s) restored" in run("/undo files")
+    assert (workspace / "a.txt").read_text() == "one\n" and not (workspace / "b.txt").exists()
+    assert "1 file(s) restored" not in run("/undo")  # undoes the restore itself (files only)
+    assert (workspace / "a.txt").read_text() == "two\n" and (workspace / "b.txt").exists()
+
+    (workspace / "a.txt").write_text("mine\n")
+    asked = answers(monkeypatch, "1", "both", "no")  # pick turn 1, both, then refuse to overwrite
+    text = run("/rewind")
+    assert "turn 1: first" in asked[0] and "turn 2: second" in asked[0]
+    assert "Changed outside kimicode" in text and "a.txt" in text and "Nothing was restored" in text
+    assert (workspace / "a.txt").read_text() == "mine\n"
+    n = len(session.agent.messages)
+    answers(monkeypatch, "1", "both", "yes")
+    run("/rewind")
+    assert (workspace / "a.txt").read_text() == "zero\n" and not (workspace / "b.txt").exists()
+    assert len(session.agent.messages) == 1 < n
+    assert "No turn to rewind" in run("/rewind")
+    asyncio.run(session.agent.aclose())
+
+
+def test_undo_of_a_read_only_turn_takes_only_the_conversation(
+    session: Any, server: FakeServer, workspace: Path
+) -> None:
+    from kimicode.ui import commands
+
+    server.add(Reply(content="hello"))
+    asyncio.run(session.run_turn("hi"))
+    output(session)
+    asyncio.run(commands.dispatch(session, "/undo"))
+    assert "taken out of the conversation" in output(session)
+    assert [m["role"] for m in session.agent.messages] == ["system"]
+    asyncio.run(commands.dispatch(session, "/undo"))
+    assert "Nothing to undo" in output(session)
+    asyncio.run(session.agent.aclose())
+
+
+
+def test_esc_esc_on_an_empty_prompt_opens_rewind(session: Any) -> None:
+    from prompt_toolkit.application.current import create_app_session
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    async def read(keys: str) -> str:
+        with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
+            session._prompt = None
+            pipe.send_text(keys)
+            text: str = await session.read_input()
+            return text
+
+    assert asyncio.run(read("\x1b\x1b")) == "/rewind"
+    assert asyncio.run(read("hello\r")) == "hello"
