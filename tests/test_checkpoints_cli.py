@@ -16,6 +16,7 @@ from conftest import kimicode_command
 from typer.testing import CliRunner
 
 from kimicode import Agent
+from kimicode.agent.modes import noted_mode
 from kimicode.checkpoints import CheckpointStore
 from kimicode.cli.app import app
 from kimicode.session.log import load
@@ -51,8 +52,8 @@ def test_undo_from_the_shell_restores_files_and_cuts_the_log(
     assert code == 0, err
     assert (workspace / "a.txt").read_text() == "one\n" and not (workspace / "b.txt").exists()
     assert "restored b.txt" in out and "restored a.txt" in out
-    users = [m["content"] for m in load(path).messages if m["role"] == "user"]
-    assert users == ["first"]
+    users = [m["content"] for m in load(path).messages if m["role"] == "user" and noted_mode(m) is None]
+    assert users == ["first"]  # (the note telling the model it runs in yolo mode is not a prompt)
 
     code, out, err = cli("sessions", "diff", agent.session_id, "--turn", "1", "--no-color")
     assert code == 0 and "-original" in out and "+one" in out and "\x1b[" not in out
@@ -63,11 +64,12 @@ def test_undo_from_the_shell_restores_files_and_cuts_the_log(
     code, out, err = cli("undo", "--session", agent.session_id, "--turn", "1")
     assert code == 1 and "a.txt" in err and "--force" in err
     assert (workspace / "a.txt").read_text() == "the user's own fix\n"
-    assert [m["content"] for m in load(path).messages if m["role"] == "user"] == ["first"]  # nothing lost
+    prompts = [m["content"] for m in load(path).messages if m["role"] == "user" and noted_mode(m) is None]
+    assert prompts == ["first"]  # nothing lost (the yolo-mode note is not a prompt)
     code, out, err = cli("undo", "--session", agent.session_id, "--turn", "1", "--force")
     assert code == 0, err
     assert (workspace / "a.txt").read_text() == "original\n"
-    assert [m for m in load(path).messages if m["role"] == "user"] == []
+    assert [m for m in load(path).messages if m["role"] == "user" and noted_mode(m) is None] == []
 
 
 def test_undo_errors_are_one_line_without_traceback(workspace: Path) -> None:

@@ -44,7 +44,9 @@ def test_worktree_fork_runs_beside_the_original_without_touching_its_files(
     server.add(Reply(content="hi"))
     assert parent.run_sync("hello").ok
 
-    child = parent.fork(workspace="worktree")
+    # sandbox off: a commit in a git worktree writes into the main repository's .git, which the default
+    # workspace-write sandbox keeps read-only (on purpose: its hooks would run outside the sandbox)
+    child = parent.fork(workspace="worktree", sandbox="off")
     assert child.workspace != parent.workspace and child.workspace.is_dir()
     assert (child.workspace / "a.txt").read_text() == "uncommitted edit\n"  # the state now, not HEAD
     assert (child.workspace / "untracked.txt").read_text() == "new\n"
@@ -79,7 +81,9 @@ def test_copy_fork_outside_git_and_bad_modes(server: FakeServer, make_agent: Mak
     os.symlink("f.txt", workspace / "link")
     parent = make_agent()
     assert parent.run_sync("hello").ok
-    child = parent.fork(workspace="worktree")  # no repository: a copy
+    # sandbox off: a commit in a git worktree writes into the main repository's .git, which the default
+    # workspace-write sandbox keeps read-only (on purpose: its hooks would run outside the sandbox)
+    child = parent.fork(workspace="worktree", sandbox="off")  # no repository: a copy
     assert (child.workspace / "f.txt").read_text() == "x\n" and os.readlink(child.workspace / "link") == "f.txt"
     (child.workspace / "f.txt").write_text("changed in the fork\n")
     assert (workspace / "f.txt").read_text() == "x\n"
