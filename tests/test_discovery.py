@@ -26,7 +26,7 @@ from kimicode.llm.discovery import (
 )
 from kimicode.testing import FakeServer, Reply
 
-LLAMACPP_MODELS = Path("/work/shared/reference/streams/llamacpp/models.json")
+LLAMACPP_MODELS = Path(__file__).parent / "fixtures" / "streams" / "llamacpp" / "models.json"
 # llama-server's /v1/models (recorded, shared/reference/streams/llamacpp/models.json), served with -c 4096
 # although the model was trained with 8192: meta.n_ctx_train must never be taken for the window.
 LLAMACPP_BODY: dict[str, Any] = {
@@ -54,8 +54,6 @@ def test_what_each_server_says_is_read() -> None:
 
 
 def test_the_recorded_llamacpp_models_body_is_read_as_llamacpp() -> None:
-    if not LLAMACPP_MODELS.exists():
-        pytest.skip("reference recordings not present")
     window, llamacpp = window_from_models(json.loads(LLAMACPP_MODELS.read_text()), "smollm2-135m")
     assert llamacpp and window == 8192  # its meta.n_ctx (the serving size), /props is asked too
 
