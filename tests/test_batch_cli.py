@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import kimicode_command
 
 from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply
-from tests.conftest import kimicode_command
 
 
 def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
