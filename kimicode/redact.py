@@ -122,20 +122,9 @@ def _reap(pids: Iterable[int]) -> None:
 
 def _descendants(root: int) -> list[int]:
     """Live (non-zombie) descendants of `root`, from /proc."""
-    if not os.path.isdir("/proc/self"):
-        return []
-    parent: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1 and fields[0] not in (b"Z", b"X"):
-            parent[int(entry)] = int(fields[1])
+    from kimicode.procs import live_processes
+
+    parent = {pid: ppid for pid, (ppid, _) in live_processes().items()}
     out: list[int] = []
     frontier = {root}
     while frontier:
