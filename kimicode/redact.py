@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from kimicode.settings import Settings
+    from kimicode.config.settings import Settings
 
 __all__ = [
     "MASK",
@@ -172,7 +172,7 @@ def known_secrets(
 
 
 def _expanded(table: Any, env: Mapping[str, str]) -> list[str]:
-    from kimicode.settings import expand_env
+    from kimicode.config.settings import expand_env
 
     if not isinstance(table, dict):
         return []

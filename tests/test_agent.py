@@ -11,7 +11,7 @@ from typing import Any
 
 from kimicode import Agent, ToolContext, ToolError, tool
 from kimicode.agent.core import Approval, ApprovalRequest
-from kimicode.agent.events import (
+from kimicode.events import (
     ContentDelta,
     MessageCommitted,
     PermissionDenied,

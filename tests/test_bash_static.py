@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kimicode.agent.permissions import Decision, decide
-from kimicode.agent.policy import Policy, load_rules
-from kimicode.agent.programs import embedded, read_only, risk, unwrap
-from kimicode.agent.shellparse import MAX_DEPTH, ShellParseError, parse
+from kimicode.permissions.engine import Decision, decide
+from kimicode.permissions.policy import Policy, load_rules
+from kimicode.permissions.programs import embedded, read_only, risk, unwrap
+from kimicode.permissions.shellparse import MAX_DEPTH, ShellParseError, parse
 from kimicode.tools.base import ToolContext
 from kimicode.tools.shell import BASH
 

@@ -118,9 +118,9 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
 def test_progress_counts_on_a_terminal() -> None:
     import io
 
-    from kimicode.batch.progress import Progress
     from kimicode.batch.results import TaskResult
     from kimicode.batch.tasks import Task
+    from kimicode.cli.batch_progress import Progress
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:

@@ -27,7 +27,6 @@ from kimicode.context.compact import (
 )
 from kimicode.context.output import cap_output
 from kimicode.context.prune import PRUNED_PREFIX, apply_prune, plan_prune
-from kimicode.context.replay import apply_record, replay
 from kimicode.context.tokens import (
     KIMI_PAT_STR,
     EstimateCounter,
@@ -37,6 +36,7 @@ from kimicode.context.tokens import (
     load_bpe_file,
 )
 from kimicode.llm.errors import LLMError
+from kimicode.session.replay import apply_record, replay
 
 WORDS = ["value", "return", "self", "config", "path", "the", "request", "token", "of", "and", "items", "count"]
 

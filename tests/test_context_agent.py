@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from kimicode import Agent, tool
-from kimicode.agent.events import ContextUpdated, Event, Notice, StepStarted, TurnFinished
 from kimicode.cli.headless import result_object
 from kimicode.context.compact import is_summary
-from kimicode.context.replay import replay
+from kimicode.events import ContextUpdated, Event, Notice, StepStarted, TurnFinished
 from kimicode.session.log import iter_records
+from kimicode.session.replay import replay
 from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply, ToolCall
 from kimicode.tools.files import READ_FILE
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kimicode import Agent, tool
-from kimicode.agent.events import Event, Notice
+from kimicode.events import Event, Notice
 from kimicode.llm.client import ChatClient, ClientConfig, LLMError
 from kimicode.llm.overflow import context_overflow
 from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall, get_dialect

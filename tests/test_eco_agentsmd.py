@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kimicode.agentsmd import MAX_FILE_CHARS, instruction_files, project_instructions, repo_root
+from kimicode.config.agentsmd import MAX_FILE_CHARS, instruction_files, project_instructions, repo_root
 from kimicode.testing import FakeServer, Reply
 
 

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kimicode.cli.app import app
-from kimicode.config import ConfigError
-from kimicode.settings import (
+from kimicode.config.endpoint import ConfigError
+from kimicode.config.settings import (
     estimate_cost,
     load_settings,
     masked,
@@ -147,7 +147,7 @@ def test_errors_name_the_file_line_and_key(tmp_path: Path, workspace: Path, text
 
 
 def test_edit_tool_preference() -> None:
-    from kimicode.settings import ModelConfig
+    from kimicode.config.settings import ModelConfig
 
     assert prefers_apply_patch(ModelConfig("gpt-5", "gpt-5"))
     assert prefers_apply_patch(ModelConfig("o3", "openai/o3"))

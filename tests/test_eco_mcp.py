@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from kimicode.agent.events import Event, Notice
 from kimicode.cli.app import app
+from kimicode.config.settings import load_settings
+from kimicode.events import Event, Notice
 from kimicode.mcp.config import load_server_configs, tool_name
-from kimicode.settings import load_settings
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 DEMO = str(Path(__file__).parent / "mcp" / "demo_server.py")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kimicode.agent.permissions import decide
+from kimicode.permissions.engine import decide
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.tools.base import ToolContext, ToolError
 from kimicode.tools.patch import APPLY_PATCH, PatchError, apply_patch_text, parse_patch, patch_paths

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kimicode.agent.events import Event, ToolCallFinished
+from kimicode.events import Event, ToolCallFinished
 from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
 
 SUBAGENT_MARK = "You are a subagent"

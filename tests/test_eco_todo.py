@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kimicode.agent.ecosystem import TODO_HEADER
-from kimicode.agent.events import Event, ToolCallFinished
+from kimicode.events import Event, ToolCallFinished
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.tools.base import ToolError
 from kimicode.tools.todo import TodoList, parse_items

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kimicode.agent.permissions import decide
+from kimicode.permissions.engine import decide
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.tools.base import ToolContext, ToolError, ToolResult
 from kimicode.tools.web import html_to_text, web_fetch_tool

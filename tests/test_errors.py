@@ -21,7 +21,7 @@ MakeAgent = Callable[..., Agent]
 
 
 def test_old_names_are_the_new_classes_and_keep_their_bases() -> None:
-    from kimicode.config import ConfigError
+    from kimicode.config.endpoint import ConfigError
     from kimicode.context.tokens import TokenizerError
     from kimicode.session.store import SessionError
     from kimicode.tools.base import ToolError

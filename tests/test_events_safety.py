@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kimicode import Agent, ToolContext, UsageError, tool
-from kimicode.agent.events import (
+from kimicode.events import (
     ContextUpdated,
     Event,
     MessageCommitted,

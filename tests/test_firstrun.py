@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from kimicode.cli.firstrun import check_key, ensure_key, first_run, store_key
-from kimicode.config import ConfigError, MissingKeyError
-from kimicode.settings import load_settings, resolve_model
+from kimicode.config.endpoint import ConfigError, MissingKeyError
+from kimicode.config.settings import load_settings, resolve_model
 
 KEY = "sk-first-run-0123456789abcdef"
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kimicode.agent.events import PermissionDenied, Retrying
 from kimicode.cli.headless import Printer, denial_line, one_line, retry_line, run_headless
+from kimicode.events import PermissionDenied, Retrying
 from kimicode.testing import ErrorReply, FakeServer, Reply, ToolCall
 
 

@@ -17,12 +17,12 @@ import pytest
 from conftest import kimicode_command
 
 from kimicode import Agent, tool
-from kimicode.agent.events import Event, Notice, Retrying
-from kimicode.config import ConfigError, check_base_url, check_model, resolve_endpoint
+from kimicode.config.endpoint import ConfigError, check_base_url, check_model, resolve_endpoint
 from kimicode.context.accounting import CORRECTION_BOUNDS, TokenAccountant
 from kimicode.context.budget import Budget
 from kimicode.context.compact import CompactionResult, compact_history
 from kimicode.context.tokens import EstimateCounter
+from kimicode.events import Event, Notice, Retrying
 from kimicode.testing import ErrorReply, FakeServer, Reply, ToolCall
 
 WORDS = ["value", "return", "self", "config", "path", "the", "request", "token", "items", "count", "def", "x"]

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kimicode import Agent
-from kimicode.agent.events import ContentDelta, MessageCommitted, Retrying, ToolArgumentsDelta, TurnFinished
 from kimicode.agent.interrupted import INTERRUPTED_MARK, interrupted_answer, is_interrupted_answer
+from kimicode.events import ContentDelta, MessageCommitted, Retrying, ToolArgumentsDelta, TurnFinished
 from kimicode.session.log import load
 from kimicode.testing import ErrorReply, FakeServer, Reply, ToolCall
 from kimicode.ui.view import last_exchange, recap

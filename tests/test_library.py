@@ -18,7 +18,7 @@ import pytest
 
 import kimicode
 from kimicode import Agent, Approval, ApprovalRequest, ToolContext, ToolError, ToolResult, tool
-from kimicode.agent.events import (
+from kimicode.events import (
     Event,
     MessageCommitted,
     StepStarted,

@@ -1,4 +1,4 @@
-"""The one path resolver (kimicode.agent.pathresolve) and the policy checks built on it: device and
+"""The one path resolver (kimicode.permissions.pathresolve) and the policy checks built on it: device and
 /proc aliases, globs, hard links, other projects' session logs, files that run automatically, and
 Claude Code's rule syntax."""
 
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kimicode.agent.pathresolve import expand_glob, hard_link_twin, is_harmless_device, resolve
-from kimicode.agent.policy import Policy, Rules, autorun_reason, parse_rule, sensitive_reason
-from kimicode.config import ConfigError
+from kimicode.config.endpoint import ConfigError
+from kimicode.permissions.pathresolve import expand_glob, hard_link_twin, is_harmless_device, resolve
+from kimicode.permissions.policy import Policy, Rules, autorun_reason, parse_rule, sensitive_reason
 from kimicode.tools.base import ToolContext
 
 
@@ -280,8 +280,8 @@ def test_web_fetch_domain_rules(rule: str, url: object, hit: bool) -> None:
 
 
 def test_web_fetch_domain_rules_decide(tmp_path: Path) -> None:
-    from kimicode.agent.permissions import decide
-    from kimicode.agent.policy import load_rules
+    from kimicode.permissions.engine import decide
+    from kimicode.permissions.policy import load_rules
     from kimicode.tools.web import WEB_FETCH
 
     ctx = ToolContext(workspace=tmp_path)

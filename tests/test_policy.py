@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from kimicode.agent.permissions import Decision, decide, denial_message
-from kimicode.agent.policy import Policy, Rules, load_rules, parse_rule
-from kimicode.agent.shellparse import ShellParseError, parse
-from kimicode.config import ConfigError
+from kimicode.config.endpoint import ConfigError
+from kimicode.permissions.engine import Decision, decide, denial_message
+from kimicode.permissions.policy import Policy, Rules, load_rules, parse_rule
+from kimicode.permissions.shellparse import ShellParseError, parse
 from kimicode.tools.base import Tool, ToolContext
 from kimicode.tools.files import EDIT_FILE, READ_FILE, WRITE_FILE
 from kimicode.tools.search import GLOB, GREP

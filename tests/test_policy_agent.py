@@ -14,7 +14,7 @@ import pytest
 from conftest import kimicode_command
 
 from kimicode.agent.core import Approval, ApprovalRequest
-from kimicode.config import ConfigError
+from kimicode.config.endpoint import ConfigError
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 MakeAgent = Callable[..., Any]

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from kimicode.agent.core import Approval, ApprovalRequest
-from kimicode.agent.pathresolve import PathChanged, open_dir_nofollow
-from kimicode.config import ConfigError
+from kimicode.config.endpoint import ConfigError
+from kimicode.permissions.pathresolve import PathChanged, open_dir_nofollow
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 MakeAgent = Callable[..., Any]

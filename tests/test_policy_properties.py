@@ -10,9 +10,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kimicode.agent.permissions import decide
-from kimicode.agent.policy import Policy, load_rules
-from kimicode.agent.shellparse import ShellParseError, parse
+from kimicode.permissions.engine import decide
+from kimicode.permissions.policy import Policy, load_rules
+from kimicode.permissions.shellparse import ShellParseError, parse
 from kimicode.tools.base import ToolContext
 from kimicode.tools.shell import BASH
 

@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 
 from kimicode import Agent
-from kimicode.agent.events import TurnFinished
+from kimicode.agent.costs import session_cost
 from kimicode.cli.headless import Printer, result_object, run_headless
-from kimicode.pricing import (
+from kimicode.config.pricing import (
     MOONSHOT_PRICES,
     builtin_prices,
     describe_prices,
     model_prices,
-    session_cost,
     unknown_price_hint,
 )
-from kimicode.settings import parse_file
+from kimicode.config.settings import parse_file
+from kimicode.events import TurnFinished
 from kimicode.testing import FakeServer, Reply
 
 MOONSHOT = "https://api.moonshot.ai/v1"

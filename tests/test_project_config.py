@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from kimicode.config.settings import load_settings
 from kimicode.context.tokens import TokenizerError, load_bpe_file
 from kimicode.safeio import NotRegularFileError, read_regular
-from kimicode.settings import load_settings
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 MakeAgent = Callable[..., Any]
@@ -142,7 +142,7 @@ def test_a_project_tokenizer_device_never_hangs_start_up(
 
 
 def test_a_config_file_that_is_a_fifo_or_device_is_refused_at_once(tmp_path: Path) -> None:
-    from kimicode.settings import ConfigError, parse_file
+    from kimicode.config.settings import ConfigError, parse_file
 
     fifo = tmp_path / "config.toml"
     os.mkfifo(fifo)

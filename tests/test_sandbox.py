@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import kimicode_command
 
-from kimicode.agent.events import Notice
+from kimicode.events import Notice
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.tools.sandbox import Sandbox, probe
 from kimicode.tools.shell import BASH

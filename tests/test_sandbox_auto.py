@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kimicode.agent.events import Notice
+from kimicode.events import Notice
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.tools.sandbox import probe
 

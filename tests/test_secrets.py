@@ -17,8 +17,8 @@ from conftest import kimicode_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kimicode.config.settings import Settings
 from kimicode.redact import MASK, Masker, StreamMasker, harden_process, is_dumpable, known_secrets
-from kimicode.settings import Settings
 from kimicode.testing import ErrorReply, FakeServer, Reply, ToolCall
 
 MakeAgent = Callable[..., Any]

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from kimicode import Agent, tool
-from kimicode.agent.events import Event, Notice, TurnFinished
-from kimicode.context.replay import replay
+from kimicode.events import Event, Notice, TurnFinished
 from kimicode.session.export import fence, to_json, to_markdown, to_text
 from kimicode.session.log import INTERRUPTED, SCHEMA_VERSION, SessionLog, iter_records, load
+from kimicode.session.replay import replay
 from kimicode.session.store import (
     SessionError,
     delete_session,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kimicode.config import ConfigError
-from kimicode.settings import load_settings
+from kimicode.config.endpoint import ConfigError
+from kimicode.config.settings import load_settings
 
 
 def write(path: Path, text: str) -> None:

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from kimicode import Agent, tool
-from kimicode.agent.events import Event, Notice, TurnFinished
 from kimicode.cli.headless import result_object
 from kimicode.context.budget import fit_reserve
+from kimicode.events import Event, Notice, TurnFinished
 from kimicode.session.log import iter_records
 from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import kimicode_command
 
-from kimicode.agent.events import Event, MessageCommitted, PermissionDenied, SubagentEvent
+from kimicode.events import Event, MessageCommitted, PermissionDenied, SubagentEvent
 from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
 
 MakeAgent = Callable[..., Any]

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from kimicode.agent.core import ApprovalRequest
-from kimicode.agent.events import Notice, PermissionDenied, ToolCallStarted
 from kimicode.cli.headless import Printer, denial_line, one_line
+from kimicode.events import Notice, PermissionDenied, ToolCallStarted
 from kimicode.termsafe import sanitize
 from kimicode.ui.approvals import preview
 from kimicode.ui.format import describe_call, diff_text, tail

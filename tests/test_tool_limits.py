@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kimicode import Agent, ToolContext, tool
-from kimicode.agent.events import ToolCallStarted
+from kimicode.events import ToolCallStarted
 from kimicode.session.log import INTERRUPTED
 from kimicode.testing import FakeServer, Reply, ToolCall
 

@@ -13,7 +13,7 @@ import pyte
 from rich.console import Console
 
 from kimicode import Agent
-from kimicode.agent.events import Event, ToolCallFinished, ToolCallStarted, ToolOutputDelta
+from kimicode.events import Event, ToolCallFinished, ToolCallStarted, ToolOutputDelta
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.tools.base import ToolContext
 from kimicode.tools.progress import ByteReporter, report_output, reporting

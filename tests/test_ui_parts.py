@@ -20,7 +20,8 @@ from prompt_toolkit.document import Document
 from rich.console import Console
 
 from kimicode.agent.core import Approval, ApprovalRequest
-from kimicode.agent.events import (
+from kimicode.config.ui import UISettings
+from kimicode.events import (
     ContentDelta,
     ContextUpdated,
     Event,
@@ -50,7 +51,6 @@ from kimicode.ui.approvals import (
 )
 from kimicode.ui.completion import CommandInfo, FileIndex, PromptCompleter, expand_mentions, list_files
 from kimicode.ui.format import describe_call, human_bytes, money, tokens
-from kimicode.ui.settings import UISettings
 from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, toolbar_fragments
 from kimicode.ui.view import TurnView, last_exchange, recap
 

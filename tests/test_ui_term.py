@@ -18,8 +18,8 @@ import pytest
 from rich.console import Console
 
 from kimicode.agent.core import ApprovalRequest
-from kimicode.agent.events import ToolCallFinished, ToolCallStarted
 from kimicode.commands import CustomCommand
+from kimicode.events import ToolCallFinished, ToolCallStarted
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.tools.base import ToolContext
 from kimicode.tools.files import preview_edit

@@ -23,7 +23,20 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from kimicode import errors
 from kimicode.agent.ecosystem import after_compaction, close_extras, start_extras, user_content
-from kimicode.agent.events import (
+from kimicode.agent.interrupted import interrupted_answer
+from kimicode.agent.modes import note_needed
+from kimicode.config.endpoint import kimicode_home
+from kimicode.config.settings import Settings, load_settings, resolve_model, switch_model
+from kimicode.context.accounting import Breakdown
+from kimicode.context.compact import CompactionResult
+from kimicode.context.manager import ContextManager, ContextSettings
+from kimicode.context.output import (
+    DEFAULT_CAP_CHARS,
+    DEFAULT_CAP_TOKENS,
+    DEFAULT_SPILL_MAX_BYTES,
+    set_spill_limit,
+)
+from kimicode.events import (
     ContentDelta,
     ContextUpdated,
     Event,
@@ -42,28 +55,15 @@ from kimicode.agent.events import (
     TurnStatus,
     UsageUpdated,
 )
-from kimicode.agent.interrupted import interrupted_answer
-from kimicode.agent.modes import note_needed
-from kimicode.agent.pathresolve import approved_paths
-from kimicode.agent.permissions import MODES, decide, denial_message, target_path
-from kimicode.agent.policy import Rule, Rules, parse_rule
-from kimicode.config import kimicode_home
-from kimicode.context.accounting import Breakdown
-from kimicode.context.compact import CompactionResult
-from kimicode.context.manager import ContextManager, ContextSettings
-from kimicode.context.output import (
-    DEFAULT_CAP_CHARS,
-    DEFAULT_CAP_TOKENS,
-    DEFAULT_SPILL_MAX_BYTES,
-    set_spill_limit,
-)
 from kimicode.llm.accumulate import usage_numbers
 from kimicode.llm.discovery import resolve_window
 from kimicode.llm.errors import LLMError
-from kimicode.llm.profiles import profile_for
+from kimicode.llm.profiles import profile_for, profile_with
+from kimicode.permissions.engine import MODES, decide, denial_message, target_path
+from kimicode.permissions.pathresolve import approved_paths
+from kimicode.permissions.policy import Rule, Rules, parse_rule
 from kimicode.prompts import load_prompt
 from kimicode.session.log import INTERRUPTED, SessionLog, SessionWriteError, new_session_id
-from kimicode.settings import Settings, load_settings, profile_with, resolve_model, switch_model
 from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.progress import reporting
 from kimicode.tools.registry import ToolRegistry, builtin_tools, parse_arguments, validate
@@ -328,7 +328,7 @@ class Agent:
         from kimicode.agent.ecosystem import install
 
         self.extras = install(self, default_tools=tools is None)
-        from kimicode.checkpoints.hooks import open_checkpoints
+        from kimicode.agent.checkpointing import open_checkpoints
 
         self.checkpoints = open_checkpoints(self)
         """This session's workspace checkpoints (None when disabled in `[checkpoints]`); see docs/checkpoints.md."""
@@ -348,8 +348,8 @@ class Agent:
         """Permission rules (fixed for the session), the OS sandbox for bash, and a secret-free child env."""
         import os
 
-        from kimicode.agent.policy import Policy, secret_env_names, session_rules
-        from kimicode.settings import config_paths
+        from kimicode.config.settings import config_paths
+        from kimicode.permissions.policy import Policy, secret_env_names, session_rules
         from kimicode.tools.sandbox import setup_sandbox
         from kimicode.tools.shell import BASH, bash_tool, scrub_env
 
@@ -398,7 +398,7 @@ class Agent:
             .replace("{date}", date.today().isoformat())
         )
         if self.project_instructions:
-            from kimicode.agentsmd import project_instructions
+            from kimicode.config.agentsmd import project_instructions
 
             section = project_instructions(self.workspace, self.home)
             if section:
@@ -571,7 +571,7 @@ class Agent:
         (and so its prompt cache key) unless `fork=True`, which copies the history into a new session and
         leaves the original untouched. Raises `SessionError` (a ValueError) for an unknown id.
         """
-        from kimicode.session.resume import resume_agent
+        from kimicode.agent.resume import resume_agent
 
         return resume_agent(cls, session_id, fork=fork, **kwargs)
 
@@ -583,7 +583,7 @@ class Agent:
         (a git worktree on a new branch; a copy outside git), `"copy"` a copy, `"shared"` (or a path)
         the same tree: see docs/checkpoints.md.
         """
-        from kimicode.session.resume import fork_agent
+        from kimicode.agent.resume import fork_agent
 
         return fork_agent(self, **overrides)
 
@@ -594,7 +594,7 @@ class Agent:
         kimicode since are not overwritten (RestoreConflict) unless `force`. See docs/checkpoints.md."""
         if self._worker is not None and not self._worker.done():
             raise RuntimeError("cannot rewind while a turn is running")
-        from kimicode.checkpoints.hooks import rewind
+        from kimicode.agent.checkpointing import rewind
 
         return await rewind(self, turn, files=files, conversation=conversation, force=force)
 
@@ -740,7 +740,7 @@ class Agent:
             status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None
         ) -> None:
             if self.checkpoints is not None:
-                from kimicode.checkpoints.hooks import end_turn
+                from kimicode.agent.checkpointing import end_turn
 
                 end_turn(self, emit)
             info = None if error is None else errors.ErrorInfo(error, kind or status)
@@ -922,7 +922,7 @@ class Agent:
             for prep in batch:
                 await self._authorize(prep, denials, emit)
             if self.checkpoints is not None:
-                from kimicode.checkpoints.hooks import before_change, may_change
+                from kimicode.agent.checkpointing import before_change, may_change
 
                 if any(p.error is None and p.tool is not None and may_change(self, p.tool, p.args) for p in batch):
                     await before_change(self, emit)  # a snapshot before the turn's first change

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kimicode.settings import prefers_apply_patch
+from kimicode.config.settings import prefers_apply_patch
 from kimicode.tools.base import Tool
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
-    from kimicode.agent.events import Event
+    from kimicode.events import Event
     from kimicode.mcp.manager import McpManager
     from kimicode.tools.todo import TodoList
 
@@ -94,7 +94,7 @@ def install(agent: Agent, default_tools: bool) -> Extras:
         _choose_edit_tool(agent)
         agent.tools.add(_web_fetch(agent))
         agent.tools.add(extras.todos.tool())
-        from kimicode.tools.task import TaskRunner
+        from kimicode.agent.subagent import TaskRunner
 
         agent.tools.add(TaskRunner(agent).tool())
         _setup_mcp(agent, extras)
@@ -123,7 +123,7 @@ def _setup_mcp(agent: Agent, extras: Extras) -> None:
 async def start_extras(agent: Agent, emit: Callable[[Event], None]) -> None:
     """Before a turn: wait for the MCP servers (each bounded by its startup timeout), add their tools
     once, and report what failed."""
-    from kimicode.agent.events import Notice
+    from kimicode.events import Notice
 
     extras = agent.extras
     await start_mcp(agent)

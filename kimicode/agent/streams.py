@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, TypeVar
 
-from kimicode.agent.events import Event, Notice, TurnFinished
+from kimicode.events import Event, Notice, TurnFinished
 
 T = TypeVar("T")
 Emit = Callable[[Event], None]

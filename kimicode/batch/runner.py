@@ -53,8 +53,8 @@ def watch_budget(agent: Any, budget: float | None) -> list[float]:
     hit: list[float] = []
     if budget is None:
         return hit
-    from kimicode.agent.events import UsageUpdated
-    from kimicode.pricing import session_cost
+    from kimicode.agent.costs import session_cost
+    from kimicode.events import UsageUpdated
 
     previous = agent.on_event
 
@@ -88,8 +88,8 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
         return failed("error", str(exc), "workspace")
     before = await asyncio.to_thread(snapshot, ws)
     from kimicode.agent.core import Agent
-    from kimicode.config import ConfigError, kimicode_home
-    from kimicode.settings import load_settings
+    from kimicode.config.endpoint import ConfigError, kimicode_home
+    from kimicode.config.settings import load_settings
 
     try:
         settings = load_settings(ws, opts.home or kimicode_home())
@@ -122,7 +122,7 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
         agent.client.config.gate = gate
     budget = task.budget_usd if task.budget_usd is not None else opts.budget_usd
     if budget is not None:
-        from kimicode.pricing import agent_prices
+        from kimicode.agent.costs import agent_prices
 
         if not agent_prices(agent)[0]:
             await agent.aclose()
@@ -141,7 +141,7 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
             status, result, error, kind, turns = "timeout", agent._last_text(), f"stopped after {timeout:g}s", None, 0
         if over:
             status, error, kind = "budget", f"stopped: cost ${over[0]:.4f} passed the budget ${budget:g}", None
-        from kimicode.pricing import session_cost
+        from kimicode.agent.costs import session_cost
 
         cost = session_cost(agent)
     finally:

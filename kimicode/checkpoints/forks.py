@@ -121,7 +121,7 @@ def fork_tree(mode: str, workspace: Path, home: str | Path | None) -> tuple[str 
         raise ValueError(f"workspace must be one of {', '.join(MODES)} (got {mode!r})")
     if mode == "shared":
         return None, None
-    from kimicode.config import kimicode_home
+    from kimicode.config.endpoint import kimicode_home
     from kimicode.session.log import new_session_id
 
     session_id = new_session_id()

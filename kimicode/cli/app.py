@@ -177,7 +177,7 @@ def main(
     if ctx.invoked_subcommand is not None:
         return
     from kimicode.cli.stdin import read_all_stdin, read_piped_stdin
-    from kimicode.config import ConfigError
+    from kimicode.config.endpoint import ConfigError
 
     workspace = (cwd or Path.cwd()).expanduser()
     if not workspace.is_dir():
@@ -239,7 +239,7 @@ def main(
         if no_session_persistence:
             ci["persist"] = False
         if trust_workspace or mcp_config is not None:
-            from kimicode.config import kimicode_home
+            from kimicode.config.endpoint import kimicode_home
 
             ci["config"] = ci_settings(
                 workspace.resolve(), kimicode_home(), trust=trust_workspace, mcp_config=mcp_config
@@ -252,7 +252,7 @@ def main(
     if prompt is None:
         if sys.stdin.isatty() and sys.stdout.isatty():
             from kimicode.cli.firstrun import ensure_key
-            from kimicode.config import kimicode_home
+            from kimicode.config.endpoint import kimicode_home
 
             if not ensure_key(workspace, kimicode_home(), model=model, base_url=base_url, out=sys.stderr):
                 raise typer.Exit(2)  # no key: first_run said what to set

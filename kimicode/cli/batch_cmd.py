@@ -138,9 +138,9 @@ async def _run(
     max_attempts: int, address: str | None, retry_failed: bool, fmt: str, *, resume_cmd: str,
 ) -> int:
     from kimicode.batch import run
-    from kimicode.batch.progress import Progress
-    from kimicode.batch.report import print_summary, summarize
     from kimicode.batch.results import ResultWriter, finished_ids, read_results
+    from kimicode.cli.batch_progress import Progress
+    from kimicode.cli.batch_report import print_summary, summarize
 
     previous, unreadable = read_results(output)
     skip = finished_ids(previous, retry_failed=retry_failed)
@@ -210,8 +210,8 @@ def _fields(opts: Any) -> dict[str, Any]:
 
 def report(path: Path) -> int:
     """Print the summary of a results file again."""
-    from kimicode.batch.report import print_summary
     from kimicode.batch.results import read_results
+    from kimicode.cli.batch_report import print_summary
 
     if not path.is_file():
         typer.echo(f"kimicode: no such results file: {path}", err=True)

@@ -22,8 +22,8 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 def open_session(session_id: str | None, cwd: Path) -> tuple[Path, object]:
     """The log path and the SessionCheckpoints of a session (default: the latest one of `cwd`)."""
-    from kimicode.checkpoints.hooks import open_for_log
-    from kimicode.config import kimicode_home
+    from kimicode.agent.checkpointing import open_for_log
+    from kimicode.config.endpoint import kimicode_home
     from kimicode.session.store import SessionError, find_session, latest_session
 
     home = kimicode_home()
@@ -54,7 +54,7 @@ def undo_command(
 ) -> None:
     """Undo the last turn of a session (or --turn N and later): restore its files and drop it from the
     conversation. Refuses (exit 1) when a file changed outside kimicode since, unless --force."""
-    from kimicode.checkpoints.hooks import undo_in_log
+    from kimicode.agent.checkpointing import undo_in_log
     from kimicode.checkpoints.session import RestoreConflict
     from kimicode.checkpoints.store import CheckpointError
 

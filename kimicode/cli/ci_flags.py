@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kimicode.settings import Settings, load_settings, merge
+from kimicode.config.settings import Settings, load_settings, merge
 
 
 class FlagError(ValueError):
@@ -65,7 +65,8 @@ def check_budget(agent: Any, budget: float | None) -> None:
     """A budget needs a price: refuse to start rather than run unbounded."""
     if budget is None:
         return
-    from kimicode.pricing import agent_prices, unknown_price_hint
+    from kimicode.agent.costs import agent_prices
+    from kimicode.config.pricing import unknown_price_hint
 
     prices, _ = agent_prices(agent)
     if not prices:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from kimicode.settings import Settings
+    from kimicode.config.settings import Settings
 
 config_app = typer.Typer(
     name="config",
@@ -33,8 +33,8 @@ def _fail(message: str) -> typer.Exit:
 
 def workspace_settings(cwd: Path | None) -> tuple[Path, Settings]:
     """The workspace (`-C` or the current directory) and its merged settings; a bad file exits 2."""
-    from kimicode.config import ConfigError, kimicode_home
-    from kimicode.settings import load_settings
+    from kimicode.config.endpoint import ConfigError, kimicode_home
+    from kimicode.config.settings import load_settings
 
     workspace = (cwd or Path.cwd()).expanduser().resolve()
     try:
@@ -94,8 +94,8 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of TOML.")] = False,
 ) -> None:
     """Print the merged configuration (secrets masked), the files read, and the resolved model."""
-    from kimicode.config import ConfigError, kimicode_home
-    from kimicode.settings import config_paths, masked, resolve_model
+    from kimicode.config.endpoint import ConfigError, kimicode_home
+    from kimicode.config.settings import config_paths, masked, resolve_model
 
     workspace, settings = workspace_settings(cwd)
     home = kimicode_home()
@@ -147,8 +147,8 @@ def config_defaults(
 
     Raises ConfigError (the caller prints it in one line) when a file is broken.
     """
-    from kimicode.config import kimicode_home
-    from kimicode.settings import load_settings
+    from kimicode.config.endpoint import kimicode_home
+    from kimicode.config.settings import load_settings
 
     settings = load_settings(workspace.expanduser().resolve(), kimicode_home())
     defaults = settings.table("defaults")

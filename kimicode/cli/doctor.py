@@ -14,8 +14,6 @@ import asyncio
 import json
 import stat
 import subprocess
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -44,8 +42,8 @@ def mask(key: str) -> str:
 
 
 def _config_checks(workspace: Path, home: Path) -> tuple[list[Check], Any]:
-    from kimicode.config import ConfigError
-    from kimicode.settings import config_paths, load_settings
+    from kimicode.config.endpoint import ConfigError
+    from kimicode.config.settings import config_paths, load_settings
 
     user, project = config_paths(workspace, home)
     try:
@@ -69,8 +67,8 @@ def _config_checks(workspace: Path, home: Path) -> tuple[list[Check], Any]:
 
 
 def _key_check(settings: Any, model: str | None, base_url: str | None) -> tuple[Check, Any, Any]:
-    from kimicode.config import ConfigError, MissingKeyError
-    from kimicode.settings import resolve_model
+    from kimicode.config.endpoint import ConfigError, MissingKeyError
+    from kimicode.config.settings import resolve_model
 
     try:
         endpoint, mc = resolve_model(settings, model=model, base_url=base_url)
@@ -83,48 +81,13 @@ def _key_check(settings: Any, model: str | None, base_url: str | None) -> tuple[
     return Check("API key", "ok", f"{mask(endpoint.api_key)} (from {where})"), endpoint, mc
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Never follow a redirect: it would carry the Authorization header to wherever it points."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-def _fetch_models(base_url: str, key: str, timeout: float) -> tuple[int | None, Any, str]:
-    """(HTTP status or None when unreachable, parsed body or None, error text)."""
-    request = urllib.request.Request(
-        f"{base_url}/models", headers={"Authorization": f"Bearer {key}", "Accept": "application/json"}
-    )
-    opener = urllib.request.build_opener(_NoRedirect)
-    try:
-        with opener.open(request, timeout=timeout) as response:
-            status, raw = response.status, response.read(4 << 20)
-    except urllib.error.HTTPError as exc:
-        if 300 <= exc.code < 400:
-            where = exc.headers.get("Location", "?")
-            return None, None, f"it redirects to {where} (not followed: the key would go along); use that URL"
-        status, raw = exc.code, exc.read(1 << 16)
-    except TimeoutError:
-        return None, None, f"no answer within {timeout:g}s"
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        return None, None, str(reason.strerror if isinstance(reason, OSError) and reason.strerror else reason)
-    except (OSError, ValueError) as exc:
-        return None, None, str(exc) or type(exc).__name__
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        body = None
-    return status, body, ""
-
-
 def _endpoint_checks(endpoint: Any, mc: Any, key_where: str, timeout: float) -> list[Check]:
-    from kimicode.llm.profiles import profile_for
-    from kimicode.settings import profile_with
+    from kimicode.llm.discovery import fetch_models
+    from kimicode.llm.profiles import profile_for, profile_with
 
     url = endpoint.base_url
     host = urlsplit(url).netloc or url
-    status, body, error = _fetch_models(url, endpoint.api_key, timeout)
+    status, body, error = fetch_models(url, endpoint.api_key, timeout)
     window = profile_with(profile_for(endpoint.model), mc).context_window
     if status is None:
         fix = f"check the base URL ({url}: --base-url or KIMI_BASE_URL) and that the server runs and is reachable"
@@ -231,7 +194,7 @@ def doctor(
 ) -> None:
     """Check the key, endpoint, model, context window, sandbox, ripgrep, config files and MCP servers."""
     from kimicode._version import __version__
-    from kimicode.config import kimicode_home
+    from kimicode.config.endpoint import kimicode_home
 
     workspace = (cwd or Path.cwd()).expanduser().resolve()
     if not workspace.is_dir():

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from kimicode.config import ConfigError
+from kimicode.config.endpoint import ConfigError
 
 KEY_HELP_URL = "https://platform.kimi.ai/console/api-keys"
 
@@ -138,8 +138,8 @@ def ensure_key(
 
     Any other configuration problem returns True: the session reports it in its usual way.
     """
-    from kimicode.config import MissingKeyError
-    from kimicode.settings import load_settings, resolve_model
+    from kimicode.config.endpoint import MissingKeyError
+    from kimicode.config.settings import load_settings, resolve_model
 
     try:
         resolve_model(load_settings(workspace.expanduser().resolve(), home), model=model, base_url=base_url)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 from kimicode.agent.core import Agent
-from kimicode.agent.events import (
+from kimicode.events import (
     ContentDelta,
     Event,
     MessageCommitted,
@@ -276,7 +276,7 @@ def denial_summary(denials: list[PermissionDenied], mode: str) -> str:
 
 def result_object(agent: Agent, finished: TurnFinished, duration_ms: int) -> dict[str, Any]:
     """The final `result` object (the `json` format prints exactly this)."""
-    from kimicode.pricing import session_cost
+    from kimicode.agent.costs import session_cost
 
     cost = session_cost(agent)
     last = agent.checkpoints.last if agent.checkpoints is not None else None

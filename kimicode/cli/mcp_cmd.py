@@ -26,7 +26,7 @@ def list_servers(
 ) -> None:
     """Start each configured server, then show its status and tools (exit 1 if any failed)."""
     from kimicode.cli.config_cmd import workspace_settings
-    from kimicode.config import kimicode_home
+    from kimicode.config.endpoint import kimicode_home
     from kimicode.mcp.config import load_server_configs
 
     workspace, settings = workspace_settings(cwd)

@@ -64,7 +64,7 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def _home() -> Path:
-    from kimicode.config import kimicode_home
+    from kimicode.config.endpoint import kimicode_home
 
     return kimicode_home()
 
@@ -230,7 +230,7 @@ def rm_command(
     )] = None,
 ) -> None:
     """Delete saved sessions (their logs, spilled tool outputs and workspace checkpoints)."""
-    from kimicode.checkpoints.hooks import forget_session
+    from kimicode.agent.checkpointing import forget_session
     from kimicode.session.store import SessionError, delete_session, find_session
 
     failed = False

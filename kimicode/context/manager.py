@@ -12,24 +12,29 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from kimicode.agent.events import Event, Notice
 from kimicode.context.accounting import Breakdown, TokenAccountant
 from kimicode.context.budget import Budget, fit_reserve
 from kimicode.context.compact import CompactionResult, CompactionSettings, compact_history
 from kimicode.context.output import DEFAULT_CAP_CHARS, DEFAULT_CAP_TOKENS, cap_output
 from kimicode.context.prune import PruneResult, apply_prune, plan_prune
 from kimicode.context.tokens import TokenCounter, default_counter
+from kimicode.events import Event, Notice
 from kimicode.llm.accumulate import usage_numbers
 from kimicode.llm.errors import LLMError
 from kimicode.llm.overflow import ContextOverflow, context_overflow
 
 if TYPE_CHECKING:
     from kimicode.llm.client import ChatClient
-    from kimicode.session.log import SessionLog
 
 Emit = Callable[[Event], None]
+
+
+class RecordLog(Protocol):
+    """Where the manager writes its edits to the history (the session log, `kimicode.session.log`)."""
+
+    def append(self, record: dict[str, Any]) -> None: ...
 
 
 @dataclass
@@ -61,7 +66,7 @@ class ContextManager:
         tokenizer_path: str | Path | None = None,
         settings: ContextSettings | None = None,
         spill_dir: Path | None = None,
-        log: SessionLog | None = None,
+        log: RecordLog | None = None,
         usage: dict[str, int] | None = None,
         reserve_explicit: bool = False,
     ) -> None:

@@ -192,4 +192,45 @@ async def discover_window(
     return window
 
 
-__all__ = ["discover_window", "known_window", "resolve_window", "window_from_models", "window_from_props"]
+__all__ = [
+    "discover_window", "fetch_models", "known_window", "resolve_window", "window_from_models", "window_from_props",
+]
+
+
+def fetch_models(base_url: str, key: str, timeout: float) -> tuple[int | None, Any, str]:
+    """GET `/models` once, synchronously, never following a redirect (for `kimicode doctor`).
+
+    Returns (HTTP status or None when unreachable, parsed body or None, error text)."""
+    import urllib.error
+    import urllib.request  # here, not at the top: startup never pays for it
+
+    class _NoRedirect(urllib.request.HTTPRedirectHandler):
+        """Never follow a redirect: it would carry the Authorization header to wherever it points."""
+
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    request = urllib.request.Request(
+        f"{base_url}/models", headers={"Authorization": f"Bearer {key}", "Accept": "application/json"}
+    )
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            status, raw = response.status, response.read(4 << 20)
+    except urllib.error.HTTPError as exc:
+        if 300 <= exc.code < 400:
+            where = exc.headers.get("Location", "?")
+            return None, None, f"it redirects to {where} (not followed: the key would go along); use that URL"
+        status, raw = exc.code, exc.read(1 << 16)
+    except TimeoutError:
+        return None, None, f"no answer within {timeout:g}s"
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        return None, None, str(reason.strerror if isinstance(reason, OSError) and reason.strerror else reason)
+    except (OSError, ValueError) as exc:
+        return None, None, str(exc) or type(exc).__name__
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    return status, body, ""

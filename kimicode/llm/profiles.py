@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from kimicode.config.settings import ModelConfig
 
 Effort = Literal["low", "high", "max"]
 ProfileName = Literal["kimi-k3", "kimi-k2", "generic"]
@@ -43,3 +46,17 @@ def profile_for(model: str) -> ModelProfile:
     if m.startswith("deepseek"):
         return ModelProfile("generic", context_window=131_072)
     return ModelProfile("generic")
+
+
+def profile_with(profile: ModelProfile, mc: ModelConfig) -> ModelProfile:
+    """The model profile with the configured context window, output limit and image support applied."""
+    changes: dict[str, Any] = {}
+    if mc.context_window:
+        changes["context_window"] = mc.context_window
+    if mc.max_completion_tokens:
+        changes["max_completion_tokens"] = mc.max_completion_tokens
+    if mc.supports_images is not None:
+        changes["supports_images"] = mc.supports_images
+    if mc.reasoning_field:
+        changes["reasoning_field"] = mc.reasoning_field
+    return replace(profile, **changes) if changes else profile

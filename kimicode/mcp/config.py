@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kimicode.settings import Settings, expand_env, where
+from kimicode.config.settings import Settings, expand_env, where
 
 MCP_JSON = ".mcp.json"
 DEFAULT_STARTUP_TIMEOUT = 10.0

@@ -15,7 +15,7 @@ Every record carries `"v"` (the schema version) and `"ts"` (Unix seconds). The r
 - `prune`: `{"replace": [[index, message], ...]}` puts each message at its index (the context
   manager shrank old tool results).
 - `compaction`: `{"start": s, "end": e, "messages": [...]}` replaces `history[s:e]` (see
-  `kimicode.context.replay`); also written when resuming has to repair the middle of a history.
+  `kimicode.session.replay`); also written when resuming has to repair the middle of a history.
 - `turn_end`: `status`, `steps`, and the process's running `usage` totals; fsynced.
 - `checkpoint`: a turn's (or a restore's) workspace checkpoints and changes (`kimicode.checkpoints`).
 
@@ -281,7 +281,7 @@ def repair_history(messages: list[dict[str, Any]]) -> int:
 
 def load(path: Path) -> LoadedSession:
     """Read a session log back into a valid history (for resume), replaying prunes and compactions."""
-    from kimicode.context.replay import replay
+    from kimicode.session.replay import replay
 
     records = list(iter_records(path))
     newest = max((r["v"] for r in records if isinstance(r.get("v"), int) and not isinstance(r["v"], bool)), default=0)

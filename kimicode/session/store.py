@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kimicode.config import kimicode_home
+from kimicode.config.endpoint import kimicode_home
 from kimicode.errors import SessionError as SessionError  # a session that cannot be found or used (a ValueError)
 from kimicode.session.log import LoadedSession, load
 

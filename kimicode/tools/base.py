@@ -68,10 +68,10 @@ class ToolContext:
 
     def resolve(self, path: str) -> Path:
         """Resolve a user/model-supplied path against the workspace, following `..` and symlinks, with
-        the one resolver of the permission engine (`kimicode.agent.pathresolve`): an alias that cannot
+        the one resolver of the permission engine (`kimicode.permissions.pathresolve`): an alias that cannot
         be resolved (`/dev/fd/3/..`, `/proc/self/root/...`) comes back as written, and the policy
         treats it as sensitive."""
-        from kimicode.agent.pathresolve import resolve
+        from kimicode.permissions.pathresolve import resolve
 
         return resolve(path, self.workspace).path
 
@@ -112,6 +112,9 @@ class Tool:
     """True for tools whose identical consecutive calls are expected (polling): no `repeat_limit`."""
     preview: PreviewFn | None = None
     """For tools that change files: the diff a call would apply (shown when asking for approval)."""
+    paths: Callable[[Mapping[str, Any]], list[str]] | None = None
+    """For tools whose targets are not in a `path`/`paths` argument (apply_patch): every path a call
+    would touch, each checked by the permission engine."""
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI `tools` entry for this tool."""

@@ -151,7 +151,7 @@ def _atomic_write(path: Path, data: bytes, original: os.stat_result | None) -> N
     # The directory is opened component by component with O_NOFOLLOW and everything below happens
     # relative to it: a symbolic link swapped in after the path was resolved and approved is refused
     # (PathChanged, an OSError), never followed out of the place that was approved.
-    from kimicode.agent.pathresolve import open_dir_nofollow
+    from kimicode.permissions.pathresolve import open_dir_nofollow
 
     dfd = open_dir_nofollow(path.parent)
     try:

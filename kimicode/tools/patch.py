@@ -506,4 +506,5 @@ APPLY_PATCH = Tool(
     fn=_apply_patch,
     kind="edit",
     preview=preview_patch,
+    paths=lambda args: patch_paths(args["input"]) if isinstance(args.get("input"), str) else [],
 )

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:
-    from kimicode.settings import Settings
+    from kimicode.config.settings import Settings
 
 __all__ = ["SANDBOX_MODES", "Sandbox", "SandboxStatus", "find_bwrap", "probe", "setup_sandbox"]
 
@@ -234,7 +234,7 @@ def setup_sandbox(
     if network is None:
         network = bool(settings.get("sandbox.network", False)) if settings is not None else False
         if network and settings is not None and not settings.trusted and project_file in settings.sources:
-            from kimicode.settings import parse_file
+            from kimicode.config.settings import parse_file
 
             others = [p for p in settings.sources if p != project_file]
             if not any(parse_file(p).get("sandbox", {}).get("network") for p in others):

@@ -24,12 +24,13 @@ from rich.text import Text
 
 from kimicode._version import __version__
 from kimicode.agent.core import Agent
-from kimicode.agent.events import ContextUpdated, Event, Notice, ToolCallFinished, TurnFinished, UsageUpdated
-from kimicode.agent.permissions import MODES
+from kimicode.agent.costs import session_cost
 from kimicode.commands import CustomCommand, load_custom_commands
-from kimicode.config import kimicode_home
+from kimicode.config.endpoint import kimicode_home
+from kimicode.config.ui import UISettings
 from kimicode.context.output import DEFAULT_CAP_CHARS
-from kimicode.pricing import session_cost
+from kimicode.events import ContextUpdated, Event, Notice, ToolCallFinished, TurnFinished, UsageUpdated
+from kimicode.permissions.engine import MODES
 from kimicode.session.store import SessionError, latest_session
 from kimicode.ui import commands
 from kimicode.ui.approvals import Approver, SessionRules
@@ -45,7 +46,6 @@ from kimicode.ui.launch import (
     run_interactive,
 )
 from kimicode.ui.render import transient_line
-from kimicode.ui.settings import UISettings
 from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, mcp_counts, mcp_failure_line, short_path
 from kimicode.ui.typeahead import input_footer, offer_plan
 from kimicode.ui.view import TurnView, expanded_result, recap

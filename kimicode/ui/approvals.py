@@ -32,8 +32,8 @@ from rich.panel import Panel
 from rich.text import Text
 
 from kimicode.agent.core import Approval, ApprovalRequest
-from kimicode.agent.policy import Rule, parse_rule
-from kimicode.agent.shellparse import ShellParseError, parse
+from kimicode.permissions.policy import Rule, parse_rule
+from kimicode.permissions.shellparse import ShellParseError, parse
 from kimicode.termsafe import sanitize
 from kimicode.ui.format import diff_text
 

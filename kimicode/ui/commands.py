@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from kimicode.agent.events import Notice
-from kimicode.agent.permissions import MODES
-from kimicode.pricing import agent_prices, describe_prices, unknown_price_hint
+from kimicode.agent.costs import agent_prices
+from kimicode.config.pricing import describe_prices, unknown_price_hint
+from kimicode.events import Notice
+from kimicode.permissions.engine import MODES
 from kimicode.session.store import SessionError, find_session, list_sessions, one_line
 from kimicode.ui.approvals import describe_rules
 from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo

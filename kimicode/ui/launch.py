@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from kimicode._version import __version__
-from kimicode.config import ConfigError
+from kimicode.config.endpoint import ConfigError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kimicode.agent.events import ContextUpdated, Event, UsageUpdated
+from kimicode.events import ContextUpdated, Event, UsageUpdated
 from kimicode.ui.format import money, one_line, tokens
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from kimicode.agent.events import TurnFinished
+from kimicode.events import TurnFinished
 from kimicode.ui.approvals import Option, choose
 from kimicode.ui.format import one_line
 

@@ -18,7 +18,9 @@ from typing import Any
 from rich.console import Console, RenderableType
 from rich.text import Text
 
-from kimicode.agent.events import (
+from kimicode.agent.modes import noted_mode
+from kimicode.context.compact import is_summary
+from kimicode.events import (
     ContentDelta,
     ContextUpdated,
     Event,
@@ -36,8 +38,6 @@ from kimicode.agent.events import (
     TurnFinished,
     UsageUpdated,
 )
-from kimicode.agent.modes import noted_mode
-from kimicode.context.compact import is_summary
 from kimicode.termsafe import sanitize
 from kimicode.tools.registry import parse_arguments
 from kimicode.ui.format import (

@@ -24,8 +24,8 @@ from adversarial_corpus import (
     WRITES_IN_WORKSPACE,
 )
 
-from kimicode.agent.permissions import decide
-from kimicode.agent.policy import Policy, load_rules
+from kimicode.permissions.engine import decide
+from kimicode.permissions.policy import Policy, load_rules
 from kimicode.tools.base import Tool, ToolContext
 from kimicode.tools.files import EDIT_FILE, READ_FILE, WRITE_FILE
 from kimicode.tools.search import GLOB, GREP

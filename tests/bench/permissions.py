@@ -25,9 +25,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kimicode.agent.permissions import decide
-from kimicode.agent.policy import Policy, load_rules
-from kimicode.agent.shellparse import parse
+from kimicode.permissions.engine import decide
+from kimicode.permissions.policy import Policy, load_rules
+from kimicode.permissions.shellparse import parse
 from kimicode.tools.base import ToolContext
 from kimicode.tools.shell import BASH
 
@@ -59,7 +59,7 @@ def _old_parser() -> ModuleType | None:
     """shellparse.py as it was at BASELINE_COMMIT, loaded under another name (None if unavailable)."""
     try:
         source = subprocess.run(
-            ["git", "show", f"{BASELINE_COMMIT}:kimicode/agent/shellparse.py"],
+            ["git", "show", f"{BASELINE_COMMIT}:kimicode/permissions/shellparse.py"],
             cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, check=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kimicode.agent.events import ToolCallStarted, ToolOutputDelta
+from kimicode.events import ToolCallStarted, ToolOutputDelta
 from kimicode.tools.base import ToolContext
 from kimicode.tools.progress import reporting
 from kimicode.tools.shell import bash_tool

@@ -13,9 +13,9 @@ must say yes; headless runs have nobody to ask, so it means no) or `deny`. In or
    - writes: `default` asks, `accept-edits` runs them inside the workspace, `plan` refuses; outside
      the workspace, to secrets or to `.git` they ask unless an `allow` rule with a path names them;
      kimicode's own configuration always asks;
-   - bash (`kimicode.agent.bashcheck`): runs when every simple command matches an `allow` rule or is
+   - bash (`kimicode.permissions.bashcheck`): runs when every simple command matches an `allow` rule or is
      read-only (in any mode, `plan` included), every word is static, no program executes or writes
-     through its options (`kimicode.agent.programs`), no argument names a secret file, and every output
+     through its options (`kimicode.permissions.programs`), no argument names a secret file, and every output
      redirection is a write the mode allows; inside the OS sandbox it runs in `default` and
      `accept-edits`; anything else asks. A command line that cannot be parsed is never allowed by a rule.
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kimicode.agent.policy import Policy, Rule, RuleAction, Rules, glob_may_match_sensitive
-from kimicode.tools.base import Tool, ToolContext
+from kimicode.permissions.policy import Policy, Rule, RuleAction, Rules, glob_may_match_sensitive
+from kimicode.permissions.subjects import Place, ToolLike
 
 PermissionMode = Literal["default", "accept-edits", "plan", "yolo"]
 MODES: tuple[PermissionMode, ...] = ("default", "accept-edits", "plan", "yolo")
@@ -54,7 +54,7 @@ class Decision:
     """True when a user's rule (not the mode) decided."""
 
 
-def target_path(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> str | None:
+def target_path(tool: ToolLike, args: Mapping[str, Any], ctx: Place) -> str | None:
     """The file an edit tool would change, resolved, or None."""
     raw = args.get("path")
     if tool.kind == "edit" and isinstance(raw, str):
@@ -63,7 +63,7 @@ def target_path(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> str | 
 
 
 def decide(
-    tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext, policy: Policy | None = None
+    tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, policy: Policy | None = None
 ) -> Decision:
     """Apply the rules and the permission mode to one call (see the module docstring)."""
     policy = policy if policy is not None else Policy()
@@ -79,7 +79,7 @@ def decide(
 # -- helpers ----------------------------------------------------------------------------------------
 
 
-def _paths(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> list[Path]:
+def _paths(tool: ToolLike, args: Mapping[str, Any], ctx: Place) -> list[Path]:
     """The resolved paths a file tool works on (a read tool without one works on the workspace)."""
     raw: list[str] = []
     for key in ("path", "file_path"):
@@ -89,17 +89,14 @@ def _paths(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> list[Path]:
     many = args.get("paths")
     if isinstance(many, list):
         raw.extend(v for v in many if isinstance(v, str) and v.strip())
-    patch = args.get("input")
-    if tool.kind == "edit" and isinstance(patch, str):  # apply_patch: every file the patch touches
-        from kimicode.tools.patch import patch_paths
-
-        raw.extend(p for p in patch_paths(patch) if p.strip())
+    if tool.paths is not None:  # apply_patch: every file the patch touches
+        raw.extend(p for p in tool.paths(args) if p.strip())
     if not raw and tool.kind == "read":
         raw.append(".")
     return [ctx.resolve(p) for p in raw]
 
 
-def _shown(path: Path, ctx: ToolContext) -> str:
+def _shown(path: Path, ctx: Place) -> str:
     """A path for messages and suggested rules: workspace-relative inside it, else absolute."""
     root = Path(os.path.realpath(ctx.workspace))
     if path != root and root in path.parents:
@@ -111,7 +108,7 @@ def _rule_text(rule: Rule) -> str:
     return f"`{rule.raw}`" + (f" ({rule.source})" if rule.source else "")
 
 
-def _path_rule_hit(rules: Sequence[Rule], paths: Sequence[Path], ctx: ToolContext) -> Rule | None:
+def _path_rule_hit(rules: Sequence[Rule], paths: Sequence[Path], ctx: Place) -> Rule | None:
     """The first rule matching any of `paths` (a rule without a pattern matches everything)."""
     for rule in rules:
         if rule.pattern is None or any(rule.matches_path(p, ctx.workspace) for p in paths):
@@ -119,17 +116,17 @@ def _path_rule_hit(rules: Sequence[Rule], paths: Sequence[Path], ctx: ToolContex
     return None
 
 
-def _specific_allow(rules: Sequence[Rule], path: Path, ctx: ToolContext) -> bool:
+def _specific_allow(rules: Sequence[Rule], path: Path, ctx: Place) -> bool:
     """True when an allow rule *with a path pattern* names `path` (a bare tool name is not enough for
     secrets, `.git` or places outside the workspace)."""
     return any(r.pattern is not None and r.matches_path(path, ctx.workspace) for r in rules)
 
 
-def _inside(path: Path, ctx: ToolContext) -> bool:
+def _inside(path: Path, ctx: Place) -> bool:
     return ctx.is_inside(path)
 
 
-def _rule_gate(tool: Tool, rules: Rules, paths: list[Path], ctx: ToolContext) -> Decision | None:
+def _rule_gate(tool: ToolLike, rules: Rules, paths: list[Path], ctx: Place) -> Decision | None:
     """A deny rule refuses, an ask rule asks, for any of the paths a file tool touches (any mode)."""
     hit = _path_rule_hit(rules.for_tool("deny", tool.name, tool.kind), paths, ctx)
     if hit is not None:
@@ -143,7 +140,7 @@ def _rule_gate(tool: Tool, rules: Rules, paths: list[Path], ctx: ToolContext) ->
 # -- reads ------------------------------------------------------------------------------------------
 
 
-def _decide_read(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext, policy: Policy) -> Decision:
+def _decide_read(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, policy: Policy) -> Decision:
     rules = policy.rules
     paths = _paths(tool, args, ctx)
     gated = _rule_gate(tool, rules, paths, ctx)
@@ -207,7 +204,7 @@ def _linked_secret_below(root: Path, policy: Policy) -> Path | None:
 # -- writes -----------------------------------------------------------------------------------------
 
 
-def _decide_edit(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext, policy: Policy) -> Decision:
+def _decide_edit(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, policy: Policy) -> Decision:
     rules = policy.rules
     paths = _paths(tool, args, ctx)
     gated = _rule_gate(tool, rules, paths, ctx)
@@ -242,7 +239,7 @@ def _decide_edit(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContex
 # -- other tools ------------------------------------------------------------------------------------
 
 
-def _decide_other(tool: Tool, mode: str, policy: Policy, args: Mapping[str, Any] | None = None) -> Decision:
+def _decide_other(tool: ToolLike, mode: str, policy: Policy, args: Mapping[str, Any] | None = None) -> Decision:
     """Tools without paths or commands: rules by name (web_fetch rules also by domain); `execute`
     tools ask, `other` ones run."""
     rules = policy.rules
@@ -271,8 +268,8 @@ def _decide_other(tool: Tool, mode: str, policy: Policy, args: Mapping[str, Any]
 # -- bash -------------------------------------------------------------------------------------------
 
 
-def _decide_bash(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext, policy: Policy) -> Decision:
-    from kimicode.agent.bashcheck import decide_bash
+def _decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, policy: Policy) -> Decision:
+    from kimicode.permissions.bashcheck import decide_bash
 
     return decide_bash(tool, args, mode, ctx, policy)
 
@@ -281,7 +278,7 @@ def _decide_bash(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContex
 
 
 def denial_message(
-    tool: Tool, mode: str, reason: str, headless: bool, decision: Decision | None = None
+    tool: ToolLike, mode: str, reason: str, headless: bool, decision: Decision | None = None
 ) -> str:
     """What the model is told when a call is refused, including how the user could allow it."""
     if decision is not None and decision.verdict == "deny":

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kimicode.tools.base import Tool, ToolContext
+    from kimicode.permissions.subjects import Place, ToolLike
 
 __all__ = [
     "HARMLESS_DEVICES",
@@ -229,13 +229,13 @@ def hard_link_twin(
     return None
 
 
-def approved_paths(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> list[Path]:
+def approved_paths(tool: ToolLike, args: Mapping[str, Any], ctx: Place) -> list[Path]:
     """The resolved files a file tool's call touches, as the permission engine sees them (empty for
     other tools). The agent takes them before asking and again after the yes: if they differ (a
     symbolic link was swapped in while the prompt was open), the call is refused."""
     if tool.kind not in ("edit", "read"):
         return []
-    from kimicode.agent.permissions import _paths
+    from kimicode.permissions.engine import _paths
 
     return _paths(tool, args, ctx)
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kimicode.agent.events import Event, Notice
 from kimicode.checkpoints.session import Entry, SessionCheckpoints
 from kimicode.checkpoints.store import CheckpointError
+from kimicode.events import Event, Notice
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
@@ -132,8 +132,8 @@ async def rewind(agent: Agent, turn: int | None, *, files: bool, conversation: b
 
 def open_for_log(home: Path, path: Path) -> SessionCheckpoints:
     """The checkpoints of a saved session (for the shell commands), appending to its log."""
+    from kimicode.config.settings import load_settings
     from kimicode.session.log import SessionLog, load
-    from kimicode.settings import load_settings
 
     session = load(path)
     workspace = Path(str(session.settings.get("workspace") or "."))
@@ -174,8 +174,8 @@ def forget_session(home: Path, log_path: Path) -> str | None:
     (objects no other session needs, and refs older than `[checkpoints] max_age_days`). Returns a
     warning sentence when that failed (the session is deleted all the same)."""
     from kimicode.checkpoints.store import CheckpointStore
+    from kimicode.config.settings import load_settings
     from kimicode.session.log import iter_records
-    from kimicode.settings import load_settings
 
     try:
         meta = next((r for r in iter_records(log_path) if r.get("type") == "meta"), {})

@@ -11,7 +11,7 @@ function definitions, `[[ ]]`, arithmetic, `${...}` holding a command substituti
 whose body runs substitutions, unbalanced quotes, ...) raises `ShellParseError`, and a command that
 cannot be parsed is never allowed by a rule. A word that bash would expand (`$VAR`, globs, braces,
 `$'...'`, `~user`) is marked `dynamic`; a rule or the read-only allowance admits a line only when no
-word of it is dynamic (see `kimicode.agent.permissions`).
+word of it is dynamic (see `kimicode.permissions.engine`).
 
 Text that bash would re-join is refused: a backslash-newline inside a word or a double-quoted string
 (it could form a `$(` the parser never saw), and an unquoted here-document whose body holds `$`, a

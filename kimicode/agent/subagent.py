@@ -21,7 +21,7 @@ from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, T
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
-    from kimicode.agent.events import Event
+    from kimicode.events import Event
 
 READ_ONLY = ("read_file", "glob", "grep")
 """A subagent's tools unless the call or `[subagents] tools` asks for others."""
@@ -156,7 +156,7 @@ class TaskRunner:
     def _relay(self, parent_call_id: str, description: str) -> Callable[[Event], None]:
         """What the subagent does, made visible in the parent: its tool calls, results and denials go to
         the parent's events (stream-json, the terminal), its session log and its `permission_denials`."""
-        from kimicode.agent.events import MessageCommitted, PermissionDenied, SubagentEvent
+        from kimicode.events import MessageCommitted, PermissionDenied, SubagentEvent
 
         parent = self.parent
 

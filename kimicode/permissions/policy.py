@@ -4,7 +4,7 @@ that need care (secrets to read, kimicode's own configuration and `.git` to writ
 Rules come from the `[permissions]` table of `KIMICODE_HOME/config.toml` and of the workspace's
 `.kimicode/config.toml`, and from the `--allow`/`--deny`/`--ask` flags. They are read once, when the
 agent starts, into an immutable `Rules`: nothing the model writes or reads during the session (a
-config file, a tool result) changes them. `kimicode.agent.permissions.decide` applies them.
+config file, a tool result) changes them. `kimicode.permissions.engine.decide` applies them.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from kimicode.config import ConfigError
-from kimicode.config import kimicode_home as default_kimicode_home
+from kimicode.config.endpoint import ConfigError
+from kimicode.config.endpoint import kimicode_home as default_kimicode_home
 
 if TYPE_CHECKING:
-    from kimicode.settings import Settings
+    from kimicode.config.settings import Settings
 
 __all__ = [
     "Policy",
@@ -244,7 +244,7 @@ def load_rules(
     rules only restrict, so they apply), with a message appended to `ignored`. Raises ConfigError
     (file and rule named) on a malformed rule or file.
     """
-    from kimicode.settings import parse_file
+    from kimicode.config.settings import parse_file
 
     lists: dict[str, list[Rule]] = {"allow": [], "deny": [], "ask": []}
     for path in config_files:
@@ -351,7 +351,7 @@ def sensitive_reason(
     links: bool = True,
     session_dir: Path | None = None,
 ) -> str | None:
-    """Why reading `path` (resolved by `kimicode.agent.pathresolve`) needs approval, or None: it
+    """Why reading `path` (resolved by `kimicode.permissions.pathresolve`) needs approval, or None: it
     probably holds secrets, it is another project's session log, it is an alias that cannot be
     resolved (`/dev/fd/3/..`, `/proc/self/root/...`), or a hard link to such a file (`links`)."""
     if session_dir is not None and _within(path, Path(os.path.realpath(session_dir))):
@@ -359,7 +359,7 @@ def sensitive_reason(
     why = _name_reason(path, user_home=user_home, kimicode_home=kimicode_home, workspace=workspace)
     if why or not links:
         return why
-    from kimicode.agent.pathresolve import hard_link_twin
+    from kimicode.permissions.pathresolve import hard_link_twin
 
     home = Path(os.path.realpath(user_home))
     roots = [Path(os.path.realpath(workspace))] if workspace is not None else []
@@ -501,8 +501,8 @@ def protected_reason(path: Path) -> str | None:
 
 def is_special_device(path: str) -> bool:
     """`/dev/null`-like targets that a redirection may always write to, written exactly so
-    (`/dev/fd/1/../x` is not one: see `kimicode.agent.pathresolve`)."""
-    from kimicode.agent.pathresolve import is_harmless_device
+    (`/dev/fd/1/../x` is not one: see `kimicode.permissions.pathresolve`)."""
+    from kimicode.permissions.pathresolve import is_harmless_device
 
     return is_harmless_device(path)
 

@@ -1,4 +1,4 @@
-"""The permission decision for bash command lines (called by `kimicode.agent.permissions.decide`).
+"""The permission decision for bash command lines (called by `kimicode.permissions.engine.decide`).
 
 1. The line is parsed (`shellparse`); what cannot be parsed is never admitted by a rule or the
    read-only allowance.
@@ -10,7 +10,7 @@
    `edit(...)`/`read(...)` deny rules apply to redirection targets and to the files arguments name.
 3. **Static or ask**: an allow rule or the read-only allowance admits a line only when every word of
    every command is static (no expansion of any kind) and no program in it executes or writes through
-   its options (`kimicode.agent.programs.risk`). The bare `bash` rule (every command) is the exception:
+   its options (`kimicode.permissions.programs.risk`). The bare `bash` rule (every command) is the exception:
    it names everything, so nothing can hide behind it. Then arguments naming sensitive files (also by a hard
    link or after `cd`) and redirections are checked with the one path resolver (`agent.pathresolve`).
 """
@@ -23,18 +23,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kimicode.agent import pathresolve
-from kimicode.agent.permissions import (
+from kimicode.permissions import pathresolve
+from kimicode.permissions.engine import (
     Decision,
     _path_rule_hit,
     _rule_text,
     _shown,
     _specific_allow,
 )
-from kimicode.agent.policy import Policy, Rule
-from kimicode.agent.programs import SHELLS, embedded, read_only, risk, unwrap
-from kimicode.agent.shellparse import Redirect, ShellParseError, SimpleCommand, Word, parse
-from kimicode.tools.base import Tool, ToolContext
+from kimicode.permissions.policy import Policy, Rule
+from kimicode.permissions.programs import SHELLS, embedded, read_only, risk, unwrap
+from kimicode.permissions.shellparse import Redirect, ShellParseError, SimpleCommand, Word, parse
+from kimicode.permissions.subjects import Place, ToolLike
 
 __all__ = ["decide_bash"]
 
@@ -46,7 +46,7 @@ resolves a path on disk: a line of 300,000 arguments would otherwise take minute
 _CD = frozenset({"cd", "pushd", "popd"})
 
 
-def decide_bash(tool: Tool, args: Mapping[str, Any], mode: str, ctx: ToolContext, policy: Policy) -> Decision:
+def decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, policy: Policy) -> Decision:
     """The decision for one bash call (see the module doc)."""
     rules = policy.rules
     deny = rules.for_tool("deny", tool.name, tool.kind)
@@ -180,7 +180,7 @@ def _is_dynamic(cmd: SimpleCommand) -> str | None:
 
 
 def _path_problems(
-    cmd: SimpleCommand, ctx: ToolContext, policy: Policy, base: Path, mode: str,
+    cmd: SimpleCommand, ctx: Place, policy: Policy, base: Path, mode: str,
     edit_allow: Sequence[Rule], read_allow: Sequence[Rule],
 ) -> Decision | None:
     """Sensitive files named by arguments and the redirections of an otherwise admitted command."""
@@ -220,7 +220,7 @@ def _path_problems(
     return None
 
 
-def _working_dirs(commands: Sequence[SimpleCommand], ctx: ToolContext, policy: Policy) -> tuple[list[Path], bool]:
+def _working_dirs(commands: Sequence[SimpleCommand], ctx: Place, policy: Policy) -> tuple[list[Path], bool]:
     """Every directory a relative path of the line may be relative to (the workspace and each static
     `cd` target, composed), and whether a `cd` cannot be followed (`cd -`, `pushd`, a computed one)."""
     bases = [Path(os.path.realpath(ctx.workspace))]
@@ -369,7 +369,7 @@ def _recursive_search_roots(argv: Sequence[str], base: Path, policy: Policy) -> 
     return [r for r in roots if r.is_dir()]
 
 
-def _sensitive_below(root: Path, policy: Policy, ctx: ToolContext, read_allow: Sequence[Rule]) -> str | None:
+def _sensitive_below(root: Path, policy: Policy, ctx: Place, read_allow: Sequence[Rule]) -> str | None:
     """A description of a sensitive file a recursive search of `root` would read, or None; a tree too
     large to check, or one that holds the home directory, counts as holding one."""
     home = Path(os.path.realpath(policy.user_home))
@@ -420,7 +420,7 @@ class _Unresolvable(ValueError):
     """An argument reaches through a device alias or /proc (`cat /dev/stdin/../x`): it cannot be checked."""
 
 
-def _argument_paths(cmd: SimpleCommand, ctx: ToolContext, policy: Policy, expand_globs: bool) -> list[Path]:
+def _argument_paths(cmd: SimpleCommand, ctx: Place, policy: Policy, expand_globs: bool) -> list[Path]:
     """Files the arguments of `cmd` name, globs expanded (for read deny rules); unresolvable ones skipped."""
     out: list[Path] = []
     base = Path(os.path.realpath(ctx.workspace))
@@ -434,7 +434,7 @@ def _argument_paths(cmd: SimpleCommand, ctx: ToolContext, policy: Policy, expand
     return out
 
 
-def _redirect_paths(cmd: SimpleCommand, ctx: ToolContext, policy: Policy) -> list[tuple[Redirect, Path | None]]:
+def _redirect_paths(cmd: SimpleCommand, ctx: Place, policy: Policy) -> list[tuple[Redirect, Path | None]]:
     """Each file redirection of `cmd` with its resolved target (None when computed or unresolvable)."""
     out: list[tuple[Redirect, Path | None]] = []
     base = Path(os.path.realpath(ctx.workspace))
@@ -453,7 +453,7 @@ def _redirect_problem(
     redirect: Redirect,
     path: Path | None,
     mode: str,
-    ctx: ToolContext,
+    ctx: Place,
     policy: Policy,
     edit_allow: Sequence[Rule],
     read_allow: Sequence[Rule],

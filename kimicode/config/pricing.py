@@ -19,13 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-from kimicode.settings import estimate_cost
-
-if TYPE_CHECKING:
-    from kimicode.agent.core import Agent
 
 PRICES_CHECKED = "2026-12-01"
 PRICE_SOURCE = "Moonshot's price list (platform.kimi.ai/docs/pricing)"
@@ -57,17 +51,6 @@ def model_prices(configured: Mapping[str, float], model: str, base_url: str) -> 
         return configured, "config"
     found = builtin_prices(model, base_url)
     return (found, "builtin") if found else ({}, "")
-
-
-def agent_prices(agent: Agent) -> tuple[Mapping[str, float], str]:
-    """`model_prices` for the agent's current model and endpoint."""
-    return model_prices(agent.model_config.prices, agent.endpoint.model, agent.endpoint.base_url)
-
-
-def session_cost(agent: Agent) -> float | None:
-    """Dollars spent so far in the agent's session (cached tokens at the cached price), None when unpriced."""
-    prices, _ = agent_prices(agent)
-    return estimate_cost(agent.usage, prices) if prices else None
 
 
 def unknown_price_hint(model_name: str, home: Path) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-from kimicode.config import (
+from kimicode.config.endpoint import (
     DEFAULT_MODEL,
     KEY_VARIABLES,
     ConfigError,
@@ -24,7 +24,6 @@ from kimicode.config import (
     check_model,
     resolve_endpoint,
 )
-from kimicode.llm.profiles import ModelProfile
 
 # A schema value is a type name, a tuple of allowed literal values, or a nested dict. The key "*" stands
 # for any table name (providers.NAME, models.NAME, ...).
@@ -504,20 +503,6 @@ def switch_model(settings: Settings, current: Endpoint, name: str) -> tuple[Endp
     if mc.base_url is None and mc.api_key_env is None:
         return replace(current, model=mc.model), mc
     return resolve_model(settings, model=name)
-
-
-def profile_with(profile: ModelProfile, mc: ModelConfig) -> ModelProfile:
-    """The model profile with the configured context window, output limit and image support applied."""
-    changes: dict[str, Any] = {}
-    if mc.context_window:
-        changes["context_window"] = mc.context_window
-    if mc.max_completion_tokens:
-        changes["max_completion_tokens"] = mc.max_completion_tokens
-    if mc.supports_images is not None:
-        changes["supports_images"] = mc.supports_images
-    if mc.reasoning_field:
-        changes["reasoning_field"] = mc.reasoning_field
-    return replace(profile, **changes) if changes else profile
 
 
 def prefers_apply_patch(mc: ModelConfig) -> bool:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kimicode.agent.events import Notice
+from kimicode.events import Notice
 from kimicode.session.store import SessionError, load_session
 
 if TYPE_CHECKING:

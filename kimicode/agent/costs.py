@@ -1,0 +1,23 @@
+"""What an agent's session has cost so far, at its current model's prices (`kimicode.config.pricing`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from kimicode.config.pricing import model_prices
+from kimicode.config.settings import estimate_cost
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
+
+
+def agent_prices(agent: Agent) -> tuple[Mapping[str, float], str]:
+    """`model_prices` for the agent's current model and endpoint."""
+    return model_prices(agent.model_config.prices, agent.endpoint.model, agent.endpoint.base_url)
+
+
+def session_cost(agent: Agent) -> float | None:
+    """Dollars spent so far in the agent's session (cached tokens at the cached price), None when unpriced."""
+    prices, _ = agent_prices(agent)
+    return estimate_cost(agent.usage, prices) if prices else None
