@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
-from kimicode.tools.files import _shown
+from kimicode.tools.fileio import _shown
 
 MIME_BY_SUFFIX = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
                   ".webp": "image/webp"}  # fmt: skip

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
-from kimicode.tools.files import (
+from kimicode.tools.fileio import (
     MAX_EDIT_BYTES,
     _atomic_write,
     _check_fresh,
