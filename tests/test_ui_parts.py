@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import re
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -436,6 +436,9 @@ def test_settings_roundtrip_and_bad_files(tmp_path: Path) -> None:
     assert UISettings.load(tmp_path).show_reasoning is True
     assert UISettings(show_reasoning=False).save(tmp_path) is None
     assert UISettings.load(tmp_path).show_reasoning is False
+    assert (tmp_path / "config.toml").read_text() == '[ui]\nreasoning = "hide"\n'
+    assert not (tmp_path / "ui.json").exists()
+    (tmp_path / "config.toml").unlink()
     (tmp_path / "ui.json").write_text("{not json")
     assert UISettings.load(tmp_path).show_reasoning is True
     (tmp_path / "ui.json").write_text('{"show_reasoning": "no"}')
@@ -443,6 +446,56 @@ def test_settings_roundtrip_and_bad_files(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert UISettings().save(blocker / "sub") is not None  # an error message, not an exception
+
+
+def test_ui_preferences_move_from_ui_json_into_config_toml(tmp_path: Path) -> None:
+    (tmp_path / "ui.json").write_text('{"show_reasoning": false}')
+    assert UISettings.load(tmp_path).show_reasoning is False  # the old file still counts
+    assert UISettings(show_reasoning=False).save(tmp_path) is None
+    assert not (tmp_path / "ui.json").exists()
+    assert UISettings.load(tmp_path).show_reasoning is False
+    (tmp_path / "ui.json").write_text('{"show_reasoning": true}')  # config.toml wins over a stale ui.json
+    assert UISettings.load(tmp_path).show_reasoning is False
+
+
+def test_saving_a_preference_edits_one_line_of_the_users_config(tmp_path: Path) -> None:
+    import os
+    import stat
+    import tomllib
+
+    from kimicode.config.settings import load_settings
+
+    config = tmp_path / "config.toml"
+    text = (
+        "# my settings\r\n[auth]\r\napi_key = \"sk-secret\"  # keep me\r\n\r\n[ui]  # look\r\n"
+        "reasoning = \"show\"\r\n\r\n[defaults]\r\nmodel = \"kimi-k3\"\r\n"
+    )
+    config.write_bytes(text.encode())
+    os.chmod(config, 0o600)
+    assert UISettings(show_reasoning=False).save(tmp_path) is None
+    assert config.read_bytes() == text.replace('reasoning = \"show\"', 'reasoning = \"hide\"').encode()
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600  # it holds the key
+    assert load_settings(tmp_path, tmp_path).get("ui.reasoning") == "hide"
+    # a [ui] table without the key gets the line right under its header
+    config.write_text("[ui]\n[context]\nprune_threshold = 0.6\n")
+    assert UISettings(show_reasoning=False).save(tmp_path) is None
+    assert tomllib.loads(config.read_text()) == {"ui": {"reasoning": "hide"}, "context": {"prune_threshold": 0.6}}
+    # a linked config.toml stays linked; the file it points to is edited
+    real = tmp_path / "dotfiles.toml"
+    real.write_text("[defaults]\nthinking = \"high\"\n")
+    config.unlink()
+    config.symlink_to(real)
+    assert UISettings(show_reasoning=True).save(tmp_path) is None
+    assert config.is_symlink() and 'reasoning = "show"' in real.read_text()
+
+
+@pytest.mark.parametrize("text", ["[ui\nreasoning = ", 'ui = { reasoning = "show" }\n', 'ui.reasoning = "show"\n'])
+def test_a_config_kimicode_cannot_edit_safely_is_left_alone(tmp_path: Path, text: str) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(text)
+    error = UISettings(show_reasoning=False).save(tmp_path)
+    assert error is not None and "config.toml" in error and 'reasoning = "hide"' in error
+    assert config.read_text() == text
 
 
 def test_formatting_helpers() -> None:
@@ -635,7 +688,7 @@ def test_slash_commands(session_factory: Callable[[], Any], tmp_path: Path) -> N
     assert session.agent.session_id != old_id and "forgotten" in text and not session.rules.commands
     assert session.agent.permission_mode == "accept-edits" and session.agent.thinking == "max"
     run("/reasoning hide")
-    assert json.loads((tmp_path / "home" / "ui.json").read_text()) == {"show_reasoning": False}
+    assert tomllib.loads((tmp_path / "home" / "config.toml").read_text()) == {"ui": {"reasoning": "hide"}}
     run("/exit")
     assert session.exit_requested
 

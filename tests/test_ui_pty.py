@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -331,8 +332,8 @@ def test_slash_commands_and_mode_cycling(start: Callable[..., Terminal], server:
     term.wait_prompt()
     term.send_message("/reasoning hide")
     term.wait_for("Reasoning will be hidden")
-    settings = json.loads((tmp_path / "home" / "ui.json").read_text())
-    assert settings["show_reasoning"] is False
+    settings = tomllib.loads((tmp_path / "home" / "config.toml").read_text())
+    assert settings["ui"]["reasoning"] == "hide"
     term.wait_prompt()
     assert "⏵ default" in term.toolbar()
     term.type("\x1b[Z")  # Shift-Tab
@@ -375,7 +376,7 @@ def test_hidden_reasoning_shows_a_one_line_indicator(
 ) -> None:
     home = tmp_path / "home"
     home.mkdir(parents=True, exist_ok=True)
-    (home / "ui.json").write_text('{"show_reasoning": false}')
+    (home / "config.toml").write_text('[ui]\nreasoning = "hide"\n')
     server.add(
         Reply(reasoning="secret chain of thought " * 20, content="visible answer", chunk_size=20, chunk_delay=0.01)
     )
