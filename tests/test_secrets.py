@@ -17,8 +17,9 @@ from conftest import kimicode_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kimicode.config.redact import MASK, Masker, StreamMasker, known_secrets
 from kimicode.config.settings import Settings
-from kimicode.redact import MASK, Masker, StreamMasker, harden_process, is_dumpable, known_secrets
+from kimicode.procs import harden_process, is_dumpable
 from kimicode.testing import ErrorReply, FakeServer, Reply, ToolCall
 
 MakeAgent = Callable[..., Any]
@@ -86,7 +87,7 @@ def test_a_server_error_quoting_the_key_is_masked(server: FakeServer, make_agent
 _PROBE = (
     "import subprocess, sys\n"
     "if sys.argv[1] == 'harden':\n"
-    "    from kimicode.redact import harden_process\n"
+    "    from kimicode.procs import harden_process\n"
     "    assert harden_process()['dumpable_off']\n"
     "r = subprocess.run(['/bin/sh', '-c', 'cat /proc/$PPID/environ'], capture_output=True)\n"
     "print('LEAK' if b'sk-very-secret-parent-key' in r.stdout else 'SAFE')\n"

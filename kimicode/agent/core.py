@@ -70,8 +70,8 @@ from kimicode.tools.registry import ToolRegistry, builtin_tools, parse_arguments
 
 if TYPE_CHECKING:
     from kimicode.agent.streams import Emit, EventStream
+    from kimicode.config.redact import Masker
     from kimicode.llm.client import ChatClient
-    from kimicode.redact import Masker
 
 T = TypeVar("T")
 
@@ -379,7 +379,8 @@ class Agent:
             names=secret_env_names(self.settings, self.endpoint.key_source),
             values=(self.endpoint.api_key,),
         )
-        from kimicode.redact import Masker, harden_process, known_secrets
+        from kimicode.config.redact import Masker, known_secrets
+        from kimicode.procs import harden_process
 
         harden_process()  # children cannot read the key under /proc/<pid>/environ
         self.masker = Masker(known_secrets(os.environ, api_key=self.endpoint.api_key, settings=self.settings))

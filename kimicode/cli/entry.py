@@ -8,7 +8,7 @@ import sys
 def main() -> None:
     """Entry point: fast path for `--version`, else the typer application.
 
-    The process first makes itself non-dumpable and a child subreaper (kimicode.redact), and whatever
+    The process first makes itself non-dumpable and a child subreaper (kimicode.config.redact), and whatever
     the bash tool started that is still running when the application ends (`setsid … &`) is killed.
     """
     args = sys.argv[1:]
@@ -17,7 +17,7 @@ def main() -> None:
 
         sys.stdout.write(f"kimicode {__version__}\n")
         return
-    from kimicode.redact import harden_process, reap_children
+    from kimicode.procs import harden_process, reap_children
 
     harden_process(subreaper=True)
     from kimicode.cli.app import run_app

@@ -29,7 +29,7 @@ from kimicode.events import (
 from kimicode.termsafe import sanitize
 
 if TYPE_CHECKING:
-    from kimicode.redact import Masker
+    from kimicode.config.redact import Masker
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

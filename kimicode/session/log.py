@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kimicode.redact import Masker
+    from kimicode.config.redact import Masker
     from kimicode.session.lock import SessionLock
 
 SCHEMA_VERSION = 1

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from kimicode.errors import ToolError as ToolError  # raised by a tool to report a failure to the model
 
 if TYPE_CHECKING:
-    from kimicode.redact import Masker
+    from kimicode.config.redact import Masker
 
 CURRENT_CALL_ID: ContextVar[str] = ContextVar("kimicode_current_call_id", default="")
 """The id of the tool call being executed (set by the agent around each tool; the task tool reads it
@@ -56,7 +56,7 @@ class ToolContext:
     env: Mapping[str, str] | None = None
     """Environment for child processes; None means the agent's own, minus secrets."""
     mask: Masker | None = None
-    """Known secrets to mask in output as it is read (set by the agent; kimicode.redact)."""
+    """Known secrets to mask in output as it is read (set by the agent; kimicode.config.redact)."""
     approved: bool = False
     """The user approved this very call at a prompt (set on a per-call copy by the agent): under
     `--sandbox auto` such a command runs outside the sandbox, as the user saw and approved it."""

@@ -29,7 +29,7 @@ from kimicode.tools.progress import ByteReporter
 from kimicode.tools.sandbox import Sandbox
 
 if TYPE_CHECKING:
-    from kimicode.redact import Masker
+    from kimicode.config.redact import Masker
 
 __all__ = [
     "BASH",

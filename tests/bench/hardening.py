@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from kimicode.redact import Masker
+from kimicode.config.redact import Masker
 from kimicode.termsafe import sanitize
 
 SECRETS = [f"sk-{i:02d}-" + "x" * 40 for i in range(10)]
