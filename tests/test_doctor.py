@@ -124,6 +124,20 @@ def test_model_listed_and_context_window_compared(
     assert KEY not in out
 
 
+@pytest.mark.parametrize("entry", [
+    {"id": "kimi-k3", "owned_by": "llamacpp", "meta": {"n_ctx": 32_768, "n_ctx_train": 1_048_576}},  # llama.cpp
+    {"id": "kimi-k3", "top_provider": {"context_length": 32_768}},  # OpenRouter
+    {"id": "kimi-k3", "max_model_len": 32_768},  # vLLM
+])
+def test_the_window_is_read_as_discovery_reads_it(
+    monkeypatch: pytest.MonkeyPatch, models_server: Callable[..., ModelsServer], entry: dict[str, object]
+) -> None:
+    srv = models_server(body={"object": "list", "data": [entry]})
+    code, out = doctor(monkeypatch, srv.base_url)
+    [ctx] = lines_of(out, "context")
+    assert code == 0 and ctx.startswith("[warn]") and "32,768" in ctx, out  # the serving window, never n_ctx_train
+
+
 def test_a_model_the_server_does_not_list(monkeypatch: pytest.MonkeyPatch,
                                           models_server: Callable[..., ModelsServer]) -> None:
     srv = models_server(body={"data": [{"id": f"m{i}"} for i in range(12)]})

@@ -22,8 +22,6 @@ from urllib.parse import urlsplit
 import typer
 
 Status = Literal["ok", "warn", "fail"]
-WINDOW_FIELDS = ("context_length", "max_model_len", "context_window", "max_context_length", "max_input_tokens")
-"""Fields of a `/models` entry that servers use for the context window (Moonshot, vLLM, OpenRouter, ...)."""
 
 
 @dataclass
@@ -82,7 +80,7 @@ def _key_check(settings: Any, model: str | None, base_url: str | None) -> tuple[
 
 
 def _endpoint_checks(endpoint: Any, mc: Any, key_where: str, timeout: float) -> list[Check]:
-    from kimicode.llm.discovery import fetch_models
+    from kimicode.llm.discovery import fetch_models, window_from_models
     from kimicode.llm.profiles import profile_for, profile_with
 
     url = endpoint.base_url
@@ -110,7 +108,7 @@ def _endpoint_checks(endpoint: Any, mc: Any, key_where: str, timeout: float) -> 
         return [Check("endpoint", "fail", f"model {endpoint.model!r} is not among the {len(ids)} models {host} "
                       f"lists: {shown or 'none'}", "pick one with --model or KIMI_MODEL")]
     checks = [Check("endpoint", "ok", f"{url} reachable, model {endpoint.model} listed ({len(ids)} models)")]
-    server_window = next((entry[f] for f in WINDOW_FIELDS if isinstance(entry.get(f), int) and entry[f] > 0), None)
+    server_window, _ = window_from_models(body, endpoint.model)  # the same reading as window discovery
     if server_window is not None and server_window < window:
         fix = f"--context-window {server_window}, or context_window = {server_window} in [models.\"{mc.name}\"]"
         checks.append(Check("context", "warn", f"kimicode assumes {window:,} tokens but the server allows "
