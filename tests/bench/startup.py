@@ -12,9 +12,11 @@ runs, later ones only print a notice). Install it outside the project, e.g.
 
 Each figure is the median and the minimum over N runs after one warm-up run that is discarded; the
 two tools' one-answer runs are interleaved (alternating which goes first) so load changes hit both.
-Every one-answer run is checked: exit code 0, the fake reply on stdout, exactly its one scripted
-reply consumed and a request carrying the prompt seen by the server. A run that fails a check stops
-the benchmark with the reason (exit code 1) rather than printing a time for a run that did not answer.
+Bytecode may be written (PYTHONDONTWRITEBYTECODE is dropped) so that, as when installed, both tools
+run compiled modules after the warm-up. Every one-answer run is checked: exit code 0, the fake reply
+on stdout, exactly its one scripted reply consumed and a request carrying the prompt seen by the
+server. A run that fails a check stops the benchmark with the reason (exit code 1) rather than
+printing a time for a run that did not answer.
 """
 
 from __future__ import annotations
@@ -196,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     home = tempfile.mkdtemp(prefix="kimicode-bench-")
     workspace = tempfile.mkdtemp(prefix="kimicode-bench-ws-")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
+    # An installed tool runs from compiled bytecode (pip compiles Kimi Code's); with PYTHONDONTWRITEBYTECODE
+    # set, a source checkout of kimicode would be recompiled on every run and time the compiler instead.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(HOME=home, KIMICODE_HOME=str(Path(home) / ".kimicode"))
     try:
         with FakeServer() as server:
