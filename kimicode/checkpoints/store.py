@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import shutil
-import stat as statmod
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -27,9 +26,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kimicode.checkpoints import rawpack
+
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 BULK = 200
-"""More new or changed files than this go in through `git fast-import` (one pack, see `_bulk_add`)."""
+"""More new or changed files than this go into one pack written by kimicode (see `_bulk_add`)."""
+FIRST_LEVEL = 0
+"""zlib level of the packs written by kimicode."""
 
 
 class CheckpointError(RuntimeError):
@@ -129,6 +132,8 @@ class CheckpointStore:
             stale = self.dir / "index.lock"
             if stale.exists():  # left by a process killed mid-snapshot: we hold the lock, so nobody uses it
                 stale.unlink()
+            for tmp in (self.git_dir / "objects" / "pack").glob("tmp_kc_pack_*"):  # a pack cut short
+                tmp.unlink(missing_ok=True)
             yield
         finally:
             self._lock_fd = None
@@ -189,6 +194,8 @@ class CheckpointStore:
                 drop.append(rel)
             else:
                 add.append(rel)
+        if not self.index.exists():
+            return self._first(label, ref, add, skipped)
         if drop:
             self.git("rm", "--cached", "-q", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
                      input=_nul(drop))
@@ -197,6 +204,26 @@ class CheckpointStore:
         elif add:
             self.git("add", "-A", "-f", "--pathspec-from-file=-", "--pathspec-file-nul", input=_nul(add))
         tree = self.git("write-tree").decode().strip()
+        return self._commit(tree, label, ref, skipped)
+
+    def _first(self, label: str, ref: str | None, paths: Sequence[str], skipped: list[str]) -> Snapshot:
+        """The first snapshot into an empty index: every file goes into one pack written here, the trees
+        are built from the same list and the index is written from the stat data already taken (see
+        rawpack), so no git command reads the workspace again. Only the commit and its ref go
+        through git."""
+        pack = rawpack.PackWriter(self.git_dir / "objects" / "pack", FIRST_LEVEL)
+        try:
+            entries, _ = rawpack.add_files(pack, self.workspace, paths)
+            entries.sort(key=lambda e: e.path)
+            tree, tree_ext = rawpack.add_trees(pack, entries)
+            pack.finish()
+            rawpack.write_index(self.index, entries, tree_ext)
+        except BaseException:
+            pack.abort()
+            raise
+        return self._commit(tree.hex(), label, ref, skipped)
+
+    def _commit(self, tree: str, label: str, ref: str | None, skipped: Sequence[str]) -> Snapshot:
         message = f"{label}\n\nworkspace: {self.workspace}\n"
         commit = self.git("commit-tree", tree, "-m", message).decode().strip()
         if ref:
@@ -204,71 +231,20 @@ class CheckpointStore:
         return Snapshot(commit, tuple(skipped))
 
     def _bulk_add(self, paths: Sequence[str]) -> None:
-        """Many new files (a first snapshot): stream them into packs with `git fast-import` instead of
-        one loose object file each (creating thousands of small files is what costs on most disks), one
-        importer per core, then enter them in the index and let `update-index --refresh` record their
-        stat data."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        jobs = max(1, min(4, os.cpu_count() or 1, len(paths) // BULK))
-        chunks = [list(paths[i::jobs]) for i in range(jobs)]
-        with ThreadPoolExecutor(jobs) as pool:
-            results = list(pool.map(self._import, chunks, range(jobs)))
-        info = b"".join(part for part in results)
+        """Many new or changed files (an `npm install`, a checkout): their blobs go into one pack (see
+        `_first`) instead of one loose object file each, then into the kept index, whose stat data
+        `update-index --refresh` records (only these entries are new, the others are up to date)."""
+        pack = rawpack.PackWriter(self.git_dir / "objects" / "pack", FIRST_LEVEL)
+        try:
+            entries, gone = rawpack.add_files(pack, self.workspace, paths)
+            pack.finish()
+        except BaseException:
+            pack.abort()
+            raise
+        info = b"".join(b"%o %s\t%s\0" % (e.mode, e.sha.hex().encode(), e.path) for e in entries)
+        info += b"".join(b"0 " + b"0" * 40 + b"\t" + rel.encode("utf-8", "surrogateescape") + b"\0" for rel in gone)
         self.git("update-index", "-z", "--index-info", input=info)
         self.git("update-index", "-q", "--refresh", check=False)  # stat data, so the next snapshot is quick
-
-    def _import(self, paths: Sequence[str], n: int) -> bytes:
-        """Stream `paths` through one fast-import; returns their `--index-info -z` lines."""
-        marks = self.dir / f"import-marks-{n}"
-        entries: list[tuple[str, int, str]] = []  # (mode, mark, path)
-        gone: list[str] = []
-        try:
-            proc = subprocess.Popen(
-                ["git", "-c", "pack.compression=1", "-c", "pack.depth=0", "-c", "core.bigFileThreshold=1g",
-                 "fast-import", "--quiet", "--done", f"--export-marks={marks}"],
-                cwd=self.workspace, env=self._env(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE, pass_fds=self._held(),
-            )
-        except OSError as exc:
-            raise CheckpointError(f"cannot run git: {exc}") from exc
-        assert proc.stdin is not None
-        try:
-            for rel in paths:
-                path = self.workspace / rel
-                try:
-                    st = os.lstat(path)
-                    if _is_link(st.st_mode):
-                        data, mode = os.fsencode(os.readlink(path)), "120000"
-                    elif statmod.S_ISREG(st.st_mode):
-                        data = path.read_bytes()
-                        mode = "100755" if st.st_mode & 0o111 else "100644"
-                    else:
-                        continue
-                except FileNotFoundError:
-                    gone.append(rel)
-                    continue
-                except OSError:
-                    continue
-                entries.append((mode, len(entries) + 1, rel))
-                proc.stdin.write(b"blob\nmark :%d\ndata %d\n" % (len(entries), len(data)) + data + b"\n")
-            proc.stdin.write(b"done\n")
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        err = proc.stderr.read() if proc.stderr else b""
-        if proc.wait() != 0:
-            lines = err.decode("utf-8", "replace").strip().splitlines()
-            raise CheckpointError(f"git fast-import failed: {lines[-1] if lines else proc.returncode}")
-        shas: dict[int, str] = {}
-        for line in marks.read_text("ascii").splitlines():
-            mark, _, sha = line.partition(" ")
-            shas[int(mark[1:])] = sha
-        marks.unlink(missing_ok=True)
-        return b"".join(
-            f"{mode} {shas[mark]}\t".encode() + rel.encode("utf-8", "surrogateescape") + b"\0"
-            for mode, mark, rel in entries
-        ) + b"".join(b"0 " + b"0" * 40 + b"\t" + rel.encode("utf-8", "surrogateescape") + b"\0" for rel in gone)
 
     def has(self, commit: str) -> bool:
         """Whether `commit` is a snapshot in this store."""
