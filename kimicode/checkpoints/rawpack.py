@@ -6,7 +6,8 @@ Running git on 10,000 new files costs seconds: `git add` writes one loose object
 it, hashes it (OpenSSL SHA-1) and appends it to a single pack; the trees are built from the same
 list, and the index is written from the stat results already taken. Formats written:
 
-- pack v2 and its index v2 (`Documentation/gitformat-pack.txt`), objects stored whole (no deltas);
+- pack v2 and its index v2 (`Documentation/gitformat-pack.txt`), objects stored whole (no deltas),
+  compressed only up to a budget (see `PackWriter`);
 - index v2 with a `TREE` (cache tree) extension (`Documentation/gitformat-index.txt`), so the next
   `git write-tree` reuses the trees instead of hashing them again.
 
@@ -48,14 +49,19 @@ class PackWriter:
     store as it was (`abort()` removes the temporary file).
     """
 
-    def __init__(self, pack_dir: Path, level: int = 1) -> None:
+    def __init__(self, pack_dir: Path, compress_bytes: int = 16 << 20) -> None:
         self.dir = pack_dir
-        self.level = level
+        self.compress_budget = compress_bytes
+        """Objects are zlib-compressed (level 1) until this many bytes went in, then stored as they
+        are (level 0): compressing 200 MB takes seconds of CPU, copying it a tenth of a second. A
+        later `git gc` (run when pruning) compresses what was stored plain."""
         fd, name = tempfile.mkstemp(prefix="tmp_kc_pack_", dir=pack_dir)
         self.tmp = Path(name)
         self._fh = os.fdopen(fd, "wb", buffering=1 << 20)
         self._offset = 12
         self._objects: dict[bytes, tuple[int, int]] = {}  # sha -> (offset, crc32)
+        self.final: list[Path] = []
+        """The `.idx` and `.pack` once in place (removed again by `abort()`: nothing refers to them yet)."""
         self._write(b"PACK" + struct.pack(">II", 2, 0))  # the count is patched in finish()
         self._offset = 12
 
@@ -79,7 +85,8 @@ class PackWriter:
             byte = size & 0x7F
             size >>= 7
         head.append(byte)
-        body = zlib.compress(data, self.level)
+        body = zlib.compress(data, 1 if self.compress_budget > 0 else 0)
+        self.compress_budget -= len(data)
         offset = self._offset
         self._write(bytes(head) + body if len(body) < 65536 else bytes(head))
         if len(body) >= 65536:
@@ -108,8 +115,12 @@ class PackWriter:
         name = checksum.hex()
         idx_tmp = self.tmp.with_name(self.tmp.name + ".idx")
         idx_tmp.write_bytes(self._index(checksum))
+        if (self.dir / f"pack-{name}.idx").exists():  # the very same pack is there already
+            self.abort()
+            return
         os.replace(self.tmp, self.dir / f"pack-{name}.pack")
         os.replace(idx_tmp, self.dir / f"pack-{name}.idx")
+        self.final = [self.dir / f"pack-{name}.idx", self.dir / f"pack-{name}.pack"]
 
     def _index(self, checksum: bytes) -> bytes:
         shas = sorted(self._objects)
@@ -142,6 +153,9 @@ class PackWriter:
             pass
         self.tmp.unlink(missing_ok=True)
         self.tmp.with_name(self.tmp.name + ".idx").unlink(missing_ok=True)
+        for path in self.final:
+            path.unlink(missing_ok=True)
+        self.final = []
 
 
 def git_mode(st: os.stat_result) -> int | None:
