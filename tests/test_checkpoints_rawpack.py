@@ -8,7 +8,10 @@ the written index (`ls-files`, `diff-files`, later snapshots that rely on its st
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +172,40 @@ def test_an_empty_or_tiny_workspace(workspace: Path, tmp_path: Path, files: int)
     store = CheckpointStore(tmp_path / "home", workspace)
     snap = store.snapshot("first")
     assert tree_of(store, snap.id) == plain_git_tree(workspace, tmp_path)
+
+
+_FIRST = """
+import sys
+from pathlib import Path
+from kimicode.checkpoints import CheckpointStore
+print("go", flush=True)
+CheckpointStore(Path(sys.argv[1]), Path(sys.argv[2])).snapshot("killed", "s/1")
+print("done", flush=True)
+"""
+
+
+def test_kill_9_at_any_point_of_a_first_snapshot_leaves_a_store_that_works(workspace: Path, tmp_path: Path) -> None:
+    """Killed while the pack, its index, the private index or the commit is being written: the next
+    snapshot clears what was left half-done and records the workspace in full."""
+    for i in range(4000):
+        d = workspace / f"d{i // 100}"
+        d.mkdir(exist_ok=True)
+        (d / f"f{i}.txt").write_text(f"content {i}\n" * 200)
+    killed = 0
+    for n, delay in enumerate((0.05, 0.15, 0.3, 0.5, 0.8)):
+        home = tmp_path / f"home{n}"
+        proc = subprocess.Popen([sys.executable, "-c", _FIRST, str(home), str(workspace)], stdout=subprocess.PIPE,
+                                text=True)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "go"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proc.stdout.read().strip() in ("", "done")
+        store = CheckpointStore(home, workspace)
+        killed += not (store.dir / "index").exists()
+        snap = store.snapshot("after the kill")
+        assert len(store.git("ls-tree", "-r", "--name-only", snap.id).split()) == 4000
+        assert store.git("fsck", "--strict", "--no-dangling", check=False) == b""
+        assert not list(store.git_dir.rglob("tmp_*")) and not (store.dir / "index.lock").exists()
+        assert store.git("diff-files", "--name-only") == b""
+    assert killed, "no run was killed before the snapshot finished: the tree is too small for this machine"
