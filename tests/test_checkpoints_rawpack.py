@@ -209,3 +209,22 @@ def test_kill_9_at_any_point_of_a_first_snapshot_leaves_a_store_that_works(works
         assert not list(store.git_dir.rglob("tmp_*")) and not (store.dir / "index.lock").exists()
         assert store.git("diff-files", "--name-only") == b""
     assert killed, "no run was killed before the snapshot finished: the tree is too small for this machine"
+
+
+def test_a_snapshot_asked_for_while_warming_waits_and_records_the_workspace_then(
+    workspace: Path, tmp_path: Path
+) -> None:
+    from kimicode.checkpoints.session import SessionCheckpoints
+
+    for i in range(2000):
+        (workspace / f"f{i}.txt").write_text(f"{i}\n" * 100)
+    cps = SessionCheckpoints(CheckpointStore(tmp_path / "home", workspace), "s", None)
+    thread = cps.warm()
+    assert thread is not None
+    (workspace / "late.txt").write_text("written while the warm-up runs\n")
+    cps.begin_turn("go", 1)
+    assert cps.before_change() is None  # waits for the store's lock, then takes the turn's checkpoint
+    thread.join()
+    assert cps.current is not None and cps.current.before
+    assert tree_of(cps.store, cps.current.before) == plain_git_tree(workspace, tmp_path)
+    assert cps.warm() is None  # the store is ready: nothing more to warm

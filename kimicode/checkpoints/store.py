@@ -189,6 +189,21 @@ class CheckpointStore:
                     raise
                 raise CheckpointError(self._full() if _is_full(exc) else f"{exc.strerror or exc}") from exc
 
+    def prepare(self) -> bool:
+        """Store the workspace into an empty store ahead of the first snapshot (started in the background
+        when a terminal session opens): that snapshot then only records what changed since. Returns
+        whether there was anything to do; a failure (a full disk) is left for the snapshot to report."""
+        with self.locked():
+            try:
+                self._init()
+                if self.index.exists():
+                    return False
+                self._first(self._listing()[0])
+                return True
+            except (OSError, CheckpointError) as exc:
+                self._clean_failed()
+                raise CheckpointError(self._full() if _is_full(exc) else str(exc)) from exc
+
     def _full(self) -> str:
         return f"no space left on the disk holding the checkpoint store ({self.dir})"
 
@@ -201,7 +216,8 @@ class CheckpointStore:
             except OSError:
                 pass
 
-    def _snapshot(self, label: str, ref: str | None) -> Snapshot:
+    def _listing(self) -> tuple[list[str], list[str], list[str]]:
+        """Paths to (re)store, paths to drop from the index and the files skipped for their size."""
         listed = self.git("ls-files", "-z", "--modified", "--others", "--deleted", "--exclude-standard")
         candidates = sorted({p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p})
         add: list[str] = []
@@ -220,8 +236,12 @@ class CheckpointStore:
                 drop.append(rel)
             else:
                 add.append(rel)
+        return add, drop, skipped
+
+    def _snapshot(self, label: str, ref: str | None) -> Snapshot:
+        add, drop, skipped = self._listing()
         if not self.index.exists():
-            return self._first(label, ref, add, skipped)
+            return self._commit(self._first(add), label, ref, skipped)
         if drop:
             self.git("rm", "--cached", "-q", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
                      input=_nul(drop))
@@ -232,11 +252,11 @@ class CheckpointStore:
         tree = self.git("write-tree").decode().strip()
         return self._commit(tree, label, ref, skipped)
 
-    def _first(self, label: str, ref: str | None, paths: Sequence[str], skipped: list[str]) -> Snapshot:
+    def _first(self, paths: Sequence[str]) -> str:
         """The first snapshot into an empty index: every file goes into one pack written here, the trees
         are built from the same list and the index is written from the stat data already taken (see
         rawpack), so no git command reads the workspace again. Only the commit and its ref go
-        through git."""
+        through git. Returns the tree id."""
         pack = rawpack.PackWriter(self.git_dir / "objects" / "pack")
         try:
             entries, _ = rawpack.add_files(pack, self.workspace, paths)
@@ -247,7 +267,7 @@ class CheckpointStore:
         except BaseException:
             pack.abort()
             raise
-        return self._commit(tree.hex(), label, ref, skipped)
+        return tree.hex()
 
     def _commit(self, tree: str, label: str, ref: str | None, skipped: Sequence[str]) -> Snapshot:
         message = f"{label}\n\nworkspace: {self.workspace}\n"
