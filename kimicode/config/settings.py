@@ -88,7 +88,10 @@ SCHEMA: dict[str, Any] = {
     "images": {"max_bytes": "int", "max_side": "int"},
     "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
     "subagents": {"max_turns": "int", "tools": "list[str]"},
-    "checkpoints": {"enabled": "bool", "max_file_mb": "number", "max_age_days": "number", "max_store_mb": "number"},
+    "checkpoints": {
+        "enabled": "bool", "warm_at_open": "bool", "max_file_mb": "number", "max_age_days": "number",
+        "max_store_mb": "number",
+    },
 }
 
 

@@ -109,6 +109,7 @@ class Session:
         """How the session opened: `new`, `resumed` or `forked` (from `options.resume`)."""
         self.forked_from: str | None = None
         self.agent = self._open_agent()
+        self._warm_checkpoints()
         self.workspace = self.agent.workspace
         self.approver.workspace = self.workspace
         self.index = FileIndex(self.workspace)
@@ -162,8 +163,16 @@ class Session:
             self.forked_from = target
         return agent
 
+    def _warm_checkpoints(self) -> None:
+        """Store the workspace in the background while the user types, so the first turn that changes
+        a file waits only for what changed since (`[checkpoints] warm_at_open = false` turns it off)."""
+        cps = self.agent.checkpoints
+        if cps is not None and self.agent.settings.table("checkpoints").get("warm_at_open", True) is not False:
+            cps.warm()
+
     def _replaced(self) -> None:
         """Bookkeeping after `self.agent` was replaced by a new or resumed one."""
+        self._warm_checkpoints()
         self.rules.clear()
         self.stats.reset()
         self._estimate_len = -1
