@@ -14,6 +14,7 @@ from typing import Any
 from kimicode.batch.results import TaskResult
 from kimicode.batch.tasks import Task
 from kimicode.batch.workspace import WorkspaceError, changed_files, git_diff, prepare, snapshot, task_dir_name
+from kimicode.config.choices import DEFAULT_MAX_TURNS
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class BatchOptions:
     thinking: str | None = None
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
-    max_turns: int = 200
+    max_turns: int = DEFAULT_MAX_TURNS
     timeout: float | None = None
     budget_usd: float | None = None
     append_system_prompt: str | None = None
