@@ -18,7 +18,6 @@ from kimicode.config.endpoint import kimicode_home
 from kimicode.config.settings import Settings, resolve_model
 from kimicode.context.manager import ContextManager, ContextSettings
 from kimicode.context.output import DEFAULT_CAP_TOKENS, DEFAULT_SPILL_MAX_BYTES, set_spill_limit
-from kimicode.events import Notice
 from kimicode.llm.discovery import resolve_window
 from kimicode.llm.profiles import profile_for, profile_with
 from kimicode.prompts import load_prompt
@@ -79,7 +78,8 @@ def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool
         usage=agent.usage,
         reserve_explicit=agent.max_completion_tokens is not None,
     )
-    agent._notices.extend(Notice(text, "warning") for text in agent.settings.ignored)
+    for text in agent.settings.ignored:
+        agent.notify(text, "warning")
     confine(agent)
     if messages is not None:
         agent.messages = messages
@@ -125,7 +125,8 @@ def confine(agent: Agent) -> None:
         o.sandbox, o.sandbox_network, agent.settings, agent.workspace, agent.home,
         project_file=project_file, ignored=ignored, session_dir=agent.log.spill_dir if agent.log else None,
     )
-    agent._notices.extend(Notice(text, "warning") for text in ignored)
+    for text in ignored:
+        agent.notify(text, "warning")
     sandboxed = False
     if agent.sandbox is not None and agent.tools.get("bash") is BASH:
         agent.tools.add(bash_tool(agent.sandbox))
@@ -145,7 +146,7 @@ def confine(agent: Agent) -> None:
         agent.log.masker = agent.masker
     agent.ctx.mask = agent.masker  # command output is masked as it is read
     if agent.sandbox_warning:
-        agent._notices.append(Notice(agent.sandbox_warning, "warning"))
+        agent.notify(agent.sandbox_warning, "warning")
 
 
 def system_prompt(agent: Agent) -> str:

@@ -14,7 +14,7 @@ import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from kimicode import errors
 from kimicode.agent.builder import build, make_client, settings_record
@@ -184,9 +184,9 @@ class Agent:
         """True while a turn or a compaction runs."""
         return self._worker is not None and not self._worker.done()
 
-    def notify(self, text: str, level: str = "info") -> None:
+    def notify(self, text: str, level: Literal["info", "warning", "error"] = "info") -> None:
         """Queue a Notice for the start of the next turn."""
-        self._notices.append(Notice(text, level))  # type: ignore[arg-type]
+        self._notices.append(Notice(text, level))
 
     def record_settings(self, reason: str, **extra: Any) -> None:
         """Record the model and settings in effect from now on (resume, fork, a change of model, effort or
@@ -194,7 +194,6 @@ class Agent:
         if self.log:
             self.log.append({"type": "settings", "reason": reason, **settings_record(self), **extra})
 
-    _log_settings = record_settings
 
     @property
     def client(self) -> ChatClient:

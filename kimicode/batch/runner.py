@@ -101,6 +101,7 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
             workspace=ws,
             home=home,
             config=settings,
+            project_instructions=True,  # the task's AGENTS.md, as the command line reads it
             permission_mode=task.permission_mode or opts.permission_mode,
             thinking=task.thinking or opts.thinking,
             max_turns=task.max_turns or opts.max_turns,
@@ -117,7 +118,7 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
             request_timeout=opts.request_timeout,
             **opts.agent_options,
         )
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError, TypeError) as exc:
         return failed("error", str(exc), "config", workspace=str(ws))
     if gate is not None:
         agent.client.config.gate = gate
