@@ -99,10 +99,18 @@ def test_a_wrong_value_names_the_setting_and_what_it_takes(endpoint: FakeServer,
         AgentOptions(sandbox="on")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="allow must be rules as strings"):
         AgentOptions(allow=[3])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"config must be a kimicode\.config\.settings\.Settings"):
+        AgentOptions(config={"defaults": {}})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="multiple values for argument 'workspace'"):
+        AgentOptions.from_workspace(workspace, workspace=workspace)
     agent = Agent(workspace=workspace, persist=False)
     with pytest.raises(ValueError, match="permission_mode must be one of"):
         agent.set_permission_mode("everything")
     assert agent.permission_mode == "default"
+    agent.max_turns = 4  # the old attribute still works, and keeps the options current
+    assert agent.options.max_turns == 4
+    with pytest.raises(ValueError, match="max_turns must be an integer"):
+        agent.max_turns = -1
 
 
 # -- hermetic by default ----------------------------------------------------------------------------

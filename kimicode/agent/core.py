@@ -71,13 +71,18 @@ REPEAT_LIMIT = DEFAULT_REPEAT_LIMIT
 
 
 class _Option(Generic[V]):
-    """A read-only attribute of the agent that is one of its options (`agent.max_turns`)."""
+    """An attribute of the agent that is one of its options (`agent.max_turns`); assigning it replaces the
+    option (validated) for the following requests and turns."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
     def __get__(self, agent: Agent | None, owner: type) -> V:
         return cast(V, getattr(agent.options, self.name)) if agent is not None else cast(V, self)
+
+    def __set__(self, agent: Agent, value: V) -> None:
+        agent.options = agent.options.replace(**{self.name: value})
+        agent._reset_client()  # retries and timeouts are the client's
 
 
 class Agent:
@@ -99,8 +104,6 @@ class Agent:
     request_timeout = _Option[float]()
     tool_output_cap = _Option[int]()
     headless = _Option[bool]()
-    project_instructions = _Option[bool]()
-    """Whether AGENTS.md / CLAUDE.md files were added to the prompt."""
 
     # set by the builder (agent/builder.py)
     settings: Settings
@@ -169,6 +172,11 @@ class Agent:
         build(self, tools, extra_tools, messages)
 
     # -- settings ---------------------------------------------------------------------------------
+
+    @property
+    def project_instructions(self) -> bool:
+        """Whether AGENTS.md / CLAUDE.md files were added to the prompt."""
+        return self.options.project_instructions
 
     @property
     def permission_mode(self) -> str:

@@ -106,6 +106,11 @@ class AgentOptions:
             set_(self, name, (value,) if isinstance(value, str) else tuple(value))
             if not all(isinstance(rule, str) for rule in getattr(self, name)):
                 raise TypeError(f"{name} must be rules as strings, e.g. ('bash(git diff*)',) (got {value!r})")
+        for name, kind in (("config", Settings), ("rules", Rules)):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise TypeError(f"{name} must be a {kind.__module__}.{kind.__name__} or None "
+                                f"(got {type(value).__name__})")
         check_choice("permission_mode", self.permission_mode, PERMISSION_MODES)
         if self.thinking is not None and self.thinking not in EFFORTS:
             raise ValueError(f"thinking must be low, high or max (got {self.thinking!r})")

@@ -117,7 +117,6 @@ class TaskRunner:
             home=p.home,
             persist=False,
             session_id=None,
-            config=p.settings,
         )
         child = Agent(options, tools=self.child_tools(names), approve=p.approve)
         # The child keeps no log of its own, but its big tool outputs are saved in the parent's session
