@@ -255,3 +255,24 @@ def await_close(agent: Agent) -> None:
     import asyncio
 
     asyncio.run(agent.aclose())
+
+
+def test_precedence_flags_then_environment_then_files(
+    endpoint: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text('[defaults]\nmodel = "file-model"\nthinking = "high"\n'
+                                      'permission_mode = "plan"\nmax_turns = 11\n')
+    from_files = Agent(AgentOptions.from_workspace(workspace), persist=False)
+    assert (from_files.endpoint.model, from_files.thinking, from_files.permission_mode, from_files.max_turns) == (
+        "file-model", "high", "plan", 11)  # every [defaults] key reaches a library agent that asks for files
+    monkeypatch.setenv("KIMI_MODEL", "env-model")
+    assert Agent(AgentOptions.from_workspace(workspace), persist=False).endpoint.model == "env-model"
+    given = Agent(AgentOptions.from_workspace(workspace, model="flag-model", thinking="low", max_turns=3,
+                                              permission_mode="default"), persist=False)
+    assert (given.endpoint.model, given.thinking, given.permission_mode, given.max_turns) == (
+        "flag-model", "low", "default", 3)
+    hermetic = Agent(workspace=workspace, persist=False)  # none of the file's settings
+    assert (hermetic.endpoint.model, hermetic.thinking, hermetic.permission_mode, hermetic.max_turns) == (
+        "env-model", None, "default", 200)

@@ -25,7 +25,7 @@ from kimicode.agent.outgoing import masked_event, utf8_safe
 from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult
 from kimicode.agent.step import model_step
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
-from kimicode.config.choices import DEFAULT_REPEAT_LIMIT, EFFORTS, PERMISSION_MODES, check_choice
+from kimicode.config.choices import EFFORTS, PERMISSION_MODES, check_choice
 from kimicode.config.settings import switch_model
 from kimicode.context.accounting import Breakdown
 from kimicode.context.compact import CompactionResult
@@ -60,15 +60,11 @@ if TYPE_CHECKING:
     from kimicode.tools.registry import ToolRegistry
     from kimicode.tools.sandbox import Sandbox
 
-__all__ = ["REPEAT_LIMIT", "Agent", "AgentOptions", "Approval", "ApprovalRequest", "ApproveFn", "ApproveResult",
+__all__ = ["Agent", "AgentOptions", "Approval", "ApprovalRequest", "ApproveFn", "ApproveResult",
            "RunResult"]
 
 T = TypeVar("T")
 V = TypeVar("V")
-
-REPEAT_LIMIT = DEFAULT_REPEAT_LIMIT
-"""The default `repeat_limit` (kept under its old name)."""
-
 
 class _Option(Generic[V]):
     """An attribute of the agent that is one of its options (`agent.max_turns`); assigning it replaces the
@@ -311,8 +307,10 @@ class Agent:
     def resume(cls, session_id: str, *, fork: bool = False, **kwargs: Any) -> Agent:
         """An Agent continuing a saved session (id or unique prefix), like `kimicode -r ID`.
 
-        Takes the same keyword arguments as the constructor. The model, thinking effort and workspace
-        default to the recorded ones; the permission mode does not carry over. The session keeps its id
+        Takes `options=` (an AgentOptions, or a function of the workspace such as
+        `lambda ws: AgentOptions.from_workspace(ws)`) and the constructor's keyword arguments. The model,
+        thinking effort and workspace default to the recorded ones; the permission mode does not carry
+        over (a session recorded in `yolo` resumes in the mode it is given). The session keeps its id
         (and so its prompt cache key) unless `fork=True`, which copies the history into a new session and
         leaves the original untouched. Raises `SessionError` (a ValueError) for an unknown id.
         """

@@ -11,7 +11,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -46,14 +46,6 @@ class SessionOptions:
         self.fork_workspace = fork_workspace
         """`worktree`: the fork gets its own working tree (`--fork --worktree`)."""
         self.settings: dict[str, Any] = dict(settings)
-
-    @property
-    def model(self) -> str | None:
-        return cast(str | None, self.settings.get("model"))
-
-    @property
-    def thinking(self) -> str | None:
-        return cast(str | None, self.settings.get("thinking"))
 
 
 AgentOptions = SessionOptions
