@@ -103,6 +103,8 @@ def install(agent: Agent, default_tools: bool) -> Extras:
 
 def _setup_mcp(agent: Agent, extras: Extras) -> None:
     """Create the MCP manager when servers are configured (the SDK is imported only when they start)."""
+    if agent.options.config is None:
+        return  # hermetic (no configuration asked for): the workspace's .mcp.json is not read either
     from kimicode.mcp.config import DEFAULT_TOOL_TIMEOUT, load_server_configs
 
     configs, problems = load_server_configs(agent.workspace, agent.settings)

@@ -143,14 +143,6 @@ class ChatClient:
                     return renamed
         return msg
 
-    def encode_messages(self, messages: Sequence[dict[str, Any]]) -> bytes:
-        """JSON for the `messages` array, reusing each committed message's cached encoding.
-
-        Messages are never mutated after they are committed (pruning replaces the dict), so the
-        cache is keyed by identity and holds a reference to keep ids from being reused.
-        """
-        return b"[" + b",".join(self._encode_each(messages)) + b"]"
-
     def _encode_each(self, messages: Sequence[dict[str, Any]]) -> list[bytes]:
         cache = self._encoded
         fresh: dict[int, tuple[dict[str, Any], bytes]] = {}
@@ -165,15 +157,6 @@ class ChatClient:
             parts.append(hit[1])
         self._encoded = fresh
         return parts
-
-    def build_body(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]],
-        max_completion_tokens: int | None = None,
-    ) -> bytes:
-        """The complete request body as bytes."""
-        return b"".join(self.body_pieces(messages, tools, max_completion_tokens))
 
     def body_pieces(
         self,

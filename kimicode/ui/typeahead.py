@@ -58,6 +58,6 @@ async def offer_plan(session: Session, finished: TurnFinished | None) -> None:
     if answer != "approve":
         session.say("Still in plan mode: say what to change.", "dim")
         return
-    session.agent.permission_mode = "accept-edits"
+    session.agent.set_permission_mode("accept-edits")
     session.say("✓ plan approved; permission mode: accept-edits", "green")
     session.queued.insert(0, PLAN_APPROVED)
