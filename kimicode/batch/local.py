@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
 
 from kimicode.batch.limiter import SharedRateLimiter
 from kimicode.batch.results import TaskResult
@@ -55,12 +57,14 @@ async def run_local(
     gate = limiter if limiter is not None else SharedRateLimiter()
     pending = iter(tasks)
     running: set[asyncio.Task[TaskResult]] = set()
+    http, ctx = batch_context()
 
     def start_next() -> bool:
         task = next(pending, None)
         if task is None:
             return False
-        running.add(asyncio.create_task(attempt_with_retries(task, opts, gate, max_attempts, on_event)))
+        coro = attempt_with_retries(task, opts, gate, max_attempts, on_event)
+        running.add(asyncio.create_task(coro, context=ctx))
         return True
 
     try:
@@ -79,3 +83,16 @@ async def run_local(
             fut.cancel()
         if running:
             await asyncio.wait(running)
+        await http.aclose()
+
+
+def batch_context() -> tuple[Any, contextvars.Context]:
+    """A connection pool and the context the tasks of one event loop run in: one pool and one window
+    discovery for all of them (see `kimicode.llm.client.share_connections`). The caller closes the pool."""
+    from kimicode.llm.client import new_http_client, share_connections
+    from kimicode.llm.discovery import share_windows
+
+    http = new_http_client()
+    ctx = share_connections(http)
+    ctx.run(share_windows)
+    return http, ctx

@@ -78,6 +78,9 @@ def batch(
     no_session_persistence: Annotated[
         bool, typer.Option("--no-session-persistence", help="Do not write session logs.")
     ] = False,
+    checkpoints: Annotated[
+        bool, typer.Option("--checkpoints", help="Take workspace checkpoints in each task (for kimicode undo).")
+    ] = False,
     output_format: Annotated[
         BatchFormat, typer.Option("--output-format", help="text (progress on stderr) or stream-json (stdout).")
     ] = BatchFormat.text,
@@ -119,6 +122,7 @@ def batch(
         append_system_prompt=append_system_prompt,
         diff=diff,
         persist=not no_session_persistence,
+        checkpoints=checkpoints,
         retry_base_delay=retry_base_delay,
     )
     code = asyncio.run(
