@@ -6,12 +6,15 @@ import asyncio
 import contextvars
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimicode.batch.limiter import SharedRateLimiter
 from kimicode.batch.results import TaskResult
 from kimicode.batch.runner import BatchOptions, run_task
 from kimicode.batch.tasks import Task
+
+if TYPE_CHECKING:
+    from kimicode.llm.client import RateGate
 
 OnEvent = Callable[[str, Task, int], None]
 """Progress callback: (`started` | `retrying`, task, attempt)."""
@@ -20,13 +23,15 @@ OnEvent = Callable[[str, Task, int], None]
 async def attempt_with_retries(
     task: Task,
     opts: BatchOptions,
-    gate: SharedRateLimiter | None,
+    gate: RateGate | None,
     max_attempts: int,
     on_event: OnEvent | None = None,
+    first_attempt: int = 1,
 ) -> TaskResult:
-    """Run `task`, again after a crash (an exception out of the runner) up to `max_attempts` times."""
+    """Run `task`, again after a crash (an exception out of the runner) up to `max_attempts` times
+    (counting from `first_attempt`: a task whose worker process died has used attempts already)."""
     last = last_tb = ""
-    for attempt in range(1, max_attempts + 1):
+    for attempt in range(first_attempt, max_attempts + 1):
         if on_event is not None:
             on_event("started" if attempt == 1 else "retrying", task, attempt)
         try:

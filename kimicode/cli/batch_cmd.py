@@ -48,6 +48,10 @@ def batch(
         Path | None, typer.Option("-o", "--output", help="Results, one line per task (appended; re-run to resume).")
     ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Tasks at once.")] = 4,
+    processes: Annotated[
+        int | None, typer.Option("--processes", min=1, help="Local engine: worker processes (default: one per "
+                                 "16 concurrent tasks, at most one per core).")
+    ] = None,
     engine: Annotated[Engine, typer.Option("--engine", help="local (asyncio) or ray.")] = Engine.local,
     address: Annotated[str | None, typer.Option("--address", help="Ray cluster address (default: start one).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model id (a task's `model` wins).")] = None,
@@ -127,9 +131,16 @@ def batch(
     )
     code = asyncio.run(
         _run(tasks, bad, opts, output, engine.value, concurrency, max_attempts, address, retry_failed,
-             output_format.value, resume_cmd=_resume_command())
+             output_format.value, resume_cmd=_resume_command(),
+             processes=processes if processes is not None else default_processes(concurrency))
     )
     raise typer.Exit(code)
+
+
+def default_processes(concurrency: int) -> int:
+    """One worker process per 16 concurrent tasks, at most one per core: one event loop keeps up with ~40
+    tasks a second, and a process costs a second of start-up, worth it only when it has tasks to share."""
+    return max(1, min(os.cpu_count() or 1, concurrency // 16))
 
 
 def _resume_command() -> str:
@@ -139,7 +150,7 @@ def _resume_command() -> str:
 
 async def _run(
     tasks: list[Any], bad: list[Any], opts: Any, output: Path, engine: str, concurrency: int,
-    max_attempts: int, address: str | None, retry_failed: bool, fmt: str, *, resume_cmd: str,
+    max_attempts: int, address: str | None, retry_failed: bool, fmt: str, *, resume_cmd: str, processes: int = 1,
 ) -> int:
     from kimicode.batch import run
     from kimicode.batch.results import ResultWriter, finished_ids, read_results
@@ -177,6 +188,7 @@ async def _run(
         with progress:
             try:
                 async for result in run(todo, engine=engine, concurrency=concurrency, root=opts.root,
+                                        processes=processes if engine == "local" else 1,
                                         max_attempts=max_attempts, address=address, on_event=progress.event,
                                         **_fields(opts)):
                     writer.write(result)

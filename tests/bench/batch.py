@@ -109,6 +109,9 @@ class ActorSampler(threading.Thread):
 
 
 def one(engine: str, concurrency: int, tasks: int, base_url: str) -> dict[str, Any]:
+    processes = 1
+    if engine.startswith("local-mp"):
+        engine, processes = "local", int(engine.removeprefix("local-mp") or os.cpu_count() or 1)
     """Run one configuration in this (fresh) process and return its figures."""
     import kimicode.batch as batch
     from kimicode.agent.core import Agent  # noqa: F401  (imports are start-up, not per-task overhead)
@@ -126,6 +129,7 @@ def one(engine: str, concurrency: int, tasks: int, base_url: str) -> dict[str, A
         async for r in batch.run(
             [{"id": f"t{i}", "prompt": "work"} for i in range(tasks)], engine=engine, concurrency=concurrency,
             root=root, base_url=base_url, api_key="sk-bench", model="kimi-k3", permission_mode="yolo",
+            **({"processes": processes} if processes > 1 else {}),
         ):
             statuses[r.status] = statuses.get(r.status, 0) + 1
 
@@ -133,13 +137,16 @@ def one(engine: str, concurrency: int, tasks: int, base_url: str) -> dict[str, A
     asyncio.run(go())
     wall = time.monotonic() - start
     cpu = time.process_time() - cpu0
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu += children.ru_utime + children.ru_stime  # local-mp: the worker processes (reaped at the end)
     sampler.stopped.set()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     subprocess.run(["rm", "-rf", root], check=False)
     if engine == "ray":
         return {"wall": wall, "cpu": cpu + sum(sampler.cpu.values()), "grow_mb": sampler.peak_mb,
                 "statuses": statuses}
-    return {"wall": wall, "cpu": cpu, "grow_mb": max(0.0, peak - before), "statuses": statuses}
+    workers_mb = children.ru_maxrss / 1024 * processes if processes > 1 else 0.0  # the largest worker's, each
+    return {"wall": wall, "cpu": cpu, "grow_mb": max(0.0, peak - before) + workers_mb, "statuses": statuses}
 
 
 def run_config(src: Path, engine: str, c: int, tasks: int, base_url: str) -> dict[str, Any] | str:
