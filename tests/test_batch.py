@@ -287,3 +287,18 @@ def test_results_file_resume_and_torn_lines(tmp_path: Path) -> None:
     assert finished_ids(results) == {"a", "c", "e"}
     assert finished_ids(results, retry_failed=True) == {"a", "e"}
     assert json.loads(path.read_text().splitlines()[-1])["id"] == "e"
+
+
+def test_checkpoints_are_off_in_a_batch_unless_asked_for(tmp_path: Path) -> None:
+    tasks = [{"id": "a", "prompt": "a"}]
+    with FakeServer([writer_script] * 4) as server:
+        off = collect(tasks, server, tmp_path / "off")
+        on = collect(tasks, server, tmp_path / "on", checkpoints=True)
+    assert off["a"].ok and on["a"].ok
+    assert off["a"].changed_files == on["a"].changed_files == ["a.txt"]
+
+    def stores(root: Path) -> list[Path]:
+        return [p for p in (root / "batch" / "tasks").rglob("git") if p.is_dir() and (p / "HEAD").exists()]
+
+    assert stores(tmp_path / "off") == []
+    assert len(stores(tmp_path / "on")) == 1

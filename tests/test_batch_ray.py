@@ -4,6 +4,7 @@ results stream back, workspaces are prepared on the workers, a dead worker's tas
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from kimicode.batch import TaskResult, run
-from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
+from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply, ToolCall
 
 ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "kimicode[ray]"); CI installs it')
 
@@ -74,3 +75,38 @@ def test_ray_gives_up_after_max_attempts(local_ray: None, tmp_path: Path) -> Non
         results = collect([{"id": "x", "prompt": "x"}], server, tmp_path, events, max_attempts=2)
     assert results["x"].status == "crashed" and results["x"].attempts == 2
     assert "gave up after 2 attempts" in str(results["x"].error)
+
+
+def test_actors_share_the_cpus_and_the_concurrency() -> None:
+    from kimicode.batch.ray_engine import plan_actors
+
+    assert plan_actors(1, 2) == (1, 1)
+    assert plan_actors(32, 2) == (2, 16)
+    assert plan_actors(5, 2) == (2, 3)
+    assert plan_actors(3, 64) == (3, 1)
+    assert plan_actors(8, 0.5) == (1, 8)
+
+
+def test_a_429_on_one_worker_slows_the_tasks_of_another(local_ray: None, tmp_path: Path) -> None:
+    stamps: dict[str, list[float]] = {"A": [], "B": []}
+    limited: list[float] = []
+
+    def script(req: RecordedRequest) -> Reply | ErrorReply:
+        p = next(m["content"] for m in req.body["messages"] if m["role"] == "user")
+        stamps[p].append(time.monotonic())
+        if p == "A" and not limited:
+            limited.append(time.monotonic())
+            return ErrorReply(429, "rate limit reached", "rate_limit_error", headers={"Retry-After": "2"})
+        if p == "B" and req.body["messages"][-1]["role"] == "user":  # B's first step is slow, then asks again
+            return Reply(tool_calls=[ToolCall("bash", {"command": "true"})], first_delay=0.6)
+        return Reply(content=f"ok {p}")
+
+    events: list[tuple[str, str, int]] = []
+    with FakeServer([script] * 10) as server:
+        results = collect([{"id": "a", "prompt": "A"}, {"id": "b", "prompt": "B"}], server, tmp_path, events)
+    assert results["a"].status == results["b"].status == "success"
+    assert len(stamps["B"]) == 2
+    # two actors (num_cpus=2), one task each: B never got a 429, yet its next request waited for A's
+    # Retry-After, learnt through the gate actor (within its 0.25 s refresh)
+    assert stamps["B"][1] - limited[0] >= 1.7
+    assert stamps["A"][1] - limited[0] >= 1.95

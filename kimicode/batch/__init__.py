@@ -60,6 +60,7 @@ async def run(
     address: str | None = None,
     limiter: SharedRateLimiter | None = None,
     on_event: Callable[[str, Task, int], None] | None = None,
+    processes: int = 1,
     **options: Any,
 ) -> AsyncIterator[TaskResult]:
     """Run `tasks` and yield each `TaskResult` as it finishes (not in input order).
@@ -67,6 +68,8 @@ async def run(
     `tasks` are `Task`s or task-line dicts (a bad dict raises TaskError before anything runs).
     `on_event(kind, task, attempt)` is called when a task starts (`started`) or is retried (`retrying`).
     `root` keeps the tasks' workspaces and homes (default: a new temporary directory).
+    `processes` > 1 runs the local engine's tasks in that many worker processes (their options must pickle;
+    see kimicode/batch/multiproc.py).
     `options` are `BatchOptions` fields: model, base_url, api_key, permission_mode, max_turns,
     timeout, budget_usd, diff, persist, agent_options, ...
     """
@@ -80,6 +83,15 @@ async def run(
 
         async for result in run_ray(checked, opts, concurrency=concurrency, max_attempts=max_attempts,
                                     address=address, on_event=on_event):
+            yield result
+        return
+    if processes < 1:
+        raise ValueError(f"processes must be at least 1 (got {processes})")
+    if processes > 1:
+        from kimicode.batch.multiproc import run_processes
+
+        async for result in run_processes(checked, opts, processes=processes, concurrency=concurrency,
+                                          max_attempts=max_attempts, limiter=limiter, on_event=on_event):
             yield result
         return
     from kimicode.batch.local import run_local

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from kimicode.batch.limiter import SharedRateLimiter
 from kimicode.batch.results import TaskResult
 from kimicode.batch.runner import BatchOptions, run_task
 from kimicode.batch.tasks import Task
+
+if TYPE_CHECKING:
+    from kimicode.llm.client import RateGate
 
 OnEvent = Callable[[str, Task, int], None]
 """Progress callback: (`started` | `retrying`, task, attempt)."""
@@ -18,13 +23,15 @@ OnEvent = Callable[[str, Task, int], None]
 async def attempt_with_retries(
     task: Task,
     opts: BatchOptions,
-    gate: SharedRateLimiter | None,
+    gate: RateGate | None,
     max_attempts: int,
     on_event: OnEvent | None = None,
+    first_attempt: int = 1,
 ) -> TaskResult:
-    """Run `task`, again after a crash (an exception out of the runner) up to `max_attempts` times."""
+    """Run `task`, again after a crash (an exception out of the runner) up to `max_attempts` times
+    (counting from `first_attempt`: a task whose worker process died has used attempts already)."""
     last = last_tb = ""
-    for attempt in range(1, max_attempts + 1):
+    for attempt in range(first_attempt, max_attempts + 1):
         if on_event is not None:
             on_event("started" if attempt == 1 else "retrying", task, attempt)
         try:
@@ -55,12 +62,14 @@ async def run_local(
     gate = limiter if limiter is not None else SharedRateLimiter()
     pending = iter(tasks)
     running: set[asyncio.Task[TaskResult]] = set()
+    http, ctx = batch_context()
 
     def start_next() -> bool:
         task = next(pending, None)
         if task is None:
             return False
-        running.add(asyncio.create_task(attempt_with_retries(task, opts, gate, max_attempts, on_event)))
+        coro = attempt_with_retries(task, opts, gate, max_attempts, on_event)
+        running.add(asyncio.create_task(coro, context=ctx))
         return True
 
     try:
@@ -79,3 +88,16 @@ async def run_local(
             fut.cancel()
         if running:
             await asyncio.wait(running)
+        await http.aclose()
+
+
+def batch_context() -> tuple[Any, contextvars.Context]:
+    """A connection pool and the context the tasks of one event loop run in: one pool and one window
+    discovery for all of them (see `kimicode.llm.client.share_connections`). The caller closes the pool."""
+    from kimicode.llm.client import new_http_client, share_connections
+    from kimicode.llm.discovery import share_windows
+
+    http = new_http_client()
+    ctx = share_connections(http)
+    ctx.run(share_windows)
+    return http, ctx

@@ -1,18 +1,23 @@
-"""The Ray engine: each task is a Ray task; workspaces are prepared on the worker; results stream back.
+"""The Ray engine: tasks run on async Ray actors, workspaces are prepared on the worker, results stream back.
 
-Uses an existing cluster (`address`, or RAY_ADDRESS) or starts a local Ray for the run. At most
-`concurrency` tasks are in flight; `ray.wait` returns them as they finish. A task whose worker dies
-(or whose run raises) is submitted again, up to `max_attempts`. Retries are kimicode's, not Ray's
-(`max_retries=0`), so each one is counted and reported.
+Uses an existing cluster (`address`, or RAY_ADDRESS) or starts a local Ray for the run. One actor per CPU
+of the cluster (at most `concurrency`), each an asyncio loop running up to its share of the `concurrency`
+tasks at once, as the local engine does in one process: a task that mostly waits for the model costs a
+coroutine, not a CPU. The tasks of one actor share its HTTP connections and its window discovery; all
+of them share one rate gate, a named actor (`kimicode.batch.ray_gate`), so a 429 slows every worker.
 
-The API key is not shipped to workers unless the library caller passed `api_key` explicitly: workers read
-it from their own environment (a local Ray inherits the driver's), so it never enters Ray's object store.
+A task whose actor dies (a lost worker, a killed process, a node gone) or whose run raises is submitted
+again, up to `max_attempts`; a dead actor is replaced. Retries are kimicode's, not Ray's, so each one is
+counted and reported. The API key is not shipped to workers unless the library caller passed `api_key`
+explicitly: workers read it from their own environment (a local Ray inherits the driver's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -31,12 +36,42 @@ def _import_ray() -> Any:
     return ray
 
 
-def _execute(task: Task, opts: BatchOptions, attempt: int) -> str:
-    """Runs on the worker: the whole task, returning its result line."""
-    from kimicode.batch.runner import run_task
+class TaskActor:
+    """A Ray worker running many tasks on its own event loop (made an async actor by `run_ray`)."""
 
-    result = asyncio.run(run_task(task, opts, None, attempt))
-    return result.to_json()
+    def __init__(self, gate_name: str | None) -> None:
+        self._gate_name = gate_name
+        self._gate: Any = None
+        self._ctx: Any = None
+        self._http: Any = None
+
+    async def run(self, task: Task, opts: BatchOptions, attempt: int) -> str:
+        """The whole task, on this actor's loop; returns its result line."""
+        from kimicode.batch.runner import run_task
+
+        if self._ctx is None:
+            from kimicode.batch.local import batch_context
+
+            self._http, self._ctx = batch_context()  # made on the actor's loop, used only there
+            if self._gate_name is not None:
+                import ray
+
+                from kimicode.batch.ray_gate import RayGate
+
+                self._gate = RayGate(ray.get_actor(self._gate_name))
+        result = await asyncio.create_task(run_task(task, opts, self._gate, attempt), context=self._ctx)
+        return result.to_json()
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+
+def plan_actors(concurrency: int, cpus: float) -> tuple[int, int]:
+    """(actors, tasks per actor): one actor per whole CPU, at most `concurrency`, sharing the concurrency."""
+    actors = max(1, min(concurrency, int(cpus)))
+    return actors, math.ceil(concurrency / actors)
 
 
 async def run_ray(
@@ -48,7 +83,7 @@ async def run_ray(
     address: str | None = None,
     on_event: OnEvent | None = None,
 ) -> AsyncIterator[TaskResult]:
-    """Yield each task's result as its Ray task finishes; closing early cancels what is in flight."""
+    """Yield each task's result as it finishes; closing early cancels what is in flight."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1 (got {concurrency})")
     ray = _import_ray()
@@ -56,14 +91,24 @@ async def run_ray(
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
         started = True
-    remote = ray.remote(max_retries=0, num_cpus=1)(_execute)
+    from kimicode.batch.ray_gate import gate_actor
+
+    gate_name = f"kimicode-batch-gate-{uuid.uuid4().hex[:12]}"
+    gate = gate_actor(ray, gate_name)
+    count, per_actor = plan_actors(concurrency, ray.cluster_resources().get("CPU", 1))
+    actor_cls = ray.remote(num_cpus=1, max_restarts=0, max_concurrency=per_actor)(TaskActor)
+    actors: list[Any] = [actor_cls.remote(gate_name) for _ in range(count)]
+    load = [0] * count
     pending = iter(tasks)
-    inflight: dict[Any, tuple[Task, int]] = {}
+    inflight: dict[asyncio.Future[Any], tuple[Task, int, int, Any, Any]] = {}
 
     def submit(task: Task, attempt: int) -> None:
         if on_event is not None:
             on_event("started" if attempt == 1 else "retrying", task, attempt)
-        inflight[remote.remote(task, opts, attempt)] = (task, attempt)
+        slot = min(range(count), key=load.__getitem__)  # the least busy actor
+        load[slot] += 1
+        ref = actors[slot].run.remote(task, opts, attempt)
+        inflight[asyncio.wrap_future(ref.future())] = (task, attempt, slot, actors[slot], ref)
 
     def fill() -> None:
         while len(inflight) < concurrency:
@@ -75,12 +120,15 @@ async def run_ray(
     try:
         fill()
         while inflight:
-            ready, _ = await asyncio.to_thread(ray.wait, list(inflight), num_returns=1, timeout=1.0)
-            for ref in ready:
-                task, attempt = inflight.pop(ref)
+            done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+            for fut in done:
+                task, attempt, slot, actor, _ref = inflight.pop(fut)
+                load[slot] -= 1
                 try:
-                    line = await asyncio.to_thread(ray.get, ref)
+                    line = fut.result()
                 except Exception as exc:  # the worker died or the task raised: retry it, never stop the batch
+                    if isinstance(exc, ray.exceptions.RayActorError) and actors[slot] is actor:
+                        actors[slot] = actor_cls.remote(gate_name)  # a lost worker: start another in its place
                     if attempt < max_attempts:
                         submit(task, attempt + 1)
                         continue
@@ -92,7 +140,10 @@ async def run_ray(
                 yield TaskResult.from_dict(json.loads(line))
             fill()
     finally:
-        for ref in inflight:
-            ray.cancel(ref, force=True)
+        for fut in inflight:
+            fut.cancel()
+        for actor in actors:
+            ray.kill(actor)
+        ray.kill(gate)
         if started:
             ray.shutdown()

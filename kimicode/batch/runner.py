@@ -38,6 +38,9 @@ class BatchOptions:
     append_system_prompt: str | None = None
     diff: bool = False
     persist: bool = True
+    checkpoints: bool = False
+    """Take workspace checkpoints (for `kimicode undo`) in each task; off by default: every task works on
+    its own fresh copy already, and a checkpoint costs a git snapshot per turn (see docs/batch.md)."""
     max_retries: int = 5
     retry_base_delay: float = 1.0
     request_timeout: float = 300.0
@@ -94,6 +97,8 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
 
     try:
         settings = load_settings(ws, opts.home or kimicode_home())
+        if not opts.checkpoints:
+            settings.data["checkpoints"] = {**settings.table("checkpoints"), "enabled": False}
         agent = Agent(
             model=task.model or opts.model,
             base_url=opts.base_url,

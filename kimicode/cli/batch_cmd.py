@@ -50,6 +50,10 @@ def batch(
         Path | None, typer.Option("-o", "--output", help="Results, one line per task (appended; re-run to resume).")
     ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Tasks at once.")] = 4,
+    processes: Annotated[
+        int | None, typer.Option("--processes", min=1, help="Local engine: worker processes (default: one per "
+                                 "16 concurrent tasks, at most one per core).")
+    ] = None,
     engine: Annotated[Engine, typer.Option("--engine", help="local (asyncio) or ray.")] = Engine.local,
     address: Annotated[str | None, typer.Option("--address", help="Ray cluster address (default: start one).")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model id (a task's `model` wins).")] = None,
@@ -79,6 +83,9 @@ def batch(
     ] = None,
     no_session_persistence: Annotated[
         bool, typer.Option("--no-session-persistence", help="Do not write session logs.")
+    ] = False,
+    checkpoints: Annotated[
+        bool, typer.Option("--checkpoints", help="Take workspace checkpoints in each task (for kimicode undo).")
     ] = False,
     output_format: Annotated[
         BatchFormat, typer.Option("--output-format", help="text (progress on stderr) or stream-json (stdout).")
@@ -121,13 +128,21 @@ def batch(
         append_system_prompt=append_system_prompt,
         diff=diff,
         persist=not no_session_persistence,
+        checkpoints=checkpoints,
         retry_base_delay=retry_base_delay,
     )
     code = asyncio.run(
         _run(tasks, bad, opts, output, engine.value, concurrency, max_attempts, address, retry_failed,
-             output_format.value, resume_cmd=_resume_command())
+             output_format.value, resume_cmd=_resume_command(),
+             processes=processes if processes is not None else default_processes(concurrency))
     )
     raise typer.Exit(code)
+
+
+def default_processes(concurrency: int) -> int:
+    """One worker process per 16 concurrent tasks, at most one per core: one event loop keeps up with ~40
+    tasks a second, and a process costs a second of start-up, worth it only when it has tasks to share."""
+    return max(1, min(os.cpu_count() or 1, concurrency // 16))
 
 
 def _resume_command() -> str:
@@ -137,7 +152,7 @@ def _resume_command() -> str:
 
 async def _run(
     tasks: list[Any], bad: list[Any], opts: Any, output: Path, engine: str, concurrency: int,
-    max_attempts: int, address: str | None, retry_failed: bool, fmt: str, *, resume_cmd: str,
+    max_attempts: int, address: str | None, retry_failed: bool, fmt: str, *, resume_cmd: str, processes: int = 1,
 ) -> int:
     from kimicode.batch import run
     from kimicode.batch.results import ResultWriter, finished_ids, read_results
@@ -175,6 +190,7 @@ async def _run(
         with progress:
             try:
                 async for result in run(todo, engine=engine, concurrency=concurrency, root=opts.root,
+                                        processes=processes if engine == "local" else 1,
                                         max_attempts=max_attempts, address=address, on_event=progress.event,
                                         **_fields(opts)):
                     writer.write(result)

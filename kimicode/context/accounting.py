@@ -126,6 +126,21 @@ def _jpeg_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
+_TOOLS_COUNTS: dict[tuple[str, str], int] = {}
+"""Raw token counts of tools arrays, per counter and schemas' JSON, for the whole process: every agent of a
+batch sends the same schemas, and counting them (~30 KB of regex passes) once per agent cost ~5 ms each."""
+
+
+def _count_tools(counter: TokenCounter, key: str) -> int:
+    cache_key = (f"{type(counter).__qualname__}:{counter.name}", key)
+    count = _TOOLS_COUNTS.get(cache_key)
+    if count is None:
+        if len(_TOOLS_COUNTS) >= 64:  # a bound for programs that keep changing their tools
+            _TOOLS_COUNTS.clear()
+        count = _TOOLS_COUNTS[cache_key] = counter.count(key)
+    return count
+
+
 class TokenAccountant:
     """Counts messages once, anchors on server usage and keeps the correction factor.
 
@@ -145,6 +160,8 @@ class TokenAccountant:
         self._cache: dict[int, tuple[dict[str, Any], Counts]] = {}
         self._tools_key = ""
         self._tools_raw = 0
+        self._tools_seen: list[dict[str, Any]] | None = None
+        """The schemas `_tools_key` was made from (compared by value: each step passes a fresh list)."""
         self._anchor: _Anchor | None = None
         self.samples: deque[tuple[int, int]] = deque(maxlen=1_000)
         """(our estimate before sending, the server's prompt_tokens) for recent requests."""
@@ -223,9 +240,12 @@ class TokenAccountant:
     def _tools(self, tools: Sequence[Mapping[str, Any]]) -> tuple[str, int]:
         if not tools:
             return "", 0
+        if self._tools_seen is not None and list(tools) == self._tools_seen:
+            return self._tools_key, self._tools_raw  # the usual case: the same schemas as the last step
         key = json.dumps(list(tools), ensure_ascii=False, sort_keys=True)
         if key != self._tools_key:
-            self._tools_key, self._tools_raw = key, self.counter.count(key)
+            self._tools_key, self._tools_raw = key, _count_tools(self.counter, key)
+        self._tools_seen = json.loads(key)  # a deep copy: a schema changed in place is noticed
         return self._tools_key, self._tools_raw
 
     def raw_total(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> int:

@@ -11,6 +11,7 @@ retry policy lives here, in `ChatClient.stream`, and nowhere else.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import json
 import random
@@ -109,6 +110,28 @@ def shared_ssl_context() -> ssl.SSLContext:
     return httpcore2.default_ssl_context()
 
 
+_SHARED_HTTP: contextvars.ContextVar[httpx2.AsyncClient | None] = contextvars.ContextVar(
+    "kimicode_shared_http", default=None
+)
+
+
+def new_http_client() -> httpx2.AsyncClient:
+    """The connection pool a client talks through (the SDK's defaults, kimicode's shared TLS context)."""
+    return openai.DefaultAsyncHttpxClient(verify=shared_ssl_context())
+
+
+def share_connections(http: httpx2.AsyncClient) -> contextvars.Context:
+    """A copy of the current context in which every `ChatClient` created uses the pool `http`.
+
+    Run tasks in it (`asyncio.create_task(coro, context=ctx)`): kimicode batch gives every task of a batch
+    one pool, so 200 tasks to one endpoint reuse a few warm connections instead of opening one (and a TLS
+    handshake) per task. The pool only carries connections: each client sends its own key, URL and timeouts.
+    Its owner closes it (clients created in the context do not); use it on one event loop only."""
+    ctx = contextvars.copy_context()
+    ctx.run(_SHARED_HTTP.set, http)
+    return ctx
+
+
 class ChatClient:
     """Streams chat completions, retries transient failures, and keeps messages byte-exact."""
 
@@ -116,20 +139,23 @@ class ChatClient:
         self.config = config
         self.profile = config.profile or profile_for(config.model)
         self.reasoning_field: str | None = config.reasoning_field
+        shared = _SHARED_HTTP.get()
+        self._owns_http = shared is None
         self._sdk = openai.AsyncOpenAI(
             api_key=config.api_key,
             base_url=config.base_url,
             max_retries=0,
             timeout=httpx2.Timeout(config.timeout, connect=min(15.0, config.timeout)),
-            http_client=openai.DefaultAsyncHttpxClient(verify=shared_ssl_context()),
+            http_client=shared if shared is not None else new_http_client(),
         )
         self._encoded: dict[int, tuple[dict[str, Any], bytes]] = {}
         self.reached = False
         """True once the server has answered: after that a refused connection is a restart, retried as usual."""
 
     async def aclose(self) -> None:
-        """Close pooled connections."""
-        await self._sdk.close()
+        """Close pooled connections (a pool shared through `share_connections` is left to its owner)."""
+        if self._owns_http:
+            await self._sdk.close()
 
     # -- request building -------------------------------------------------------------------------
 
@@ -272,8 +298,16 @@ class ChatClient:
         acc = StreamAccumulator()
         done = False
         got_choice = False
+        after_done = 0
         try:
             async for line in response.aiter_lines():
+                if done:
+                    # Read on to the end of the body (normally just the last chunk's terminator): a response read
+                    # to its end returns its connection to the pool, one closed early takes the connection with it.
+                    after_done += 1
+                    if after_done > 16:
+                        break
+                    continue
                 if not line or line.startswith(":"):
                     continue
                 if not line.startswith("data:"):
@@ -281,7 +315,7 @@ class ChatClient:
                 payload = line[5:].strip()
                 if payload == "[DONE]":
                     done = True
-                    break
+                    continue
                 try:
                     chunk = json.loads(payload)
                 except json.JSONDecodeError:
@@ -392,5 +426,7 @@ __all__ = [
     "StreamDelta",
     "StreamEvent",
     "StreamRetry",
+    "new_http_client",
     "parse_retry_after",
+    "share_connections",
 ]

@@ -16,6 +16,7 @@ found or not, is cached per endpoint and model under `KIMICODE_HOME/cache/window
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import time
@@ -153,8 +154,12 @@ async def _get_json(client: Any, url: str) -> Any:
 async def _ask(base_url: str, api_key: str, model: str, headers: Mapping[str, str], timeout: float) -> int | None:
     import httpx2
 
+    from kimicode.llm.client import shared_ssl_context
+
     auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with httpx2.AsyncClient(
+        # the process's one TLS context: loading the CA store per client cost ~40 ms of CPU per batch task
+        verify=shared_ssl_context(),
         timeout=httpx2.Timeout(timeout, connect=min(2.0, timeout)),
         headers={**auth, **headers, "Accept": "application/json"},
         follow_redirects=False,
@@ -184,16 +189,47 @@ async def discover_window(
     fresh, window = cached_window(home, base_url, model)
     if fresh:
         return window
-    try:
-        window = await asyncio.wait_for(_ask(base_url, api_key, model, headers or {}, timeout), timeout)
-    except Exception:  # discovery is a hint: any failure (network, protocol, timeout) means "not said"
-        window = None
+    shared = _SHARED_WINDOWS.get()
+    if shared is None:
+        window = await _ask_bounded(base_url, api_key, model, headers or {}, timeout)
+    else:  # one question per endpoint and model for a whole batch (concurrent askers wait for the first)
+        key = (base_url, model)
+        if key not in shared:
+            shared[key] = asyncio.ensure_future(_ask_bounded(base_url, api_key, model, headers or {}, timeout))
+        window = await asyncio.shield(shared[key])
     _write_cache(home, f"{base_url}|{model}", window)
     return window
 
 
+async def _ask_bounded(base_url: str, api_key: str, model: str, headers: Mapping[str, str],
+                       timeout: float) -> int | None:
+    try:
+        return await asyncio.wait_for(_ask(base_url, api_key, model, headers, timeout), timeout)
+    except Exception:  # discovery is a hint: any failure (network, protocol, timeout) means "not said"
+        return None
+
+
+_SHARED_WINDOWS: contextvars.ContextVar[dict[tuple[str, str], asyncio.Future[int | None]] | None] = (
+    contextvars.ContextVar("kimicode_shared_windows", default=None)
+)
+
+
+def share_windows() -> None:
+    """From here on in the current context, each endpoint and model is asked for its window once.
+
+    kimicode batch calls it in the context its tasks run in: every task has its own KIMICODE_HOME (so its own
+    discovery cache), and 200 tasks would otherwise ask the server 200 times. Use on one event loop only."""
+    _SHARED_WINDOWS.set({})
+
+
 __all__ = [
-    "discover_window", "fetch_models", "known_window", "resolve_window", "window_from_models", "window_from_props",
+    "discover_window",
+    "fetch_models",
+    "known_window",
+    "resolve_window",
+    "share_windows",
+    "window_from_models",
+    "window_from_props",
 ]
 
 

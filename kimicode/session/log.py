@@ -1,7 +1,11 @@
 """The append-only session log: one JSON object per line, written as each message is committed.
 
-A record is flushed as soon as it is written and the file is fsynced at the end of each turn, so a
-crash loses at most a torn last line, which `load` ignores. The API key is never part of a record.
+A record is flushed to the operating system as soon as it is written, so a crash of kimicode (a kill, an
+exception, a lost worker) loses at most a torn last line, which `load` ignores. The file is also fsynced (forced
+to the disk, which matters only when the machine itself fails: power loss, kernel crash) at the end of each turn
+and on close, in a background thread (`sync` returns at once; `wait_durable` waits): an fsync can block for
+milliseconds, and an event loop running 64 agents must not stop for each. A failed fsync is reported by the next
+write, sync or close. The API key is never part of a record.
 
 Every record carries `"v"` (the schema version) and `"ts"` (Unix seconds). The record types:
 
@@ -24,10 +28,13 @@ Readers ignore record types they do not know, so new types can be added without 
 
 from __future__ import annotations
 
+import atexit
+import concurrent.futures
 import contextlib
 import json
 import os
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -82,6 +89,10 @@ class SessionLog:
         """Why writing failed (then nothing more is written; the turn ends with this error)."""
         self._held: list[str] | None = None if self.path.exists() else []
         """Lines waiting for the first user message (None once the file is written)."""
+        self._pending: list[concurrent.futures.Future[None]] = []
+        """Background fsyncs (and the closing one) not known to be finished."""
+        self._sync_error: str | None = None
+        """Set by the fsync thread when an fsync failed; raised by the next append, sync or close."""
 
     @property
     def saved(self) -> bool:
@@ -117,6 +128,7 @@ class SessionLog:
             line = self.masker.mask(line)
         if self.failed is not None:
             return  # already reported; nothing more can be written
+        self._raise_if_sync_failed()
         try:
             self._write(line, record)
         except OSError as exc:
@@ -146,33 +158,86 @@ class SessionLog:
         self.append({"type": "message", "message": message})
 
     def sync(self) -> None:
-        """fsync: called at the end of each turn."""
+        """Flush now and fsync in the background: called at the end of each turn (see the module's notes)."""
+        self._raise_if_sync_failed()
         if self._fh is not None and self.failed is None:
             try:
                 self._fh.flush()
-                os.fsync(self._fh.fileno())
             except OSError as exc:
                 self.failed = f"cannot write the session log {self.path}: {exc.strerror or exc}"
                 raise SessionWriteError(self.failed) from None
+            self._pending.append(_background(self._fsync, self._fh))
+
+    def _fsync(self, fh: IO[str]) -> None:
+        try:
+            os.fsync(fh.fileno())
+        except (OSError, ValueError) as exc:  # ValueError: closed meanwhile (close fsyncs it itself)
+            if isinstance(exc, OSError):
+                self._sync_error = f"cannot write the session log {self.path}: {exc.strerror or exc}"
+
+    def _raise_if_sync_failed(self) -> None:
+        self._pending = [f for f in self._pending if not f.done()]
+        if self._sync_error is not None and self.failed is None:
+            self.failed = self._sync_error
+            raise SessionWriteError(self.failed)
+
+    def wait_durable(self, timeout: float | None = None) -> bool:
+        """Wait until every record synced or closed so far is on disk; False on timeout. Raises
+        SessionWriteError when an fsync failed."""
+        _, not_done = concurrent.futures.wait(list(self._pending), timeout)
+        self._pending = list(not_done)
+        self._raise_if_sync_failed()
+        return not not_done
 
     def close(self) -> None:
-        """Flush, close and release the lock; a failure to flush was reported already."""
+        """Flush, release the lock, and fsync and close the file in the background (`wait_durable` waits)."""
         try:
             if self._fh is not None:
                 fh, self._fh = self._fh, None
-                try:
-                    if self.failed is None:
+                if self.failed is None:
+                    try:
                         fh.flush()
-                        os.fsync(fh.fileno())
-                finally:
+                    except OSError as exc:
+                        self.failed = f"cannot write the session log {self.path}: {exc.strerror or exc}"
+                if self.failed is None:
+                    self._pending.append(_background(self._fsync_and_close, fh))
+                else:
                     with contextlib.suppress(OSError):
                         fh.close()
-        except OSError as exc:
-            self.failed = self.failed or f"cannot write the session log {self.path}: {exc.strerror or exc}"
         finally:
             if self.lock is not None:
                 self.lock.release()
                 self.lock = None
+
+    def _fsync_and_close(self, fh: IO[str]) -> None:
+        try:
+            self._fsync(fh)
+        finally:
+            with contextlib.suppress(OSError):
+                fh.close()
+
+
+_SYNCER: concurrent.futures.ThreadPoolExecutor | None = None
+_SYNCER_LOCK = threading.Lock()
+
+
+def _forget_syncer() -> None:
+    """In a forked child: the parent's fsync thread does not exist here; start a new one when needed."""
+    global _SYNCER, _SYNCER_LOCK
+    _SYNCER, _SYNCER_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_syncer)
+
+
+def _background(fn: Any, fh: IO[str]) -> concurrent.futures.Future[None]:
+    """Run `fn(fh)` on the process's one fsync thread (in order; drained before the interpreter exits)."""
+    global _SYNCER
+    with _SYNCER_LOCK:
+        if _SYNCER is None:
+            _SYNCER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kimicode-fsync")
+            atexit.register(_SYNCER.shutdown, wait=True)
+        return _SYNCER.submit(fn, fh)
 
 
 def _ends_without_newline(path: Path) -> bool:

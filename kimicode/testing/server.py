@@ -68,6 +68,11 @@ class _Server(ThreadingHTTPServer):
         self.server_port = int(self.server_address[1])
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        # Small SSE events written one by one: without TCP_NODELAY, Nagle's algorithm holds each one back
+        # until the client's delayed ACK (~40 ms on Linux), which a benchmark would count as kimicode's time.
+        with contextlib.suppress(OSError):
+            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.fake.connections_opened += 1  # only the serving thread accepts: no lock needed
         thread = threading.Thread(
             target=self._run_connection,
             args=(request, client_address),
@@ -146,6 +151,9 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 return
             route = self.path.split("?", 1)[0]
+            if route != CHAT_PATH:
+                with fake._lock:
+                    fake.other_requests.append(f"{self.command} {route}")
             if self.command == "GET" and route in fake.get_routes:
                 self._send_bytes(200, json.dumps(fake.get_routes[route]).encode())
                 return
@@ -384,6 +392,11 @@ class FakeServer:
         self.requests: list[RecordedRequest] = []
         self.tool_call_ids: list[str] = []
         """Every tool-call id sent, in order (so a test can check a client echoes them back exactly)."""
+        self.connections_opened = 0
+        """TCP connections accepted so far (a client that reuses its connections opens few)."""
+        self.other_requests: list[str] = []
+        """`METHOD /path` of every request that was not a chat completion (window discovery, mostly)."""
+        """TCP connections accepted so far (a client that reuses its connections opens few)."""
 
     # ----- lifecycle ------------------------------------------------------------------
 

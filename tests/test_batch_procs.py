@@ -1,0 +1,125 @@
+"""The local engine on several worker processes: results stream back, the 429 gate is shared between the
+processes, and a worker process that dies has its tasks run again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kimicode.batch import SharedRateLimiter, TaskResult, run
+from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply, ToolCall
+
+
+def prompt_of(req: RecordedRequest) -> str:
+    return next(str(m["content"]) for m in req.body["messages"] if m["role"] == "user")
+
+
+def collect(tasks: list[Any], server: FakeServer, tmp_path: Path, events: list[tuple[str, str, int]],
+            **kw: Any) -> dict[str, TaskResult]:
+    async def go() -> dict[str, TaskResult]:
+        out: dict[str, TaskResult] = {}
+        async for r in run(tasks, processes=2, root=tmp_path / "b", base_url=server.base_url, api_key="sk-test",
+                           model="kimi-k3", permission_mode="yolo", retry_base_delay=0.01,
+                           on_event=lambda kind, t, n: events.append((kind, t.id, n)),
+                           agent_options={"sandbox": "off"}, **kw):
+            assert r.id not in out
+            out[r.id] = r
+        return out
+
+    return asyncio.run(go())
+
+
+def test_tasks_run_in_worker_processes_and_a_dead_worker_is_replaced(tmp_path: Path) -> None:
+    killed: list[str] = []
+
+    def script(req: RecordedRequest) -> Reply:
+        p = prompt_of(req)
+        if req.body["messages"][-1]["role"] != "user":
+            return Reply(content=f"done {p}")
+        if p == "die" and not killed:
+            killed.append(p)  # the worker process running this task kills itself
+            return Reply(tool_calls=[ToolCall("bash", {"command": "kill -9 $PPID"})])
+        return Reply(tool_calls=[ToolCall("write_file", {"path": f"{p}.txt", "content": p})])
+
+    events: list[tuple[str, str, int]] = []
+    names = ["a", "b", "c", "d", "die"]
+    with FakeServer([script] * 30) as server:
+        results = collect([{"id": n, "prompt": n} for n in names], server, tmp_path, events, concurrency=2)
+    assert set(results) == set(names)
+    for n in names:
+        r = results[n]
+        assert r.status == "success" and r.changed_files == [f"{n}.txt"], r
+        assert Path(str(r.workspace), f"{n}.txt").read_text() == n
+    assert killed and results["die"].attempts == 2 and ("retrying", "die", 2) in events
+    assert {(kind, tid) for kind, tid, _ in events if kind == "started"} == {("started", n) for n in names}
+
+
+def test_a_429_in_one_worker_process_slows_the_other(tmp_path: Path) -> None:
+    stamps: dict[str, list[float]] = {"A": [], "B": []}
+    limited: list[float] = []
+
+    def script(req: RecordedRequest) -> Reply | ErrorReply:
+        p = prompt_of(req)
+        stamps[p].append(time.monotonic())
+        if p == "A" and not limited:
+            limited.append(time.monotonic())
+            return ErrorReply(429, "rate limit reached", "rate_limit_error", headers={"Retry-After": "1"})
+        if p == "B" and req.body["messages"][-1]["role"] == "user":
+            return Reply(tool_calls=[ToolCall("bash", {"command": "true"})], first_delay=0.3)
+        return Reply(content=f"ok {p}")
+
+    limiter = SharedRateLimiter()
+    events: list[tuple[str, str, int]] = []
+    with FakeServer([script] * 10) as server:
+        # concurrency 2 on 2 processes: one task per process
+        results = collect([{"id": "a", "prompt": "A"}, {"id": "b", "prompt": "B"}], server, tmp_path, events,
+                          concurrency=2, limiter=limiter)
+    assert results["a"].status == results["b"].status == "success"
+    assert len(stamps["B"]) == 2 and stamps["B"][1] - limited[0] >= 0.95
+    assert limiter.throttles == 1
+
+
+def test_processes_must_be_positive(tmp_path: Path) -> None:
+    async def go() -> None:
+        async for _ in run([{"id": "a", "prompt": "a"}], processes=0, root=tmp_path):
+            pass
+
+    with pytest.raises(ValueError, match="processes must be at least 1"):
+        asyncio.run(go())
+
+
+def test_cli_processes_flag_runs_and_resumes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from kimicode.cli.app import app
+    from kimicode.cli.batch_cmd import default_processes
+
+    assert default_processes(4) == 1 and default_processes(1000) >= 1
+
+    def answer(req: RecordedRequest) -> Reply:
+        return Reply(content=f"answer {prompt_of(req)}")
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"t{i}", "prompt": f"p{i}"}) + "\n" for i in range(4)))
+    out = tmp_path / "results.jsonl"
+    args = ["batch", str(tasks), "-o", str(out), "--processes", "2", "-j", "4"]
+    with FakeServer([answer] * 4) as server:
+        monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+        monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+        codes = []
+        for _ in range(2):  # the second run finds every task finished and asks nothing
+            try:
+                codes.append(app(args=args, prog_name="kimicode", standalone_mode=False))
+            except SystemExit as exc:
+                codes.append(exc.code)
+        assert len(server.requests) == 4
+    err = capsys.readouterr().err
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["id"], r["result"]) for r in lines) == [(f"t{i}", f"answer p{i}") for i in range(4)]
+    assert [int(c or 0) for c in codes] == [0, 0] and "4 task(s) already finished" in err
