@@ -209,6 +209,8 @@ class Agent:
     async def _ensure_client(self) -> ChatClient:
         """The client, built in a worker thread the first time: importing `openai` and building its TLS
         context take a second or more, which must not stall the event loop (other agents, timers, the UI)."""
+        if self._client is not None and not self._client.usable_here():
+            self._client = None  # its connections belong to an earlier event loop (a second asyncio.run)
         if self._client is None:
             await asyncio.to_thread(lambda: self.client)
         return self.client

@@ -149,12 +149,22 @@ class ChatClient:
             http_client=shared if shared is not None else new_http_client(),
         )
         self._encoded: dict[int, tuple[dict[str, Any], bytes]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.reached = False
         """True once the server has answered: after that a refused connection is a restart, retried as usual."""
 
+    def usable_here(self) -> bool:
+        """False when this client's pooled connections belong to another event loop (`asyncio.run` called
+        again by a script): they cannot be used or closed from this one, so the caller builds a new client."""
+        loop = self._loop
+        return loop is None or (loop is asyncio.get_running_loop() and not loop.is_closed())
+
     async def aclose(self) -> None:
-        """Close pooled connections (a pool shared through `share_connections` is left to its owner)."""
-        if self._owns_http:
+        """Close pooled connections (a pool shared through `share_connections` is left to its owner).
+
+        Connections opened on another, possibly closed, event loop are dropped, not closed: closing them
+        would schedule callbacks on that loop."""
+        if self._owns_http and self.usable_here():
             await self._sdk.close()
 
     # -- request building -------------------------------------------------------------------------
@@ -228,6 +238,8 @@ class ChatClient:
 
         `max_completion_tokens` overrides the configured limit for this request (the context manager
         fits it to what the window leaves)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
         body = self.body_pieces(messages, tools, max_completion_tokens)
         attempt = 0
         gate = self.config.gate
