@@ -44,6 +44,7 @@ def test_options_are_frozen_and_replace_makes_a_validated_copy() -> None:
     changed = options.replace(thinking="high", allow=["bash(ls)"])
     assert (changed.max_turns, changed.thinking, changed.allow) == (7, "high", ("bash(ls)",))
     assert options.thinking is None  # the original is untouched
+    assert len({options, AgentOptions(max_turns=7), changed}) == 2  # hashable: a key for caches and sets
     with pytest.raises(ValueError, match="thinking must be low, high or max"):
         options.replace(thinking="extreme")
 
@@ -88,6 +89,7 @@ def test_an_unknown_setting_is_named_with_the_nearest_one(endpoint: FakeServer, 
         AgentOptions.from_workspace(workspace, colour="red")
     with pytest.raises(TypeError, match="AgentOptions as its only positional argument"):
         Agent("kimi-k3")  # type: ignore[arg-type]
+    assert Agent(options=AgentOptions(max_turns=4), workspace=workspace, persist=False).max_turns == 4
 
 
 def test_a_wrong_value_names_the_setting_and_what_it_takes(endpoint: FakeServer, workspace: Path) -> None:

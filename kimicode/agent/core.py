@@ -137,7 +137,6 @@ class Agent:
     def __init__(
         self,
         options: AgentOptions | None = None,
-        /,
         *,
         tools: Iterable[Tool] | None = None,
         extra_tools: Iterable[Tool] = (),

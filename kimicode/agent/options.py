@@ -65,7 +65,7 @@ class AgentOptions:
     """Added to the end of the system prompt."""
     project_instructions: bool = False
     """Add the AGENTS.md / CLAUDE.md files (home, repository root down to the workspace) to the prompt."""
-    config: Settings | None = field(default=None, repr=False)
+    config: Settings | None = field(default=None, repr=False, hash=False)
     """The resolved configuration files; None: none (hermetic)."""
     context_window: int | None = None
     max_completion_tokens: int | None = None

@@ -189,9 +189,9 @@ def main(
         target = resume_target(continue_=continue_, resume=resume, fork=fork, workspace=workspace)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    raw_delay = os.environ.get("KIMICODE_RETRY_BASE_DELAY")
     try:
-        retry_base_delay = float(os.environ["KIMICODE_RETRY_BASE_DELAY"]) if "KIMICODE_RETRY_BASE_DELAY" in os.environ \
-            else None
+        retry_base_delay = float(raw_delay) if raw_delay is not None else None
     except ValueError:
         raise fail("KIMICODE_RETRY_BASE_DELAY must be a number of seconds") from None
     from kimicode.cli.options import flag_settings
