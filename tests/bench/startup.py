@@ -11,7 +11,8 @@ runs, later ones only print a notice). Install it outside the project, e.g.
 `--kimi-code /tmp/kimi-ref/bin/kimi`.
 
 Each figure is the median and the minimum over N runs after one warm-up run that is discarded; the
-two tools' one-answer runs are interleaved (alternating which goes first) so load changes hit both.
+two tools' one-answer runs are interleaved (alternating which goes first) so load changes hit both,
+and their CPU time (user + system) is printed too, the steadier figure on a shared machine.
 Bytecode may be written (PYTHONDONTWRITEBYTECODE is dropped) so that, as when installed, both tools
 run compiled modules after the warm-up. Every one-answer run is checked: exit code 0, the fake reply
 on stdout, exactly its one scripted reply consumed and a request carrying the prompt seen by the
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -59,6 +61,7 @@ class Contender:
     cmd: list[str]
     env: dict[str, str]
     times: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
 
 
 def kimicode() -> list[str]:
@@ -92,12 +95,14 @@ def tail(text: str, limit: int = 600) -> str:
     return text if len(text) <= limit else "…" + text[-limit:]
 
 
-def one_answer(server: FakeServer, who: Contender, cwd: str) -> float:
-    """Time one headless one-answer run of `who`, checking it really got the fake server's reply."""
+def one_answer(server: FakeServer, who: Contender, cwd: str) -> tuple[float, float]:
+    """Wall and CPU time (user + system, the process and its children) of one headless one-answer run of
+    `who`, checking it really got the fake server's reply."""
     if server.remaining:
         raise BenchFailure(f"the fake server's script has {server.remaining} unserved item(s) before {who.name}")
     before = len(server.requests)
     server.add(Reply(reasoning="ok", content=REPLY))
+    cpu_before = children_cpu()
     start = time.perf_counter()
     try:
         proc = subprocess.run(who.cmd, env=who.env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
@@ -107,6 +112,7 @@ def one_answer(server: FakeServer, who: Contender, cwd: str) -> float:
     except OSError as exc:
         raise BenchFailure(f"{who.name} could not be started: {exc}") from exc
     took = time.perf_counter() - start
+    cpu = children_cpu() - cpu_before
     seen = server.requests[before:]
     problem = None
     if proc.returncode != 0:
@@ -124,7 +130,12 @@ def one_answer(server: FakeServer, who: Contender, cwd: str) -> float:
             f"{who.name}: {problem}\n  command: {' '.join(who.cmd)}\n"
             f"  stdout: {tail(proc.stdout) or '(empty)'}\n  stderr: {tail(proc.stderr) or '(empty)'}"
         )
-    return took
+    return took, cpu
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def wall(cmd: list[str], env: dict[str, str], cwd: str) -> float:
@@ -145,9 +156,10 @@ def interleaved(server: FakeServer, contenders: list[Contender], runs: int, cwd:
     for round_no in range(runs + 1):
         order = contenders if round_no % 2 == 0 else contenders[::-1]
         for who in order:
-            took = one_answer(server, who, cwd)
+            took, cpu = one_answer(server, who, cwd)
             if round_no:
                 who.times.append(took)
+                who.cpu.append(cpu)
 
 
 def ms(secs: float) -> str:
@@ -232,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"one-answer headless run, prompt {PROMPT!r}, same fake server"
           + (", interleaved:" if len(contenders) > 1 else ":"))
     for who in contenders:
-        print(f"  {who.name + ' ' + PROMPT:<44} {ms(statistics.median(who.times))} {ms(min(who.times))}")
+        print(f"  {who.name + ' ' + PROMPT:<44} {ms(statistics.median(who.times))} {ms(min(who.times))}"
+              f"   CPU {ms(statistics.median(who.cpu)).strip()} median")
     print(f"  checked: all {(runs + 1) * len(contenders)} runs (warm-ups included) printed the fake reply "
           "and the fake server saw their request")
     if len(contenders) == 1:
@@ -241,8 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     ours, theirs = contenders
     ratio = statistics.median(ours.times) / statistics.median(theirs.times)
     best = min(ours.times) / min(theirs.times)
+    cpu_ratio = statistics.median(ours.cpu) / statistics.median(theirs.cpu)
     verdict = "met" if ratio <= TARGET else "MISSED"
-    print(f"  kimicode / Kimi Code ({version}): median {ratio:.2f}x, min {best:.2f}x; "
+    print(f"  kimicode / Kimi Code ({version}): median {ratio:.2f}x, min {best:.2f}x, CPU {cpu_ratio:.2f}x; "
           f"target <= {TARGET:.1f}x: {verdict}")
     return 0
 
