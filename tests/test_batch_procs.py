@@ -123,3 +123,61 @@ def test_cli_processes_flag_runs_and_resumes(
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted((r["id"], r["result"]) for r in lines) == [(f"t{i}", f"answer p{i}") for i in range(4)]
     assert [int(c or 0) for c in codes] == [0, 0] and "4 task(s) already finished" in err
+
+
+def children_of(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_ctrl_c_with_worker_processes_stops_them_and_says_how_to_resume(tmp_path: Path) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+
+    from conftest import kimicode_command
+
+    def slow(req: RecordedRequest) -> Reply:
+        p = prompt_of(req)
+        return Reply(content="quick" if p == "fast" else "slow", first_delay=0 if p == "fast" else 30)
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"id": i, "prompt": p}) + "\n" for i, p in (("f", "fast"), ("s", "slow"))))
+    with FakeServer([slow] * 4) as server:
+        env = {**os.environ, "KIMI_API_KEY": "sk-test", "KIMI_BASE_URL": server.base_url}
+        proc = subprocess.Popen([*kimicode_command(), "batch", str(tasks), "-o", "r.jsonl", "--processes", "2",
+                                 "-j", "2"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        results = tmp_path / "r.jsonl"
+        deadline = time.monotonic() + 60
+        while not (results.exists() and results.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = children_of(proc.pid)
+        assert len(workers) >= 2  # the two workers (and multiprocessing's resource tracker)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group, workers included
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "1 finished, 1 left; resume with: kimicode batch" in err and "Traceback" not in err
+    assert [json.loads(x)["id"] for x in results.read_text().splitlines()] == ["f"]
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in workers)

@@ -136,11 +136,13 @@ async def run_processes(
             try:
                 msg = outbox.get(timeout=0.2)
             except queue.Empty:
-                loop.call_soon_threadsafe(arrivals.put_nowait, ("tick",))
-                continue
-            except (EOFError, OSError):
+                msg = ("tick",)  # lets the loop look for dead workers
+            except (EOFError, OSError, ValueError):
                 return
-            loop.call_soon_threadsafe(arrivals.put_nowait, msg)
+            try:
+                loop.call_soon_threadsafe(arrivals.put_nowait, msg)
+            except RuntimeError:  # the loop is closed: the batch is over
+                return
 
     def give(index: int, task: Task, first: int) -> None:
         by_id[task.id] = task
@@ -191,6 +193,7 @@ async def run_processes(
                 fill()
     finally:
         stop_reader.set()
+        await asyncio.to_thread(thread.join, 2)
         for proc, inbox in workers:
             with contextlib.suppress(Exception):
                 inbox.put(None)
