@@ -15,29 +15,22 @@ import copy
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import Any, ClassVar
 
-from rich.console import Console, RenderableType
-from rich.markdown import Markdown
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.markdown import ListElement, Markdown, MarkdownElement
 from rich.text import Text
+
+from kimicode.ui.live import LiveRegion, live_width
+
+__all__ = ["BlockSplitter", "LiveRegion", "MarkdownStream", "TextStream", "markdown", "render_ansi", "transient_line"]
 
 CODE_THEME = "monokai"
 
 _FENCE_OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 _LIST_ITEM = re.compile(r"^ {0,3}([-+*]|\d{1,9}([.)]))(?:[ \t]|$)")
 _HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
-
-# Terminal control sequences (CSI): cursor up N lines, erase from the cursor to the end of the screen.
-_HIDE_CURSOR = "\x1b[?25l"
-_SHOW_CURSOR = "\x1b[?25h"
-
-
-def _erase_up(rows: int) -> str:
-    """Move to the start of the line `rows` lines up and erase everything below."""
-    if rows <= 0:
-        return "\r\x1b[J"
-    return f"\r\x1b[{rows}A\x1b[J"
-
 
 def render_ansi(console: Console, renderable: RenderableType) -> str:
     """Render to the console's escape-coded text (colours as the console would print them)."""
@@ -46,19 +39,53 @@ def render_ansi(console: Console, renderable: RenderableType) -> str:
     return capture.get()
 
 
-_PROTOTYPE: Markdown | None = None
+class _OrderedList(ListElement):
+    """rich's list, except that an ordered list printed in pieces numbers its column as the whole list would.
+
+    `Markdown.fragment_last` (read once, by the outermost list) is the `last_number` rich would compute for
+    the whole list (its start plus its number of items): it sets the width of the number column.
+    """
+
+    last = 0
+
+    @classmethod
+    def create(cls, markdown: Markdown, token: Any) -> ListElement:
+        element = cls(token.type, int(token.attrs.get("start", 1)))
+        element.last = getattr(markdown, "fragment_last", 0)
+        if element.last:
+            markdown.fragment_last = 0  # type: ignore[attr-defined]
+        return element
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if self.list_type == "bullet_list_open" or not self.last:
+            yield from super().__rich_console__(console, options)
+            return
+        number = 1 if self.list_start is None else self.list_start
+        for index, item in enumerate(self.items):
+            yield from item.render_number(console, options, number + index, self.last)
+
+
+class _Markdown(Markdown):
+    """rich's Markdown with `_OrderedList`."""
+
+    elements: ClassVar[dict[str, type[MarkdownElement]]] = {**Markdown.elements, "ordered_list_open": _OrderedList}
+    fragment_last = 0
+
+
+_PROTOTYPE: _Markdown | None = None
 _PARSER: Any = None
 
 
-def markdown(source: str) -> Markdown:
+def markdown(source: str, fragment_last: int = 0) -> Markdown:
     """The Markdown renderable used everywhere in the UI (no OSC-8 hyperlinks: they garble some terminals).
 
     `rich.markdown.Markdown` builds a new markdown-it parser per instance, a tenth of the cost of a small
     render; here one parser is reused and the instance is a copy of a prototype with the new source.
+    `fragment_last`: `source` is a piece of an ordered list whose whole would end at that `last_number`.
     """
     global _PROTOTYPE, _PARSER
     if _PROTOTYPE is None:
-        _PROTOTYPE = Markdown("", code_theme=CODE_THEME, hyperlinks=False)
+        _PROTOTYPE = _Markdown("", code_theme=CODE_THEME, hyperlinks=False)
         try:
             from markdown_it import MarkdownIt
 
@@ -66,11 +93,28 @@ def markdown(source: str) -> Markdown:
         except ImportError:  # pragma: no cover - markdown-it is a dependency of rich
             _PARSER = None
     if _PARSER is None or not hasattr(_PROTOTYPE, "parsed"):
-        return Markdown(source, code_theme=CODE_THEME, hyperlinks=False)
-    md = copy.copy(_PROTOTYPE)
-    md.markup = source
-    md.parsed = _PARSER.parse(source)
+        md = _Markdown(source, code_theme=CODE_THEME, hyperlinks=False)
+    else:
+        md = copy.copy(_PROTOTYPE)
+        md.markup = source
+        md.parsed = _PARSER.parse(source)
+    md.fragment_last = fragment_last
     return md
+
+
+def ticker(console: Console, text: str, style: str = "dim") -> str:
+    """One short live row: the end of the last non-empty line of `text`, at most `live_width` cells."""
+    line = next((row for row in reversed(text.splitlines()) if row.strip()), "").strip()
+    if not line:
+        return ""
+    cap = live_width(console.size.width)
+    if cell_len(line) > cap:
+        cut, cells = len(line), 1
+        while cut > 0 and cells + cell_len(line[cut - 1]) <= cap:
+            cut -= 1
+            cells += cell_len(line[cut])
+        line = "…" + line[cut:]
+    return render_ansi(console, Text(line, style=style))
 
 
 class BlockSplitter:
@@ -132,6 +176,10 @@ class BlockSplitter:
         if self._partial:
             return "\n".join([*lines, self._partial]) if lines else self._partial
         return "\n".join(lines)
+
+    def open_lines(self) -> tuple[list[str], str]:
+        """The complete lines of the block being written, and its partial last line."""
+        return self._lines, self._partial
 
     @property
     def has_open_block(self) -> bool:
@@ -210,75 +258,15 @@ def _list_kind(item: re.Match[str] | None) -> str:
     return item.group(2) or item.group(1)
 
 
-class LiveRegion:
-    """The lines at the bottom of the terminal that are redrawn in place; the rest is scrollback.
-
-    `content()` gives the live parts (escape-coded text, each ending with a newline, or empty). They are
-    written as whole lines, so the cursor rests at column 0 below them. A redraw moves up over the region,
-    erases to the end of the screen and writes the new frame in a single write: the terminal never shows
-    a half-drawn frame. Only the last `height() - 2` lines are shown, so the region never scrolls.
-    """
-
-    def __init__(self, file: IO[str], height: Callable[[], int], content: Callable[[], list[str]]) -> None:
-        self.file = file
-        self._height = height
-        self._content = content
-        self._rows = 0
-        self._cursor_hidden = False
-        self.paused = False
-
-    def _frame(self) -> str:
-        if self.paused:
-            self._rows = 0
-            return ""
-        lines = "".join(self._content()).splitlines()
-        limit = max(1, self._height() - 2)
-        if len(lines) > limit:
-            lines = lines[-limit:]
-        self._rows = len(lines)
-        out = "".join(line + "\n" for line in lines)
-        if lines and not self._cursor_hidden:
-            out = _HIDE_CURSOR + out
-            self._cursor_hidden = True
-        return out
-
-    def redraw(self) -> None:
-        """Draw the current content in place of the previous frame."""
-        erase = _erase_up(self._rows) if self._rows else ""
-        frame = self._frame()
-        if erase or frame:
-            self.file.write(erase + frame)
-            self.file.flush()
-
-    def print_above(self, text: str) -> None:
-        """Write `text` (ending with a newline) into scrollback, then redraw the live lines below it."""
-        erase = _erase_up(self._rows) if self._rows else ""
-        self.file.write(erase + text + self._frame())
-        self.file.flush()
-
-    def clear(self) -> None:
-        """Erase the live lines and show the cursor again; `redraw()` brings them back."""
-        out = _erase_up(self._rows) if self._rows else ""
-        if self._cursor_hidden:
-            out += _SHOW_CURSOR
-            self._cursor_hidden = False
-        self._rows = 0
-        if out:
-            self.file.write(out)
-            self.file.flush()
-
-    @property
-    def rows(self) -> int:
-        """How many lines the last frame took."""
-        return self._rows
-
-
 class MarkdownStream:
     """Render one streamed Markdown answer.
 
-    With a `LiveRegion`, finished blocks are printed once into scrollback and the open block is offered
-    through `live_text()` (the region's content callback shows it); it is re-rendered at most every
-    `min_interval` seconds of `clock`. Without a region (plain output) the text is written through as is.
+    With a `LiveRegion`, finished blocks are printed once into scrollback, and so are the finished items
+    of a list still being written (each item renders the same alone as within its list); what is not
+    finished yet is offered through `live_text()` as one short row, the end of the line being written (the
+    region's content callback shows it), refreshed at most every `min_interval` seconds of `clock`. The
+    live region thus stays a few short rows, which a resize cannot garble. Without a region (plain
+    output) the text is written through as is.
     """
 
     def __init__(
@@ -299,8 +287,11 @@ class MarkdownStream:
         self._last_draw = float("-inf")
         self._open_render = ""
         self._plain_last = ""
+        self._done_lines = 0
+        """Lines of the open block already printed (finished list items)."""
+        self._done_items = 0
         self.redraws = 0
-        """How many times the open block was rendered (reported by the benchmark)."""
+        """How many times the live row of the open block was rendered (reported by the benchmark)."""
 
     def feed(self, text: str) -> None:
         """Add a delta of the answer."""
@@ -314,11 +305,12 @@ class MarkdownStream:
         committed = False
         for block in self._splitter.feed(text):
             committed = self._commit(block) or committed
+        committed = self._commit_items() or committed
         self._dirty = True
         self.refresh(force=committed)
 
     def refresh(self, force: bool = False, draw: bool = True) -> None:
-        """Re-render the open block if it changed and `min_interval` has passed (or `force`).
+        """Re-render the open block's live row if it changed and `min_interval` has passed (or `force`).
 
         The live region is redrawn unless `draw` is false (the caller redraws it anyway).
         """
@@ -332,7 +324,7 @@ class MarkdownStream:
                 self.live.redraw()
 
     def live_text(self) -> str:
-        """The rendered open block (empty when there is none)."""
+        """The live row of the open block (empty when there is none)."""
         return self._open_render
 
     def finish(self) -> None:
@@ -354,6 +346,7 @@ class MarkdownStream:
         self._splitter = BlockSplitter()
         self._open_render = ""
         self._dirty = False
+        self._done_lines = self._done_items = 0
         if self.live is not None:
             self.live.redraw()
         elif self._plain_last and self._plain_last != "\n":
@@ -366,26 +359,120 @@ class MarkdownStream:
         return self._blocks > 0 or self._splitter.has_open_block or bool(self._plain_last)
 
     def _commit(self, block: str) -> bool:
+        """Print a finished block (only its lines not printed yet, when it is a list printed item by item)."""
+        done, self._done_lines = self._done_lines, 0
+        items, self._done_items = self._done_items, 0
+        if done:
+            lines = block.split("\n")
+            if not "".join(lines[done:]).strip():
+                return False
+            return self._print_part(lines, done, len(lines), items, len(_list_items(lines)[0]))
         if not block.strip():
             return False
+        return self._print(render_ansi(self.console, markdown(block)), first=True)
+
+    def _print(self, text: str, first: bool) -> bool:
         assert self.live is not None
-        text = render_ansi(self.console, markdown(block))
-        if self._blocks:
-            text = "\n" + text
-        self._blocks += 1
+        if first:
+            if self._blocks:
+                text = "\n" + text
+            self._blocks += 1
+        else:  # a later piece of a list: rich puts a blank line before any list
+            rows = text.split("\n")
+            while rows and not _ANSI_CODE.sub("", rows[0]).strip():
+                rows.pop(0)
+            text = "\n".join(rows)
         self._open_render = ""
         self.live.print_above(text)
         return True
 
+    def _print_part(self, lines: list[str], start: int, end: int, items_before: int, total_items: int) -> bool:
+        """Print lines `start:end` of a list (whole items), numbered as in the whole list."""
+        part = lines[start:end]
+        while part and not part[0].strip():
+            part.pop(0)  # the blank line after the previous item (held back until the list went on)
+        last = 0
+        number = _ORDERED_START.match(lines[0])
+        if number is not None:
+            first = int(number.group(2))
+            part[0] = _ORDERED_START.sub(lambda m: m.group(1) + str(first + items_before), part[0], count=1)
+            last = first + total_items
+        text = render_ansi(self.console, markdown("\n".join(part), fragment_last=last))
+        return self._print(text, first=start == 0)
+
+    def _commit_items(self) -> bool:
+        """Print the finished items of the open block when it is a list (the last item may still grow)."""
+        lines, partial = self._splitter.open_lines()
+        starts, ongoing = _list_items(lines, partial)
+        if len(starts) + ongoing < 2:
+            return False
+        end = len(lines) if ongoing else starts[-1]
+        if not "".join(lines[self._done_lines : end]).strip():
+            return False
+        total = len(starts) + ongoing
+        number = _ORDERED_START.match(lines[0])
+        if number is not None and int(number.group(2)) + total < 10:
+            return False  # the number column may still widen (rich sizes it to the whole list)
+        items = sum(1 for s in starts if self._done_lines <= s < end)
+        self._print_part(lines, self._done_lines, end, self._done_items, total)
+        self._done_lines = end
+        self._done_items += items
+        return True
+
     def _render_open(self) -> None:
         self._dirty = False
-        source = self._splitter.open_block(max_lines=max(4, self.console.size.height))
-        if not source.strip():
+        lines, partial = self._splitter.open_lines()
+        rest = "\n".join([*lines[self._done_lines :], partial])
+        if not rest.strip():
             self._open_render = ""
             return
         self.redraws += 1
-        text = render_ansi(self.console, markdown(source))
-        self._open_render = ("\n" + text) if self._blocks else text
+        row = ticker(self.console, rest)
+        self._open_render = ("\n" + row) if self._blocks and not self._done_lines else row
+
+
+_ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")
+_RULE = re.compile(r"^ {0,3}([-*_])(?: *\1){2,} *$")
+_ORDERED_START = re.compile(r"^( {0,3})(\d{1,9})(?=[.)])")
+
+
+def _list_items(lines: list[str], partial: str = "") -> tuple[list[int], int]:
+    """Where the top-level items of a list block start (line indexes), and 1 when `partial` (the line
+    being written) already starts another item, else 0. Lines inside a code fence never start one; a line
+    that ends the list (another kind of item, a heading, a rule, a fence) stops the count there."""
+    first = _LIST_ITEM.match(lines[0]) if lines else None
+    if first is None:
+        return [], 0
+    kind = _list_kind(first)
+    offset = len(first.group(0))
+
+    def top(line: str) -> bool:
+        return len(line) - len(line.lstrip(" ")) < offset
+
+    def starts_item(line: str) -> bool:
+        item = _LIST_ITEM.match(line)
+        return item is not None and top(line) and _list_kind(item) == kind and not _RULE.match(line)
+
+    def ends_list(line: str) -> bool:
+        return top(line) and bool(_LIST_ITEM.match(line) or _HEADING.match(line) or _FENCE_OPEN.match(line))
+
+    starts: list[int] = []
+    fence: str | None = None
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if fence is not None:
+            if stripped.startswith(fence) and not stripped.strip(fence[0]):
+                fence = None
+            continue
+        if starts_item(line):
+            starts.append(i)
+        elif ends_list(line) or _RULE.match(line):
+            return starts, 0
+        opened = _FENCE_OPEN.match(stripped)
+        if opened:
+            fence = opened.group(2)
+    item = _LIST_ITEM.match(partial) if fence is None and starts_item(partial) else None
+    return starts, int(item is not None and bool(partial[item.end() :].strip()))
 
 
 class TextStream:
@@ -415,10 +502,10 @@ class TextStream:
             self._partial = data
 
     def live_text(self) -> str:
-        """The partial line, rendered (only its end when it is very long)."""
+        """The end of the partial line, one short row."""
         if not self._partial.strip() or self.live is None:
             return ""
-        return render_ansi(self.console, Text(self._partial[-2000:], style=self.style))
+        return ticker(self.console, self._partial[-2000:], self.style)
 
     def finish(self) -> None:
         """Print the partial line into scrollback."""
