@@ -323,3 +323,44 @@ def test_padding_is_trimmed_from_scrollback_rows_unless_it_paints() -> None:
     painted = "\x1b[48;2;1;2;3m  x   \x1b[0m\n"  # a code block's background
     assert trim_rows(painted) == painted
     assert trim_rows("\x1b[1;36;40mcode\x1b[0m x   ") == "\x1b[1;36;40mcode\x1b[0m x"
+
+
+def code_doc(rng: random.Random) -> str:
+    lines = []
+    for i in range(rng.randint(1, 25)):
+        kind = rng.random()
+        if kind < 0.15:
+            lines.append("")
+        elif kind < 0.25:
+            lines.append('    text = """a string')
+            lines.append('    still the string"""')
+        else:
+            indent = "    " * rng.randint(0, 2)
+            comment = "c" * rng.randint(0, 60)
+            lines.append(f"{indent}value_{i} = compute({i}, 'x' * {rng.randint(1, 90)})  # {comment}")
+    trailing = "\n" * rng.randint(0, 2)
+    closing = "```" if rng.random() < 0.8 else ""  # an answer may end inside a fence
+    return "Before.\n\n```" + rng.choice(["python", "", "text"]) + "\n" + "\n".join(lines) + trailing + "\n" + closing
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_code_block_printed_line_by_line_looks_like_the_whole_block(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(4):
+        text = code_doc(rng) + ("\n\nAfter." if rng.random() < 0.7 else "")
+        cols = rng.choice([40, 80, 120])
+        term = Term(rows=400, cols=cols)
+        stream_into(term, text, [rng.randint(1, 20) for _ in range(7)], interval=1e9)
+        assert term.text == reference(text, cols), text
+
+
+def test_code_lines_reach_the_scrollback_while_the_block_is_written() -> None:
+    term = Term(rows=60)
+    md = MarkdownStream(term.console, None, min_interval=0.0)
+    md.live = LiveRegion(term.file, lambda: 60, lambda: [md.live_text()], console=term.console)
+    md.feed("```python\nfirst = 1\nsecond = 2\n\nthird")
+    assert "first" in term.written and "second" in term.written  # complete lines: printed
+    assert "third" in md.live_text() and "third" not in term.written.replace(md.live_text(), "")
+    assert term.written.count("second") == 1
+    md.feed(" = 3\n")
+    assert "third" in term.written.replace(md.live_text(), "")

@@ -1,105 +1,58 @@
-"""Streaming Markdown for the terminal: finished blocks go to scrollback once, only the open block is live.
+"""Streaming Markdown for the terminal: what is final goes to scrollback once; only one short row is live.
 
 `BlockSplitter` cuts a stream of Markdown text into top-level blocks (paragraphs, fenced code, lists,
-tables, headings) as soon as each is known to be complete. `LiveRegion` owns the few lines at the bottom
-of the terminal that are redrawn in place (the block still being written and a status line); everything
-above it is ordinary scrollback, written once. `MarkdownStream` joins the two: each delta costs a scan of
-the new text; a finished block is rendered once with `rich.markdown.Markdown`; the open block is
-re-rendered at most `min_interval` seconds apart, and only its visible tail.
+tables, headings) as soon as each is known to be complete. `LiveRegion` (kimicode.ui.live) owns the few
+short rows at the bottom of the terminal that are redrawn in place; everything above it is ordinary
+scrollback, written once. `MarkdownStream` joins the two: each delta costs a scan of the new text; a
+finished block is rendered once with `rich.markdown.Markdown`, and so are, as soon as they are final, the
+items of a list and the lines of a code block still being written (kimicode.ui.mdpieces prints them so
+that they look as in the whole block). Of the rest (a paragraph or table being written, the last item or
+code line) the live region shows one row: the end of the line being written. Nothing that may grow
+taller or wider is ever redrawn, so resizing the window cannot leave copies of it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
 
 from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
-from rich.markdown import ListElement, Markdown, MarkdownElement
+from rich.console import Console, RenderableType
 from rich.text import Text
 
 from kimicode.ui.live import LiveRegion, live_width
+from kimicode.ui.mdpieces import (
+    CODE_THEME,
+    FENCE_OPEN,
+    HEADING,
+    LIST_ITEM,
+    ORDERED_START,
+    code_ready,
+    list_items,
+    list_kind,
+    markdown,
+)
 
-__all__ = ["BlockSplitter", "LiveRegion", "MarkdownStream", "TextStream", "markdown", "render_ansi", "transient_line"]
+__all__ = [
+    "CODE_THEME",
+    "BlockSplitter",
+    "LiveRegion",
+    "MarkdownStream",
+    "TextStream",
+    "markdown",
+    "render_ansi",
+    "ticker",
+    "transient_line",
+]
 
-CODE_THEME = "monokai"
-
-_FENCE_OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
-_LIST_ITEM = re.compile(r"^ {0,3}([-+*]|\d{1,9}([.)]))(?:[ \t]|$)")
-_HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
 
 def render_ansi(console: Console, renderable: RenderableType) -> str:
     """Render to the console's escape-coded text (colours as the console would print them)."""
     with console.capture() as capture:
         console.print(renderable)
     return capture.get()
-
-
-class _OrderedList(ListElement):
-    """rich's list, except that an ordered list printed in pieces numbers its column as the whole list would.
-
-    `Markdown.fragment_last` (read once, by the outermost list) is the `last_number` rich would compute for
-    the whole list (its start plus its number of items): it sets the width of the number column.
-    """
-
-    last = 0
-
-    @classmethod
-    def create(cls, markdown: Markdown, token: Any) -> ListElement:
-        element = cls(token.type, int(token.attrs.get("start", 1)))
-        element.last = getattr(markdown, "fragment_last", 0)
-        if element.last:
-            markdown.fragment_last = 0  # type: ignore[attr-defined]
-        return element
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if self.list_type == "bullet_list_open" or not self.last:
-            yield from super().__rich_console__(console, options)
-            return
-        number = 1 if self.list_start is None else self.list_start
-        for index, item in enumerate(self.items):
-            yield from item.render_number(console, options, number + index, self.last)
-
-
-class _Markdown(Markdown):
-    """rich's Markdown with `_OrderedList`."""
-
-    elements: ClassVar[dict[str, type[MarkdownElement]]] = {**Markdown.elements, "ordered_list_open": _OrderedList}
-    fragment_last = 0
-
-
-_PROTOTYPE: _Markdown | None = None
-_PARSER: Any = None
-
-
-def markdown(source: str, fragment_last: int = 0) -> Markdown:
-    """The Markdown renderable used everywhere in the UI (no OSC-8 hyperlinks: they garble some terminals).
-
-    `rich.markdown.Markdown` builds a new markdown-it parser per instance, a tenth of the cost of a small
-    render; here one parser is reused and the instance is a copy of a prototype with the new source.
-    `fragment_last`: `source` is a piece of an ordered list whose whole would end at that `last_number`.
-    """
-    global _PROTOTYPE, _PARSER
-    if _PROTOTYPE is None:
-        _PROTOTYPE = _Markdown("", code_theme=CODE_THEME, hyperlinks=False)
-        try:
-            from markdown_it import MarkdownIt
-
-            _PARSER = MarkdownIt().enable("strikethrough").enable("table")
-        except ImportError:  # pragma: no cover - markdown-it is a dependency of rich
-            _PARSER = None
-    if _PARSER is None or not hasattr(_PROTOTYPE, "parsed"):
-        md = _Markdown(source, code_theme=CODE_THEME, hyperlinks=False)
-    else:
-        md = copy.copy(_PROTOTYPE)
-        md.markup = source
-        md.parsed = _PARSER.parse(source)
-    md.fragment_last = fragment_last
-    return md
 
 
 def ticker(console: Console, text: str, style: str = "dim") -> str:
@@ -170,7 +123,7 @@ class BlockSplitter:
         lines = self._lines
         if max_lines is not None and len(lines) > max_lines:
             tail = lines[-max_lines:]
-            if self._fence is not None and lines and _FENCE_OPEN.match(lines[0]):
+            if self._fence is not None and lines and FENCE_OPEN.match(lines[0]):
                 tail = [lines[0], *tail[1:]]
             lines = tail
         if self._partial:
@@ -213,7 +166,7 @@ class BlockSplitter:
                 self._blank_pending = False
             else:
                 self._emit(done)
-        fence = _FENCE_OPEN.match(line)
+        fence = FENCE_OPEN.match(line)
         if fence and not (fence.group(2)[0] == "`" and "`" in fence.group(3)):
             if self._lines and not self._in_list():
                 self._emit(done)  # a fence interrupts a paragraph: it starts a block of its own
@@ -221,7 +174,7 @@ class BlockSplitter:
             self._fence_top = not self._lines
             self._lines.append(line)
             return
-        if _HEADING.match(line) and not self._in_list():
+        if HEADING.match(line) and not self._in_list():
             self._emit(done)
             self._lines.append(line)
             self._emit(done)
@@ -229,15 +182,15 @@ class BlockSplitter:
         self._lines.append(line)
 
     def _in_list(self) -> bool:
-        return bool(self._lines) and bool(_LIST_ITEM.match(self._lines[0]))
+        return bool(self._lines) and bool(LIST_ITEM.match(self._lines[0]))
 
     def _ends_list(self, partial: str) -> bool:
         """After a list and a blank line, does the start of the next line already show the list is over?"""
         if partial[0] in " \t":
             return False
-        item = _LIST_ITEM.match(partial)
+        item = LIST_ITEM.match(partial)
         if item is not None:
-            return _list_kind(item) != _list_kind(_LIST_ITEM.match(self._lines[0]))
+            return list_kind(item) != list_kind(LIST_ITEM.match(self._lines[0]))
         # not (yet) an item: decided once it can no longer become one ("12345678901. " is the longest)
         return not re.match(r"^(?:[-+*]|\d{1,9}[.)]?)$", partial)
 
@@ -247,15 +200,8 @@ class BlockSplitter:
             return False
         if line.startswith((" ", "\t")):
             return True
-        item = _LIST_ITEM.match(line)
-        return item is not None and _list_kind(item) == _list_kind(_LIST_ITEM.match(self._lines[0]))
-
-
-def _list_kind(item: re.Match[str] | None) -> str:
-    """`-`, `+`, `*`, or `.`/`)` for ordered lists: items of another kind start a new list."""
-    if item is None:
-        return ""
-    return item.group(2) or item.group(1)
+        item = LIST_ITEM.match(line)
+        return item is not None and list_kind(item) == list_kind(LIST_ITEM.match(self._lines[0]))
 
 
 class MarkdownStream:
@@ -305,7 +251,7 @@ class MarkdownStream:
         committed = False
         for block in self._splitter.feed(text):
             committed = self._commit(block) or committed
-        committed = self._commit_items() or committed
+        committed = self._commit_ready() or committed
         self._dirty = True
         self.refresh(force=committed)
 
@@ -359,25 +305,28 @@ class MarkdownStream:
         return self._blocks > 0 or self._splitter.has_open_block or bool(self._plain_last)
 
     def _commit(self, block: str) -> bool:
-        """Print a finished block (only its lines not printed yet, when it is a list printed item by item)."""
+        """Print a finished block (only its lines not printed yet, when it was printed in pieces)."""
         done, self._done_lines = self._done_lines, 0
         items, self._done_items = self._done_items, 0
         if done:
             lines = block.split("\n")
+            if FENCE_OPEN.match(lines[0]):
+                piece = markdown(block, code_lines=(done, None, False, True))
+                return self._print(render_ansi(self.console, piece), first=False)
             if not "".join(lines[done:]).strip():
                 return False
-            return self._print_part(lines, done, len(lines), items, len(_list_items(lines)[0]))
+            return self._print_part(lines, done, len(lines), items, len(list_items(lines)[0]))
         if not block.strip():
             return False
         return self._print(render_ansi(self.console, markdown(block)), first=True)
 
-    def _print(self, text: str, first: bool) -> bool:
+    def _print(self, text: str, first: bool, list_piece: bool = False) -> bool:
         assert self.live is not None
         if first:
             if self._blocks:
                 text = "\n" + text
             self._blocks += 1
-        else:  # a later piece of a list: rich puts a blank line before any list
+        elif list_piece:  # a later piece of a list: rich puts a blank line before any list
             rows = text.split("\n")
             while rows and not _ANSI_CODE.sub("", rows[0]).strip():
                 rows.pop(0)
@@ -392,25 +341,35 @@ class MarkdownStream:
         while part and not part[0].strip():
             part.pop(0)  # the blank line after the previous item (held back until the list went on)
         last = 0
-        number = _ORDERED_START.match(lines[0])
+        number = ORDERED_START.match(lines[0])
         if number is not None:
             first = int(number.group(2))
-            part[0] = _ORDERED_START.sub(lambda m: m.group(1) + str(first + items_before), part[0], count=1)
+            part[0] = ORDERED_START.sub(lambda m: m.group(1) + str(first + items_before), part[0], count=1)
             last = first + total_items
         text = render_ansi(self.console, markdown("\n".join(part), fragment_last=last))
-        return self._print(text, first=start == 0)
+        return self._print(text, first=start == 0, list_piece=True)
 
-    def _commit_items(self) -> bool:
-        """Print the finished items of the open block when it is a list (the last item may still grow)."""
+    def _commit_ready(self) -> bool:
+        """Print the final lines of the open block: the finished items of a list (the last item may still
+        grow), the lines of a code block but the last one."""
         lines, partial = self._splitter.open_lines()
-        starts, ongoing = _list_items(lines, partial)
+        code = code_ready(lines)
+        if code:
+            if code < max(1, self._done_lines):
+                return False
+            start = max(1, self._done_lines)
+            piece = markdown("\n".join(lines[: code + 1]), code_lines=(start, code, start == 1, False))
+            self._print(render_ansi(self.console, piece), first=start == 1)
+            self._done_lines = code + 1
+            return True
+        starts, ongoing = list_items(lines, partial)
         if len(starts) + ongoing < 2:
             return False
         end = len(lines) if ongoing else starts[-1]
         if not "".join(lines[self._done_lines : end]).strip():
             return False
         total = len(starts) + ongoing
-        number = _ORDERED_START.match(lines[0])
+        number = ORDERED_START.match(lines[0])
         if number is not None and int(number.group(2)) + total < 10:
             return False  # the number column may still widen (rich sizes it to the whole list)
         items = sum(1 for s in starts if self._done_lines <= s < end)
@@ -423,6 +382,8 @@ class MarkdownStream:
         self._dirty = False
         lines, partial = self._splitter.open_lines()
         rest = "\n".join([*lines[self._done_lines :], partial])
+        if not rest.strip():  # all printed but the block goes on: its last line keeps the row (no jump)
+            rest = "\n".join(lines[-1:]) if self._splitter.has_open_block else ""
         if not rest.strip():
             self._open_render = ""
             return
@@ -432,49 +393,6 @@ class MarkdownStream:
 
 
 _ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")
-_RULE = re.compile(r"^ {0,3}([-*_])(?: *\1){2,} *$")
-_ORDERED_START = re.compile(r"^( {0,3})(\d{1,9})(?=[.)])")
-
-
-def _list_items(lines: list[str], partial: str = "") -> tuple[list[int], int]:
-    """Where the top-level items of a list block start (line indexes), and 1 when `partial` (the line
-    being written) already starts another item, else 0. Lines inside a code fence never start one; a line
-    that ends the list (another kind of item, a heading, a rule, a fence) stops the count there."""
-    first = _LIST_ITEM.match(lines[0]) if lines else None
-    if first is None:
-        return [], 0
-    kind = _list_kind(first)
-    offset = len(first.group(0))
-
-    def top(line: str) -> bool:
-        return len(line) - len(line.lstrip(" ")) < offset
-
-    def starts_item(line: str) -> bool:
-        item = _LIST_ITEM.match(line)
-        return item is not None and top(line) and _list_kind(item) == kind and not _RULE.match(line)
-
-    def ends_list(line: str) -> bool:
-        return top(line) and bool(_LIST_ITEM.match(line) or _HEADING.match(line) or _FENCE_OPEN.match(line))
-
-    starts: list[int] = []
-    fence: str | None = None
-    for i, line in enumerate(lines):
-        stripped = line.strip()
-        if fence is not None:
-            if stripped.startswith(fence) and not stripped.strip(fence[0]):
-                fence = None
-            continue
-        if starts_item(line):
-            starts.append(i)
-        elif ends_list(line) or _RULE.match(line):
-            return starts, 0
-        opened = _FENCE_OPEN.match(stripped)
-        if opened:
-            fence = opened.group(2)
-    item = _LIST_ITEM.match(partial) if fence is None and starts_item(partial) else None
-    return starts, int(item is not None and bool(partial[item.end() :].strip()))
-
-
 class TextStream:
     """Stream plain text (reasoning) in one style: complete lines go to scrollback, the partial line is live."""
 

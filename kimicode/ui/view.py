@@ -188,8 +188,12 @@ class TurnView:
         line.append(phase, style="bold" if self._phase == "thinking" else "")
         total = now - self._turn_start
         overall = f"{elapsed(total)} · " if total - (now - self._phase_since) >= 1 else ""
-        line.append(f"  ({overall}{self.hint})", style="dim")
-        line.truncate(live_width(self.console.size.width), overflow="ellipsis")
+        room = live_width(self.console.size.width)  # a live row: short, so a resize cannot garble it
+        for tail in (f"  ({overall}{self.hint})", f"  ({self.hint})"):
+            if line.cell_len + len(tail) <= room:
+                line.append(tail, style="dim")
+                break
+        line.truncate(room, overflow="ellipsis")
         return render_ansi(self.console, line)
 
     def _live_parts(self) -> list[str]:
