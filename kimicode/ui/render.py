@@ -441,17 +441,15 @@ class TextStream:
 @contextlib.contextmanager
 def transient_line(console: Console, plain: bool, text: str) -> Iterator[None]:
     """Show `text` on the current line while the block runs, then erase it (nothing in plain mode,
-    where a line cannot be taken back)."""
+    where a line cannot be taken back). It is a one-row live region: short, so a resize meanwhile
+    cannot leave it behind."""
     if plain:
         yield
         return
-    out = console.file
     line = Text(text, style="dim")
-    line.truncate(max(1, console.size.width - 1), overflow="ellipsis")  # one row: one erase takes it back
-    out.write(render_ansi(console, line).rstrip("\n"))
-    out.flush()
+    row = LiveRegion(console.file, lambda: console.size.height, lambda: [render_ansi(console, line)], console=console)
+    row.redraw()
     try:
         yield
     finally:
-        out.write("\r\x1b[2K")
-        out.flush()
+        row.clear()
