@@ -208,11 +208,11 @@ class MarkdownStream:
     """Render one streamed Markdown answer.
 
     With a `LiveRegion`, finished blocks are printed once into scrollback, and so are the finished items
-    of a list still being written (each item renders the same alone as within its list); what is not
-    finished yet is offered through `live_text()` as one short row, the end of the line being written (the
-    region's content callback shows it), refreshed at most every `min_interval` seconds of `clock`. The
-    live region thus stays a few short rows, which a resize cannot garble. Without a region (plain
-    output) the text is written through as is.
+    of a list and the complete lines of a code block still being written (kimicode.ui.mdpieces renders
+    them as within the whole block); what is not finished yet is offered through `live_text()` as one
+    short row, the end of the line being written (the region's content callback shows it), refreshed at
+    most every `min_interval` seconds of `clock`. The live region thus stays a few short rows, which a
+    resize cannot garble. Without a region (plain output) the text is written through as is.
     """
 
     def __init__(
@@ -234,7 +234,7 @@ class MarkdownStream:
         self._open_render = ""
         self._plain_last = ""
         self._done_lines = 0
-        """Lines of the open block already printed (finished list items)."""
+        """Lines of the open block already printed (finished list items, complete code lines)."""
         self._done_items = 0
         self.redraws = 0
         """How many times the live row of the open block was rendered (reported by the benchmark)."""
@@ -351,7 +351,11 @@ class MarkdownStream:
 
     def _commit_ready(self) -> bool:
         """Print the final lines of the open block: the finished items of a list (the last item may still
-        grow), the lines of a code block but the last one."""
+        grow), the complete lines of a code block (blank ones at its end wait for what follows).
+
+        An ordered list is printed in pieces once it has 9 items (from then on its number column keeps
+        its width until the 99th; a list that grows past that has its first 98 numbers one column
+        narrower than rich would print them in the whole list)."""
         lines, partial = self._splitter.open_lines()
         code = code_ready(lines)
         if code:
