@@ -47,6 +47,7 @@ from kimicode.ui.launch import (
     report_internal_error,
     run_interactive,
 )
+from kimicode.ui.live import live_width
 from kimicode.ui.render import transient_line
 from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, mcp_counts, mcp_failure_line, short_path
 from kimicode.ui.typeahead import input_footer, offer_plan
@@ -446,7 +447,7 @@ class Session:
             tool_kind=lambda name: t.kind if (t := agent.tools.get(name)) is not None else None,
             on_stats=self._on_stats,
             previewed=self.approver.previewed.__contains__,
-            footer=lambda: input_footer(self.queued, listener.typed, self.console.size.width),
+            footer=lambda: input_footer(self.queued, listener.typed, live_width(self.console.size.width)),
         )
         listener = KeyListener(self._on_key)
         self._view, self._listener, self._interrupting = view, listener, False

@@ -429,7 +429,7 @@ async def cmd_compact(session: Session, arg: str) -> None:
             return await events
 
     try:
-        with session.transient("Compacting the conversation… (Esc or Ctrl-C cancels)"):
+        with session.transient("Compacting… (Esc cancels)"):
             outcome = await session.run_cancellable(compacting())
     except asyncio.CancelledError:
         session.say("Compaction cancelled; the conversation is unchanged.", "yellow")
