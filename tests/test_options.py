@@ -101,6 +101,9 @@ def test_a_wrong_value_names_the_setting_and_what_it_takes(endpoint: FakeServer,
         AgentOptions(sandbox="on")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="allow must be rules as strings"):
         AgentOptions(allow=[3])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="deny must be rules as strings"):
+        AgentOptions(deny=5)  # type: ignore[arg-type]
+    assert (AgentOptions(allow=None).allow, AgentOptions(ask="bash(ls)").ask) == ((), ("bash(ls)",))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"config must be a kimicode\.config\.settings\.Settings"):
         AgentOptions(config={"defaults": {}})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="multiple values for argument 'workspace'"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,8 +104,11 @@ class AgentOptions:
             set_(self, "home", Path(self.home))
         for name in ("allow", "deny", "ask"):
             value = getattr(self, name)
-            set_(self, name, (value,) if isinstance(value, str) else tuple(value))
-            if not all(isinstance(rule, str) for rule in getattr(self, name)):
+            if value is None or isinstance(value, str):
+                set_(self, name, () if value is None else (value,))
+            elif isinstance(value, Iterable):
+                set_(self, name, tuple(value))
+            if not isinstance(getattr(self, name), tuple) or not all(isinstance(r, str) for r in getattr(self, name)):
                 raise TypeError(f"{name} must be rules as strings, e.g. ('bash(git diff*)',) (got {value!r})")
         for name, kind in (("config", Settings), ("rules", Rules)):
             value = getattr(self, name)
