@@ -62,3 +62,14 @@ def test_the_http_scan_finds_what_it_looks_for(tmp_path: Path) -> None:
     sample.write_text("import urllib.request\nfrom http import client\nfrom http.client import HTTPConnection\n"
                       "import json\nfrom urllib.parse import urlsplit\n")
     assert http_imports(sample) == ["urllib.request", "http.client", "http.client"]
+
+
+def test_the_http_contract_covers_every_tool_module_but_web() -> None:
+    """A new module under tools/ must be listed as a source of the "HTTP only in ..." contract, or it could
+    import an HTTP client unchecked (the contract lists modules, so a forgotten one is silently free)."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (http,) = [c for c in contracts if c["name"].startswith("HTTP only")]
+    tools = {f"kimicode.tools.{p.stem}" for p in (PACKAGE / "tools").glob("*.py") if p.stem not in ("__init__", "web")}
+    assert tools - set(http["source_modules"]) == set()
