@@ -148,7 +148,7 @@ def stream_into(term: Term, text: str, sizes: list[int], interval: float = 0.0) 
 
 def reference(text: str, cols: int = 80) -> str:
     """What printing every block once, separated by blank lines, looks like."""
-    term = Term(rows=400, cols=cols)
+    term = Term(rows=1000, cols=cols)
     for i, block in enumerate(split_all(text, [len(text)])):
         if i:
             term.console.print()
@@ -364,3 +364,11 @@ def test_code_lines_reach_the_scrollback_while_the_block_is_written() -> None:
     assert term.written.count("second") == 1
     md.feed(" = 3\n")
     assert "third" in term.written.replace(md.live_text(), "")
+
+
+def test_a_long_code_block_in_pieces_highlights_a_window_and_still_matches() -> None:
+    body = "\n".join(f"line_{i} = {i} * 2  # comment {i}" for i in range(450))
+    text = f"```python\n{body}\n```\n\nAfter."
+    term = Term(rows=1000, cols=80)
+    stream_into(term, text, [37, 80, 5], interval=1e9)
+    assert term.text == reference(text, 80)

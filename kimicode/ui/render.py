@@ -29,6 +29,7 @@ from kimicode.ui.mdpieces import (
     HEADING,
     LIST_ITEM,
     ORDERED_START,
+    code_piece,
     code_ready,
     list_items,
     list_kind,
@@ -311,7 +312,8 @@ class MarkdownStream:
         if done:
             lines = block.split("\n")
             if FENCE_OPEN.match(lines[0]):
-                piece = markdown(block, code_lines=(done, None, False, True))
+                source, first, _last = code_piece(lines, done, len(lines) - 1)
+                piece = markdown(source, code_lines=(first, None, False, True))
                 return self._print(render_ansi(self.console, piece), first=False)
             if not "".join(lines[done:]).strip():
                 return False
@@ -362,17 +364,18 @@ class MarkdownStream:
             if code < max(1, self._done_lines):
                 return False
             start = max(1, self._done_lines)
-            piece = markdown("\n".join(lines[: code + 1]), code_lines=(start, code, start == 1, False))
+            source, first, last = code_piece(lines, start, code)
+            piece = markdown(source, code_lines=(first, last, start == 1, False))
             self._print(render_ansi(self.console, piece), first=start == 1)
             self._done_lines = code + 1
             return True
-        starts, ongoing = list_items(lines, partial)
-        if len(starts) + ongoing < 2:
+        starts, ongoing = list_items(lines, partial, self._done_lines)
+        total = self._done_items + len(starts) + ongoing
+        if total < 2 or not starts:
             return False
         end = len(lines) if ongoing else starts[-1]
         if not "".join(lines[self._done_lines : end]).strip():
             return False
-        total = len(starts) + ongoing
         number = ORDERED_START.match(lines[0])
         if number is not None and int(number.group(2)) + total < 10:
             return False  # the number column may still widen (rich sizes it to the whole list)
