@@ -9,6 +9,7 @@ printed). `list_items()` and `code_ready()` tell which lines of an unfinished bl
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from typing import Any, ClassVar
 
@@ -142,13 +143,21 @@ class _CodeBlock(CodeBlock):
         return element
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        code = str(self.text).rstrip()
+        lexer = _lexer(self.lexer_name) or self.lexer_name
         if self.lines is None:
-            yield from super().__rich_console__(console, options)
+            yield Syntax(code, lexer, theme=self.theme, word_wrap=True, padding=1)
             return
         first, last, top, bottom = self.lines
-        code = str(self.text).rstrip()
         padding = (int(top), 1, int(bottom), 1)
-        yield Syntax(code, self.lexer_name, theme=self.theme, word_wrap=True, padding=padding, line_range=(first, last))
+        yield Syntax(code, lexer, theme=self.theme, word_wrap=True, padding=padding, line_range=(first, last))
+
+
+@functools.lru_cache(maxsize=64)
+def _lexer(name: str) -> Any:
+    """The Pygments lexer rich's Syntax looks up by `name`, or None (looking it up each time costs more
+    than highlighting a short piece)."""
+    return Syntax("", name).lexer
 
 
 class _Markdown(Markdown):

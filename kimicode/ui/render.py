@@ -253,8 +253,9 @@ class MarkdownStream:
         for block in self._splitter.feed(text):
             committed = self._commit(block) or committed
         committed = self._commit_ready() or committed
-        self._dirty = True
-        self.refresh(force=committed)
+        if not committed:  # else the live row was drawn with what was printed
+            self._dirty = True
+            self.refresh()
 
     def refresh(self, force: bool = False, draw: bool = True) -> None:
         """Re-render the open block's live row if it changed and `min_interval` has passed (or `force`).
@@ -333,7 +334,8 @@ class MarkdownStream:
             while rows and not _ANSI_CODE.sub("", rows[0]).strip():
                 rows.pop(0)
             text = "\n".join(rows)
-        self._open_render = ""
+        self._render_open()  # the live row as it is after this piece: drawn in the same write
+        self._last_draw = self.clock()
         self.live.print_above(text)
         return True
 
