@@ -372,3 +372,25 @@ def test_a_long_code_block_in_pieces_highlights_a_window_and_still_matches() -> 
     term = Term(rows=1000, cols=80)
     stream_into(term, text, [37, 80, 5], interval=1e9)
     assert term.text == reference(text, 80)
+
+
+def test_the_typed_input_and_the_status_line_fit_a_live_row() -> None:
+    from kimicode.ui.typeahead import input_footer
+    from kimicode.ui.view import TurnView
+
+    short = input_footer([], "fix it", 40)
+    assert short is not None and short.plain == "› fix it  (enter queues it)"
+    long = input_footer(["a queued message that is long"], "x" * 60 + "END", 30)
+    assert long is not None
+    rows = long.plain.splitlines()
+    assert all(len(row) <= 30 for row in rows) and rows[-1].endswith("END")  # the end of what is typed
+    term = Term(rows=30, cols=120)
+    view = TurnView(term.console, plain=False, show_reasoning=True)
+    view.start()
+    status = [row.rstrip() for row in term.screen.display if row.strip()]
+    assert status and "esc to interrupt" in status[-1] and len(status[-1]) <= live_width(120)
+    narrow = Term(rows=30, cols=60)
+    view = TurnView(narrow.console, plain=False, show_reasoning=True)
+    view.start()
+    row = next(row.rstrip() for row in narrow.screen.display if row.strip())
+    assert len(row) <= live_width(60) and "waiting for the model" in row
