@@ -292,7 +292,7 @@ def test_live_rows_are_short_and_the_open_block_is_one_row() -> None:
     term = Term(rows=40, cols=120)
     md = MarkdownStream(term.console, None, min_interval=0.0)
     md.live = LiveRegion(term.file, lambda: 40, lambda: [md.live_text(), "s" * 300 + "\n"], console=term.console)
-    md.feed("A paragraph that goes on " + "and on " * 80)
+    md.feed("A paragraph with `code` that goes on " + "and on " * 80)  # not plain: wholly live
     assert md.live.rows == 2
     rows = [line.rstrip() for line in term.screen.display if line.strip()]
     assert all(len(row) <= live_width(120) for row in rows), rows
@@ -394,3 +394,33 @@ def test_the_typed_input_and_the_status_line_fit_a_live_row() -> None:
     view.start()
     row = next(row.rstrip() for row in narrow.screen.display if row.strip())
     assert len(row) <= live_width(60) and "waiting for the model" in row
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_plain_paragraph_is_printed_row_by_row_and_looks_the_same(seed: int) -> None:
+    rng = random.Random(seed)
+    words = ["a", "terminal", "agent", "reads", "files,", "runs", "tests", "and", "edits", "code.", "Then", "it"]
+    for _ in range(3):
+        paragraphs = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 120))) for _ in range(3)]
+        if rng.random() < 0.5:
+            paragraphs[1] = paragraphs[1].replace(" code.", "\ncode.")  # soft line breaks
+        text = "\n\n".join(paragraphs)
+        cols = rng.choice([40, 80, 120])
+        term = Term(rows=400, cols=cols)
+        md = stream_into(term, text, [rng.randint(1, 12) for _ in range(5)], interval=1e9)
+        assert term.text == reference(text, cols), text
+        assert md._done_chars == 0  # reset once the paragraph was finished
+
+
+def test_final_rows_of_a_plain_paragraph_reach_the_scrollback_at_once() -> None:
+    term = Term(rows=60, cols=40)
+    md = MarkdownStream(term.console, None, min_interval=0.0)
+    md.live = LiveRegion(term.file, lambda: 60, lambda: [md.live_text()], console=term.console)
+    words = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+    md.feed(words[:-3])
+    printed = term.written.replace(md.live_text(), "")
+    assert "one two" in printed and "fourt" not in printed  # the last row waits: its words may still move
+    md.feed("een\n\n")
+    md.finish()
+    md.live.clear()
+    assert term.text == reference(words, 40)
