@@ -148,7 +148,7 @@ def stream_into(term: Term, text: str, sizes: list[int], interval: float = 0.0) 
 
 def reference(text: str, cols: int = 80) -> str:
     """What printing every block once, separated by blank lines, looks like."""
-    term = Term(rows=400, cols=cols)
+    term = Term(rows=1000, cols=cols)
     for i, block in enumerate(split_all(text, [len(text)])):
         if i:
             term.console.print()
@@ -292,7 +292,7 @@ def test_live_rows_are_short_and_the_open_block_is_one_row() -> None:
     term = Term(rows=40, cols=120)
     md = MarkdownStream(term.console, None, min_interval=0.0)
     md.live = LiveRegion(term.file, lambda: 40, lambda: [md.live_text(), "s" * 300 + "\n"], console=term.console)
-    md.feed("A paragraph that goes on " + "and on " * 80)
+    md.feed("A paragraph with `code` that goes on " + "and on " * 80)  # not plain: wholly live
     assert md.live.rows == 2
     rows = [line.rstrip() for line in term.screen.display if line.strip()]
     assert all(len(row) <= live_width(120) for row in rows), rows
@@ -364,3 +364,63 @@ def test_code_lines_reach_the_scrollback_while_the_block_is_written() -> None:
     assert term.written.count("second") == 1
     md.feed(" = 3\n")
     assert "third" in term.written.replace(md.live_text(), "")
+
+
+def test_a_long_code_block_in_pieces_highlights_a_window_and_still_matches() -> None:
+    body = "\n".join(f"line_{i} = {i} * 2  # comment {i}" for i in range(450))
+    text = f"```python\n{body}\n```\n\nAfter."
+    term = Term(rows=1000, cols=80)
+    stream_into(term, text, [37, 80, 5], interval=1e9)
+    assert term.text == reference(text, 80)
+
+
+def test_the_typed_input_and_the_status_line_fit_a_live_row() -> None:
+    from kimicode.ui.typeahead import input_footer
+    from kimicode.ui.view import TurnView
+
+    short = input_footer([], "fix it", 40)
+    assert short is not None and short.plain == "› fix it  (enter queues it)"
+    long = input_footer(["a queued message that is long"], "x" * 60 + "END", 30)
+    assert long is not None
+    rows = long.plain.splitlines()
+    assert all(len(row) <= 30 for row in rows) and rows[-1].endswith("END")  # the end of what is typed
+    term = Term(rows=30, cols=120)
+    view = TurnView(term.console, plain=False, show_reasoning=True)
+    view.start()
+    status = [row.rstrip() for row in term.screen.display if row.strip()]
+    assert status and "esc to interrupt" in status[-1] and len(status[-1]) <= live_width(120)
+    narrow = Term(rows=30, cols=60)
+    view = TurnView(narrow.console, plain=False, show_reasoning=True)
+    view.start()
+    row = next(row.rstrip() for row in narrow.screen.display if row.strip())
+    assert len(row) <= live_width(60) and "waiting for the model" in row
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_plain_paragraph_is_printed_row_by_row_and_looks_the_same(seed: int) -> None:
+    rng = random.Random(seed)
+    words = ["a", "terminal", "agent", "reads", "files,", "runs", "tests", "and", "edits", "code.", "Then", "it"]
+    for _ in range(3):
+        paragraphs = [" ".join(rng.choice(words) for _ in range(rng.randint(5, 120))) for _ in range(3)]
+        if rng.random() < 0.5:
+            paragraphs[1] = paragraphs[1].replace(" code.", "\ncode.")  # soft line breaks
+        text = "\n\n".join(paragraphs)
+        cols = rng.choice([40, 80, 120])
+        term = Term(rows=400, cols=cols)
+        md = stream_into(term, text, [rng.randint(1, 12) for _ in range(5)], interval=1e9)
+        assert term.text == reference(text, cols), text
+        assert md._done_chars == 0  # reset once the paragraph was finished
+
+
+def test_final_rows_of_a_plain_paragraph_reach_the_scrollback_at_once() -> None:
+    term = Term(rows=60, cols=40)
+    md = MarkdownStream(term.console, None, min_interval=0.0)
+    md.live = LiveRegion(term.file, lambda: 60, lambda: [md.live_text()], console=term.console)
+    words = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+    md.feed(words[:-3])
+    printed = term.written.replace(md.live_text(), "")
+    assert "one two" in printed and "fourt" not in printed  # the last row waits: its words may still move
+    md.feed("een\n\n")
+    md.finish()
+    md.live.clear()
+    assert term.text == reference(words, 40)

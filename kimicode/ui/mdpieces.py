@@ -9,6 +9,7 @@ printed). `list_items()` and `code_ready()` tell which lines of an unfinished bl
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from typing import Any, ClassVar
 
@@ -25,10 +26,11 @@ RULE = re.compile(r"^ {0,3}([-*_])(?: *\1){2,} *$")
 ORDERED_START = re.compile(r"^( {0,3})(\d{1,9})(?=[.)])")
 
 
-def list_items(lines: list[str], partial: str = "") -> tuple[list[int], int]:
-    """Where the top-level items of a list block start (line indexes), and 1 when `partial` (the line
-    being written) already starts another item, else 0. Lines inside a code fence never start one; a line
-    that ends the list (another kind of item, a heading, a rule, a fence) stops the count there."""
+def list_items(lines: list[str], partial: str = "", start: int = 0) -> tuple[list[int], int]:
+    """Where the top-level items of a list block start (line indexes, from line `start`, which must begin
+    an item or the block), and 1 when `partial` (the line being written) already starts another item,
+    else 0. Lines inside a code fence never start one; a line that ends the list (another kind of item, a
+    heading, a rule, a fence) stops the count there."""
     first = LIST_ITEM.match(lines[0]) if lines else None
     if first is None:
         return [], 0
@@ -47,7 +49,8 @@ def list_items(lines: list[str], partial: str = "") -> tuple[list[int], int]:
 
     starts: list[int] = []
     fence: str | None = None
-    for i, line in enumerate(lines):
+    for i in range(start, len(lines)):
+        line = lines[i]
         stripped = line.strip()
         if fence is not None:
             if stripped.startswith(fence) and not stripped.strip(fence[0]):
@@ -62,6 +65,18 @@ def list_items(lines: list[str], partial: str = "") -> tuple[list[int], int]:
             fence = opened.group(2)
     item = LIST_ITEM.match(partial) if fence is None and starts_item(partial) else None
     return starts, int(item is not None and bool(partial[item.end() :].strip()))
+
+
+CODE_CONTEXT = 200
+"""Lines before the new ones highlighted with them when a code block is printed in pieces (all of them
+would make a long block quadratic; a construct opened further up is rare)."""
+
+
+def code_piece(lines: list[str], first: int, last: int) -> tuple[str, int, int]:
+    """The source to render for lines `first..last` (indexes) of an open code block, and where they are
+    in it: the fence line and at most `CODE_CONTEXT` lines before them."""
+    skip = max(0, first - 1 - CODE_CONTEXT)
+    return "\n".join([lines[0], *lines[1 + skip : last + 1]]), first - skip, last - skip
 
 
 def code_ready(lines: list[str]) -> int:
@@ -128,13 +143,21 @@ class _CodeBlock(CodeBlock):
         return element
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        code = str(self.text).rstrip()
+        lexer = _lexer(self.lexer_name) or self.lexer_name
         if self.lines is None:
-            yield from super().__rich_console__(console, options)
+            yield Syntax(code, lexer, theme=self.theme, word_wrap=True, padding=1)
             return
         first, last, top, bottom = self.lines
-        code = str(self.text).rstrip()
         padding = (int(top), 1, int(bottom), 1)
-        yield Syntax(code, self.lexer_name, theme=self.theme, word_wrap=True, padding=padding, line_range=(first, last))
+        yield Syntax(code, lexer, theme=self.theme, word_wrap=True, padding=padding, line_range=(first, last))
+
+
+@functools.lru_cache(maxsize=64)
+def _lexer(name: str) -> Any:
+    """The Pygments lexer rich's Syntax looks up by `name`, or None (looking it up each time costs more
+    than highlighting a short piece)."""
+    return Syntax("", name).lexer
 
 
 class _Markdown(Markdown):

@@ -5,9 +5,10 @@ tables, headings) as soon as each is known to be complete. `LiveRegion` (kimicod
 short rows at the bottom of the terminal that are redrawn in place; everything above it is ordinary
 scrollback, written once. `MarkdownStream` joins the two: each delta costs a scan of the new text; a
 finished block is rendered once with `rich.markdown.Markdown`, and so are, as soon as they are final, the
-items of a list and the lines of a code block still being written (kimicode.ui.mdpieces prints them so
-that they look as in the whole block). Of the rest (a paragraph or table being written, the last item or
-code line) the live region shows one row: the end of the line being written. Nothing that may grow
+items of a list, the lines of a code block and the rows of a plain paragraph still being written
+(kimicode.ui.mdpieces prints them so that they look as in the whole block). Of the rest (the last row of
+a paragraph, a paragraph with inline markup or a table being written, the last item) the live region
+shows one row: the end of the line being written. Nothing that may grow
 taller or wider is ever redrawn, so resizing the window cannot leave copies of it.
 """
 
@@ -29,6 +30,7 @@ from kimicode.ui.mdpieces import (
     HEADING,
     LIST_ITEM,
     ORDERED_START,
+    code_piece,
     code_ready,
     list_items,
     list_kind,
@@ -236,6 +238,8 @@ class MarkdownStream:
         self._done_lines = 0
         """Lines of the open block already printed (finished list items, complete code lines)."""
         self._done_items = 0
+        self._done_chars = 0
+        """Characters of the open block already printed (the rows of a plain paragraph that are final)."""
         self.redraws = 0
         """How many times the live row of the open block was rendered (reported by the benchmark)."""
 
@@ -252,8 +256,9 @@ class MarkdownStream:
         for block in self._splitter.feed(text):
             committed = self._commit(block) or committed
         committed = self._commit_ready() or committed
-        self._dirty = True
-        self.refresh(force=committed)
+        if not committed:  # else the live row was drawn with what was printed
+            self._dirty = True
+            self.refresh()
 
     def refresh(self, force: bool = False, draw: bool = True) -> None:
         """Re-render the open block's live row if it changed and `min_interval` has passed (or `force`).
@@ -292,7 +297,7 @@ class MarkdownStream:
         self._splitter = BlockSplitter()
         self._open_render = ""
         self._dirty = False
-        self._done_lines = self._done_items = 0
+        self._done_lines = self._done_items = self._done_chars = 0
         if self.live is not None:
             self.live.redraw()
         elif self._plain_last and self._plain_last != "\n":
@@ -308,10 +313,15 @@ class MarkdownStream:
         """Print a finished block (only its lines not printed yet, when it was printed in pieces)."""
         done, self._done_lines = self._done_lines, 0
         items, self._done_items = self._done_items, 0
+        chars, self._done_chars = self._done_chars, 0
+        if chars:
+            rest = block[chars:]
+            return bool(rest.strip()) and self._print(render_ansi(self.console, markdown(rest)), first=False)
         if done:
             lines = block.split("\n")
             if FENCE_OPEN.match(lines[0]):
-                piece = markdown(block, code_lines=(done, None, False, True))
+                source, first, _last = code_piece(lines, done, len(lines) - 1)
+                piece = markdown(source, code_lines=(first, None, False, True))
                 return self._print(render_ansi(self.console, piece), first=False)
             if not "".join(lines[done:]).strip():
                 return False
@@ -331,7 +341,8 @@ class MarkdownStream:
             while rows and not _ANSI_CODE.sub("", rows[0]).strip():
                 rows.pop(0)
             text = "\n".join(rows)
-        self._open_render = ""
+        self._render_open()  # the live row as it is after this piece: drawn in the same write
+        self._last_draw = self.clock()
         self.live.print_above(text)
         return True
 
@@ -357,22 +368,25 @@ class MarkdownStream:
         its width until the 99th; a list that grows past that has its first 98 numbers one column
         narrower than rich would print them in the whole list)."""
         lines, partial = self._splitter.open_lines()
+        if self._commit_rows(lines, partial):
+            return True
         code = code_ready(lines)
         if code:
             if code < max(1, self._done_lines):
                 return False
             start = max(1, self._done_lines)
-            piece = markdown("\n".join(lines[: code + 1]), code_lines=(start, code, start == 1, False))
+            source, first, last = code_piece(lines, start, code)
+            piece = markdown(source, code_lines=(first, last, start == 1, False))
             self._print(render_ansi(self.console, piece), first=start == 1)
             self._done_lines = code + 1
             return True
-        starts, ongoing = list_items(lines, partial)
-        if len(starts) + ongoing < 2:
+        starts, ongoing = list_items(lines, partial, self._done_lines)
+        total = self._done_items + len(starts) + ongoing
+        if total < 2 or not starts:
             return False
         end = len(lines) if ongoing else starts[-1]
         if not "".join(lines[self._done_lines : end]).strip():
             return False
-        total = len(starts) + ongoing
         number = ORDERED_START.match(lines[0])
         if number is not None and int(number.group(2)) + total < 10:
             return False  # the number column may still widen (rich sizes it to the whole list)
@@ -382,10 +396,35 @@ class MarkdownStream:
         self._done_items += items
         return True
 
+    def _commit_rows(self, lines: list[str], partial: str) -> bool:
+        """Print the rows of a plain paragraph being written that are final: all but the last one.
+
+        Greedy wrapping makes a row final once a word follows it, and it starts afresh at each row, so
+        the rest of the paragraph, wrapped on its own, continues it exactly. Only for text without any
+        character that Markdown could give a meaning to later (emphasis, code, links, escapes, entities,
+        a table, a setext underline) and without words too long to fit a row.
+        """
+        source = "\n".join([*lines, partial]) if lines else partial
+        width = self.console.size.width
+        rest = source[self._done_chars :]
+        if len(rest) <= width or not _plain_paragraph(source, width):
+            return False
+        rows = render_ansi(self.console, markdown(rest)).rstrip("\n").split("\n")
+        if len(rows) < 2:
+            return False
+        final = rows[:-1]
+        words = sum(len(_ANSI_CODE.sub("", row).split()) for row in final)
+        end = _word_end(rest, words)
+        self._print("\n".join(final) + "\n", first=self._done_chars == 0)
+        self._done_chars += end
+        return True
+
     def _render_open(self) -> None:
         self._dirty = False
         lines, partial = self._splitter.open_lines()
         rest = "\n".join([*lines[self._done_lines :], partial])
+        if self._done_chars:
+            rest = ("\n".join([*lines, partial]) if lines else partial)[self._done_chars :]
         if not rest.strip():  # all printed but the block goes on: its last line keeps the row (no jump)
             rest = "\n".join(lines[-1:]) if self._splitter.has_open_block else ""
         if not rest.strip():
@@ -393,10 +432,29 @@ class MarkdownStream:
             return
         self.redraws += 1
         row = ticker(self.console, rest)
-        self._open_render = ("\n" + row) if self._blocks and not self._done_lines else row
+        self._open_render = ("\n" + row) if self._blocks and not (self._done_lines or self._done_chars) else row
 
 
 _ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")
+_MARKUP = re.compile(r"[*_`\[\]<>\\&~!|#=]|^ {0,3}(?:[-+>]|\d+[.)])|^ {4}| {2}$|^\s*$", re.M)
+"""Anything Markdown could give a meaning to (or a line break, or a blank line) in a paragraph's text."""
+
+
+def _plain_paragraph(source: str, width: int) -> bool:
+    """Text a paragraph renders word for word, wrapped greedily (see `MarkdownStream._commit_rows`)."""
+    if _MARKUP.search(source):
+        return False
+    return all(len(word) < width // 2 for word in source.split())
+
+
+def _word_end(text: str, words: int) -> int:
+    """The offset in `text` just after its first `words` words and the whitespace after them."""
+    end = 0
+    for n, match in enumerate(re.finditer(r"\S+\s*", text)):
+        if n == words:
+            break
+        end = match.end()
+    return end
 class TextStream:
     """Stream plain text (reasoning) in one style: complete lines go to scrollback, the partial line is live."""
 

@@ -189,12 +189,14 @@ class TurnView:
         total = now - self._turn_start
         overall = f"{elapsed(total)} · " if total - (now - self._phase_since) >= 1 else ""
         room = live_width(self.console.size.width)  # a live row: short, so a resize cannot garble it
-        for tail in (f"  ({overall}{self.hint})", f"  ({self.hint})"):
-            if line.cell_len + len(tail) <= room:
+        for tail in (f"  ({overall}{self.hint})", f"  ({self.hint})", f"\n  ({overall}{self.hint})"):
+            if line.cell_len + len(tail) <= room or tail.startswith("\n"):  # else on a row of its own
                 line.append(tail, style="dim")
                 break
-        line.truncate(room, overflow="ellipsis")
-        return render_ansi(self.console, line)
+        rows = line.split("\n")
+        for row in rows:
+            row.truncate(room, overflow="ellipsis")
+        return render_ansi(self.console, Text("\n").join(rows))
 
     def _live_parts(self) -> list[str]:
         parts = [self.reasoning.live_text()] if self._reasoning_open and self.show_reasoning else []
