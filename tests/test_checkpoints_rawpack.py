@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kimicode.checkpoints import CheckpointStore
+from kimicode.checkpoints import CheckpointStore, rawpack
 from kimicode.checkpoints.store import BULK
 
 
@@ -80,8 +80,14 @@ def hostile_tree(ws: Path) -> None:
         (ws / rel).write_text(rel + "\n")
 
 
-def test_the_first_snapshot_is_the_tree_git_would_record(workspace: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("compress", [True, False], ids=["compressed", "stored"])
+def test_the_first_snapshot_is_the_tree_git_would_record(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compress: bool
+) -> None:
+    if not compress:  # past the compression budget objects go in as stored deflate blocks
+        monkeypatch.setattr(rawpack, "COMPRESS_BYTES", 0)
     hostile_tree(workspace)
+    (workspace / "big.bin").write_bytes(os.urandom(200_000))  # several 64 KB stored blocks
     store = CheckpointStore(tmp_path / "home", workspace)
     snap = store.snapshot("first", "s/1")
     assert tree_of(store, snap.id) == plain_git_tree(workspace, tmp_path)
@@ -99,6 +105,7 @@ def test_the_first_snapshot_is_the_tree_git_would_record(workspace: Path, tmp_pa
     assert store.git("ls-files", "-o", "--exclude-standard") == b""
     # The cache tree it carries is the right one: write-tree without touching a file gives the same tree.
     assert store.git("write-tree").decode().strip() == tree_of(store, snap.id)
+    assert store.git("cat-file", "blob", f"{snap.id}:big.bin") == (workspace / "big.bin").read_bytes()
     assert store.snapshot("again").id != snap.id
     assert store.changes(snap.id, store.snapshot("again").id).paths() == []
 
@@ -177,7 +184,7 @@ def test_an_empty_or_tiny_workspace(workspace: Path, tmp_path: Path, files: int)
 _FIRST = """
 import sys
 from pathlib import Path
-from kimicode.checkpoints import CheckpointStore
+from kimicode.checkpoints import CheckpointStore, rawpack
 print("go", flush=True)
 CheckpointStore(Path(sys.argv[1]), Path(sys.argv[2])).snapshot("killed", "s/1")
 print("done", flush=True)
