@@ -235,3 +235,22 @@ def test_a_snapshot_asked_for_while_warming_waits_and_records_the_workspace_then
     assert cps.current is not None and cps.current.before
     assert tree_of(cps.store, cps.current.before) == plain_git_tree(workspace, tmp_path)
     assert cps.warm() is None  # the store is ready: nothing more to warm
+
+
+def test_nested_repositories_are_left_to_their_own_git(workspace: Path, tmp_path: Path) -> None:
+    """One with a commit, one without (`git add` of that one fails): neither is stored nor breaks a snapshot."""
+    (workspace / "top.txt").write_text("top\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@x", GIT_COMMITTER_NAME="u", GIT_COMMITTER_EMAIL="u@x")
+    for name, commit in (("sub", True), ("fresh", False)):
+        subprocess.run(["git", "init", "-q", name], cwd=workspace, check=True, env=env)
+        (workspace / name / "f.txt").write_text("inside\n")
+        if commit:
+            subprocess.run(["git", "add", "-A"], cwd=workspace / name, check=True, env=env)
+            subprocess.run(["git", "commit", "-qm", "i"], cwd=workspace / name, check=True, env=env)
+    store = CheckpointStore(tmp_path / "home", workspace)
+    first = store.snapshot("first")
+    (workspace / "top.txt").write_text("changed\n")
+    second = store.snapshot("second")
+    assert store.git("ls-tree", "-r", "--name-only", second.id).decode().split() == ["top.txt"]
+    assert store.changes(first.id, second.id).as_dict() == {"added": [], "modified": ["top.txt"], "deleted": []}
