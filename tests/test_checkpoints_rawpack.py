@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kimicode.checkpoints import CheckpointStore
+from kimicode.checkpoints import CheckpointStore, rawpack
 from kimicode.checkpoints.store import BULK
 
 
@@ -80,8 +80,14 @@ def hostile_tree(ws: Path) -> None:
         (ws / rel).write_text(rel + "\n")
 
 
-def test_the_first_snapshot_is_the_tree_git_would_record(workspace: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("compress", [True, False], ids=["compressed", "stored"])
+def test_the_first_snapshot_is_the_tree_git_would_record(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compress: bool
+) -> None:
+    if not compress:  # past the compression budget objects go in as stored deflate blocks
+        monkeypatch.setattr(rawpack, "COMPRESS_BYTES", 0)
     hostile_tree(workspace)
+    (workspace / "big.bin").write_bytes(os.urandom(200_000))  # several 64 KB stored blocks
     store = CheckpointStore(tmp_path / "home", workspace)
     snap = store.snapshot("first", "s/1")
     assert tree_of(store, snap.id) == plain_git_tree(workspace, tmp_path)
@@ -99,6 +105,7 @@ def test_the_first_snapshot_is_the_tree_git_would_record(workspace: Path, tmp_pa
     assert store.git("ls-files", "-o", "--exclude-standard") == b""
     # The cache tree it carries is the right one: write-tree without touching a file gives the same tree.
     assert store.git("write-tree").decode().strip() == tree_of(store, snap.id)
+    assert store.git("cat-file", "blob", f"{snap.id}:big.bin") == (workspace / "big.bin").read_bytes()
     assert store.snapshot("again").id != snap.id
     assert store.changes(snap.id, store.snapshot("again").id).paths() == []
 
@@ -177,7 +184,7 @@ def test_an_empty_or_tiny_workspace(workspace: Path, tmp_path: Path, files: int)
 _FIRST = """
 import sys
 from pathlib import Path
-from kimicode.checkpoints import CheckpointStore
+from kimicode.checkpoints import CheckpointStore, rawpack
 print("go", flush=True)
 CheckpointStore(Path(sys.argv[1]), Path(sys.argv[2])).snapshot("killed", "s/1")
 print("done", flush=True)
@@ -228,3 +235,22 @@ def test_a_snapshot_asked_for_while_warming_waits_and_records_the_workspace_then
     assert cps.current is not None and cps.current.before
     assert tree_of(cps.store, cps.current.before) == plain_git_tree(workspace, tmp_path)
     assert cps.warm() is None  # the store is ready: nothing more to warm
+
+
+def test_nested_repositories_are_left_to_their_own_git(workspace: Path, tmp_path: Path) -> None:
+    """One with a commit, one without (`git add` of that one fails): neither is stored nor breaks a snapshot."""
+    (workspace / "top.txt").write_text("top\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@x", GIT_COMMITTER_NAME="u", GIT_COMMITTER_EMAIL="u@x")
+    for name, commit in (("sub", True), ("fresh", False)):
+        subprocess.run(["git", "init", "-q", name], cwd=workspace, check=True, env=env)
+        (workspace / name / "f.txt").write_text("inside\n")
+        if commit:
+            subprocess.run(["git", "add", "-A"], cwd=workspace / name, check=True, env=env)
+            subprocess.run(["git", "commit", "-qm", "i"], cwd=workspace / name, check=True, env=env)
+    store = CheckpointStore(tmp_path / "home", workspace)
+    first = store.snapshot("first")
+    (workspace / "top.txt").write_text("changed\n")
+    second = store.snapshot("second")
+    assert store.git("ls-tree", "-r", "--name-only", second.id).decode().split() == ["top.txt"]
+    assert store.changes(first.id, second.id).as_dict() == {"added": [], "modified": ["top.txt"], "deleted": []}

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 OBJ_COMMIT, OBJ_TREE, OBJ_BLOB = 1, 2, 3
+COMPRESS_BYTES = 16 << 20
+"""Bytes of objects a pack compresses before it stores the rest plain (see `PackWriter`)."""
 _TYPE_NAMES = {OBJ_COMMIT: b"commit", OBJ_TREE: b"tree", OBJ_BLOB: b"blob"}
 
 
@@ -49,9 +51,9 @@ class PackWriter:
     store as it was (`abort()` removes the temporary file).
     """
 
-    def __init__(self, pack_dir: Path, compress_bytes: int = 16 << 20) -> None:
+    def __init__(self, pack_dir: Path, compress_bytes: int | None = None) -> None:
         self.dir = pack_dir
-        self.compress_budget = compress_bytes
+        self.compress_budget = COMPRESS_BYTES if compress_bytes is None else compress_bytes
         """Objects are zlib-compressed (level 1) until this many bytes went in, then stored as they
         are (level 0): compressing 200 MB takes seconds of CPU, copying it a tenth of a second. A
         later `git gc` (run when pruning) compresses what was stored plain."""

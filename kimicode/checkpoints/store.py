@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -230,6 +231,8 @@ class CheckpointStore:
                 add.append(rel)  # deleted: `add -A` records the removal
                 continue
             except OSError:
+                continue
+            if rel.endswith("/") and stat.S_ISDIR(st.st_mode):  # a nested repository: its own git's business
                 continue
             if st.st_size > self.max_file_bytes and not _is_link(st.st_mode):
                 skipped.append(rel)
@@ -497,8 +500,6 @@ def _nul(paths: Sequence[str]) -> bytes:
 
 
 def _is_link(mode: int) -> bool:
-    import stat
-
     return stat.S_ISLNK(mode)
 
 

@@ -91,6 +91,7 @@ def bench(files: int, total: int, runs: int) -> dict[str, float]:
             plain = {k: v for k, v in env.items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
             subprocess.run(["git", "init", "-q", "--bare", str(base / "fresh.git")], check=True, env=plain)
             subprocess.run(["git", "config", "core.bare", "false"], check=True, env=env)
+            subprocess.run(["git", "config", "gc.auto", "0"], check=True, env=env)  # no gc racing the next run
 
         def git_commit() -> None:
             subprocess.run(["git", "add", "-A"], check=True, env=env, cwd=ws)
