@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from kimicode.agent.core import Agent, Approval, ApprovalRequest, RunResult
+    from kimicode.agent.options import AgentOptions
     from kimicode.errors import (
         AuthError,
         BadRequestError,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Agent",
+    "AgentOptions",
     "Approval",
     "ApprovalRequest",
     "AuthError",
@@ -67,6 +69,7 @@ __all__ = [
 
 _LAZY = {
     "Agent": "kimicode.agent.core",
+    "AgentOptions": "kimicode.agent.options",
     "RunResult": "kimicode.agent.core",
     "Approval": "kimicode.agent.core",
     "ApprovalRequest": "kimicode.agent.core",

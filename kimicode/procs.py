@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import signal
 import sys
@@ -47,12 +46,24 @@ def live_processes() -> dict[int, tuple[int, int]]:
     return table
 
 
+def _libc() -> ctypes.CDLL:
+    """The C library: the symbols already loaded into this process (the interpreter links libc), else
+    the library by name. `ctypes.util.find_library` is the last resort: it runs `ldconfig -p` in a
+    child process, which every start of kimicode would pay."""
+    process = ctypes.CDLL(None, use_errno=True)
+    if hasattr(process, "prctl"):
+        return process
+    from ctypes.util import find_library
+
+    return ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
+
+
 def _prctl(option: int, arg: int) -> int | None:
     """prctl(2) through libc; None where it cannot be called (not Linux, no libc)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = _libc()
         result: int = libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
                                  ctypes.c_ulong(0))
     except (OSError, AttributeError):

@@ -38,8 +38,9 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def make_agent(server: FakeServer, workspace: Path, tmp_path: Path) -> Callable[..., Any]:
-    """Build an Agent pointed at the fake server, with fast retries."""
-    from kimicode import Agent
+    """Build an Agent pointed at the fake server, with fast retries, configured as the command line
+    configures it (`AgentOptions.from_workspace`: the home's and the workspace's config files, AGENTS.md)."""
+    from kimicode import Agent, AgentOptions
 
     def make(**kwargs: Any) -> Agent:
         opts: dict[str, Any] = {
@@ -51,7 +52,9 @@ def make_agent(server: FakeServer, workspace: Path, tmp_path: Path) -> Callable[
             "retry_base_delay": 0.01,
         }
         opts.update(kwargs)
-        return Agent(**opts)
+        given = {k: opts.pop(k) for k in ("config",) if k in opts}
+        options = AgentOptions.from_workspace(opts.pop("workspace"), home=opts.pop("home"), **given)
+        return Agent(options, **opts)
 
     return make
 

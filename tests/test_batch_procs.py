@@ -4,6 +4,7 @@ processes, and a worker process that dies has its tasks run again."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -61,14 +62,19 @@ def test_tasks_run_in_worker_processes_and_a_dead_worker_is_replaced(tmp_path: P
 def test_a_429_in_one_worker_process_slows_the_other(tmp_path: Path) -> None:
     stamps: dict[str, list[float]] = {"A": [], "B": []}
     limited: list[float] = []
+    a_limited = threading.Event()
 
     def script(req: RecordedRequest) -> Reply | ErrorReply:
         p = prompt_of(req)
         stamps[p].append(time.monotonic())
         if p == "A" and not limited:
             limited.append(time.monotonic())
+            a_limited.set()
             return ErrorReply(429, "rate limit reached", "rate_limit_error", headers={"Retry-After": "1"})
         if p == "B" and req.body["messages"][-1]["role"] == "user":
+            # B's first answer waits for A's 429 (worker processes start at their own pace on a loaded
+            # machine), so B's second request is the one the shared gate must hold back
+            assert a_limited.wait(30)
             return Reply(tool_calls=[ToolCall("bash", {"command": "true"})], first_delay=0.3)
         return Reply(content=f"ok {p}")
 

@@ -125,3 +125,46 @@ def test_esc_esc_on_an_empty_prompt_opens_rewind(session: Any) -> None:
 
     assert asyncio.run(read("\x1b\x1b")) == "/rewind"
     assert asyncio.run(read("hello\r")) == "hello"
+
+
+def test_opening_a_terminal_session_stores_the_workspace_ahead_of_the_first_change(
+    server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm-up at open (while the user types) records no checkpoint; the first turn that changes a
+    file still takes its own, of the workspace as it is then, and /undo uses that one."""
+    import time
+
+    from kimicode.ui import commands
+    from kimicode.ui.app import AgentOptions, Session
+
+    for i in range(300):
+        (workspace / f"f{i}.txt").write_text(f"{i}\n")
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+    console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
+    session = Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
+                      plain=True)
+    store = session.agent.checkpoints.store
+    deadline = time.monotonic() + 30
+    while not store.index.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store.index.exists()
+    assert store.git("for-each-ref", "refs/kimicode/") == b""  # warming is not a checkpoint
+    (workspace / "f1.txt").write_text("typed in an editor after the warm-up\n")
+    turn(server, "echo changed > f2.txt")
+    asyncio.run(session.run_turn("change f2"))
+    first = session.agent.checkpoints.last
+    assert first is not None and first.before and first.changes.modified == ["f2.txt"]
+    assert store.git("show", f"{first.before}:f1.txt") == b"typed in an editor after the warm-up\n"
+    asyncio.run(commands.dispatch(session, "/undo files"))
+    assert (workspace / "f2.txt").read_text() == "2\n"
+    asyncio.run(session.agent.aclose())
+
+    (tmp_path / "home" / "config.toml").write_text("[checkpoints]\nwarm_at_open = false\n")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "x.txt").write_text("x\n")
+    cold = Session(AgentOptions(workspace=other, retry_base_delay=0.01), console, plain=True)
+    time.sleep(0.3)
+    assert cold.agent.checkpoints is not None and not cold.agent.checkpoints.store.dir.exists()
+    asyncio.run(cold.agent.aclose())

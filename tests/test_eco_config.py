@@ -63,10 +63,10 @@ def configured(tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPat
 def test_named_provider_and_model_reach_the_request(
     configured: Path, server: FakeServer, workspace: Path, tmp_path: Path
 ) -> None:
-    from kimicode import Agent
+    from kimicode import Agent, AgentOptions
 
     server.add(Reply(content="hi", reasoning_field="reasoning"))
-    agent = Agent(workspace=workspace, home=configured, retry_base_delay=0.01)
+    agent = Agent(AgentOptions.from_workspace(workspace, home=configured), retry_base_delay=0.01)
     assert agent.endpoint.model == "moonshotai/kimi-k3"
     assert agent.endpoint.key_source == "ROUTER_KEY"
     assert agent.context_window == 200_000
@@ -86,14 +86,14 @@ def test_named_provider_and_model_reach_the_request(
 def test_flags_and_environment_override_files(
     configured: Path, server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kimicode import Agent
+    from kimicode import Agent, AgentOptions
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-kimi")
     monkeypatch.setenv("KIMI_MODEL", "plain")
-    agent = Agent(workspace=workspace, home=configured, persist=False)
+    agent = Agent(AgentOptions.from_workspace(workspace, home=configured), persist=False)
     assert agent.endpoint.model == "kimi-k3-plain"  # the environment beats defaults.model
     assert agent.endpoint.key_source == "KIMI_API_KEY"
-    agent = Agent(workspace=workspace, home=configured, persist=False, model="or-k3", base_url="http://127.0.0.1:9/v1",
+    agent = Agent(AgentOptions.from_workspace(workspace, home=configured), persist=False, model="or-k3", base_url="http://127.0.0.1:9/v1",
                   thinking="max", context_window=100_000)
     assert agent.endpoint.base_url == "http://127.0.0.1:9/v1"  # the flag beats the provider
     assert agent.thinking == "max" and agent.context_window == 100_000
@@ -115,10 +115,10 @@ def test_recorded_model_id_finds_its_configured_name(configured: Path, workspace
 def test_set_model_moves_to_the_models_provider(
     configured: Path, server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kimicode import Agent
+    from kimicode import Agent, AgentOptions
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-kimi")
-    agent = Agent(workspace=workspace, home=configured, persist=False, model="plain")
+    agent = Agent(AgentOptions.from_workspace(workspace, home=configured), persist=False, model="plain")
     assert agent.endpoint.key_source == "KIMI_API_KEY"
     agent.set_model("or-k3")
     assert agent.endpoint.base_url == server.base_url and agent.endpoint.key_source == "ROUTER_KEY"

@@ -73,6 +73,16 @@ def check_quickstart(out: str, server: FakeServer, ws: Path) -> None:
     assert "A tiny demo project." in results_in(server.requests[1])[0]
 
 
+def script_options(server: FakeServer, ws: Path) -> None:
+    (ws / "AGENTS.md").write_text("Always run `make test` before you answer.\n")
+    server.add(Reply(content="It asks to run make test."))
+
+
+def check_options(out: str, server: FakeServer, ws: Path) -> None:
+    assert out.splitlines() == ["plan 20", "It asks to run make test."]
+    assert "Always run `make test` before you answer." in server.requests[0].body["messages"][0]["content"]
+
+
 def script_stream(server: FakeServer, ws: Path) -> None:
     (ws / "a.py").write_text("")
     (ws / "b.py").write_text("")
@@ -243,6 +253,7 @@ def check_sync_tools(out: str, server: FakeServer, ws: Path) -> None:
 
 SCENARIOS: dict[str, tuple[Callable[[FakeServer, Path], None], Callable[[str, FakeServer, Path], None]]] = {
     "quickstart": (script_quickstart, check_quickstart),
+    "options": (script_options, check_options),
     "stream": (script_stream, check_stream),
     "ledger": (script_ledger, check_ledger),
     "tools": (script_tools, check_tools),

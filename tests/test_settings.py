@@ -50,13 +50,13 @@ def test_errors_name_file_line_and_key(tmp_path: Path, text: str, needle: str) -
 
 
 def test_agent_takes_context_settings_from_config_and_arguments_win(tmp_path: Path) -> None:
-    from kimicode import Agent
+    from kimicode import Agent, AgentOptions
 
     home, ws = tmp_path / "home", tmp_path / "ws"
     ws.mkdir()
     write(home / "config.toml",
           "[context]\ncompact_threshold = 0.5\nprune_threshold = 0.4\ntool_output_cap_tokens = 999\n")
-    agent = Agent(api_key="k", workspace=ws, home=home, persist=False, prune_threshold=0.3)
+    agent = Agent(AgentOptions.from_workspace(ws, home=home), api_key="k", persist=False, prune_threshold=0.3)
     assert agent.context.settings.compact_threshold == 0.5
     assert agent.context.settings.prune_threshold == 0.3
     assert agent.context.settings.tool_output_tokens == 999

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kimicode import Agent, tool
+from kimicode import Agent, AgentOptions, tool
 from kimicode.cli.headless import result_object
 from kimicode.context.budget import fit_reserve
 from kimicode.events import Event, Notice, TurnFinished
@@ -69,7 +69,8 @@ def small_agent(server: FakeServer, workspace: Path, home: Path, **kwargs: Any) 
         "max_turns": 200,
     }
     opts.update(kwargs)
-    return Agent(**opts)
+    options = AgentOptions.from_workspace(opts.pop("workspace"), home=opts.pop("home"))  # reads home's config.toml
+    return Agent(options, **opts)
 
 
 def prompt_tokens(req: RecordedRequest) -> int:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from kimicode.ui.live import live_width, trim_rows
 from kimicode.ui.render import BlockSplitter, LiveRegion, MarkdownStream, TextStream, markdown, render_ansi
 
 DOC = """# Title
@@ -145,9 +146,9 @@ def stream_into(term: Term, text: str, sizes: list[int], interval: float = 0.0) 
     return md
 
 
-def reference(text: str) -> str:
+def reference(text: str, cols: int = 80) -> str:
     """What printing every block once, separated by blank lines, looks like."""
-    term = Term()
+    term = Term(rows=400, cols=cols)
     for i, block in enumerate(split_all(text, [len(text)])):
         if i:
             term.console.print()
@@ -244,3 +245,122 @@ def test_random_documents_render_identically_when_streamed() -> None:
         term = Term()
         stream_into(term, text, [rng.randint(1, 9) for _ in range(5)])
         assert term.text == reference(text)
+
+
+# -- resize safety (issue 13): short live rows, finished list items printed at once, re-wrap aware erase --
+
+
+def list_doc(n: int, ordered: bool, rng: random.Random) -> str:
+    rows = []
+    for i in range(1, n + 1):
+        marker = f"{1 if rng.random() < 0.3 else i}." if ordered else rng.choice("-*")
+        rows.append(f"{marker} item {i} " + " ".join("word" for _ in range(rng.randint(1, 30))))
+        if rng.random() < 0.2:
+            rows.append("  continued, indented")
+        if rng.random() < 0.15:
+            rows.append("")
+    return "Intro paragraph.\n\n" + "\n".join(rows) + "\n\nAfter the list."
+
+
+@pytest.mark.parametrize("n", [3, 8, 9, 12, 30])
+@pytest.mark.parametrize("ordered", [False, True])
+def test_a_list_printed_item_by_item_looks_like_the_whole_list(n: int, ordered: bool) -> None:
+    rng = random.Random(n * 2 + ordered)
+    for _ in range(3):
+        text = list_doc(n, ordered, rng)
+        cols = rng.choice([40, 80, 120])
+        term = Term(rows=400, cols=cols)
+        stream_into(term, text, [rng.randint(1, 15) for _ in range(7)], interval=1e9)
+        assert term.text == reference(text, cols)
+
+
+def test_a_finished_item_is_in_scrollback_as_soon_as_the_next_one_starts() -> None:
+    term = Term(rows=60)
+    md = MarkdownStream(term.console, None, min_interval=0.0)
+    md.live = LiveRegion(term.file, lambda: 60, lambda: [md.live_text()], console=term.console)
+    md.feed("- first item\n- sec")
+    assert term.written.count("first item") == 1  # printed, once
+    assert "sec" not in term.written.replace(md.live_text(), "")  # the open item is only live
+    md.feed("ond item\n- third")
+    md.finish()
+    md.live.clear()
+    assert term.written.count("first item") == 1 and term.written.count("second item") == 1
+    assert term.text == reference("- first item\n- second item\n- third")
+
+
+def test_live_rows_are_short_and_the_open_block_is_one_row() -> None:
+    term = Term(rows=40, cols=120)
+    md = MarkdownStream(term.console, None, min_interval=0.0)
+    md.live = LiveRegion(term.file, lambda: 40, lambda: [md.live_text(), "s" * 300 + "\n"], console=term.console)
+    md.feed("A paragraph that goes on " + "and on " * 80)
+    assert md.live.rows == 2
+    rows = [line.rstrip() for line in term.screen.display if line.strip()]
+    assert all(len(row) <= live_width(120) for row in rows), rows
+    assert rows[0].startswith("…") and rows[0].endswith("and on")  # the end of the line being written
+    assert live_width(120) == 40 and live_width(60) == 30 and live_width(20) == 19
+
+
+def test_the_erase_counts_the_rows_a_narrowing_re_wrapped() -> None:
+    out = io.StringIO()
+    width = [120]
+    region = LiveRegion(out, lambda: 40, lambda: ["x" * 35 + "\n", "\n", "y" * 10 + "\n"], width=lambda: width[0])
+    region.redraw()
+    assert region.rows == 3
+    out.truncate(0)
+    out.seek(0)
+    region.redraw()
+    assert out.getvalue().startswith("\r\x1b[3A\x1b[J")  # same width: one row each
+    width[0] = 20  # a terminal that re-wraps: the 35-cell row now takes two
+    out.truncate(0)
+    out.seek(0)
+    region.clear()
+    assert out.getvalue().startswith("\r\x1b[4A\x1b[J")
+
+
+def test_padding_is_trimmed_from_scrollback_rows_unless_it_paints() -> None:
+    assert trim_rows("a   \n") == "a\n"
+    assert trim_rows("\x1b[35mq\x1b[0m\x1b[35m    \x1b[0m\n") == "\x1b[35mq\x1b[0m\n"
+    painted = "\x1b[48;2;1;2;3m  x   \x1b[0m\n"  # a code block's background
+    assert trim_rows(painted) == painted
+    assert trim_rows("\x1b[1;36;40mcode\x1b[0m x   ") == "\x1b[1;36;40mcode\x1b[0m x"
+
+
+def code_doc(rng: random.Random) -> str:
+    lines = []
+    for i in range(rng.randint(1, 25)):
+        kind = rng.random()
+        if kind < 0.15:
+            lines.append("")
+        elif kind < 0.25:
+            lines.append('    text = """a string')
+            lines.append('    still the string"""')
+        else:
+            indent = "    " * rng.randint(0, 2)
+            comment = "c" * rng.randint(0, 60)
+            lines.append(f"{indent}value_{i} = compute({i}, 'x' * {rng.randint(1, 90)})  # {comment}")
+    trailing = "\n" * rng.randint(0, 2)
+    closing = "```" if rng.random() < 0.8 else ""  # an answer may end inside a fence
+    return "Before.\n\n```" + rng.choice(["python", "", "text"]) + "\n" + "\n".join(lines) + trailing + "\n" + closing
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_code_block_printed_line_by_line_looks_like_the_whole_block(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(4):
+        text = code_doc(rng) + ("\n\nAfter." if rng.random() < 0.7 else "")
+        cols = rng.choice([40, 80, 120])
+        term = Term(rows=400, cols=cols)
+        stream_into(term, text, [rng.randint(1, 20) for _ in range(7)], interval=1e9)
+        assert term.text == reference(text, cols), text
+
+
+def test_code_lines_reach_the_scrollback_while_the_block_is_written() -> None:
+    term = Term(rows=60)
+    md = MarkdownStream(term.console, None, min_interval=0.0)
+    md.live = LiveRegion(term.file, lambda: 60, lambda: [md.live_text()], console=term.console)
+    md.feed("```python\nfirst = 1\nsecond = 2\n\nthird")
+    assert "first" in term.written and "second" in term.written  # complete lines: printed
+    assert "third" in md.live_text() and "third" not in term.written.replace(md.live_text(), "")
+    assert term.written.count("second") == 1
+    md.feed(" = 3\n")
+    assert "third" in term.written.replace(md.live_text(), "")

@@ -40,7 +40,7 @@ def open_checkpoints(agent: Agent) -> SessionCheckpoints | None:
     except (CheckpointError, OSError) as exc:
         note = f"an interrupted checkpoint restore could not be finished: {exc}"
     if note:
-        agent._notices.append(Notice(note, "warning"))
+        agent.notify(note, "warning")
     return cps
 
 

@@ -1,7 +1,7 @@
 """What an Agent adds around the built-in tools: the edit tool its model prefers, tools bound to the agent
 (todo_write, task, image-aware read_file), web_fetch, and the MCP servers of the configuration.
 
-Kept out of `core.py` so the turn loop stays small: the Agent calls `install` once when it is built,
+Kept out of `core.py` so the turn loop stays small: the builder calls `install` once for a new agent,
 `refresh` when its model changes, `start_extras` before each turn (MCP startup, attached images),
 `after_compaction` after the context was compacted, and `close_extras` when it is closed.
 """
@@ -103,6 +103,8 @@ def install(agent: Agent, default_tools: bool) -> Extras:
 
 def _setup_mcp(agent: Agent, extras: Extras) -> None:
     """Create the MCP manager when servers are configured (the SDK is imported only when they start)."""
+    if agent.options.config is None:
+        return  # hermetic (no configuration asked for): the workspace's .mcp.json is not read either
     from kimicode.mcp.config import DEFAULT_TOOL_TIMEOUT, load_server_configs
 
     configs, problems = load_server_configs(agent.workspace, agent.settings)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kimicode.events import Notice
+from kimicode.agent.options import AgentOptions
+from kimicode.config.choices import EFFORTS
 from kimicode.session.store import SessionError, load_session
 
 if TYPE_CHECKING:
@@ -29,56 +31,91 @@ def model_warning(session_id: str, recorded: str, current: str) -> str:
     )
 
 
+COLLABORATORS = ("tools", "extra_tools", "approve", "on_event")
+"""Agent arguments that are not settings: passed to the constructor as they are."""
+
+
+def split_arguments(kwargs: dict[str, Any], base: AgentOptions, where: str) -> tuple[AgentOptions, dict[str, Any]]:
+    """(`base` with the settings of `kwargs` applied, the collaborators of `kwargs`); TypeError for an unknown
+    name or one that `where` takes from elsewhere."""
+    for name in _FIXED:
+        if name in kwargs:
+            raise TypeError(f"{where} takes {name} from the session; do not pass {name}=")
+    collaborators = {k: kwargs.pop(k) for k in COLLABORATORS if k in kwargs}
+    return base.replace(**kwargs), collaborators
+
+
 def resume_agent(
-    cls: type[Agent], session_id: str, *, fork: bool = False, fork_workspace: str = "shared", **kwargs: Any
+    cls: type[Agent],
+    session_id: str,
+    *,
+    fork: bool = False,
+    fork_workspace: str = "shared",
+    options: AgentOptions | Callable[[Path], AgentOptions] | None = None,
+    **kwargs: Any,
 ) -> Agent:
     """Load `session_id` and return an Agent continuing it (see `Agent.resume`); a fork gets its own
-    working tree when `fork_workspace` is `worktree` or `copy` (kimicode.checkpoints.forks)."""
+    working tree when `fork_workspace` is `worktree` or `copy` (kimicode.checkpoints.forks).
+
+    The settings are `options` with the keyword settings applied; `options` may also be a function of
+    the workspace (the command line's `AgentOptions.from_workspace`), called once the workspace is known:
+    a `workspace=` argument, else the recorded one. The model and effort default to the recorded ones.
+    """
     for name in _FIXED:
         if name in kwargs:
             raise TypeError(f"Agent.resume() takes {name} from the session log; do not pass {name}=")
-    if kwargs.get("system_prompt") is not None or kwargs.get("append_system_prompt") is not None:
-        raise ValueError("a resumed session keeps its recorded system prompt (do not pass system_prompt=)")
-    loaded = load_session(kwargs.get("home"), session_id)
+    explicit_workspace = kwargs.pop("workspace", None)
+    given = options if isinstance(options, AgentOptions) else None
+    home = kwargs.get("home", given.home if given is not None else None)
+    loaded = load_session(home, session_id)
     settings = loaded.settings
-    if kwargs.get("model") is None and not os.environ.get("KIMI_MODEL") and loaded.model:
-        kwargs["model"] = loaded.model
-    if kwargs.get("thinking") is None and settings.get("thinking") in ("low", "high", "max"):
-        kwargs["thinking"] = settings["thinking"]
-    if kwargs.get("workspace") is None:
-        recorded = settings.get("workspace")
-        if isinstance(recorded, str) and recorded:
-            if not Path(recorded).is_dir():
-                raise SessionError(
-                    f"the workspace of session {loaded.session_id} no longer exists ({recorded}); "
-                    "pass another workspace to resume it there"
-                )
-            kwargs["workspace"] = recorded
+    recorded = settings.get("workspace")
+    workspace = Path(explicit_workspace) if explicit_workspace is not None else None
+    if workspace is None and isinstance(recorded, str) and recorded:
+        if not Path(recorded).is_dir():
+            raise SessionError(
+                f"the workspace of session {loaded.session_id} no longer exists ({recorded}); "
+                "pass another workspace to resume it there"
+            )
+        workspace = Path(recorded)
+    if workspace is None:
+        workspace = given.workspace if given is not None else Path(".")
+    base = given if given is not None else options(workspace) if callable(options) else AgentOptions()
+    opts, collaborators = split_arguments(kwargs, base, "Agent.resume()")
+    if opts.system_prompt is not None or opts.append_system_prompt is not None:
+        raise ValueError("a resumed session keeps its recorded system prompt (do not pass system_prompt=)")
+    changes: dict[str, Any] = {}
+    if opts.model is None and not os.environ.get("KIMI_MODEL") and loaded.model:
+        changes["model"] = loaded.model
+    if opts.thinking is None and settings.get("thinking") in EFFORTS:
+        changes["thinking"] = settings["thinking"]
     history = loaded.messages or None  # an empty log gets a fresh system prompt
     if fork:
         from kimicode.checkpoints.forks import fork_tree
 
-        new_id, tree = fork_tree(fork_workspace, Path(kwargs.get("workspace") or "."), kwargs.get("home"))
+        new_id, tree = fork_tree(fork_workspace, workspace, opts.home)
         if tree is not None:
-            kwargs["workspace"] = tree.workspace
-        agent = cls(**kwargs, session_id=new_id, messages=copy.deepcopy(history) if history else None)
-        agent._log_settings("fork", forked_from=loaded.session_id, **({"fork_tree": tree.record()} if tree else {}))
+            workspace = tree.workspace
+        opts = opts.replace(**changes, workspace=workspace, session_id=new_id)
+        agent = cls(opts, messages=copy.deepcopy(history) if history else None, **collaborators)
+        agent.record_settings("fork", forked_from=loaded.session_id, **({"fork_tree": tree.record()} if tree else {}))
     else:
-        agent = cls(**kwargs, session_id=loaded.session_id, messages=history)
+        opts = opts.replace(**changes, workspace=workspace, session_id=loaded.session_id)
+        agent = cls(opts, messages=history, **collaborators)
         if agent.log is not None:  # one writer per session: a second process is refused (session/lock.py)
             agent.log.acquire()
         if agent.log is not None and history is not None:
             for record in loaded.repair_records():  # synthetic results for calls a crash left open
                 agent.log.append(record)
-        agent._log_settings("resume")
+        agent.record_settings("resume")
         if loaded.repaired:
             calls = f"{loaded.repaired} tool call{'s' if loaded.repaired != 1 else ''}"
-            agent._notices.append(Notice(f"the session was cut off: {calls} without a result marked interrupted"))
+            agent.notify(f"the session was cut off: {calls} without a result marked interrupted")
     recorded_model = loaded.model
     current = agent.endpoint.model
     if recorded_model and recorded_model != current and any(m.get("role") == "assistant" for m in agent.messages):
         agent.resume_warning = model_warning(loaded.session_id, recorded_model, current)
-        agent._notices.append(Notice(agent.resume_warning, "warning"))
+        agent.notify(agent.resume_warning, "warning")
     restore_window(agent, loaded.records, record=fork)
     agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())
     return agent
@@ -104,44 +141,42 @@ def restore_window(agent: Agent, records: list[dict[str, Any]], *, record: bool 
 
 def fork_agent(agent: Agent, **overrides: Any) -> Agent:
     """A copy of `agent`'s conversation in a new session (see `Agent.fork`)."""
-    worker = agent._worker
-    if worker is not None and not worker.done():
+    if agent.busy:
         raise RuntimeError("cannot fork while a turn is running")
-    for name in _FIXED:
-        if name in overrides:
-            raise TypeError(f"fork() copies {name} from the agent; do not pass {name}=")
-    opts = dict(agent._init_args)
-    default_tools = opts.get("tools") is None
-    extra = opts.get("extra_tools") or ()
-    opts.update(
-        model=agent.endpoint.model,
+    tree_kind = overrides.get("workspace")
+    if isinstance(tree_kind, str) and tree_kind in ("worktree", "copy", "shared"):
+        del overrides["workspace"]
+    else:
+        tree_kind = None
+    base = agent.options.replace(
+        model=agent.model_config.name,
         base_url=agent.endpoint.base_url,
         api_key=agent.endpoint.api_key,
         workspace=agent.workspace,
-        # the default set is built afresh, so tools bound to an agent (its todo list) are the child's own
-        tools=None if default_tools else list(agent.tools),
-        extra_tools=list(extra) if isinstance(extra, list | tuple) else (),
-        permission_mode=agent.permission_mode,
-        approve=agent.approve,
         thinking=agent.thinking,
         context_window=agent.context_window,
-        on_event=agent.on_event,
         home=agent.home,
         persist=agent.log is not None,
-        system_prompt=None,
+        system_prompt=None,  # the history carries the system prompt
         append_system_prompt=None,
+        session_id=None,
     )
-    opts.update(overrides)
-    opts["session_id"] = None
+    collaborators: dict[str, Any] = {
+        # the default set is built afresh, so tools bound to an agent (its todo list) are the child's own
+        "tools": None if agent.extras.default_tools else list(agent.tools),
+        "approve": agent.approve,
+        "on_event": agent.on_event,
+    }
+    opts, given = split_arguments(overrides, base, "fork()")
+    collaborators.update(given)
     tree = None
-    if isinstance(overrides.get("workspace"), str) and overrides["workspace"] in ("worktree", "copy", "shared"):
-        from kimicode.checkpoints.forks import fork_tree  # agent.fork(workspace="worktree"): its own tree
+    if tree_kind is not None:  # agent.fork(workspace="worktree"): its own tree
+        from kimicode.checkpoints.forks import fork_tree
 
-        opts["session_id"], tree = fork_tree(overrides["workspace"], agent.workspace, agent.home)
-        opts["workspace"] = tree.workspace if tree is not None else agent.workspace
-    opts["messages"] = copy.deepcopy(agent.messages)
-    child = type(agent)(**opts)
-    if "tools" not in overrides:  # the parent's tools as they are now (added, removed), in its order
+        session_id, tree = fork_tree(tree_kind, agent.workspace, agent.home)
+        opts = opts.replace(session_id=session_id, workspace=tree.workspace if tree is not None else agent.workspace)
+    child = type(agent)(opts, messages=copy.deepcopy(agent.messages), **collaborators)
+    if "tools" not in given:  # the parent's tools as they are now (added, removed), in its order
         own = {t.name: t for t in child.tools}
         for name in child.tools.names:
             child.tools.remove(name)
@@ -149,7 +184,7 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
             twin = own.get(t.name)  # the child's own copy of a tool built for each agent (same name and schema)
             same = twin is not None and twin.description == t.description and twin.parameters == t.parameters
             child.tools.add(twin if twin is not None and same else t)
-    child._log_settings("fork", forked_from=agent.session_id, **({"fork_tree": tree.record()} if tree else {}))
+    child.record_settings("fork", forked_from=agent.session_id, **({"fork_tree": tree.record()} if tree else {}))
     if agent.context.server_limit:  # what the server showed holds for the copy too
         child.context.learn_window(agent.context.server_limit)
     child.context.used = agent.context.used

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from kimicode.config.choices import DEFAULT_SUBAGENT_MAX_TURNS
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, ToolResult
 
@@ -27,7 +28,6 @@ READ_ONLY = ("read_file", "glob", "grep")
 """A subagent's tools unless the call or `[subagents] tools` asks for others."""
 NEVER = ("task", "todo_write")
 """Tools a subagent never gets (no nesting; the task list belongs to the parent)."""
-DEFAULT_MAX_TURNS = 50
 
 
 class TaskRunner:
@@ -102,32 +102,23 @@ class TaskRunner:
         from kimicode.agent.core import Agent
 
         p = self.parent
-        init = p._init_args
-        max_turns = p.settings.get("subagents.max_turns", DEFAULT_MAX_TURNS)
-        child = Agent(
+        max_turns = p.settings.get("subagents.max_turns", DEFAULT_SUBAGENT_MAX_TURNS)
+        options = p.options.replace(  # the parent's settings (rules and sandbox included) but its own history
             model=p.model_config.name,
             base_url=p.endpoint.base_url,
             api_key=p.endpoint.api_key,
             workspace=p.workspace,
-            tools=self.child_tools(names),
-            permission_mode=p.permission_mode,
-            approve=p.approve,
+            system_prompt=None,
             append_system_prompt=load_prompt("tools/task_system.md"),
             thinking=p.thinking,
-            context_window=getattr(p, "effective_window", p.context_window),  # a window the server showed too
+            context_window=p.effective_window,  # a window the server showed too
             max_completion_tokens=p.max_completion_tokens,
             max_turns=int(max_turns),
-            max_retries=p.max_retries,
-            retry_base_delay=p.retry_base_delay,
-            request_timeout=p.request_timeout,
             home=p.home,
             persist=False,
-            headless=p.headless,
-            config=p.settings,
-            rules=init.get("rules"),
-            sandbox=init.get("sandbox"),
-            sandbox_network=init.get("sandbox_network"),
+            session_id=None,
         )
+        child = Agent(options, tools=self.child_tools(names), approve=p.approve)
         # The child keeps no log of its own, but its big tool outputs are saved in the parent's session
         # directory (same disk bound, deleted with the session) rather than losing their middle.
         child.ctx.session_dir = p.ctx.session_dir

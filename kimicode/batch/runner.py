@@ -14,6 +14,7 @@ from typing import Any
 from kimicode.batch.results import TaskResult
 from kimicode.batch.tasks import Task
 from kimicode.batch.workspace import WorkspaceError, changed_files, git_diff, prepare, snapshot, task_dir_name
+from kimicode.config.choices import DEFAULT_MAX_TURNS
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class BatchOptions:
     thinking: str | None = None
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
-    max_turns: int = 200
+    max_turns: int = DEFAULT_MAX_TURNS
     timeout: float | None = None
     budget_usd: float | None = None
     append_system_prompt: str | None = None
@@ -105,6 +106,7 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
             workspace=ws,
             home=home,
             config=settings,
+            project_instructions=True,  # the task's AGENTS.md, as the command line reads it
             permission_mode=task.permission_mode or opts.permission_mode,
             thinking=task.thinking or opts.thinking,
             max_turns=task.max_turns or opts.max_turns,
@@ -121,7 +123,7 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
             request_timeout=opts.request_timeout,
             **opts.agent_options,
         )
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError, TypeError) as exc:
         return failed("error", str(exc), "config", workspace=str(ws))
     if gate is not None:
         agent.client.config.gate = gate

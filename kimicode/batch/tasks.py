@@ -9,7 +9,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-MODES = ("default", "accept-edits", "plan", "yolo")
+from kimicode.config.choices import EFFORTS, PERMISSION_MODES
+
+MODES = PERMISSION_MODES
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,199}$")
 
 
@@ -75,7 +77,7 @@ def check(task: Task) -> None:
         raise TaskError("ref needs repo")
     if task.in_place and task.workspace is None:
         raise TaskError("in_place needs workspace")
-    if task.thinking is not None and task.thinking not in ("low", "high", "max"):
+    if task.thinking is not None and task.thinking not in EFFORTS:
         raise TaskError(f"thinking must be low, high or max (got {task.thinking!r})")
     if task.permission_mode is not None and task.permission_mode not in MODES:
         raise TaskError(f"permission_mode must be one of {', '.join(MODES)} (got {task.permission_mode!r})")

@@ -11,6 +11,7 @@ outside the agent since then is a conflict, refused unless forced, never overwri
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,6 +122,23 @@ class SessionCheckpoints:
         cps = cls(store, session_id, log, entries)
         cps.turns = max(cps.turns, turns)
         return cps
+
+    def warm(self) -> threading.Thread | None:
+        """Start storing the workspace in the background when the store is still empty (`store.prepare`),
+        so the turn's first checkpoint only records what changed since. The store's lock orders it
+        before any snapshot; a failure is left for that snapshot to report. Returns the thread started."""
+        if self.store.index.exists():
+            return None
+
+        def run() -> None:
+            try:
+                self.store.prepare()
+            except (CheckpointError, OSError):
+                pass
+
+        thread = threading.Thread(target=run, name="kimicode-checkpoint-warm", daemon=True)
+        thread.start()
+        return thread
 
     @property
     def last(self) -> Entry | None:

@@ -14,26 +14,35 @@ shared by all sessions of the workspace; each snapshot is kept reachable by a re
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import shutil
-import stat as statmod
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kimicode.checkpoints import rawpack
+
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 BULK = 200
-"""More new or changed files than this go in through `git fast-import` (one pack, see `_bulk_add`)."""
+STAGING = ".kimicode-restore-"
+"""Prefix of the hidden directory a restore stages files in, inside the workspace (never stored)."""
+"""More new or changed files than this go into one pack written by kimicode (see `_bulk_add`)."""
 
 
 class CheckpointError(RuntimeError):
     """A snapshot or restore that could not be done (disk full, store unwritable, git missing...)."""
+
+
+class NothingRestored(CheckpointError):
+    """A restore that failed before changing any file (the files could not all be staged)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,8 @@ class CheckpointStore:
         except OSError as exc:
             raise CheckpointError(f"cannot run git: {exc}") from exc
         if check and proc.returncode != 0:
+            if _is_full(OSError(proc.stderr.decode("utf-8", "replace"))):
+                raise CheckpointError(self._full())
             msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
             raise CheckpointError(f"git {args[0]} failed: {msg[-1] if msg else proc.returncode}")
         return proc.stdout
@@ -129,6 +140,8 @@ class CheckpointStore:
             stale = self.dir / "index.lock"
             if stale.exists():  # left by a process killed mid-snapshot: we hold the lock, so nobody uses it
                 stale.unlink()
+            for tmp in (self.git_dir / "objects" / "pack").glob("tmp_kc_pack_*"):  # a pack cut short
+                tmp.unlink(missing_ok=True)
             yield
         finally:
             self._lock_fd = None
@@ -151,7 +164,7 @@ class CheckpointStore:
             self.git("config", "core.bare", "false")
         info = self.git_dir / "info"
         info.mkdir(exist_ok=True)
-        rules = ""
+        rules = f"/{STAGING}*/\n"
         home = self.dir.parent.parent
         if home.is_relative_to(self.workspace):  # KIMICODE_HOME inside the workspace: never store the store
             rules += "/" + _glob_escape(str(home.relative_to(self.workspace))) + "/\n"
@@ -167,10 +180,44 @@ class CheckpointStore:
     def snapshot(self, label: str, ref: str | None = None) -> Snapshot:
         """Record the workspace now as a commit; `ref` (e.g. `session/3-before`) keeps it alive."""
         with self.locked():
-            self._init()
-            return self._snapshot(label, ref)
+            try:
+                self._init()
+                return self._snapshot(label, ref)
+            except (OSError, CheckpointError) as exc:
+                self._clean_failed()
+                if isinstance(exc, CheckpointError):
+                    raise
+                raise CheckpointError(self._full() if _is_full(exc) else f"{exc.strerror or exc}") from exc
 
-    def _snapshot(self, label: str, ref: str | None) -> Snapshot:
+    def prepare(self) -> bool:
+        """Store the workspace into an empty store ahead of the first snapshot (started in the background
+        when a terminal session opens): that snapshot then only records what changed since. Returns
+        whether there was anything to do; a failure (a full disk) is left for the snapshot to report."""
+        with self.locked():
+            try:
+                self._init()
+                if self.index.exists():
+                    return False
+                self._first(self._listing()[0])
+                return True
+            except (OSError, CheckpointError) as exc:
+                self._clean_failed()
+                raise CheckpointError(self._full() if _is_full(exc) else str(exc)) from exc
+
+    def _full(self) -> str:
+        return f"no space left on the disk holding the checkpoint store ({self.dir})"
+
+    def _clean_failed(self) -> None:
+        """After a failed snapshot (a full disk): the temporary files git or kimicode left in the store."""
+        objects = self.git_dir / "objects"
+        for tmp in [*objects.glob("pack/tmp_*"), *objects.glob("??/tmp_obj_*"), self.dir / "index.lock"]:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+
+    def _listing(self) -> tuple[list[str], list[str], list[str]]:
+        """Paths to (re)store, paths to drop from the index and the files skipped for their size."""
         listed = self.git("ls-files", "-z", "--modified", "--others", "--deleted", "--exclude-standard")
         candidates = sorted({p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p})
         add: list[str] = []
@@ -189,6 +236,12 @@ class CheckpointStore:
                 drop.append(rel)
             else:
                 add.append(rel)
+        return add, drop, skipped
+
+    def _snapshot(self, label: str, ref: str | None) -> Snapshot:
+        add, drop, skipped = self._listing()
+        if not self.index.exists():
+            return self._commit(self._first(add), label, ref, skipped)
         if drop:
             self.git("rm", "--cached", "-q", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
                      input=_nul(drop))
@@ -197,6 +250,26 @@ class CheckpointStore:
         elif add:
             self.git("add", "-A", "-f", "--pathspec-from-file=-", "--pathspec-file-nul", input=_nul(add))
         tree = self.git("write-tree").decode().strip()
+        return self._commit(tree, label, ref, skipped)
+
+    def _first(self, paths: Sequence[str]) -> str:
+        """The first snapshot into an empty index: every file goes into one pack written here, the trees
+        are built from the same list and the index is written from the stat data already taken (see
+        rawpack), so no git command reads the workspace again. Only the commit and its ref go
+        through git. Returns the tree id."""
+        pack = rawpack.PackWriter(self.git_dir / "objects" / "pack")
+        try:
+            entries, _ = rawpack.add_files(pack, self.workspace, paths)
+            entries.sort(key=lambda e: e.path)
+            tree, tree_ext = rawpack.add_trees(pack, entries)
+            pack.finish()
+            rawpack.write_index(self.index, entries, tree_ext)
+        except BaseException:
+            pack.abort()
+            raise
+        return tree.hex()
+
+    def _commit(self, tree: str, label: str, ref: str | None, skipped: Sequence[str]) -> Snapshot:
         message = f"{label}\n\nworkspace: {self.workspace}\n"
         commit = self.git("commit-tree", tree, "-m", message).decode().strip()
         if ref:
@@ -204,71 +277,20 @@ class CheckpointStore:
         return Snapshot(commit, tuple(skipped))
 
     def _bulk_add(self, paths: Sequence[str]) -> None:
-        """Many new files (a first snapshot): stream them into packs with `git fast-import` instead of
-        one loose object file each (creating thousands of small files is what costs on most disks), one
-        importer per core, then enter them in the index and let `update-index --refresh` record their
-        stat data."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        jobs = max(1, min(4, os.cpu_count() or 1, len(paths) // BULK))
-        chunks = [list(paths[i::jobs]) for i in range(jobs)]
-        with ThreadPoolExecutor(jobs) as pool:
-            results = list(pool.map(self._import, chunks, range(jobs)))
-        info = b"".join(part for part in results)
-        self.git("update-index", "-z", "--index-info", input=info)
+        """Many new or changed files (an `npm install`, a checkout): their blobs go into one pack (see
+        `_first`) instead of one loose object file each, then into the kept index, whose stat data
+        `update-index --refresh` records (only these entries are new, the others are up to date)."""
+        pack = rawpack.PackWriter(self.git_dir / "objects" / "pack")
+        try:
+            entries, gone = rawpack.add_files(pack, self.workspace, paths)
+            pack.finish()
+            info = b"".join(b"%o %s\t%s\0" % (e.mode, e.sha.hex().encode(), e.path) for e in entries)
+            info += b"".join(b"0 " + b"0" * 40 + b"\t" + p.encode("utf-8", "surrogateescape") + b"\0" for p in gone)
+            self.git("update-index", "-z", "--index-info", input=info)
+        except BaseException:
+            pack.abort()
+            raise
         self.git("update-index", "-q", "--refresh", check=False)  # stat data, so the next snapshot is quick
-
-    def _import(self, paths: Sequence[str], n: int) -> bytes:
-        """Stream `paths` through one fast-import; returns their `--index-info -z` lines."""
-        marks = self.dir / f"import-marks-{n}"
-        entries: list[tuple[str, int, str]] = []  # (mode, mark, path)
-        gone: list[str] = []
-        try:
-            proc = subprocess.Popen(
-                ["git", "-c", "pack.compression=1", "-c", "pack.depth=0", "-c", "core.bigFileThreshold=1g",
-                 "fast-import", "--quiet", "--done", f"--export-marks={marks}"],
-                cwd=self.workspace, env=self._env(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE, pass_fds=self._held(),
-            )
-        except OSError as exc:
-            raise CheckpointError(f"cannot run git: {exc}") from exc
-        assert proc.stdin is not None
-        try:
-            for rel in paths:
-                path = self.workspace / rel
-                try:
-                    st = os.lstat(path)
-                    if _is_link(st.st_mode):
-                        data, mode = os.fsencode(os.readlink(path)), "120000"
-                    elif statmod.S_ISREG(st.st_mode):
-                        data = path.read_bytes()
-                        mode = "100755" if st.st_mode & 0o111 else "100644"
-                    else:
-                        continue
-                except FileNotFoundError:
-                    gone.append(rel)
-                    continue
-                except OSError:
-                    continue
-                entries.append((mode, len(entries) + 1, rel))
-                proc.stdin.write(b"blob\nmark :%d\ndata %d\n" % (len(entries), len(data)) + data + b"\n")
-            proc.stdin.write(b"done\n")
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        err = proc.stderr.read() if proc.stderr else b""
-        if proc.wait() != 0:
-            lines = err.decode("utf-8", "replace").strip().splitlines()
-            raise CheckpointError(f"git fast-import failed: {lines[-1] if lines else proc.returncode}")
-        shas: dict[int, str] = {}
-        for line in marks.read_text("ascii").splitlines():
-            mark, _, sha = line.partition(" ")
-            shas[int(mark[1:])] = sha
-        marks.unlink(missing_ok=True)
-        return b"".join(
-            f"{mode} {shas[mark]}\t".encode() + rel.encode("utf-8", "surrogateescape") + b"\0"
-            for mode, mark, rel in entries
-        ) + b"".join(b"0 " + b"0" * 40 + b"\t" + rel.encode("utf-8", "surrogateescape") + b"\0" for rel in gone)
 
     def has(self, commit: str) -> bool:
         """Whether `commit` is a snapshot in this store."""
@@ -307,7 +329,11 @@ class CheckpointStore:
             self._init()
             before = self._snapshot(label, ref)
             self._write_journal(target, paths)
-            self._apply(target, paths)
+            try:
+                self._apply(target, paths)
+            except NothingRestored:
+                self.journal.unlink(missing_ok=True)  # nothing to finish on the next start
+                raise
             self.journal.unlink(missing_ok=True)
             return before
 
@@ -317,15 +343,68 @@ class CheckpointStore:
         os.replace(tmp, self.journal)
 
     def _apply(self, target: str, paths: Sequence[str]) -> None:
-        listed = self.git("ls-tree", "-r", "-z", "--name-only", target, "--", *paths) if paths else b""
-        present = {p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p}
-        for rel in sorted(set(paths) - present, key=lambda p: -p.count("/")):
+        """Stage the files of `target` first, then change the workspace: written into a hidden directory
+        inside the workspace (same file system, so a rename moves them), then renamed into place. A
+        failure while staging (a full disk) leaves the workspace exactly as it was."""
+        wanted = set(paths)
+        listed = self.git("ls-tree", "-r", "-z", target) if paths else b""
+        present: dict[str, tuple[str, str]] = {}  # path -> (mode, blob id)
+        for item in listed.split(b"\0"):
+            meta, _, name = item.partition(b"\t")
+            rel = name.decode("utf-8", "surrogateescape")
+            if rel in wanted:
+                mode, _, sha = meta.decode().split(" ")
+                present[rel] = (mode, sha)
+        staging = Path(tempfile.mkdtemp(prefix=STAGING, dir=self.workspace)) if present else None
+        try:
+            staged = self._stage(present, staging) if staging is not None else {}
+        except (OSError, CheckpointError) as exc:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+            reason = "the disk is full" if _is_full(exc) else str(exc)
+            raise NothingRestored(f"could not restore the files ({reason}); nothing in the workspace was "
+                                  "changed") from exc
+        for rel in sorted(wanted - set(present), key=lambda p: -p.count("/")):
             _remove(self.workspace, rel)
         for rel in sorted(present):  # a directory now where a file must go back
             _clear_way(self.workspace, rel)
-        if present:
-            self.git("checkout", "-f", target, "--pathspec-from-file=-", "--pathspec-file-nul",
-                     input=_nul(sorted(present)))
+            dest = self.workspace / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staged[rel], dest)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _stage(self, files: dict[str, tuple[str, str]], staging: Path) -> dict[str, Path]:
+        """Write each file's content from the store into `staging` (one `cat-file --batch`)."""
+        out: dict[str, Path] = {}
+        try:
+            proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=self.workspace, env=self._env(),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    pass_fds=self._held())
+        except OSError as exc:
+            raise CheckpointError(f"cannot run git: {exc}") from exc
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            for n, (rel, (mode, sha)) in enumerate(sorted(files.items())):
+                proc.stdin.write(sha.encode() + b"\n")
+                proc.stdin.flush()
+                head = proc.stdout.readline().split()
+                if len(head) != 3 or head[1] != b"blob":
+                    raise CheckpointError(f"the store lacks the content of {rel}")
+                data = proc.stdout.read(int(head[2]) + 1)[:-1]
+                path = staging / str(n)
+                if mode == "120000":
+                    os.symlink(os.fsdecode(data), path)
+                else:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777 if mode == "100755" else 0o666)
+                    with os.fdopen(fd, "wb") as fh:
+                        fh.write(data)
+                out[rel] = path
+        finally:
+            proc.stdin.close()
+            proc.stdout.close()
+            proc.wait()
+        return out
 
     def recover(self) -> str | None:
         """Finish a restore cut short by a crash; returns a sentence saying so, or None."""
@@ -338,6 +417,8 @@ class CheckpointStore:
             except (OSError, ValueError, KeyError, TypeError):
                 self.journal.unlink(missing_ok=True)
                 return "a checkpoint restore was interrupted and its journal is unreadable; check the workspace"
+            for left in self.workspace.glob(STAGING + "*"):  # files staged by the interrupted restore
+                shutil.rmtree(left, ignore_errors=True)
             self._apply(target, paths)
             self.journal.unlink(missing_ok=True)
         return f"finished a checkpoint restore that was interrupted ({len(paths)} file(s))"
@@ -398,6 +479,13 @@ class CheckpointStore:
     def size(self) -> int:
         """Bytes used by the store on disk."""
         return sum(p.stat().st_size for p in self.dir.rglob("*") if p.is_file())
+
+
+def _is_full(exc: BaseException) -> bool:
+    """Whether an error says the disk (or a quota) is full."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "No space left on device" in str(exc) or "Disk quota exceeded" in str(exc)
 
 
 def _glob_escape(path: str) -> str:

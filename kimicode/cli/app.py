@@ -17,6 +17,15 @@ from kimicode.cli.config_cmd import config_app
 from kimicode.cli.doctor import doctor
 from kimicode.cli.mcp_cmd import mcp_app
 from kimicode.cli.sessions import sessions_app
+from kimicode.config.choices import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_MAX_TURNS,
+    DEFAULT_PERMISSION_MODE,
+    DEFAULT_REQUEST_TIMEOUT,
+    EFFORTS,
+    PERMISSION_MODES,
+    SANDBOX_MODES,
+)
 
 app = typer.Typer(
     name="kimicode",
@@ -46,23 +55,11 @@ class OutputFormat(StrEnum):
     stream_json = "stream-json"
 
 
-class Thinking(StrEnum):
-    low = "low"
-    high = "high"
-    max = "max"
-
-
-class PermissionModeOpt(StrEnum):
-    default = "default"
-    accept_edits = "accept-edits"
-    plan = "plan"
-    yolo = "yolo"
-
-
-class SandboxOpt(StrEnum):
-    off = "off"
-    auto = "auto"
-    workspace_write = "workspace-write"
+# typer's choices, made from the literals in kimicode/config/choices.py
+Thinking = StrEnum("Thinking", [(v, v) for v in EFFORTS])  # type: ignore[misc]
+PermissionModeOpt = StrEnum("PermissionModeOpt", [(v.replace("-", "_"), v) for v in PERMISSION_MODES])  # type: ignore[misc]
+DEFAULT_MODE_OPT = PermissionModeOpt(DEFAULT_PERMISSION_MODE)
+SandboxOpt = StrEnum("SandboxOpt", [(v.replace("-", "_"), v) for v in SANDBOX_MODES])  # type: ignore[misc]
 
 
 def _version(value: bool) -> None:
@@ -93,13 +90,14 @@ def main(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model id (env KIMI_MODEL).")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="Endpoint (env KIMI_BASE_URL).")] = None,
     thinking: Annotated[Thinking | None, typer.Option("--thinking", help="Reasoning effort.")] = None,
-    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Maximum model steps per task.")] = 200,
+    max_turns: Annotated[int, typer.Option(
+        "--max-turns", min=1, help="Maximum model steps per task.")] = DEFAULT_MAX_TURNS,
     cwd: Annotated[
         Path | None, typer.Option("-C", "--cwd", help="Workspace directory (default: the current one).")
     ] = None,
     permission_mode: Annotated[
         PermissionModeOpt, typer.Option("--permission-mode", help="What may run without asking.")
-    ] = PermissionModeOpt.default,
+    ] = DEFAULT_MODE_OPT,
     yolo: Annotated[bool, typer.Option("--yolo", help="Shorthand for --permission-mode yolo.")] = False,
     allow: Annotated[
         list[str] | None,
@@ -121,10 +119,10 @@ def main(
     ] = False,
     max_retries: Annotated[
         int, typer.Option("--max-retries", min=0, help="Retries of transient API failures.")
-    ] = 5,
+    ] = DEFAULT_MAX_RETRIES,
     request_timeout: Annotated[
         float, typer.Option("--request-timeout", min=1, help="Seconds to wait for the server or its next chunk.")
-    ] = 300.0,
+    ] = DEFAULT_REQUEST_TIMEOUT,
     context_window: Annotated[
         int | None,
         typer.Option("--context-window", min=1024, help="Context window in tokens (default: the model's)."),
@@ -182,73 +180,41 @@ def main(
     workspace = (cwd or Path.cwd()).expanduser()
     if not workspace.is_dir():
         raise fail(f"-C/--cwd: not a directory: {workspace}")
-    mode = "yolo" if yolo else permission_mode.value
-    confinement: dict[str, Any] = {
-        k: v
-        for k, v in {
-            "allow": tuple(allow or ()),
-            "deny": tuple(deny or ()),
-            "sandbox": sandbox.value if sandbox is not None else None,
-            "sandbox_network": True if sandbox_network else None,
-        }.items()
-        if v not in ((), None)
-    }
-    from kimicode.cli.config_cmd import config_defaults
-
-    try:  # [defaults] from the configuration files, for the options not given
-        mode, max_turns, max_retries, request_timeout = config_defaults(
-            ctx, workspace, mode, max_turns, max_retries, request_timeout
-        )
-    except ConfigError as exc:
-        raise fail(str(exc)) from None
-    from kimicode.cli.sessions import agent_factory, resume_target
+    from kimicode.cli.sessions import resume_target
 
     if worktree and not fork:
         raise fail("--worktree goes with --fork (-c --fork --worktree, or -r ID --fork --worktree)")
     fork_workspace = "worktree" if worktree else "shared"
-
     try:
         target = resume_target(continue_=continue_, resume=resume, fork=fork, workspace=workspace)
     except ValueError as exc:
         raise fail(str(exc)) from None
-
+    raw_delay = os.environ.get("KIMICODE_RETRY_BASE_DELAY")
     try:
-        retry_base_delay = float(os.environ.get("KIMICODE_RETRY_BASE_DELAY", "1.0"))
+        retry_base_delay = float(raw_delay) if raw_delay is not None else None
     except ValueError:
         raise fail("KIMICODE_RETRY_BASE_DELAY must be a number of seconds") from None
-    common: dict[str, Any] = {  # the Agent settings both faces take from the flags
-        "model": model,
-        "base_url": base_url,
-        "permission_mode": mode,
-        "thinking": thinking.value if thinking else None,
-        "max_turns": max_turns,
-        "max_retries": max_retries,
-        "retry_base_delay": retry_base_delay,
-        "request_timeout": request_timeout,
-        "context_window": context_window,
-        "max_completion_tokens": max_tokens,
-    }
+    from kimicode.cli.options import flag_settings
+
+    settings = flag_settings(  # the Agent settings both faces take from the flags (cli/options.py)
+        ctx, model=model, base_url=base_url, permission_mode=permission_mode.value, yolo=yolo,
+        thinking=thinking.value if thinking else None, max_turns=max_turns, max_retries=max_retries,
+        request_timeout=request_timeout, retry_base_delay=retry_base_delay, context_window=context_window,
+        max_tokens=max_tokens, allow=allow, deny=deny, sandbox=sandbox.value if sandbox is not None else None,
+        sandbox_network=sandbox_network,
+    )
     from kimicode.cli.ci_flags import FlagError, check_budget, ci_settings, read_system_prompt
 
-    ci: dict[str, Any] = {}
-    try:  # the CI flags (cli/ci_flags.py), for headless runs
-        if system_prompt_file is not None:
-            ci["system_prompt"] = read_system_prompt(system_prompt_file)
-        if append_system_prompt:
-            ci["append_system_prompt"] = append_system_prompt
-        if no_session_persistence:
-            ci["persist"] = False
-        if trust_workspace or mcp_config is not None:
-            from kimicode.config.endpoint import kimicode_home
-
-            ci["config"] = ci_settings(
-                workspace.resolve(), kimicode_home(), trust=trust_workspace, mcp_config=mcp_config
-            )
-    except (FlagError, ConfigError) as exc:
-        raise fail(str(exc)) from None
-    if prompt is None and (ci or max_budget_usd is not None):
+    headless_only = (system_prompt_file, append_system_prompt, max_budget_usd, mcp_config)
+    if prompt is None and (any(v is not None for v in headless_only) or no_session_persistence or trust_workspace):
         raise fail("--max-budget-usd, --system-prompt-file, --append-system-prompt, --no-session-persistence, "
                    "--trust-workspace and --mcp-config apply to headless runs: add -p PROMPT")
+    from kimicode.agent.options import AgentOptions
+
+    try:  # the configuration files are read (and checked) before anything starts
+        AgentOptions.from_workspace(workspace, trust=trust_workspace, **settings)
+    except (ConfigError, ValueError, TypeError) as exc:
+        raise fail(str(exc)) from None
     if prompt is None:
         if sys.stdin.isatty() and sys.stdout.isatty():
             from kimicode.cli.firstrun import ensure_key
@@ -263,10 +229,9 @@ def main(
                     resume=target,
                     fork=fork,
                     fork_workspace=fork_workspace,
-                    **confinement,
                     # without -C a resumed session keeps its own workspace
                     workspace=workspace if cwd is not None or target is None else None,
-                    **common,
+                    **settings,
                 )
             )
         raise fail("no prompt: pass -p PROMPT (or -p - to read it from stdin)")
@@ -279,18 +244,37 @@ def main(
     if not prompt.strip():
         raise fail("the prompt is empty")
 
+    try:  # the CI flags (cli/ci_flags.py), for headless runs
+        if system_prompt_file is not None:
+            settings["system_prompt"] = read_system_prompt(system_prompt_file)
+        if append_system_prompt:
+            settings["append_system_prompt"] = append_system_prompt
+        if no_session_persistence:
+            settings["persist"] = False
+    except FlagError as exc:
+        raise fail(str(exc)) from None
+
+    def options_for(where: Path) -> AgentOptions:
+        """The run's options in `where` (the session's own workspace when resuming without -C)."""
+        config = None
+        if trust_workspace or mcp_config is not None:
+            from kimicode.config.endpoint import kimicode_home
+
+            config = ci_settings(where.resolve(), kimicode_home(), trust=trust_workspace, mcp_config=mcp_config)
+        extra: dict[str, Any] = {"config": config} if config is not None else {}
+        return AgentOptions.from_workspace(where, headless=True, **settings, **extra)
+
+    from kimicode.agent.core import Agent
     from kimicode.cli.headless import Printer, run_headless
 
     try:
-        agent = agent_factory(target, fork, workspace_given=cwd is not None, fork_workspace=fork_workspace)(
-            workspace=workspace,
-            headless=True,
-            **common,
-            **confinement,
-            **ci,
-        )
+        if target is None:
+            agent = Agent(options_for(workspace))
+        else:
+            agent = Agent.resume(target, fork=fork, fork_workspace=fork_workspace, options=options_for,
+                                 **({"workspace": workspace} if cwd is not None else {}))
         check_budget(agent, max_budget_usd)
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, FlagError, ValueError, TypeError) as exc:
         raise fail(str(exc)) from None
     if agent.resume_warning and not verbose:  # --verbose shows it as a notice
         typer.echo(f"kimicode: warning: {agent.resume_warning}", err=True)

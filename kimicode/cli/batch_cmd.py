@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
+from kimicode.config.choices import DEFAULT_MAX_TURNS
+
 EXIT_OK = 0
 EXIT_SOME_FAILED = 1
 EXIT_USAGE = 2
@@ -61,7 +63,7 @@ def batch(
     ] = Mode.accept_edits,
     allow: Annotated[list[str] | None, typer.Option("--allow", metavar="RULE", help="Rule for every task.")] = None,
     deny: Annotated[list[str] | None, typer.Option("--deny", metavar="RULE", help="Rule for every task.")] = None,
-    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Model steps per task.")] = 200,
+    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Model steps per task.")] = DEFAULT_MAX_TURNS,
     timeout: Annotated[float | None, typer.Option("--timeout", min=1, help="Seconds per task.")] = None,
     max_budget_usd: Annotated[
         float | None, typer.Option("--max-budget-usd", min=0, help="Dollars per task (status budget).")

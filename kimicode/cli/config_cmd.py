@@ -1,7 +1,4 @@
 """`kimicode config show`: the merged configuration with secrets masked, and where it came from.
-
-Also `config_defaults`, which applies `[defaults]` from the files to command-line options the user did
-not give (flags win over files).
 """
 
 from __future__ import annotations
@@ -133,36 +130,3 @@ def show(
     for key, value in resolved.items():
         out.append(f"#   {key}: {value if not isinstance(value, dict) else ', '.join(value)}")
     typer.echo("\n".join(out))
-
-
-def config_defaults(
-    ctx: typer.Context,
-    workspace: Path,
-    mode: str,
-    max_turns: int,
-    max_retries: int,
-    request_timeout: float,
-) -> tuple[str, int, int, float]:
-    """Fill options the user did not pass from `[defaults]` in the configuration files.
-
-    Raises ConfigError (the caller prints it in one line) when a file is broken.
-    """
-    from kimicode.config.endpoint import kimicode_home
-    from kimicode.config.settings import load_settings
-
-    settings = load_settings(workspace.expanduser().resolve(), kimicode_home())
-    defaults = settings.table("defaults")
-
-    def unset(name: str) -> bool:
-        source = ctx.get_parameter_source(name)  # typer bundles its own click: compare by name
-        return source is None or source.name in ("DEFAULT", "DEFAULT_MAP")
-
-    if "permission_mode" in defaults and unset("permission_mode") and unset("yolo"):
-        mode = str(defaults["permission_mode"])
-    if "max_turns" in defaults and unset("max_turns"):
-        max_turns = int(defaults["max_turns"])
-    if "max_retries" in defaults and unset("max_retries"):
-        max_retries = int(defaults["max_retries"])
-    if "request_timeout" in defaults and unset("request_timeout"):
-        request_timeout = float(defaults["request_timeout"])
-    return mode, max_turns, max_retries, request_timeout

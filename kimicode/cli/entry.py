@@ -26,3 +26,18 @@ def main() -> None:
         run_app()
     finally:
         reap_children()
+        _exit_without_collecting()
+
+
+def _exit_without_collecting() -> None:
+    """Move every live object out of the garbage collector's reach before the interpreter tears down.
+
+    Finalization clears each module and runs the cycle collector over everything left: with the `openai`
+    SDK's thousands of pydantic classes loaded that took 150-250 ms after the answer was printed (a
+    fifth of a one-answer `-p` run). Reference counting still frees and finalizes what it frees, and
+    atexit handlers still run; only cyclic garbage is left to the operating system, as Python already
+    allows at exit. Called once the application has returned, so it never affects a running session.
+    """
+    import gc
+
+    gc.freeze()

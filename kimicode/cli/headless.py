@@ -310,9 +310,11 @@ async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: f
 
     With `budget` (dollars) the run stops once its cost passes it: status `budget`, exit 4.
     """
-    from kimicode.batch.runner import watch_budget
+    over: list[float] = []
+    if budget is not None:  # the batch package is not needed otherwise (~10 ms of imports)
+        from kimicode.batch.runner import watch_budget
 
-    over = watch_budget(agent, budget)
+        over = watch_budget(agent, budget)
     start = time.monotonic()
     loop = asyncio.get_running_loop()
     hits = 0

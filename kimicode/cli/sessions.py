@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -17,7 +16,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from kimicode.agent.core import Agent
     from kimicode.session.store import SessionInfo
 
 sessions_app = typer.Typer(
@@ -335,23 +333,4 @@ def resume_target(*, continue_: bool, resume: str | None, fork: bool, workspace:
             )
         return pick_session(workspace.resolve())
     return find_session(_home(), resume).stem
-
-
-def agent_factory(
-    target: str | None, fork: bool, *, workspace_given: bool, fork_workspace: str = "shared"
-) -> Callable[..., Agent]:
-    """`Agent` for a new session, or `Agent.resume(target)`; without `-C` a resumed session keeps its workspace."""
-    from kimicode.agent.core import Agent
-
-    if target is None:
-        return Agent
-
-    def make(**kwargs: Any) -> Agent:
-        if not workspace_given:
-            kwargs.pop("workspace", None)
-        if fork and fork_workspace != "shared":
-            kwargs["fork_workspace"] = fork_workspace  # the fork's own tree (kimicode.checkpoints.forks)
-        return Agent.resume(target, fork=fork, **kwargs)
-
-    return make
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from kimicode.config.choices import EFFORTS, PERMISSION_MODES, SANDBOX_MODES
 from kimicode.config.endpoint import (
     DEFAULT_MODEL,
     KEY_VARIABLES,
@@ -32,8 +33,8 @@ Schema = Mapping[str, Any]
 SCHEMA: dict[str, Any] = {
     "defaults": {
         "model": "str",
-        "thinking": ("low", "high", "max"),
-        "permission_mode": ("default", "accept-edits", "plan", "yolo"),
+        "thinking": EFFORTS,
+        "permission_mode": PERMISSION_MODES,
         "max_turns": "int",
         "max_retries": "int",
         "request_timeout": "number",
@@ -52,7 +53,7 @@ SCHEMA: dict[str, Any] = {
             "model": "str",
             "context_window": "int",
             "max_completion_tokens": "int",
-            "reasoning_effort": ("low", "high", "max"),
+            "reasoning_effort": EFFORTS,
             "supports_images": "bool",
             "edit_tool": ("edit_file", "apply_patch"),
             "prices": {"input": "number", "cached_input": "number", "output": "number"},
@@ -68,7 +69,7 @@ SCHEMA: dict[str, Any] = {
         "max_tokens": "int",
     },
     "ui": {"reasoning": ("show", "hide")},
-    "sandbox": {"mode": ("off", "auto", "workspace-write"), "network": "bool"},
+    "sandbox": {"mode": SANDBOX_MODES, "network": "bool"},
     "mcp_servers": {
         "*": {
             "command": "str",
@@ -88,7 +89,10 @@ SCHEMA: dict[str, Any] = {
     "images": {"max_bytes": "int", "max_side": "int"},
     "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
     "subagents": {"max_turns": "int", "tools": "list[str]"},
-    "checkpoints": {"enabled": "bool", "max_file_mb": "number", "max_age_days": "number", "max_store_mb": "number"},
+    "checkpoints": {
+        "enabled": "bool", "warm_at_open": "bool", "max_file_mb": "number", "max_age_days": "number",
+        "max_store_mb": "number",
+    },
 }
 
 

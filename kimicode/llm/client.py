@@ -149,12 +149,22 @@ class ChatClient:
             http_client=shared if shared is not None else new_http_client(),
         )
         self._encoded: dict[int, tuple[dict[str, Any], bytes]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.reached = False
         """True once the server has answered: after that a refused connection is a restart, retried as usual."""
 
+    def usable_here(self) -> bool:
+        """False when this client's pooled connections belong to another event loop (`asyncio.run` called
+        again by a script): they cannot be used or closed from this one, so the caller builds a new client."""
+        loop = self._loop
+        return loop is None or (loop is asyncio.get_running_loop() and not loop.is_closed())
+
     async def aclose(self) -> None:
-        """Close pooled connections (a pool shared through `share_connections` is left to its owner)."""
-        if self._owns_http:
+        """Close pooled connections (a pool shared through `share_connections` is left to its owner).
+
+        Connections opened on another, possibly closed, event loop are dropped, not closed: closing them
+        would schedule callbacks on that loop."""
+        if self._owns_http and self.usable_here():
             await self._sdk.close()
 
     # -- request building -------------------------------------------------------------------------
@@ -168,14 +178,6 @@ class ChatClient:
                     renamed = {(want if k == name else k): v for k, v in msg.items()}
                     return renamed
         return msg
-
-    def encode_messages(self, messages: Sequence[dict[str, Any]]) -> bytes:
-        """JSON for the `messages` array, reusing each committed message's cached encoding.
-
-        Messages are never mutated after they are committed (pruning replaces the dict), so the
-        cache is keyed by identity and holds a reference to keep ids from being reused.
-        """
-        return b"[" + b",".join(self._encode_each(messages)) + b"]"
 
     def _encode_each(self, messages: Sequence[dict[str, Any]]) -> list[bytes]:
         cache = self._encoded
@@ -191,15 +193,6 @@ class ChatClient:
             parts.append(hit[1])
         self._encoded = fresh
         return parts
-
-    def build_body(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]],
-        max_completion_tokens: int | None = None,
-    ) -> bytes:
-        """The complete request body as bytes."""
-        return b"".join(self.body_pieces(messages, tools, max_completion_tokens))
 
     def body_pieces(
         self,
@@ -245,6 +238,8 @@ class ChatClient:
 
         `max_completion_tokens` overrides the configured limit for this request (the context manager
         fits it to what the window leaves)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
         body = self.body_pieces(messages, tools, max_completion_tokens)
         attempt = 0
         gate = self.config.gate

@@ -9,6 +9,7 @@ where each one comes from are listed in `tests/test_overflow.py`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -105,10 +106,15 @@ _TOTAL = [
     rf"for a total of (?:at least )?{_N} tokens",
     rf"you requested (?:about )?{_N} tokens",
 ]
-_COMPILED = {
-    name: [re.compile(p, re.IGNORECASE) for p in patterns]
-    for name, patterns in (("window", _WINDOW), ("prompt", _PROMPT), ("completion", _COMPLETION), ("total", _TOTAL))
-}
+_PATTERNS = {"window": _WINDOW, "prompt": _PROMPT, "completion": _COMPLETION, "total": _TOTAL}
+
+
+@functools.cache
+def _compiled(kind: str) -> list[re.Pattern[str]]:
+    """The patterns of `kind`, compiled on the first context error rather than at import (~5-10 ms of
+    every start, for errors most runs never see)."""
+    return [re.compile(p, re.IGNORECASE) for p in _PATTERNS[kind]]
+
 _COMPLETION_TOO_LARGE = re.compile(r"max_(?:completion_)?tokens'? (?:or '?max_completion_tokens'? )?is too large", re.I)
 
 
@@ -165,7 +171,7 @@ def _flatten(value: Any, out: list[str], fields: dict[str, int], depth: int = 0)
 
 
 def _first(kind: str, text: str) -> int | None:
-    for pattern in _COMPILED[kind]:
+    for pattern in _compiled(kind):
         match = pattern.search(text)
         if match:
             digits = match.group(1).replace(",", "").replace("_", "")

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from kimicode.config.settings import ModelConfig
 
-Effort = Literal["low", "high", "max"]
 ProfileName = Literal["kimi-k3", "kimi-k2", "generic"]
 
 

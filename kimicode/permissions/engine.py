@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from kimicode.config.choices import PERMISSION_MODES, PermissionMode
 from kimicode.permissions.policy import Policy, Rule, RuleAction, Rules, glob_may_match_sensitive
 from kimicode.permissions.subjects import Place, ToolLike
 
-PermissionMode = Literal["default", "accept-edits", "plan", "yolo"]
-MODES: tuple[PermissionMode, ...] = ("default", "accept-edits", "plan", "yolo")
+MODES = PERMISSION_MODES
 
 __all__ = ["MODES", "Decision", "PermissionMode", "decide", "denial_message", "target_path"]
 

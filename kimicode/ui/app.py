@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.text import Text
 
 from kimicode._version import __version__
+from kimicode.agent import options as agent_options
 from kimicode.agent.core import Agent
 from kimicode.agent.costs import session_cost
 from kimicode.commands import CustomCommand, load_custom_commands
@@ -39,18 +40,23 @@ from kimicode.ui.format import human_bytes
 from kimicode.ui.keys import KeyListener
 from kimicode.ui.launch import (
     AgentOptions,
+    SessionOptions,
     endpoint_host,
     make_console,
     plain_output,
     report_internal_error,
     run_interactive,
 )
+from kimicode.ui.live import live_width
 from kimicode.ui.render import transient_line
 from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, mcp_counts, mcp_failure_line, short_path
 from kimicode.ui.typeahead import input_footer, offer_plan
 from kimicode.ui.view import TurnView, expanded_result, recap
 
-__all__ = ["LATEST", "AgentOptions", "Session", "endpoint_host", "make_console", "plain_output", "run_interactive"]
+__all__ = [
+    "LATEST", "AgentOptions", "Session", "SessionOptions", "endpoint_host", "make_console", "plain_output",
+    "run_interactive",
+]
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
@@ -71,7 +77,7 @@ CUSTOM_RELOAD = 2.0
 class Session:
     """One interactive run: the agent (replaced by /clear), the prompt, and what the UI remembers."""
 
-    def __init__(self, options: AgentOptions, console: Console, plain: bool) -> None:
+    def __init__(self, options: SessionOptions, console: Console, plain: bool) -> None:
         self.options = options
         self.console = console
         self.plain = plain
@@ -109,6 +115,7 @@ class Session:
         """How the session opened: `new`, `resumed` or `forked` (from `options.resume`)."""
         self.forked_from: str | None = None
         self.agent = self._open_agent()
+        self._warm_checkpoints()
         self.workspace = self.agent.workspace
         self.approver.workspace = self.workspace
         self.index = FileIndex(self.workspace)
@@ -117,35 +124,17 @@ class Session:
 
     # -- agent ------------------------------------------------------------------------------------
 
-    def _agent_kwargs(self, mode: str, model: str | None, thinking: str | None) -> dict[str, Any]:
-        """Constructor arguments shared by every Agent of the session (new, cleared or resumed)."""
-        o = self.options
-        return {
-            "model": model,
-            "base_url": o.base_url,
-            "permission_mode": mode,
-            "approve": self.approver,
-            "thinking": thinking,
-            "max_turns": o.max_turns,
-            "max_retries": o.max_retries,
-            "retry_base_delay": o.retry_base_delay,
-            "request_timeout": o.request_timeout,
-            "context_window": o.context_window,
-            "max_completion_tokens": o.max_completion_tokens,
-            "allow": o.allow,
-            "deny": o.deny,
-            "ask": o.ask,
-            "sandbox": o.sandbox,
-            "sandbox_network": o.sandbox_network,
-            "origin": "interactive",  # recorded in the session log: listings and the picker show these first
-        }
+    def _options(self, workspace: Path, **changes: Any) -> agent_options.AgentOptions:
+        """The settings of every Agent of the session (new, cleared or resumed): the command line's,
+        over the workspace's configuration (kimicode/cli/options.py builds `self.options.settings`)."""
+        settings = {**self.options.settings, "origin": "interactive", **changes}  # listings show these first
+        return agent_options.AgentOptions.from_workspace(workspace, **settings)
 
     def _open_agent(self) -> Agent:
         """The first Agent: a new session, or `Agent.resume` of the one `options.resume` names."""
         o = self.options
-        kwargs = self._agent_kwargs(o.permission_mode, o.model, o.thinking)
         if o.resume is None:
-            return Agent(workspace=o.workspace or Path("."), **kwargs)
+            return Agent(self._options(o.workspace or Path(".")), approve=self.approver)
         target = o.resume
         if target == LATEST:
             where = (o.workspace or Path(".")).expanduser().resolve()
@@ -153,17 +142,24 @@ class Session:
             if info is None:
                 raise SessionError(f"no session to continue in {where} (see `kimicode sessions list`)")
             target = info.id
-        if o.workspace is not None:
-            kwargs["workspace"] = o.workspace
+        kwargs: dict[str, Any] = {"workspace": o.workspace} if o.workspace is not None else {}
         if o.fork and o.fork_workspace != "shared":
             kwargs["fork_workspace"] = o.fork_workspace
-        agent = Agent.resume(target, fork=o.fork, **kwargs)
+        agent = Agent.resume(target, fork=o.fork, options=self._options, approve=self.approver, **kwargs)
         if o.fork:
             self.forked_from = target
         return agent
 
+    def _warm_checkpoints(self) -> None:
+        """Store the workspace in the background while the user types, so the first turn that changes
+        a file waits only for what changed since (`[checkpoints] warm_at_open = false` turns it off)."""
+        cps = self.agent.checkpoints
+        if cps is not None and self.agent.settings.table("checkpoints").get("warm_at_open", True) is not False:
+            cps.warm()
+
     def _replaced(self) -> None:
         """Bookkeeping after `self.agent` was replaced by a new or resumed one."""
+        self._warm_checkpoints()
         self.rules.clear()
         self.stats.reset()
         self._estimate_len = -1
@@ -172,8 +168,9 @@ class Session:
         """/clear: a new Agent and session log, keeping the model, effort and permission mode."""
         old = self.agent
         self.agent = Agent(
-            workspace=self.workspace,
-            **self._agent_kwargs(old.permission_mode, old.model_config.name, old.thinking),
+            self._options(self.workspace, permission_mode=old.permission_mode, model=old.model_config.name,
+                          thinking=old.thinking),
+            approve=self.approver,
         )
         self._replaced()
         with contextlib.suppress(Exception):
@@ -187,9 +184,9 @@ class Session:
         SessionError (a ValueError) for an unknown or ambiguous id; the current session then goes on.
         """
         old = self.agent
-        o = self.options
         agent = Agent.resume(
-            session_id, workspace=self.workspace, **self._agent_kwargs(old.permission_mode, o.model, o.thinking)
+            session_id, workspace=self.workspace, approve=self.approver,
+            options=lambda where: self._options(where, permission_mode=old.permission_mode),
         )
         self.agent = agent
         self.forked_from = None
@@ -256,7 +253,7 @@ class Session:
         """Shift-Tab: default → accept-edits → plan → yolo → default."""
         current = self.agent.permission_mode
         mode = MODES[(MODES.index(current) + 1) % len(MODES)] if current in MODES else MODES[0]
-        self.agent.permission_mode = mode
+        self.agent.set_permission_mode(mode)
         return mode
 
     # -- output -----------------------------------------------------------------------------------
@@ -450,7 +447,7 @@ class Session:
             tool_kind=lambda name: t.kind if (t := agent.tools.get(name)) is not None else None,
             on_stats=self._on_stats,
             previewed=self.approver.previewed.__contains__,
-            footer=lambda: input_footer(self.queued, listener.typed, self.console.size.width),
+            footer=lambda: input_footer(self.queued, listener.typed, live_width(self.console.size.width)),
         )
         listener = KeyListener(self._on_key)
         self._view, self._listener, self._interrupting = view, listener, False

@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kimicode.agent.costs import agent_prices
+from kimicode.config.choices import EFFORTS
 from kimicode.config.pricing import describe_prices, unknown_price_hint
 from kimicode.events import Notice
 from kimicode.permissions.engine import MODES
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 
 Handler = Callable[["Session", str], Awaitable[None]]
 
-EFFORTS = ("low", "high", "max")
 _COMMAND_WORD = re.compile(r"^/([A-Za-z][\w-]*(?::[\w-]+)*)(?:\s|$)")
 
 
@@ -254,7 +254,7 @@ async def cmd_permissions(session: Session, arg: str) -> None:
         if arg not in MODES:
             session.say(f"/permissions takes {', '.join(MODES)} or clear (got {arg!r}).", "yellow")
             return
-        agent.permission_mode = arg
+        agent.set_permission_mode(arg)
         session.say(f"Permission mode: {arg}.", "green")
         return
     explain = {
@@ -429,7 +429,7 @@ async def cmd_compact(session: Session, arg: str) -> None:
             return await events
 
     try:
-        with session.transient("Compacting the conversation… (Esc or Ctrl-C cancels)"):
+        with session.transient("Compacting… (Esc cancels)"):
             outcome = await session.run_cancellable(compacting())
     except asyncio.CancelledError:
         session.say("Compaction cancelled; the conversation is unchanged.", "yellow")

@@ -10,9 +10,8 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -21,34 +20,36 @@ from kimicode._version import __version__
 from kimicode.config.endpoint import ConfigError
 
 
-@dataclass(frozen=True)
-class AgentOptions:
-    """The settings every Agent of the session is built with (the command line's flags).
+class SessionOptions:
+    """How the terminal session opens: its workspace, the session to resume, and the Agent settings the
+    command line gave (names of `AgentOptions` fields; the rest come from `AgentOptions.from_workspace`).
 
     `workspace=None` means the current directory for a new session and the session's own workspace
     when resuming. `resume` is a session id (or unique prefix), `LATEST`, or None for a new session.
     """
 
-    model: str | None = None
-    base_url: str | None = None
-    workspace: Path | None = None
-    permission_mode: str = "default"
-    thinking: str | None = None
-    max_turns: int = 200
-    max_retries: int = 5
-    retry_base_delay: float = 1.0
-    request_timeout: float = 300.0
-    context_window: int | None = None
-    max_completion_tokens: int | None = None
-    allow: tuple[str, ...] = ()
-    deny: tuple[str, ...] = ()
-    ask: tuple[str, ...] = ()
-    sandbox: str | None = None
-    sandbox_network: bool | None = None
-    resume: str | None = None
-    fork: bool = False
-    fork_workspace: str = "shared"
-    """`worktree`: the fork gets its own working tree (`--fork --worktree`)."""
+    def __init__(
+        self,
+        *,
+        workspace: str | Path | None = None,
+        resume: str | None = None,
+        fork: bool = False,
+        fork_workspace: str = "shared",
+        **settings: Any,
+    ) -> None:
+        from kimicode.agent.options import check_names
+
+        check_names(settings, "SessionOptions()")
+        self.workspace = Path(workspace) if workspace is not None else None
+        self.resume = resume
+        self.fork = fork
+        self.fork_workspace = fork_workspace
+        """`worktree`: the fork gets its own working tree (`--fork --worktree`)."""
+        self.settings: dict[str, Any] = dict(settings)
+
+
+AgentOptions = SessionOptions
+"""The name this class had before kimicode.agent.options.AgentOptions existed."""
 
 
 def endpoint_host(base_url: str) -> str:
@@ -94,58 +95,29 @@ def make_console(plain: bool) -> Console:
 
 def run_interactive(
     *,
-    model: str | None = None,
-    base_url: str | None = None,
     workspace: str | Path | None = None,
-    permission_mode: str = "default",
-    thinking: str | None = None,
-    max_turns: int = 200,
-    max_retries: int = 5,
-    retry_base_delay: float = 1.0,
-    request_timeout: float = 300.0,
-    context_window: int | None = None,
-    max_completion_tokens: int | None = None,
     resume: str | None = None,
     fork: bool = False,
     fork_workspace: str = "shared",
-    allow: Sequence[str] = (),
-    deny: Sequence[str] = (),
-    ask: Sequence[str] = (),
-    sandbox: str | None = None,
-    sandbox_network: bool | None = None,
+    **settings: Any,
 ) -> int:
     """Run the interactive terminal session; return the process exit code.
 
     `resume` continues a saved session (an id or unique prefix; `LATEST`, the empty string, for the most
     recent one of the workspace, as `kimicode -c`), in a copy when `fork` is true. `workspace=None` is
-    the current directory, or the resumed session's own workspace. `allow`/`deny`/`ask` are permission rules
-    and `sandbox`/`sandbox_network` the bash sandbox, as for `Agent`. Configuration problems (no API
-    key, a bad base URL, an unknown session) are reported in one line on stderr (exit 2).
+    the current directory, or the resumed session's own workspace. `settings` are AgentOptions fields
+    (`model`, `permission_mode`, `allow`, `sandbox`, ...). Configuration problems (no API key, a bad
+    base URL, a broken config file, an unknown session) are reported in one line on stderr (exit 2).
     """
     if fork and resume is None:
         sys.stderr.write("kimicode: --fork needs a session to fork (-c or -r ID)\n")
         return 2
-    options = AgentOptions(
-        model=model,
-        base_url=base_url,
-        workspace=Path(workspace) if workspace is not None else None,
-        permission_mode=permission_mode,
-        thinking=thinking,
-        max_turns=max_turns,
-        max_retries=max_retries,
-        retry_base_delay=retry_base_delay,
-        request_timeout=request_timeout,
-        context_window=context_window,
-        max_completion_tokens=max_completion_tokens,
-        allow=tuple(allow),
-        deny=tuple(deny),
-        ask=tuple(ask),
-        sandbox=sandbox,
-        sandbox_network=sandbox_network,
-        resume=resume,
-        fork=fork,
-        fork_workspace=fork_workspace,
-    )
+    try:
+        options = SessionOptions(workspace=workspace, resume=resume, fork=fork, fork_workspace=fork_workspace,
+                                 **settings)
+    except TypeError as exc:
+        sys.stderr.write(f"kimicode: {exc}\n")
+        return 2
     from kimicode.ui.app import Session
 
     plain = plain_output()

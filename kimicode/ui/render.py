@@ -1,42 +1,51 @@
-"""Streaming Markdown for the terminal: finished blocks go to scrollback once, only the open block is live.
+"""Streaming Markdown for the terminal: what is final goes to scrollback once; only one short row is live.
 
 `BlockSplitter` cuts a stream of Markdown text into top-level blocks (paragraphs, fenced code, lists,
-tables, headings) as soon as each is known to be complete. `LiveRegion` owns the few lines at the bottom
-of the terminal that are redrawn in place (the block still being written and a status line); everything
-above it is ordinary scrollback, written once. `MarkdownStream` joins the two: each delta costs a scan of
-the new text; a finished block is rendered once with `rich.markdown.Markdown`; the open block is
-re-rendered at most `min_interval` seconds apart, and only its visible tail.
+tables, headings) as soon as each is known to be complete. `LiveRegion` (kimicode.ui.live) owns the few
+short rows at the bottom of the terminal that are redrawn in place; everything above it is ordinary
+scrollback, written once. `MarkdownStream` joins the two: each delta costs a scan of the new text; a
+finished block is rendered once with `rich.markdown.Markdown`, and so are, as soon as they are final, the
+items of a list and the lines of a code block still being written (kimicode.ui.mdpieces prints them so
+that they look as in the whole block). Of the rest (a paragraph or table being written, the last item or
+code line) the live region shows one row: the end of the line being written. Nothing that may grow
+taller or wider is ever redrawn, so resizing the window cannot leave copies of it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import IO, Any
 
+from rich.cells import cell_len
 from rich.console import Console, RenderableType
-from rich.markdown import Markdown
 from rich.text import Text
 
-CODE_THEME = "monokai"
+from kimicode.ui.live import LiveRegion, live_width
+from kimicode.ui.mdpieces import (
+    CODE_THEME,
+    FENCE_OPEN,
+    HEADING,
+    LIST_ITEM,
+    ORDERED_START,
+    code_ready,
+    list_items,
+    list_kind,
+    markdown,
+)
 
-_FENCE_OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
-_LIST_ITEM = re.compile(r"^ {0,3}([-+*]|\d{1,9}([.)]))(?:[ \t]|$)")
-_HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
-
-# Terminal control sequences (CSI): cursor up N lines, erase from the cursor to the end of the screen.
-_HIDE_CURSOR = "\x1b[?25l"
-_SHOW_CURSOR = "\x1b[?25h"
-
-
-def _erase_up(rows: int) -> str:
-    """Move to the start of the line `rows` lines up and erase everything below."""
-    if rows <= 0:
-        return "\r\x1b[J"
-    return f"\r\x1b[{rows}A\x1b[J"
+__all__ = [
+    "CODE_THEME",
+    "BlockSplitter",
+    "LiveRegion",
+    "MarkdownStream",
+    "TextStream",
+    "markdown",
+    "render_ansi",
+    "ticker",
+    "transient_line",
+]
 
 
 def render_ansi(console: Console, renderable: RenderableType) -> str:
@@ -46,31 +55,19 @@ def render_ansi(console: Console, renderable: RenderableType) -> str:
     return capture.get()
 
 
-_PROTOTYPE: Markdown | None = None
-_PARSER: Any = None
-
-
-def markdown(source: str) -> Markdown:
-    """The Markdown renderable used everywhere in the UI (no OSC-8 hyperlinks: they garble some terminals).
-
-    `rich.markdown.Markdown` builds a new markdown-it parser per instance, a tenth of the cost of a small
-    render; here one parser is reused and the instance is a copy of a prototype with the new source.
-    """
-    global _PROTOTYPE, _PARSER
-    if _PROTOTYPE is None:
-        _PROTOTYPE = Markdown("", code_theme=CODE_THEME, hyperlinks=False)
-        try:
-            from markdown_it import MarkdownIt
-
-            _PARSER = MarkdownIt().enable("strikethrough").enable("table")
-        except ImportError:  # pragma: no cover - markdown-it is a dependency of rich
-            _PARSER = None
-    if _PARSER is None or not hasattr(_PROTOTYPE, "parsed"):
-        return Markdown(source, code_theme=CODE_THEME, hyperlinks=False)
-    md = copy.copy(_PROTOTYPE)
-    md.markup = source
-    md.parsed = _PARSER.parse(source)
-    return md
+def ticker(console: Console, text: str, style: str = "dim") -> str:
+    """One short live row: the end of the last non-empty line of `text`, at most `live_width` cells."""
+    line = next((row for row in reversed(text.splitlines()) if row.strip()), "").strip()
+    if not line:
+        return ""
+    cap = live_width(console.size.width)
+    if cell_len(line) > cap:
+        cut, cells = len(line), 1
+        while cut > 0 and cells + cell_len(line[cut - 1]) <= cap:
+            cut -= 1
+            cells += cell_len(line[cut])
+        line = "…" + line[cut:]
+    return render_ansi(console, Text(line, style=style))
 
 
 class BlockSplitter:
@@ -126,12 +123,16 @@ class BlockSplitter:
         lines = self._lines
         if max_lines is not None and len(lines) > max_lines:
             tail = lines[-max_lines:]
-            if self._fence is not None and lines and _FENCE_OPEN.match(lines[0]):
+            if self._fence is not None and lines and FENCE_OPEN.match(lines[0]):
                 tail = [lines[0], *tail[1:]]
             lines = tail
         if self._partial:
             return "\n".join([*lines, self._partial]) if lines else self._partial
         return "\n".join(lines)
+
+    def open_lines(self) -> tuple[list[str], str]:
+        """The complete lines of the block being written, and its partial last line."""
+        return self._lines, self._partial
 
     @property
     def has_open_block(self) -> bool:
@@ -165,7 +166,7 @@ class BlockSplitter:
                 self._blank_pending = False
             else:
                 self._emit(done)
-        fence = _FENCE_OPEN.match(line)
+        fence = FENCE_OPEN.match(line)
         if fence and not (fence.group(2)[0] == "`" and "`" in fence.group(3)):
             if self._lines and not self._in_list():
                 self._emit(done)  # a fence interrupts a paragraph: it starts a block of its own
@@ -173,7 +174,7 @@ class BlockSplitter:
             self._fence_top = not self._lines
             self._lines.append(line)
             return
-        if _HEADING.match(line) and not self._in_list():
+        if HEADING.match(line) and not self._in_list():
             self._emit(done)
             self._lines.append(line)
             self._emit(done)
@@ -181,15 +182,15 @@ class BlockSplitter:
         self._lines.append(line)
 
     def _in_list(self) -> bool:
-        return bool(self._lines) and bool(_LIST_ITEM.match(self._lines[0]))
+        return bool(self._lines) and bool(LIST_ITEM.match(self._lines[0]))
 
     def _ends_list(self, partial: str) -> bool:
         """After a list and a blank line, does the start of the next line already show the list is over?"""
         if partial[0] in " \t":
             return False
-        item = _LIST_ITEM.match(partial)
+        item = LIST_ITEM.match(partial)
         if item is not None:
-            return _list_kind(item) != _list_kind(_LIST_ITEM.match(self._lines[0]))
+            return list_kind(item) != list_kind(LIST_ITEM.match(self._lines[0]))
         # not (yet) an item: decided once it can no longer become one ("12345678901. " is the longest)
         return not re.match(r"^(?:[-+*]|\d{1,9}[.)]?)$", partial)
 
@@ -199,86 +200,19 @@ class BlockSplitter:
             return False
         if line.startswith((" ", "\t")):
             return True
-        item = _LIST_ITEM.match(line)
-        return item is not None and _list_kind(item) == _list_kind(_LIST_ITEM.match(self._lines[0]))
-
-
-def _list_kind(item: re.Match[str] | None) -> str:
-    """`-`, `+`, `*`, or `.`/`)` for ordered lists: items of another kind start a new list."""
-    if item is None:
-        return ""
-    return item.group(2) or item.group(1)
-
-
-class LiveRegion:
-    """The lines at the bottom of the terminal that are redrawn in place; the rest is scrollback.
-
-    `content()` gives the live parts (escape-coded text, each ending with a newline, or empty). They are
-    written as whole lines, so the cursor rests at column 0 below them. A redraw moves up over the region,
-    erases to the end of the screen and writes the new frame in a single write: the terminal never shows
-    a half-drawn frame. Only the last `height() - 2` lines are shown, so the region never scrolls.
-    """
-
-    def __init__(self, file: IO[str], height: Callable[[], int], content: Callable[[], list[str]]) -> None:
-        self.file = file
-        self._height = height
-        self._content = content
-        self._rows = 0
-        self._cursor_hidden = False
-        self.paused = False
-
-    def _frame(self) -> str:
-        if self.paused:
-            self._rows = 0
-            return ""
-        lines = "".join(self._content()).splitlines()
-        limit = max(1, self._height() - 2)
-        if len(lines) > limit:
-            lines = lines[-limit:]
-        self._rows = len(lines)
-        out = "".join(line + "\n" for line in lines)
-        if lines and not self._cursor_hidden:
-            out = _HIDE_CURSOR + out
-            self._cursor_hidden = True
-        return out
-
-    def redraw(self) -> None:
-        """Draw the current content in place of the previous frame."""
-        erase = _erase_up(self._rows) if self._rows else ""
-        frame = self._frame()
-        if erase or frame:
-            self.file.write(erase + frame)
-            self.file.flush()
-
-    def print_above(self, text: str) -> None:
-        """Write `text` (ending with a newline) into scrollback, then redraw the live lines below it."""
-        erase = _erase_up(self._rows) if self._rows else ""
-        self.file.write(erase + text + self._frame())
-        self.file.flush()
-
-    def clear(self) -> None:
-        """Erase the live lines and show the cursor again; `redraw()` brings them back."""
-        out = _erase_up(self._rows) if self._rows else ""
-        if self._cursor_hidden:
-            out += _SHOW_CURSOR
-            self._cursor_hidden = False
-        self._rows = 0
-        if out:
-            self.file.write(out)
-            self.file.flush()
-
-    @property
-    def rows(self) -> int:
-        """How many lines the last frame took."""
-        return self._rows
+        item = LIST_ITEM.match(line)
+        return item is not None and list_kind(item) == list_kind(LIST_ITEM.match(self._lines[0]))
 
 
 class MarkdownStream:
     """Render one streamed Markdown answer.
 
-    With a `LiveRegion`, finished blocks are printed once into scrollback and the open block is offered
-    through `live_text()` (the region's content callback shows it); it is re-rendered at most every
-    `min_interval` seconds of `clock`. Without a region (plain output) the text is written through as is.
+    With a `LiveRegion`, finished blocks are printed once into scrollback, and so are the finished items
+    of a list and the complete lines of a code block still being written (kimicode.ui.mdpieces renders
+    them as within the whole block); what is not finished yet is offered through `live_text()` as one
+    short row, the end of the line being written (the region's content callback shows it), refreshed at
+    most every `min_interval` seconds of `clock`. The live region thus stays a few short rows, which a
+    resize cannot garble. Without a region (plain output) the text is written through as is.
     """
 
     def __init__(
@@ -299,8 +233,11 @@ class MarkdownStream:
         self._last_draw = float("-inf")
         self._open_render = ""
         self._plain_last = ""
+        self._done_lines = 0
+        """Lines of the open block already printed (finished list items, complete code lines)."""
+        self._done_items = 0
         self.redraws = 0
-        """How many times the open block was rendered (reported by the benchmark)."""
+        """How many times the live row of the open block was rendered (reported by the benchmark)."""
 
     def feed(self, text: str) -> None:
         """Add a delta of the answer."""
@@ -314,11 +251,12 @@ class MarkdownStream:
         committed = False
         for block in self._splitter.feed(text):
             committed = self._commit(block) or committed
+        committed = self._commit_ready() or committed
         self._dirty = True
         self.refresh(force=committed)
 
     def refresh(self, force: bool = False, draw: bool = True) -> None:
-        """Re-render the open block if it changed and `min_interval` has passed (or `force`).
+        """Re-render the open block's live row if it changed and `min_interval` has passed (or `force`).
 
         The live region is redrawn unless `draw` is false (the caller redraws it anyway).
         """
@@ -332,7 +270,7 @@ class MarkdownStream:
                 self.live.redraw()
 
     def live_text(self) -> str:
-        """The rendered open block (empty when there is none)."""
+        """The live row of the open block (empty when there is none)."""
         return self._open_render
 
     def finish(self) -> None:
@@ -354,6 +292,7 @@ class MarkdownStream:
         self._splitter = BlockSplitter()
         self._open_render = ""
         self._dirty = False
+        self._done_lines = self._done_items = 0
         if self.live is not None:
             self.live.redraw()
         elif self._plain_last and self._plain_last != "\n":
@@ -366,28 +305,98 @@ class MarkdownStream:
         return self._blocks > 0 or self._splitter.has_open_block or bool(self._plain_last)
 
     def _commit(self, block: str) -> bool:
+        """Print a finished block (only its lines not printed yet, when it was printed in pieces)."""
+        done, self._done_lines = self._done_lines, 0
+        items, self._done_items = self._done_items, 0
+        if done:
+            lines = block.split("\n")
+            if FENCE_OPEN.match(lines[0]):
+                piece = markdown(block, code_lines=(done, None, False, True))
+                return self._print(render_ansi(self.console, piece), first=False)
+            if not "".join(lines[done:]).strip():
+                return False
+            return self._print_part(lines, done, len(lines), items, len(list_items(lines)[0]))
         if not block.strip():
             return False
+        return self._print(render_ansi(self.console, markdown(block)), first=True)
+
+    def _print(self, text: str, first: bool, list_piece: bool = False) -> bool:
         assert self.live is not None
-        text = render_ansi(self.console, markdown(block))
-        if self._blocks:
-            text = "\n" + text
-        self._blocks += 1
+        if first:
+            if self._blocks:
+                text = "\n" + text
+            self._blocks += 1
+        elif list_piece:  # a later piece of a list: rich puts a blank line before any list
+            rows = text.split("\n")
+            while rows and not _ANSI_CODE.sub("", rows[0]).strip():
+                rows.pop(0)
+            text = "\n".join(rows)
         self._open_render = ""
         self.live.print_above(text)
         return True
 
+    def _print_part(self, lines: list[str], start: int, end: int, items_before: int, total_items: int) -> bool:
+        """Print lines `start:end` of a list (whole items), numbered as in the whole list."""
+        part = lines[start:end]
+        while part and not part[0].strip():
+            part.pop(0)  # the blank line after the previous item (held back until the list went on)
+        last = 0
+        number = ORDERED_START.match(lines[0])
+        if number is not None:
+            first = int(number.group(2))
+            part[0] = ORDERED_START.sub(lambda m: m.group(1) + str(first + items_before), part[0], count=1)
+            last = first + total_items
+        text = render_ansi(self.console, markdown("\n".join(part), fragment_last=last))
+        return self._print(text, first=start == 0, list_piece=True)
+
+    def _commit_ready(self) -> bool:
+        """Print the final lines of the open block: the finished items of a list (the last item may still
+        grow), the complete lines of a code block (blank ones at its end wait for what follows).
+
+        An ordered list is printed in pieces once it has 9 items (from then on its number column keeps
+        its width until the 99th; a list that grows past that has its first 98 numbers one column
+        narrower than rich would print them in the whole list)."""
+        lines, partial = self._splitter.open_lines()
+        code = code_ready(lines)
+        if code:
+            if code < max(1, self._done_lines):
+                return False
+            start = max(1, self._done_lines)
+            piece = markdown("\n".join(lines[: code + 1]), code_lines=(start, code, start == 1, False))
+            self._print(render_ansi(self.console, piece), first=start == 1)
+            self._done_lines = code + 1
+            return True
+        starts, ongoing = list_items(lines, partial)
+        if len(starts) + ongoing < 2:
+            return False
+        end = len(lines) if ongoing else starts[-1]
+        if not "".join(lines[self._done_lines : end]).strip():
+            return False
+        total = len(starts) + ongoing
+        number = ORDERED_START.match(lines[0])
+        if number is not None and int(number.group(2)) + total < 10:
+            return False  # the number column may still widen (rich sizes it to the whole list)
+        items = sum(1 for s in starts if self._done_lines <= s < end)
+        self._print_part(lines, self._done_lines, end, self._done_items, total)
+        self._done_lines = end
+        self._done_items += items
+        return True
+
     def _render_open(self) -> None:
         self._dirty = False
-        source = self._splitter.open_block(max_lines=max(4, self.console.size.height))
-        if not source.strip():
+        lines, partial = self._splitter.open_lines()
+        rest = "\n".join([*lines[self._done_lines :], partial])
+        if not rest.strip():  # all printed but the block goes on: its last line keeps the row (no jump)
+            rest = "\n".join(lines[-1:]) if self._splitter.has_open_block else ""
+        if not rest.strip():
             self._open_render = ""
             return
         self.redraws += 1
-        text = render_ansi(self.console, markdown(source))
-        self._open_render = ("\n" + text) if self._blocks else text
+        row = ticker(self.console, rest)
+        self._open_render = ("\n" + row) if self._blocks and not self._done_lines else row
 
 
+_ANSI_CODE = re.compile(r"\x1b\[[0-9;]*m")
 class TextStream:
     """Stream plain text (reasoning) in one style: complete lines go to scrollback, the partial line is live."""
 
@@ -415,10 +424,10 @@ class TextStream:
             self._partial = data
 
     def live_text(self) -> str:
-        """The partial line, rendered (only its end when it is very long)."""
+        """The end of the partial line, one short row."""
         if not self._partial.strip() or self.live is None:
             return ""
-        return render_ansi(self.console, Text(self._partial[-2000:], style=self.style))
+        return ticker(self.console, self._partial[-2000:], self.style)
 
     def finish(self) -> None:
         """Print the partial line into scrollback."""
@@ -436,17 +445,15 @@ class TextStream:
 @contextlib.contextmanager
 def transient_line(console: Console, plain: bool, text: str) -> Iterator[None]:
     """Show `text` on the current line while the block runs, then erase it (nothing in plain mode,
-    where a line cannot be taken back)."""
+    where a line cannot be taken back). It is a one-row live region: short, so a resize meanwhile
+    cannot leave it behind."""
     if plain:
         yield
         return
-    out = console.file
     line = Text(text, style="dim")
-    line.truncate(max(1, console.size.width - 1), overflow="ellipsis")  # one row: one erase takes it back
-    out.write(render_ansi(console, line).rstrip("\n"))
-    out.flush()
+    row = LiveRegion(console.file, lambda: console.size.height, lambda: [render_ansi(console, line)], console=console)
+    row.redraw()
     try:
         yield
     finally:
-        out.write("\r\x1b[2K")
-        out.flush()
+        row.clear()

@@ -24,18 +24,21 @@ PLAN_APPROVED = "The plan is approved: carry it out."
 
 
 def input_footer(queued: list[str], typed: str, width: int) -> Text | None:
-    """Under the status line while a turn runs: the queued messages and the line being typed."""
+    """Under the status line while a turn runs: the queued messages and the line being typed, each row
+    at most `width` cells (the end of a long input is shown; the hint only when it fits)."""
     if not typed and not queued:
         return None
-    width = max(20, width - 4)
+    width = max(16, width)
     out = Text()
     for message in queued:
         out.append(f"  ⏎ queued: {one_line(message, width - 12)}\n", style="dim")
     out.append("› ", style="bold cyan")
     shown = typed.replace("\n", " ⏎ ")
-    out.append(shown if len(shown) <= width else "…" + shown[-(width - 1) :])
-    if not queued:
-        out.append("  (enter queues it for when the turn ends)", style="dim")
+    room = width - 2
+    out.append(shown if len(shown) <= room else "…" + shown[-(room - 1) :])
+    hint = "  (enter queues it)"
+    if not queued and len(shown) + len(hint) <= room:
+        out.append(hint, style="dim")
     return out
 
 
@@ -58,6 +61,6 @@ async def offer_plan(session: Session, finished: TurnFinished | None) -> None:
     if answer != "approve":
         session.say("Still in plan mode: say what to change.", "dim")
         return
-    session.agent.permission_mode = "accept-edits"
+    session.agent.set_permission_mode("accept-edits")
     session.say("✓ plan approved; permission mode: accept-edits", "green")
     session.queued.insert(0, PLAN_APPROVED)

@@ -50,6 +50,7 @@ from kimicode.ui.format import (
     tail_with_hidden,
     tokens,
 )
+from kimicode.ui.live import live_width
 from kimicode.ui.render import LiveRegion, MarkdownStream, TextStream, render_ansi
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -130,7 +131,9 @@ class TurnView:
         self.hint = hint
         self.clock = clock
         self.live: LiveRegion | None = (
-            None if plain else LiveRegion(console.file, lambda: console.size.height, self._live_parts)
+            None
+            if plain
+            else LiveRegion(console.file, lambda: console.size.height, self._live_parts, console=console)
         )
         self.answer = MarkdownStream(console, self.live, clock=clock)
         self.reasoning = TextStream(console, self.live)
@@ -185,8 +188,12 @@ class TurnView:
         line.append(phase, style="bold" if self._phase == "thinking" else "")
         total = now - self._turn_start
         overall = f"{elapsed(total)} · " if total - (now - self._phase_since) >= 1 else ""
-        line.append(f"  ({overall}{self.hint})", style="dim")
-        line.truncate(max(10, self.console.size.width - 1), overflow="ellipsis")
+        room = live_width(self.console.size.width)  # a live row: short, so a resize cannot garble it
+        for tail in (f"  ({overall}{self.hint})", f"  ({self.hint})"):
+            if line.cell_len + len(tail) <= room:
+                line.append(tail, style="dim")
+                break
+        line.truncate(room, overflow="ellipsis")
         return render_ansi(self.console, line)
 
     def _live_parts(self) -> list[str]:
@@ -207,7 +214,7 @@ class TurnView:
         if self.live is None or self._closed:
             return ""
         out = next((self._output[c] for c in reversed(self._calls) if self._output.get(c)), "")
-        lines, _hidden = tail_with_hidden(out, LIVE_LINES, max(20, self.console.size.width - 6))
+        lines, _hidden = tail_with_hidden(out, LIVE_LINES, live_width(self.console.size.width) - 4)
         if not lines:
             return ""
         return render_ansi(self.console, Text("\n".join(f"    {line}" for line in lines), style="dim"))

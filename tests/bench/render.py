@@ -14,6 +14,11 @@ a colour terminal of 40 rows.
 - ours, every delta: the open block re-rendered on every delta (no time limit): the worst case.
 
 The baseline is quadratic, so it is only run up to `--max-baseline-kb` (default 10 KB: about 20 s).
+
+A second table shows what reaches the terminal with the 100 deltas/s clock: the most rows the live region
+(redrawn in place) ever took, how many writes and how many KB were sent. Run it with PYTHONPATH pointing at
+another checkout to compare (issue 13, resize-safe rendering: before, the open block was redrawn whole,
+up to a screen of full-width rows; after, only its last line's end, one short row).
 """
 
 from __future__ import annotations
@@ -92,9 +97,21 @@ def deltas(text: str, seed: int = 3) -> list[str]:
     return out
 
 
+class Terminal(io.StringIO):
+    """A console file that only counts what is written to it."""
+
+    writes = 0
+    chars = 0
+
+    def write(self, s: str) -> int:
+        self.writes += 1
+        self.chars += len(s)
+        return len(s)
+
+
 def console() -> Console:
     return Console(
-        file=io.StringIO(),
+        file=Terminal(),
         width=WIDTH,
         height=HEIGHT,
         force_terminal=True,
@@ -103,7 +120,7 @@ def console() -> Console:
     )
 
 
-def run_ours(parts: list[str], mode: str) -> tuple[float, int]:
+def run_ours(parts: list[str], mode: str, seen: dict[str, int] | None = None) -> tuple[float, int]:
     con = console()
     fake_now = [0.0]
     if mode == "real":
@@ -114,12 +131,19 @@ def run_ours(parts: list[str], mode: str) -> tuple[float, int]:
         stream = MarkdownStream(con, None, min_interval=0.0)
     live = LiveRegion(con.file, lambda: HEIGHT, lambda: [stream.live_text()])
     stream.live = live
+    most = 0
     start = time.process_time()
     for part in parts:
         fake_now[0] += 0.010
         stream.feed(part)
+        most = max(most, live.rows)
     stream.finish()
-    return time.process_time() - start, stream.redraws
+    took = time.process_time() - start
+    if seen is not None:
+        out = con.file
+        assert isinstance(out, Terminal)
+        seen.update(rows=most, writes=out.writes, chars=out.chars)
+    return took, stream.redraws
 
 
 def run_baseline(parts: list[str]) -> float:
@@ -159,6 +183,15 @@ def main() -> None:
             f"{sim:8.2f}s ({sim_redraws:>6} rdw) │ {every:7.2f}s ({every_redraws:>6} rdw)"
         )
     print(f"(baseline skipped above {args.max_baseline_kb} KB: it grows quadratically; rdw = open-block redraws)")
+    print()
+    print("What reaches the terminal (ours, 100 deltas/s)")
+    header = f"{'size':>7} │ {'live rows at most':>17} │ {'writes':>8} │ {'KB written':>10}"
+    print(header)
+    print("─" * len(header))
+    for kb in sizes:
+        seen: dict[str, int] = {}
+        run_ours(deltas(make_answer(kb * 1000)), "simulated", seen)
+        print(f"{kb:>5}KB │ {seen['rows']:>17} │ {seen['writes']:>8} │ {seen['chars'] / 1000:>10.0f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,212 @@
+"""Turn `AgentOptions` plus the resolved configuration into a ready Agent: endpoint and model profile,
+tools, permission engine and sandbox, context manager, session log, system prompt, extras.
+
+Nothing here talks to the network or writes a file: the session log is created by its first record
+(a turn), and the HTTP client (`make_client`) is built on first use, off the event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Iterable
+from datetime import date
+from typing import TYPE_CHECKING, Any
+
+from kimicode.config.choices import DEFAULT_COMPACT_THRESHOLD, DEFAULT_PRUNE_THRESHOLD
+from kimicode.config.endpoint import kimicode_home
+from kimicode.config.settings import Settings, resolve_model
+from kimicode.context.manager import ContextManager, ContextSettings
+from kimicode.context.output import DEFAULT_CAP_TOKENS, DEFAULT_SPILL_MAX_BYTES, set_spill_limit
+from kimicode.llm.discovery import resolve_window
+from kimicode.llm.profiles import profile_for, profile_with
+from kimicode.prompts import load_prompt
+from kimicode.session.log import SessionLog, new_session_id
+from kimicode.tools.base import Tool, ToolContext
+from kimicode.tools.registry import ToolRegistry, builtin_tools
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
+    from kimicode.llm.client import ChatClient
+
+
+def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool],
+          messages: list[dict[str, Any]] | None) -> None:
+    """Set up every part of `agent` from `agent.options` (its collaborators are already stored)."""
+    o = agent.options
+    agent.settings = o.config if o.config is not None else Settings()  # hermetic: no file read
+    agent.endpoint, agent.model_config = resolve_model(agent.settings, model=o.model, base_url=o.base_url,
+                                                       api_key=o.api_key)
+    agent.profile = profile_with(profile_for(agent.endpoint.model), agent.model_config)
+    agent.workspace = o.workspace.expanduser().resolve()
+    if not agent.workspace.is_dir():
+        raise ValueError(f"workspace is not a directory: {agent.workspace}")
+    agent.tools = ToolRegistry(builtin_tools() if tools is None else tools)
+    for t in extra_tools:
+        agent.tools.add(t)
+    agent.origin = o.origin or ("headless" if o.headless else "library")
+    agent.thinking = o.thinking or agent.model_config.reasoning_effort or agent.settings.get("defaults.thinking")
+    agent.context_window, agent._window_source = resolve_window(
+        o.context_window, agent.model_config.context_window, agent.endpoint.model, agent.profile.context_window
+    )
+    ctx_cfg = agent.settings.table("context")  # [context] in the config files; options win
+    agent.max_completion_tokens = (
+        o.max_completion_tokens or agent.model_config.max_completion_tokens or ctx_cfg.get("max_tokens") or None
+    )
+    agent._discovered = o.context_window is not None or agent.model_config.context_window is not None
+    agent.home = o.home.expanduser() if o.home is not None else kimicode_home()
+    agent.session_id = o.session_id or new_session_id()
+    agent.log = SessionLog(agent.home / "sessions", agent.session_id) if o.persist else None
+    spill = agent.log.spill_dir if agent.log else None
+    agent.ctx = ToolContext(workspace=agent.workspace, session_dir=spill)
+    agent.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
+    if spill is not None:  # bound the disk the session's saved tool outputs may use
+        set_spill_limit(spill, ctx_cfg.get("spill_max_bytes", DEFAULT_SPILL_MAX_BYTES))
+    agent.context = ContextManager(
+        window=agent.context_window,
+        reserve=agent.max_completion_tokens or agent.profile.max_completion_tokens,
+        tokenizer_path=o.tokenizer_path or ctx_cfg.get("tokenizer"),
+        settings=ContextSettings(
+            prune_threshold=_first(o.prune_threshold, ctx_cfg.get("prune_threshold"), DEFAULT_PRUNE_THRESHOLD),
+            compact_threshold=_first(o.compact_threshold, ctx_cfg.get("compact_threshold"), DEFAULT_COMPACT_THRESHOLD),
+            prune_keep_tokens=o.prune_keep_tokens,
+            tool_output_tokens=_first(o.tool_output_tokens, ctx_cfg.get("tool_output_cap_tokens"), DEFAULT_CAP_TOKENS),
+            tool_output_chars=o.tool_output_cap,
+        ),
+        spill_dir=spill,
+        log=agent.log,
+        usage=agent.usage,
+        reserve_explicit=agent.max_completion_tokens is not None,
+    )
+    for text in agent.settings.ignored:
+        agent.notify(text, "warning")
+    confine(agent)
+    if messages is not None:
+        agent.messages = messages
+        if agent.log and not agent.log.path.exists():  # a new log for a given history (fork, library)
+            log_meta(agent)
+            for msg in messages:
+                agent.log.message(msg)
+    else:
+        agent.messages = [{"role": "system", "content": system_prompt(agent)}]
+        log_meta(agent)
+        if agent.log:
+            agent.log.message(agent.messages[0])
+    from kimicode.agent.ecosystem import install
+
+    agent.extras = install(agent, default_tools=tools is None)
+    from kimicode.agent.checkpointing import open_checkpoints
+
+    agent.checkpoints = open_checkpoints(agent)
+
+
+def _first(*values: Any) -> Any:
+    return next(v for v in values if v is not None)
+
+
+def confine(agent: Agent) -> None:
+    """Permission rules (fixed for the session), the OS sandbox for bash, and a secret-free child env."""
+    from kimicode.config.redact import Masker, known_secrets
+    from kimicode.config.settings import config_paths
+    from kimicode.permissions.policy import Policy, secret_env_names, session_rules
+    from kimicode.procs import harden_process
+    from kimicode.tools.sandbox import setup_sandbox
+    from kimicode.tools.shell import BASH, bash_tool, scrub_env
+
+    o = agent.options
+    ignored: list[str] = []  # what an untrusted project's config may not loosen
+    project_file = config_paths(agent.workspace, agent.home)[1]
+    rules = o.rules
+    if rules is None:
+        rules = session_rules(agent.settings, project_file=project_file, allow=o.allow, deny=o.deny, ask=o.ask,
+                              ignored=ignored)
+        agent.options = o.replace(rules=rules)  # forks, resumes and subagents keep exactly these rules
+    agent.sandbox, agent.sandbox_warning = setup_sandbox(
+        o.sandbox, o.sandbox_network, agent.settings, agent.workspace, agent.home,
+        project_file=project_file, ignored=ignored, session_dir=agent.log.spill_dir if agent.log else None,
+    )
+    for text in ignored:
+        agent.notify(text, "warning")
+    sandboxed = False
+    if agent.sandbox is not None and agent.tools.get("bash") is BASH:
+        agent.tools.add(bash_tool(agent.sandbox))
+        sandboxed = not agent.sandbox.auto  # auto confines what runs unasked; it changes no decision
+    agent.policy = Policy(
+        rules, kimicode_home=agent.home, sandboxed=sandboxed, workspace=agent.workspace,
+        session_dir=agent.ctx.session_dir,
+    )
+    agent.ctx.env = scrub_env(
+        os.environ,
+        names=secret_env_names(agent.settings, agent.endpoint.key_source),
+        values=(agent.endpoint.api_key,),
+    )
+    harden_process()  # children cannot read the key under /proc/<pid>/environ
+    agent.masker = Masker(known_secrets(os.environ, api_key=agent.endpoint.api_key, settings=agent.settings))
+    if agent.log is not None:
+        agent.log.masker = agent.masker
+    agent.ctx.mask = agent.masker  # command output is masked as it is read
+    if agent.sandbox_warning:
+        agent.notify(agent.sandbox_warning, "warning")
+
+
+def system_prompt(agent: Agent) -> str:
+    """`system_prompt` (it replaces everything), else kimicode's prompt plus the AGENTS.md files when
+    `project_instructions`; then `append_system_prompt`."""
+    o = agent.options
+    text = o.system_prompt if o.system_prompt is not None else load_prompt("system.md")
+    text = (
+        text.replace("{workspace}", str(agent.workspace))
+        .replace("{platform}", f"{platform.system()} {platform.machine()}")
+        .replace("{date}", date.today().isoformat())
+    )
+    if o.system_prompt is None and o.project_instructions:
+        from kimicode.config.agentsmd import project_instructions
+
+        section = project_instructions(agent.workspace, agent.home)
+        if section:
+            text += "\n\n" + section
+    if o.append_system_prompt:
+        text += "\n\n" + o.append_system_prompt
+    return text
+
+
+def settings_record(agent: Agent) -> dict[str, Any]:
+    """The settings a session log records (its `meta` record, and a `settings` record on each change)."""
+    return {
+        "model": agent.endpoint.model,
+        "base_url": agent.endpoint.base_url,
+        "workspace": str(agent.workspace),
+        "permission_mode": agent.permission_mode,
+        "thinking": agent.thinking,
+        "origin": agent.origin,
+    }
+
+
+def log_meta(agent: Agent) -> None:
+    if agent.log:
+        agent.log.append({"type": "meta", "session_id": agent.session_id, **settings_record(agent)})
+
+
+def make_client(agent: Agent) -> ChatClient:
+    """The model client for the agent's current endpoint, model and effort."""
+    from kimicode.llm.client import ChatClient, ClientConfig
+
+    o = agent.options
+    return ChatClient(
+        ClientConfig(
+            base_url=agent.endpoint.base_url,
+            api_key=agent.endpoint.api_key,
+            model=agent.endpoint.model,
+            profile=agent.profile,
+            effort=agent.thinking,
+            max_completion_tokens=agent.max_completion_tokens,
+            session_id=agent.session_id,
+            max_retries=o.max_retries,
+            retry_base_delay=o.retry_base_delay,
+            timeout=o.request_timeout,
+            reasoning_field=agent.model_config.reasoning_field,
+            extra_headers=dict(agent.model_config.headers),
+            key_source=agent.endpoint.key_source,
+            url_source=agent.endpoint.url_source,
+        )
+    )

@@ -1,0 +1,185 @@
+"""`AgentOptions`: every setting of an Agent, its type and its default, in one frozen value.
+
+`Agent(options, tools=..., approve=..., on_event=...)` takes the settings from here and only stores the
+collaborators. The library default is hermetic: `AgentOptions()` reads the key and endpoint from the
+environment and nothing else (no config file, no AGENTS.md). `AgentOptions.from_workspace(path)` is what
+the command line uses: the user's and the (trusted) project's config files and the AGENTS.md files.
+
+Precedence, highest first: explicit settings (flags, keyword arguments), environment variables
+(`KIMI_MODEL`, the key and base URL variables), then the configuration files (see kimicode/config).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kimicode.config.choices import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_MAX_TURNS,
+    DEFAULT_PERMISSION_MODE,
+    DEFAULT_PRUNE_KEEP_TOKENS,
+    DEFAULT_REPEAT_LIMIT,
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_RETRY_BASE_DELAY,
+    EFFORTS,
+    ORIGINS,
+    PERMISSION_MODES,
+    SANDBOX_MODES,
+    Effort,
+    Origin,
+    PermissionMode,
+    SandboxMode,
+    check_choice,
+)
+from kimicode.config.endpoint import ConfigError, kimicode_home
+from kimicode.config.settings import Settings, load_settings
+from kimicode.context.output import DEFAULT_CAP_CHARS
+from kimicode.permissions.policy import Rules
+
+CONFIG_DEFAULTS = ("permission_mode", "max_turns", "max_retries", "request_timeout")
+"""Options `[defaults]` in a config file may set (`model` and `thinking` are resolved with the endpoint,
+so that `KIMI_MODEL` and a model's own `reasoning_effort` take their places in the precedence)."""
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """Every setting of an Agent. Build one, keep it, derive variants with `replace(**changes)`."""
+
+    model: str | None = None
+    """The model name (a `[models.NAME]` of the config, or the id sent); None: `KIMI_MODEL`, the config's
+    `defaults.model`, else kimi-k3."""
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    workspace: Path = Path(".")
+    home: Path | None = None
+    """KIMICODE_HOME: where sessions (and, with `from_workspace`, the user's config) live."""
+    permission_mode: PermissionMode = DEFAULT_PERMISSION_MODE
+    thinking: Effort | None = None
+    system_prompt: str | None = None
+    """Replaces kimicode's system prompt entirely (no AGENTS.md is added to it)."""
+    append_system_prompt: str | None = None
+    """Added to the end of the system prompt."""
+    project_instructions: bool = False
+    """Add the AGENTS.md / CLAUDE.md files (home, repository root down to the workspace) to the prompt."""
+    config: Settings | None = field(default=None, repr=False, hash=False)
+    """The resolved configuration files; None: none (hermetic)."""
+    context_window: int | None = None
+    max_completion_tokens: int | None = None
+    max_turns: int = DEFAULT_MAX_TURNS
+    repeat_limit: int | None = DEFAULT_REPEAT_LIMIT
+    """Identical consecutive tool calls that end the turn (status `repeat_limit`); None: no limit."""
+    tool_timeout: float | None = None
+    """Seconds any tool call may run (a tool's own `timeout` wins); None: no limit."""
+    max_retries: int = DEFAULT_MAX_RETRIES
+    retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    tool_output_cap: int = DEFAULT_CAP_CHARS
+    tool_output_tokens: int | None = None
+    prune_threshold: float | None = None
+    compact_threshold: float | None = None
+    prune_keep_tokens: int = DEFAULT_PRUNE_KEEP_TOKENS
+    tokenizer_path: Path | str | None = None
+    persist: bool = True
+    """Write a session log (needed to resume)."""
+    session_id: str | None = None
+    headless: bool = False
+    origin: Origin | None = None
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    ask: tuple[str, ...] = ()
+    rules: Rules | None = field(default=None, repr=False)
+    """The permission rules, already resolved (instead of config files plus allow/deny/ask)."""
+    sandbox: SandboxMode | None = None
+    sandbox_network: bool | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "workspace", Path(self.workspace))
+        if self.home is not None:
+            set_(self, "home", Path(self.home))
+        for name in ("allow", "deny", "ask"):
+            value = getattr(self, name)
+            if value is None or isinstance(value, str):
+                set_(self, name, () if value is None else (value,))
+            elif isinstance(value, Iterable):
+                set_(self, name, tuple(value))
+            if not isinstance(getattr(self, name), tuple) or not all(isinstance(r, str) for r in getattr(self, name)):
+                raise TypeError(f"{name} must be rules as strings, e.g. ('bash(git diff*)',) (got {value!r})")
+        for name, kind in (("config", Settings), ("rules", Rules)):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise TypeError(f"{name} must be a {kind.__module__}.{kind.__name__} or None "
+                                f"(got {type(value).__name__})")
+        check_choice("permission_mode", self.permission_mode, PERMISSION_MODES)
+        if self.thinking is not None and self.thinking not in EFFORTS:
+            raise ValueError(f"thinking must be low, high or max (got {self.thinking!r})")
+        if self.origin is not None and self.origin not in ORIGINS:
+            raise ValueError(f"origin must be interactive, headless or library (got {self.origin!r})")
+        check_choice("sandbox", self.sandbox, SANDBOX_MODES, optional=True)
+        _check_int("max_turns", self.max_turns, 1)
+        _check_int("max_retries", self.max_retries, 0)
+        if self.repeat_limit is not None and (not isinstance(self.repeat_limit, int) or self.repeat_limit < 2):
+            raise ValueError(f"repeat_limit must be at least 2, or None for no limit (got {self.repeat_limit!r})")
+        if self.tool_timeout is not None and not _positive(self.tool_timeout):
+            raise ValueError(f"tool_timeout must be a positive number of seconds (got {self.tool_timeout!r})")
+        if not _positive(self.request_timeout):
+            raise ValueError(f"request_timeout must be a positive number of seconds (got {self.request_timeout!r})")
+
+    def replace(self, **changes: Any) -> AgentOptions:
+        """A copy with `changes` applied (validated like the constructor); an unknown name is a TypeError."""
+        check_names(changes, "AgentOptions.replace()")
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_workspace(
+        cls, workspace: str | Path = ".", *, home: str | Path | None = None, trust: bool = False, **overrides: Any
+    ) -> AgentOptions:
+        """The options the command line uses in `workspace`: its config files and AGENTS.md files.
+
+        Reads `KIMICODE_HOME/config.toml` and the workspace's `.kimicode/config.toml` (whose riskier
+        settings apply only in a trusted workspace; `trust=True` trusts it for this run), fills the
+        options `[defaults]` sets, and adds the AGENTS.md files to the prompt. `overrides` (any option)
+        win over all of it. A broken config file raises ConfigError naming the file, line and key.
+        """
+        check_names(overrides, "AgentOptions.from_workspace()")
+        where = Path(workspace).expanduser().resolve()
+        if not where.is_dir():
+            raise ConfigError(f"workspace is not a directory: {where}")
+        root = Path(home).expanduser() if home is not None else kimicode_home()
+        settings = overrides.get("config")
+        if settings is None:
+            settings = load_settings(where, root, trust=trust)
+        defaults = settings.table("defaults")
+        values: dict[str, Any] = {k: defaults[k] for k in CONFIG_DEFAULTS if k in defaults}
+        values.update(workspace=where, home=root, config=settings, project_instructions=True)
+        values.update(overrides)
+        return cls(**values)
+
+
+FIELDS = frozenset(f.name for f in dataclasses.fields(AgentOptions))
+
+
+def check_names(names: Any, where: str) -> None:
+    """Raise TypeError naming each unknown setting (with the nearest known one) in `names`."""
+    unknown = [n for n in names if n not in FIELDS]
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(FIELDS), n=1)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise TypeError(f"{where} got unknown setting(s) {', '.join(hints)}; the settings are the fields of AgentOptions")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer of at least {minimum} (got {value!r})")
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0

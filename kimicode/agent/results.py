@@ -1,0 +1,99 @@
+"""What a turn returns and what approvals exchange: `RunResult`, `ApprovalRequest`, `Approval`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimicode import errors
+from kimicode.events import TurnStatus
+from kimicode.permissions.policy import Rule, parse_rule
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """An action that needs a yes before it runs: shown to the user or passed to `approve`."""
+
+    call_id: str
+    tool: str
+    kind: str
+    arguments: Mapping[str, Any]
+    reason: str
+    path: str | None = None
+    preview: str | None = None
+    """For tools that change files: the exact unified diff the call would apply, computed by the tool
+    itself (CRLF and staleness included); "" when nothing would change."""
+    preview_error: str | None = None
+    """Why the call would fail as it stands (the file changed, old_string not found, ...)."""
+
+
+@dataclass(frozen=True)
+class Approval:
+    """An answer to an ApprovalRequest; `reason` (when denied) is passed on to the model.
+
+    `remember`, with a yes, is a rule in the language of `--allow` (`bash(npm test)`,
+    `Bash(git status:*)`, `edit(src/app.py)`) added to the session's allow rules: "don't ask again",
+    decided by the same engine as every other rule. A rule that cannot be parsed raises ConfigError."""
+
+    approved: bool
+    reason: str = ""
+    remember: str | Rule | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.remember, str):  # a bad rule fails where it is written, naming the rule
+            parse_rule(self.remember, "Approval.remember")
+
+
+ApproveResult = bool | Approval
+ApproveFn = Callable[[ApprovalRequest], ApproveResult | Awaitable[ApproveResult]]
+
+
+@dataclass
+class RunResult:
+    """The outcome of one turn (`Agent.run`)."""
+
+    status: TurnStatus
+    result: str
+    session_id: str
+    num_turns: int
+    usage: dict[str, int]
+    duration_ms: int
+    permission_denials: list[dict[str, Any]]
+    error: errors.ErrorInfo | None = None
+    """Why the turn did not succeed: a string (as before) that also carries `kind`, `status` (HTTP) and
+    `retry_after`."""
+    error_kind: str | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The messages this turn added to the history (user, assistant and tool), as sent to the model."""
+    context: dict[str, int] = field(default_factory=dict)
+    """Context window use after the turn: `used` and `window` tokens."""
+    turn_usage: dict[str, int] = field(default_factory=dict)
+    """Tokens of this turn alone (`usage` is the running total of the agent)."""
+    hook_errors: list[str] = field(default_factory=list)
+    """What the `on_event` hook raised during the turn (the turn itself went on)."""
+    changes: dict[str, list[str]] | None = None
+    """Files the turn added, modified and deleted (None when no checkpoint was taken: nothing changed)."""
+    checkpoint: str | None = None
+    """The checkpoint taken before the turn's first change (`kimicode undo` restores it)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "success"
+
+    def raise_for_status(self) -> RunResult:
+        """Return self when the turn succeeded; otherwise raise the matching `KimicodeError`.
+
+        A model failure raises its `ModelError` subclass (`AuthError`, `RateLimitError`, ...); a turn that
+        stopped at a limit, was interrupted or failed internally raises `TurnError`. The exception's
+        `result` attribute is this RunResult.
+        """
+        if self.ok:
+            return self
+        exc: Exception
+        if self.status == "error" and self.error is not None and self.error.kind not in ("internal", "hook"):
+            exc = self.error.exception()
+        else:
+            exc = errors.TurnError(str(self.error or f"the turn ended with status {self.status}"), self.status)
+        exc.result = self  # type: ignore[attr-defined]
+        raise exc

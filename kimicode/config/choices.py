@@ -1,0 +1,49 @@
+"""The allowed values and defaults of kimicode's settings, written once.
+
+`AgentOptions` (kimicode/agent/options.py), the command line's flags, `kimicode batch`, the config-file
+schema and the permission engine all take their literals and defaults from here, so a new effort or a
+new default turn limit is one edit.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+Effort = Literal["low", "high", "max"]
+"""Reasoning effort (`--thinking`, `thinking=`, `defaults.thinking`, `models.NAME.reasoning_effort`)."""
+EFFORTS: Final[tuple[Effort, ...]] = get_args(Effort)
+
+PermissionMode = Literal["default", "accept-edits", "plan", "yolo"]
+"""What may run without asking (`--permission-mode`, `permission_mode=`)."""
+PERMISSION_MODES: Final[tuple[PermissionMode, ...]] = get_args(PermissionMode)
+
+SandboxMode = Literal["off", "auto", "workspace-write"]
+"""How bash is confined (`--sandbox`, `sandbox=`, `sandbox.mode`)."""
+SANDBOX_MODES: Final[tuple[SandboxMode, ...]] = get_args(SandboxMode)
+
+Origin = Literal["interactive", "headless", "library"]
+"""Which face runs a session (recorded in its log, shown by listings)."""
+ORIGINS: Final[tuple[Origin, ...]] = get_args(Origin)
+
+DEFAULT_PERMISSION_MODE: Final[PermissionMode] = "default"
+DEFAULT_MAX_TURNS: Final = 200
+"""Model steps per turn (`--max-turns`)."""
+DEFAULT_SUBAGENT_MAX_TURNS: Final = 50
+"""Model steps of one subagent (`[subagents] max_turns`)."""
+DEFAULT_REPEAT_LIMIT: Final = 5
+"""Identical consecutive tool calls that end a turn (a warning comes 2 earlier)."""
+DEFAULT_MAX_RETRIES: Final = 5
+DEFAULT_RETRY_BASE_DELAY: Final = 1.0
+DEFAULT_REQUEST_TIMEOUT: Final = 300.0
+"""Seconds to wait for the server or its next chunk."""
+DEFAULT_PRUNE_KEEP_TOKENS: Final = 100_000
+DEFAULT_PRUNE_THRESHOLD: Final = 0.70
+DEFAULT_COMPACT_THRESHOLD: Final = 0.85
+
+
+def check_choice(name: str, value: object, allowed: tuple[str, ...], *, optional: bool = False) -> None:
+    """Raise ValueError naming the setting and the allowed values when `value` is not one of them."""
+    if optional and value is None:
+        return
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)} (got {value!r})")
