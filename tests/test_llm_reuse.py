@@ -112,3 +112,18 @@ def test_tools_count_is_cached_by_value_and_follows_a_changed_schema() -> None:
     assert again.raw_total([], [dict(schema)]) == first  # a fresh, equal list: the same count
     function["description"] = "a much longer description of what the tool does, word after word"
     assert again.raw_total([], [schema]) > first  # changed in place: counted again, not served stale
+
+
+def test_the_fake_server_sends_small_events_without_nagle_delay() -> None:
+    import socket
+    import time
+
+    with FakeServer() as server, socket.create_connection(("127.0.0.1", server.port)):
+        assert server._server is not None
+        deadline = time.monotonic() + 5
+        while not server._server.connections and time.monotonic() < deadline:
+            time.sleep(0.01)
+        accepted = list(server._server.connections)
+        assert len(accepted) == 1 and server.connections_opened == 1
+        # without TCP_NODELAY each SSE event could wait ~40 ms for the client's delayed ACK
+        assert accepted[0].getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
