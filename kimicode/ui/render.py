@@ -8,8 +8,8 @@ finished block is rendered once with `rich.markdown.Markdown`, and so are, as so
 items of a list, the lines of a code block and the rows of a plain paragraph still being written
 (kimicode.ui.mdpieces prints them so that they look as in the whole block). Of the rest (the last row of
 a paragraph, a paragraph with inline markup or a table being written, the last item) the live region
-shows one row: the end of the line being written. Nothing that may grow
-taller or wider is ever redrawn, so resizing the window cannot leave copies of it.
+shows one row: the end of the line being written. Nothing that may grow taller or wider is ever redrawn,
+so resizing the window cannot leave copies of it.
 """
 
 from __future__ import annotations
