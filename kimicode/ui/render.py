@@ -8,8 +8,8 @@ finished block is rendered once with `rich.markdown.Markdown`, and so are, as so
 items of a list, the lines of a code block and the rows of a plain paragraph still being written
 (kimicode.ui.mdpieces prints them so that they look as in the whole block). Of the rest (the last row of
 a paragraph, a paragraph with inline markup or a table being written, the last item) the live region
-shows one row: the end of the line being written. Nothing that may grow
-taller or wider is ever redrawn, so resizing the window cannot leave copies of it.
+shows one row: the end of the line being written. Nothing that may grow taller or wider is ever redrawn,
+so resizing the window cannot leave copies of it.
 """
 
 from __future__ import annotations
@@ -240,6 +240,8 @@ class MarkdownStream:
         self._done_items = 0
         self._done_chars = 0
         """Characters of the open block already printed (the rows of a plain paragraph that are final)."""
+        self._not_plain = False
+        """The open block is known not to be a plain paragraph."""
         self.redraws = 0
         """How many times the live row of the open block was rendered (reported by the benchmark)."""
 
@@ -298,6 +300,7 @@ class MarkdownStream:
         self._open_render = ""
         self._dirty = False
         self._done_lines = self._done_items = self._done_chars = 0
+        self._not_plain = False
         if self.live is not None:
             self.live.redraw()
         elif self._plain_last and self._plain_last != "\n":
@@ -314,6 +317,7 @@ class MarkdownStream:
         done, self._done_lines = self._done_lines, 0
         items, self._done_items = self._done_items, 0
         chars, self._done_chars = self._done_chars, 0
+        self._not_plain = False
         if chars:
             rest = block[chars:]
             return bool(rest.strip()) and self._print(render_ansi(self.console, markdown(rest)), first=False)
@@ -404,10 +408,15 @@ class MarkdownStream:
         character that Markdown could give a meaning to later (emphasis, code, links, escapes, entities,
         a table, a setext underline) and without words too long to fit a row.
         """
+        if self._not_plain or (lines and (FENCE_OPEN.match(lines[0]) or LIST_ITEM.match(lines[0]))):
+            return False
         source = "\n".join([*lines, partial]) if lines else partial
         width = self.console.size.width
         rest = source[self._done_chars :]
-        if len(rest) <= width or not _plain_paragraph(source, width):
+        if len(rest) <= width:
+            return False
+        if not _plain_paragraph(source, width):
+            self._not_plain = True  # markup stays: no need to look again in this block
             return False
         rows = render_ansi(self.console, markdown(rest)).rstrip("\n").split("\n")
         if len(rows) < 2:
