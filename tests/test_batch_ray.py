@@ -4,6 +4,7 @@ results stream back, workspaces are prepared on the workers, a dead worker's tas
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,14 +91,19 @@ def test_actors_share_the_cpus_and_the_concurrency() -> None:
 def test_a_429_on_one_worker_slows_the_tasks_of_another(local_ray: None, tmp_path: Path) -> None:
     stamps: dict[str, list[float]] = {"A": [], "B": []}
     limited: list[float] = []
+    a_limited = threading.Event()
 
     def script(req: RecordedRequest) -> Reply | ErrorReply:
         p = next(m["content"] for m in req.body["messages"] if m["role"] == "user")
         stamps[p].append(time.monotonic())
         if p == "A" and not limited:
             limited.append(time.monotonic())
+            a_limited.set()
             return ErrorReply(429, "rate limit reached", "rate_limit_error", headers={"Retry-After": "2"})
-        if p == "B" and req.body["messages"][-1]["role"] == "user":  # B's first step is slow, then asks again
+        if p == "B" and req.body["messages"][-1]["role"] == "user":
+            # B's first answer waits for A's 429 (actors start at their own pace on a loaded machine), so
+            # B's second request is the one the shared gate must hold back
+            assert a_limited.wait(60)
             return Reply(tool_calls=[ToolCall("bash", {"command": "true"})], first_delay=0.6)
         return Reply(content=f"ok {p}")
 
