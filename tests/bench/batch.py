@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import multiprocessing
 import os
 import resource
@@ -198,8 +199,11 @@ def table(name: str, delay: float, args: argparse.Namespace, engines: list[str],
           f"({REQUESTS} requests each); concurrency 1 runs {c1} tasks; {os.cpu_count()} cores; "
           f"load before: {os.getloadavg()[0]:.1f}")
     cols = [*engines, *(["main local (live)"] if args.baseline_src else [])]
-    print(f"{'conc':>4}  " + "  ".join(f"{e:^29}" for e in cols) + "  main local (recorded)")
-    print(f"{'':>4}  " + "  ".join(f"{'%ideal ovh ms cpu ms MB/conc':>29}" for _ in cols) + "  %ideal cpu ms")
+    print("(ceiling: the best % of ideal any engine can reach when tasks run in whole waves of `conc`:"
+          " tasks / (ceil(tasks / conc) x conc))")
+    print(f"{'conc':>4} {'ceiling':>7}  " + "  ".join(f"{e:^29}" for e in cols) + "  main local (recorded)")
+    print(f"{'':>4} {'':>7}  " + "  ".join(f"{'%ideal ovh ms cpu ms MB/conc':>29}" for _ in cols)
+          + "  %ideal cpu ms")
     try:
         for c in levels:
             n = c1 if c == 1 else args.tasks
@@ -219,8 +223,9 @@ def table(name: str, delay: float, args: argparse.Namespace, engines: list[str],
                     print(f"   main local c={c} failed: {got}", file=sys.stderr)
             rec = RECORDED_BASELINE.get(name, {}).get(c)
             recorded = f"{rec[0]:>5.0f}% {rec[1]:>6.1f}" if rec else "  (not recorded)"
-            print(f"{c:>4}  " + "  ".join(cell(f) for f in row) + f"  {recorded}   {' '.join(statuses)}",
-                  flush=True)
+            ceiling = n / (math.ceil(n / c) * c) * 100
+            cells = "  ".join(cell(f) for f in row)
+            print(f"{c:>4} {ceiling:>6.0f}%  {cells}  {recorded}   {' '.join(statuses)}", flush=True)
     finally:
         stop.set()
         server.join(5)
