@@ -81,6 +81,14 @@ class _Option(Generic[V]):
         agent._reset_client()  # retries and timeouts are the client's
 
 
+def _same_loop(worker: asyncio.Task[Any]) -> None:
+    """Refuse to touch a turn that runs on another thread's event loop (its task cannot be awaited or
+    safely cancelled from here)."""
+    if worker.get_loop() is not asyncio.get_running_loop():
+        raise errors.UsageError("a turn is already running on this agent on another event loop (thread); "
+                                "an agent is used from one event loop at a time")
+
+
 class Agent:
     """A multi-turn coding agent over an OpenAI-compatible endpoint.
 
@@ -244,6 +252,7 @@ class Agent:
         """Before new work starts: refuse while a live consumer runs a turn; finish an abandoned one."""
         worker = self._worker
         if worker is not None and not worker.done():
+            _same_loop(worker)
             owner = self._owner() if self._owner is not None else None
             if owner is not None and owner is not stream and not owner.closed:
                 raise errors.UsageError("a turn is already running on this agent")
@@ -292,6 +301,8 @@ class Agent:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
+            if self.busy:  # running on an event loop in another thread: neither join nor disturb it
+                raise errors.UsageError("a turn is already running on this agent (in another thread)") from None
             return asyncio.run(self._run_and_close(prompt))
         raise errors.UsageError(
             "run_sync() cannot be used inside a running event loop (async code, a Jupyter notebook): "
@@ -337,7 +348,7 @@ class Agent:
         changed (`files`) and take them out of the history (`conversation`). Files changed outside
         kimicode since are not overwritten (RestoreConflict) unless `force`. See docs/checkpoints.md."""
         if self._worker is not None and not self._worker.done():
-            raise RuntimeError("cannot rewind while a turn is running")
+            raise errors.UsageError("cannot rewind while a turn is running")
         from kimicode.agent.checkpointing import rewind
 
         return await rewind(self, turn, files=files, conversation=conversation, force=force)
@@ -442,6 +453,7 @@ class Agent:
         A turn or compaction still running (its stream abandoned) is cancelled and waited for first."""
         worker = self._worker
         if worker is not None and not worker.done():
+            _same_loop(worker)
             worker.cancel()
             await asyncio.wait([worker])
         await close_extras(self)
