@@ -16,7 +16,7 @@ import pytest
 
 import kimicode
 from kimicode import Agent, Approval, ApprovalRequest, ToolContext, tool
-from kimicode.events import Event, Notice, ToolCallStarted, TurnFinished
+from kimicode.events import Event, ToolCallStarted, TurnFinished
 from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
 
 
@@ -443,5 +443,6 @@ def test_invalid_history_is_refused_before_any_request(
     with pytest.raises((kimicode.KimicodeError, ValueError, TypeError)) as info:
         agent = lib_agent(server, tmp_path, messages=messages)
         agent.run_sync("agent-0 go")
-    assert "message" in str(info.value).lower()
+    assert "messages" in str(info.value)
+    assert isinstance(info.value, kimicode.UsageError)
     assert server.requests == []

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool],
           messages: list[dict[str, Any]] | None) -> None:
     """Set up every part of `agent` from `agent.options` (its collaborators are already stored)."""
+    if messages is not None:
+        from kimicode.agent.history import check_history
+
+        check_history(messages)  # a clear error now, not a server's 400 at the first request
     o = agent.options
     agent.settings = o.config if o.config is not None else Settings()  # hermetic: no file read
     agent.endpoint, agent.model_config = resolve_model(agent.settings, model=o.model, base_url=o.base_url,

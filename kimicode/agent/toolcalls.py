@@ -230,6 +230,13 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
             is_error=True,
             summary=f"{prep.name}: internal error",
         )
+    except BaseException as exc:  # SystemExit from a wrapped CLI (argparse), a stray KeyboardInterrupt:
+        ctx.cancelled.set()  # raised by the tool's own code, never by a signal (asyncio cancels instead)
+        result = ToolResult(  # so it must not stop the event loop and every other agent on it
+            f"Error: the tool raised {type(exc).__name__}({exc}) and was stopped",
+            is_error=True,
+            summary=f"{prep.name}: {type(exc).__name__}",
+        )
     masked = agent.masker.mask(result.content)  # before the spill file, the history and the log
     content = agent.context.cap_tool_output(masked, f"{prep.name}-{prep.call_id}")
     if prep.warning:
