@@ -446,3 +446,93 @@ def test_invalid_history_is_refused_before_any_request(
     assert "messages" in str(info.value)
     assert isinstance(info.value, kimicode.UsageError)
     assert server.requests == []
+
+
+# -- more lifecycle edges -------------------------------------------------------------------------------------
+
+
+def test_interrupt_before_a_turn_does_not_poison_the_next_one(server: FakeServer, tmp_path: Path) -> None:
+    server.add(Reply(content="fine"))
+    agent = lib_agent(server, tmp_path)
+    agent.interrupt()
+    assert agent.run_sync("agent-0 go").status == "success"
+
+
+def test_aclose_while_another_task_runs_a_turn_ends_it_as_interrupted(server: FakeServer, tmp_path: Path) -> None:
+    """A service shutting down closes its agents while their runs are in flight: each run returns an
+    interrupted result (its caller was not cancelled, so it must not see a CancelledError)."""
+    server.add(Reply(content="slow", first_delay=2))
+
+    async def main() -> None:
+        agent = lib_agent(server, tmp_path)
+        task = asyncio.create_task(agent.run("agent-0 go"))
+        await asyncio.sleep(0.2)
+        await agent.aclose()
+        result = await asyncio.wait_for(task, 5)
+        assert result.status == "interrupted"
+        assert valid_history(agent.messages)
+
+    asyncio.run(main())
+
+
+def test_cancel_while_an_async_approve_callback_waits(server: FakeServer, tmp_path: Path) -> None:
+    async def approve(request: ApprovalRequest) -> bool:
+        await asyncio.sleep(3600)  # the human never answers
+        return True
+
+    server.add(Reply(tool_calls=[ToolCall("write_file", {"path": "x.txt", "content": "x"})]), Reply(content="ok"))
+
+    async def main() -> None:
+        agent = lib_agent(server, tmp_path, approve=approve)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(agent.run("agent-0 write"), 0.5)
+        assert not (agent.workspace / "x.txt").exists()
+        assert valid_history(agent.messages)
+        assert agent.messages[-1]["role"] == "tool"
+        await agent.aclose()
+
+    asyncio.run(main())
+
+
+def test_timeout_of_a_sync_tool_that_ignores_it_lets_the_turn_go_on(server: FakeServer, tmp_path: Path) -> None:
+    release = threading.Event()
+
+    @tool(timeout=0.2)
+    def stuck() -> str:
+        """Block."""
+        release.wait(10)
+        return "LATE"
+
+    server.add(Reply(tool_calls=[ToolCall("stuck", {})]), Reply(content="moved on"))
+    try:
+        result = lib_agent(server, tmp_path, tools=[stuck]).run_sync("agent-0 go")
+    finally:
+        release.set()
+    assert result.status == "success" and result.result == "moved on"
+    assert "timed out after 0.2 s" in next(m for m in result.messages if m["role"] == "tool")["content"]
+
+
+@pytest.mark.parametrize("prompt", [None, b"bytes", 42, ["list"]])
+def test_a_prompt_that_is_not_text_is_refused_before_any_request(
+    server: FakeServer, tmp_path: Path, prompt: Any
+) -> None:
+    agent = lib_agent(server, tmp_path)
+    with pytest.raises(TypeError, match="prompt"):
+        agent.run_sync(prompt)
+    assert server.requests == []
+    assert not (tmp_path / "home" / "sessions").exists() or not any((tmp_path / "home" / "sessions").iterdir())
+
+
+def test_compact_while_a_turn_runs_is_a_usage_error(server: FakeServer, tmp_path: Path) -> None:
+    server.add(Reply(content="slow", first_delay=0.5))
+
+    async def main() -> None:
+        agent = lib_agent(server, tmp_path)
+        task = asyncio.create_task(agent.run("agent-0 go"))
+        await asyncio.sleep(0.1)
+        with pytest.raises(kimicode.UsageError):
+            await agent.compact()
+        assert (await task).result == "slow"
+        await agent.aclose()
+
+    asyncio.run(main())

@@ -232,6 +232,8 @@ class Agent:
         `interrupted` result and the agent can run again. Each event is queued before `on_event` sees it,
         and a raising hook is reported (a Notice, `RunResult.hook_errors`) without affecting the turn.
         """
+        if not isinstance(prompt, str):  # before anything is written or sent
+            raise TypeError(f"the prompt must be a str (got {type(prompt).__name__})")
         return self._event_stream(lambda emit: self._turn(prompt, emit))
 
     def _event_stream(self, work: Callable[[Emit], Coroutine[Any, Any, T]]) -> EventStream[T]:
@@ -454,6 +456,7 @@ class Agent:
         worker = self._worker
         if worker is not None and not worker.done():
             _same_loop(worker)
+            self._interrupted = True  # like interrupt(): a run() in flight returns `interrupted`
             worker.cancel()
             await asyncio.wait([worker])
         await close_extras(self)
