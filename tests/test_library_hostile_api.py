@@ -239,3 +239,44 @@ def test_one_agent_failing_does_not_disturb_the_others(server: FakeServer, tmp_p
         return [r.status for r in results]
 
     assert asyncio.run(main()) == ["success", "error"] * 3
+
+
+# -- collaborators of the wrong kind ----------------------------------------------------------------------------
+
+
+def plain_function(path: str) -> str:
+    """Not decorated."""
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"tools": [plain_function]}, "@tool"),
+        ({"extra_tools": [plain_function]}, "@tool"),
+        ({"tools": "read_file"}, "tools"),
+        ({"approve": "yes"}, "approve"),
+        ({"on_event": print, "approve": True}, "approve"),
+        ({"on_event": "print"}, "on_event"),
+    ],
+)
+def test_collaborators_of_the_wrong_kind_fail_at_construction(
+    server: FakeServer, tmp_path: Path, kw: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(TypeError, match=match):
+        lib_agent(server, tmp_path, **kw)
+
+
+def test_two_tools_with_one_name_are_refused(server: FakeServer, tmp_path: Path) -> None:
+    @tool(name="same")
+    def first() -> str:
+        """One."""
+        return "1"
+
+    @tool(name="same")
+    def second() -> str:
+        """Two."""
+        return "2"
+
+    with pytest.raises(ValueError, match="same"):
+        lib_agent(server, tmp_path, tools=[first, second])

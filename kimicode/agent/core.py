@@ -158,6 +158,9 @@ class Agent:
         base = options if options is not None else AgentOptions()
         self.options: AgentOptions = base.replace(**settings) if settings else base
         """The settings; `set_model`, `set_thinking` and `set_permission_mode` keep them current."""
+        for what, value in (("approve", approve), ("on_event", on_event)):
+            if value is not None and not callable(value):
+                raise TypeError(f"{what} must be a function or None (got {type(value).__name__} {value!r})")
         self.approve = approve
         self.on_event = on_event
         self._client: ChatClient | None = None
