@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool],
           messages: list[dict[str, Any]] | None) -> None:
     """Set up every part of `agent` from `agent.options` (its collaborators are already stored)."""
+    if messages is not None:
+        from kimicode.agent.history import check_history
+
+        check_history(messages)  # a clear error now, not a server's 400 at the first request
     o = agent.options
     agent.settings = o.config if o.config is not None else Settings()  # hermetic: no file read
     agent.endpoint, agent.model_config = resolve_model(agent.settings, model=o.model, base_url=o.base_url,
@@ -41,8 +45,13 @@ def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool
     agent.workspace = o.workspace.expanduser().resolve()
     if not agent.workspace.is_dir():
         raise ValueError(f"workspace is not a directory: {agent.workspace}")
-    agent.tools = ToolRegistry(builtin_tools() if tools is None else tools)
-    for t in extra_tools:
+    given = None if tools is None else _tool_list(tools, "tools")
+    if given is not None:
+        names = [t.name for t in given]
+        if dupes := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"tools= has more than one tool named {', '.join(map(repr, dupes))} (names are unique)")
+    agent.tools = ToolRegistry(builtin_tools() if given is None else given)
+    for t in _tool_list(extra_tools, "extra_tools"):
         agent.tools.add(t)
     agent.origin = o.origin or ("headless" if o.headless else "library")
     agent.thinking = o.thinking or agent.model_config.reasoning_effort or agent.settings.get("defaults.thinking")
@@ -210,3 +219,15 @@ def make_client(agent: Agent) -> ChatClient:
             url_source=agent.endpoint.url_source,
         )
     )
+
+
+def _tool_list(tools: Any, where: str) -> list[Tool]:
+    """`tools=` / `extra_tools=` as a list of Tools, or a TypeError saying what was wrong."""
+    if isinstance(tools, str | bytes | Tool) or not isinstance(tools, Iterable):
+        raise TypeError(f"{where} must be a list of tools (got {type(tools).__name__})")
+    items = list(tools)
+    for item in items:
+        if not isinstance(item, Tool):
+            hint = " (decorate a function with @tool to make it one)" if callable(item) else ""
+            raise TypeError(f"{where} must contain Tool objects, not {type(item).__name__} {item!r}{hint}")
+    return items

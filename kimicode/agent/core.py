@@ -81,6 +81,14 @@ class _Option(Generic[V]):
         agent._reset_client()  # retries and timeouts are the client's
 
 
+def _same_loop(worker: asyncio.Task[Any]) -> None:
+    """Refuse to touch a turn that runs on another thread's event loop (its task cannot be awaited or
+    safely cancelled from here)."""
+    if worker.get_loop() is not asyncio.get_running_loop():
+        raise errors.UsageError("a turn is already running on this agent on another event loop (thread); "
+                                "an agent is used from one event loop at a time")
+
+
 class Agent:
     """A multi-turn coding agent over an OpenAI-compatible endpoint.
 
@@ -150,6 +158,9 @@ class Agent:
         base = options if options is not None else AgentOptions()
         self.options: AgentOptions = base.replace(**settings) if settings else base
         """The settings; `set_model`, `set_thinking` and `set_permission_mode` keep them current."""
+        for what, value in (("approve", approve), ("on_event", on_event)):
+            if value is not None and not callable(value):
+                raise TypeError(f"{what} must be a function or None (got {type(value).__name__} {value!r})")
         self.approve = approve
         self.on_event = on_event
         self._client: ChatClient | None = None
@@ -224,6 +235,8 @@ class Agent:
         `interrupted` result and the agent can run again. Each event is queued before `on_event` sees it,
         and a raising hook is reported (a Notice, `RunResult.hook_errors`) without affecting the turn.
         """
+        if not isinstance(prompt, str):  # before anything is written or sent
+            raise TypeError(f"the prompt must be a str (got {type(prompt).__name__})")
         return self._event_stream(lambda emit: self._turn(prompt, emit))
 
     def _event_stream(self, work: Callable[[Emit], Coroutine[Any, Any, T]]) -> EventStream[T]:
@@ -244,6 +257,7 @@ class Agent:
         """Before new work starts: refuse while a live consumer runs a turn; finish an abandoned one."""
         worker = self._worker
         if worker is not None and not worker.done():
+            _same_loop(worker)
             owner = self._owner() if self._owner is not None else None
             if owner is not None and owner is not stream and not owner.closed:
                 raise errors.UsageError("a turn is already running on this agent")
@@ -292,6 +306,8 @@ class Agent:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
+            if self.busy:  # running on an event loop in another thread: neither join nor disturb it
+                raise errors.UsageError("a turn is already running on this agent (in another thread)") from None
             return asyncio.run(self._run_and_close(prompt))
         raise errors.UsageError(
             "run_sync() cannot be used inside a running event loop (async code, a Jupyter notebook): "
@@ -337,7 +353,7 @@ class Agent:
         changed (`files`) and take them out of the history (`conversation`). Files changed outside
         kimicode since are not overwritten (RestoreConflict) unless `force`. See docs/checkpoints.md."""
         if self._worker is not None and not self._worker.done():
-            raise RuntimeError("cannot rewind while a turn is running")
+            raise errors.UsageError("cannot rewind while a turn is running")
         from kimicode.agent.checkpointing import rewind
 
         return await rewind(self, turn, files=files, conversation=conversation, force=force)
@@ -442,6 +458,8 @@ class Agent:
         A turn or compaction still running (its stream abandoned) is cancelled and waited for first."""
         worker = self._worker
         if worker is not None and not worker.done():
+            _same_loop(worker)
+            self._interrupted = True  # like interrupt(): a run() in flight returns `interrupted`
             worker.cancel()
             await asyncio.wait([worker])
         await close_extras(self)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,9 +101,28 @@ class AgentOptions:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "workspace", Path(self.workspace))
-        if self.home is not None:
-            set_(self, "home", Path(self.home))
+        for name in ("workspace", "home"):
+            value = getattr(self, name)
+            if value is None and name == "home":
+                continue
+            if not isinstance(value, str | os.PathLike):
+                raise TypeError(f"{name} must be a path (str or Path) (got {value!r})")
+            set_(self, name, Path(value))
+        for name in ("model", "base_url", "api_key", "system_prompt", "append_system_prompt", "session_id"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a string or None (got {type(value).__name__} {value!r})")
+        for name in ("persist", "headless", "project_instructions"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False (got {getattr(self, name)!r})")
+        for name in ("context_window", "max_completion_tokens", "tool_output_tokens"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), 1)
+        _check_int("tool_output_cap", self.tool_output_cap, 1)
+        if not _positive(self.retry_base_delay) and self.retry_base_delay != 0:
+            raise ValueError(
+                f"retry_base_delay must be a non-negative number of seconds (got {self.retry_base_delay!r})"
+            )
         for name in ("allow", "deny", "ask"):
             value = getattr(self, name)
             if value is None or isinstance(value, str):
@@ -162,6 +183,17 @@ class AgentOptions:
 
 
 FIELDS = frozenset(f.name for f in dataclasses.fields(AgentOptions))
+_dataclass_init = AgentOptions.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _checked_init(self: AgentOptions, *args: Any, **kwargs: Any) -> None:
+    """The dataclass constructor, with an unknown setting named together with the nearest real one."""
+    check_names(kwargs, "AgentOptions()")
+    _dataclass_init(self, *args, **kwargs)
+
+
+setattr(AgentOptions, "__init__", _checked_init)  # noqa: B010 - mypy refuses assigning to a method
 
 
 def check_names(names: Any, where: str) -> None:

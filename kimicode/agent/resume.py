@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kimicode import errors
 from kimicode.agent.options import AgentOptions
 from kimicode.config.choices import EFFORTS
 from kimicode.session.store import SessionError, load_session
@@ -142,7 +143,7 @@ def restore_window(agent: Agent, records: list[dict[str, Any]], *, record: bool 
 def fork_agent(agent: Agent, **overrides: Any) -> Agent:
     """A copy of `agent`'s conversation in a new session (see `Agent.fork`)."""
     if agent.busy:
-        raise RuntimeError("cannot fork while a turn is running")
+        raise errors.UsageError("cannot fork while a turn is running: wait for it, or interrupt() it first")
     tree_kind = overrides.get("workspace")
     if isinstance(tree_kind, str) and tree_kind in ("worktree", "copy", "shared"):
         del overrides["workspace"]

@@ -12,6 +12,7 @@ events are queued for the consumer before any `on_event` hook sees them.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, TypeVar
@@ -46,7 +47,12 @@ class Sink:
         if hook is None:
             return
         try:
-            hook(event)
+            returned: Any = hook(event)
+            if inspect.isawaitable(returned):  # an `async def` hook: its coroutine would never run
+                if inspect.iscoroutine(returned):
+                    returned.close()
+                raise TypeError("on_event must be a plain function; an async hook is never awaited "
+                                "(use `async for event in agent.stream(...)` instead)")
         except Exception as exc:  # a broken hook is the caller's bug: report it, never let it end the work
             text = f"on_event hook raised {type(exc).__name__}: {exc} (on {type(event).__name__})"
             self.hook_errors.append(text)

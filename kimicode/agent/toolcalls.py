@@ -140,15 +140,15 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
             diff, problem,
         )
         before = approved_paths(tool, prep.args, agent.ctx)
-        answer = agent.approve(request)
-        if inspect.isawaitable(answer):
-            answer = await answer
-        if isinstance(answer, Approval):
+        answer, failure = await ask(agent, request)
+        if failure is not None:  # a broken callback refuses (fails closed); the turn goes on
+            reason = failure
+        elif isinstance(answer, Approval):
             approved, user_reason = answer.approved, answer.reason
             if approved and answer.remember:
                 agent.policy = agent.policy.with_rule(answer.remember)
         else:
-            approved = bool(answer)
+            approved = answer is True
         if approved:  # the path approved is the path written: a link swapped in meanwhile refuses
             after = approved_paths(tool, prep.args, agent.ctx)
             if after != before:
@@ -171,6 +171,22 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
             prep.call_id, tool.name, prep.args, reason, decision.suggestion, decision.by_rule, tool.kind
         )
     )
+
+async def ask(agent: Agent, request: ApprovalRequest) -> tuple[Approval | bool | None, str | None]:
+    """The approve callback's answer, or why it cannot be used: a callback that raises, or returns
+    anything but a bool or an `Approval` (a truthy "no" must never approve), refuses the call."""
+    assert agent.approve is not None
+    try:
+        answer = agent.approve(request)
+        if inspect.isawaitable(answer):
+            answer = await answer
+    except Exception as exc:
+        return None, f"the approve callback raised {type(exc).__name__}: {exc}; the call was refused"
+    if isinstance(answer, Approval | bool):
+        return answer, None
+    return None, (f"the approve callback returned {answer!r} (expected True, False or an Approval); "
+                  "the call was refused")
+
 
 async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -> str:
     """Run one prepared call; every failure becomes an error result for the model."""
@@ -213,6 +229,13 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
             f"Error: the tool failed unexpectedly ({type(exc).__name__}: {exc})",
             is_error=True,
             summary=f"{prep.name}: internal error",
+        )
+    except BaseException as exc:  # SystemExit from a wrapped CLI (argparse), a stray KeyboardInterrupt:
+        ctx.cancelled.set()  # raised by the tool's own code, never by a signal (asyncio cancels instead)
+        result = ToolResult(  # so it must not stop the event loop and every other agent on it
+            f"Error: the tool raised {type(exc).__name__}({exc}) and was stopped",
+            is_error=True,
+            summary=f"{prep.name}: {type(exc).__name__}",
         )
     masked = agent.masker.mask(result.content)  # before the spill file, the history and the log
     content = agent.context.cap_tool_output(masked, f"{prep.name}-{prep.call_id}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import re
@@ -169,6 +170,16 @@ def _to_text(out: Any) -> ToolResult | str:
     return str(out)
 
 
+def _hinted(func: Callable[..., Any]) -> Any:
+    """Where a callable's annotations live: the wrapped function of a partial, a callable object's
+    `__call__`."""
+    if isinstance(func, functools.partial):
+        return _hinted(func.func)
+    if inspect.isfunction(func) or inspect.ismethod(func) or inspect.isbuiltin(func):
+        return func
+    return type(func).__call__ if callable(func) else func
+
+
 @overload
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 
@@ -205,17 +216,26 @@ def tool(
     `timeout` (seconds) stops a call that runs longer; `repeatable=True` exempts the tool from the
     agent's `repeat_limit` (a tool meant to be polled).
     """
-    if timeout is not None and not timeout > 0:
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+    ):
         raise ValueError(f"@tool: timeout must be a positive number of seconds (got {timeout!r})")
+    if kind not in typing.get_args(ToolKind):
+        raise ValueError(f"@tool: kind must be one of {', '.join(typing.get_args(ToolKind))} (got {kind!r})")
 
     def build(func: Callable[..., Any]) -> Tool:
         import pydantic
 
-        tool_name = name or func.__name__
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+            raise TypeError(f"@tool {getattr(func, '__name__', func)!r}: a generator function cannot be a tool; "
+                            "return the whole result instead")
+        tool_name = name or getattr(func, "__name__", None)
+        if not isinstance(tool_name, str):
+            raise TypeError(f"@tool: {func!r} has no __name__: give the tool one with @tool(name=...)")
         if not _NAME_OK.match(tool_name):
             raise ValueError(f"@tool: the name {tool_name!r} must be 1-64 letters, digits, '_' or '-'")
         try:
-            hints = typing.get_type_hints(func, include_extras=True)
+            hints = typing.get_type_hints(_hinted(func), include_extras=True)
         except Exception as exc:  # a forward reference that does not resolve
             raise TypeError(f"@tool {tool_name}: cannot read the type hints ({exc})") from None
         sig = inspect.signature(func)
