@@ -569,3 +569,14 @@ def test_abandoned_compaction_leaves_the_agent_usable(server: FakeServer, tmp_pa
         await agent.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("session_id", ["../../etc/passwd", "/etc/passwd", "a/b", "*", "2*", "[0-9]", "?", "\x00"])
+def test_resume_with_a_hostile_session_id_is_a_session_error(
+    server: FakeServer, tmp_path: Path, session_id: str
+) -> None:
+    sessions = tmp_path / "home" / "sessions"
+    sessions.mkdir(parents=True)
+    (sessions / "20260101-000000-abcdef.jsonl").write_text("")  # one session: `*` must not pick it
+    with pytest.raises(kimicode.SessionError):
+        Agent.resume(session_id, base_url=server.base_url, api_key="k", home=tmp_path / "home")
