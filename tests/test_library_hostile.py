@@ -536,3 +536,47 @@ def test_compact_while_a_turn_runs_is_a_usage_error(server: FakeServer, tmp_path
         await agent.aclose()
 
     asyncio.run(main())
+
+
+def test_a_hook_cannot_rewrite_the_history_through_the_events(server: FakeServer, tmp_path: Path) -> None:
+    from kimicode.events import MessageCommitted
+
+    def vandal(event: Event) -> None:
+        if isinstance(event, MessageCommitted):
+            event.message["content"] = "VANDALISED"  # type: ignore[index]
+
+    server.add(Reply(content="first"), Reply(content="second"))
+    agent = lib_agent(server, tmp_path, on_event=vandal)
+    agent.run_sync("agent-0 one")
+    agent.run_sync("agent-0 two")
+    sent = server.requests[1].body["messages"]
+    assert [m["content"] for m in sent[1:]] == ["agent-0 one", "first", "agent-0 two"]
+
+
+def test_abandoned_compaction_leaves_the_agent_usable(server: FakeServer, tmp_path: Path) -> None:
+    server.add(Reply(content="answer one"), Reply(content="summary", first_delay=1), Reply(content="answer two"))
+
+    async def main() -> None:
+        agent = lib_agent(server, tmp_path)
+        await agent.run("agent-0 one")
+        before = list(agent.messages)
+        async with agent.compact() as events:
+            async for _ in events:
+                break
+        result = await agent.run("agent-0 two")
+        assert result.status == "success"
+        assert agent.messages[: len(before)] == before
+        await agent.aclose()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("session_id", ["../../etc/passwd", "/etc/passwd", "a/b", "*", "2*", "[0-9]", "?", "\x00"])
+def test_resume_with_a_hostile_session_id_is_a_session_error(
+    server: FakeServer, tmp_path: Path, session_id: str
+) -> None:
+    sessions = tmp_path / "home" / "sessions"
+    sessions.mkdir(parents=True)
+    (sessions / "20260101-000000-abcdef.jsonl").write_text("")  # one session: `*` must not pick it
+    with pytest.raises(kimicode.SessionError):
+        Agent.resume(session_id, base_url=server.base_url, api_key="k", home=tmp_path / "home")

@@ -12,12 +12,13 @@ events are queued for the consumer before any `on_event` hook sees them.
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, TypeVar
 
-from kimicode.events import Event, Notice, TurnFinished
+from kimicode.events import Event, MessageCommitted, Notice, TurnFinished
 
 T = TypeVar("T")
 Emit = Callable[[Event], None]
@@ -46,6 +47,8 @@ class Sink:
         hook = self._hook()
         if hook is None:
             return
+        if isinstance(event, MessageCommitted):  # the hook gets a copy: it cannot rewrite the history
+            event = MessageCommitted(copy.deepcopy(dict(event.message)))
         try:
             returned: Any = hook(event)
             if inspect.isawaitable(returned):  # an `async def` hook: its coroutine would never run

@@ -197,7 +197,8 @@ def find_session(home: str | Path | None, session_id: str) -> Path:
     exact = directory / f"{wanted}.jsonl"
     if exact.is_file():
         return exact
-    matches = sorted(directory.glob(f"{wanted}*.jsonl")) if directory.is_dir() else []
+    # a literal prefix: `*` or `[` in an id are not a pattern (`*` matched any one session, `**` raised)
+    matches = sorted(p for p in directory.glob("*.jsonl") if p.stem.startswith(wanted)) if directory.is_dir() else []
     if len(matches) == 1:
         return matches[0]
     if not matches:
