@@ -181,14 +181,20 @@ class CheckpointStore:
     def snapshot(self, label: str, ref: str | None = None) -> Snapshot:
         """Record the workspace now as a commit; `ref` (e.g. `session/3-before`) keeps it alive."""
         with self.locked():
-            try:
-                self._init()
-                return self._snapshot(label, ref)
-            except (OSError, CheckpointError) as exc:
-                self._clean_failed()
-                if isinstance(exc, CheckpointError):
-                    raise
-                raise CheckpointError(self._full() if _is_full(exc) else f"{exc.strerror or exc}") from exc
+            for attempt in (1, 2):
+                try:
+                    self._init()
+                    return self._snapshot(label, ref)
+                except (OSError, CheckpointError) as exc:
+                    self._clean_failed()
+                    full = _is_full(exc) or str(exc) == self._full()
+                    if attempt == 1 and not full:
+                        continue  # once more: the automatic gc (upkeep.py) may have removed an empty
+                        # objects/xx directory git had just made for a new object
+                    if isinstance(exc, CheckpointError):
+                        raise
+                    raise CheckpointError(self._full() if full else f"{exc.strerror or exc}") from exc
+            raise AssertionError("unreachable")
 
     def prepare(self) -> bool:
         """Store the workspace into an empty store ahead of the first snapshot (started in the background
