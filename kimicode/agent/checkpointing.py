@@ -30,7 +30,8 @@ class RewindResult:
 
 
 def open_checkpoints(agent: Agent) -> SessionCheckpoints | None:
-    """The session's checkpoints, unless `[checkpoints] enabled = false`; finishes an interrupted restore."""
+    """The session's checkpoints, unless `[checkpoints] enabled = false`; finishes an interrupted restore
+    and starts the automatic prune (`[checkpoints] auto_prune`, on unless the library is hermetic)."""
     cfg = agent.settings.table("checkpoints")
     if cfg.get("enabled", True) is False:
         return None
@@ -41,6 +42,9 @@ def open_checkpoints(agent: Agent) -> SessionCheckpoints | None:
         note = f"an interrupted checkpoint restore could not be finished: {exc}"
     if note:
         agent.notify(note, "warning")
+    auto = cfg.get("auto_prune")
+    if auto is True or (auto is None and agent.options.config is not None):
+        cps.auto_prune(cfg, agent.home / "sessions", lambda text: agent.notify(text, "warning"))
     return cps
 
 
@@ -171,9 +175,10 @@ def checkpoint_summary(changes: Any) -> str:
 
 def forget_session(home: Path, log_path: Path) -> str | None:
     """Before `sessions rm`: drop the session's checkpoints from its workspace's store and prune the store
-    (objects no other session needs, and refs older than `[checkpoints] max_age_days`). Returns a
-    warning sentence when that failed (the session is deleted all the same)."""
+    (objects no other session needs, and refs older than `[checkpoints] max_age_days`, 30 by default).
+    Returns a warning sentence when that failed (the session is deleted all the same)."""
     from kimicode.checkpoints.store import CheckpointStore
+    from kimicode.checkpoints.upkeep import Limits
     from kimicode.config.settings import load_settings
     from kimicode.session.log import iter_records
 
@@ -186,10 +191,9 @@ def forget_session(home: Path, log_path: Path) -> str | None:
         if not store.git_dir.exists():
             return None
         cfg = load_settings(workspace, home).table("checkpoints") if workspace.is_dir() else {}
-        age, size = cfg.get("max_age_days"), cfg.get("max_store_mb")
+        limits = Limits.from_settings(cfg)
         store.drop_session(log_path.stem)
-        store.prune(float(age) if isinstance(age, int | float) else None,
-                    float(size) if isinstance(size, int | float) else None)
+        store.prune(limits.max_age_days, limits.max_store_mb)
     except (CheckpointError, OSError, ValueError) as exc:
         return f"could not prune the session's checkpoints: {exc}"
     return None

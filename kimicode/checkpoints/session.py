@@ -12,7 +12,7 @@ outside the agent since then is a conflict, refused unless forced, never overwri
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,10 @@ class SessionCheckpoints:
         """Turns of the session so far (counted from `turn_end` records when reopened)."""
         self.warning: str | None = None
         """Why the current turn has no checkpoint (the store failed), once per turn."""
+        self.warming: threading.Thread | None = None
+        """The warm-up started by `warm`, if any."""
+        self.pruning: threading.Thread | None = None
+        """The automatic prune started by `auto_prune`, if any."""
 
     @classmethod
     def open(cls, home: Path, workspace: Path, session_id: str, log: SessionLog | None,
@@ -138,7 +142,26 @@ class SessionCheckpoints:
 
         thread = threading.Thread(target=run, name="kimicode-checkpoint-warm", daemon=True)
         thread.start()
+        self.warming = thread
         return thread
+
+    def auto_prune(self, settings: dict[str, Any], sessions_dir: Path | None,
+                   warn: Callable[[str], None]) -> threading.Thread | None:
+        """Apply the `[checkpoints]` age and size limits in the background, at most once a day per store
+        (see checkpoints/upkeep.py); this session's checkpoints are never dropped for the size. Returns
+        the thread started (None when not due, or the store does not exist yet)."""
+        from kimicode.checkpoints import upkeep
+
+        if not upkeep.due(self.store):
+            return None
+
+        def after_warm_up() -> None:
+            if self.warming is not None:
+                self.warming.join()
+
+        self.pruning = upkeep.start(self.store, upkeep.Limits.from_settings(settings), sessions_dir,
+                                    {self.session_id}, warn, wait_for=after_warm_up)
+        return self.pruning
 
     @property
     def last(self) -> Entry | None:

@@ -181,14 +181,24 @@ class CheckpointStore:
     def snapshot(self, label: str, ref: str | None = None) -> Snapshot:
         """Record the workspace now as a commit; `ref` (e.g. `session/3-before`) keeps it alive."""
         with self.locked():
+            return self._snapshot_locked(label, ref)
+
+    def _snapshot_locked(self, label: str, ref: str | None) -> Snapshot:
+        """`snapshot` with the lock held, tried twice unless the disk is full: the automatic gc
+        (upkeep.py) may remove an empty objects/xx directory git has just made for a new object."""
+        for attempt in (1, 2):
             try:
                 self._init()
                 return self._snapshot(label, ref)
             except (OSError, CheckpointError) as exc:
                 self._clean_failed()
+                full = _is_full(exc) or str(exc) == self._full()
+                if attempt == 1 and not full:
+                    continue
                 if isinstance(exc, CheckpointError):
                     raise
-                raise CheckpointError(self._full() if _is_full(exc) else f"{exc.strerror or exc}") from exc
+                raise CheckpointError(self._full() if full else f"{exc.strerror or exc}") from exc
+        raise AssertionError("unreachable")
 
     def prepare(self) -> bool:
         """Store the workspace into an empty store ahead of the first snapshot (started in the background
@@ -329,8 +339,7 @@ class CheckpointStore:
         crash is finished by `recover()` on the next start.
         """
         with self.locked():
-            self._init()
-            before = self._snapshot(label, ref)
+            before = self._snapshot_locked(label, ref)
             self._write_journal(target, paths)
             try:
                 self._apply(target, paths)

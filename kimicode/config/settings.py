@@ -91,7 +91,7 @@ SCHEMA: dict[str, Any] = {
     "subagents": {"max_turns": "int", "tools": "list[str]"},
     "checkpoints": {
         "enabled": "bool", "warm_at_open": "bool", "max_file_mb": "number", "max_age_days": "number",
-        "max_store_mb": "number",
+        "max_store_mb": "number", "auto_prune": "bool",
     },
 }
 
