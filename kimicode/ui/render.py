@@ -233,6 +233,9 @@ class MarkdownStream:
         self._blocks = 0
         self._dirty = False
         self._last_draw = float("-inf")
+        self._last_code = float("-inf")
+        self._code_held = False
+        """Complete code lines wait for the redraw clock: each piece highlights its block from the fence."""
         self._open_render = ""
         self._plain_last = ""
         self._done_lines = 0
@@ -267,9 +270,15 @@ class MarkdownStream:
 
         The live region is redrawn unless `draw` is false (the caller redraws it anyway).
         """
-        if self.live is None or not self._dirty:
+        if self.live is None or not (self._dirty or self._code_held):
             return
         now = self.clock()
+        if self._code_held and (force or now - self._last_code >= self.min_interval):
+            self._code_held = False
+            if self._commit_ready():
+                return  # printed with the live row
+        if not self._dirty:
+            return
         if force or now - self._last_draw >= self.min_interval:
             self._render_open()
             self._last_draw = now
@@ -301,6 +310,7 @@ class MarkdownStream:
         self._dirty = False
         self._done_lines = self._done_items = self._done_chars = 0
         self._not_plain = False
+        self._code_held = False
         if self.live is not None:
             self.live.redraw()
         elif self._plain_last and self._plain_last != "\n":
@@ -315,6 +325,7 @@ class MarkdownStream:
     def _commit(self, block: str) -> bool:
         """Print a finished block (only its lines not printed yet, when it was printed in pieces)."""
         done, self._done_lines = self._done_lines, 0
+        self._code_held = False
         items, self._done_items = self._done_items, 0
         chars, self._done_chars = self._done_chars, 0
         self._not_plain = False
@@ -379,6 +390,11 @@ class MarkdownStream:
             if code < max(1, self._done_lines):
                 return False
             start = max(1, self._done_lines)
+            if start > 1 and self.clock() - self._last_code < self.min_interval:
+                self._code_held = True  # printed by the next refresh or feed once the interval has passed
+                return False
+            self._code_held = False
+            self._last_code = self.clock()
             source, first, last = code_piece(lines, start, code)
             piece = markdown(source, code_lines=(first, last, start == 1, False))
             self._print(render_ansi(self.console, piece), first=start == 1)
