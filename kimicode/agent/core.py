@@ -519,7 +519,7 @@ class Agent:
             repeats = RepeatTracker(self.repeat_limit)
             while True:
                 if steps >= self.max_turns:
-                    finish("max_turns", self._last_text(), f"stopped after reaching --max-turns {self.max_turns}")
+                    finish("max_turns", self.turn_text, f"stopped after reaching --max-turns {self.max_turns}")
                     return
                 if (note := note_needed(self.messages, self.permission_mode)) is not None:
                     self._commit(note, emit)  # the mode changed (or a session starts in one): say so
@@ -541,13 +541,13 @@ class Agent:
                 pending[:] = calls
                 stop = await run_tools(self, calls, completion.finish_reason, repeats, denials, pending, emit)
                 if stop:
-                    finish("repeat_limit", self._last_text(), stop)
+                    finish("repeat_limit", self.turn_text, stop)
                     return
         except asyncio.CancelledError:
             for call in pending:
                 self._commit({"role": "tool", "tool_call_id": call.get("id", ""), "content": INTERRUPTED}, emit)
             pending.clear()
-            finish("interrupted", self._last_text(), "interrupted by user")
+            finish("interrupted", self.turn_text, "interrupted by user")
             if not self._interrupted:
                 raise  # cancelled from outside (library cancellation): propagate
         except LLMError as err:
@@ -574,6 +574,8 @@ class Agent:
             return {}
         return {"changes": entry.changes.as_dict() if entry.after else None, "checkpoint": entry.before}
 
-    def _last_text(self) -> str:
-        """The last assistant text of the current turn ("" when this turn has none: never an older answer)."""
+    @property
+    def turn_text(self) -> str:
+        """The last assistant text of the current (or last) turn: "" when it has none, never an older answer.
+        What a caller that stopped a turn from outside (a batch timeout) reports as its partial result."""
         return self._turn_text

@@ -145,7 +145,7 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
             run = await asyncio.wait_for(agent.run(task.prompt), timeout)
             status, result, error, kind, turns = run.status, run.result, run.error, run.error_kind, run.num_turns
         except TimeoutError:
-            status, result, error, kind, turns = "timeout", agent._last_text(), f"stopped after {timeout:g}s", None, 0
+            status, result, error, kind, turns = "timeout", agent.turn_text, f"stopped after {timeout:g}s", None, 0
         if over:
             status, error, kind = "budget", f"stopped: cost ${over[0]:.4f} passed the budget ${budget:g}", None
         from kimicode.agent.costs import session_cost
