@@ -23,7 +23,7 @@ from kimicode.agent.modes import note_needed
 from kimicode.agent.options import AgentOptions
 from kimicode.agent.outgoing import masked_event, utf8_safe
 from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult
-from kimicode.agent.step import model_step
+from kimicode.agent.step import model_step, truncation
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
 from kimicode.config.choices import EFFORTS, PERMISSION_MODES, check_choice
 from kimicode.config.settings import switch_model
@@ -124,6 +124,10 @@ class Agent:
     max_completion_tokens: int | None
     """The answer's token limit when set (option, model config, `[context] max_tokens`); else fitted."""
     _discovered: bool
+    server_counts: bool
+    """The server can count the next request before it is sent (llama.cpp; see agent/step.py)."""
+    calibration_record: dict[str, Any] | None
+    """The calibration a resumed or forked session starts from (kept when the server is the same)."""
     home: Path
     session_id: str
     log: SessionLog | None
@@ -366,7 +370,8 @@ class Agent:
         self.context_window, self._window_source = resolve_window(
             None, self.model_config.context_window, self.endpoint.model, self.profile.context_window
         )
-        self._discovered = self.model_config.context_window is not None
+        self._discovered = False
+        self.calibration_record = None
         self.context.forget_window()
         from kimicode.agent.ecosystem import refresh
 
@@ -534,6 +539,10 @@ class Agent:
                     finish("error", message.get("content") or "", blocked, "content_filter")
                     return
                 if not calls:
+                    cut = truncation(self, completion.finish_reason)
+                    if cut:
+                        finish("error", message.get("content") or "", cut, "truncated")
+                        return
                     if completion.finish_reason == "length":
                         emit(Notice("the answer was cut off at max_completion_tokens", "warning"))
                     finish("success", message.get("content") or "")
