@@ -38,8 +38,9 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     if not agent._discovered:
         await discover_window(agent, emit)
     agent.context.set_window(agent.context_window, agent.max_completion_tokens or agent.profile.max_completion_tokens)
-    if agent.server_counts:
+    if agent.server_counts:  # llama.cpp counts the first request exactly (its template may leave tools out)
         await count_first_request(agent, tools)
+    tools = agent.context.fit_tools(agent.messages, tools, emit)  # a compact set when a small window needs it
     est = await agent.context.prepare(agent.messages, tools, agent.client, emit, kinds)  # prune/compact to fit
     after_compaction(agent)  # keep the todo list visible to the model
     completion: Completion | None = None
@@ -89,8 +90,9 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
             agent.usage["cached_tokens"],
         )
     )
-    if agent.log and completion.usage:
-        agent.log.append({"type": "usage", "usage": completion.usage})
+    if agent.log and completion.usage:  # with kimicode's estimate of the request, to compare with the count
+        agent.log.append({"type": "usage", "usage": completion.usage, "estimate": agent.context.last_estimate,
+                          "calibration": agent.context.calibration_source})
     used = agent.context.observe(agent.messages, tools, completion.message, completion.usage)
     save_calibration(agent)
     emit(ContextUpdated(used, agent.effective_window, cached_t))

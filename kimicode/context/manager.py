@@ -95,6 +95,8 @@ class ContextManager:
         """Where the estimate's correction comes from: `none` (a guess), `server` (this process's counts),
         `restored` (an earlier process's, same server), `probe` (the server counted the request beforehand)."""
         self._logged_state: dict[str, Any] | None = None
+        self._tool_fit: tuple[Any, list[dict[str, Any]]] | None = None
+        self._tool_note = ""
         self.fingerprint = ""
         """The server's fingerprint (see `kimicode.llm.discovery.ServerInfo`) the calibration belongs to."""
 
@@ -193,6 +195,25 @@ class ContextManager:
         if self.log:
             self.log.append({"type": "calibration", **state})
         return state
+
+    def fit_tools(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]], emit: Emit,
+                  ) -> list[dict[str, Any]]:
+        """The tools to send: all of them, or a compact set when with the system prompt they would take more
+        than half the input budget (see context/toolfit.py). Said once per change."""
+        from kimicode.context.toolfit import TOOLS_SHARE, fit_tools, tools_key
+
+        system = [m for m in messages if m.get("role") == "system"]
+        limit = int(self.budget.input_budget * TOOLS_SHARE)
+        key = (tools_key(tools), limit, round(self.accountant.correction, 3), self.accountant.tools_in_prompt,
+               len(system))
+        if self._tool_fit is not None and self._tool_fit[0] == key:
+            return self._tool_fit[1]
+        fitted, note = fit_tools(tools, lambda t: self.accountant.estimate_unanchored(system, t), limit)
+        if note and note != self._tool_note:
+            emit(Notice(f"context: {note}", "warning"))
+        self._tool_note = note
+        self._tool_fit = (key, fitted)
+        return fitted
 
     # -- accounting -------------------------------------------------------------------------------
 
