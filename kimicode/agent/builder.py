@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
-from kimicode.config.choices import DEFAULT_COMPACT_THRESHOLD, DEFAULT_PRUNE_THRESHOLD
+from kimicode.config.choices import DEFAULT_COMPACT_THRESHOLD, DEFAULT_MAX_RETRIES, DEFAULT_PRUNE_THRESHOLD
 from kimicode.config.endpoint import kimicode_home
 from kimicode.config.settings import Settings, resolve_model
 from kimicode.context.manager import ContextManager, ContextSettings
@@ -213,6 +213,8 @@ def make_client(agent: Agent) -> ChatClient:
             max_completion_tokens=agent.max_completion_tokens,
             session_id=agent.session_id,
             max_retries=o.max_retries,
+            retries_explicit=o.max_retries != DEFAULT_MAX_RETRIES,
+            tool_choice=o.tool_choice or agent.model_config.tool_choice,
             retry_base_delay=o.retry_base_delay,
             timeout=o.request_timeout,
             reasoning_field=agent.model_config.reasoning_field,

@@ -38,6 +38,7 @@ def flag_settings(
     deny: Iterable[str] | None = None,
     sandbox: str | None = None,
     sandbox_network: bool = False,
+    tool_choice: str | None = None,
 ) -> dict[str, Any]:
     """The AgentOptions settings the flags set (names of AgentOptions' fields)."""
     out: dict[str, Any] = {
@@ -51,6 +52,7 @@ def flag_settings(
         "deny": tuple(deny or ()),
         "sandbox": sandbox,
         "sandbox_network": True if sandbox_network else None,
+        "tool_choice": tool_choice,
     }
     out = {k: v for k, v in out.items() if v not in (None, ())}
     if yolo:

@@ -56,6 +56,7 @@ SCHEMA: dict[str, Any] = {
             "reasoning_effort": EFFORTS,
             "supports_images": "bool",
             "edit_tool": ("edit_file", "apply_patch"),
+            "tool_choice": "str",
             "prices": {"input": "number", "cached_input": "number", "output": "number"},
         }
     },
@@ -360,6 +361,8 @@ class ModelConfig:
     reasoning_effort: str | None = None
     supports_images: bool | None = None
     edit_tool: str | None = None
+    tool_choice: str | None = None
+    """`auto`, `none`, `required` or a tool's name, sent with each request that has tools (servers that honour it)."""
     prices: Mapping[str, float] = field(default_factory=dict)
     """USD per million tokens: `input`, `cached_input`, `output`."""
 
@@ -452,6 +455,7 @@ def model_config(settings: Settings, name: str, env: Mapping[str, str] | None = 
         reasoning_effort=entry.get("reasoning_effort"),
         supports_images=entry.get("supports_images"),
         edit_tool=entry.get("edit_tool"),
+        tool_choice=entry.get("tool_choice"),
         prices=dict(entry.get("prices", {})),
     )
 

@@ -245,6 +245,14 @@ def _root(base_url: str) -> str:
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 
 
+def _warm() -> None:
+    """Import the HTTP stack and load the TLS context outside the timed exchange (seconds on a busy machine:
+    the answer must not be lost to the clock of an import)."""
+    from kimicode.llm.client import shared_ssl_context
+
+    shared_ssl_context()
+
+
 def _http(api_key: str, headers: Mapping[str, str], timeout: float) -> Any:
     import httpx2
 
@@ -329,6 +337,7 @@ async def discover_window(
 
 async def _ask_bounded(base_url: str, api_key: str, model: str, headers: Mapping[str, str],
                        timeout: float, hint: ServerInfo | None) -> ServerInfo | None:
+    _warm()
     try:
         return await asyncio.wait_for(_ask(base_url, api_key, model, headers, timeout, hint), timeout)
     except Exception:  # discovery is a hint: any failure (network, protocol, timeout) means "not said"
@@ -363,6 +372,7 @@ async def count_request(
             tokens = counted.json().get("tokens") if counted.status_code == 200 else None
             return len(tokens) if isinstance(tokens, list) and tokens else None
 
+    _warm()
     try:
         return await asyncio.wait_for(ask(), timeout)
     except Exception:  # a hint like discovery: the request itself reports real errors
