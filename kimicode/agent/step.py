@@ -68,12 +68,13 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
             if text.strip() and agent._interrupted:
                 agent._commit(interrupted_answer(text), emit)
             raise
-        except LLMError as err:  # too long for the server after all: compact, then retry once
+        except LLMError as err:  # too long for the server after all: learn its numbers, make room, retry
             if err.kind != "context_length" or attempt:
                 raise
             if not await agent.context.recover(err, agent.messages, tools, agent.client, emit, kinds):
                 raise
-            est = agent.context.last_estimate
+            tools = agent.context.fit_tools(agent.messages, agent.tools.schemas(), emit)  # the window may be smaller
+            est = agent.context.estimate(agent.messages, tools)
             emit(ContextUpdated(est, agent.context.budget.window))
     assert completion is not None
     prompt_t, completion_t, cached_t = usage_numbers(completion.usage)

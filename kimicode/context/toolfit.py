@@ -80,7 +80,7 @@ def fit_tools(
     order = sorted(range(len(short)), key=lambda i: (
         KEEP_FIRST.index(_name(short[i])) if _name(short[i]) in KEEP_FIRST else len(KEEP_FIRST) + len(short) - i))
     kept = list(order)
-    while kept and cost([short[i] for i in sorted(kept)]) > limit:
+    while len(kept) > 1 and cost([short[i] for i in sorted(kept)]) > limit:  # read_file stays, whatever it costs
         kept.pop()
     chosen = [short[i] for i in sorted(kept)]
     left = [_name(short[i]) for i in order if i not in kept]
