@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from kimicode import errors
+from kimicode.agent import hooking
 from kimicode.agent.builder import build, make_client, settings_record
 from kimicode.agent.ecosystem import after_compaction, close_extras, start_extras, user_content
 from kimicode.agent.modes import note_needed
@@ -415,6 +416,7 @@ class Agent:
         return self._event_stream(lambda emit: self._compact(instructions, emit))
 
     async def _compact(self, instructions: str | None, emit: Emit) -> CompactionResult | None:
+        await hooking.pre_compact(self, "manual", instructions, emit)  # PreCompact hooks
         client = await self._ensure_client()
         self.context.set_window(self.context_window, self.max_completion_tokens or self.profile.max_completion_tokens)
         kinds = {t.name: t.kind for t in self.tools}
@@ -462,6 +464,7 @@ class Agent:
             self._interrupted = True  # like interrupt(): a run() in flight returns `interrupted`
             worker.cancel()
             await asyncio.wait([worker])
+        await hooking.session_end(self, "exit")  # SessionEnd hooks
         await close_extras(self)
         if self._client is not None:
             await self._client.aclose()
@@ -515,7 +518,13 @@ class Agent:
             self.checkpoints.begin_turn(prompt, len(self.messages))  # the user message goes at this index
         try:
             await start_extras(self, emit)  # MCP servers (bounded by their startup timeout)
+            blocked, added = await hooking.prompt_submitted(self, prompt, emit)  # SessionStart, UserPromptSubmit
+            if blocked is not None:
+                finish("error", "", f"a UserPromptSubmit hook blocked the prompt: {blocked}", "hook_blocked")
+                return
             self._commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
+            if added:
+                self._commit(hooking.context_message(added), emit)
             repeats = RepeatTracker(self.repeat_limit)
             while True:
                 if steps >= self.max_turns:
@@ -534,6 +543,9 @@ class Agent:
                     finish("error", message.get("content") or "", blocked, "content_filter")
                     return
                 if not calls:
+                    if (why := await hooking.stop_blocked(self, message.get("content") or "", emit)) is not None:
+                        self._commit({"role": "user", "content": f"[Stop hook] {why}"}, emit)  # back to work
+                        continue
                     if completion.finish_reason == "length":
                         emit(Notice("the answer was cut off at max_completion_tokens", "warning"))
                     finish("success", message.get("content") or "")
@@ -542,6 +554,10 @@ class Agent:
                 stop = await run_tools(self, calls, completion.finish_reason, repeats, denials, pending, emit)
                 if stop:
                     finish("repeat_limit", self.turn_text, stop)
+                    return
+                if self.extras.hook_stop is not None:  # a hook answered `continue: false`
+                    why, self.extras.hook_stop = self.extras.hook_stop, None
+                    finish("error", self.turn_text, f"stopped by a hook: {why}", "hook_stopped")
                     return
         except asyncio.CancelledError:
             for call in pending:
