@@ -209,7 +209,6 @@ class Agent:
         if self.log:
             self.log.append({"type": "settings", "reason": reason, **settings_record(self), **extra})
 
-
     @property
     def client(self) -> ChatClient:
         """The model client, created on first use (importing the HTTP stack is not free)."""
@@ -481,7 +480,6 @@ class Agent:
 
     # -- the turn ---------------------------------------------------------------------------------
 
-
     def _commit(self, message: dict[str, Any], emit: Callable[[Event], None]) -> None:
         message = utf8_safe(message)
         self.messages.append(message)
@@ -525,13 +523,10 @@ class Agent:
             self.checkpoints.begin_turn(prompt, len(self.messages))  # the user message goes at this index
         try:
             await start_extras(self, emit)  # MCP servers (bounded by their startup timeout)
-            blocked, added = await hooking.prompt_submitted(self, prompt, emit)  # SessionStart, UserPromptSubmit
-            if blocked is not None:
-                finish("error", "", f"a UserPromptSubmit hook blocked the prompt: {blocked}", "hook_blocked")
-                return
+            added = await hooking.prompt_submitted(self, prompt, emit)  # SessionStart, UserPromptSubmit hooks
             self._commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
-            if added:
-                self._commit(hooking.context_message(added), emit)
+            for extra in added:  # what those hooks add, after the prompt
+                self._commit(extra, emit)
             repeats = RepeatTracker(self.repeat_limit)
             while True:
                 if steps >= self.max_turns:
@@ -562,10 +557,9 @@ class Agent:
                 if stop:
                     finish("repeat_limit", self.turn_text, stop)
                     return
-                if self.extras.hook_stop is not None:  # a hook answered `continue: false`
-                    why, self.extras.hook_stop = self.extras.hook_stop, None
-                    finish("error", self.turn_text, f"stopped by a hook: {why}", "hook_stopped")
-                    return
+                hooking.check_stop(self)  # a hook answered `continue: false`: raises HookStop
+        except hooking.HookStop as stop:
+            finish("error", self.turn_text, str(stop), stop.kind)
         except asyncio.CancelledError:
             for call in pending:
                 self._commit({"role": "tool", "tool_call_id": call.get("id", ""), "content": INTERRUPTED}, emit)

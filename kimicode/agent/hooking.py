@@ -174,11 +174,28 @@ async def after_tool(agent: Agent, prep: Prepared, content: str, is_error: bool,
     return content + "\n\n" + "\n".join(f"[{event} hook] {text}" for text in verdict.context)
 
 
-async def prompt_submitted(agent: Agent, prompt: str, emit: Emit) -> tuple[str | None, list[str]]:
-    """SessionStart (on the agent's first turn) and UserPromptSubmit hooks: (why the prompt is blocked
-    or None, context to add to the conversation)."""
+class HookStop(Exception):
+    """A hook ended the turn: a UserPromptSubmit hook blocked the prompt (`hook_blocked`), or a hook
+    answered `continue: false` (`hook_stopped`). The turn finishes with status `error` and this kind."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def check_stop(agent: Agent) -> None:
+    """Raise HookStop when a hook of this step answered `continue: false`."""
+    why = agent.extras.hook_stop
+    if why is not None:
+        agent.extras.hook_stop = None
+        raise HookStop(f"stopped by a hook: {why}", "hook_stopped")
+
+
+async def prompt_submitted(agent: Agent, prompt: str, emit: Emit) -> list[dict[str, Any]]:
+    """SessionStart (on the agent's first turn) and UserPromptSubmit hooks: the messages carrying what they
+    add to the conversation (committed after the prompt). Raises HookStop when the prompt is blocked."""
     if agent.extras.hooks is None or agent.extras.subagent:
-        return None, []
+        return []
     context: list[str] = []
     if not agent.extras.session_started:
         agent.extras.session_started = True
@@ -187,8 +204,10 @@ async def prompt_submitted(agent: Agent, prompt: str, emit: Emit) -> tuple[str |
     verdict = await fire(agent, "UserPromptSubmit", (), emit, prompt=prompt)
     agent.extras.hook_stop = None
     if verdict.decision == "block" or verdict.stop is not None:
-        return (verdict.reason if verdict.decision == "block" else verdict.stop or ""), []
-    return None, context + verdict.context
+        why = verdict.reason if verdict.decision == "block" else verdict.stop or ""
+        raise HookStop(f"a UserPromptSubmit hook blocked the prompt: {why}", "hook_blocked")
+    context += verdict.context
+    return [context_message(context)] if context else []
 
 
 def context_message(context: list[str]) -> dict[str, Any]:
