@@ -16,6 +16,7 @@ from kimicode.cli.batch_cmd import batch
 from kimicode.cli.config_cmd import config_app
 from kimicode.cli.doctor import doctor
 from kimicode.cli.mcp_cmd import mcp_app
+from kimicode.cli.plugin_cmd import plugin_app
 from kimicode.cli.sessions import sessions_app
 from kimicode.config.choices import (
     DEFAULT_MAX_RETRIES,
@@ -290,6 +291,7 @@ app.command("undo")(undo_command)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
+app.add_typer(plugin_app, name="plugin")
 app.command("doctor")(doctor)
 app.command("login")(login_command)
 app.command("batch")(batch)
