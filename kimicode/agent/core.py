@@ -17,15 +17,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from kimicode import errors
-from kimicode.agent.builder import build, make_client, settings_record
+from kimicode.agent.builder import build, make_client, settings_record, switch_policy
 from kimicode.agent.ecosystem import after_compaction, close_extras, start_extras, user_content
 from kimicode.agent.modes import note_needed
 from kimicode.agent.options import AgentOptions
 from kimicode.agent.outgoing import masked_event, utf8_safe
 from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult
 from kimicode.agent.step import model_step
+from kimicode.agent.streams import same_loop
+from kimicode.agent.switch import ModelSwitches, switch_notice
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
-from kimicode.config.choices import EFFORTS, PERMISSION_MODES, check_choice
+from kimicode.config.choices import EFFORTS, PERMISSION_MODES, SWITCH_POLICIES, Scope, SwitchPolicy, check_choice
 from kimicode.config.settings import switch_model
 from kimicode.context.accounting import Breakdown
 from kimicode.context.compact import CompactionResult
@@ -81,14 +83,6 @@ class _Option(Generic[V]):
         agent._reset_client()  # retries and timeouts are the client's
 
 
-def _same_loop(worker: asyncio.Task[Any]) -> None:
-    """Refuse to touch a turn that runs on another thread's event loop (its task cannot be awaited or
-    safely cancelled from here)."""
-    if worker.get_loop() is not asyncio.get_running_loop():
-        raise errors.UsageError("a turn is already running on this agent on another event loop (thread); "
-                                "an agent is used from one event loop at a time")
-
-
 class Agent:
     """A multi-turn coding agent over an OpenAI-compatible endpoint.
 
@@ -118,6 +112,7 @@ class Agent:
     tools: ToolRegistry
     origin: str
     """Which face runs the session (`interactive`, `headless`, `library`), recorded in the log for listings."""
+    scope: Scope  # `strict` or `normal` (docs/models.md)
     thinking: str | None
     context_window: int
     _window_source: str
@@ -175,6 +170,8 @@ class Agent:
         """The running turn's emit (subagents report through it)."""
         self._denials: list[dict[str, Any]] = []
         """The running turn's permission denials (subagents add theirs)."""
+        self.switches = ModelSwitches()
+        """Which model wrote each assistant message, and a pending switch compaction (agent/switch.py)."""
         build(self, tools, extra_tools, messages)
 
     # -- settings ---------------------------------------------------------------------------------
@@ -257,7 +254,7 @@ class Agent:
         """Before new work starts: refuse while a live consumer runs a turn; finish an abandoned one."""
         worker = self._worker
         if worker is not None and not worker.done():
-            _same_loop(worker)
+            same_loop(worker)
             owner = self._owner() if self._owner is not None else None
             if owner is not None and owner is not stream and not owner.closed:
                 raise errors.UsageError("a turn is already running on this agent")
@@ -358,8 +355,11 @@ class Agent:
 
         return await rewind(self, turn, files=files, conversation=conversation, force=force)
 
-    def set_model(self, model: str) -> None:
-        """Switch the model for the following requests (the history is kept as it is)."""
+    def set_model(self, model: str, *, on_switch: SwitchPolicy | None = None) -> None:
+        """Switch the model; earlier messages are treated as `on_switch` (else as configured) says."""
+        check_choice("on_switch", on_switch, SWITCH_POLICIES, optional=True)
+        if (old := self.endpoint.model) != model and self.busy:
+            raise errors.UsageError("cannot switch the model while a turn is running: wait for it, or interrupt() it")
         self.endpoint, self.model_config = switch_model(self.settings, self.endpoint, model)
         self.options = self.options.replace(model=self.model_config.name)
         self.profile = profile_with(profile_for(self.endpoint.model), self.model_config)
@@ -372,7 +372,19 @@ class Agent:
 
         refresh(self)  # e.g. apply_patch instead of edit_file for GPT models
         self._reset_client()
-        self.record_settings("model")
+        if old != self.endpoint.model:
+            self.notify(self.apply_switch(old, on_switch))
+        else:
+            self.record_settings("model")
+
+    def apply_switch(self, old: str, policy: SwitchPolicy | None = None) -> str:
+        """Record and apply a move from model `old` with `policy` (None: as configured; agent/switch.py);
+        returns the line that says what it did."""
+        policy = policy or switch_policy(self.options, self.model_config, self.profile)
+        self.record_settings("model", on_switch=policy, switched_from=old)
+        if stripped := self.switches.apply(policy, self.messages, self.endpoint.model, self.log):
+            self.context.used = self.context.estimate(self.messages, self.tools.schemas())
+        return switch_notice(old, self.endpoint.model, policy, stripped)
 
     def set_thinking(self, effort: str | None) -> None:
         """Change the reasoning effort (`low`, `high`, `max`, or None for the model's default)."""
@@ -458,7 +470,7 @@ class Agent:
         A turn or compaction still running (its stream abandoned) is cancelled and waited for first."""
         worker = self._worker
         if worker is not None and not worker.done():
-            _same_loop(worker)
+            same_loop(worker)
             self._interrupted = True  # like interrupt(): a run() in flight returns `interrupted`
             worker.cancel()
             await asyncio.wait([worker])
@@ -475,10 +487,11 @@ class Agent:
     def _commit(self, message: dict[str, Any], emit: Callable[[Event], None]) -> None:
         message = utf8_safe(message)
         self.messages.append(message)
+        self.switches.authorship.record(message, self.endpoint.model)
         if message.get("role") == "assistant" and message.get("content"):
             self._turn_text = str(message["content"])
         if self.log:
-            self.log.message(message)
+            self.log.message(message, self.endpoint.model)
         emit(MessageCommitted(message))
 
     async def _turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
@@ -515,6 +528,9 @@ class Agent:
             self.checkpoints.begin_turn(prompt, len(self.messages))  # the user message goes at this index
         try:
             await start_extras(self, emit)  # MCP servers (bounded by their startup timeout)
+            if self.switches.compact_pending:  # the `compact` switch policy: summarise before the new model answers
+                await self.switches.compact(lambda: self._compact(None, emit), self.messages, self.endpoint.model,
+                                            self.log, self.checkpoints.current if self.checkpoints else None)
             self._commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
             repeats = RepeatTracker(self.repeat_limit)
             while True:

@@ -32,10 +32,14 @@ from kimicode.config.choices import (
     ORIGINS,
     PERMISSION_MODES,
     SANDBOX_MODES,
+    SCOPES,
+    SWITCH_POLICIES,
     Effort,
     Origin,
     PermissionMode,
     SandboxMode,
+    Scope,
+    SwitchPolicy,
     check_choice,
 )
 from kimicode.config.endpoint import ConfigError, kimicode_home
@@ -98,6 +102,12 @@ class AgentOptions:
     """The permission rules, already resolved (instead of config files plus allow/deny/ask)."""
     sandbox: SandboxMode | None = None
     sandbox_network: bool | None = None
+    scope: Scope | None = None
+    """`strict` adds direct limits to the system prompt (do only what was asked); None: the config's
+    `[agent] scope`, else `normal` (docs/models.md)."""
+    on_switch: SwitchPolicy | None = None
+    """What a change of model does to earlier assistant messages (`keep`, `strip`, `compact`); None: the
+    model's `on_switch`, else `[model] on_switch`, else the model profile's default (docs/models.md)."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -142,6 +152,8 @@ class AgentOptions:
         if self.origin is not None and self.origin not in ORIGINS:
             raise ValueError(f"origin must be interactive, headless or library (got {self.origin!r})")
         check_choice("sandbox", self.sandbox, SANDBOX_MODES, optional=True)
+        check_choice("scope", self.scope, SCOPES, optional=True)
+        check_choice("on_switch", self.on_switch, SWITCH_POLICIES, optional=True)
         _check_int("max_turns", self.max_turns, 1)
         _check_int("max_retries", self.max_retries, 0)
         if self.repeat_limit is not None and (not isinstance(self.repeat_limit, int) or self.repeat_limit < 2):
