@@ -9,10 +9,13 @@ section, then `# Environment`, the project's AGENTS.md files and `append_system_
 
 from __future__ import annotations
 
+import json
 import platform
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from kimicode.config.choices import Scope
 from kimicode.prompts import load_prompt
@@ -91,3 +94,60 @@ def stable_prefix(prompt: str) -> str:
     `# Environment` section, as a caller's own prompt may not)."""
     head, sep, _ = prompt.partition("\n\n" + ENVIRONMENT_HEADING + "\n")
     return head if sep else prompt
+
+
+@dataclass(frozen=True)
+class PromptReport:
+    """What the model is told before the conversation: the system prompt and the tool definitions exactly
+    as the next request sends them, with their token counts (`kimicode prompt show`, `/prompt`)."""
+
+    system: str
+    tools: tuple[dict[str, Any], ...]
+    system_tokens: int
+    stable_tokens: int
+    """Tokens of the part of the system prompt that is the same in every workspace."""
+    tool_tokens: tuple[int, ...]
+
+    @classmethod
+    def of(cls, system: str, tools: Sequence[dict[str, Any]], count: Callable[[str], int]) -> PromptReport:
+        """Count `system` and each tool (as its JSON) with `count`, the context manager's token counter."""
+        return cls(
+            system=system,
+            tools=tuple(tools),
+            system_tokens=count(system),
+            stable_tokens=count(stable_prefix(system)),
+            tool_tokens=tuple(count(json.dumps(t, ensure_ascii=False)) for t in tools),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (`--json`): the exact system text and tool definitions."""
+        return {
+            "system": self.system,
+            "tools": list(self.tools),
+            "tokens": {
+                "system": self.system_tokens,
+                "stable_prefix": self.stable_tokens,
+                "tools": sum(self.tool_tokens),
+                "per_tool": {_tool_name(t): n for t, n in zip(self.tools, self.tool_tokens, strict=True)},
+            },
+        }
+
+    def text(self) -> str:
+        """The report for a person: the prompt in full, then each tool's definition."""
+        rule = "─" * 72
+        lines = [
+            f"System prompt: {self.system_tokens:,} tokens (the first {self.stable_tokens:,} are the same in every "
+            "workspace and cached by the server)",
+            rule,
+            self.system,
+            rule,
+            f"Tools: {len(self.tools)}, {sum(self.tool_tokens):,} tokens",
+        ]
+        for tool, n in zip(self.tools, self.tool_tokens, strict=True):
+            lines += [f"{rule}\n{_tool_name(tool)} ({n:,} tokens)", json.dumps(tool, indent=2, ensure_ascii=False)]
+        return "\n".join(lines)
+
+
+def _tool_name(tool: dict[str, Any]) -> str:
+    function = tool.get("function")
+    return str(function.get("name") if isinstance(function, dict) else tool.get("name", "?"))
