@@ -548,8 +548,7 @@ COMMANDS: dict[str, Command] = {
         Command("compact", "summarise the conversation to free context", cmd_compact, "[instructions]"),
         Command("context", "what fills the context window", cmd_context),
         Command("cost", "tokens used and cost of this session", cmd_cost),
-        Command("model", "show or switch the model (--fresh: in a fork, from a summary)", cmd_model,
-                "[name] [--fresh]"),
+        Command("model", "show or switch the model", cmd_model, "[name] [--fresh]"),
         Command("prompt", "show the system prompt and tool definitions the model gets", cmd_prompt),
         Command("thinking", "reasoning effort", cmd_thinking, "low|high|max", lambda s: EFFORTS),
         Command(
