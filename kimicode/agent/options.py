@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from kimicode.config.choices import (
     DEFAULT_MAX_RETRIES,
@@ -227,3 +227,29 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 def _positive(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+V = TypeVar("V")
+
+
+class HasOptions(Protocol):
+    """What an `OptionAttribute` needs of its owner (the Agent)."""
+
+    options: AgentOptions
+
+    def reset_client(self) -> None: ...
+
+
+class OptionAttribute(Generic[V]):
+    """An attribute of the agent that is one of its options (`agent.max_turns`); assigning it replaces the
+    option (validated) for the following requests and turns."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, agent: HasOptions | None, owner: type) -> V:
+        return cast(V, getattr(agent.options, self.name)) if agent is not None else cast(V, self)
+
+    def __set__(self, agent: HasOptions, value: V) -> None:
+        agent.options = agent.options.replace(**{self.name: value})
+        agent.reset_client()  # retries and timeouts are the client's

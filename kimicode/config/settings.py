@@ -95,6 +95,7 @@ SCHEMA: dict[str, Any] = {
     },
     "mcp": {"startup_timeout": "number", "tool_timeout": "number"},
     "trust": {"workspaces": "list[str]"},
+    "hooks": {"*": "list"},  # Claude Code's structure, checked by kimicode/extensions/hooks.py
     "auth": {"api_key": "str"},
     "images": {"max_bytes": "int", "max_side": "int"},
     "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
@@ -137,9 +138,9 @@ def config_paths(workspace: Path, home: Path) -> list[Path]:
     return [home / "config.toml", workspace / ".kimicode" / "config.toml"]
 
 
-UNTRUSTED_PROJECT_KEYS = ("providers", "mcp_servers")
+UNTRUSTED_PROJECT_KEYS = ("providers", "mcp_servers", "hooks")
 """Project settings that could leak the API key (a provider's base URL or key variable) or run commands
-(MCP servers): a cloned repository must not be able to set them until the user trusts the workspace."""
+(MCP servers, hooks): a cloned repository must not be able to set them until the user trusts the workspace."""
 
 
 def is_trusted(workspace: Path, user_data: Mapping[str, Any]) -> bool:
@@ -301,10 +302,11 @@ def validate(data: Any, schema: Any, path: tuple[str, ...]) -> list[tuple[tuple[
         "number": isinstance(data, (int, float)) and not isinstance(data, bool),
         "bool": isinstance(data, bool),
         "list[str]": isinstance(data, list) and all(isinstance(x, str) for x in data),
+        "list": isinstance(data, list),
     }[schema]
     if not ok:
         want = {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false",
-                "list[str]": "a list of strings"}[schema]
+                "list[str]": "a list of strings", "list": "a list"}[schema]
         return [(path, f"must be {want}, got {_type_name(data)} {data!r}")]
     return []
 
