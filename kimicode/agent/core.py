@@ -47,6 +47,7 @@ from kimicode.session.log import INTERRUPTED, SessionWriteError
 if TYPE_CHECKING:
     from kimicode.agent.ecosystem import Extras
     from kimicode.agent.streams import Emit, EventStream
+    from kimicode.branches.exploration import Exploration
     from kimicode.checkpoints.session import SessionCheckpoints
     from kimicode.config.endpoint import Endpoint
     from kimicode.config.redact import Masker
@@ -346,6 +347,15 @@ class Agent:
         from kimicode.agent.resume import fork_agent
 
         return fork_agent(self, **overrides)
+
+    async def explore(self, prompt: str, *, n: int = 2, verify: str | None = None, **options: Any) -> Exploration:
+        """Run `prompt` in `n` branches of this session at once, each in its own workspace; run `verify` (a
+        shell command, exit 0 = verified) in each; choose one and apply it as one checkpointed change, the
+        session continuing from its history. Options: `pick`, `models`, `thinking`, `judge_model`,
+        `apply`, `verify_timeout`, `timeout`, `workspace`, `engine`, `on_update`: see docs/branches.md."""
+        from kimicode.branches.explore import explore
+
+        return await explore(self, prompt, n=n, verify=verify, **options)
 
     async def rewind(self, turn: int | None = None, *, files: bool = True, conversation: bool = True,
                      force: bool = False) -> Any:
