@@ -384,6 +384,13 @@ class Agent:
         self._reset_client()
         self.record_settings("model")
 
+    def set_api_key(self, key: str, source: str = "config.toml") -> None:
+        """Send `key` from the next request on (`/login` after a refused key); it stays in memory only."""
+        from dataclasses import replace
+
+        self.endpoint = replace(self.endpoint, api_key=key, key_source=source)
+        self._reset_client()
+
     def set_thinking(self, effort: str | None) -> None:
         """Change the reasoning effort (`low`, `high`, `max`, or None for the model's default)."""
         if effort is not None and effort not in EFFORTS:

@@ -284,12 +284,14 @@ def main(
 
 
 from kimicode.cli.checkpoints_cmd import undo_command  # noqa: E402 - also adds `sessions diff`
+from kimicode.cli.login_cmd import login_command  # noqa: E402
 
 app.command("undo")(undo_command)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
 app.command("doctor")(doctor)
+app.command("login")(login_command)
 app.command("batch")(batch)
 
 

@@ -28,8 +28,9 @@ async def _ask_what(session: Session, title: str, arg: str, entry: Entry) -> tup
         return None
     if entry.kind == "restore":
         return (True, False)
-    if entry.before is None:
-        return (False, True)  # the turn changed no files
+    cps = session.agent.checkpoints
+    if cps is None or cps.files_anchor(entry) is None:
+        return (False, True)  # no file changed since (or the changes were undone already)
     from kimicode.ui.approvals import Option, choose
 
     answer = await choose(title, [
@@ -69,7 +70,7 @@ async def _restore(session: Session, entry: Entry, files: bool, conversation: bo
                     + ("…" if len(result.files) > 5 else "") + ")")
     if result.messages_removed:
         done.append(f"{result.messages_removed} message(s) taken out of the conversation")
-    session.say(("Undone: " + "; ".join(done) if done else "Nothing to restore.")
+    session.say((f"Undid {result.what}: " + "; ".join(done) if done else "Nothing to restore.")
                 + (" /undo again to undo this restore." if result.files else ""), "green")
 
 
@@ -78,6 +79,8 @@ def _label(entry: Entry) -> str:
         return f"{entry.prompt} ({len(entry.changes.paths())} file(s))"
     files = entry.changes.paths()
     shown = ", ".join(files[:3]) + ("…" if len(files) > 3 else "")
+    if entry.undone:
+        return f"turn {entry.turn}: {one_line(entry.prompt, 50)}  [files already undone]"
     return f"turn {entry.turn}: {one_line(entry.prompt, 50)}" + (f"  [{shown}]" if files else "  [no file changes]")
 
 
@@ -101,7 +104,11 @@ async def cmd_rewind(session: Session, arg: str) -> None:
     if cps is None:
         session.say("Checkpoints are disabled ([checkpoints] enabled = false).", "yellow")
         return
-    turns = [e for e in cps.undoable() if e.kind == "turn"][-len(_KEYS):]
+    from kimicode.agent.checkpointing import conversation_has
+
+    messages = session.agent.messages
+    turns = [e for e in cps.entries if e.kind == "turn" and (not e.undone or conversation_has(messages, e))]
+    turns = turns[-len(_KEYS):]
     if not turns:
         session.say("No turn to rewind to in this session.")
         return

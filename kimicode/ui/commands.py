@@ -31,6 +31,7 @@ from kimicode.ui.approvals import describe_rules
 from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo
 from kimicode.ui.completion import Choice, CommandInfo
 from kimicode.ui.format import money, tokens
+from kimicode.ui.login import cmd_login
 from kimicode.ui.toolbar import short_path
 
 if TYPE_CHECKING:
@@ -564,6 +565,7 @@ COMMANDS: dict[str, Command] = {
         Command("diff", "what this session (or turn N) changed in the files", cmd_diff, "[N]"),
         Command("fork", "continue in a fork of this conversation with its own working tree", cmd_fork,
                 "[worktree|copy|shared]", lambda s: ("worktree", "copy", "shared")),
+        Command("login", "paste a new API key (checked, stored, used at once)", cmd_login),
         Command("exit", "leave kimicode", cmd_exit),
     )
 }
