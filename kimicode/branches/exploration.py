@@ -72,6 +72,20 @@ class Exploration:
         b = self.record.branch(branch) if isinstance(branch, str) else branch
         return branch_diff(Path(self.parent.home), b, color=color)
 
+    def answer(self, branch: Branch | str) -> str:
+        """The branch's last answer (its final assistant text), "" when it has none."""
+        b = self.record.branch(branch) if isinstance(branch, str) else branch
+        agent = self._agents.get(b.id)
+        try:
+            history = list(agent.messages) if agent is not None else _branch_messages(
+                Path(self.parent.home), self.record, b)
+        except (UsageError, ValueError, OSError):
+            return ""
+        for message in reversed(history[self.record.base_messages:]):
+            if message.get("role") == "assistant" and isinstance(message.get("content"), str) and message["content"]:
+                return str(message["content"])
+        return ""
+
     def to_dict(self) -> dict[str, Any]:
         """The json result's `branches`, `chosen` and costs."""
         total, per = self.cost_usd, self.cost_per_verified_usd

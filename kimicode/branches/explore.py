@@ -93,6 +93,7 @@ async def explore(
         b.id = f"{rec.id}-{b.k}"
     if parent.log is not None:
         parent.log.append({"type": "exploration", "id": rec.id, "n": n, "prompt": prompt[:500]})
+        parent.log.keep()  # found by id later (`kimicode branches apply`), even before its first prompt
     rec.save(home)
     job = Job(prompt, verify, float(verify_timeout), rec.base_messages, parent.session_id, timeout)
     return await _run(parent, rec, job, workspace=workspace, engine=engine, on_update=on_update,
