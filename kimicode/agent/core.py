@@ -28,6 +28,7 @@ from kimicode.agent.step import model_step
 from kimicode.agent.streams import same_loop
 from kimicode.agent.switch import ModelSwitches, switch_notice
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
+from kimicode.branches.api import Explorer
 from kimicode.config.choices import EFFORTS, PERMISSION_MODES, SWITCH_POLICIES, Scope, SwitchPolicy, check_choice
 from kimicode.config.settings import switch_model
 from kimicode.context.accounting import Breakdown
@@ -50,7 +51,6 @@ from kimicode.session.log import INTERRUPTED, SessionWriteError
 if TYPE_CHECKING:
     from kimicode.agent.ecosystem import Extras
     from kimicode.agent.streams import Emit, EventStream
-    from kimicode.branches.exploration import Exploration
     from kimicode.checkpoints.session import SessionCheckpoints
     from kimicode.config.endpoint import Endpoint
     from kimicode.config.redact import Masker
@@ -69,7 +69,7 @@ __all__ = ["Agent", "AgentOptions", "Approval", "ApprovalRequest", "ApproveFn", 
 
 T = TypeVar("T")
 
-class Agent:
+class Agent(Explorer):
     """A multi-turn coding agent over an OpenAI-compatible endpoint.
 
     `Agent(options, tools=..., approve=..., on_event=...)`: the settings are an `AgentOptions` (keyword
@@ -328,15 +328,6 @@ class Agent:
         from kimicode.agent.resume import fork_agent
 
         return fork_agent(self, **overrides)
-
-    async def explore(self, prompt: str, *, n: int = 2, verify: str | None = None, **options: Any) -> Exploration:
-        """Run `prompt` in `n` branches of this session at once, each in its own workspace; run `verify` (a
-        shell command, exit 0 = verified) in each; choose one and apply it as one checkpointed change, the
-        session continuing from its history. Options: `pick`, `models`, `thinking`, `judge_model`,
-        `apply`, `verify_timeout`, `timeout`, `workspace`, `engine`, `on_update`: see docs/branches.md."""
-        from kimicode.branches.explore import explore
-
-        return await explore(self, prompt, n=n, verify=verify, **options)
 
     async def rewind(self, turn: int | None = None, *, files: bool = True, conversation: bool = True,
                      force: bool = False) -> Any:
