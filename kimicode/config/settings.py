@@ -15,7 +15,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-from kimicode.config.choices import EFFORTS, PERMISSION_MODES, SANDBOX_MODES
+from kimicode.config.choices import (
+    EFFORTS,
+    PERMISSION_MODES,
+    SANDBOX_MODES,
+    SCOPES,
+    SWITCH_POLICIES,
+    SwitchPolicy,
+)
 from kimicode.config.endpoint import (
     DEFAULT_MODEL,
     KEY_VARIABLES,
@@ -56,9 +63,12 @@ SCHEMA: dict[str, Any] = {
             "reasoning_effort": EFFORTS,
             "supports_images": "bool",
             "edit_tool": ("edit_file", "apply_patch"),
+            "on_switch": SWITCH_POLICIES,
             "prices": {"input": "number", "cached_input": "number", "output": "number"},
         }
     },
+    "model": {"on_switch": SWITCH_POLICIES},
+    "agent": {"scope": SCOPES},
     "permissions": {"allow": "list[str]", "deny": "list[str]", "ask": "list[str]"},
     "context": {
         "tool_output_cap_tokens": "int",
@@ -362,6 +372,8 @@ class ModelConfig:
     reasoning_effort: str | None = None
     supports_images: bool | None = None
     edit_tool: str | None = None
+    on_switch: SwitchPolicy | None = None
+    """What switching onto this model does to earlier assistant messages (`models.NAME.on_switch`)."""
     prices: Mapping[str, float] = field(default_factory=dict)
     """USD per million tokens: `input`, `cached_input`, `output`."""
 
@@ -454,6 +466,7 @@ def model_config(settings: Settings, name: str, env: Mapping[str, str] | None = 
         reasoning_effort=entry.get("reasoning_effort"),
         supports_images=entry.get("supports_images"),
         edit_tool=entry.get("edit_tool"),
+        on_switch=entry.get("on_switch"),
         prices=dict(entry.get("prices", {})),
     )
 
