@@ -291,6 +291,9 @@ app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
 app.command("doctor")(doctor)
 app.command("batch")(batch)
+from kimicode.cli.acp_cmd import acp_command  # noqa: E402
+
+app.command("acp")(acp_command)
 
 
 def _click_exceptions() -> Any:
