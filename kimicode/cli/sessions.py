@@ -187,6 +187,7 @@ class Origin(StrEnum):
     interactive = "interactive"
     headless = "headless"
     library = "library"
+    acp = "acp"
 
 
 class ExportFormat(StrEnum):
