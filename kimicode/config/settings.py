@@ -149,7 +149,10 @@ def is_trusted(workspace: Path, user_data: Mapping[str, Any]) -> bool:
     listed = trust.get("workspaces", []) if isinstance(trust, dict) else []
     here = workspace.expanduser().resolve()
     for entry in listed:
-        root = Path(entry).expanduser().resolve()
+        try:
+            root = Path(entry).expanduser().resolve()
+        except (RuntimeError, OSError, ValueError):  # `~nosuchuser/x`, a NUL byte: names nothing
+            continue
         if here == root or root in here.parents:
             return True
     return False

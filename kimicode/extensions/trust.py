@@ -181,6 +181,13 @@ def _with_workspaces(text: str, listed: list[str]) -> str:
     return text[:open_at] + value + text[close:]
 
 
+def _resolved(entry: str) -> str:
+    try:
+        return str(Path(entry).expanduser().resolve())
+    except (RuntimeError, OSError, ValueError):
+        return entry
+
+
 def set_trusted(home: Path, workspace: Path, trusted: bool) -> Path:
     """Add `workspace` to (or remove it from) `[trust] workspaces` in `home/config.toml`, and record a no
     in trust.json; returns the config file. ConfigError when the file cannot be changed safely."""
@@ -200,7 +207,7 @@ def set_trusted(home: Path, workspace: Path, trusted: bool) -> Path:
     if trusted and here not in listed:
         listed.append(here)
     elif not trusted:
-        listed = [p for p in listed if str(Path(p).expanduser().resolve()) != here]
+        listed = [p for p in listed if _resolved(p) != here]
     if listed == before:  # nothing to change in the file (a no, or already listed)
         _set_declined(home, workspace, not trusted)
         return path
