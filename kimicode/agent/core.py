@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from kimicode import errors
 from kimicode.agent.builder import build, make_client, settings_record
+from kimicode.agent.costs import usage_cost
 from kimicode.agent.ecosystem import after_compaction, close_extras, start_extras, user_content
+from kimicode.agent.interrupted import NO_ANSWER
 from kimicode.agent.modes import note_needed
 from kimicode.agent.options import AgentOptions
 from kimicode.agent.outgoing import masked_event, utf8_safe
@@ -43,6 +45,7 @@ from kimicode.llm.discovery import resolve_window
 from kimicode.llm.errors import LLMError
 from kimicode.llm.profiles import profile_for, profile_with
 from kimicode.session.log import INTERRUPTED, SessionWriteError
+from kimicode.tools.workers import is_async_callable
 
 if TYPE_CHECKING:
     from kimicode.agent.ecosystem import Extras
@@ -161,6 +164,9 @@ class Agent:
         for what, value in (("approve", approve), ("on_event", on_event)):
             if value is not None and not callable(value):
                 raise TypeError(f"{what} must be a function or None (got {type(value).__name__} {value!r})")
+        if on_event is not None and is_async_callable(on_event):
+            raise TypeError("on_event must be a plain function: an async hook would never be awaited "
+                            "(use `async for event in agent.stream(...)` for async handling)")
         self.approve = approve
         self.on_event = on_event
         self._client: ChatClient | None = None
@@ -260,7 +266,9 @@ class Agent:
             _same_loop(worker)
             owner = self._owner() if self._owner is not None else None
             if owner is not None and owner is not stream and not owner.closed:
-                raise errors.UsageError("a turn is already running on this agent")
+                if owner.consumer is not asyncio.current_task():  # another task is consuming it
+                    raise errors.UsageError("a turn is already running on this agent")
+                owner.closed = True  # the task that consumed it moved on (`break` without `async with`)
             worker.cancel()  # its consumer left without closing it: stop it and let it clean up
             await asyncio.wait([worker])
         self._interrupted = False
@@ -281,6 +289,7 @@ class Agent:
         error = finished.error
         if error is not None and not isinstance(error, errors.ErrorInfo):
             error = errors.ErrorInfo(error, finished.error_kind or "internal")
+        turn_usage = {k: v - before.get(k, 0) for k, v in self.usage.items()}
         return RunResult(
             status=finished.status,
             result=finished.result,
@@ -293,8 +302,10 @@ class Agent:
             error_kind=finished.error_kind,
             messages=added,
             context={"used": self.context.used, "window": self.context_window},
-            turn_usage={k: v - before.get(k, 0) for k, v in self.usage.items()},
+            turn_usage=turn_usage,
             hook_errors=list(events.hook_errors),
+            cost=usage_cost(self, turn_usage),
+            total_cost=usage_cost(self, self.usage),
             **self._checkpoint_fields(),
         )
 
@@ -515,6 +526,8 @@ class Agent:
             self.checkpoints.begin_turn(prompt, len(self.messages))  # the user message goes at this index
         try:
             await start_extras(self, emit)  # MCP servers (bounded by their startup timeout)
+            if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
+                self._commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
             self._commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
             repeats = RepeatTracker(self.repeat_limit)
             while True:

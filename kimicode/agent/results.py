@@ -76,6 +76,12 @@ class RunResult:
     """Files the turn added, modified and deleted (None when no checkpoint was taken: nothing changed)."""
     checkpoint: str | None = None
     """The checkpoint taken before the turn's first change (`kimicode undo` restores it)."""
+    cost: float | None = None
+    """USD this turn cost (its `turn_usage`, subagents included) at the agent's prices: the `prices=`
+    option, else the model's configured prices, else Moonshot's list prices on Moonshot's API; None when
+    no price is known."""
+    total_cost: float | None = None
+    """USD the agent's whole session has cost so far (its `usage`), None when no price is known."""
 
     @property
     def ok(self) -> bool:

@@ -439,10 +439,16 @@ def _has_token(path: Path) -> bool:
     return _TOKEN_MARKER.search(head) is not None
 
 
-def config_reason(path: Path, *, kimicode_home: Path) -> str | None:
+def config_reason(path: Path, *, kimicode_home: Path, workspace: Path | None = None) -> str | None:
     """Why writing `path` (resolved) needs approval in every mode but yolo, whatever the rules: it is
-    kimicode's own configuration or state (a changed rule or mode would take effect next session)."""
-    if _within(path, Path(os.path.realpath(kimicode_home))):
+    kimicode's own configuration or state (a changed rule or mode would take effect next session).
+
+    A fork's own tree (`KIMICODE_HOME/worktrees/ID`, the workspace of that fork) is the fork's work, not
+    kimicode's state: inside it only `.kimicode` counts."""
+    home = Path(os.path.realpath(kimicode_home))
+    tree = Path(os.path.realpath(workspace)) if workspace is not None else None
+    own_tree = tree is not None and _within(tree, home / "worktrees") and tree != home / "worktrees"
+    if _within(path, home) and not (own_tree and tree is not None and _within(path, tree)):
         return "it is kimicode's own configuration or state (KIMICODE_HOME)"
     if ".kimicode" in path.parts:
         return "it is kimicode's configuration (.kimicode)"
@@ -563,7 +569,7 @@ class Policy:
 
     def config(self, path: Path) -> str | None:
         """Why writing `path` needs approval whatever the rules (kimicode's own configuration)."""
-        return config_reason(path, kimicode_home=self.kimicode_home)
+        return config_reason(path, kimicode_home=self.kimicode_home, workspace=self.workspace)
 
     def write_care(self, path: Path) -> str | None:
         """Why writing `path` needs approval unless a rule names it (secrets, .git)."""
