@@ -25,6 +25,8 @@ from kimicode.config.choices import (
     EFFORTS,
     PERMISSION_MODES,
     SANDBOX_MODES,
+    SCOPES,
+    SWITCH_POLICIES,
 )
 
 app = typer.Typer(
@@ -60,6 +62,8 @@ Thinking = StrEnum("Thinking", [(v, v) for v in EFFORTS])  # type: ignore[misc]
 PermissionModeOpt = StrEnum("PermissionModeOpt", [(v.replace("-", "_"), v) for v in PERMISSION_MODES])  # type: ignore[misc]
 DEFAULT_MODE_OPT = PermissionModeOpt(DEFAULT_PERMISSION_MODE)
 SandboxOpt = StrEnum("SandboxOpt", [(v.replace("-", "_"), v) for v in SANDBOX_MODES])  # type: ignore[misc]
+ScopeOpt = StrEnum("ScopeOpt", [(v, v) for v in SCOPES])  # type: ignore[misc]
+OnSwitchOpt = StrEnum("OnSwitchOpt", [(v, v) for v in SWITCH_POLICIES])  # type: ignore[misc]
 
 
 def _version(value: bool) -> None:
@@ -132,6 +136,16 @@ def main(
         typer.Option("--max-tokens", min=1, help="Most tokens of one answer (default: the model's, at most a "
                      "quarter of the window; config: [context] max_tokens)."),
     ] = None,
+    scope: Annotated[
+        ScopeOpt | None,
+        typer.Option("--scope", help="strict: the model does only what was asked (no new files, dependencies or "
+                     "refactors; asks, or with -p states its assumption and stops, when unclear); [agent] scope."),
+    ] = None,
+    on_switch: Annotated[
+        OnSwitchOpt | None,
+        typer.Option("--on-switch", help="When the model changes (-m on resume or fork, /model): keep earlier "
+                     "messages whole, strip another model's reasoning, or compact first. Config: [model] on_switch."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show progress on stderr.")] = False,
     continue_: Annotated[
         bool, typer.Option("-c", "--continue", help="Continue the latest session of this workspace.")
@@ -201,7 +215,8 @@ def main(
         thinking=thinking.value if thinking else None, max_turns=max_turns, max_retries=max_retries,
         request_timeout=request_timeout, retry_base_delay=retry_base_delay, context_window=context_window,
         max_tokens=max_tokens, allow=allow, deny=deny, sandbox=sandbox.value if sandbox is not None else None,
-        sandbox_network=sandbox_network,
+        sandbox_network=sandbox_network, scope=scope.value if scope else None,
+        on_switch=on_switch.value if on_switch else None,
     )
     from kimicode.cli.ci_flags import FlagError, check_budget, ci_settings, read_system_prompt
 
@@ -284,13 +299,18 @@ def main(
 
 
 from kimicode.cli.checkpoints_cmd import undo_command  # noqa: E402 - also adds `sessions diff`
+from kimicode.cli.login_cmd import login_command  # noqa: E402
 
 app.command("undo")(undo_command)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
 app.command("doctor")(doctor)
+app.command("login")(login_command)
 app.command("batch")(batch)
+from kimicode.cli.prompt_cmd import prompt_app  # noqa: E402
+
+app.add_typer(prompt_app, name="prompt")
 
 
 def _click_exceptions() -> Any:

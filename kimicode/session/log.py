@@ -153,9 +153,13 @@ class SessionLog:
         fh.write(line + "\n")
         fh.flush()
 
-    def message(self, message: dict[str, Any]) -> None:
-        """Record a committed message exactly as it is sent to the model."""
-        self.append({"type": "message", "message": message})
+    def message(self, message: dict[str, Any], model: str | None = None) -> None:
+        """Record a committed message exactly as it is sent to the model, with the model that wrote it
+        beside it (assistant messages: the message itself stays the wire object)."""
+        record: dict[str, Any] = {"type": "message", "message": message}
+        if model is not None and message.get("role") == "assistant":
+            record["model"] = model
+        self.append(record)
 
     def sync(self) -> None:
         """Flush now and fsync in the background: called at the end of each turn (see the module's notes)."""

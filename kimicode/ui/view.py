@@ -61,7 +61,7 @@ TODO_SHOWN = 20
 """Tasks listed at most; the rest are counted."""
 
 ERROR_HINTS = {
-    "auth": "Fix it, then restart kimicode (the key is read at start).",
+    "auth": "Run /login to paste a new key (checked at once), or fix KIMI_API_KEY and restart kimicode.",
     "quota": "Then send your message again, or switch model with /model.",
     "context_length": "The conversation no longer fits the model's context: run /compact or /clear, then retry.",
     "transient": "The service kept failing after retries; wait a moment and send your message again.",
