@@ -30,6 +30,7 @@ from kimicode.agent.step import model_step
 from kimicode.agent.streams import same_loop
 from kimicode.agent.switch import ModelSwitches, switch_notice
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
+from kimicode.branches.api import Explorer
 from kimicode.config.choices import EFFORTS, PERMISSION_MODES, SWITCH_POLICIES, Scope, SwitchPolicy, check_choice
 from kimicode.config.settings import switch_model
 from kimicode.context.accounting import Breakdown
@@ -71,7 +72,7 @@ __all__ = ["Agent", "AgentOptions", "Approval", "ApprovalRequest", "ApproveFn", 
 
 T = TypeVar("T")
 
-class Agent:
+class Agent(Explorer):
     """A multi-turn coding agent over an OpenAI-compatible endpoint.
 
     `Agent(options, tools=..., approve=..., on_event=...)`: the settings are an `AgentOptions` (keyword

@@ -42,7 +42,8 @@ app = typer.Typer(
     "\b\n"
     "Configuration: KIMICODE_HOME/config.toml (yours; a key pasted on first run is stored there, mode\n"
     "0600) and .kimicode/config.toml in the workspace (the project's). `kimicode doctor` checks the setup.\n"
-    "Exit codes: 0 ok, 1 failure, 2 usage, 3 limit, 4 budget, 75 transient (retry the job), 130 Ctrl-C, 143 SIGTERM.",
+    "Exit codes: 0 ok, 1 failure, 2 usage, 3 limit, 4 budget, 5 no branch verified (--branches), 75 transient\n"
+    "(retry the job), 130 Ctrl-C, 143 SIGTERM.",
     add_completion=False,
     no_args_is_help=False,
     rich_markup_mode=None,
@@ -181,6 +182,30 @@ def main(
         bool, typer.Option("--worktree", help="With --fork: give the fork its own working tree (a git worktree on a "
                            "new branch; a copy outside git).")
     ] = False,
+    branches: Annotated[int | None, typer.Option(
+        "--branches", min=1, help="Run the task in N branches at once, each in its own worktree; keep the best "
+        "(docs/branches.md).")] = None,
+    verify: Annotated[str | None, typer.Option(
+        "--verify", metavar="CMD", help="With --branches: run CMD in each branch's workspace (sandboxed); exit 0 "
+        "= verified.")] = None,
+    verify_timeout: Annotated[float, typer.Option(
+        "--verify-timeout", min=1, help="With --verify: seconds before the command is killed.")] = 600.0,
+    pick: Annotated[str, typer.Option(
+        "--pick", help="With --branches: auto (verified, fewer changed lines, cheaper), first-verified, smallest, "
+        "cheapest, ask.")] = "auto",
+    apply_: Annotated[str, typer.Option(
+        "--apply", help="With --branches: auto (apply the chosen branch) or never.")] = "auto",
+    branch_models: Annotated[str | None, typer.Option(
+        "--branch-models", metavar="A,B,...", help="With --branches: spread the branches over these models.")] = None,
+    branch_thinking: Annotated[str | None, typer.Option(
+        "--branch-thinking", metavar="low,high,...", help="With --branches: spread them over these efforts.")] = None,
+    judge_model: Annotated[str | None, typer.Option(
+        "--judge-model", metavar="M", help="With --branches: let model M compare the verified diffs and choose.")
+    ] = None,
+    engine: Annotated[str, typer.Option(
+        "--engine", help="With --branches: local (this process) or ray (a Ray cluster).")] = "local",
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray-address", help="With --engine ray: the cluster (default: RAY_ADDRESS, else a local Ray).")] = None,
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
@@ -224,6 +249,16 @@ def main(
     if prompt is None and (any(v is not None for v in headless_only) or no_session_persistence or trust_workspace):
         raise fail("--max-budget-usd, --system-prompt-file, --append-system-prompt, --no-session-persistence, "
                    "--trust-workspace and --mcp-config apply to headless runs: add -p PROMPT")
+    from kimicode.cli.branches_cmd import branch_flags
+
+    try:
+        flags = branch_flags(branches, verify=verify, verify_timeout=verify_timeout, pick=pick, apply=apply_,
+                             models=branch_models, thinking=branch_thinking, judge_model=judge_model, engine=engine,
+                             address=ray_address, ctx=ctx)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if prompt is None and flags is not None:
+        raise fail("--branches applies to headless runs: add -p PROMPT (in the terminal: /branches N)")
     from kimicode.agent.options import AgentOptions
 
     try:  # the configuration files are read (and checked) before anything starts
@@ -294,6 +329,10 @@ def main(
     if agent.resume_warning and not verbose:  # --verbose shows it as a notice
         typer.echo(f"kimicode: warning: {agent.resume_warning}", err=True)
     printer = Printer(output_format.value, include_partial=include_partial, verbose=verbose)
+    if flags is not None:  # --branches (cli/branches_cmd.py)
+        from kimicode.cli.branches_cmd import run_branches
+
+        raise typer.Exit(asyncio.run(run_branches(agent, prompt, printer, flags)))
     code = asyncio.run(run_headless(agent, prompt, printer, budget=max_budget_usd))
     raise typer.Exit(code)
 
@@ -308,8 +347,10 @@ app.add_typer(mcp_app, name="mcp")
 app.command("doctor")(doctor)
 app.command("login")(login_command)
 app.command("batch")(batch)
+from kimicode.cli.branches_cmd import branches_app  # noqa: E402
 from kimicode.cli.prompt_cmd import prompt_app  # noqa: E402
 
+app.add_typer(branches_app, name="branches")
 app.add_typer(prompt_app, name="prompt")
 
 

@@ -443,16 +443,23 @@ def config_reason(path: Path, *, kimicode_home: Path, workspace: Path | None = N
     """Why writing `path` (resolved) needs approval in every mode but yolo, whatever the rules: it is
     kimicode's own configuration or state (a changed rule or mode would take effect next session).
 
-    A fork's own tree (`KIMICODE_HOME/worktrees/ID`, the workspace of that fork) is the fork's work, not
-    kimicode's state: inside it only `.kimicode` counts."""
-    home = Path(os.path.realpath(kimicode_home))
-    tree = Path(os.path.realpath(workspace)) if workspace is not None else None
-    own_tree = tree is not None and _within(tree, home / "worktrees") and tree != home / "worktrees"
-    if _within(path, home) and not (own_tree and tree is not None and _within(path, tree)):
+    A fork's or branch's own working tree (`KIMICODE_HOME/worktrees/<name>/`, its `workspace`) is the
+    session's workspace, not kimicode's state: files in it are judged like any workspace's."""
+    kc_home = Path(os.path.realpath(kimicode_home))
+    if _within(path, kc_home) and not _own_tree(path, kc_home, workspace):
         return "it is kimicode's own configuration or state (KIMICODE_HOME)"
     if ".kimicode" in path.parts:
         return "it is kimicode's configuration (.kimicode)"
     return None
+
+
+def _own_tree(path: Path, kc_home: Path, workspace: Path | None) -> bool:
+    """True when `path` is inside `workspace` and that is a tree under KIMICODE_HOME/worktrees."""
+    if workspace is None:
+        return False
+    ws = Path(os.path.realpath(workspace))
+    trees = kc_home / "worktrees"
+    return trees in ws.parents and _within(path, ws)
 
 
 AUTORUN_FILES = (

@@ -153,6 +153,20 @@ class SessionLog:
         fh.write(line + "\n")
         fh.flush()
 
+    def keep(self) -> None:
+        """Write the held records now, before any prompt: the session is used (an exploration's branches
+        refer to it) and must be found by id later."""
+        if self._held is None or self.failed is not None:
+            return
+        held, self._held = self._held, None
+        try:
+            fh = self._open()
+            fh.write("".join(h + "\n" for h in held))
+            fh.flush()
+        except OSError as exc:
+            self.failed = f"cannot write the session log {self.path}: {exc.strerror or exc}"
+            raise SessionWriteError(self.failed) from None
+
     def message(self, message: dict[str, Any], model: str | None = None) -> None:
         """Record a committed message exactly as it is sent to the model, with the model that wrote it
         beside it (assistant messages: the message itself stays the wire object)."""
