@@ -171,6 +171,8 @@ class Agent:
         self.resume_warning: str | None = None
         """Set by `resume` when the session was recorded with another model (also sent as a Notice)."""
         self._notices: list[Notice] = []  # emitted at the start of the next turn
+        self.steering: list[str] = []
+        """Messages `steer` queued for the running turn: sent at its next step boundary (then emptied)."""
         self._emit: Callable[[Event], None] | None = None
         """The running turn's emit (subagents report through it)."""
         self._denials: list[dict[str, Any]] = []
@@ -197,6 +199,11 @@ class Agent:
     def busy(self) -> bool:
         """True while a turn or a compaction runs."""
         return self._worker is not None and not self._worker.done()
+
+    def steer(self, text: str) -> None:
+        """Send `text` into the running turn: it goes to the model as a user message after the current
+        step's tool results (mid-turn steering). Left in `steering` when the turn ends first."""
+        self.steering.append(text)
 
     def notify(self, text: str, level: Literal["info", "warning", "error"] = "info") -> None:
         """Queue a Notice for the start of the next turn."""
@@ -550,6 +557,8 @@ class Agent:
                 if stop:
                     finish("repeat_limit", self.turn_text, stop)
                     return
+                while self.steering:  # typed by the user while the step ran: the model reads it next
+                    self._commit({"role": "user", "content": self.steering.pop(0)}, emit)
         except asyncio.CancelledError:
             for call in pending:
                 self._commit({"role": "tool", "tool_call_id": call.get("id", ""), "content": INTERRUPTED}, emit)
