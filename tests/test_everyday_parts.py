@@ -113,10 +113,12 @@ def test_bang_command_output_goes_with_the_next_message(
 def test_steering_reaches_the_model_after_the_step_and_leftovers_are_sent_next(
     make_agent: Any, server: FakeServer, workspace: Path
 ) -> None:
+    from kimicode.agent.ecosystem import steer
+
     agent = make_agent(permission_mode="yolo")
 
     def steer_during_the_tool(request: Any) -> Reply:
-        agent.steer("use tabs, not spaces")
+        steer(agent, "use tabs, not spaces")
         return Reply(tool_calls=[ToolCall("bash", {"command": "echo hi"})])
 
     server.add(steer_during_the_tool, Reply(content="ok"))
@@ -124,6 +126,4 @@ def test_steering_reaches_the_model_after_the_step_and_leftovers_are_sent_next(
     assert result.ok
     messages = server.requests[1].body["messages"]
     assert [m["role"] for m in messages[-3:]] == ["assistant", "tool", "user"]
-    assert messages[-1]["content"] == "use tabs, not spaces" and agent.steering == []
-    agent.steer("too late for this turn")
-    assert agent.steering == ["too late for this turn"]  # the terminal sends it as the next prompt
+    assert messages[-1]["content"] == "use tabs, not spaces" and agent.extras.steering == []

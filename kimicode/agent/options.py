@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from kimicode.config.choices import (
     DEFAULT_MAX_RETRIES,
@@ -32,10 +32,14 @@ from kimicode.config.choices import (
     ORIGINS,
     PERMISSION_MODES,
     SANDBOX_MODES,
+    SCOPES,
+    SWITCH_POLICIES,
     Effort,
     Origin,
     PermissionMode,
     SandboxMode,
+    Scope,
+    SwitchPolicy,
     check_choice,
 )
 from kimicode.config.endpoint import ConfigError, kimicode_home
@@ -98,6 +102,12 @@ class AgentOptions:
     """The permission rules, already resolved (instead of config files plus allow/deny/ask)."""
     sandbox: SandboxMode | None = None
     sandbox_network: bool | None = None
+    scope: Scope | None = None
+    """`strict` adds direct limits to the system prompt (do only what was asked); None: the config's
+    `[agent] scope`, else `normal` (docs/models.md)."""
+    on_switch: SwitchPolicy | None = None
+    """What a change of model does to earlier assistant messages (`keep`, `strip`, `compact`); None: the
+    model's `on_switch`, else `[model] on_switch`, else the model profile's default (docs/models.md)."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -142,6 +152,8 @@ class AgentOptions:
         if self.origin is not None and self.origin not in ORIGINS:
             raise ValueError(f"origin must be interactive, headless or library (got {self.origin!r})")
         check_choice("sandbox", self.sandbox, SANDBOX_MODES, optional=True)
+        check_choice("scope", self.scope, SCOPES, optional=True)
+        check_choice("on_switch", self.on_switch, SWITCH_POLICIES, optional=True)
         _check_int("max_turns", self.max_turns, 1)
         _check_int("max_retries", self.max_retries, 0)
         if self.repeat_limit is not None and (not isinstance(self.repeat_limit, int) or self.repeat_limit < 2):
@@ -215,3 +227,29 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 def _positive(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+V = TypeVar("V")
+
+
+class HasOptions(Protocol):
+    """What an `OptionAttribute` needs of its owner (the Agent)."""
+
+    options: AgentOptions
+
+    def reset_client(self) -> None: ...
+
+
+class OptionAttribute(Generic[V]):
+    """An attribute of the agent that is one of its options (`agent.max_turns`); assigning it replaces the
+    option (validated) for the following requests and turns."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, agent: HasOptions | None, owner: type) -> V:
+        return cast(V, getattr(agent.options, self.name)) if agent is not None else cast(V, self)
+
+    def __set__(self, agent: HasOptions, value: V) -> None:
+        agent.options = agent.options.replace(**{self.name: value})
+        agent.reset_client()  # retries and timeouts are the client's

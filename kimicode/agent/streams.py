@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, TypeVar
 
+from kimicode import errors
 from kimicode.events import Event, MessageCommitted, Notice, TurnFinished
 
 T = TypeVar("T")
@@ -189,3 +190,11 @@ class EventStream(Coroutine[Any, Any, T]):
                 task.cancel()  # dropped without being closed: stop the work (the agent waits for it)
             except RuntimeError:  # the loop is already closed
                 pass
+
+
+def same_loop(worker: asyncio.Task[Any]) -> None:
+    """Refuse to touch a turn that runs on another thread's event loop (its task cannot be awaited or
+    safely cancelled from here)."""
+    if worker.get_loop() is not asyncio.get_running_loop():
+        raise errors.UsageError("a turn is already running on this agent on another event loop (thread); "
+                                "an agent is used from one event loop at a time")

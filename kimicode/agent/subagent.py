@@ -119,6 +119,7 @@ class TaskRunner:
             session_id=None,
         )
         child = Agent(options, tools=self.child_tools(names), approve=p.approve)
+        child.extras.subagent = True  # its Stop hooks are SubagentStop; no session hooks
         # The child keeps no log of its own, but its big tool outputs are saved in the parent's session
         # directory (same disk bound, deleted with the session) rather than losing their middle.
         child.ctx.session_dir = p.ctx.session_dir

@@ -84,6 +84,8 @@ async def run_tools(
         from kimicode.tools.images import images_message
 
         agent._commit(images_message(attached), emit)
+    while agent.extras.steering and not stop:  # typed by the user while the step ran (ecosystem.steer)
+        agent._commit({"role": "user", "content": agent.extras.steering.pop(0)}, emit)
     return stop
 
 def prepare(agent: Agent, call: dict[str, Any], finish_reason: str | None) -> Prepared:
@@ -128,6 +130,13 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
             "Split it into simpler commands."
         )
         return
+    if agent.extras.hooks is not None:  # PreToolUse / PermissionRequest hooks (agent/hooking.py)
+        from kimicode.agent.hooking import before_tool
+
+        judged = await before_tool(agent, prep, decision, denials, emit)
+        if judged is None:
+            return  # a hook refused it
+        decision = judged
     if decision.verdict == "allow":
         return
     reason = decision.reason
@@ -140,6 +149,10 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
             diff, problem,
         )
         before = approved_paths(tool, prep.args, agent.ctx)
+        if agent.extras.hooks is not None:
+            from kimicode.agent.hooking import notify
+
+            await notify(agent, f"kimicode needs your permission to use {tool.name}", "permission_prompt", emit)
         answer, failure = await ask(agent, request)
         if failure is not None:  # a broken callback refuses (fails closed); the turn goes on
             reason = failure
@@ -241,6 +254,10 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
     content = agent.context.cap_tool_output(masked, f"{prep.name}-{prep.call_id}")
     if prep.warning:
         content += prep.warning
+    if agent.extras.hooks is not None:  # PostToolUse hooks may add to what the model sees
+        from kimicode.agent.hooking import after_tool
+
+        content = await after_tool(agent, prep, content, result.is_error, emit)
     emit(
         ToolCallFinished(
             prep.call_id,

@@ -25,6 +25,8 @@ from kimicode.config.choices import (
     EFFORTS,
     PERMISSION_MODES,
     SANDBOX_MODES,
+    SCOPES,
+    SWITCH_POLICIES,
 )
 
 app = typer.Typer(
@@ -41,7 +43,8 @@ app = typer.Typer(
     "\b\n"
     "Configuration: KIMICODE_HOME/config.toml (yours; a key pasted on first run is stored there, mode\n"
     "0600) and .kimicode/config.toml in the workspace (the project's). `kimicode doctor` checks the setup.\n"
-    "Exit codes: 0 ok, 1 failure, 2 usage, 3 limit, 4 budget, 75 transient (retry the job), 130 Ctrl-C, 143 SIGTERM.",
+    "Exit codes: 0 ok, 1 failure, 2 usage, 3 limit, 4 budget, 5 no branch verified (--branches), 75 transient\n"
+    "(retry the job), 130 Ctrl-C, 143 SIGTERM.",
     add_completion=False,
     no_args_is_help=False,
     rich_markup_mode=None,
@@ -61,6 +64,8 @@ Thinking = StrEnum("Thinking", [(v, v) for v in EFFORTS])  # type: ignore[misc]
 PermissionModeOpt = StrEnum("PermissionModeOpt", [(v.replace("-", "_"), v) for v in PERMISSION_MODES])  # type: ignore[misc]
 DEFAULT_MODE_OPT = PermissionModeOpt(DEFAULT_PERMISSION_MODE)
 SandboxOpt = StrEnum("SandboxOpt", [(v.replace("-", "_"), v) for v in SANDBOX_MODES])  # type: ignore[misc]
+ScopeOpt = StrEnum("ScopeOpt", [(v, v) for v in SCOPES])  # type: ignore[misc]
+OnSwitchOpt = StrEnum("OnSwitchOpt", [(v, v) for v in SWITCH_POLICIES])  # type: ignore[misc]
 
 
 def _version(value: bool) -> None:
@@ -133,6 +138,16 @@ def main(
         typer.Option("--max-tokens", min=1, help="Most tokens of one answer (default: the model's, at most a "
                      "quarter of the window; config: [context] max_tokens)."),
     ] = None,
+    scope: Annotated[
+        ScopeOpt | None,
+        typer.Option("--scope", help="strict: the model does only what was asked (no new files, dependencies or "
+                     "refactors; asks, or with -p states its assumption and stops, when unclear); [agent] scope."),
+    ] = None,
+    on_switch: Annotated[
+        OnSwitchOpt | None,
+        typer.Option("--on-switch", help="When the model changes (-m on resume or fork, /model): keep earlier "
+                     "messages whole, strip another model's reasoning, or compact first. Config: [model] on_switch."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show progress on stderr.")] = False,
     continue_: Annotated[
         bool, typer.Option("-c", "--continue", help="Continue the latest session of this workspace.")
@@ -168,6 +183,30 @@ def main(
         bool, typer.Option("--worktree", help="With --fork: give the fork its own working tree (a git worktree on a "
                            "new branch; a copy outside git).")
     ] = False,
+    branches: Annotated[int | None, typer.Option(
+        "--branches", min=1, help="Run the task in N branches at once, each in its own worktree; keep the best "
+        "(docs/branches.md).")] = None,
+    verify: Annotated[str | None, typer.Option(
+        "--verify", metavar="CMD", help="With --branches: run CMD in each branch's workspace (sandboxed); exit 0 "
+        "= verified.")] = None,
+    verify_timeout: Annotated[float, typer.Option(
+        "--verify-timeout", min=1, help="With --verify: seconds before the command is killed.")] = 600.0,
+    pick: Annotated[str, typer.Option(
+        "--pick", help="With --branches: auto (verified, fewer changed lines, cheaper), first-verified, smallest, "
+        "cheapest, ask.")] = "auto",
+    apply_: Annotated[str, typer.Option(
+        "--apply", help="With --branches: auto (apply the chosen branch) or never.")] = "auto",
+    branch_models: Annotated[str | None, typer.Option(
+        "--branch-models", metavar="A,B,...", help="With --branches: spread the branches over these models.")] = None,
+    branch_thinking: Annotated[str | None, typer.Option(
+        "--branch-thinking", metavar="low,high,...", help="With --branches: spread them over these efforts.")] = None,
+    judge_model: Annotated[str | None, typer.Option(
+        "--judge-model", metavar="M", help="With --branches: let model M compare the verified diffs and choose.")
+    ] = None,
+    engine: Annotated[str, typer.Option(
+        "--engine", help="With --branches: local (this process) or ray (a Ray cluster).")] = "local",
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray-address", help="With --engine ray: the cluster (default: RAY_ADDRESS, else a local Ray).")] = None,
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
@@ -203,7 +242,8 @@ def main(
         thinking=thinking.value if thinking else None, max_turns=max_turns, max_retries=max_retries,
         request_timeout=request_timeout, retry_base_delay=retry_base_delay, context_window=context_window,
         max_tokens=max_tokens, allow=allow, deny=deny, sandbox=sandbox.value if sandbox is not None else None,
-        sandbox_network=sandbox_network,
+        sandbox_network=sandbox_network, scope=scope.value if scope else None,
+        on_switch=on_switch.value if on_switch else None,
     )
     from kimicode.cli.ci_flags import FlagError, check_budget, ci_settings, read_system_prompt
 
@@ -214,6 +254,16 @@ def main(
     if prompt is None and (any(v is not None for v in headless_only) or no_session_persistence or trust_workspace):
         raise fail("--max-budget-usd, --system-prompt-file, --append-system-prompt, --no-session-persistence, "
                    "--trust-workspace and --mcp-config apply to headless runs: add -p PROMPT")
+    from kimicode.cli.branches_cmd import branch_flags
+
+    try:
+        flags = branch_flags(branches, verify=verify, verify_timeout=verify_timeout, pick=pick, apply=apply_,
+                             models=branch_models, thinking=branch_thinking, judge_model=judge_model, engine=engine,
+                             address=ray_address, ctx=ctx)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if prompt is None and flags is not None:
+        raise fail("--branches applies to headless runs: add -p PROMPT (in the terminal: /branches N)")
     from kimicode.agent.options import AgentOptions
 
     try:  # the configuration files are read (and checked) before anything starts
@@ -288,6 +338,10 @@ def main(
     if agent.resume_warning and not verbose:  # --verbose shows it as a notice
         typer.echo(f"kimicode: warning: {agent.resume_warning}", err=True)
     printer = Printer(output_format.value, include_partial=include_partial, verbose=verbose)
+    if flags is not None:  # --branches (cli/branches_cmd.py)
+        from kimicode.cli.branches_cmd import run_branches
+
+        raise typer.Exit(asyncio.run(run_branches(agent, prompt, printer, flags)))
     code = asyncio.run(run_headless(agent, prompt, printer, budget=max_budget_usd))
     raise typer.Exit(code)
 
@@ -302,6 +356,11 @@ app.add_typer(mcp_app, name="mcp")
 app.command("doctor")(doctor)
 app.command("login")(login_command)
 app.command("batch")(batch)
+from kimicode.cli.branches_cmd import branches_app  # noqa: E402
+from kimicode.cli.prompt_cmd import prompt_app  # noqa: E402
+
+app.add_typer(branches_app, name="branches")
+app.add_typer(prompt_app, name="prompt")
 
 
 def _click_exceptions() -> Any:

@@ -228,7 +228,8 @@ def rm_command(
         help="A fork's own working tree: remove it too, or keep it (default: ask in a terminal, else keep).",
     )] = None,
 ) -> None:
-    """Delete saved sessions (their logs, spilled tool outputs and workspace checkpoints)."""
+    """Delete saved sessions (their logs, spilled tool outputs and workspace checkpoints) and the branches of
+    their explorations (worktrees, git branches, branch sessions)."""
     from kimicode.agent.checkpointing import forget_session
     from kimicode.session.store import SessionError, delete_session, find_session
 
@@ -237,6 +238,10 @@ def rm_command(
         try:
             path = find_session(_home(), session_id)
             _fork_tree(path, remove_worktree)
+            from kimicode.branches.manage import remove_for_session
+
+            for line in remove_for_session(_home(), path.stem):  # its explorations' branches go with it
+                typer.echo(line)
             warning = forget_session(_home(), path)  # its checkpoints go too
             if warning:
                 typer.echo(f"kimicode: {warning}", err=True)

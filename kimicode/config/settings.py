@@ -15,7 +15,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-from kimicode.config.choices import EFFORTS, PERMISSION_MODES, SANDBOX_MODES
+from kimicode.config.choices import (
+    EFFORTS,
+    PERMISSION_MODES,
+    SANDBOX_MODES,
+    SCOPES,
+    SWITCH_POLICIES,
+    SwitchPolicy,
+)
 from kimicode.config.endpoint import (
     DEFAULT_MODEL,
     KEY_VARIABLES,
@@ -56,9 +63,12 @@ SCHEMA: dict[str, Any] = {
             "reasoning_effort": EFFORTS,
             "supports_images": "bool",
             "edit_tool": ("edit_file", "apply_patch"),
+            "on_switch": SWITCH_POLICIES,
             "prices": {"input": "number", "cached_input": "number", "output": "number"},
         }
     },
+    "model": {"on_switch": SWITCH_POLICIES},
+    "agent": {"scope": SCOPES},
     "permissions": {"allow": "list[str]", "deny": "list[str]", "ask": "list[str]"},
     "context": {
         "tool_output_cap_tokens": "int",
@@ -85,6 +95,7 @@ SCHEMA: dict[str, Any] = {
     },
     "mcp": {"startup_timeout": "number", "tool_timeout": "number"},
     "trust": {"workspaces": "list[str]"},
+    "hooks": {"*": "list"},  # Claude Code's structure, checked by kimicode/extensions/hooks.py
     "auth": {"api_key": "str"},
     "images": {"max_bytes": "int", "max_side": "int"},
     "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
@@ -127,9 +138,9 @@ def config_paths(workspace: Path, home: Path) -> list[Path]:
     return [home / "config.toml", workspace / ".kimicode" / "config.toml"]
 
 
-UNTRUSTED_PROJECT_KEYS = ("providers", "mcp_servers")
+UNTRUSTED_PROJECT_KEYS = ("providers", "mcp_servers", "hooks")
 """Project settings that could leak the API key (a provider's base URL or key variable) or run commands
-(MCP servers): a cloned repository must not be able to set them until the user trusts the workspace."""
+(MCP servers, hooks): a cloned repository must not be able to set them until the user trusts the workspace."""
 
 
 def is_trusted(workspace: Path, user_data: Mapping[str, Any]) -> bool:
@@ -291,10 +302,11 @@ def validate(data: Any, schema: Any, path: tuple[str, ...]) -> list[tuple[tuple[
         "number": isinstance(data, (int, float)) and not isinstance(data, bool),
         "bool": isinstance(data, bool),
         "list[str]": isinstance(data, list) and all(isinstance(x, str) for x in data),
+        "list": isinstance(data, list),
     }[schema]
     if not ok:
         want = {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false",
-                "list[str]": "a list of strings"}[schema]
+                "list[str]": "a list of strings", "list": "a list"}[schema]
         return [(path, f"must be {want}, got {_type_name(data)} {data!r}")]
     return []
 
@@ -360,6 +372,8 @@ class ModelConfig:
     reasoning_effort: str | None = None
     supports_images: bool | None = None
     edit_tool: str | None = None
+    on_switch: SwitchPolicy | None = None
+    """What switching onto this model does to earlier assistant messages (`models.NAME.on_switch`)."""
     prices: Mapping[str, float] = field(default_factory=dict)
     """USD per million tokens: `input`, `cached_input`, `output`."""
 
@@ -452,6 +466,7 @@ def model_config(settings: Settings, name: str, env: Mapping[str, str] | None = 
         reasoning_effort=entry.get("reasoning_effort"),
         supports_images=entry.get("supports_images"),
         edit_tool=entry.get("edit_tool"),
+        on_switch=entry.get("on_switch"),
         prices=dict(entry.get("prices", {})),
     )
 

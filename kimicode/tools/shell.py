@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from kimicode.context.output import in_use, make_room, spill_limit
+from kimicode.permissions.gitsafe import read_only_git_env
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.progress import ByteReporter
@@ -409,6 +410,7 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
         )
     env = dict(ctx.env) if ctx.env is not None else scrub_env(os.environ)
     env.update(SHELL_ENV)
+    env.update(read_only_git_env(command))  # read-only git runs without the programs a repository names
     try:
         outcome = await run_shell(
             command,

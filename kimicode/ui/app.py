@@ -496,7 +496,7 @@ class Session:
             self._view = self._listener = None
             self.console.print()
         self._typed_ahead = listener.typed
-        self.queued[:0], agent.steering[:] = agent.steering, []  # steered after the last step: sent next
+        self.queued[:0], agent.extras.steering[:] = agent.extras.steering, []  # steered too late: sent next
         if finished is None or finished.status in ("interrupted", "error"):
             # interrupted or failed: what was queued goes back into the prompt, to be edited or sent (Enter)
             self._typed_ahead = "\n\n".join([*self.queued, *([self._typed_ahead] if self._typed_ahead else [])])

@@ -14,6 +14,7 @@ from kimicode.checkpoints.store import CheckpointError
 from kimicode.session.store import one_line
 
 if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
     from kimicode.ui.app import Session
 
 _WHAT = {"both": (True, True), "files": (True, False), "conversation": (False, True)}
@@ -149,13 +150,28 @@ async def cmd_diff(session: Session, arg: str) -> None:
     session.console.print(Text.from_ansi(text), highlight=False)
 
 
-async def cmd_fork(session: Session, arg: str) -> None:
-    """Continue in a fork of this conversation, by default in its own working tree."""
+async def continue_in(session: Session, child: Agent) -> None:
+    """Make `child` (a fork of the session's agent) the session's agent, and close the old one."""
     import contextlib
 
-    from kimicode.checkpoints.forks import MODES
     from kimicode.ui.completion import FileIndex
     from kimicode.ui.toolbar import GitBranch
+
+    old = session.agent
+    session.agent = child
+    session.forked_from = old.session_id
+    session.workspace = child.workspace
+    session.approver.workspace = child.workspace
+    session.index = FileIndex(child.workspace)
+    session.branch = GitBranch(child.workspace)
+    session._replaced()
+    with contextlib.suppress(Exception):
+        await old.aclose()
+
+
+async def cmd_fork(session: Session, arg: str) -> None:
+    """Continue in a fork of this conversation, by default in its own working tree."""
+    from kimicode.checkpoints.forks import MODES
 
     mode = arg.strip() or "worktree"
     if mode not in MODES:
@@ -167,15 +183,7 @@ async def cmd_fork(session: Session, arg: str) -> None:
     except (CheckpointError, ValueError, RuntimeError, OSError) as exc:
         session.say(f"Could not fork: {exc}", "red")
         return
-    session.agent = child
-    session.forked_from = old.session_id
-    session.workspace = child.workspace
-    session.approver.workspace = child.workspace
-    session.index = FileIndex(child.workspace)
-    session.branch = GitBranch(child.workspace)
-    session._replaced()
-    with contextlib.suppress(Exception):
-        await old.aclose()
+    await continue_in(session, child)
     where = "the same working tree" if mode == "shared" else f"its own working tree {child.workspace}"
     session.say(f"Forked {old.session_id} into {child.session_id}, working in {where}. "
                 f"`kimicode -r {old.session_id}` goes back to the original.", "green")

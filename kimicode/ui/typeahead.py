@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from kimicode.agent.ecosystem import steer as steer_turn
 from kimicode.events import TurnFinished
 from kimicode.ui.approvals import Option, choose
 from kimicode.ui.format import one_line
@@ -56,7 +57,7 @@ def steer(session: Session, listener: KeyListener) -> None:
     else:
         session.queued.clear()
     for text in texts:
-        session.agent.steer(text)
+        steer_turn(session.agent, text)
         session.say(f"↳ sent into the running turn (read after the current step): {one_line(text, 100)}", "cyan")
 
 
