@@ -361,6 +361,9 @@ from kimicode.cli.prompt_cmd import prompt_app  # noqa: E402
 
 app.add_typer(branches_app, name="branches")
 app.add_typer(prompt_app, name="prompt")
+from kimicode.cli.acp_cmd import acp_command  # noqa: E402
+
+app.command("acp")(acp_command)
 
 
 def _click_exceptions() -> Any:

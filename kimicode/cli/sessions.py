@@ -188,6 +188,7 @@ class Origin(StrEnum):
     interactive = "interactive"
     headless = "headless"
     library = "library"
+    acp = "acp"
 
 
 class ExportFormat(StrEnum):
