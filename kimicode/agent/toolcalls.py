@@ -85,6 +85,8 @@ async def run_tools(
         from kimicode.tools.images import images_message
 
         agent._commit(images_message(attached), emit)
+    while agent.extras.steering and not stop:  # typed by the user while the step ran (ecosystem.steer)
+        agent._commit({"role": "user", "content": agent.extras.steering.pop(0)}, emit)
     return stop
 
 def prepare(agent: Agent, call: dict[str, Any], finish_reason: str | None) -> Prepared:
