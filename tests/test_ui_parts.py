@@ -51,8 +51,9 @@ from kimicode.ui.approvals import (
 )
 from kimicode.ui.completion import CommandInfo, FileIndex, PromptCompleter, expand_mentions, list_files
 from kimicode.ui.format import describe_call, human_bytes, money, tokens
+from kimicode.ui.recap import last_exchange, recap
 from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, toolbar_fragments
-from kimicode.ui.view import TurnView, last_exchange, recap
+from kimicode.ui.view import TurnView
 
 PNG = bytes.fromhex(  # a 1x1 PNG
     "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63fccfc0500f000485"

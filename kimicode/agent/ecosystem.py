@@ -40,6 +40,9 @@ class Extras:
     mcp_tools_added: bool = False
     pending_images: list[Mapping[str, Any]] = field(default_factory=list)
     """Image parts attached to the next prompt (`attach_image`)."""
+    steering: list[str] = field(default_factory=list)
+    """Messages for the running turn (`steer`): sent after the current step's tool results, then emptied;
+    what the turn ends before sending stays here (the terminal sends it as the next prompt)."""
     hooks: Hooks | None = None
     """The configured hooks (agent/hooking.py); None when there are none."""
     hook_stop: str | None = None
@@ -204,6 +207,12 @@ def attach_image(agent: Agent, path: str | Path) -> None:
     side = int(agent.settings.get("images.max_side", DEFAULT_MAX_SIDE))
     size = int(agent.settings.get("images.max_bytes", DEFAULT_MAX_BYTES))
     agent.extras.pending_images.append(image_part(p, side, size))
+
+
+def steer(agent: Agent, text: str) -> None:
+    """Mid-turn steering (Kimi Code's Ctrl-S): `text` goes to the model as a user message after the
+    running step's tool results (agent/toolcalls.py), so the next step already reads it."""
+    agent.extras.steering.append(text)
 
 
 def user_content(agent: Agent, prompt: str) -> str | list[dict[str, Any]]:

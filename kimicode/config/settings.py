@@ -158,8 +158,9 @@ def is_trusted(workspace: Path, user_data: Mapping[str, Any]) -> bool:
     return False
 
 
-def load_settings(workspace: Path, home: Path, *, trust: bool = False) -> Settings:
-    """Read and merge both files; raise ConfigError naming the file, line and key on any problem.
+def load_settings(workspace: Path, home: Path, *, trust: bool = False, project: bool = True) -> Settings:
+    """Read and merge both files (only the user's with `project=False`); raise ConfigError naming the file,
+    line and key on any problem.
 
     Project files may not define `providers` or `mcp_servers` unless the workspace is trusted; what is
     ignored is listed in `Settings.ignored` so faces can say so. `trust` (`--trust-workspace`) trusts the
@@ -171,7 +172,7 @@ def load_settings(workspace: Path, home: Path, *, trust: bool = False) -> Settin
         settings.data = parse_file(user_path)
         settings.sources.append(user_path)
     settings.trusted = trust or is_trusted(workspace, settings.data)
-    if project_path.is_file():
+    if project and project_path.is_file():
         data = parse_file(project_path)
         data.pop("trust", None)  # a project cannot trust itself
         if data.pop("auth", None) is not None:  # keys belong in the user's own file (mode 0600), never a repo
