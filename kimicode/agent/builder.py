@@ -72,8 +72,6 @@ def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool
         o.max_completion_tokens or agent.model_config.max_completion_tokens or ctx_cfg.get("max_tokens") or None
     )
     agent._discovered = False  # asked even with a set window: the template and calibration come with the answer
-    agent.server_counts = False
-    agent.calibration_record = None
     agent.home = o.home.expanduser() if o.home is not None else kimicode_home()
     agent.session_id = o.session_id or new_session_id()
     agent.log = SessionLog(agent.home / "sessions", agent.session_id) if o.persist else None

@@ -108,10 +108,6 @@ class Agent(Explorer):
     max_completion_tokens: int | None
     """The answer's token limit when set (option, model config, `[context] max_tokens`); else fitted."""
     _discovered: bool
-    server_counts: bool
-    """The server can count the next request before it is sent (llama.cpp; see agent/step.py)."""
-    calibration_record: dict[str, Any] | None
-    """The calibration a resumed or forked session starts from (kept when the server is the same)."""
     home: Path
     session_id: str
     log: SessionLog | None
@@ -359,7 +355,6 @@ class Agent(Explorer):
             None, self.model_config.context_window, self.endpoint.model, self.profile.context_window
         )
         self._discovered = False
-        self.calibration_record = None
         self.context.forget_window()
         from kimicode.agent.ecosystem import refresh
 
@@ -556,10 +551,8 @@ class Agent(Explorer):
                     finish("error", message.get("content") or "", blocked, "content_filter")
                     return
                 if not calls:
-                    cut = truncation(self, completion.finish_reason)
-                    if cut:
-                        finish("error", message.get("content") or "", cut, "truncated")
-                        return
+                    if cut := truncation(self, completion.finish_reason):  # cut by a limit the user did not set
+                        return finish("error", message.get("content") or "", cut, "truncated")
                     if (why := await hooking.stop_blocked(self, message.get("content") or "", emit)) is not None:
                         self._commit({"role": "user", "content": f"[Stop hook] {why}"}, emit)  # back to work
                         continue

@@ -38,7 +38,7 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     if not agent._discovered:
         await discover_window(agent, emit)
     agent.context.set_window(agent.context_window, agent.max_completion_tokens or agent.profile.max_completion_tokens)
-    if agent.server_counts:  # llama.cpp counts the first request exactly (its template may leave tools out)
+    if agent.context.server_counts:  # llama.cpp counts the first request exactly (its template may leave tools out)
         await count_first_request(agent, tools)
     tools = agent.context.fit_tools(agent.messages, tools, emit)  # a compact set when a small window needs it
     est = await agent.context.prepare(agent.messages, tools, agent.client, emit, kinds)  # prune/compact to fit
@@ -152,7 +152,7 @@ async def discover_window(agent: Agent, emit: Callable[[Event], None]) -> None:
     else:
         agent._window_source = "server"
     if info.counts and not info.cached:
-        agent.server_counts = True
+        agent.context.server_counts = True
 
 
 def restore_calibration(agent: Agent, fingerprint: str, emit: Callable[[Event], None]) -> None:
@@ -162,7 +162,7 @@ def restore_calibration(agent: Agent, fingerprint: str, emit: Callable[[Event], 
 
     ctx = agent.context
     ctx.fingerprint = fingerprint
-    recorded = agent.calibration_record
+    recorded = agent.context.calibration_record
     if recorded is not None and recorded.get("fingerprint") == fingerprint and ctx.restore_calibration(recorded):
         return
     stored = calibration.load(agent.home, agent.endpoint.base_url, agent.endpoint.model, fingerprint)
@@ -179,7 +179,7 @@ async def count_first_request(agent: Agent, tools: list[dict[str, Any]]) -> None
     template may leave the tool definitions out, which no estimate can know)."""
     from kimicode.llm.discovery import count_request
 
-    agent.server_counts = False
+    agent.context.server_counts = False
     counted = await count_request(agent.endpoint.base_url, agent.endpoint.api_key, agent.messages, tools,
                                   headers=dict(agent.model_config.headers))
     if counted:

@@ -97,6 +97,10 @@ class ContextManager:
         self._logged_state: dict[str, Any] | None = None
         self._tool_fit: tuple[Any, list[dict[str, Any]]] | None = None
         self._tool_note = ""
+        self.calibration_record: dict[str, Any] | None = None
+        """The calibration a resumed or forked session starts from (used when the server is the same)."""
+        self.server_counts = False
+        """The server can count the next request before it is sent (llama.cpp; see agent/step.py)."""
         self.fingerprint = ""
         """The server's fingerprint (see `kimicode.llm.discovery.ServerInfo`) the calibration belongs to."""
 
@@ -123,6 +127,7 @@ class ContextManager:
     def forget_window(self) -> None:
         """Drop the learnt window (another model or endpoint is used from now on)."""
         self.server_limit = None
+        self.calibration_record = None
 
     def learn_window(self, window: int, *, record: bool = True) -> bool:
         """Keep the window a server has shown (in a context-length error) for the rest of the session.
