@@ -56,7 +56,7 @@ def turn_args(turn: int, session_id: str) -> list[str]:
     return ["-p", prompt, "-c"]
 
 
-def run_session(server: LlamaServer, workspace: Path, home: Path, *, turns: int = 10, max_tokens: int = 24,
+def run_session(server: LlamaServer, workspace: Path, home: Path, *, turns: int = 10, max_tokens: int = 16,
                 hide_counting: bool = False, extra: tuple[str, ...] = ()) -> Figures:
     """`turns` turns of kimicode, each in its own process, each reading a file through a tool call."""
     (workspace / "notes.txt").write_text(NOTES + "\n")
