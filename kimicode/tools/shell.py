@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from kimicode.context.output import in_use, make_room, spill_limit
+from kimicode.permissions.gitsafe import read_only_git_env
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.progress import ByteReporter
@@ -409,16 +410,20 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
         )
     env = dict(ctx.env) if ctx.env is not None else scrub_env(os.environ)
     env.update(SHELL_ENV)
+    env.update(read_only_git_env(command))  # read-only git runs without the programs a repository names
     try:
-        outcome = await run_shell(
-            command,
-            cwd=str(ctx.workspace),
-            env=env,
-            timeout=float(timeout),
-            wrap=sandbox.wrap if sandbox is not None and not (sandbox.auto and ctx.approved) else None,
-            mask=ctx.mask,
-            spill_dir=ctx.session_dir,
-        )
+        if ctx.commands is not None:  # an editor's terminal (ACP): the user watches it run
+            outcome = await ctx.commands.run(command, cwd=str(ctx.workspace), env=env, timeout=float(timeout))
+        else:
+            outcome = await run_shell(
+                command,
+                cwd=str(ctx.workspace),
+                env=env,
+                timeout=float(timeout),
+                wrap=sandbox.wrap if sandbox is not None and not (sandbox.auto and ctx.approved) else None,
+                mask=ctx.mask,
+                spill_dir=ctx.session_dir,
+            )
     except OSError as exc:  # a missing or unreadable workspace, or no /bin/bash
         raise ToolError(f"cannot run the command in {ctx.workspace}: {exc.strerror or exc}") from None
     status_line, status = _status(outcome, timeout)
