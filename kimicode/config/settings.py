@@ -96,7 +96,7 @@ SCHEMA: dict[str, Any] = {
     },
     "mcp": {"startup_timeout": "number", "tool_timeout": "number"},
     "trust": {"workspaces": "list[str]"},
-    "hooks": {"*": "list"},  # Claude Code's structure, checked by kimicode/extensions/hooks.py
+    "hooks": "hooks",  # Claude Code's or Kimi Code's structure, checked by kimicode/extensions/hooks.py
     "auth": {"api_key": "str"},
     "images": {"max_bytes": "int", "max_side": "int"},
     "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
@@ -307,11 +307,12 @@ def validate(data: Any, schema: Any, path: tuple[str, ...]) -> list[tuple[tuple[
         "number": isinstance(data, (int, float)) and not isinstance(data, bool),
         "bool": isinstance(data, bool),
         "list[str]": isinstance(data, list) and all(isinstance(x, str) for x in data),
-        "list": isinstance(data, list),
+        "hooks": isinstance(data, dict | list),
     }[schema]
     if not ok:
         want = {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false",
-                "list[str]": "a list of strings", "list": "a list"}[schema]
+                "list[str]": "a list of strings",
+                "hooks": "a table of events ([[hooks.PreToolUse]]) or a list of hooks ([[hooks]])"}[schema]
         return [(path, f"must be {want}, got {_type_name(data)} {data!r}")]
     return []
 

@@ -26,6 +26,9 @@ MAX_LISTED = 8
 
 def _commands_of(hooks: Any) -> list[str]:
     out: list[str] = []
+    if isinstance(hooks, list):  # Kimi Code's [[hooks]]
+        return [f"hook {h.get('event')}: {h['command']}" for h in hooks
+                if isinstance(h, dict) and isinstance(h.get("command"), str)]
     if isinstance(hooks, dict):
         for event, groups in hooks.items():
             for group in groups if isinstance(groups, list) else ():
