@@ -54,6 +54,7 @@ def test_discovery_and_the_servers_own_count(llama: Llama, ctx: int, parallel: i
     assert counted == usage["prompt_tokens"]
 
 
+@pytest.mark.timeout(900)  # ten processes, each asking the server twice; ~40 s on 2 idle cores
 @pytest.mark.parametrize("ctx", [2048, 4096, 8192])
 def test_ten_turns_with_a_tool_call_each_across_processes(llama: Llama, ctx: int, tmp_path: Path) -> None:
     server = llama(ctx)
@@ -76,6 +77,7 @@ def test_ten_turns_with_a_tool_call_each_across_processes(llama: Llama, ctx: int
     assert NOTES.split()[4].strip(".") in json.dumps(session_records(tmp_path / "home"))
 
 
+@pytest.mark.timeout(600)
 def test_without_the_servers_count_calibration_is_learnt_once_and_kept(llama: Llama, tmp_path: Path) -> None:
     """A server that cannot count beforehand (vLLM-like: no /props, /apply-template): the first request of the
     first process is estimated blind (the tools' 3.5k tokens, which this template never renders); every later
@@ -96,6 +98,7 @@ def test_without_the_servers_count_calibration_is_learnt_once_and_kept(llama: Ll
     assert [v["tools_in_prompt"] for v in stored.values()] == [False]
 
 
+@pytest.mark.timeout(600)
 def test_overflow_is_recovered_with_the_prompt_whole(llama: Llama, tmp_path: Path) -> None:
     """kimicode is told a wrong, larger window; a tool result overflows the real 2k window. The server's error
     teaches the window and the count, the tool output is shortened, the user's prompt is sent whole again and
@@ -132,6 +135,7 @@ def test_a_prompt_that_cannot_fit_is_refused_with_a_clear_error(llama: Llama, tm
     assert all(a is None or a >= 24 for a in asked)  # never a 1-token answer passed off as one
 
 
+@pytest.mark.timeout(600)
 def test_a_restart_with_another_window_is_seen_at_the_next_start(tmp_path: Path) -> None:
     server = LlamaServer(4096, log_dir=tmp_path / "logs").start()
     try:
