@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "real_server"))
 
-from llama import LlamaServer, unavailable  # noqa: E402
-from sessions import Figures, run_session  # noqa: E402
+from llama import LlamaServer, unavailable
+from sessions import Figures, run_session
 
 
 def pct(value: float | None) -> str:
