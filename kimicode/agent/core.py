@@ -247,8 +247,12 @@ class Agent(Explorer):
             await asyncio.wait([worker])
         self._interrupted = False
 
-    async def run(self, prompt: str) -> RunResult:
-        """Run one turn and return its result (the conversation continues on the next call)."""
+    async def run(self, prompt: str, *, output_type: Any = None) -> RunResult:
+        """Run one turn and return its result (the conversation continues on the next call). With `output_type`
+        (a pydantic model or a JSON Schema dict) the answer must be JSON of it: `.output` (agent/structured.py)."""
+        if output_type is not None:
+            from kimicode.agent.structured import structured_run
+            return cast(RunResult, await structured_run(self, prompt, output_type))
         start = time.monotonic()
         before = dict(self.usage)
         added: list[dict[str, Any]] = []  # collected from events: compaction may rewrite the history
@@ -264,12 +268,8 @@ class Agent(Explorer):
         if error is not None and not isinstance(error, errors.ErrorInfo):
             error = errors.ErrorInfo(error, finished.error_kind or "internal")
         return RunResult(
-            status=finished.status,
-            result=finished.result,
-            session_id=self.session_id,
-            num_turns=finished.num_steps,
-            usage=dict(self.usage),
-            duration_ms=int((time.monotonic() - start) * 1000),
+            status=finished.status, result=finished.result, session_id=self.session_id, num_turns=finished.num_steps,
+            usage=dict(self.usage), duration_ms=int((time.monotonic() - start) * 1000),
             permission_denials=[dict(d) for d in finished.permission_denials],
             error=error,
             error_kind=finished.error_kind,
