@@ -12,6 +12,7 @@ llama.cpp, Ollama), and Moonshot and DeepSeek get their JSON mode (`json_object`
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -23,6 +24,7 @@ from kimicode import errors
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
+    from kimicode.agent.results import RunResult
 
 DEFAULT_ATTEMPTS = 3
 """Answers the model may give before the run fails (the first and two corrections)."""
@@ -205,10 +207,30 @@ def _use_format(agent: Agent, value: Mapping[str, Any] | None) -> None:
         agent.reset_client()
 
 
-async def structured_run(agent: Agent, prompt: str, output_type: Any) -> Any:
+def structured_output(run: Callable[[Agent, str], Awaitable[RunResult]]) -> Callable[..., Awaitable[RunResult]]:
+    """Give `Agent.run` its `output_type=` keyword (a pydantic model, any type pydantic describes, or a JSON
+    Schema dict): the answer must be JSON valid against it, `RunResult.output` is the value."""
+
+    async def run_with_output(agent: Agent, prompt: str, *, output_type: Any = None) -> RunResult:
+        if output_type is None:
+            return await run(agent, prompt)
+        return await structured_run(agent, prompt, output_type)
+
+    functools.update_wrapper(run_with_output, run)
+    del run_with_output.__wrapped__  # type: ignore[attr-defined]  # help() shows output_type=
+    run_with_output.__doc__ = (run.__doc__ or "") + (
+        "\n\n        With `output_type` the answer must be JSON of that type (validated with jsonschema; an\n"
+        "        invalid answer is sent back, 3 answers in all): `RunResult.output`, else the status\n"
+        "        `invalid_output` (kimicode/agent/structured.py).")
+    return run_with_output
+
+
+async def structured_run(agent: Agent, prompt: str, output_type: Any) -> RunResult:
     """`Agent.run(prompt, output_type=...)`: the RunResult of the last attempt, with every attempt's
-    messages, usage and time, and `output` (the validated value) or the status `invalid_output`."""
+    messages, usage, cost and time, and `output` (the validated value) or the status `invalid_output`."""
     import time
+
+    from kimicode.agent.costs import usage_cost
 
     spec = output_type if isinstance(output_type, OutputSpec) else OutputSpec.of(output_type)
     start = time.monotonic()
@@ -219,6 +241,7 @@ async def structured_run(agent: Agent, prompt: str, output_type: Any) -> Any:
     result.hook_errors = [e for r in outcome.turns for e in r.hook_errors]
     result.num_turns = sum(r.num_turns for r in outcome.turns)
     result.turn_usage = {k: v - before.get(k, 0) for k, v in agent.usage.items()}
+    result.cost = usage_cost(agent, result.turn_usage)
     result.duration_ms = int((time.monotonic() - start) * 1000)
     if outcome.valid:
         result.output = outcome.value
