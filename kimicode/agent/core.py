@@ -27,8 +27,8 @@ from kimicode.agent.options import AgentOptions, OptionAttribute
 from kimicode.agent.outgoing import masked_event, utf8_safe
 from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult
 from kimicode.agent.step import model_step
-from kimicode.agent.structured import structured_output
 from kimicode.agent.streams import same_loop
+from kimicode.agent.structured import structured_output
 from kimicode.agent.switch import ModelSwitches, switch_notice
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
 from kimicode.branches.api import Explorer

@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 from urllib.parse import urlparse
 
 from kimicode import errors
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 DEFAULT_ATTEMPTS = 3
 """Answers the model may give before the run fails (the first and two corrections)."""
 MAX_ERRORS_SHOWN = 10
-INVALID = "invalid_output"
+INVALID: Final = "invalid_output"
 """The status of a run whose answer never matched the schema."""
 
 FormatMode = Literal["always", "corrections", "json_object", "off"]
@@ -236,7 +236,7 @@ async def structured_run(agent: Agent, prompt: str, output_type: Any) -> RunResu
     start = time.monotonic()
     before = dict(agent.usage)
     outcome = await until_valid(agent, spec, prompt, agent.run)
-    result = outcome.turns[-1]
+    result: RunResult = outcome.turns[-1]
     result.messages = [m for r in outcome.turns for m in r.messages]
     result.hook_errors = [e for r in outcome.turns for e in r.hook_errors]
     result.num_turns = sum(r.num_turns for r in outcome.turns)
