@@ -90,8 +90,8 @@ class Plugin:
 
         return {
             "commands": [f"/{self.name}:{n}" for n in names("commands", "*.md")],
-            "skills": names("skills", "*/SKILL.md"),
-            "agents": names("agents", "*.md"),
+            "skills": [f"{self.name}:{n}" for n in names("skills", "*/SKILL.md")],
+            "agents": [f"{self.name}:{n}" for n in names("agents", "*.md")],
             "hooks": [f"{event}: {command}" for event, command in self.hook_commands()],
             "mcp servers": [f"{name}: {_server_command(entry)}"
                             for name, entry in self.mcp_servers(expand=False).items()],
