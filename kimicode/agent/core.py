@@ -272,9 +272,7 @@ class Agent(Explorer):
         assert finished is not None
         turn_usage = {k: v - before.get(k, 0) for k, v in self.usage.items()}
         return RunResult.from_finished(
-            finished,
-            session_id=self.session_id,
-            usage=dict(self.usage),
+            finished, session_id=self.session_id, usage=dict(self.usage),
             duration_ms=int((time.monotonic() - start) * 1000),
             messages=added,
             context={"used": self.context.used, "window": self.context_window},
