@@ -374,7 +374,7 @@ Verdict = tuple[str, str] | None
 
 _SED_S = re.compile(r"s(.)(?:\\.|(?!\1).)*\1(?:\\.|(?!\1).)*\1([gpiImMe0-9w]*)")
 _SED_Y = re.compile(r"y(.)(?:\\.|(?!\1).)*\1(?:\\.|(?!\1).)*\1")
-_JQ_ENV = re.compile(r"\benv\b|\$ENV|\$__loc__|\binput_filename\b|\$__prog|\bgetpath\b.*\bENV\b")
+_JQ_ENV = re.compile(r"\benv\b|\$ENV|\$__prog|\bstrenv\b|\bload(_str)?\b|\bfilename\b")
 _FIND_RISKY = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
 
 
