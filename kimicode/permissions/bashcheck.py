@@ -249,9 +249,12 @@ def _path_problems(
 ) -> Decision | None:
     """Sensitive files named by arguments (also glued to options: `-fNAME`, `--file=NAME`), the files
     `!out` options write, the trees searched, and the redirections of an otherwise admitted command."""
-    for word in cmd.argv[1:] if cmd.name else cmd.words:
+    words = cmd.argv[1:] if cmd.name else cmd.words
+    texts = {w.text for w in words}
+    glued = [Word(v, v) for v in analysis.values if v not in texts and not v.startswith("-")]
+    for word in [*words, *glued]:
         try:
-            paths = _word_paths(word, base, policy)
+            paths = _word_paths(word, base, policy, glued=not analysis.known)
         except _Unresolvable as exc:
             return Decision("ask", f"`{cmd.text}`: {exc}")
         for path in paths:
@@ -430,7 +433,7 @@ def _literal(word: Word, policy: Policy) -> str | None:
     return text
 
 
-def _word_paths(word: Word, base: Path, policy: Policy) -> list[Path]:
+def _word_paths(word: Word, base: Path, policy: Policy, glued: bool = True) -> list[Path]:
     """The files an argument may name: itself (or an `--opt=FILE` value), and the part after a `:`
     (`HEAD:.env` for git show, `host:path`)."""
     first = _word_path(word, base, policy)
@@ -443,8 +446,8 @@ def _word_paths(word: Word, base: Path, policy: Policy) -> list[Path]:
             if resolved.problem is not None:
                 raise _Unresolvable(resolved.problem)
             out.append(resolved.path)
-    if text.startswith("-") and not text.startswith("--") and not word.dynamic:
-        out += _glued_paths(text, base, policy)
+    if glued and text.startswith("-") and not text.startswith("--") and not word.dynamic:
+        out += _glued_paths(text, base, policy)  # a program without a specification: any letter may take one
     return out
 
 
