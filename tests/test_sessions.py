@@ -222,6 +222,7 @@ def test_resume_errors_are_clear(make_agent: MakeAgent, opts: dict[str, Any], tm
     c = make_agent(workspace=gone, session_id="20250102-000000-cccccc")
     assert c.log
     c.log.message({"role": "user", "content": "hi"})
+    c.log.close()  # one writer per session, in this process too
     gone.rmdir()
     with pytest.raises(SessionError, match="no longer exists"):
         Agent.resume(c.session_id, **opts)

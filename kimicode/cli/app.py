@@ -16,6 +16,7 @@ from kimicode.cli.batch_cmd import batch
 from kimicode.cli.config_cmd import config_app
 from kimicode.cli.doctor import doctor
 from kimicode.cli.mcp_cmd import mcp_app
+from kimicode.cli.plugin_cmd import plugin_app
 from kimicode.cli.sessions import sessions_app
 from kimicode.config.choices import (
     DEFAULT_MAX_RETRIES,
@@ -32,7 +33,8 @@ from kimicode.config.choices import (
 app = typer.Typer(
     name="kimicode",
     help="A coding agent for kimi-k3 and any OpenAI-compatible endpoint.\n\n"
-    "Run `kimicode` for an interactive session, or `kimicode -p PROMPT` to run one task headless.",
+    "Run `kimicode` for an interactive session (`kimicode \"PROMPT\"` opens one with that first prompt), or "
+    "`kimicode -p PROMPT` to run one task headless.",
     epilog="\b\n"
     "Environment:\n"
     "  KIMI_API_KEY (or MOONSHOT_API_KEY)  the API key for Moonshot's kimi-k3\n"
@@ -209,6 +211,7 @@ def main(
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
+    first_prompt: Annotated[str | None, typer.Option("--first-prompt", hidden=True)] = None,
 ) -> None:
     """Run kimicode."""
     if ctx.invoked_subcommand is not None:
@@ -246,6 +249,9 @@ def main(
     from kimicode.cli.ci_flags import FlagError, check_budget, ci_settings, read_system_prompt
 
     headless_only = (system_prompt_file, append_system_prompt, max_budget_usd, mcp_config)
+    if prompt is not None and first_prompt is not None:
+        raise fail(f"two prompts: -p {prompt!r} and {first_prompt!r} (kimicode \"PROMPT\" opens a session with it; "
+                   "-p runs it headless)")
     if prompt is None and (any(v is not None for v in headless_only) or no_session_persistence or trust_workspace):
         raise fail("--max-budget-usd, --system-prompt-file, --append-system-prompt, --no-session-persistence, "
                    "--trust-workspace and --mcp-config apply to headless runs: add -p PROMPT")
@@ -281,9 +287,13 @@ def main(
                     fork_workspace=fork_workspace,
                     # without -C a resumed session keeps its own workspace
                     workspace=workspace if cwd is not None or target is None else None,
+                    first_prompt=first_prompt,
                     **settings,
                 )
             )
+        if first_prompt is not None:
+            raise fail('kimicode "PROMPT" opens an interactive session, which needs a terminal: '
+                       "run it headless with -p PROMPT")
         raise fail("no prompt: pass -p PROMPT (or -p - to read it from stdin)")
     if prompt == "-":
         prompt = read_all_stdin()
@@ -344,6 +354,7 @@ app.command("undo")(undo_command)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
+app.add_typer(plugin_app, name="plugin")
 app.command("doctor")(doctor)
 app.command("login")(login_command)
 app.command("batch")(batch)
@@ -352,6 +363,9 @@ from kimicode.cli.prompt_cmd import prompt_app  # noqa: E402
 
 app.add_typer(branches_app, name="branches")
 app.add_typer(prompt_app, name="prompt")
+from kimicode.cli.acp_cmd import acp_command  # noqa: E402
+
+app.command("acp")(acp_command)
 
 
 def _click_exceptions() -> Any:
@@ -365,11 +379,17 @@ def _click_exceptions() -> Any:
 
 def run_app() -> None:
     """Run the application: usage errors are one clean message (exit 2), Ctrl-C is exit 130."""
+    from kimicode.cli.firstprompt import NotACommand, first_prompt_args
     from kimicode.cli.sessions import optional_resume_value
 
     errors = _click_exceptions()
     try:
-        code = app(args=optional_resume_value(sys.argv[1:]), prog_name="kimicode", standalone_mode=False)
+        args = first_prompt_args(sys.argv[1:], typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    except NotACommand as exc:
+        sys.stderr.write(f"kimicode: {exc}\n")
+        raise SystemExit(2) from None
+    try:
+        code = app(args=optional_resume_value(args), prog_name="kimicode", standalone_mode=False)
     except errors.ClickException as exc:
         if isinstance(exc, errors.BadParameter):
             # typer validates choices with pydantic, whose message starts "Value error, "

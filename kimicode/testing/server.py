@@ -53,6 +53,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 1024  # the listen backlog (socketserver's 5 refused connections of 100 parallel clients)
 
     def __init__(self, fake: FakeServer) -> None:
         self.fake = fake

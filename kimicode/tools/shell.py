@@ -412,15 +412,18 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
     env.update(SHELL_ENV)
     env.update(read_only_git_env(command))  # read-only git runs without the programs a repository names
     try:
-        outcome = await run_shell(
-            command,
-            cwd=str(ctx.workspace),
-            env=env,
-            timeout=float(timeout),
-            wrap=sandbox.wrap if sandbox is not None and not (sandbox.auto and ctx.approved) else None,
-            mask=ctx.mask,
-            spill_dir=ctx.session_dir,
-        )
+        if ctx.commands is not None:  # an editor's terminal (ACP): the user watches it run
+            outcome = await ctx.commands.run(command, cwd=str(ctx.workspace), env=env, timeout=float(timeout))
+        else:
+            outcome = await run_shell(
+                command,
+                cwd=str(ctx.workspace),
+                env=env,
+                timeout=float(timeout),
+                wrap=sandbox.wrap if sandbox is not None and not (sandbox.auto and ctx.approved) else None,
+                mask=ctx.mask,
+                spill_dir=ctx.session_dir,
+            )
     except OSError as exc:  # a missing or unreadable workspace, or no /bin/bash
         raise ToolError(f"cannot run the command in {ctx.workspace}: {exc.strerror or exc}") from None
     status_line, status = _status(outcome, timeout)
