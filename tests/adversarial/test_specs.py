@@ -142,3 +142,17 @@ def test_every_table_loads_and_names_each_spelling_once() -> None:
                 assert spelling not in seen, f"{name}: {spelling} twice"
                 seen.add(spelling)
     assert os.path.basename(__file__)  # keep the import list honest
+
+
+def test_python_m_pytest_is_suggested_and_admitted_as_pytest(world: dict[str, Any]) -> None:
+    rules = load_rules((), allow=[])
+    policy = Policy(rules, kimicode_home=world["ws"] / ".kc", user_home=world["home"], workspace=world["ws"])
+    decision = decide(BASH, {"command": "python3 -m pytest -q"}, "default", world["ctx"], policy)
+    assert decision.verdict == "ask" and decision.suggestion == "bash(pytest -q)"
+    for line in ("python -m pytest -q", "python3 -m pytest -q", "python3.11 -m pytest tests -x"):
+        assert verdict(world, line, allow=("bash(pytest*)",)) == "allow", line
+        assert verdict(world, line, allow=("Bash(pytest:*)",)) == "allow", line
+    for line in ("python -X dev -m pytest", "python -c 'import pytest' -m pytest", "PYTHONPATH=/tmp python -m pytest",
+                 "python -m pytest --basetemp=/tmp/x"):
+        assert verdict(world, line, allow=("bash(pytest*)",)) == "ask", line
+    assert verdict(world, "python -m pytest_evil", allow=("Bash(pytest:*)",)) == "ask"  # whole words
