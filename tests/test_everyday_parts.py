@@ -165,3 +165,35 @@ def test_a_five_character_summary_is_refused(make_agent: Any, server: FakeServer
     assert result is not None and result.fallback and "too short" in (result.error or "")
     summary = next(m["content"] for m in agent.messages if "question 0" in str(m["content"]) and m["role"] == "user")
     assert summary  # the first prompt is still there, kept by the fallback summary
+
+
+def test_model_checks_the_servers_list_and_completes_its_ids(
+    server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prompt_toolkit.document import Document
+
+    from kimicode.ui import commands, model_cmds
+    from kimicode.ui.completion import PromptCompleter
+
+    model_cmds._served.clear()
+    server.get_routes["/v1/models"] = {"object": "list", "data": [{"id": "kimi-k3"}, {"id": "kimi-k2-turbo"}]}
+    session = make_session(server, workspace, monkeypatch)
+
+    def run(line: str) -> str:
+        asyncio.run(commands.dispatch(session, line))
+        out: str = session.console.file.getvalue()
+        session.console.file.seek(0)
+        session.console.file.truncate()
+        return out
+
+    before = session.agent.endpoint.model
+    text = run("/model kimi-k9")
+    assert "does not serve 'kimi-k9'" in text and "did you mean kimi-k3" in text
+    assert session.agent.endpoint.model == before
+    assert "Model set to kimi-k2-turbo" in run("/model kimi-k2-turbo")
+    assert session.agent.endpoint.model == "kimi-k2-turbo"
+    assert "Model set to my-own-id" in run("/model my-own-id --force")
+    completer = PromptCompleter(lambda: commands.command_infos(session), session.index)
+    offered = [c.text for c in completer.get_completions(Document("/model kimi-k"), None)]  # type: ignore[arg-type]
+    assert {"kimi-k3", "kimi-k2-turbo"} <= set(offered)
+    asyncio.run(session.agent.aclose())
