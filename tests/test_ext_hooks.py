@@ -423,3 +423,28 @@ def test_headless_stream_json_shows_every_hook_run(
     hooks = [x for x in lines if x["type"] == "hook"]
     assert [(h["event"], h["outcome"], h["tool_use_id"]) for h in hooks] == [
         ("PreToolUse", "ok", "call_1"), ("PostToolUse", "ok", "call_1")]
+
+
+def test_kimi_codes_flat_hooks_and_tool_names(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path
+) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        f'[[hooks]]\nevent = "PreToolUse"\nmatcher = "Shell"\ncommand = {json.dumps(hook_cmd("exit2"))}\n'
+        f'timeout = 5\n[[hooks]]\nevent = "Stop"\ncommand = {json.dumps(hook_cmd())}\n')
+    server.add(*bash_then_done("touch made"))
+    make_agent(permission_mode="yolo").run_sync("go")
+    assert not (workspace / "made").exists()
+    assert [r["payload"]["hook_event_name"] for r in runs(workspace)] == ["PreToolUse", "Stop"]
+
+
+def test_a_hooks_value_of_the_wrong_shape_names_the_file(make_agent: Callable[..., Any], home: Path) -> None:
+    from kimicode.config.endpoint import ConfigError
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text('hooks = "rm -rf /"\n')
+    with pytest.raises(ConfigError, match=r"config\.toml:1: hooks: must be a table of events"):
+        make_agent()
+    (home / "config.toml").write_text('[[hooks]]\nmatcher = "Bash"\ncommand = "x"\n')
+    with pytest.raises(ConfigError, match=r"hooks\[0\]: each \[\[hooks\]\] entry needs `event`"):
+        make_agent()

@@ -24,6 +24,7 @@ from kimicode.permissions.pathresolve import approved_paths
 from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.progress import reporting
 from kimicode.tools.registry import parse_arguments, validate
+from kimicode.tools.workers import is_async_callable, run_blocking
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
@@ -188,12 +189,15 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
 async def ask(agent: Agent, request: ApprovalRequest) -> tuple[Approval | bool | None, str | None]:
     """The approve callback's answer, or why it cannot be used: a callback that raises, or returns
     anything but a bool or an `Approval` (a truthy "no" must never approve), refuses the call."""
-    assert agent.approve is not None
-    try:
-        answer = agent.approve(request)
+    approve = agent.approve
+    assert approve is not None
+    try:  # a sync callback (input(), a GUI dialog) runs in a thread: it must not stop the event loop
+        answer = approve(request) if is_async_callable(approve) else await run_blocking(approve, request)
         if inspect.isawaitable(answer):
             answer = await answer
-    except Exception as exc:
+    except asyncio.CancelledError:
+        raise  # the turn was interrupted while the question was open
+    except BaseException as exc:  # whatever it raises (SystemExit from a prompt library too) refuses
         return None, f"the approve callback raised {type(exc).__name__}: {exc}; the call was refused"
     if isinstance(answer, Approval | bool):
         return answer, None

@@ -26,11 +26,12 @@ from kimicode._version import __version__
 from kimicode.agent import options as agent_options
 from kimicode.agent.core import Agent
 from kimicode.agent.costs import session_cost
-from kimicode.commands import CustomCommand, load_custom_commands
+from kimicode.commands import CustomCommand
 from kimicode.config.endpoint import kimicode_home
 from kimicode.config.ui import UISettings
 from kimicode.context.output import DEFAULT_CAP_CHARS
 from kimicode.events import ContextUpdated, Event, Notice, ToolCallFinished, TurnFinished, UsageUpdated
+from kimicode.extensions.slash import load_commands
 from kimicode.permissions.engine import MODES
 from kimicode.session.store import SessionError, latest_session
 from kimicode.ui import commands
@@ -202,13 +203,14 @@ class Session:
         self.start_mcp()
 
     def custom_commands(self) -> dict[str, CustomCommand]:
-        """The custom slash commands (`.kimicode/commands/`, `KIMICODE_HOME/commands/`), re-read every
+        """The custom slash commands (kimicode's and Claude Code's folders, plugins', skills), re-read every
         few seconds so a file added during the session shows up."""
         now = time.monotonic()
         if now - self._custom_loaded >= CUSTOM_RELOAD:
             self._custom_loaded = now
             try:
-                self._custom = load_custom_commands(self.workspace, self.home)
+                trusted = bool(self.agent.options.config and self.agent.options.config.trusted)
+                self._custom = load_commands(self.workspace, self.home, trusted=trusted)  # + Claude's, plugins', skills
             except Exception:  # an unreadable directory: keep what was loaded before
                 pass
         return self._custom

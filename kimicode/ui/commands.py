@@ -34,6 +34,7 @@ from kimicode.ui.format import money, tokens
 from kimicode.ui.login import cmd_login
 from kimicode.ui.model_cmds import cmd_model, cmd_prompt, model_choices
 from kimicode.ui.toolbar import short_path
+from kimicode.ui.trust_cmds import cmd_skills, cmd_trust
 
 if TYPE_CHECKING:
     from kimicode.commands import CustomCommand
@@ -553,6 +554,8 @@ COMMANDS: dict[str, Command] = {
         Command("fork", "continue in a fork of this conversation with its own working tree", cmd_fork,
                 "[worktree|copy|shared]", lambda s: ("worktree", "copy", "shared")),
         Command("login", "paste a new API key (checked, stored, used at once)", cmd_login),
+        Command("trust", "whether this workspace's hooks, MCP servers, skills... are used", cmd_trust, "[on|off]"),
+        Command("skills", "the skills the model may activate", cmd_skills),
         Command("exit", "leave kimicode", cmd_exit),
     )
 }

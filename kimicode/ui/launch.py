@@ -124,6 +124,11 @@ def run_interactive(
         return 2
     from kimicode.ui.app import Session
 
+    if not settings.get("config"):  # the trust question, once per workspace (kimicode/ui/trust_cmds.py)
+        from kimicode.config.endpoint import kimicode_home
+        from kimicode.ui.trust_cmds import ask_trust
+
+        ask_trust(Path(workspace or "."), Path(settings["home"]) if settings.get("home") else kimicode_home())
     plain = plain_output()
     console = make_console(plain)
     try:
