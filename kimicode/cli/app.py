@@ -419,12 +419,14 @@ def _click_exceptions() -> Any:
 
 def run_app() -> None:
     """Run the application: usage errors are one clean message (exit 2), Ctrl-C is exit 130."""
-    from kimicode.cli.firstprompt import NotACommand, first_prompt_args
+    from kimicode.cli.firstprompt import NotACommand, first_prompt_args, value_options
     from kimicode.cli.sessions import optional_resume_value
 
     errors = _click_exceptions()
     try:
-        args = first_prompt_args(sys.argv[1:], typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+        main_command = typer.main.get_command(app)
+        args = first_prompt_args(sys.argv[1:], main_command.commands,  # type: ignore[attr-defined]
+                                 value_options(main_command))
     except NotACommand as exc:
         sys.stderr.write(f"kimicode: {exc}\n")
         raise SystemExit(2) from None
