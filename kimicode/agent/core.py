@@ -26,8 +26,9 @@ from kimicode.agent.modes import note_needed
 from kimicode.agent.options import AgentOptions, OptionAttribute
 from kimicode.agent.outgoing import masked_event, utf8_safe
 from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult
-from kimicode.agent.step import model_step
+from kimicode.agent.step import model_step, truncation
 from kimicode.agent.streams import same_loop
+from kimicode.agent.structured import structured_output
 from kimicode.agent.switch import ModelSwitches, switch_notice
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
 from kimicode.branches.api import Explorer
@@ -255,6 +256,7 @@ class Agent(Explorer):
             await asyncio.wait([worker])
         self._interrupted = False
 
+    @structured_output  # run(prompt, output_type=Model): the answer must be JSON of it (agent/structured.py)
     async def run(self, prompt: str) -> RunResult:
         """Run one turn and return its result (the conversation continues on the next call)."""
         start = time.monotonic()
@@ -270,9 +272,7 @@ class Agent(Explorer):
         assert finished is not None
         turn_usage = {k: v - before.get(k, 0) for k, v in self.usage.items()}
         return RunResult.from_finished(
-            finished,
-            session_id=self.session_id,
-            usage=dict(self.usage),
+            finished, session_id=self.session_id, usage=dict(self.usage),
             duration_ms=int((time.monotonic() - start) * 1000),
             messages=added,
             context={"used": self.context.used, "window": self.context_window},
@@ -354,7 +354,7 @@ class Agent(Explorer):
         self.context_window, self._window_source = resolve_window(
             None, self.model_config.context_window, self.endpoint.model, self.profile.context_window
         )
-        self._discovered = self.model_config.context_window is not None
+        self._discovered = False
         self.context.forget_window()
         from kimicode.agent.ecosystem import refresh
 
@@ -551,6 +551,8 @@ class Agent(Explorer):
                     finish("error", message.get("content") or "", blocked, "content_filter")
                     return
                 if not calls:
+                    if cut := truncation(self, completion.finish_reason):  # cut by a limit the user did not set
+                        return finish("error", message.get("content") or "", cut, "truncated")
                     if (why := await hooking.stop_blocked(self, message.get("content") or "", emit)) is not None:
                         self._commit({"role": "user", "content": f"[Stop hook] {why}"}, emit)  # back to work
                         continue
