@@ -235,6 +235,9 @@ class CheckpointStore:
         drop: list[str] = []
         skipped: list[str] = []
         for rel in candidates:
+            if _beyond_link(self.workspace, rel):  # `d/f` once, and `d` is now a link: drop the old entry
+                drop.append(rel)
+                continue
             try:
                 st = os.lstat(self.workspace / rel)
             except FileNotFoundError:
@@ -256,7 +259,7 @@ class CheckpointStore:
         if not self.index.exists():
             return self._commit(self._first(add), label, ref, skipped)
         if drop:
-            self.git("rm", "--cached", "-q", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
+            self.git("rm", "--cached", "-q", "-f", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
                      input=_nul(drop))
         if len(add) > BULK:
             self._bulk_add(add)
@@ -528,6 +531,13 @@ def _remove(root: Path, rel: str) -> None:
         except OSError:
             break
         parent = parent.parent
+
+
+def _beyond_link(root: Path, rel: str) -> bool:
+    """True when a parent directory of `rel` is (now) a symbolic link: git refuses such a path
+    ("beyond a symbolic link"), and the file it names is not in the workspace but wherever the link goes."""
+    parts = Path(rel).parts
+    return any(root.joinpath(*parts[:i]).is_symlink() for i in range(1, len(parts)))
 
 
 def _clear_way(root: Path, rel: str) -> None:

@@ -39,7 +39,7 @@ from kimicode.permissions.subjects import Place, ToolLike
 
 MODES = PERMISSION_MODES
 
-__all__ = ["MODES", "Decision", "PermissionMode", "decide", "denial_message", "target_path"]
+__all__ = ["MODES", "Decision", "PermissionMode", "decide", "denial_message", "read_only_command", "target_path"]
 
 
 @dataclass(frozen=True)
@@ -321,6 +321,39 @@ def _off_short_list(args: Mapping[str, Any], policy: Policy) -> str | None:
 
 def _suggest_rule(text: str) -> str:
     return f"bash({text})" if len(text) <= 60 and "(" not in text and ")" not in text else ""
+
+
+@dataclass(frozen=True)
+class _Workspace:
+    """A bare `Place` for `read_only_command`."""
+
+    workspace: Path
+
+    def resolve(self, path: str) -> Path:
+        from kimicode.permissions.pathresolve import resolve
+
+        return resolve(path, self.workspace).path
+
+    def is_inside(self, path: Path) -> bool:
+        root = Path(os.path.realpath(self.workspace))
+        return path == root or root in path.parents
+
+
+@dataclass(frozen=True)
+class _Bash:
+    name: str = "bash"
+    kind: str = "execute"
+    paths: None = None
+
+
+def read_only_command(command: str, workspace: Path | str = ".") -> bool:
+    """The engine's own verdict: True when the read-only allowance alone runs `command` in `workspace`
+    (plan mode, no rules: every program and option known not to write or run other programs, no
+    sensitive file, no expansion). For approval callbacks: a prefix test such as
+    `command.startswith("git ")` also approves `git -c alias.x='!sh -c ...' x`."""
+    ws = Path(os.path.realpath(workspace))
+    policy = Policy(workspace=ws)
+    return decide(_Bash(), {"command": command}, "plan", _Workspace(ws), policy).verdict == "allow"
 
 
 # -- messages ---------------------------------------------------------------------------------------
