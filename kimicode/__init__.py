@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from kimicode.errors import (
         AuthError,
         BadRequestError,
+        CheckpointError,
         ConfigError,
         ContextLengthError,
         ErrorInfo,
@@ -43,6 +44,7 @@ __all__ = [
     "ApprovalRequest",
     "AuthError",
     "BadRequestError",
+    "CheckpointError",
     "ConfigError",
     "ContextLengthError",
     "ErrorInfo",
@@ -85,6 +87,7 @@ _LAZY = {
     "tool": "kimicode.tools.decorator",
     "AuthError": "kimicode.errors",
     "BadRequestError": "kimicode.errors",
+    "CheckpointError": "kimicode.errors",
     "ConfigError": "kimicode.errors",
     "ContextLengthError": "kimicode.errors",
     "ErrorInfo": "kimicode.errors",

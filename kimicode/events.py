@@ -167,6 +167,25 @@ class SubagentEvent:
     event: MessageCommitted | PermissionDenied
 
 
+@dataclass(frozen=True)
+class HookRan:
+    """A configured hook command ran for `hook_event` (`PreToolUse`, `Stop`, ...) and answered.
+
+    `outcome` is `ok`, `allow`, `ask`, `deny`, `block`, `context` (it added context), `stop` (it ended the
+    turn), `failed` (crashed or timed out; what it guards went ahead) or `refused` (crashed or timed out
+    and failed closed). `call_id` is the tool call it judged, for tool events.
+    """
+
+    hook_event: str
+    command: str
+    outcome: str
+    exit_code: int | None
+    duration_ms: int
+    message: str = ""
+    call_id: str = ""
+    source: str = ""
+
+
 Event = (
     TurnStarted
     | StepStarted
@@ -184,4 +203,5 @@ Event = (
     | Notice
     | TurnFinished
     | SubagentEvent
+    | HookRan
 )

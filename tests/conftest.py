@@ -21,6 +21,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         if name.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_")):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("KIMICODE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude-home"))  # never the developer's ~/.claude
 
 
 @pytest.fixture

@@ -9,25 +9,32 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import platform
 from collections.abc import Iterable
-from datetime import date
 from typing import TYPE_CHECKING, Any
 
-from kimicode.config.choices import DEFAULT_COMPACT_THRESHOLD, DEFAULT_PRUNE_THRESHOLD
+from kimicode.agent.sysprompt import PromptParts, build_system_prompt
+from kimicode.config.choices import (
+    DEFAULT_COMPACT_THRESHOLD,
+    DEFAULT_PRUNE_THRESHOLD,
+    DEFAULT_SCOPE,
+    SCOPES,
+    SWITCH_POLICIES,
+    Scope,
+    SwitchPolicy,
+)
 from kimicode.config.endpoint import kimicode_home
-from kimicode.config.settings import Settings, resolve_model
+from kimicode.config.settings import ModelConfig, Settings, resolve_model
 from kimicode.context.manager import ContextManager, ContextSettings
 from kimicode.context.output import DEFAULT_CAP_TOKENS, DEFAULT_SPILL_MAX_BYTES, set_spill_limit
 from kimicode.llm.discovery import resolve_window
-from kimicode.llm.profiles import profile_for, profile_with
-from kimicode.prompts import load_prompt
+from kimicode.llm.profiles import ModelProfile, profile_for, profile_with
 from kimicode.session.log import SessionLog, new_session_id
 from kimicode.tools.base import Tool, ToolContext
 from kimicode.tools.registry import ToolRegistry, builtin_tools
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
+    from kimicode.agent.options import AgentOptions
     from kimicode.llm.client import ChatClient
 
 
@@ -55,6 +62,7 @@ def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool
     for t in _tool_list(extra_tools, "extra_tools"):
         agent.tools.add(t)
     agent.origin = o.origin or ("headless" if o.headless else "library")
+    agent.scope = resolve_scope(o)
     agent.thinking = o.thinking or agent.model_config.reasoning_effort or agent.settings.get("defaults.thinking")
     agent.context_window, agent._window_source = resolve_window(
         o.context_window, agent.model_config.context_window, agent.endpoint.model, agent.profile.context_window
@@ -163,25 +171,49 @@ def confine(agent: Agent) -> None:
         agent.notify(agent.sandbox_warning, "warning")
 
 
-def system_prompt(agent: Agent) -> str:
-    """`system_prompt` (it replaces everything), else kimicode's prompt plus the AGENTS.md files when
-    `project_instructions`; then `append_system_prompt`."""
+def prompt_parts(agent: Agent) -> PromptParts:
+    """What the system prompt of `agent` is built from: `system_prompt` (it replaces kimicode's prompt),
+    the model profile's addition, the scope, the AGENTS.md files when `project_instructions`, and
+    `append_system_prompt` (kimicode/agent/sysprompt.py gives the order)."""
     o = agent.options
-    text = o.system_prompt if o.system_prompt is not None else load_prompt("system.md")
-    text = (
-        text.replace("{workspace}", str(agent.workspace))
-        .replace("{platform}", f"{platform.system()} {platform.machine()}")
-        .replace("{date}", date.today().isoformat())
-    )
+    instructions = None
     if o.system_prompt is None and o.project_instructions:
         from kimicode.config.agentsmd import project_instructions
 
-        section = project_instructions(agent.workspace, agent.home)
-        if section:
-            text += "\n\n" + section
-    if o.append_system_prompt:
-        text += "\n\n" + o.append_system_prompt
-    return text
+        instructions = project_instructions(agent.workspace, agent.home) or None
+    return PromptParts(
+        workspace=agent.workspace,
+        scope=agent.scope,
+        headless=o.headless,
+        profile_addition=agent.profile.prompt_addition,
+        custom=o.system_prompt,
+        instructions=instructions,
+        append=o.append_system_prompt,
+    )
+
+
+def system_prompt(agent: Agent) -> str:
+    """The system prompt `agent` starts a session with."""
+    return build_system_prompt(prompt_parts(agent))
+
+
+def resolve_scope(o: AgentOptions) -> Scope:
+    """The scope: the option, else the config's `[agent] scope`, else normal."""
+    if o.scope is not None:
+        return o.scope
+    configured = o.config.get("agent.scope") if o.config is not None else None
+    return configured if configured in SCOPES else DEFAULT_SCOPE
+
+
+def switch_policy(o: AgentOptions, mc: ModelConfig, profile: ModelProfile) -> SwitchPolicy:
+    """What moving onto the model `mc` does to earlier assistant messages: the option, else the model's
+    `on_switch`, else `[model] on_switch`, else the model profile's default."""
+    if o.on_switch is not None:
+        return o.on_switch
+    if mc.on_switch is not None:
+        return mc.on_switch
+    configured = o.config.get("model.on_switch") if o.config is not None else None
+    return configured if configured in SWITCH_POLICIES else profile.on_switch
 
 
 def settings_record(agent: Agent) -> dict[str, Any]:

@@ -27,6 +27,8 @@ class RewindResult:
     messages_removed: int = 0
     checkpoint: str | None = None
     """The snapshot taken just before the restore (undo the undo with `/undo` again)."""
+    what: str = ""
+    """What was undone, in words: `turn 2`, or `restore 1 (undo of turn 2), so the files of turn 2 are back`."""
 
 
 def open_checkpoints(agent: Agent) -> SessionCheckpoints | None:
@@ -78,39 +80,44 @@ def end_turn(agent: Agent, emit: Callable[[Event], None]) -> None:
 
 def _check_conversation(messages: list[dict[str, Any]], entry: Entry) -> None:
     """Fail before touching any file when the turn's user message is no longer where it was."""
-    at = entry.at
-    ok = 0 < at < len(messages) and messages[at].get("role") == "user"
-    content = messages[at].get("content") if ok else None
-    if ok and isinstance(content, str) and entry.prompt and not content.startswith(entry.prompt[:500]):
-        ok = False
-    if not ok:
+    if not conversation_has(messages, entry):
         raise CheckpointError(
             f"the conversation changed since turn {entry.turn} (compacted?): rewind only the files (files only)"
         )
 
 
-def _mark_undone(cps: SessionCheckpoints, entry: Entry) -> None:
-    live = cps.undoable()
-    for e in live[live.index(entry):]:
-        e.undone = True
-        if cps.log is not None:
-            cps.log.append(e.record())
+def conversation_has(messages: list[dict[str, Any]], entry: Entry) -> bool:
+    """Whether `entry`'s user message is still where it was in the history (not cut or compacted away)."""
+    at = entry.at
+    if not (0 < at < len(messages) and messages[at].get("role") == "user"):
+        return False
+    content = messages[at].get("content")
+    return not (isinstance(content, str) and entry.prompt and not content.startswith(entry.prompt[:500]))
 
 
 def rewind_core(cps: SessionCheckpoints, messages: list[dict[str, Any]], turn: int | None, *, files: bool,
                 conversation: bool, force: bool) -> tuple[RewindResult, Entry]:
-    """Restore files (when asked) and check the conversation can be cut; the caller cuts it."""
-    entry = cps.find(turn)
-    result = RewindResult(entry.turn)
+    """Restore files (when asked) and check the conversation can be cut; the caller cuts it.
+
+    Going back to before a turn puts back the files of that turn and of every later one, even when the
+    turn itself changed none (the first later turn that did is restored from). A turn whose files were
+    undone already can still be rewound in the conversation."""
+    entry = cps.find(turn, undone_too=conversation and turn is not None)
+    if entry.undone and not conversation_has(messages, entry):
+        raise CheckpointError(f"turn {entry.turn} was already undone")
+    result = RewindResult(entry.turn, what=cps.describe(entry))
     if conversation and entry.kind == "turn":
         _check_conversation(messages, entry)
-    if files and entry.before is not None:
-        rec = cps.restore(entry, force=force)
+    anchor = cps.files_anchor(entry) if files else None
+    if anchor is not None:
+        rec = cps.restore(anchor, force=force)
+        if anchor is not entry:  # the turns between changed no files: nothing to put back for them
+            cps.mark_undone_from(entry, until=anchor)
         result.files, result.checkpoint = rec.changes.paths(), rec.before
     elif files and not conversation:
         raise CheckpointError(f"turn {entry.turn} has no checkpoint: it changed no files, or the store failed")
     else:
-        _mark_undone(cps, entry)
+        cps.mark_undone_from(entry)
     if conversation and entry.kind == "turn":
         result.messages_removed = len(messages) - entry.at
         if cps.log is not None:

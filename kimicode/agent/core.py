@@ -14,18 +14,24 @@ import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from kimicode import errors
-from kimicode.agent.builder import build, make_client, settings_record
+from kimicode.agent import hooking
+from kimicode.agent.builder import build, make_client, settings_record, switch_policy
+from kimicode.agent.costs import usage_cost
 from kimicode.agent.ecosystem import after_compaction, close_extras, start_extras, user_content
+from kimicode.agent.interrupted import NO_ANSWER
 from kimicode.agent.modes import note_needed
-from kimicode.agent.options import AgentOptions
+from kimicode.agent.options import AgentOptions, OptionAttribute
 from kimicode.agent.outgoing import masked_event, utf8_safe
 from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult
 from kimicode.agent.step import model_step
+from kimicode.agent.streams import same_loop
+from kimicode.agent.switch import ModelSwitches, switch_notice
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
-from kimicode.config.choices import EFFORTS, PERMISSION_MODES, check_choice
+from kimicode.branches.api import Explorer
+from kimicode.config.choices import EFFORTS, PERMISSION_MODES, SWITCH_POLICIES, Scope, SwitchPolicy, check_choice
 from kimicode.config.settings import switch_model
 from kimicode.context.accounting import Breakdown
 from kimicode.context.compact import CompactionResult
@@ -43,6 +49,7 @@ from kimicode.llm.discovery import resolve_window
 from kimicode.llm.errors import LLMError
 from kimicode.llm.profiles import profile_for, profile_with
 from kimicode.session.log import INTERRUPTED, SessionWriteError
+from kimicode.tools.workers import is_async_callable
 
 if TYPE_CHECKING:
     from kimicode.agent.ecosystem import Extras
@@ -64,32 +71,8 @@ __all__ = ["Agent", "AgentOptions", "Approval", "ApprovalRequest", "ApproveFn", 
            "RunResult"]
 
 T = TypeVar("T")
-V = TypeVar("V")
 
-class _Option(Generic[V]):
-    """An attribute of the agent that is one of its options (`agent.max_turns`); assigning it replaces the
-    option (validated) for the following requests and turns."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, agent: Agent | None, owner: type) -> V:
-        return cast(V, getattr(agent.options, self.name)) if agent is not None else cast(V, self)
-
-    def __set__(self, agent: Agent, value: V) -> None:
-        agent.options = agent.options.replace(**{self.name: value})
-        agent._reset_client()  # retries and timeouts are the client's
-
-
-def _same_loop(worker: asyncio.Task[Any]) -> None:
-    """Refuse to touch a turn that runs on another thread's event loop (its task cannot be awaited or
-    safely cancelled from here)."""
-    if worker.get_loop() is not asyncio.get_running_loop():
-        raise errors.UsageError("a turn is already running on this agent on another event loop (thread); "
-                                "an agent is used from one event loop at a time")
-
-
-class Agent:
+class Agent(Explorer):
     """A multi-turn coding agent over an OpenAI-compatible endpoint.
 
     `Agent(options, tools=..., approve=..., on_event=...)`: the settings are an `AgentOptions` (keyword
@@ -98,16 +81,16 @@ class Agent:
     constructing an Agent reads no file (unless the options came from `AgentOptions.from_workspace`).
     """
 
-    max_turns = _Option[int]()
-    repeat_limit = _Option[int | None]()
+    max_turns = OptionAttribute[int]()
+    repeat_limit = OptionAttribute[int | None]()
     """Identical consecutive tool calls that end the turn (status `repeat_limit`); None: no limit."""
-    tool_timeout = _Option[float | None]()
+    tool_timeout = OptionAttribute[float | None]()
     """Seconds any tool call may run (a tool's own `timeout` wins); None: no limit."""
-    max_retries = _Option[int]()
-    retry_base_delay = _Option[float]()
-    request_timeout = _Option[float]()
-    tool_output_cap = _Option[int]()
-    headless = _Option[bool]()
+    max_retries = OptionAttribute[int]()
+    retry_base_delay = OptionAttribute[float]()
+    request_timeout = OptionAttribute[float]()
+    tool_output_cap = OptionAttribute[int]()
+    headless = OptionAttribute[bool]()
 
     # set by the builder (agent/builder.py)
     settings: Settings
@@ -118,6 +101,7 @@ class Agent:
     tools: ToolRegistry
     origin: str
     """Which face runs the session (`interactive`, `headless`, `library`), recorded in the log for listings."""
+    scope: Scope  # `strict` or `normal` (docs/models.md)
     thinking: str | None
     context_window: int
     _window_source: str
@@ -161,6 +145,9 @@ class Agent:
         for what, value in (("approve", approve), ("on_event", on_event)):
             if value is not None and not callable(value):
                 raise TypeError(f"{what} must be a function or None (got {type(value).__name__} {value!r})")
+        if on_event is not None and is_async_callable(on_event):
+            raise TypeError("on_event must be a plain function: an async hook would never be awaited "
+                            "(use `async for event in agent.stream(...)` for async handling)")
         self.approve = approve
         self.on_event = on_event
         self._client: ChatClient | None = None
@@ -175,6 +162,8 @@ class Agent:
         """The running turn's emit (subagents report through it)."""
         self._denials: list[dict[str, Any]] = []
         """The running turn's permission denials (subagents add theirs)."""
+        self.switches = ModelSwitches()
+        """Which model wrote each assistant message, and a pending switch compaction (agent/switch.py)."""
         build(self, tools, extra_tools, messages)
 
     # -- settings ---------------------------------------------------------------------------------
@@ -207,7 +196,6 @@ class Agent:
         permission mode) in the session log."""
         if self.log:
             self.log.append({"type": "settings", "reason": reason, **settings_record(self), **extra})
-
 
     @property
     def client(self) -> ChatClient:
@@ -257,10 +245,12 @@ class Agent:
         """Before new work starts: refuse while a live consumer runs a turn; finish an abandoned one."""
         worker = self._worker
         if worker is not None and not worker.done():
-            _same_loop(worker)
+            same_loop(worker)
             owner = self._owner() if self._owner is not None else None
             if owner is not None and owner is not stream and not owner.closed:
-                raise errors.UsageError("a turn is already running on this agent")
+                if owner.consumer is not asyncio.current_task():  # another task is consuming it
+                    raise errors.UsageError("a turn is already running on this agent")
+                owner.closed = True  # the task that consumed it moved on (`break` without `async with`)
             worker.cancel()  # its consumer left without closing it: stop it and let it clean up
             await asyncio.wait([worker])
         self._interrupted = False
@@ -278,24 +268,19 @@ class Agent:
                 elif isinstance(event, TurnFinished):
                     finished = event
         assert finished is not None
-        error = finished.error
-        if error is not None and not isinstance(error, errors.ErrorInfo):
-            error = errors.ErrorInfo(error, finished.error_kind or "internal")
-        return RunResult(
-            status=finished.status,
-            result=finished.result,
+        turn_usage = {k: v - before.get(k, 0) for k, v in self.usage.items()}
+        return RunResult.from_finished(
+            finished,
             session_id=self.session_id,
-            num_turns=finished.num_steps,
             usage=dict(self.usage),
             duration_ms=int((time.monotonic() - start) * 1000),
-            permission_denials=[dict(d) for d in finished.permission_denials],
-            error=error,
-            error_kind=finished.error_kind,
             messages=added,
             context={"used": self.context.used, "window": self.context_window},
-            turn_usage={k: v - before.get(k, 0) for k, v in self.usage.items()},
+            turn_usage=turn_usage,
             hook_errors=list(events.hook_errors),
-            **self._checkpoint_fields(),
+            cost=usage_cost(self, turn_usage),
+            total_cost=usage_cost(self, self.usage),
+            **(self.checkpoints.last_turn_fields() if self.checkpoints is not None else {}),
         )
 
     def run_sync(self, prompt: str) -> RunResult:
@@ -358,8 +343,11 @@ class Agent:
 
         return await rewind(self, turn, files=files, conversation=conversation, force=force)
 
-    def set_model(self, model: str) -> None:
-        """Switch the model for the following requests (the history is kept as it is)."""
+    def set_model(self, model: str, *, on_switch: SwitchPolicy | None = None) -> None:
+        """Switch the model; earlier messages are treated as `on_switch` (else as configured) says."""
+        check_choice("on_switch", on_switch, SWITCH_POLICIES, optional=True)
+        if (old := self.endpoint.model) != model and self.busy:
+            raise errors.UsageError("cannot switch the model while a turn is running: wait for it, or interrupt() it")
         self.endpoint, self.model_config = switch_model(self.settings, self.endpoint, model)
         self.options = self.options.replace(model=self.model_config.name)
         self.profile = profile_with(profile_for(self.endpoint.model), self.model_config)
@@ -371,8 +359,26 @@ class Agent:
         from kimicode.agent.ecosystem import refresh
 
         refresh(self)  # e.g. apply_patch instead of edit_file for GPT models
-        self._reset_client()
-        self.record_settings("model")
+        self.reset_client()
+        if old == self.endpoint.model:
+            return self.record_settings("model")
+        self.notify(self.apply_switch(old, on_switch))
+
+    def apply_switch(self, old: str, policy: SwitchPolicy | None = None) -> str:
+        """Record and apply a move from model `old` with `policy` (None: as configured; agent/switch.py);
+        returns the line that says what it did."""
+        policy = policy or switch_policy(self.options, self.model_config, self.profile)
+        self.record_settings("model", on_switch=policy, switched_from=old)
+        if stripped := self.switches.apply(policy, self.messages, self.endpoint.model, self.log):
+            self.context.used = self.context.estimate(self.messages, self.tools.schemas())
+        return switch_notice(old, self.endpoint.model, policy, stripped)
+
+    def set_api_key(self, key: str, source: str = "config.toml") -> None:
+        """Send `key` from the next request on (`/login` after a refused key); it stays in memory only."""
+        from dataclasses import replace
+
+        self.endpoint = replace(self.endpoint, api_key=key, key_source=source)
+        self.reset_client()
 
     def set_thinking(self, effort: str | None) -> None:
         """Change the reasoning effort (`low`, `high`, `max`, or None for the model's default)."""
@@ -380,7 +386,7 @@ class Agent:
             raise ValueError(f"thinking must be low, high or max (got {effort!r})")
         self.options = self.options.replace(thinking=effort)
         self.thinking = effort
-        self._reset_client()
+        self.reset_client()
         self.record_settings("thinking")
 
     def set_permission_mode(self, mode: str) -> None:
@@ -396,7 +402,8 @@ class Agent:
         """Drop the rules added by `Approval.remember` answers (the configured rules stay)."""
         self.policy = self.policy.without_session_rules()
 
-    def _reset_client(self) -> None:
+    def reset_client(self) -> None:
+        """Drop the model client; the next request builds one for the current endpoint, key and options."""
         if self._client is not None:
             client = self._client
             self._client = None
@@ -415,6 +422,7 @@ class Agent:
         return self._event_stream(lambda emit: self._compact(instructions, emit))
 
     async def _compact(self, instructions: str | None, emit: Emit) -> CompactionResult | None:
+        await hooking.pre_compact(self, "manual", instructions, emit)  # PreCompact hooks
         client = await self._ensure_client()
         self.context.set_window(self.context_window, self.max_completion_tokens or self.profile.max_completion_tokens)
         kinds = {t.name: t.kind for t in self.tools}
@@ -458,10 +466,11 @@ class Agent:
         A turn or compaction still running (its stream abandoned) is cancelled and waited for first."""
         worker = self._worker
         if worker is not None and not worker.done():
-            _same_loop(worker)
+            same_loop(worker)
             self._interrupted = True  # like interrupt(): a run() in flight returns `interrupted`
             worker.cancel()
             await asyncio.wait([worker])
+        await hooking.session_end(self, "exit")  # SessionEnd hooks
         await close_extras(self)
         if self._client is not None:
             await self._client.aclose()
@@ -471,14 +480,14 @@ class Agent:
 
     # -- the turn ---------------------------------------------------------------------------------
 
-
     def _commit(self, message: dict[str, Any], emit: Callable[[Event], None]) -> None:
         message = utf8_safe(message)
         self.messages.append(message)
+        self.switches.authorship.record(message, self.endpoint.model)
         if message.get("role") == "assistant" and message.get("content"):
             self._turn_text = str(message["content"])
         if self.log:
-            self.log.message(message)
+            self.log.message(message, self.endpoint.model)
         emit(MessageCommitted(message))
 
     async def _turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
@@ -515,7 +524,15 @@ class Agent:
             self.checkpoints.begin_turn(prompt, len(self.messages))  # the user message goes at this index
         try:
             await start_extras(self, emit)  # MCP servers (bounded by their startup timeout)
+            if self.switches.compact_pending:  # the `compact` switch policy: summarise before the new model answers
+                await self.switches.compact(lambda: self._compact(None, emit), self.messages, self.endpoint.model,
+                                            self.log, self.checkpoints.current if self.checkpoints else None)
+            added = await hooking.prompt_submitted(self, prompt, emit)  # SessionStart, UserPromptSubmit hooks
+            if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
+                self._commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
             self._commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
+            for extra in added:  # what those hooks add, after the prompt
+                self._commit(extra, emit)
             repeats = RepeatTracker(self.repeat_limit)
             while True:
                 if steps >= self.max_turns:
@@ -534,6 +551,9 @@ class Agent:
                     finish("error", message.get("content") or "", blocked, "content_filter")
                     return
                 if not calls:
+                    if (why := await hooking.stop_blocked(self, message.get("content") or "", emit)) is not None:
+                        self._commit({"role": "user", "content": f"[Stop hook] {why}"}, emit)  # back to work
+                        continue
                     if completion.finish_reason == "length":
                         emit(Notice("the answer was cut off at max_completion_tokens", "warning"))
                     finish("success", message.get("content") or "")
@@ -543,6 +563,9 @@ class Agent:
                 if stop:
                     finish("repeat_limit", self.turn_text, stop)
                     return
+                hooking.check_stop(self)  # a hook answered `continue: false`: raises HookStop
+        except hooking.HookStop as stop:
+            finish("error", self.turn_text, str(stop), stop.kind)
         except asyncio.CancelledError:
             for call in pending:
                 self._commit({"role": "tool", "tool_call_id": call.get("id", ""), "content": INTERRUPTED}, emit)
@@ -567,12 +590,6 @@ class Agent:
                 finish("error", "", error, "internal")
             except Exception:
                 emit(TurnFinished("error", "", steps, error, "internal", tuple(denials)))
-
-    def _checkpoint_fields(self) -> dict[str, Any]:
-        entry = self.checkpoints.last if self.checkpoints is not None else None
-        if entry is None or entry.before is None:
-            return {}
-        return {"changes": entry.changes.as_dict() if entry.after else None, "checkpoint": entry.before}
 
     @property
     def turn_text(self) -> str:

@@ -15,10 +15,10 @@ import dataclasses
 import difflib
 import functools
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from kimicode.config.choices import (
     DEFAULT_MAX_RETRIES,
@@ -32,10 +32,14 @@ from kimicode.config.choices import (
     ORIGINS,
     PERMISSION_MODES,
     SANDBOX_MODES,
+    SCOPES,
+    SWITCH_POLICIES,
     Effort,
     Origin,
     PermissionMode,
     SandboxMode,
+    Scope,
+    SwitchPolicy,
     check_choice,
 )
 from kimicode.config.endpoint import ConfigError, kimicode_home
@@ -98,6 +102,15 @@ class AgentOptions:
     """The permission rules, already resolved (instead of config files plus allow/deny/ask)."""
     sandbox: SandboxMode | None = None
     sandbox_network: bool | None = None
+    prices: Mapping[str, float] | None = field(default=None, hash=False)
+    """USD per million tokens (`input`, `cached_input`, `output`) for `RunResult.cost`; they win over the
+    model's configured prices and Moonshot's list prices. None: those (or no cost when unknown)."""
+    scope: Scope | None = None
+    """`strict` adds direct limits to the system prompt (do only what was asked); None: the config's
+    `[agent] scope`, else `normal` (docs/models.md)."""
+    on_switch: SwitchPolicy | None = None
+    """What a change of model does to earlier assistant messages (`keep`, `strip`, `compact`); None: the
+    model's `on_switch`, else `[model] on_switch`, else the model profile's default (docs/models.md)."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -136,12 +149,16 @@ class AgentOptions:
             if value is not None and not isinstance(value, kind):
                 raise TypeError(f"{name} must be a {kind.__module__}.{kind.__name__} or None "
                                 f"(got {type(value).__name__})")
+        if self.prices is not None:
+            set_(self, "prices", _checked_prices(self.prices))
         check_choice("permission_mode", self.permission_mode, PERMISSION_MODES)
         if self.thinking is not None and self.thinking not in EFFORTS:
             raise ValueError(f"thinking must be low, high or max (got {self.thinking!r})")
         if self.origin is not None and self.origin not in ORIGINS:
             raise ValueError(f"origin must be interactive, headless or library (got {self.origin!r})")
         check_choice("sandbox", self.sandbox, SANDBOX_MODES, optional=True)
+        check_choice("scope", self.scope, SCOPES, optional=True)
+        check_choice("on_switch", self.on_switch, SWITCH_POLICIES, optional=True)
         _check_int("max_turns", self.max_turns, 1)
         _check_int("max_retries", self.max_retries, 0)
         if self.repeat_limit is not None and (not isinstance(self.repeat_limit, int) or self.repeat_limit < 2):
@@ -215,3 +232,48 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 
 def _positive(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+V = TypeVar("V")
+
+
+class HasOptions(Protocol):
+    """What an `OptionAttribute` needs of its owner (the Agent)."""
+
+    options: AgentOptions
+
+    def reset_client(self) -> None: ...
+
+
+class OptionAttribute(Generic[V]):
+    """An attribute of the agent that is one of its options (`agent.max_turns`); assigning it replaces the
+    option (validated) for the following requests and turns."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, agent: HasOptions | None, owner: type) -> V:
+        return cast(V, getattr(agent.options, self.name)) if agent is not None else cast(V, self)
+
+    def __set__(self, agent: HasOptions, value: V) -> None:
+        agent.options = agent.options.replace(**{self.name: value})
+        agent.reset_client()  # retries and timeouts are the client's
+
+
+PRICE_KEYS = ("input", "cached_input", "output")
+
+
+def _checked_prices(prices: Any) -> dict[str, float]:
+    """`prices=` as a plain dict, or a clear error: a mapping of the known keys to non-negative numbers."""
+    if not isinstance(prices, Mapping):
+        raise TypeError(f"prices must be a mapping such as {{'input': 3.0, 'output': 15.0}} (got {prices!r})")
+    unknown = [k for k in prices if k not in PRICE_KEYS]
+    if unknown:
+        raise ValueError(f"prices has unknown key(s) {unknown}; the keys are {', '.join(PRICE_KEYS)} "
+                         "(USD per million tokens)")
+    for key, value in prices.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError(f"prices[{key!r}] must be a non-negative number of USD per million tokens (got {value!r})")
+    if "input" not in prices and "output" not in prices:
+        raise ValueError("prices needs at least 'input' or 'output' (USD per million tokens)")
+    return {k: float(v) for k, v in prices.items()}

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kimicode import errors
+from kimicode.agent.builder import switch_policy
 from kimicode.agent.options import AgentOptions
+from kimicode.agent.switch import replay_authors
 from kimicode.config.choices import EFFORTS
 from kimicode.session.store import SessionError, load_session
 
@@ -112,10 +114,16 @@ def resume_agent(
         if loaded.repaired:
             calls = f"{loaded.repaired} tool call{'s' if loaded.repaired != 1 else ''}"
             agent.notify(f"the session was cut off: {calls} without a result marked interrupted")
+    agent.switches.authorship.adopt(agent.messages, replay_authors(loaded.records))
     recorded_model = loaded.model
     current = agent.endpoint.model
     if recorded_model and recorded_model != current and any(m.get("role") == "assistant" for m in agent.messages):
-        agent.resume_warning = model_warning(loaded.session_id, recorded_model, current)
+        policy = switch_policy(agent.options, agent.model_config, agent.profile)
+        what = agent.apply_switch(recorded_model, policy)
+        agent.resume_warning = (
+            model_warning(loaded.session_id, recorded_model, current) if policy == "keep"
+            else f"session {loaded.session_id} was recorded with model {recorded_model}. {what}"
+        )
         agent.notify(agent.resume_warning, "warning")
     restore_window(agent, loaded.records, record=fork)
     agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())
@@ -177,6 +185,7 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
         session_id, tree = fork_tree(tree_kind, agent.workspace, agent.home)
         opts = opts.replace(session_id=session_id, workspace=tree.workspace if tree is not None else agent.workspace)
     child = type(agent)(opts, messages=copy.deepcopy(agent.messages), **collaborators)
+    child.switches.authorship.adopt(child.messages, [agent.switches.authorship.author(m) for m in agent.messages])
     if "tools" not in given:  # the parent's tools as they are now (added, removed), in its order
         own = {t.name: t for t in child.tools}
         for name in child.tools.names:
@@ -189,4 +198,6 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
     if agent.context.server_limit:  # what the server showed holds for the copy too
         child.context.learn_window(agent.context.server_limit)
     child.context.used = agent.context.used
+    if child.endpoint.model != agent.endpoint.model:  # fork(model=...): a switch like set_model's
+        child.notify(child.apply_switch(agent.endpoint.model))
     return child

@@ -24,6 +24,7 @@ from kimicode.permissions.pathresolve import approved_paths
 from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.progress import reporting
 from kimicode.tools.registry import parse_arguments, validate
+from kimicode.tools.workers import is_async_callable, run_blocking
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
@@ -84,6 +85,8 @@ async def run_tools(
         from kimicode.tools.images import images_message
 
         agent._commit(images_message(attached), emit)
+    while agent.extras.steering and not stop:  # typed by the user while the step ran (ecosystem.steer)
+        agent._commit({"role": "user", "content": agent.extras.steering.pop(0)}, emit)
     return stop
 
 def prepare(agent: Agent, call: dict[str, Any], finish_reason: str | None) -> Prepared:
@@ -131,6 +134,13 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
             "Split it into simpler commands."
         )
         return
+    if agent.extras.hooks is not None:  # PreToolUse / PermissionRequest hooks (agent/hooking.py)
+        from kimicode.agent.hooking import before_tool
+
+        judged = await before_tool(agent, prep, decision, denials, emit)
+        if judged is None:
+            return  # a hook refused it
+        decision = judged
     if decision.verdict == "allow":
         prep.sandbox_profile = decision.profile
         return
@@ -144,6 +154,10 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
             diff, problem,
         )
         before = approved_paths(tool, prep.args, agent.ctx)
+        if agent.extras.hooks is not None:
+            from kimicode.agent.hooking import notify
+
+            await notify(agent, f"kimicode needs your permission to use {tool.name}", "permission_prompt", emit)
         answer, failure = await ask(agent, request)
         if failure is not None:  # a broken callback refuses (fails closed); the turn goes on
             reason = failure
@@ -179,12 +193,15 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
 async def ask(agent: Agent, request: ApprovalRequest) -> tuple[Approval | bool | None, str | None]:
     """The approve callback's answer, or why it cannot be used: a callback that raises, or returns
     anything but a bool or an `Approval` (a truthy "no" must never approve), refuses the call."""
-    assert agent.approve is not None
-    try:
-        answer = agent.approve(request)
+    approve = agent.approve
+    assert approve is not None
+    try:  # a sync callback (input(), a GUI dialog) runs in a thread: it must not stop the event loop
+        answer = approve(request) if is_async_callable(approve) else await run_blocking(approve, request)
         if inspect.isawaitable(answer):
             answer = await answer
-    except Exception as exc:
+    except asyncio.CancelledError:
+        raise  # the turn was interrupted while the question was open
+    except BaseException as exc:  # whatever it raises (SystemExit from a prompt library too) refuses
         return None, f"the approve callback raised {type(exc).__name__}: {exc}; the call was refused"
     if isinstance(answer, Approval | bool):
         return answer, None
@@ -249,6 +266,10 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
     content = agent.context.cap_tool_output(masked, f"{prep.name}-{prep.call_id}")
     if prep.warning:
         content += prep.warning
+    if agent.extras.hooks is not None:  # PostToolUse hooks may add to what the model sees
+        from kimicode.agent.hooking import after_tool
+
+        content = await after_tool(agent, prep, content, result.is_error, emit)
     emit(
         ToolCallFinished(
             prep.call_id,

@@ -55,8 +55,11 @@ def repo_top(workspace: Path) -> Path | None:
     return Path(top) if top else None
 
 
-def make_tree(kind: str, workspace: Path, home: Path, session_id: str) -> ForkTree:
-    """Create the fork's tree; `worktree` falls back to a copy outside a git repository."""
+def make_tree(kind: str, workspace: Path, home: Path, session_id: str, *, branch: str | None = None) -> ForkTree:
+    """Create the fork's tree; `worktree` falls back to a copy outside a git repository.
+
+    `branch` names the git branch (default `kimicode/fork-<session_id>`; explorations use
+    `kimicode/branch-<session>-<k>`)."""
     if kind not in ("worktree", "copy"):
         raise ValueError(f"workspace must be one of {', '.join(MODES)} (got {kind!r})")
     workspace = workspace.resolve()
@@ -72,7 +75,7 @@ def make_tree(kind: str, workspace: Path, home: Path, session_id: str) -> ForkTr
             shutil.rmtree(root, ignore_errors=True)
             raise CheckpointError(f"cannot copy the workspace: {proc.stderr.strip() or proc.returncode}")
         return ForkTree("copy", root, root)
-    branch = f"kimicode/fork-{session_id}"
+    branch = branch or f"kimicode/fork-{session_id}"
     _git(top, "worktree", "add", "-q", "-b", branch, str(root), "HEAD")
     sub = root / workspace.relative_to(top)
     _carry_over(home, top, root)

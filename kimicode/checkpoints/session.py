@@ -169,6 +169,13 @@ class SessionCheckpoints:
         turns = [e for e in self.entries if e.kind == "turn"]
         return turns[-1] if turns else None
 
+    def last_turn_fields(self) -> dict[str, Any]:
+        """`changes` and `checkpoint` of the most recent turn for its RunResult ({} when it changed nothing)."""
+        entry = self.last
+        if entry is None or entry.before is None:
+            return {}
+        return {"changes": entry.changes.as_dict() if entry.after else None, "checkpoint": entry.before}
+
     def _log(self, entry: Entry) -> None:
         if self.log is not None and (entry.before is not None or entry.kind == "restore"):
             self.log.append(entry.record())
@@ -220,17 +227,49 @@ class SessionCheckpoints:
         """Entries that can still be undone, oldest first."""
         return [e for e in self.entries if not e.undone]
 
-    def find(self, turn: int | None) -> Entry:
-        """The entry of turn `turn`, or the last entry not yet undone."""
+    def find(self, turn: int | None, *, undone_too: bool = False) -> Entry:
+        """The entry of turn `turn`, or the last entry not yet undone. `undone_too`: a turn whose files
+        were already undone is found as well (rewinding its conversation still means something)."""
         live = self.undoable()
         if turn is None:
             if not live:
                 raise CheckpointError("nothing to undo in this session")
             return live[-1]
-        for e in live:
+        for e in live if not undone_too else self.entries:
             if e.kind == "turn" and e.turn == turn:
                 return e
         raise CheckpointError(f"turn {turn} has no checkpoint to restore (or was already undone)")
+
+    def files_anchor(self, entry: Entry) -> Entry | None:
+        """The entry whose restore puts the files back as they were before `entry`: `entry` itself when it
+        has a snapshot and is not undone, else the first later turn (not yet undone) that changed files.
+        None when no file changed since (or every later change was undone already)."""
+        start = self.entries.index(entry)
+        for e in self.entries[start:]:
+            if e.undone or e.before is None:
+                continue
+            if e is entry or e.kind == "turn":
+                return e
+        return None
+
+    def mark_undone_from(self, entry: Entry, until: Entry | None = None) -> None:
+        """Mark `entry` and every later entry not yet undone (up to `until`, exclusive) as undone, logged:
+        their files need no restore (they changed none, or were put back already)."""
+        start = self.entries.index(entry)
+        stop = self.entries.index(until) if until is not None else len(self.entries)
+        for e in self.entries[start:stop]:
+            if not e.undone:
+                e.undone = True
+                if self.log is not None:
+                    self.log.append(e.record())
+
+    def describe(self, entry: Entry) -> str:
+        """`turn 2`, or `restore 1 (undo of turn 2), so the files of turn 2 are back`: what undoing `entry`
+        undoes, in words."""
+        if entry.kind == "turn":
+            return f"turn {entry.turn}"
+        turns = ("turn " if len(entry.undid) == 1 else "turns ") + ", ".join(str(t) for t in entry.undid)
+        return f"restore {entry.turn} ({entry.prompt})" + (f", so the files of {turns} are back" if entry.undid else "")
 
     def plan(self, entry: Entry) -> tuple[list[str], list[str]]:
         """Paths a restore to before `entry` puts back, and those changed outside the agent since."""

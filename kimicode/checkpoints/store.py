@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kimicode import errors
 from kimicode.checkpoints import rawpack
 
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -38,8 +39,9 @@ STAGING = ".kimicode-restore-"
 """More new or changed files than this go into one pack written by kimicode (see `_bulk_add`)."""
 
 
-class CheckpointError(RuntimeError):
-    """A snapshot or restore that could not be done (disk full, store unwritable, git missing...)."""
+CheckpointError = errors.CheckpointError
+"""A snapshot or restore that could not be done (disk full, store unwritable, git missing...): a
+`kimicode.KimicodeError` (and, as before, a RuntimeError)."""
 
 
 class NothingRestored(CheckpointError):

@@ -16,6 +16,7 @@ from kimicode.cli.batch_cmd import batch
 from kimicode.cli.config_cmd import config_app
 from kimicode.cli.doctor import doctor
 from kimicode.cli.mcp_cmd import mcp_app
+from kimicode.cli.plugin_cmd import plugin_app
 from kimicode.cli.sessions import sessions_app
 from kimicode.config.choices import (
     DEFAULT_MAX_RETRIES,
@@ -25,12 +26,15 @@ from kimicode.config.choices import (
     EFFORTS,
     PERMISSION_MODES,
     SANDBOX_MODES,
+    SCOPES,
+    SWITCH_POLICIES,
 )
 
 app = typer.Typer(
     name="kimicode",
     help="A coding agent for kimi-k3 and any OpenAI-compatible endpoint.\n\n"
-    "Run `kimicode` for an interactive session, or `kimicode -p PROMPT` to run one task headless.",
+    "Run `kimicode` for an interactive session (`kimicode \"PROMPT\"` opens one with that first prompt), or "
+    "`kimicode -p PROMPT` to run one task headless.",
     epilog="\b\n"
     "Environment:\n"
     "  KIMI_API_KEY (or MOONSHOT_API_KEY)  the API key for Moonshot's kimi-k3\n"
@@ -40,7 +44,8 @@ app = typer.Typer(
     "\b\n"
     "Configuration: KIMICODE_HOME/config.toml (yours; a key pasted on first run is stored there, mode\n"
     "0600) and .kimicode/config.toml in the workspace (the project's). `kimicode doctor` checks the setup.\n"
-    "Exit codes: 0 ok, 1 failure, 2 usage, 3 limit, 4 budget, 75 transient (retry the job), 130 Ctrl-C, 143 SIGTERM.",
+    "Exit codes: 0 ok, 1 failure, 2 usage, 3 limit, 4 budget, 5 no branch verified (--branches), 75 transient\n"
+    "(retry the job), 130 Ctrl-C, 143 SIGTERM.",
     add_completion=False,
     no_args_is_help=False,
     rich_markup_mode=None,
@@ -60,6 +65,8 @@ Thinking = StrEnum("Thinking", [(v, v) for v in EFFORTS])  # type: ignore[misc]
 PermissionModeOpt = StrEnum("PermissionModeOpt", [(v.replace("-", "_"), v) for v in PERMISSION_MODES])  # type: ignore[misc]
 DEFAULT_MODE_OPT = PermissionModeOpt(DEFAULT_PERMISSION_MODE)
 SandboxOpt = StrEnum("SandboxOpt", [(v.replace("-", "_"), v) for v in SANDBOX_MODES])  # type: ignore[misc]
+ScopeOpt = StrEnum("ScopeOpt", [(v, v) for v in SCOPES])  # type: ignore[misc]
+OnSwitchOpt = StrEnum("OnSwitchOpt", [(v, v) for v in SWITCH_POLICIES])  # type: ignore[misc]
 
 
 def _version(value: bool) -> None:
@@ -132,6 +139,16 @@ def main(
         typer.Option("--max-tokens", min=1, help="Most tokens of one answer (default: the model's, at most a "
                      "quarter of the window; config: [context] max_tokens)."),
     ] = None,
+    scope: Annotated[
+        ScopeOpt | None,
+        typer.Option("--scope", help="strict: the model does only what was asked (no new files, dependencies or "
+                     "refactors; asks, or with -p states its assumption and stops, when unclear); [agent] scope."),
+    ] = None,
+    on_switch: Annotated[
+        OnSwitchOpt | None,
+        typer.Option("--on-switch", help="When the model changes (-m on resume or fork, /model): keep earlier "
+                     "messages whole, strip another model's reasoning, or compact first. Config: [model] on_switch."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show progress on stderr.")] = False,
     continue_: Annotated[
         bool, typer.Option("-c", "--continue", help="Continue the latest session of this workspace.")
@@ -167,9 +184,34 @@ def main(
         bool, typer.Option("--worktree", help="With --fork: give the fork its own working tree (a git worktree on a "
                            "new branch; a copy outside git).")
     ] = False,
+    branches: Annotated[int | None, typer.Option(
+        "--branches", min=1, help="Run the task in N branches at once, each in its own worktree; keep the best "
+        "(docs/branches.md).")] = None,
+    verify: Annotated[str | None, typer.Option(
+        "--verify", metavar="CMD", help="With --branches: run CMD in each branch's workspace (sandboxed); exit 0 "
+        "= verified.")] = None,
+    verify_timeout: Annotated[float, typer.Option(
+        "--verify-timeout", min=1, help="With --verify: seconds before the command is killed.")] = 600.0,
+    pick: Annotated[str, typer.Option(
+        "--pick", help="With --branches: auto (verified, fewer changed lines, cheaper), first-verified, smallest, "
+        "cheapest, ask.")] = "auto",
+    apply_: Annotated[str, typer.Option(
+        "--apply", help="With --branches: auto (apply the chosen branch) or never.")] = "auto",
+    branch_models: Annotated[str | None, typer.Option(
+        "--branch-models", metavar="A,B,...", help="With --branches: spread the branches over these models.")] = None,
+    branch_thinking: Annotated[str | None, typer.Option(
+        "--branch-thinking", metavar="low,high,...", help="With --branches: spread them over these efforts.")] = None,
+    judge_model: Annotated[str | None, typer.Option(
+        "--judge-model", metavar="M", help="With --branches: let model M compare the verified diffs and choose.")
+    ] = None,
+    engine: Annotated[str, typer.Option(
+        "--engine", help="With --branches: local (this process) or ray (a Ray cluster).")] = "local",
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray-address", help="With --engine ray: the cluster (default: RAY_ADDRESS, else a local Ray).")] = None,
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
+    first_prompt: Annotated[str | None, typer.Option("--first-prompt", hidden=True)] = None,
 ) -> None:
     """Run kimicode."""
     if ctx.invoked_subcommand is not None:
@@ -201,14 +243,28 @@ def main(
         thinking=thinking.value if thinking else None, max_turns=max_turns, max_retries=max_retries,
         request_timeout=request_timeout, retry_base_delay=retry_base_delay, context_window=context_window,
         max_tokens=max_tokens, allow=allow, deny=deny, sandbox=sandbox.value if sandbox is not None else None,
-        sandbox_network=sandbox_network,
+        sandbox_network=sandbox_network, scope=scope.value if scope else None,
+        on_switch=on_switch.value if on_switch else None,
     )
     from kimicode.cli.ci_flags import FlagError, check_budget, ci_settings, read_system_prompt
 
     headless_only = (system_prompt_file, append_system_prompt, max_budget_usd, mcp_config)
+    if prompt is not None and first_prompt is not None:
+        raise fail(f"two prompts: -p {prompt!r} and {first_prompt!r} (kimicode \"PROMPT\" opens a session with it; "
+                   "-p runs it headless)")
     if prompt is None and (any(v is not None for v in headless_only) or no_session_persistence or trust_workspace):
         raise fail("--max-budget-usd, --system-prompt-file, --append-system-prompt, --no-session-persistence, "
                    "--trust-workspace and --mcp-config apply to headless runs: add -p PROMPT")
+    from kimicode.cli.branches_cmd import branch_flags
+
+    try:
+        flags = branch_flags(branches, verify=verify, verify_timeout=verify_timeout, pick=pick, apply=apply_,
+                             models=branch_models, thinking=branch_thinking, judge_model=judge_model, engine=engine,
+                             address=ray_address, ctx=ctx)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if prompt is None and flags is not None:
+        raise fail("--branches applies to headless runs: add -p PROMPT (in the terminal: /branches N)")
     from kimicode.agent.options import AgentOptions
 
     try:  # the configuration files are read (and checked) before anything starts
@@ -231,9 +287,13 @@ def main(
                     fork_workspace=fork_workspace,
                     # without -C a resumed session keeps its own workspace
                     workspace=workspace if cwd is not None or target is None else None,
+                    first_prompt=first_prompt,
                     **settings,
                 )
             )
+        if first_prompt is not None:
+            raise fail('kimicode "PROMPT" opens an interactive session, which needs a terminal: '
+                       "run it headless with -p PROMPT")
         raise fail("no prompt: pass -p PROMPT (or -p - to read it from stdin)")
     if prompt == "-":
         prompt = read_all_stdin()
@@ -279,18 +339,33 @@ def main(
     if agent.resume_warning and not verbose:  # --verbose shows it as a notice
         typer.echo(f"kimicode: warning: {agent.resume_warning}", err=True)
     printer = Printer(output_format.value, include_partial=include_partial, verbose=verbose)
+    if flags is not None:  # --branches (cli/branches_cmd.py)
+        from kimicode.cli.branches_cmd import run_branches
+
+        raise typer.Exit(asyncio.run(run_branches(agent, prompt, printer, flags)))
     code = asyncio.run(run_headless(agent, prompt, printer, budget=max_budget_usd))
     raise typer.Exit(code)
 
 
 from kimicode.cli.checkpoints_cmd import undo_command  # noqa: E402 - also adds `sessions diff`
+from kimicode.cli.login_cmd import login_command  # noqa: E402
 
 app.command("undo")(undo_command)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
+app.add_typer(plugin_app, name="plugin")
 app.command("doctor")(doctor)
+app.command("login")(login_command)
 app.command("batch")(batch)
+from kimicode.cli.branches_cmd import branches_app  # noqa: E402
+from kimicode.cli.prompt_cmd import prompt_app  # noqa: E402
+
+app.add_typer(branches_app, name="branches")
+app.add_typer(prompt_app, name="prompt")
+from kimicode.cli.acp_cmd import acp_command  # noqa: E402
+
+app.command("acp")(acp_command)
 
 
 def _click_exceptions() -> Any:
@@ -304,11 +379,17 @@ def _click_exceptions() -> Any:
 
 def run_app() -> None:
     """Run the application: usage errors are one clean message (exit 2), Ctrl-C is exit 130."""
+    from kimicode.cli.firstprompt import NotACommand, first_prompt_args
     from kimicode.cli.sessions import optional_resume_value
 
     errors = _click_exceptions()
     try:
-        code = app(args=optional_resume_value(sys.argv[1:]), prog_name="kimicode", standalone_mode=False)
+        args = first_prompt_args(sys.argv[1:], typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    except NotACommand as exc:
+        sys.stderr.write(f"kimicode: {exc}\n")
+        raise SystemExit(2) from None
+    try:
+        code = app(args=optional_resume_value(args), prog_name="kimicode", standalone_mode=False)
     except errors.ClickException as exc:
         if isinstance(exc, errors.BadParameter):
             # typer validates choices with pydantic, whose message starts "Value error, "

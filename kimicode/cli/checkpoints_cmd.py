@@ -73,7 +73,7 @@ def undo_command(
         raise _fail(str(exc)) from None
     for name in result.files:
         typer.echo(f"restored {name}")
-    what = f"turn {result.turn}" if turn is not None or result.messages_removed else "the last change"
+    what = result.what or f"turn {result.turn}"
     parts = [f"{len(result.files)} file(s) restored"] if not conversation_only else []
     if result.messages_removed:
         parts.append(f"{result.messages_removed} message(s) taken out of the conversation")

@@ -15,6 +15,7 @@ from kimicode.agent.core import Agent
 from kimicode.events import (
     ContentDelta,
     Event,
+    HookRan,
     MessageCommitted,
     Notice,
     PermissionDenied,
@@ -146,7 +147,11 @@ class Printer:
             self.err.flush()
 
     def _stream_json(self, ev: Event) -> None:
-        if isinstance(ev, Notice):
+        if isinstance(ev, HookRan):
+            self.line({"type": "hook", "event": ev.hook_event, "command": ev.command, "outcome": ev.outcome,
+                       "exit_code": ev.exit_code, "duration_ms": ev.duration_ms, "message": ev.message,
+                       "tool_use_id": ev.call_id, "source": ev.source})
+        elif isinstance(ev, Notice):
             self.line({"type": "notice", "level": ev.level, "text": ev.text})
         elif isinstance(ev, MessageCommitted):
             if ev.message.get("role") in ("assistant", "tool"):
@@ -191,6 +196,8 @@ class Printer:
             w(retry_line(ev) + "\n")
         elif isinstance(ev, Notice):
             w(f"! {sanitize(ev.text, sequences='escape')}\n")
+        elif isinstance(ev, HookRan):
+            w(f"  hook {ev.hook_event} {one_line(ev.command, 80)}: {ev.outcome} {one_line(ev.message, 120)}\n")
         self.err.flush()
 
     def result(self, obj: dict[str, Any]) -> None:

@@ -38,6 +38,8 @@ def flag_settings(
     deny: Iterable[str] | None = None,
     sandbox: str | None = None,
     sandbox_network: bool = False,
+    scope: str | None = None,
+    on_switch: str | None = None,
 ) -> dict[str, Any]:
     """The AgentOptions settings the flags set (names of AgentOptions' fields)."""
     out: dict[str, Any] = {
@@ -51,6 +53,8 @@ def flag_settings(
         "deny": tuple(deny or ()),
         "sandbox": sandbox,
         "sandbox_network": True if sandbox_network else None,
+        "scope": scope,
+        "on_switch": on_switch,
     }
     out = {k: v for k, v in out.items() if v not in (None, ())}
     if yolo:

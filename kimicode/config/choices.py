@@ -21,9 +21,21 @@ SandboxMode = Literal["off", "auto", "workspace-write"]
 """How bash is confined (`--sandbox`, `sandbox=`, `sandbox.mode`)."""
 SANDBOX_MODES: Final[tuple[SandboxMode, ...]] = get_args(SandboxMode)
 
-Origin = Literal["interactive", "headless", "library"]
+Origin = Literal["interactive", "headless", "library", "acp"]
 """Which face runs a session (recorded in its log, shown by listings)."""
 ORIGINS: Final[tuple[Origin, ...]] = get_args(Origin)
+
+SwitchPolicy = Literal["keep", "strip", "compact"]
+"""What a change of model does to the earlier assistant messages (`--on-switch`, `[model] on_switch`,
+`models.NAME.on_switch`, `on_switch=`): keep them whole; keep content and tool calls but leave out the
+reasoning another model wrote; or compact the history into a summary first (docs/models.md)."""
+SWITCH_POLICIES: Final[tuple[SwitchPolicy, ...]] = get_args(SwitchPolicy)
+
+Scope = Literal["normal", "strict"]
+"""How closely the model keeps to what was asked (`--scope`, `[agent] scope`, `scope=`): `strict` adds
+direct limits to the system prompt (docs/models.md)."""
+SCOPES: Final[tuple[Scope, ...]] = get_args(Scope)
+DEFAULT_SCOPE: Final[Scope] = "normal"
 
 DEFAULT_PERMISSION_MODE: Final[PermissionMode] = "default"
 DEFAULT_MAX_TURNS: Final = 200

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-from kimicode.config.choices import EFFORTS, PERMISSION_MODES, SANDBOX_MODES
+from kimicode.config.choices import (
+    EFFORTS,
+    PERMISSION_MODES,
+    SANDBOX_MODES,
+    SCOPES,
+    SWITCH_POLICIES,
+    SwitchPolicy,
+)
 from kimicode.config.endpoint import (
     DEFAULT_MODEL,
     KEY_VARIABLES,
@@ -56,9 +63,12 @@ SCHEMA: dict[str, Any] = {
             "reasoning_effort": EFFORTS,
             "supports_images": "bool",
             "edit_tool": ("edit_file", "apply_patch"),
+            "on_switch": SWITCH_POLICIES,
             "prices": {"input": "number", "cached_input": "number", "output": "number"},
         }
     },
+    "model": {"on_switch": SWITCH_POLICIES},
+    "agent": {"scope": SCOPES},
     "permissions": {"allow": "list[str]", "deny": "list[str]", "ask": "list[str]"},
     "context": {
         "tool_output_cap_tokens": "int",
@@ -89,6 +99,7 @@ SCHEMA: dict[str, Any] = {
     },
     "mcp": {"startup_timeout": "number", "tool_timeout": "number"},
     "trust": {"workspaces": "list[str]"},
+    "hooks": "hooks",  # Claude Code's or Kimi Code's structure, checked by kimicode/extensions/hooks.py
     "auth": {"api_key": "str"},
     "images": {"max_bytes": "int", "max_side": "int"},
     "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
@@ -131,9 +142,9 @@ def config_paths(workspace: Path, home: Path) -> list[Path]:
     return [home / "config.toml", workspace / ".kimicode" / "config.toml"]
 
 
-UNTRUSTED_PROJECT_KEYS = ("providers", "mcp_servers")
+UNTRUSTED_PROJECT_KEYS = ("providers", "mcp_servers", "hooks")
 """Project settings that could leak the API key (a provider's base URL or key variable) or run commands
-(MCP servers): a cloned repository must not be able to set them until the user trusts the workspace."""
+(MCP servers, hooks): a cloned repository must not be able to set them until the user trusts the workspace."""
 
 
 def is_trusted(workspace: Path, user_data: Mapping[str, Any]) -> bool:
@@ -142,14 +153,18 @@ def is_trusted(workspace: Path, user_data: Mapping[str, Any]) -> bool:
     listed = trust.get("workspaces", []) if isinstance(trust, dict) else []
     here = workspace.expanduser().resolve()
     for entry in listed:
-        root = Path(entry).expanduser().resolve()
+        try:
+            root = Path(entry).expanduser().resolve()
+        except (RuntimeError, OSError, ValueError):  # `~nosuchuser/x`, a NUL byte: names nothing
+            continue
         if here == root or root in here.parents:
             return True
     return False
 
 
-def load_settings(workspace: Path, home: Path, *, trust: bool = False) -> Settings:
-    """Read and merge both files; raise ConfigError naming the file, line and key on any problem.
+def load_settings(workspace: Path, home: Path, *, trust: bool = False, project: bool = True) -> Settings:
+    """Read and merge both files (only the user's with `project=False`); raise ConfigError naming the file,
+    line and key on any problem.
 
     Project files may not define `providers` or `mcp_servers` unless the workspace is trusted; what is
     ignored is listed in `Settings.ignored` so faces can say so. `trust` (`--trust-workspace`) trusts the
@@ -161,7 +176,7 @@ def load_settings(workspace: Path, home: Path, *, trust: bool = False) -> Settin
         settings.data = parse_file(user_path)
         settings.sources.append(user_path)
     settings.trusted = trust or is_trusted(workspace, settings.data)
-    if project_path.is_file():
+    if project and project_path.is_file():
         data = parse_file(project_path)
         data.pop("trust", None)  # a project cannot trust itself
         if data.pop("auth", None) is not None:  # keys belong in the user's own file (mode 0600), never a repo
@@ -304,10 +319,12 @@ def validate(data: Any, schema: Any, path: tuple[str, ...]) -> list[tuple[tuple[
         "number": isinstance(data, (int, float)) and not isinstance(data, bool),
         "bool": isinstance(data, bool),
         "list[str]": isinstance(data, list) and all(isinstance(x, str) for x in data),
+        "hooks": isinstance(data, dict | list),
     }[schema]
     if not ok:
         want = {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false",
-                "list[str]": "a list of strings"}[schema]
+                "list[str]": "a list of strings",
+                "hooks": "a table of events ([[hooks.PreToolUse]]) or a list of hooks ([[hooks]])"}[schema]
         return [(path, f"must be {want}, got {_type_name(data)} {data!r}")]
     return []
 
@@ -373,6 +390,8 @@ class ModelConfig:
     reasoning_effort: str | None = None
     supports_images: bool | None = None
     edit_tool: str | None = None
+    on_switch: SwitchPolicy | None = None
+    """What switching onto this model does to earlier assistant messages (`models.NAME.on_switch`)."""
     prices: Mapping[str, float] = field(default_factory=dict)
     """USD per million tokens: `input`, `cached_input`, `output`."""
 
@@ -465,6 +484,7 @@ def model_config(settings: Settings, name: str, env: Mapping[str, str] | None = 
         reasoning_effort=entry.get("reasoning_effort"),
         supports_images=entry.get("supports_images"),
         edit_tool=entry.get("edit_tool"),
+        on_switch=entry.get("on_switch"),
         prices=dict(entry.get("prices", {})),
     )
 

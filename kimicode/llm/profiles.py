@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from kimicode.config.choices import SwitchPolicy
+
 if TYPE_CHECKING:
     from kimicode.config.settings import ModelConfig
 
@@ -21,6 +23,11 @@ class ModelProfile:
     reasoning_field: str = "reasoning_content"
     """Field under which reasoning is sent back; replaced by whatever name the server uses."""
     supports_images: bool = False
+    on_switch: SwitchPolicy = "keep"
+    """What moving a conversation onto this model does to the assistant messages another model wrote
+    (docs/models.md); `models.NAME.on_switch` and `[model] on_switch` override it."""
+    prompt_addition: str | None = None
+    """A file under `prompts/profiles/` added to the stable part of the system prompt for this family."""
 
     def request_params(self, effort: str | None) -> dict[str, Any]:
         """Top-level request fields for this family (reasoning knobs; never sampling for Kimi)."""
@@ -39,9 +46,14 @@ def profile_for(model: str) -> ModelProfile:
     """Pick the profile from the model name (`kimi-k3*`, `kimi-k2*`, anything else is generic)."""
     m = model.lower().rsplit("/", 1)[-1]  # OpenRouter-style "moonshotai/kimi-k3"
     if m.startswith("kimi-k3"):
-        return ModelProfile("kimi-k3", context_window=1_048_576, supports_images=True)
+        # Moonshot: K3 was trained with preserved reasoning and its answers swing when handed reasoning it
+        # did not write, so another model's reasoning is left out when a conversation moves onto it.
+        return ModelProfile(
+            "kimi-k3", context_window=1_048_576, supports_images=True, on_switch="strip",
+            prompt_addition="profiles/kimi-k3.md",
+        )
     if m.startswith("kimi-k2"):
-        return ModelProfile("kimi-k2", context_window=262_144)
+        return ModelProfile("kimi-k2", context_window=262_144, on_switch="strip")
     if m.startswith("deepseek"):
         return ModelProfile("generic", context_window=131_072)
     return ModelProfile("generic")

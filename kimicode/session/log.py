@@ -153,9 +153,27 @@ class SessionLog:
         fh.write(line + "\n")
         fh.flush()
 
-    def message(self, message: dict[str, Any]) -> None:
-        """Record a committed message exactly as it is sent to the model."""
-        self.append({"type": "message", "message": message})
+    def keep(self) -> None:
+        """Write the held records now, before any prompt: the session is used (an exploration's branches
+        refer to it) and must be found by id later."""
+        if self._held is None or self.failed is not None:
+            return
+        held, self._held = self._held, None
+        try:
+            fh = self._open()
+            fh.write("".join(h + "\n" for h in held))
+            fh.flush()
+        except OSError as exc:
+            self.failed = f"cannot write the session log {self.path}: {exc.strerror or exc}"
+            raise SessionWriteError(self.failed) from None
+
+    def message(self, message: dict[str, Any], model: str | None = None) -> None:
+        """Record a committed message exactly as it is sent to the model, with the model that wrote it
+        beside it (assistant messages: the message itself stays the wire object)."""
+        record: dict[str, Any] = {"type": "message", "message": message}
+        if model is not None and message.get("role") == "assistant":
+            record["model"] = model
+        self.append(record)
 
     def sync(self) -> None:
         """Flush now and fsync in the background: called at the end of each turn (see the module's notes)."""

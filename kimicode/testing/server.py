@@ -53,6 +53,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 1024  # the listen backlog (socketserver's 5 refused connections of 100 parallel clients)
 
     def __init__(self, fake: FakeServer) -> None:
         self.fake = fake
@@ -151,6 +152,13 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 return
             route = self.path.split("?", 1)[0]
+            if fake.api_keys is not None and self._bearer() not in fake.api_keys:
+                try:
+                    refused = fake.dialect.error("auth")
+                except ValueError:  # a dialect without its own: OpenAI's shape
+                    refused = ErrorReply(401, "Incorrect API key provided", "invalid_api_key")
+                self._send_bytes(refused.status, refused.body_bytes(), refused.headers)
+                return
             if route != CHAT_PATH:
                 with fake._lock:
                     fake.other_requests.append(f"{self.command} {route}")
@@ -202,6 +210,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._abort()
         except OSError:
             self.close_connection = True
+
+    def _bearer(self) -> str:
+        auth = self.headers.get("Authorization") or ""
+        return auth[7:] if auth.startswith("Bearer ") else ""
 
     def _resolve(self, item: ScriptItem, request: RecordedRequest) -> Reply | ErrorReply | RawReply | None:
         if isinstance(item, Reply | ErrorReply | RawReply):
@@ -376,6 +388,9 @@ class FakeServer:
         self.context_limit: int | None = None
         """When set, a request whose prompt (body bytes / 4, as usage counts it) is over this many tokens
         is refused with llama.cpp's `exceed_context_size_error` (n_ctx = this limit), whatever the dialect."""
+        self.api_keys: set[str] | None = None
+        """When set, a request (any route) whose `Authorization: Bearer` key is not in it gets the dialect's
+        auth error (401), before anything else: a wrong key, as a real server refuses it."""
         self.get_routes: dict[str, Any] = {}
         """JSON answered to `GET path` (e.g. `/v1/models`, `/props`) for window-discovery tests; wins over
         the dialect's own discovery answers."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from kimicode.context.output import in_use, make_room, spill_limit
+from kimicode.permissions.gitsafe import read_only_git_env
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.progress import ByteReporter
@@ -416,7 +417,8 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
         )
     env = dict(ctx.env) if ctx.env is not None else scrub_env(os.environ)
     env.update(SHELL_ENV)
-    confined = sandbox is not None and not (sandbox.auto and ctx.approved)
+    env.update(read_only_git_env(command))  # read-only git runs without the programs a repository names
+    confined = sandbox is not None and not (sandbox.auto and ctx.approved) and ctx.commands is None
     profile = ctx.sandbox_profile
     slot = sandbox.cgroups.slot(sandbox.limits) if confined and sandbox is not None and sandbox.cgroups else None
 
@@ -425,15 +427,18 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
         return [*(slot.prefix if slot is not None else []), *sandbox.wrap(argv, profile)]
 
     try:
-        outcome = await run_shell(
-            command,
-            cwd=str(ctx.workspace),
-            env=env,
-            timeout=float(timeout),
-            wrap=wrap if confined else None,
-            mask=ctx.mask,
-            spill_dir=ctx.session_dir,
-        )
+        if ctx.commands is not None:  # an editor's terminal (ACP): the user watches it run
+            outcome = await ctx.commands.run(command, cwd=str(ctx.workspace), env=env, timeout=float(timeout))
+        else:
+            outcome = await run_shell(
+                command,
+                cwd=str(ctx.workspace),
+                env=env,
+                timeout=float(timeout),
+                wrap=wrap if confined else None,
+                mask=ctx.mask,
+                spill_dir=ctx.session_dir,
+            )
     except OSError as exc:  # a missing or unreadable workspace, or no /bin/bash
         raise ToolError(f"cannot run the command in {ctx.workspace}: {exc.strerror or exc}") from None
     finally:

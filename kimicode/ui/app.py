@@ -26,17 +26,17 @@ from kimicode._version import __version__
 from kimicode.agent import options as agent_options
 from kimicode.agent.core import Agent
 from kimicode.agent.costs import session_cost
-from kimicode.commands import CustomCommand, load_custom_commands
+from kimicode.commands import CustomCommand
 from kimicode.config.endpoint import kimicode_home
 from kimicode.config.ui import UISettings
 from kimicode.context.output import DEFAULT_CAP_CHARS
 from kimicode.events import ContextUpdated, Event, Notice, ToolCallFinished, TurnFinished, UsageUpdated
+from kimicode.extensions.slash import load_commands
 from kimicode.permissions.engine import MODES
 from kimicode.session.store import SessionError, latest_session
 from kimicode.ui import commands
 from kimicode.ui.approvals import Approver, SessionRules
 from kimicode.ui.completion import FileIndex, expand_mentions
-from kimicode.ui.format import human_bytes
 from kimicode.ui.keys import KeyListener
 from kimicode.ui.launch import (
     AgentOptions,
@@ -48,10 +48,13 @@ from kimicode.ui.launch import (
     run_interactive,
 )
 from kimicode.ui.live import live_width
+from kimicode.ui.paste import Pastes, attach_image
+from kimicode.ui.recap import recap
 from kimicode.ui.render import transient_line
+from kimicode.ui.shellmode import run_shell, with_shell_output
 from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, mcp_counts, mcp_failure_line, short_path
-from kimicode.ui.typeahead import input_footer, offer_plan
-from kimicode.ui.view import TurnView, expanded_result, recap
+from kimicode.ui.typeahead import input_footer, offer_plan, steer
+from kimicode.ui.view import TurnView, expanded_result
 
 __all__ = [
     "LATEST", "AgentOptions", "Session", "SessionOptions", "endpoint_host", "make_console", "plain_output",
@@ -90,6 +93,10 @@ class Session:
         self._listener: KeyListener | None = None
         self._interrupting = False
         self._typed_ahead = ""
+        self.pastes = Pastes()
+        """Long pastes, shown collapsed in the prompt and expanded when the message is sent."""
+        self.shell_output: list[str] = []
+        """`!command` runs not yet sent: they go to the model with the next message."""
         self.queued: list[str] = []
         """Messages typed and sent with Enter while a turn ran: sent in order when it ends."""
         self.last_result: tuple[str, str] | None = None
@@ -196,13 +203,14 @@ class Session:
         self.start_mcp()
 
     def custom_commands(self) -> dict[str, CustomCommand]:
-        """The custom slash commands (`.kimicode/commands/`, `KIMICODE_HOME/commands/`), re-read every
+        """The custom slash commands (kimicode's and Claude Code's folders, plugins', skills), re-read every
         few seconds so a file added during the session shows up."""
         now = time.monotonic()
         if now - self._custom_loaded >= CUSTOM_RELOAD:
             self._custom_loaded = now
             try:
-                self._custom = load_custom_commands(self.workspace, self.home)
+                trusted = bool(self.agent.options.config and self.agent.options.config.trusted)
+                self._custom = load_commands(self.workspace, self.home, trusted=trusted)  # + Claude's, plugins', skills
             except Exception:  # an unreadable directory: keep what was loaded before
                 pass
         return self._custom
@@ -419,6 +427,8 @@ class Session:
             self._interrupt()
         elif key == "c-o":
             self.expand_last()
+        elif key == "c-s" and self._listener is not None:
+            steer(self, self._listener)
         elif key == "s-tab":
             mode = self.cycle_mode()
             note = " (nothing is changed: the agent investigates and proposes a plan)" if mode == "plan" else ""
@@ -432,11 +442,13 @@ class Session:
         """Send `text` (with `@file` attachments) and render the turn until it ends."""
         if echo:
             self.say(echo, "dim")
-        message, attachments = expand_mentions(text, self.workspace, DEFAULT_CAP_CHARS, self.index)
+        message, attachments = expand_mentions(self.pastes.expand(text), self.workspace, DEFAULT_CAP_CHARS,
+                                               self.index)
+        message = with_shell_output(self, message)
         agent = self.agent
         for att in attachments:
             if att.kind == "image":
-                self._attach_image(att.path, att.resolved)
+                attach_image(self, att.path, att.resolved)
                 continue
             note = f", {att.note}" if att.note else ""
             self.say(f"+ attached {att.path} ({att.lines} lines{note})", "dim")
@@ -486,6 +498,7 @@ class Session:
             self._view = self._listener = None
             self.console.print()
         self._typed_ahead = listener.typed
+        self.queued[:0], agent.extras.steering[:] = agent.extras.steering, []  # steered too late: sent next
         if finished is None or finished.status in ("interrupted", "error"):
             # interrupted or failed: what was queued goes back into the prompt, to be edited or sent (Enter)
             self._typed_ahead = "\n\n".join([*self.queued, *([self._typed_ahead] if self._typed_ahead else [])])
@@ -494,21 +507,6 @@ class Session:
         if changed_files:
             self.index.refresh()
         return finished
-
-    def _attach_image(self, shown: str, path: Path | None) -> None:
-        """`@shot.png`: send the image with the message (the mention stays in the text)."""
-        from kimicode.agent.ecosystem import attach_image
-
-        try:
-            attach_image(self.agent, path if path is not None else shown)
-        except Exception as exc:  # ToolError: the model can't see images, not an image, too large
-            self.say(f"! {shown} not attached: {exc}", "yellow")
-            return
-        try:
-            size = f" ({human_bytes((path or Path(shown)).stat().st_size)})"
-        except OSError:
-            size = ""
-        self.say(f"+ attached image {shown}{size}", "dim")
 
     def _report_internal_error(self, exc: BaseException) -> None:
         report_internal_error(self.console, self.home, exc)
@@ -549,6 +547,8 @@ class Session:
         self.index.refresh()
         self.banner()
         self.start_mcp()
+        if self.options.first_prompt:  # `kimicode "PROMPT"`: sent as if typed
+            self.queued.append(self.options.first_prompt)
         armed = False
         try:
             while not self.exit_requested:
@@ -568,6 +568,9 @@ class Session:
                     break
                 armed = False
                 if not text.strip():
+                    continue
+                if text.startswith("!") and text[1:].strip():  # `!cmd`: the user's own shell command
+                    await run_shell(self, text[1:].strip())
                     continue
                 if commands.looks_like_command(text, self.custom_commands()):
                     try:

@@ -14,6 +14,7 @@ from kimicode.checkpoints.store import CheckpointError
 from kimicode.session.store import one_line
 
 if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
     from kimicode.ui.app import Session
 
 _WHAT = {"both": (True, True), "files": (True, False), "conversation": (False, True)}
@@ -28,8 +29,9 @@ async def _ask_what(session: Session, title: str, arg: str, entry: Entry) -> tup
         return None
     if entry.kind == "restore":
         return (True, False)
-    if entry.before is None:
-        return (False, True)  # the turn changed no files
+    cps = session.agent.checkpoints
+    if cps is None or cps.files_anchor(entry) is None:
+        return (False, True)  # no file changed since (or the changes were undone already)
     from kimicode.ui.approvals import Option, choose
 
     answer = await choose(title, [
@@ -69,7 +71,7 @@ async def _restore(session: Session, entry: Entry, files: bool, conversation: bo
                     + ("…" if len(result.files) > 5 else "") + ")")
     if result.messages_removed:
         done.append(f"{result.messages_removed} message(s) taken out of the conversation")
-    session.say(("Undone: " + "; ".join(done) if done else "Nothing to restore.")
+    session.say((f"Undid {result.what}: " + "; ".join(done) if done else "Nothing to restore.")
                 + (" /undo again to undo this restore." if result.files else ""), "green")
 
 
@@ -78,6 +80,8 @@ def _label(entry: Entry) -> str:
         return f"{entry.prompt} ({len(entry.changes.paths())} file(s))"
     files = entry.changes.paths()
     shown = ", ".join(files[:3]) + ("…" if len(files) > 3 else "")
+    if entry.undone:
+        return f"turn {entry.turn}: {one_line(entry.prompt, 50)}  [files already undone]"
     return f"turn {entry.turn}: {one_line(entry.prompt, 50)}" + (f"  [{shown}]" if files else "  [no file changes]")
 
 
@@ -101,7 +105,11 @@ async def cmd_rewind(session: Session, arg: str) -> None:
     if cps is None:
         session.say("Checkpoints are disabled ([checkpoints] enabled = false).", "yellow")
         return
-    turns = [e for e in cps.undoable() if e.kind == "turn"][-len(_KEYS):]
+    from kimicode.agent.checkpointing import conversation_has
+
+    messages = session.agent.messages
+    turns = [e for e in cps.entries if e.kind == "turn" and (not e.undone or conversation_has(messages, e))]
+    turns = turns[-len(_KEYS):]
     if not turns:
         session.say("No turn to rewind to in this session.")
         return
@@ -142,13 +150,28 @@ async def cmd_diff(session: Session, arg: str) -> None:
     session.console.print(Text.from_ansi(text), highlight=False)
 
 
-async def cmd_fork(session: Session, arg: str) -> None:
-    """Continue in a fork of this conversation, by default in its own working tree."""
+async def continue_in(session: Session, child: Agent) -> None:
+    """Make `child` (a fork of the session's agent) the session's agent, and close the old one."""
     import contextlib
 
-    from kimicode.checkpoints.forks import MODES
     from kimicode.ui.completion import FileIndex
     from kimicode.ui.toolbar import GitBranch
+
+    old = session.agent
+    session.agent = child
+    session.forked_from = old.session_id
+    session.workspace = child.workspace
+    session.approver.workspace = child.workspace
+    session.index = FileIndex(child.workspace)
+    session.branch = GitBranch(child.workspace)
+    session._replaced()
+    with contextlib.suppress(Exception):
+        await old.aclose()
+
+
+async def cmd_fork(session: Session, arg: str) -> None:
+    """Continue in a fork of this conversation, by default in its own working tree."""
+    from kimicode.checkpoints.forks import MODES
 
     mode = arg.strip() or "worktree"
     if mode not in MODES:
@@ -160,15 +183,7 @@ async def cmd_fork(session: Session, arg: str) -> None:
     except (CheckpointError, ValueError, RuntimeError, OSError) as exc:
         session.say(f"Could not fork: {exc}", "red")
         return
-    session.agent = child
-    session.forked_from = old.session_id
-    session.workspace = child.workspace
-    session.approver.workspace = child.workspace
-    session.index = FileIndex(child.workspace)
-    session.branch = GitBranch(child.workspace)
-    session._replaced()
-    with contextlib.suppress(Exception):
-        await old.aclose()
+    await continue_in(session, child)
     where = "the same working tree" if mode == "shared" else f"its own working tree {child.workspace}"
     session.say(f"Forked {old.session_id} into {child.session_id}, working in {where}. "
                 f"`kimicode -r {old.session_id}` goes back to the original.", "green")

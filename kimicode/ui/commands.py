@@ -31,7 +31,10 @@ from kimicode.ui.approvals import describe_rules
 from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo
 from kimicode.ui.completion import Choice, CommandInfo
 from kimicode.ui.format import money, tokens
+from kimicode.ui.login import cmd_login
+from kimicode.ui.model_cmds import cmd_prompt, model_fresh
 from kimicode.ui.toolbar import short_path
+from kimicode.ui.trust_cmds import cmd_skills, cmd_trust
 
 if TYPE_CHECKING:
     from kimicode.commands import CustomCommand
@@ -217,11 +220,16 @@ async def cmd_model(session: Session, arg: str) -> None:
             f"(context window {tokens(agent.context_window)}). Change it with /model NAME."
         )
         return
-    if any(c.isspace() for c in arg):
-        session.say("A model name has no spaces: /model NAME", "yellow")
+    name, *flags = arg.split()
+    if flags not in ([], ["--fresh"]):
+        session.say("/model NAME switches the model; /model NAME --fresh continues in a fork that starts the new "
+                    "model from a summary of this conversation.", "yellow")
         return
-    agent.set_model(arg)
-    session.say(f"Model set to {arg} (context window {tokens(agent.context_window)}); the history is kept.", "green")
+    if flags:
+        await model_fresh(session, name)
+        return
+    agent.set_model(name)
+    session.say(f"Model set to {name} (context window {tokens(agent.context_window)}).", "green")
 
 
 async def cmd_thinking(session: Session, arg: str) -> None:
@@ -542,7 +550,8 @@ COMMANDS: dict[str, Command] = {
         Command("compact", "summarise the conversation to free context", cmd_compact, "[instructions]"),
         Command("context", "what fills the context window", cmd_context),
         Command("cost", "tokens used and cost of this session", cmd_cost),
-        Command("model", "show or switch the model", cmd_model, "[name]"),
+        Command("model", "show or switch the model", cmd_model, "[name] [--fresh]"),
+        Command("prompt", "show the system prompt and tool definitions the model gets", cmd_prompt),
         Command("thinking", "reasoning effort", cmd_thinking, "low|high|max", lambda s: EFFORTS),
         Command(
             "permissions",
@@ -564,6 +573,9 @@ COMMANDS: dict[str, Command] = {
         Command("diff", "what this session (or turn N) changed in the files", cmd_diff, "[N]"),
         Command("fork", "continue in a fork of this conversation with its own working tree", cmd_fork,
                 "[worktree|copy|shared]", lambda s: ("worktree", "copy", "shared")),
+        Command("login", "paste a new API key (checked, stored, used at once)", cmd_login),
+        Command("trust", "whether this workspace's hooks, MCP servers, skills... are used", cmd_trust, "[on|off]"),
+        Command("skills", "the skills the model may activate", cmd_skills),
         Command("exit", "leave kimicode", cmd_exit),
     )
 }

@@ -35,6 +35,7 @@ class SessionOptions:
         resume: str | None = None,
         fork: bool = False,
         fork_workspace: str = "shared",
+        first_prompt: str | None = None,
         **settings: Any,
     ) -> None:
         from kimicode.agent.options import check_names
@@ -45,6 +46,8 @@ class SessionOptions:
         self.fork = fork
         self.fork_workspace = fork_workspace
         """`worktree`: the fork gets its own working tree (`--fork --worktree`)."""
+        self.first_prompt = first_prompt
+        """Sent as the first message once the session is open (`kimicode "PROMPT"`)."""
         self.settings: dict[str, Any] = dict(settings)
 
 
@@ -99,6 +102,7 @@ def run_interactive(
     resume: str | None = None,
     fork: bool = False,
     fork_workspace: str = "shared",
+    first_prompt: str | None = None,
     **settings: Any,
 ) -> int:
     """Run the interactive terminal session; return the process exit code.
@@ -114,12 +118,17 @@ def run_interactive(
         return 2
     try:
         options = SessionOptions(workspace=workspace, resume=resume, fork=fork, fork_workspace=fork_workspace,
-                                 **settings)
+                                 first_prompt=first_prompt, **settings)
     except TypeError as exc:
         sys.stderr.write(f"kimicode: {exc}\n")
         return 2
     from kimicode.ui.app import Session
 
+    if not settings.get("config"):  # the trust question, once per workspace (kimicode/ui/trust_cmds.py)
+        from kimicode.config.endpoint import kimicode_home
+        from kimicode.ui.trust_cmds import ask_trust
+
+        ask_trust(Path(workspace or "."), Path(settings["home"]) if settings.get("home") else kimicode_home())
     plain = plain_output()
     console = make_console(plain)
     try:

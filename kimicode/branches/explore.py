@@ -1,0 +1,251 @@
+"""Explore: run one prompt in N branches at once, verify each, choose one (`agent.explore`, `--branches`).
+
+Each branch is a fork of the session so far (same history, same preserved reasoning) in its own
+workspace (kimicode/branches/trees.py), with the parent's permissions and sandbox, its own checkpoints
+and its own session log. All branches share one rate limiter (a 429 slows them all), one HTTP connection
+pool, and the parent's prompt cache key, so the server's prefix cache serves the shared history once.
+They run on this event loop (the `local` engine) or on a Ray cluster (`kimicode.batch.branch_ray`).
+The exploration's state is saved after every change (kimicode/branches/record.py): an interrupted one
+is resumed with `resume_exploration`, keeping the branches that finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from kimicode.branches.choose import PICKS, choose, judge_prompt, parse_verdict
+from kimicode.branches.exploration import Exploration
+from kimicode.branches.record import Branch, ExplorationRecord, new_exploration_id, next_k
+from kimicode.branches.run import Job, run_branch
+from kimicode.branches.trees import TreeError, create_tree
+from kimicode.errors import UsageError
+
+MAX_BRANCHES = 16
+WORKSPACE_KINDS = ("worktree", "copy")
+
+OnUpdate = Callable[[Branch], None]
+
+
+class Engine(Protocol):
+    """Runs branches somewhere else (a Ray cluster): see `kimicode.batch.branch_ray.RayEngine`."""
+
+    def run(self, parent: Any, record: ExplorationRecord, job: Job,
+            branches: Sequence[Branch]) -> AsyncIterator[Branch]:
+        """Run each branch (forked already: its session log and workspace exist) and yield it when finished."""
+
+
+def _spread(values: Sequence[str], k: int) -> str | None:
+    return values[k % len(values)] if values else None
+
+
+def check_arguments(parent: Any, n: int, pick: str, workspace: str, verify: str | None,
+                    verify_timeout: float) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BRANCHES:
+        raise ValueError(f"n must be a whole number from 1 to {MAX_BRANCHES} (got {n!r})")
+    if pick not in PICKS:
+        raise ValueError(f"pick must be one of {', '.join(PICKS)} (got {pick!r})")
+    if workspace not in WORKSPACE_KINDS:
+        raise ValueError(f"workspace must be one of {', '.join(WORKSPACE_KINDS)} (got {workspace!r})")
+    if verify is not None and (not isinstance(verify, str) or not verify.strip()):
+        raise ValueError("verify must be a non-empty shell command (or None)")
+    if not isinstance(verify_timeout, int | float) or isinstance(verify_timeout, bool) or verify_timeout <= 0:
+        raise ValueError(f"verify_timeout must be a positive number of seconds (got {verify_timeout!r})")
+    if parent.busy:
+        raise UsageError("cannot explore while a turn is running: wait for it, or interrupt() it first")
+    if parent.checkpoints is None:
+        raise UsageError("branches need checkpoints to apply the chosen one ([checkpoints] enabled = true)")
+
+
+async def explore(
+    parent: Any,
+    prompt: str,
+    *,
+    n: int = 2,
+    verify: str | None = None,
+    verify_timeout: float = 600.0,
+    pick: str = "auto",
+    models: Sequence[str] = (),
+    thinking: Sequence[str] = (),
+    judge_model: str | None = None,
+    apply: bool = True,
+    timeout: float | None = None,
+    workspace: str = "worktree",
+    engine: Engine | None = None,
+    on_update: OnUpdate | None = None,
+) -> Exploration:
+    """Run `prompt` in `n` branches of `parent`'s session; see `Agent.explore` and docs/branches.md."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("the prompt must be a non-empty str")
+    check_arguments(parent, n, pick, workspace, verify, verify_timeout)
+    home = Path(parent.home)
+    first = next_k(home, parent.session_id)
+    rec = ExplorationRecord(
+        id=new_exploration_id(), parent_session=parent.session_id, workspace=str(parent.workspace), prompt=prompt,
+        n=n, verify=verify, verify_timeout=float(verify_timeout), pick=pick, base_messages=len(parent.messages),
+        branches=[Branch(id="", k=first + i, model=_spread(models, i), thinking=_spread(thinking, i))
+                  for i in range(n)],
+    )
+    for b in rec.branches:
+        b.id = f"{rec.id}-{b.k}"
+    if parent.log is not None:
+        parent.log.append({"type": "exploration", "id": rec.id, "n": n, "prompt": prompt[:500]})
+        parent.log.keep()  # found by id later (`kimicode branches apply`), even before its first prompt
+    rec.save(home)
+    job = Job(prompt, verify, float(verify_timeout), rec.base_messages, parent.session_id, timeout)
+    return await _run(parent, rec, job, workspace=workspace, engine=engine, on_update=on_update,
+                      judge_model=judge_model, apply=apply)
+
+
+async def _run(parent: Any, rec: ExplorationRecord, job: Job, *, workspace: str, engine: Engine | None,
+               on_update: OnUpdate | None, judge_model: str | None, apply: bool) -> Exploration:
+    home = Path(parent.home)
+
+    def changed(b: Branch) -> None:
+        rec.save(home)
+        if on_update is not None:
+            on_update(b)
+
+    todo = [b for b in rec.branches if not b.finished]
+    agents: dict[str, Any] = {}
+    try:
+        for b in todo:
+            agent = await asyncio.to_thread(_open_branch, parent, rec, b, workspace)
+            if agent is not None:
+                agents[b.id] = agent
+            changed(b)
+        runnable = [b for b in todo if b.id in agents]
+        if engine is None:
+            await _run_local(parent, runnable, agents, job, changed)
+        else:
+            for agent in agents.values():
+                await agent.aclose()  # the workers resume the branches from their logs
+            async for done in engine.run(parent, rec, job, runnable):
+                mine = rec.branch(done.id)
+                mine.__dict__.update(done.__dict__)
+                changed(mine)
+    except BaseException:
+        rec.status = "interrupted"
+        for b in rec.branches:
+            if b.status in ("running", "verifying", "pending"):
+                b.status = "interrupted"
+        rec.save(home)
+        raise
+    finally:
+        for agent in agents.values():
+            with contextlib.suppress(Exception):
+                await agent.aclose()
+    return await _conclude(parent, rec, agents, judge_model=judge_model, apply=apply)
+
+
+def _open_branch(parent: Any, rec: ExplorationRecord, b: Branch, workspace: str) -> Any:
+    """The branch's agent: a new fork in a new tree, or (resuming) its session continued from its log."""
+    if b.session_id and b.workspace and Path(b.workspace).is_dir():
+        return type(parent).resume(b.session_id, options=parent.options, workspace=b.workspace,
+                                   approve=parent.approve, **_variant(parent, b))
+    try:
+        tree = create_tree(Path(parent.workspace), Path(parent.home), rec.parent_session, b.k, workspace)
+    except TreeError as exc:
+        b.status, b.error = "error", str(exc)
+        return None
+    child = parent.fork(workspace=tree.workspace, **_variant(parent, b))
+    child.record_settings("branch", fork_tree=tree.record(), exploration=rec.id, branch=b.id)
+    b.session_id, b.workspace, b.tree = child.session_id, str(tree.workspace), tree.record()
+    return child
+
+
+def _variant(parent: Any, b: Branch) -> dict[str, Any]:
+    """The branch's model and effort (`--branch-models`, `--branch-thinking`), else the parent's."""
+    out: dict[str, Any] = {}
+    if b.model:
+        out["model"] = b.model
+    if b.thinking:
+        out["thinking"] = b.thinking
+    return out
+
+
+async def _run_local(parent: Any, branches: Sequence[Branch], agents: dict[str, Any], job: Job,
+                     changed: OnUpdate) -> None:
+    """Every branch at once on this event loop, in a context with one shared HTTP pool and window lookup."""
+    from kimicode.llm.client import new_http_client, share_connections
+    from kimicode.llm.discovery import share_windows
+    from kimicode.llm.ratelimit import SharedRateLimiter
+
+    gate = SharedRateLimiter()
+    http = new_http_client()
+    ctx = share_connections(http)
+    ctx.run(share_windows)
+    tasks = [asyncio.create_task(run_branch(agents[b.id], b, job, gate, changed), context=ctx) for b in branches]
+    try:
+        if tasks:
+            await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        await http.aclose()
+
+
+async def _conclude(parent: Any, rec: ExplorationRecord, agents: dict[str, Any], *, judge_model: str | None,
+                    apply: bool) -> Exploration:
+    home = Path(parent.home)
+    chosen, reason = choose(rec.branches, rec.verify, rec.pick)
+    exploration = Exploration(rec, parent, agents)
+    if judge_model and chosen is not None:
+        pool = [b for b in rec.branches if (b.verified if rec.verify else b.status == "done")]
+        if len(pool) > 1:
+            chosen, reason = await _judge(parent, exploration, pool, judge_model, (chosen, reason))
+    rec.chosen, rec.reason = (chosen.id if chosen else None), reason
+    if any(b.status == "verified" for b in rec.branches) or (not rec.verify and chosen):
+        rec.status = "done"
+    elif rec.verify:
+        rec.status = "no_verified"
+    else:
+        rec.status = "error"
+    for b in rec.branches:
+        for key, value in b.usage.items():
+            parent.usage[key] = parent.usage.get(key, 0) + int(value)
+    rec.save(home)
+    if apply and chosen is not None and rec.pick != "ask":
+        await exploration.apply(chosen)
+    return exploration
+
+
+async def _judge(parent: Any, exploration: Exploration, pool: list[Branch], model: str,
+                 fallback: tuple[Branch | None, str]) -> tuple[Branch | None, str]:
+    """Ask `model` (a fork of the parent: it knows the task) to compare the candidates' diffs."""
+    diffs = {b.id: await asyncio.to_thread(exploration.diff, b) for b in pool}
+    judge = parent.fork(model=model, persist=False, tools=[])
+    try:
+        result = await judge.run(judge_prompt(pool, diffs, exploration.record.verify))
+        from kimicode.branches.run import branch_cost
+
+        exploration.record.judge_cost_usd = branch_cost(judge)
+    finally:
+        await judge.aclose()
+    if not result.ok:
+        return fallback[0], f"{fallback[1]} (the judge failed: {result.error})"
+    chosen, reason = parse_verdict(result.result, pool)
+    if chosen is None:
+        return fallback[0], f"{fallback[1]} ({reason})"
+    return chosen, f"judged by {model}: {reason}"
+
+
+async def resume_exploration(parent: Any, rec: ExplorationRecord, *, engine: Engine | None = None,
+                             on_update: OnUpdate | None = None, judge_model: str | None = None,
+                             apply: bool = True, timeout: float | None = None) -> Exploration:
+    """Finish an interrupted exploration: finished branches are kept, the others continue from their logs
+    (or start, if they never did). `parent` is the exploration's session, resumed."""
+    if parent.session_id != rec.parent_session:
+        raise UsageError(f"exploration {rec.id} belongs to session {rec.parent_session}, not {parent.session_id}")
+    if rec.applied:
+        raise UsageError(f"exploration {rec.id} is finished: branch {rec.applied} was applied")
+    rec.status = "running"
+    job = Job(rec.prompt, rec.verify, rec.verify_timeout, rec.base_messages, rec.parent_session, timeout)
+    kind = next((str(b.tree.get("kind")) for b in rec.branches if b.tree), "worktree")
+    return await _run(parent, rec, job, workspace=kind if kind in WORKSPACE_KINDS else "worktree", engine=engine,
+                      on_update=on_update, judge_model=judge_model, apply=apply)

@@ -1,0 +1,78 @@
+"""A branch's own workspace: a git worktree on `kimicode/branch-<session>-<k>`, or a copy outside git.
+
+Built on `kimicode.checkpoints.forks` (the tree a `--fork --worktree` gets). What this module adds: the
+branch's name, and cleaning up after a failed creation (a full disk half-way through `git worktree add`
+or the copy) so that no worktree entry, branch or half-written directory is left behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from kimicode.checkpoints.forks import ForkTree, make_tree, remove_tree, repo_top
+from kimicode.checkpoints.store import CheckpointError
+
+
+class TreeError(CheckpointError):
+    """A branch's workspace could not be made (the message says why in plain words)."""
+
+
+def git_branch_name(parent_session: str, k: int) -> str:
+    return f"kimicode/branch-{parent_session}-{k}"
+
+
+def create_tree(workspace: Path, home: Path, parent_session: str, k: int, kind: str = "worktree") -> ForkTree:
+    """Make branch `k`'s tree from the workspace as it is now (uncommitted and untracked files included).
+
+    Raises TreeError, having removed whatever was half made, when it cannot (a full disk, git failing)."""
+    name = f"branch-{parent_session}-{k}"
+    branch = git_branch_name(parent_session, k)
+    root = Path(home).expanduser().resolve() / "worktrees" / name
+    try:
+        return make_tree(kind, workspace, home, name, branch=branch)
+    except (CheckpointError, OSError) as exc:
+        _clean(workspace, root, branch)
+        raise TreeError(f"could not create branch {k}'s workspace: {_plain(exc)}") from exc
+
+
+def _plain(exc: BaseException) -> str:
+    text = str(exc)
+    full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left" in text or "disk is full" in text
+    return f"the disk is full ({text})" if full and "disk" not in text else text
+
+
+def _clean(workspace: Path, root: Path, branch: str) -> None:
+    """Undo a half-made tree: its worktree entry, its branch, its directory."""
+    top = repo_top(workspace)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    if top is not None:
+        for args in (["worktree", "remove", "--force", str(root)], ["worktree", "prune"], ["branch", "-D", branch]):
+            subprocess.run(["git", *args], cwd=top, env=env, capture_output=True, check=False)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def remove_branch_tree(tree: dict[str, Any] | None) -> str:
+    """Remove a branch's workspace and its git branch (even when it holds commits: the branch is the
+    exploration's, and the chosen one's changes were applied already). Returns what was done."""
+    if not tree:
+        return "no workspace to remove"
+    root = Path(str(tree.get("root") or ""))
+    if not root.exists():
+        if tree.get("kind") == "worktree" and tree.get("repo") and tree.get("branch"):
+            _clean(Path(str(tree["repo"])), root, str(tree["branch"]))
+        return f"{root} was already gone"
+    try:
+        done = remove_tree(tree)
+    except CheckpointError:
+        if tree.get("kind") != "worktree" or not tree.get("repo"):
+            raise
+        done = f"removed the worktree {root}"
+    if tree.get("kind") == "worktree" and tree.get("repo") and tree.get("branch") and "kept the branch" in done:
+        _clean(Path(str(tree["repo"])), root, str(tree["branch"]))
+        done = f"removed the worktree {root} and the branch {tree['branch']}"
+    return done

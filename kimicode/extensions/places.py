@@ -1,0 +1,84 @@
+"""Where a setup lives: kimicode's own folders, Claude Code's, the project's and the installed plugins'.
+
+User places are always read; project places (the workspace's `.kimicode/` and `.claude/`) only when the
+workspace is trusted. Claude Code's user folder is `CLAUDE_CONFIG_DIR` when set, else `~/.claude`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from kimicode.safeio import read_regular
+
+Scope = Literal["user", "project", "plugin"]
+MAX_FILE_BYTES = 1024 * 1024
+
+
+def claude_home() -> Path:
+    """Claude Code's user folder (`CLAUDE_CONFIG_DIR`, else `~/.claude`)."""
+    configured = os.environ.get("CLAUDE_CONFIG_DIR")
+    return Path(configured).expanduser() if configured else Path.home() / ".claude"
+
+
+@dataclass(frozen=True)
+class Place:
+    """A folder that may hold `name` entries (skills/, agents/, commands/), and whose it is."""
+
+    root: Path
+    scope: Scope
+    plugin: str = ""
+    """The plugin's name when it is a plugin's folder (its commands are `/PLUGIN:NAME`)."""
+
+
+def folders(
+    kind: str, workspace: Path, home: Path, *, trusted: bool, plugins: list[Place] | None = None
+) -> list[Place]:
+    """The folders holding `kind` (`skills`, `agents`, `commands`), lowest precedence first: plugins',
+    Claude Code's user folder, kimicode's user folder, then (trusted only) the project's `.claude/` and
+    `.kimicode/`."""
+    out = [Place(p.root / kind, "plugin", p.plugin) for p in plugins or ()]
+    out += [Place(claude_home() / kind, "user"), Place(home / kind, "user")]
+    if trusted:
+        out += [Place(workspace / ".claude" / kind, "project"), Place(workspace / ".kimicode" / kind, "project")]
+    return out
+
+
+def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str | None:
+    """A small regular file's text (never blocking on a FIFO), or None when it is missing, too big or
+    unreadable."""
+    try:
+        if path.stat().st_size > limit:
+            return None
+        return read_regular(path, limit).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def read_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(object, None), (None, None) when the file is absent, or (None, problem)."""
+    if not path.exists():
+        return None, None
+    text = read_text(path)
+    if text is None:
+        return None, f"{path}: cannot read the file"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"{path}: invalid JSON: {exc}"
+    if not isinstance(data, dict):
+        return None, f"{path}: expected a JSON object"
+    return data, None
+
+
+def claude_settings_files(workspace: Path, *, trusted: bool) -> list[tuple[Path, Scope]]:
+    """Claude Code's settings files kimicode reads hooks from: the user's, and (trusted) the project's
+    `.claude/settings.json` and `.claude/settings.local.json`."""
+    out: list[tuple[Path, Scope]] = [(claude_home() / "settings.json", "user")]
+    if trusted:
+        out += [(workspace / ".claude" / "settings.json", "project"),
+                (workspace / ".claude" / "settings.local.json", "project")]
+    return out

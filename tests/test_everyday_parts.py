@@ -1,0 +1,129 @@
+"""Issue 23's habits, piece by piece (no terminal): paste collapsing and image paths, the clipboard image,
+`kimicode "PROMPT"`'s command line, `!command`'s output going with the next message, steering."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from kimicode.cli.firstprompt import FIRST_PROMPT, NotACommand, first_prompt_args
+from kimicode.testing import FakeServer, Reply, ToolCall
+from kimicode.ui.paste import Pastes, clipboard_image, image_path
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
+)
+COMMANDS = {"sessions", "doctor", "login", "undo", "mcp", "config", "batch", "completion"}
+
+
+def test_long_pastes_collapse_and_expand(workspace: Path) -> None:
+    pastes = Pastes()
+    short = "one\ntwo\n"
+    assert pastes.collapse(short, workspace) == short
+    big = "".join(f"line {i}\n" for i in range(300))
+    assert pastes.collapse(big, workspace) == "[pasted 300 lines]"
+    other = "".join(f"other {i}\r\n" for i in range(300))
+    assert pastes.collapse(other, workspace) == "[pasted 300 lines #2]"
+    assert pastes.collapse("x" * 5000, workspace) == "[pasted 5000 characters]"
+    text = pastes.expand("look: [pasted 300 lines] and [pasted 300 lines #2] [pasted 7 lines]")
+    assert text == f"look: {big} and {other.replace(chr(13), '')} [pasted 7 lines]"
+
+
+def test_a_pasted_image_path_becomes_a_mention(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "shot.png").write_bytes(PNG)
+    spaced = tmp_path / "my shots"
+    spaced.mkdir()
+    (spaced / "a b.png").write_bytes(PNG)
+    (workspace / "notes.txt").write_text("hi")
+    pastes = Pastes()
+    assert pastes.collapse(str(workspace / "shot.png"), workspace) == "@shot.png "
+    for dropped in (f"'{spaced}/a b.png'", str(spaced / "a b.png").replace(" ", "\\ "),
+                    f"file://{str(spaced).replace(' ', '%20')}/a%20b.png"):
+        assert pastes.collapse(dropped, workspace) == f'@"{spaced}/a b.png" ', dropped
+    assert image_path("notes.txt", workspace) is None and image_path("nope.png", workspace) is None
+    assert pastes.collapse("notes.txt", workspace) == "notes.txt"
+
+
+def test_the_clipboard_image_is_saved_privately(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    png = tmp_path / "clip.png"
+    png.write_bytes(PNG)
+    fake = bin_dir / "xclip"  # answers as xclip does: the targets, then the PNG
+    fake.write_text(f'#!/bin/sh\ncase "$*" in *TARGETS*) echo TARGETS; echo image/png;; *) cat {png};; esac\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin")
+    saved = clipboard_image(tmp_path / "home")
+    assert saved is not None and saved.read_bytes() == PNG
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600 and stat.S_IMODE(saved.parent.stat().st_mode) == 0o700
+    fake.write_text('#!/bin/sh\necho TARGETS; echo UTF8_STRING\n')  # text on the clipboard
+    assert clipboard_image(tmp_path / "home") is None
+
+
+def test_a_first_prompt_on_the_command_line() -> None:
+    assert first_prompt_args(["fix the bug"], COMMANDS) == [FIRST_PROMPT, "fix the bug"]
+    assert first_prompt_args(["--yolo", "-m", "kimi-k3", "fix", "it"], COMMANDS) == [
+        "--yolo", "-m", "kimi-k3", FIRST_PROMPT, "fix it"]
+    assert first_prompt_args(["-r", "abc123", "go on"], COMMANDS) == ["-r", "abc123", FIRST_PROMPT, "go on"]
+    assert first_prompt_args(["sessions", "list"], COMMANDS) == ["sessions", "list"]
+    assert first_prompt_args(["-v", "doctor"], COMMANDS) == ["-v", "doctor"]
+    assert first_prompt_args(["-p", "headless"], COMMANDS) == ["-p", "headless"]
+    assert first_prompt_args(["--", "doctr"], COMMANDS) == [FIRST_PROMPT, "doctr"]
+    with pytest.raises(NotACommand, match="did you mean 'doctor'"):
+        first_prompt_args(["doctr"], COMMANDS)
+
+
+def make_session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from kimicode.ui.app import AgentOptions, Session
+
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+    console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
+    return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01), console, plain=True)
+
+
+def test_bang_command_output_goes_with_the_next_message(
+    server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kimicode.ui.shellmode import run_shell
+
+    session = make_session(server, workspace, monkeypatch)
+    (workspace / "f.txt").write_text("content-of-f\n")
+    asyncio.run(run_shell(session, "cat f.txt; echo err >&2; exit 3"))
+    shown = session.console.file.getvalue()
+    assert "content-of-f" in shown and "err" in shown and "exit 3" in shown
+    server.add(Reply(content="seen"))
+    asyncio.run(session.run_turn("why did it fail"))
+    sent = server.requests[-1].body["messages"][-1]["content"]
+    assert sent.startswith("why did it fail") and "content-of-f" in sent and 'status="exit 3"' in sent
+    server.add(Reply(content="again"))
+    asyncio.run(session.run_turn("next"))
+    assert server.requests[-1].body["messages"][-1]["content"] == "next"  # sent once
+    asyncio.run(session.agent.aclose())
+
+
+def test_steering_reaches_the_model_after_the_step_and_leftovers_are_sent_next(
+    make_agent: Any, server: FakeServer, workspace: Path
+) -> None:
+    from kimicode.agent.ecosystem import steer
+
+    agent = make_agent(permission_mode="yolo")
+
+    def steer_during_the_tool(request: Any) -> Reply:
+        steer(agent, "use tabs, not spaces")
+        return Reply(tool_calls=[ToolCall("bash", {"command": "echo hi"})])
+
+    server.add(steer_during_the_tool, Reply(content="ok"))
+    result = agent.run_sync("format it")
+    assert result.ok
+    messages = server.requests[1].body["messages"]
+    assert [m["role"] for m in messages[-3:]] == ["assistant", "tool", "user"]
+    assert messages[-1]["content"] == "use tabs, not spaces" and agent.extras.steering == []
