@@ -357,15 +357,10 @@ class ContextManager:
         # OpenRouter) say only "too long": once the window is learnt, a smaller reservation may suffice.
         shrunk = learnt and (self.last_max_tokens or 0) > self.budget.reserve
         if (overflow.completion_too_large or shrunk) and est <= self.budget.input_budget:
-            before = self.last_max_tokens or self.budget.reserve
-            limit = min(self.budget.reserve, self.budget.window - est)
-            if limit >= before:  # by these numbers the same request fits: leave the server's count a margin
-                limit = max(1, before - max(256, before // 10))
-                est = self.budget.window - limit
             emit(Notice(f"context: the server refused the answer's token limit{window_note}; "
-                        f"retrying with max_tokens {limit:,}", "warning"))
-            self.last_estimate = est  # the retry's completion_tokens(est) is `limit`
-            return True
+                        f"retrying with max_tokens {self.budget.reserve:,}", "warning"))
+            self.last_estimate = est
+            return learnt or (self.last_max_tokens or 0) > self.budget.reserve
         counted_note = f" ({counted:,} tokens by its count)" if counted else ""
         emit(Notice(f"context: the server rejected the request as too long{counted_note}{window_note}; "
                     "making room and retrying", "warning"))

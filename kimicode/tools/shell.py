@@ -25,6 +25,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 from kimicode.context.output import in_use, make_room, spill_limit
 from kimicode.permissions.gitsafe import read_only_git_env
 from kimicode.prompts import load_prompt
+from kimicode.safeio import private_dirs, private_open
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.progress import ByteReporter
 from kimicode.tools.sandbox import Sandbox
@@ -144,7 +145,7 @@ class OutputBuffer:
         if self._spill_dir is None or self.spill_path is not None or self.spill_error:
             return
         try:
-            self._spill_dir.mkdir(parents=True, exist_ok=True)
+            private_dirs(self._spill_dir)
             self._spill_room = spill_limit(self._spill_dir)
             if self._spill_room <= 0:
                 self.spill_error = "the session's limit for saved outputs ([context] spill_max_bytes) is 0"
@@ -152,7 +153,7 @@ class OutputBuffer:
             reserve = min(self._spill_room, 4 * (self._head_max + self._tail_max))
             self.spill_dropped = make_room(self._spill_dir, reserve)
             path = self._spill_dir / f"bash-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.txt"
-            self._spill_file = open(path, "wb")  # noqa: SIM115 - written as the command runs, closed in close()
+            self._spill_file = private_open(path, "wb")  # 0600; written as the command runs, closed in close()
             self.spill_path = path
             in_use.add(path)
         except OSError as exc:
