@@ -150,9 +150,10 @@ def test_a_gap_in_the_program_table_cannot_write(
     """Pretend the table wrongly calls `touch` read-only: it then runs without asking, in default mode,
     and still writes nothing (the read-only profile), and the model is told why."""
     import kimicode.permissions.bashcheck as bashcheck
+    from kimicode.permissions.programs import Analysis
 
-    real = bashcheck.read_only
-    monkeypatch.setattr(bashcheck, "read_only", lambda argv: argv[:1] == ["touch"] or real(argv))
+    real = bashcheck.analyze
+    monkeypatch.setattr(bashcheck, "analyze", lambda argv: Analysis() if argv[:1] == ["touch"] else real(argv))
     texts, notices = run_calls(server, make_agent, ["touch made-by-a-gap"])
     assert not (workspace / "made-by-a-gap").exists()
     assert "Read-only file system" in texts[0] and "admitted without asking as read-only" in texts[0]
