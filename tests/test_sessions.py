@@ -71,7 +71,7 @@ def test_log_records_messages_settings_usage_and_turn_ends_but_never_the_key(
     assert records[0]["workspace"] == str(agent.workspace)
     assert types(agent) == [
         "meta", "message", "message",  # system, user
-        "usage", "message", "message",  # assistant with a call, its result
+        "usage", "calibration", "message", "message",  # assistant with a call, its result
         "usage", "message", "turn_end",
         "settings", "prune", "settings",  # model (kimi-k3's reasoning left out for kimi-k3-mini), thinking
         "message", "usage", "message", "turn_end",

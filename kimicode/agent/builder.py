@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from kimicode.agent.sysprompt import PromptParts, build_system_prompt
 from kimicode.config.choices import (
     DEFAULT_COMPACT_THRESHOLD,
+    DEFAULT_MAX_RETRIES,
     DEFAULT_PRUNE_THRESHOLD,
     DEFAULT_SCOPE,
     SCOPES,
@@ -71,7 +72,7 @@ def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool
     agent.max_completion_tokens = (
         o.max_completion_tokens or agent.model_config.max_completion_tokens or ctx_cfg.get("max_tokens") or None
     )
-    agent._discovered = o.context_window is not None or agent.model_config.context_window is not None
+    agent._discovered = False  # asked even with a set window: the template and calibration come with the answer
     agent.home = o.home.expanduser() if o.home is not None else kimicode_home()
     agent.session_id = o.session_id or new_session_id()
     agent.log = SessionLog(agent.home / "sessions", agent.session_id) if o.persist else None
@@ -248,6 +249,8 @@ def make_client(agent: Agent) -> ChatClient:
             max_completion_tokens=agent.max_completion_tokens,
             session_id=agent.session_id,
             max_retries=o.max_retries,
+            retries_explicit=o.max_retries != DEFAULT_MAX_RETRIES,
+            tool_choice=o.tool_choice or agent.model_config.tool_choice,
             retry_base_delay=o.retry_base_delay,
             timeout=o.request_timeout,
             reasoning_field=agent.model_config.reasoning_field,

@@ -26,7 +26,7 @@ from kimicode.agent.modes import note_needed
 from kimicode.agent.options import AgentOptions, OptionAttribute
 from kimicode.agent.outgoing import masked_event, utf8_safe
 from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult
-from kimicode.agent.step import model_step
+from kimicode.agent.step import model_step, truncation
 from kimicode.agent.streams import same_loop
 from kimicode.agent.switch import ModelSwitches, switch_notice
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
@@ -354,7 +354,7 @@ class Agent(Explorer):
         self.context_window, self._window_source = resolve_window(
             None, self.model_config.context_window, self.endpoint.model, self.profile.context_window
         )
-        self._discovered = self.model_config.context_window is not None
+        self._discovered = False
         self.context.forget_window()
         from kimicode.agent.ecosystem import refresh
 
@@ -551,6 +551,8 @@ class Agent(Explorer):
                     finish("error", message.get("content") or "", blocked, "content_filter")
                     return
                 if not calls:
+                    if cut := truncation(self, completion.finish_reason):  # cut by a limit the user did not set
+                        return finish("error", message.get("content") or "", cut, "truncated")
                     if (why := await hooking.stop_blocked(self, message.get("content") or "", emit)) is not None:
                         self._commit({"role": "user", "content": f"[Stop hook] {why}"}, emit)  # back to work
                         continue

@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import functools
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,9 @@ class AgentOptions:
     tool_timeout: float | None = None
     """Seconds any tool call may run (a tool's own `timeout` wins); None: no limit."""
     max_retries: int = DEFAULT_MAX_RETRIES
+    tool_choice: str | None = None
+    """`auto`, `none`, `required` (a tool call every step), or a tool's name (that tool); None: not sent (the
+    server's default, `auto`), or the model's `tool_choice` in the config."""
     retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     tool_output_cap: int = DEFAULT_CAP_CHARS
@@ -161,6 +165,7 @@ class AgentOptions:
         check_choice("on_switch", self.on_switch, SWITCH_POLICIES, optional=True)
         _check_int("max_turns", self.max_turns, 1)
         _check_int("max_retries", self.max_retries, 0)
+        check_tool_choice(self.tool_choice)
         if self.repeat_limit is not None and (not isinstance(self.repeat_limit, int) or self.repeat_limit < 2):
             raise ValueError(f"repeat_limit must be at least 2, or None for no limit (got {self.repeat_limit!r})")
         if self.tool_timeout is not None and not _positive(self.tool_timeout):
@@ -277,3 +282,14 @@ def _checked_prices(prices: Any) -> dict[str, float]:
     if "input" not in prices and "output" not in prices:
         raise ValueError("prices needs at least 'input' or 'output' (USD per million tokens)")
     return {k: float(v) for k, v in prices.items()}
+
+
+_TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}")
+
+
+def check_tool_choice(value: object) -> None:
+    """`tool_choice` is None, `auto`, `none`, `required`, or a tool's name; anything else is a ValueError."""
+    if value is None or value in ("auto", "none", "required"):
+        return
+    if not isinstance(value, str) or not _TOOL_NAME.fullmatch(value):
+        raise ValueError(f"tool_choice must be auto, none, required or a tool's name (got {value!r})")

@@ -124,6 +124,12 @@ def main(
     sandbox_network: Annotated[
         bool, typer.Option("--sandbox-network", help="Allow network access inside the sandbox.")
     ] = False,
+    tool_choice: Annotated[
+        str | None,
+        typer.Option("--tool-choice", metavar="auto|none|required|TOOL",
+                     help="Sent with each request: required makes the model call a tool every step, a tool's "
+                     "name forces that tool (servers that honour it: vLLM, OpenAI; llama.cpp accepts it only)."),
+    ] = None,
     max_retries: Annotated[
         int, typer.Option("--max-retries", min=0, help="Retries of transient API failures.")
     ] = DEFAULT_MAX_RETRIES,
@@ -244,7 +250,7 @@ def main(
         request_timeout=request_timeout, retry_base_delay=retry_base_delay, context_window=context_window,
         max_tokens=max_tokens, allow=allow, deny=deny, sandbox=sandbox.value if sandbox is not None else None,
         sandbox_network=sandbox_network, scope=scope.value if scope else None,
-        on_switch=on_switch.value if on_switch else None,
+        on_switch=on_switch.value if on_switch else None, tool_choice=tool_choice,
     )
     from kimicode.cli.ci_flags import FlagError, check_budget, ci_settings, read_system_prompt
 

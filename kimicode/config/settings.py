@@ -63,6 +63,7 @@ SCHEMA: dict[str, Any] = {
             "reasoning_effort": EFFORTS,
             "supports_images": "bool",
             "edit_tool": ("edit_file", "apply_patch"),
+            "tool_choice": "str",
             "on_switch": SWITCH_POLICIES,
             "prices": {"input": "number", "cached_input": "number", "output": "number"},
         }
@@ -390,6 +391,8 @@ class ModelConfig:
     reasoning_effort: str | None = None
     supports_images: bool | None = None
     edit_tool: str | None = None
+    tool_choice: str | None = None
+    """`auto`, `none`, `required` or a tool's name, sent with each request that has tools (servers that honour it)."""
     on_switch: SwitchPolicy | None = None
     """What switching onto this model does to earlier assistant messages (`models.NAME.on_switch`)."""
     prices: Mapping[str, float] = field(default_factory=dict)
@@ -484,6 +487,7 @@ def model_config(settings: Settings, name: str, env: Mapping[str, str] | None = 
         reasoning_effort=entry.get("reasoning_effort"),
         supports_images=entry.get("supports_images"),
         edit_tool=entry.get("edit_tool"),
+        tool_choice=entry.get("tool_choice"),
         on_switch=entry.get("on_switch"),
         prices=dict(entry.get("prices", {})),
     )
