@@ -127,3 +127,73 @@ def test_steering_reaches_the_model_after_the_step_and_leftovers_are_sent_next(
     messages = server.requests[1].body["messages"]
     assert [m["role"] for m in messages[-3:]] == ["assistant", "tool", "user"]
     assert messages[-1]["content"] == "use tabs, not spaces" and agent.extras.steering == []
+
+
+def test_a_context_error_whose_numbers_fit_is_retried_for_real(make_agent: Any, server: FakeServer) -> None:
+    from kimicode.events import Notice
+
+    def refuse(request: Any) -> Any:
+        from kimicode.testing import ErrorReply
+
+        asked = request.body.get("max_completion_tokens") or request.body.get("max_tokens")
+        msg = (f"'max_tokens' or 'max_completion_tokens' is too large: {asked}. This model's maximum context "
+               f"length is 32768 tokens and your request has 120 input tokens ({asked} > 32768 - 120).")
+        return ErrorReply(400, msg, "BadRequestError")
+
+    server.add(refuse, Reply(content="fits now"))
+    notices: list[str] = []
+    agent = make_agent(context_window=32_768, max_completion_tokens=8_192,
+                       on_event=lambda ev: notices.append(ev.text) if isinstance(ev, Notice) else None)
+    result = agent.run_sync("hello")
+    assert result.ok and result.result == "fits now", result
+    first, second = (r.body.get("max_completion_tokens") or r.body.get("max_tokens") for r in server.requests)
+    assert second < first
+    assert any(f"retrying with max_tokens {second:,}" in n for n in notices)
+
+
+def test_a_five_character_summary_is_refused(make_agent: Any, server: FakeServer) -> None:
+    agent = make_agent()
+    for i in range(8):
+        server.add(Reply(content=f"answer {i} " + "word " * 200))
+        assert agent.run_sync(f"question {i} " + "more " * 200).ok
+    server.add(Reply(content="Done."))
+
+    async def compact() -> Any:
+        return await agent.compact()
+
+    result = asyncio.run(compact())
+    assert result is not None and result.fallback and "too short" in (result.error or "")
+    summary = next(m["content"] for m in agent.messages if "question 0" in str(m["content"]) and m["role"] == "user")
+    assert summary  # the first prompt is still there, kept by the fallback summary
+
+
+def test_model_checks_the_servers_list_and_completes_its_ids(
+    server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prompt_toolkit.document import Document
+
+    from kimicode.ui import commands, model_cmds
+    from kimicode.ui.completion import PromptCompleter
+
+    model_cmds._served.clear()
+    server.get_routes["/v1/models"] = {"object": "list", "data": [{"id": "kimi-k3"}, {"id": "kimi-k2-turbo"}]}
+    session = make_session(server, workspace, monkeypatch)
+
+    def run(line: str) -> str:
+        asyncio.run(commands.dispatch(session, line))
+        out: str = session.console.file.getvalue()
+        session.console.file.seek(0)
+        session.console.file.truncate()
+        return out
+
+    before = session.agent.endpoint.model
+    text = run("/model kimi-k9")
+    assert "does not serve 'kimi-k9'" in text and "did you mean kimi-k3" in text
+    assert session.agent.endpoint.model == before
+    assert "Model set to kimi-k2-turbo" in run("/model kimi-k2-turbo")
+    assert session.agent.endpoint.model == "kimi-k2-turbo"
+    assert "Model set to my-own-id" in run("/model my-own-id --force")
+    completer = PromptCompleter(lambda: commands.command_infos(session), session.index)
+    offered = [c.text for c in completer.get_completions(Document("/model kimi-k"), None)]  # type: ignore[arg-type]
+    assert {"kimi-k3", "kimi-k2-turbo"} <= set(offered)
+    asyncio.run(session.agent.aclose())

@@ -254,6 +254,7 @@ def make_client(agent: Agent) -> ChatClient:
             retry_base_delay=o.retry_base_delay,
             timeout=o.request_timeout,
             reasoning_field=agent.model_config.reasoning_field,
+            extra_body={"response_format": dict(o.response_format)} if o.response_format else {},
             extra_headers=dict(agent.model_config.headers),
             key_source=agent.endpoint.key_source,
             url_source=agent.endpoint.url_source,
