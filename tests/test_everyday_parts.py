@@ -197,3 +197,30 @@ def test_model_checks_the_servers_list_and_completes_its_ids(
     offered = [c.text for c in completer.get_completions(Document("/model kimi-k"), None)]  # type: ignore[arg-type]
     assert {"kimi-k3", "kimi-k2-turbo"} <= set(offered)
     asyncio.run(session.agent.aclose())
+
+
+def test_shell_completion_scripts_complete_commands_and_choices(tmp_path: Path) -> None:
+    import shlex
+    import shutil
+    import subprocess
+
+    from conftest import kimicode_command
+
+    kc = kimicode_command()
+    scripts = {shell: subprocess.run([*kc, "completion", shell], capture_output=True, text=True, timeout=60)
+               for shell in ("bash", "zsh", "fish")}
+    assert all(done.returncode == 0 for done in scripts.values())
+    assert "compdef _kimicode_completion kimicode" in scripts["zsh"].stdout
+    assert "complete --command kimicode" in scripts["fish"].stdout
+    assert "# install:" in scripts["fish"].stderr and "# install" not in scripts["fish"].stdout
+    bash = shutil.which("bash")
+    assert bash is not None
+    (tmp_path / "kc.sh").write_text(scripts["bash"].stdout)
+    run = f"_kimicode_completion {shlex.quote(kc[0])}"  # as bash calls it: $1 is the command to ask
+    probe = (f"source {tmp_path / 'kc.sh'}; COMP_WORDS=(kimicode ses); COMP_CWORD=1; {run}; "
+             "echo \"${COMPREPLY[@]}\"; COMP_WORDS=(kimicode --permission-mode ''); COMP_CWORD=2; "
+             f"{run}; echo \"${{COMPREPLY[@]}}\"")
+    done = subprocess.run([bash, "-c", probe], capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "sessions", done
+    assert lines[1].split() == ["default", "accept-edits", "plan", "yolo"]
