@@ -224,3 +224,49 @@ def test_shell_completion_scripts_complete_commands_and_choices(tmp_path: Path) 
     lines = done.stdout.splitlines()
     assert lines[0] == "sessions", done
     assert lines[1].split() == ["default", "accept-edits", "plan", "yolo"]
+
+
+def test_notifications_bell_osc9_and_a_command(
+    server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import time
+
+    from kimicode.ui.notify import Notifier
+
+    out = io.StringIO()
+    monkeypatch.delenv("TMUX", raising=False)
+    monkeypatch.delenv("WT_SESSION", raising=False)
+    monkeypatch.setenv("TERM_PROGRAM", "Apple_Terminal")
+    Notifier().notify("turn-finished", "done", out)
+    assert out.getvalue() == "\a"
+    monkeypatch.setenv("TERM_PROGRAM", "WezTerm")
+    out = io.StringIO()
+    Notifier().notify("turn-finished", "done\x1b]0;x\x07 now", out)
+    sent = out.getvalue()
+    assert sent.startswith("\x1b]9;done") and sent.endswith("\x07") and sent.count("\x07") == 1
+    monkeypatch.setenv("TMUX", "/tmp/tmux-0/default,1,0")
+    out = io.StringIO()
+    Notifier(terminal="osc9").notify("turn-finished", "done", out)
+    assert out.getvalue() == "\x1bPtmux;\x1b\x1b]9;done\x07\x1b\\"
+    bad = Notifier.from_table({"terminal": "loud", "after_seconds": -1, "command": 3})
+    assert bad.terminal == "auto" and bad.problem is not None and "terminal must be" in bad.problem
+
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    seen = tmp_path / "seen.json"
+    script = tmp_path / "notify.sh"
+    script.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {seen}\n')
+    script.chmod(0o755)
+    (home / "config.toml").write_text(f'[notify]\nterminal = "off"\ncommand = ["{script}"]\nafter_seconds = 0\n')
+    session = make_session(server, workspace, monkeypatch)
+    server.add(Reply(content="all done"))
+    asyncio.run(session.run_turn("work"))
+    for _ in range(200):
+        if seen.exists() and seen.read_text():
+            break
+        time.sleep(0.02)
+    payload = json.loads(seen.read_text())
+    assert payload["type"] == "turn-finished" and "all done" in payload["message"]
+    assert payload["session_id"] == session.agent.session_id and payload["cwd"] == str(session.workspace)
+    asyncio.run(session.agent.aclose())
