@@ -218,6 +218,10 @@ def _request(prompt: str, summary: str, chunk: list[str], extra: str) -> list[di
     return [{"role": "system", "content": prompt}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
+MIN_SUMMARY_CHARS = 20
+"""A model's summary shorter than this (or than a quarter of what it summarises) is refused."""
+
+
 async def _summarize_parts(
     blocks: list[tuple[str, int]],
     prompt: str,
@@ -278,6 +282,9 @@ async def _summarize_parts(
         reply = reply.strip()
         if not reply:
             return summary, "the model returned an empty summary", sizes
+        shortest = min(MIN_SUMMARY_CHARS, sum(len(text) for text in chunk) // 4)
+        if len(reply) < shortest:  # "Done." cannot stand for a conversation: refused, the fallback is kept
+            return summary, f"the model's summary was only {len(reply)} characters, too short to keep", sizes
         summary = truncate_middle(reply, summary_cap, count)
         i = j
     return summary, None, sizes

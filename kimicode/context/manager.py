@@ -84,6 +84,8 @@ class ContextManager:
         self.server_limit: int | None = None
         """The window the server reported in a context-length error, when smaller than configured."""
         self.last_max_tokens: int | None = None
+        self.retry_cap: int | None = None
+        """A completion limit for the next request only: set when a refused limit is retried (`recover`)."""
         """The completion limit sent with the last request (`completion_tokens`)."""
         self.used = 0
         """Tokens of the history after the last step (the server's count plus the new reply)."""
@@ -168,7 +170,8 @@ class ContextManager:
                 "context (llama.cpp: -c; --context-window when kimicode cannot discover it)",
                 "context_length",
             )
-        self.last_max_tokens = min(budget.reserve, room)
+        cap, self.retry_cap = self.retry_cap, None
+        self.last_max_tokens = min(budget.reserve, room, cap or room)
         return self.last_max_tokens
 
     def cut_by_room(self) -> bool:
@@ -456,10 +459,15 @@ class ContextManager:
         # OpenRouter) say only "too long": once the window is learnt, a smaller reservation may suffice.
         shrunk = learnt and (self.last_max_tokens or 0) > self.budget.reserve
         if (overflow.completion_too_large or shrunk) and est <= self.budget.input_budget:
+            before = self.last_max_tokens or self.budget.reserve
+            limit = min(self.budget.reserve, self.budget.window - est)
+            if limit >= before:  # by these numbers the same request fits: leave the server's count a margin
+                limit = max(self.completion_floor, before - max(256, before // 10))
+            self.retry_cap = limit  # the retry asks for this much at most, so it differs from the refused one
             emit(Notice(f"context: the server refused the answer's token limit{window_note}; "
-                        f"retrying with max_tokens {self.budget.reserve:,}", "warning"))
+                        f"retrying with max_tokens {limit:,}", "warning"))
             self.last_estimate = est
-            return learnt or (self.last_max_tokens or 0) > self.budget.reserve
+            return True
         counted_note = f" ({counted:,} tokens by its count)" if counted else ""
         emit(Notice(f"context: the server rejected the request as too long{counted_note}{window_note}; "
                     "making room and retrying", "warning"))
