@@ -80,6 +80,7 @@ SCHEMA: dict[str, Any] = {
         "max_tokens": "int",
     },
     "ui": {"reasoning": ("show", "hide")},
+    "notify": {"terminal": ("auto", "bell", "osc9", "off"), "command": "list[str]", "after_seconds": "number"},
     "sandbox": {
         "mode": SANDBOX_MODES, "network": "bool",
         # per-command resource limits (kimicode.tools.limits); a project may only lower them

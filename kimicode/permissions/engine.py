@@ -49,7 +49,8 @@ class Decision:
     verdict: Literal["allow", "ask", "deny"]
     reason: str = ""
     suggestion: str = ""
-    """A rule that would allow this call (`bash(npm test)`), offered in headless denials."""
+    """A rule that would allow this call (`bash(npm test)`), offered in headless denials; one per line when
+    several parts of a command line need one (`npm ci && npm test`)."""
     by_rule: bool = False
     """True when a user's rule (not the mode) decided."""
     profile: Literal["read-only", "workspace-write"] = "workspace-write"
@@ -375,7 +376,7 @@ def denial_message(
             )
     if headless:
         suggestion = decision.suggestion if decision is not None else ""
-        via = f"--allow {shlex.quote(suggestion)}" if suggestion else ""
+        via = " ".join(f"--allow {shlex.quote(rule)}" for rule in suggestion.splitlines())  # one per part
         if tool.kind == "edit":
             options = [via, "--permission-mode accept-edits (file edits in the workspace)", "--yolo (everything)"]
         elif tool.kind == "read":
