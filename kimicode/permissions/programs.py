@@ -329,15 +329,19 @@ def _judge_level(name: str, level: Parsed, rest: Sequence[str], out: _Result) ->
     if spec.max_operands >= 0 and len(level.operands) > spec.max_operands:
         out.unsafe = out.unsafe or f"`{name}` with {len(level.operands)} operands writes or changes something"
     out.values += tuple(f.value for f in level.found if f.value)
-    check = CHECKS.get(spec.check)
-    if check is not None:
-        verdict = check(level, rest)
-        if verdict is not None:
-            kind, why = verdict
-            if kind == "exec":
-                out.risk = out.risk or why
-            else:
-                out.unsafe = out.unsafe or why
+    _run_check(level, rest, out)
+
+
+def _run_check(level: Parsed, rest: Sequence[str], out: _Result) -> None:
+    """The specification's content check (a sed script, a jq program, ...), if it has one."""
+    check = CHECKS.get(level.spec.check)
+    verdict = check(level, rest) if check is not None else None
+    if verdict is not None:
+        kind, why = verdict
+        if kind == "exec":
+            out.risk = out.risk or why
+        else:
+            out.unsafe = out.unsafe or why
 
 
 def _judge_effect(name: str, effect: str, spelled: str, why: str, value: str | None, out: _Result) -> None:
