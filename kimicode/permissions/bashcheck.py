@@ -233,6 +233,7 @@ def _path_problems(
     `!out` options write, the trees searched, and the redirections of an otherwise admitted command."""
     words = cmd.argv[1:] if cmd.name else cmd.words
     texts = {w.text for w in words}
+    texts |= {w.text.split("=", 1)[1] for w in words if w.text.startswith("-") and "=" in w.text}  # seen below
     glued = [Word(v, v) for v in analysis.values if v not in texts and not v.startswith("-")]
     for word in [*words, *glued]:
         try:
