@@ -72,12 +72,19 @@ def _inner_command(name: str, rest: Sequence[str]) -> list[str] | None:
         return None
     parsed = parse_args(spec, rest)
     if spec.runs >= 0:
-        operands = [w for w in parsed.operands if not _ASSIGNMENT.match(w)]  # `env X=1 cmd` (over-matching
-        return operands[spec.runs :]  # only makes deny rules reach further)
+        operands = _skip_assignments(parsed.operands)  # `env X=1 cmd`, `timeout 5 X=1 cmd` (over-matching
+        return _skip_assignments(operands[spec.runs :])  # only makes deny rules reach further)
     module = [f.value for f in parsed.found if f.option.effect == "module" and f.value]
     if module and _MODULE.fullmatch(module[-1]):
         return [module[-1], *parsed.rest]
     return None
+
+
+def _skip_assignments(words: Sequence[str]) -> list[str]:
+    i = 0
+    while i < len(words) and _ASSIGNMENT.match(words[i]):
+        i += 1
+    return list(words[i:])
 
 
 def module_form(argv: Sequence[str]) -> list[str] | None:
