@@ -28,6 +28,7 @@ from kimicode.agent.outgoing import masked_event, utf8_safe
 from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult
 from kimicode.agent.step import model_step, truncation
 from kimicode.agent.streams import same_loop
+from kimicode.agent.structured import structured_output
 from kimicode.agent.switch import ModelSwitches, switch_notice
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
 from kimicode.branches.api import Explorer
@@ -255,6 +256,7 @@ class Agent(Explorer):
             await asyncio.wait([worker])
         self._interrupted = False
 
+    @structured_output  # run(prompt, output_type=Model): the answer must be JSON of it (agent/structured.py)
     async def run(self, prompt: str) -> RunResult:
         """Run one turn and return its result (the conversation continues on the next call)."""
         start = time.monotonic()
@@ -270,9 +272,7 @@ class Agent(Explorer):
         assert finished is not None
         turn_usage = {k: v - before.get(k, 0) for k, v in self.usage.items()}
         return RunResult.from_finished(
-            finished,
-            session_id=self.session_id,
-            usage=dict(self.usage),
+            finished, session_id=self.session_id, usage=dict(self.usage),
             duration_ms=int((time.monotonic() - start) * 1000),
             messages=added,
             context={"used": self.context.used, "window": self.context_window},

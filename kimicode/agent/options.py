@@ -115,6 +115,9 @@ class AgentOptions:
     on_switch: SwitchPolicy | None = None
     """What a change of model does to earlier assistant messages (`keep`, `strip`, `compact`); None: the
     model's `on_switch`, else `[model] on_switch`, else the model profile's default (docs/models.md)."""
+    response_format: Mapping[str, Any] | None = field(default=None, hash=False)
+    """Sent as each request's `response_format` (`{"type": "json_schema", ...}`); structured output sets it
+    where the server honours it (agent/structured.py, docs/servers.md)."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -153,6 +156,8 @@ class AgentOptions:
             if value is not None and not isinstance(value, kind):
                 raise TypeError(f"{name} must be a {kind.__module__}.{kind.__name__} or None "
                                 f"(got {type(value).__name__})")
+        if self.response_format is not None and not isinstance(self.response_format, Mapping):
+            raise TypeError(f"response_format must be a dict or None (got {type(self.response_format).__name__})")
         if self.prices is not None:
             set_(self, "prices", _checked_prices(self.prices))
         check_choice("permission_mode", self.permission_mode, PERMISSION_MODES)

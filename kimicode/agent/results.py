@@ -76,6 +76,9 @@ class RunResult:
     """Files the turn added, modified and deleted (None when no checkpoint was taken: nothing changed)."""
     checkpoint: str | None = None
     """The checkpoint taken before the turn's first change (`kimicode undo` restores it)."""
+    output: Any = None
+    """With `run(prompt, output_type=...)`: the answer, validated, as that type (a pydantic model's instance,
+    or the JSON value for a schema dict); None otherwise or when it never matched (status `invalid_output`)."""
     cost: float | None = None
     """USD this turn cost (its `turn_usage`, subagents included) at the agent's prices: the `prices=`
     option, else the model's configured prices, else Moonshot's list prices on Moonshot's API; None when
