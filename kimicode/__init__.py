@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from kimicode.errors import (
         AuthError,
         BadRequestError,
+        CheckpointError,
         ConfigError,
         ContextLengthError,
         ErrorInfo,
@@ -43,6 +44,7 @@ __all__ = [
     "ApprovalRequest",
     "AuthError",
     "BadRequestError",
+    "CheckpointError",
     "ConfigError",
     "ContextLengthError",
     "ErrorInfo",
@@ -64,6 +66,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "list_sessions",
+    "read_only_command",
     "tool",
 ]
 
@@ -76,6 +79,7 @@ _LAZY = {
     "SessionError": "kimicode.errors",
     "SessionInfo": "kimicode.session.store",
     "list_sessions": "kimicode.session.store",
+    "read_only_command": "kimicode.permissions.engine",
     "Tool": "kimicode.tools.base",
     "ToolContext": "kimicode.tools.base",
     "ToolError": "kimicode.errors",
@@ -83,6 +87,7 @@ _LAZY = {
     "tool": "kimicode.tools.decorator",
     "AuthError": "kimicode.errors",
     "BadRequestError": "kimicode.errors",
+    "CheckpointError": "kimicode.errors",
     "ConfigError": "kimicode.errors",
     "ContextLengthError": "kimicode.errors",
     "ErrorInfo": "kimicode.errors",

@@ -25,6 +25,11 @@ class SessionError(KimicodeError, ValueError):
     """A saved session cannot be used: unknown or ambiguous id, unreadable log, locked by another run."""
 
 
+class CheckpointError(KimicodeError, RuntimeError):
+    """A snapshot, restore or rewind that could not be done (nothing to rewind, files changed outside
+    kimicode, a full disk, checkpoints disabled); `RestoreConflict` names the files."""
+
+
 class ToolError(KimicodeError):
     """Raised by a tool to report a failure to the model as an error result (not a crash)."""
 
@@ -223,6 +228,7 @@ class ErrorInfo(str):
 __all__ = [
     "AuthError",
     "BadRequestError",
+    "CheckpointError",
     "ConfigError",
     "ContextLengthError",
     "ErrorInfo",

@@ -181,7 +181,7 @@ def test_deny_read_rules_reach_arguments_and_globs(env: dict[str, Any]) -> None:
 RISKY = [
     "git difftool -x 'rm x'", "git diff --output=/tmp/x", "git -c core.pager=id diff", "git -c alias.d=!id d",
     "git --exec-path=/tmp diff", "git -C /etc diff", "git --git-dir=/tmp/x diff", "git --work-tree=/ diff",
-    "git format-patch -o /tmp HEAD~1", "git diff -O/tmp/order", "git log --output=x", "git config core.pager id",
+    "git format-patch -o /tmp HEAD~1", "git log --output=x", "git config core.pager id",
     "git rebase --exec id HEAD~1", "git grep --open-files-in-pager=id x", "git archive -o /tmp/x HEAD",
     "find . -exec id \\;", "find . -execdir id \\;", "find . -ok id \\;", "find . -delete", "find . -fprint /tmp/x",
     "find . -fls /tmp/x", "xargs rm", "env rm x", "env -S 'rm x'", "timeout 5 rm x", "nice rm x", "sed -i s/a/b/ f",

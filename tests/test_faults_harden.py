@@ -143,7 +143,7 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path: Path) -> None:
     directory = tmp_path / "sessions"
     script = (
         "import sys, time; from pathlib import Path; from kimicode.session.lock import SessionLock\n"
-        "SessionLock.acquire(Path(sys.argv[1]), 'sid'); print('held', flush=True); time.sleep(60)\n"
+        "lock = SessionLock.acquire(Path(sys.argv[1]), 'sid'); print('held', flush=True); time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script, str(directory)], stdout=subprocess.PIPE, text=True)
     try:
@@ -171,7 +171,7 @@ def test_the_command_line_refuses_a_busy_session_with_exit_2(
     sid = json.loads(done.stdout)["session_id"]
     script = (
         "import sys, time; from pathlib import Path; from kimicode.session.lock import SessionLock\n"
-        "SessionLock.acquire(Path(sys.argv[1]), sys.argv[2]); print('held', flush=True); time.sleep(60)\n"
+        "lock = SessionLock.acquire(Path(sys.argv[1]), sys.argv[2]); print('held', flush=True); time.sleep(60)\n"
     )
     holder = subprocess.Popen([sys.executable, "-c", script, str(home / "sessions"), sid], stdout=subprocess.PIPE,
                               text=True)

@@ -11,7 +11,7 @@ from kimicode.agent.interrupted import INTERRUPTED_MARK, interrupted_answer, is_
 from kimicode.events import ContentDelta, MessageCommitted, Retrying, ToolArgumentsDelta, TurnFinished
 from kimicode.session.log import load
 from kimicode.testing import ErrorReply, FakeServer, Reply, ToolCall
-from kimicode.ui.view import last_exchange, recap
+from kimicode.ui.recap import last_exchange, recap
 
 MakeAgent = Callable[..., Agent]
 

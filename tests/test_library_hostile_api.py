@@ -177,13 +177,16 @@ def test_options_wrong_values_raise_naming_the_setting(name: str, value: Any) ->
 
 
 def test_async_on_event_hook_is_reported_not_silently_dropped(server: FakeServer, tmp_path: Path) -> None:
+    """Refused at construction (tests/test_library_contained.py); one assigned later is reported."""
     seen: list[str] = []
 
     async def hook(event: Event) -> None:
         seen.append(type(event).__name__)
 
     server.add(Reply(content="hi"))
-    result = lib_agent(server, tmp_path, on_event=hook).run_sync("go")
+    agent = lib_agent(server, tmp_path)
+    agent.on_event = hook
+    result = agent.run_sync("go")
     assert result.status == "success"
     assert result.hook_errors and "async" in result.hook_errors[0]
 

@@ -71,7 +71,7 @@ def test_log_records_messages_settings_usage_and_turn_ends_but_never_the_key(
     assert records[0]["workspace"] == str(agent.workspace)
     assert types(agent) == [
         "meta", "message", "message",  # system, user
-        "usage", "message", "message",  # assistant with a call, its result
+        "usage", "calibration", "message", "message",  # assistant with a call, its result
         "usage", "message", "turn_end",
         "settings", "prune", "settings",  # model (kimi-k3's reasoning left out for kimi-k3-mini), thinking
         "message", "usage", "message", "turn_end",
@@ -222,6 +222,7 @@ def test_resume_errors_are_clear(make_agent: MakeAgent, opts: dict[str, Any], tm
     c = make_agent(workspace=gone, session_id="20250102-000000-cccccc")
     assert c.log
     c.log.message({"role": "user", "content": "hi"})
+    c.log.close()  # one writer per session, in this process too
     gone.rmdir()
     with pytest.raises(SessionError, match="no longer exists"):
         Agent.resume(c.session_id, **opts)

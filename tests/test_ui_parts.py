@@ -51,8 +51,9 @@ from kimicode.ui.approvals import (
 )
 from kimicode.ui.completion import CommandInfo, FileIndex, PromptCompleter, expand_mentions, list_files
 from kimicode.ui.format import describe_call, human_bytes, money, tokens
+from kimicode.ui.recap import last_exchange, recap
 from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, toolbar_fragments
-from kimicode.ui.view import TurnView, last_exchange, recap
+from kimicode.ui.view import TurnView
 
 PNG = bytes.fromhex(  # a 1x1 PNG
     "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63fccfc0500f000485"
@@ -732,6 +733,8 @@ def test_custom_commands_in_help_completion_and_dispatch(
     mine.mkdir(parents=True)
     (mine / "commit.md").write_text("Write a commit message for the staged changes.\n")
     server.add(Reply(content="Reviewed."), Reply(content="Committed."))
+    assert "review" not in session_factory().custom_commands()  # a project's commands need a trusted workspace
+    (tmp_path / "home" / "config.toml").write_text(f"[trust]\nworkspaces = [\"{workspace}\"]\n")
     session = session_factory()
 
     asyncio.run(commands.dispatch(session, "/help"))

@@ -378,8 +378,8 @@ def test_the_typed_input_and_the_status_line_fit_a_live_row() -> None:
     from kimicode.ui.typeahead import input_footer
     from kimicode.ui.view import TurnView
 
-    short = input_footer([], "fix it", 40)
-    assert short is not None and short.plain == "› fix it  (enter queues it)"
+    short = input_footer([], "fix it", 50)
+    assert short is not None and short.plain == "› fix it  (enter queues it, ctrl-s sends it now)"
     long = input_footer(["a queued message that is long"], "x" * 60 + "END", 30)
     assert long is not None
     rows = long.plain.splitlines()

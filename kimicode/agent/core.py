@@ -19,13 +19,16 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from kimicode import errors
 from kimicode.agent import hooking
 from kimicode.agent.builder import build, make_client, settings_record, switch_policy
+from kimicode.agent.costs import usage_cost
 from kimicode.agent.ecosystem import after_compaction, close_extras, start_extras, user_content
+from kimicode.agent.interrupted import NO_ANSWER
 from kimicode.agent.modes import note_needed
 from kimicode.agent.options import AgentOptions, OptionAttribute
 from kimicode.agent.outgoing import masked_event, utf8_safe
 from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult
-from kimicode.agent.step import model_step
+from kimicode.agent.step import model_step, truncation
 from kimicode.agent.streams import same_loop
+from kimicode.agent.structured import structured_output
 from kimicode.agent.switch import ModelSwitches, switch_notice
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
 from kimicode.branches.api import Explorer
@@ -47,6 +50,7 @@ from kimicode.llm.discovery import resolve_window
 from kimicode.llm.errors import LLMError
 from kimicode.llm.profiles import profile_for, profile_with
 from kimicode.session.log import INTERRUPTED, SessionWriteError
+from kimicode.tools.workers import is_async_callable
 
 if TYPE_CHECKING:
     from kimicode.agent.ecosystem import Extras
@@ -142,6 +146,9 @@ class Agent(Explorer):
         for what, value in (("approve", approve), ("on_event", on_event)):
             if value is not None and not callable(value):
                 raise TypeError(f"{what} must be a function or None (got {type(value).__name__} {value!r})")
+        if on_event is not None and is_async_callable(on_event):
+            raise TypeError("on_event must be a plain function: an async hook would never be awaited "
+                            "(use `async for event in agent.stream(...)` for async handling)")
         self.approve = approve
         self.on_event = on_event
         self._client: ChatClient | None = None
@@ -242,11 +249,14 @@ class Agent(Explorer):
             same_loop(worker)
             owner = self._owner() if self._owner is not None else None
             if owner is not None and owner is not stream and not owner.closed:
-                raise errors.UsageError("a turn is already running on this agent")
+                if owner.consumer is not asyncio.current_task():  # another task is consuming it
+                    raise errors.UsageError("a turn is already running on this agent")
+                owner.closed = True  # the task that consumed it moved on (`break` without `async with`)
             worker.cancel()  # its consumer left without closing it: stop it and let it clean up
             await asyncio.wait([worker])
         self._interrupted = False
 
+    @structured_output  # run(prompt, output_type=Model): the answer must be JSON of it (agent/structured.py)
     async def run(self, prompt: str) -> RunResult:
         """Run one turn and return its result (the conversation continues on the next call)."""
         start = time.monotonic()
@@ -260,24 +270,17 @@ class Agent(Explorer):
                 elif isinstance(event, TurnFinished):
                     finished = event
         assert finished is not None
-        error = finished.error
-        if error is not None and not isinstance(error, errors.ErrorInfo):
-            error = errors.ErrorInfo(error, finished.error_kind or "internal")
-        return RunResult(
-            status=finished.status,
-            result=finished.result,
-            session_id=self.session_id,
-            num_turns=finished.num_steps,
-            usage=dict(self.usage),
+        turn_usage = {k: v - before.get(k, 0) for k, v in self.usage.items()}
+        return RunResult.from_finished(
+            finished, session_id=self.session_id, usage=dict(self.usage),
             duration_ms=int((time.monotonic() - start) * 1000),
-            permission_denials=[dict(d) for d in finished.permission_denials],
-            error=error,
-            error_kind=finished.error_kind,
             messages=added,
             context={"used": self.context.used, "window": self.context_window},
-            turn_usage={k: v - before.get(k, 0) for k, v in self.usage.items()},
+            turn_usage=turn_usage,
             hook_errors=list(events.hook_errors),
-            **self._checkpoint_fields(),
+            cost=usage_cost(self, turn_usage),
+            total_cost=usage_cost(self, self.usage),
+            **(self.checkpoints.last_turn_fields() if self.checkpoints is not None else {}),
         )
 
     def run_sync(self, prompt: str) -> RunResult:
@@ -351,7 +354,7 @@ class Agent(Explorer):
         self.context_window, self._window_source = resolve_window(
             None, self.model_config.context_window, self.endpoint.model, self.profile.context_window
         )
-        self._discovered = self.model_config.context_window is not None
+        self._discovered = False
         self.context.forget_window()
         from kimicode.agent.ecosystem import refresh
 
@@ -525,6 +528,8 @@ class Agent(Explorer):
                 await self.switches.compact(lambda: self._compact(None, emit), self.messages, self.endpoint.model,
                                             self.log, self.checkpoints.current if self.checkpoints else None)
             added = await hooking.prompt_submitted(self, prompt, emit)  # SessionStart, UserPromptSubmit hooks
+            if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
+                self._commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
             self._commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
             for extra in added:  # what those hooks add, after the prompt
                 self._commit(extra, emit)
@@ -546,6 +551,8 @@ class Agent(Explorer):
                     finish("error", message.get("content") or "", blocked, "content_filter")
                     return
                 if not calls:
+                    if cut := truncation(self, completion.finish_reason):  # cut by a limit the user did not set
+                        return finish("error", message.get("content") or "", cut, "truncated")
                     if (why := await hooking.stop_blocked(self, message.get("content") or "", emit)) is not None:
                         self._commit({"role": "user", "content": f"[Stop hook] {why}"}, emit)  # back to work
                         continue
@@ -585,12 +592,6 @@ class Agent(Explorer):
                 finish("error", "", error, "internal")
             except Exception:
                 emit(TurnFinished("error", "", steps, error, "internal", tuple(denials)))
-
-    def _checkpoint_fields(self) -> dict[str, Any]:
-        entry = self.checkpoints.last if self.checkpoints is not None else None
-        if entry is None or entry.before is None:
-            return {}
-        return {"changes": entry.changes.as_dict() if entry.after else None, "checkpoint": entry.before}
 
     @property
     def turn_text(self) -> str:

@@ -13,8 +13,16 @@ if TYPE_CHECKING:
 
 
 def agent_prices(agent: Agent) -> tuple[Mapping[str, float], str]:
-    """`model_prices` for the agent's current model and endpoint."""
+    """The agent's `prices=` option, else `model_prices` for its current model and endpoint."""
+    if agent.options.prices is not None:
+        return agent.options.prices, "option"
     return model_prices(agent.model_config.prices, agent.endpoint.model, agent.endpoint.base_url)
+
+
+def usage_cost(agent: Agent, usage: Mapping[str, int]) -> float | None:
+    """Dollars for `usage` at the agent's current prices, None when unpriced."""
+    prices, _ = agent_prices(agent)
+    return estimate_cost(usage, prices) if prices else None
 
 
 def session_cost(agent: Agent) -> float | None:

@@ -13,6 +13,10 @@ from typing import Any
 INTERRUPTED_MARK = "\n\n[interrupted by the user]"
 """Appended to the partial answer (the model and a reader both see where it stopped)."""
 
+NO_ANSWER = "[no answer: the turn was interrupted or failed before the model answered]"
+"""The assistant message put between a turn that ended before the model answered (interrupted, a failed
+request) and the next prompt: strict servers refuse two user messages in a row."""
+
 
 def interrupted_answer(text: str) -> dict[str, Any]:
     """The assistant message that keeps the partial answer `text`."""

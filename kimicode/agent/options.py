@@ -15,7 +15,8 @@ import dataclasses
 import difflib
 import functools
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar, cast
@@ -82,6 +83,9 @@ class AgentOptions:
     tool_timeout: float | None = None
     """Seconds any tool call may run (a tool's own `timeout` wins); None: no limit."""
     max_retries: int = DEFAULT_MAX_RETRIES
+    tool_choice: str | None = None
+    """`auto`, `none`, `required` (a tool call every step), or a tool's name (that tool); None: not sent (the
+    server's default, `auto`), or the model's `tool_choice` in the config."""
     retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     tool_output_cap: int = DEFAULT_CAP_CHARS
@@ -102,12 +106,18 @@ class AgentOptions:
     """The permission rules, already resolved (instead of config files plus allow/deny/ask)."""
     sandbox: SandboxMode | None = None
     sandbox_network: bool | None = None
+    prices: Mapping[str, float] | None = field(default=None, hash=False)
+    """USD per million tokens (`input`, `cached_input`, `output`) for `RunResult.cost`; they win over the
+    model's configured prices and Moonshot's list prices. None: those (or no cost when unknown)."""
     scope: Scope | None = None
     """`strict` adds direct limits to the system prompt (do only what was asked); None: the config's
     `[agent] scope`, else `normal` (docs/models.md)."""
     on_switch: SwitchPolicy | None = None
     """What a change of model does to earlier assistant messages (`keep`, `strip`, `compact`); None: the
     model's `on_switch`, else `[model] on_switch`, else the model profile's default (docs/models.md)."""
+    response_format: Mapping[str, Any] | None = field(default=None, hash=False)
+    """Sent as each request's `response_format` (`{"type": "json_schema", ...}`); structured output sets it
+    where the server honours it (agent/structured.py, docs/servers.md)."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -146,6 +156,10 @@ class AgentOptions:
             if value is not None and not isinstance(value, kind):
                 raise TypeError(f"{name} must be a {kind.__module__}.{kind.__name__} or None "
                                 f"(got {type(value).__name__})")
+        if self.response_format is not None and not isinstance(self.response_format, Mapping):
+            raise TypeError(f"response_format must be a dict or None (got {type(self.response_format).__name__})")
+        if self.prices is not None:
+            set_(self, "prices", _checked_prices(self.prices))
         check_choice("permission_mode", self.permission_mode, PERMISSION_MODES)
         if self.thinking is not None and self.thinking not in EFFORTS:
             raise ValueError(f"thinking must be low, high or max (got {self.thinking!r})")
@@ -156,6 +170,7 @@ class AgentOptions:
         check_choice("on_switch", self.on_switch, SWITCH_POLICIES, optional=True)
         _check_int("max_turns", self.max_turns, 1)
         _check_int("max_retries", self.max_retries, 0)
+        check_tool_choice(self.tool_choice)
         if self.repeat_limit is not None and (not isinstance(self.repeat_limit, int) or self.repeat_limit < 2):
             raise ValueError(f"repeat_limit must be at least 2, or None for no limit (got {self.repeat_limit!r})")
         if self.tool_timeout is not None and not _positive(self.tool_timeout):
@@ -253,3 +268,33 @@ class OptionAttribute(Generic[V]):
     def __set__(self, agent: HasOptions, value: V) -> None:
         agent.options = agent.options.replace(**{self.name: value})
         agent.reset_client()  # retries and timeouts are the client's
+
+
+PRICE_KEYS = ("input", "cached_input", "output")
+
+
+def _checked_prices(prices: Any) -> dict[str, float]:
+    """`prices=` as a plain dict, or a clear error: a mapping of the known keys to non-negative numbers."""
+    if not isinstance(prices, Mapping):
+        raise TypeError(f"prices must be a mapping such as {{'input': 3.0, 'output': 15.0}} (got {prices!r})")
+    unknown = [k for k in prices if k not in PRICE_KEYS]
+    if unknown:
+        raise ValueError(f"prices has unknown key(s) {unknown}; the keys are {', '.join(PRICE_KEYS)} "
+                         "(USD per million tokens)")
+    for key, value in prices.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError(f"prices[{key!r}] must be a non-negative number of USD per million tokens (got {value!r})")
+    if "input" not in prices and "output" not in prices:
+        raise ValueError("prices needs at least 'input' or 'output' (USD per million tokens)")
+    return {k: float(v) for k, v in prices.items()}
+
+
+_TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}")
+
+
+def check_tool_choice(value: object) -> None:
+    """`tool_choice` is None, `auto`, `none`, `required`, or a tool's name; anything else is a ValueError."""
+    if value is None or value in ("auto", "none", "required"):
+        return
+    if not isinstance(value, str) or not _TOOL_NAME.fullmatch(value):
+        raise ValueError(f"tool_choice must be auto, none, required or a tool's name (got {value!r})")

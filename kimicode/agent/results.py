@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimicode import errors
-from kimicode.events import TurnStatus
+from kimicode.events import TurnFinished, TurnStatus
 from kimicode.permissions.policy import Rule, parse_rule
 
 
@@ -76,10 +76,29 @@ class RunResult:
     """Files the turn added, modified and deleted (None when no checkpoint was taken: nothing changed)."""
     checkpoint: str | None = None
     """The checkpoint taken before the turn's first change (`kimicode undo` restores it)."""
+    output: Any = None
+    """With `run(prompt, output_type=...)`: the answer, validated, as that type (a pydantic model's instance,
+    or the JSON value for a schema dict); None otherwise or when it never matched (status `invalid_output`)."""
+    cost: float | None = None
+    """USD this turn cost (its `turn_usage`, subagents included) at the agent's prices: the `prices=`
+    option, else the model's configured prices, else Moonshot's list prices on Moonshot's API; None when
+    no price is known."""
+    total_cost: float | None = None
+    """USD the agent's whole session has cost so far (its `usage`), None when no price is known."""
 
     @property
     def ok(self) -> bool:
         return self.status == "success"
+
+    @classmethod
+    def from_finished(cls, finished: TurnFinished, **fields: Any) -> RunResult:
+        """The result of a turn that ended with `finished`; `fields` are the rest (session, usage, ...)."""
+        error = finished.error
+        if error is not None and not isinstance(error, errors.ErrorInfo):
+            error = errors.ErrorInfo(error, finished.error_kind or "internal")
+        return cls(status=finished.status, result=finished.result, num_turns=finished.num_steps,
+                   permission_denials=[dict(d) for d in finished.permission_denials], error=error,
+                   error_kind=finished.error_kind, **fields)
 
     def raise_for_status(self) -> RunResult:
         """Return self when the turn succeeded; otherwise raise the matching `KimicodeError`.

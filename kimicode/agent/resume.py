@@ -146,6 +146,10 @@ def restore_window(agent: Agent, records: list[dict[str, Any]], *, record: bool 
     )
     if learnt and same:
         agent.context.learn_window(learnt, record=record)
+    if same:
+        from kimicode.context.calibration import from_records
+
+        agent.context.calibration_record = from_records(records)
 
 
 def fork_agent(agent: Agent, **overrides: Any) -> Agent:
@@ -197,6 +201,8 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
     child.record_settings("fork", forked_from=agent.session_id, **({"fork_tree": tree.record()} if tree else {}))
     if agent.context.server_limit:  # what the server showed holds for the copy too
         child.context.learn_window(agent.context.server_limit)
+    if agent.context.accountant.calibrated:  # and what its counts taught
+        child.context.calibration_record = agent.context.calibration_state()
     child.context.used = agent.context.used
     if child.endpoint.model != agent.endpoint.model:  # fork(model=...): a switch like set_model's
         child.notify(child.apply_switch(agent.endpoint.model))

@@ -57,7 +57,8 @@ class Sink:
                     returned.close()
                 raise TypeError("on_event must be a plain function; an async hook is never awaited "
                                 "(use `async for event in agent.stream(...)` instead)")
-        except Exception as exc:  # a broken hook is the caller's bug: report it, never let it end the work
+        except BaseException as exc:  # a broken hook is the caller's bug, whatever it raises (pytest.fail
+            # raises a BaseException): report it, never let it end the work or the batch around it
             text = f"on_event hook raised {type(exc).__name__}: {exc} (on {type(event).__name__})"
             self.hook_errors.append(text)
             if len(self.hook_errors) == 1 and not isinstance(event, TurnFinished):  # one notice; none after the end
@@ -89,6 +90,9 @@ class EventStream(Coroutine[Any, Any, T]):
         self._awaiting: Coroutine[Any, Any, T] | None = None
         self.closed = False
         """True once the consumer is done with the stream (finished, closed or left)."""
+        self.consumer: asyncio.Task[Any] | None = None
+        """The task that iterates the stream (set at the first event): when that same task starts other
+        work on the agent, it has left this stream, even without `async with` or `aclose()`."""
 
     @property
     def hook_errors(self) -> list[str]:
@@ -103,6 +107,7 @@ class EventStream(Coroutine[Any, Any, T]):
         if self._started:
             return
         self._started = True
+        self.consumer = asyncio.current_task()
         await self._claim(self)
         sink = self._sink
         work = self._work

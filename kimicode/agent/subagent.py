@@ -23,6 +23,7 @@ from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, T
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
     from kimicode.events import Event
+    from kimicode.extensions.agents import AgentDef
 
 READ_ONLY = ("read_file", "glob", "grep")
 """A subagent's tools unless the call or `[subagents] tools` asks for others."""
@@ -38,14 +39,23 @@ class TaskRunner:
         self.running: dict[str, Agent] = {}
         """Subagents currently running, by tool call description (for faces that show them)."""
 
+    def definitions(self) -> dict[str, AgentDef]:
+        """The custom subagents (kimicode/extensions/agents.py) the model may name."""
+        found = self.parent.extras.found
+        return found.agents if found is not None else {}
+
     def tool(self) -> Tool:
         available = [n for n in self.parent.tools.names if n not in NEVER]
+        from kimicode.extensions.agents import agent_parameter
+
+        custom, listing = agent_parameter(self.definitions())
         return Tool(
             name="task",
-            description=load_prompt("tools/task.md"),
+            description=load_prompt("tools/task.md") + listing,
             parameters={
                 "type": "object",
                 "properties": {
+                    **custom,
                     "description": {"type": "string", "description": "A short label for the job (3-6 words)."},
                     "prompt": {
                         "type": "string",
@@ -97,19 +107,25 @@ class TaskRunner:
                 out.append(mine)
         return out
 
-    def make_child(self, names: Sequence[str]) -> Agent:
-        """A subagent of the parent with the tools `names`."""
+    def make_child(self, names: Sequence[str], definition: AgentDef | None = None) -> Agent:
+        """A subagent of the parent with the tools `names` (and a custom subagent's instructions and model)."""
         from kimicode.agent.core import Agent
+        from kimicode.extensions.agents import model_for
 
         p = self.parent
         max_turns = p.settings.get("subagents.max_turns", DEFAULT_SUBAGENT_MAX_TURNS)
+        instructions = load_prompt("tools/task_system.md")
+        model = p.model_config.name
+        if definition is not None:
+            instructions += f"\n\n# Your role: {definition.name}\n\n{definition.prompt}"
+            model = model_for(definition, list(p.settings.table("models")), model)
         options = p.options.replace(  # the parent's settings (rules and sandbox included) but its own history
-            model=p.model_config.name,
+            model=model,
             base_url=p.endpoint.base_url,
             api_key=p.endpoint.api_key,
             workspace=p.workspace,
             system_prompt=None,
-            append_system_prompt=load_prompt("tools/task_system.md"),
+            append_system_prompt=instructions,
             thinking=p.thinking,
             context_window=p.effective_window,  # a window the server showed too
             max_completion_tokens=p.max_completion_tokens,
@@ -180,7 +196,13 @@ class TaskRunner:
             names = [str(n) for n in requested]
         else:  # the defaults the parent actually has
             names = [n for n in self.default_tools() if self.parent.tools.get(n) is not None and n not in NEVER]
-        child = self.make_child(names)
+        definition = self.definitions().get(str(args.get("agent") or "")) if args.get("agent") else None
+        if args.get("agent") and definition is None:
+            raise ToolError(f"no subagent named {args.get('agent')!r}; available: {', '.join(self.definitions())}")
+        if definition is not None:  # its own list, within the parent's tools (and the call's, when it names some)
+            names = [n for n in definition.tool_names([t for t in self.parent.tools.names if t not in NEVER])[0]
+                     if not (isinstance(requested, list) and requested) or n in requested]
+        child = self.make_child(names, definition)
         child.on_event = self._relay(CURRENT_CALL_ID.get(), description)
         key = f"{description}#{id(child)}"
         self.running[key] = child

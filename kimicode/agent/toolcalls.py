@@ -14,16 +14,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from kimicode.agent.results import Approval, ApprovalRequest
 from kimicode.config.choices import DEFAULT_REPEAT_LIMIT
-from kimicode.events import Event, PermissionDenied, ToolCallFinished, ToolCallStarted, ToolOutputDelta
+from kimicode.events import Event, Notice, PermissionDenied, ToolCallFinished, ToolCallStarted, ToolOutputDelta
 from kimicode.permissions.engine import decide, denial_message, target_path
 from kimicode.permissions.pathresolve import approved_paths
 from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.progress import reporting
 from kimicode.tools.registry import parse_arguments, validate
+from kimicode.tools.workers import is_async_callable, run_blocking
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
@@ -84,6 +85,8 @@ async def run_tools(
         from kimicode.tools.images import images_message
 
         agent._commit(images_message(attached), emit)
+    while agent.extras.steering and not stop:  # typed by the user while the step ran (ecosystem.steer)
+        agent._commit({"role": "user", "content": agent.extras.steering.pop(0)}, emit)
     return stop
 
 def prepare(agent: Agent, call: dict[str, Any], finish_reason: str | None) -> Prepared:
@@ -122,6 +125,9 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
     tool = prep.tool
     try:
         decision = decide(tool, prep.args, agent.permission_mode, agent.ctx, agent.policy)
+    except ToolError as exc:  # a path no file can have (NUL byte): the call fails, the run goes on
+        prep.error = f"Error: {exc}"
+        return
     except RecursionError:  # a hostile, deeply nested command line: refuse it, the run goes on
         prep.error = (
             f"Not run: this {tool.name} call is nested too deeply to be checked for permission. "
@@ -136,6 +142,7 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
             return  # a hook refused it
         decision = judged
     if decision.verdict == "allow":
+        prep.sandbox_profile = decision.profile
         return
     reason = decision.reason
     approved = False
@@ -186,12 +193,15 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
 async def ask(agent: Agent, request: ApprovalRequest) -> tuple[Approval | bool | None, str | None]:
     """The approve callback's answer, or why it cannot be used: a callback that raises, or returns
     anything but a bool or an `Approval` (a truthy "no" must never approve), refuses the call."""
-    assert agent.approve is not None
-    try:
-        answer = agent.approve(request)
+    approve = agent.approve
+    assert approve is not None
+    try:  # a sync callback (input(), a GUI dialog) runs in a thread: it must not stop the event loop
+        answer = approve(request) if is_async_callable(approve) else await run_blocking(approve, request)
         if inspect.isawaitable(answer):
             answer = await answer
-    except Exception as exc:
+    except asyncio.CancelledError:
+        raise  # the turn was interrupted while the question was open
+    except BaseException as exc:  # whatever it raises (SystemExit from a prompt library too) refuses
         return None, f"the approve callback raised {type(exc).__name__}: {exc}; the call was refused"
     if isinstance(answer, Approval | bool):
         return answer, None
@@ -210,7 +220,8 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
     CURRENT_CALL_ID.set(prep.call_id)  # each call runs in its own task: no reset needed
     timeout = prep.tool.timeout if prep.tool.timeout is not None else agent.tool_timeout
     # this call's own cancellation flag; `approved`: the user approved this very call at a prompt
-    ctx = replace(agent.ctx, cancelled=threading.Event(), approved=bool(prep.approved))
+    ctx = replace(agent.ctx, cancelled=threading.Event(), approved=bool(prep.approved),
+                  sandbox_profile=prep.sandbox_profile)
     deadline = asyncio.timeout(timeout)
     call_id = prep.call_id
     try:
@@ -248,6 +259,9 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
             is_error=True,
             summary=f"{prep.name}: {type(exc).__name__}",
         )
+    notice = (result.display or {}).get("notice")
+    if isinstance(notice, str) and notice:  # the sandbox blocked a path: one line for the user too
+        emit(Notice(agent.masker.mask(notice), "warning"))
     masked = agent.masker.mask(result.content)  # before the spill file, the history and the log
     content = agent.context.cap_tool_output(masked, f"{prep.name}-{prep.call_id}")
     if prep.warning:
@@ -297,6 +311,8 @@ class Prepared:
     images: list[Mapping[str, Any]] = field(default_factory=list)
     approved: bool = False
     """The user approved it at a prompt (under --sandbox auto it then runs unconfined)."""
+    sandbox_profile: Literal["read-only", "workspace-write"] = "workspace-write"
+    """The sandbox an allowed bash call runs in (`Decision.profile`)."""
 
     @property
     def signature(self) -> str:

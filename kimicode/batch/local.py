@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kimicode.batch.limiter import SharedRateLimiter
 from kimicode.batch.results import TaskResult
 from kimicode.batch.runner import BatchOptions, run_task
-from kimicode.batch.tasks import Task
+from kimicode.batch.tasks import Task, notify
 
 if TYPE_CHECKING:
     from kimicode.llm.client import RateGate
@@ -32,13 +32,13 @@ async def attempt_with_retries(
     (counting from `first_attempt`: a task whose worker process died has used attempts already)."""
     last = last_tb = ""
     for attempt in range(first_attempt, max_attempts + 1):
-        if on_event is not None:
-            on_event("started" if attempt == 1 else "retrying", task, attempt)
+        notify(on_event, "started" if attempt == 1 else "retrying", task, attempt)
         try:
             return await run_task(task, opts, gate, attempt)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a crash of this task only: record it, retry, never stop the batch
+        except BaseException as exc:  # a crash of this task only (a hook's pytest.fail is a BaseException):
+            # record it, retry, never stop the batch
             last = f"{type(exc).__name__}: {exc}"
             last_tb = traceback.format_exc(limit=5)
     return TaskResult(

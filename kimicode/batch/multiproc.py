@@ -31,7 +31,7 @@ from typing import Any
 from kimicode.batch.limiter import SharedRateLimiter
 from kimicode.batch.results import TaskResult
 from kimicode.batch.runner import BatchOptions
-from kimicode.batch.tasks import Task
+from kimicode.batch.tasks import Task, notify
 
 OnEvent = Callable[[str, Task, int], None]
 
@@ -169,8 +169,8 @@ async def run_processes(
             if msg[0] == "event":
                 _, kind, task_id, attempt = msg
                 attempts[task_id] = attempt
-                if on_event is not None and task_id in by_id:
-                    on_event(kind, by_id[task_id], attempt)
+                if task_id in by_id:
+                    notify(on_event, kind, by_id[task_id], attempt)
             elif msg[0] == "result":
                 _, task_id, line = msg
                 for owned in assigned:

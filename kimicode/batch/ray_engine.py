@@ -23,7 +23,7 @@ from typing import Any
 
 from kimicode.batch.results import TaskResult
 from kimicode.batch.runner import BatchOptions
-from kimicode.batch.tasks import Task
+from kimicode.batch.tasks import Task, notify
 
 OnEvent = Callable[[str, Task, int], None]
 
@@ -103,8 +103,7 @@ async def run_ray(
     inflight: dict[asyncio.Future[Any], tuple[Task, int, int, Any, Any]] = {}
 
     def submit(task: Task, attempt: int) -> None:
-        if on_event is not None:
-            on_event("started" if attempt == 1 else "retrying", task, attempt)
+        notify(on_event, "started" if attempt == 1 else "retrying", task, attempt)
         slot = min(range(count), key=load.__getitem__)  # the least busy actor
         load[slot] += 1
         ref = actors[slot].run.remote(task, opts, attempt)

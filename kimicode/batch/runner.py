@@ -38,6 +38,10 @@ class BatchOptions:
     append_system_prompt: str | None = None
     diff: bool = False
     persist: bool = True
+    project_config: bool = False
+    """Read each task workspace's own `.kimicode/config.toml` (as untrusted) and its AGENTS.md files, as the
+    command line started there would. Off by default: a task repository does not choose its model, effort
+    or instructions unless asked (the user's config in `home` is read either way)."""
     checkpoints: bool = False
     """Take workspace checkpoints (for `kimicode undo`) in each task; off by default: every task works on
     its own fresh copy already, and a checkpoint costs a git snapshot per turn (see docs/batch.md)."""
@@ -96,7 +100,7 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
     from kimicode.config.settings import load_settings
 
     try:
-        settings = load_settings(ws, opts.home or kimicode_home())
+        settings = load_settings(ws, opts.home or kimicode_home(), project=opts.project_config)
         if not opts.checkpoints:
             settings.data["checkpoints"] = {**settings.table("checkpoints"), "enabled": False}
         agent = Agent(
@@ -106,7 +110,7 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
             workspace=ws,
             home=home,
             config=settings,
-            project_instructions=True,  # the task's AGENTS.md, as the command line reads it
+            project_instructions=opts.project_config,  # the task's AGENTS.md only when asked
             permission_mode=task.permission_mode or opts.permission_mode,
             thinking=task.thinking or opts.thinking,
             max_turns=task.max_turns or opts.max_turns,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -185,3 +185,16 @@ def load_tasks(path: str | Path) -> tuple[list[Task], list[BadLine]]:
     path = Path(path)
     with path.open(encoding="utf-8", errors="replace") as fh:
         return parse_lines(fh, base=path.resolve().parent)
+
+
+def notify(on_event: Callable[[str, Task, int], None] | None, kind: str, task: Task, attempt: int) -> None:
+    """Call the progress callback; whatever it raises is a warning, never the end of the task or the batch."""
+    if on_event is None:
+        return
+    try:
+        on_event(kind, task, attempt)
+    except BaseException as exc:  # a caller's callback: any exception type
+        import warnings
+
+        warnings.warn(f"batch on_event raised {type(exc).__name__}: {exc} (task {task.id})", RuntimeWarning,
+                      stacklevel=2)

@@ -169,6 +169,13 @@ class SessionCheckpoints:
         turns = [e for e in self.entries if e.kind == "turn"]
         return turns[-1] if turns else None
 
+    def last_turn_fields(self) -> dict[str, Any]:
+        """`changes` and `checkpoint` of the most recent turn for its RunResult ({} when it changed nothing)."""
+        entry = self.last
+        if entry is None or entry.before is None:
+            return {}
+        return {"changes": entry.changes.as_dict() if entry.after else None, "checkpoint": entry.before}
+
     def _log(self, entry: Entry) -> None:
         if self.log is not None and (entry.before is not None or entry.kind == "restore"):
             self.log.append(entry.record())

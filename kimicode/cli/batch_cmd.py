@@ -87,6 +87,10 @@ def batch(
     checkpoints: Annotated[
         bool, typer.Option("--checkpoints", help="Take workspace checkpoints in each task (for kimicode undo).")
     ] = False,
+    project_config: Annotated[
+        bool, typer.Option("--project-config", help="Read each task repository's .kimicode/config.toml and "
+                           "AGENTS.md (off: a task repository does not choose the model or instructions).")
+    ] = False,
     output_format: Annotated[
         BatchFormat, typer.Option("--output-format", help="text (progress on stderr) or stream-json (stdout).")
     ] = BatchFormat.text,
@@ -129,6 +133,7 @@ def batch(
         diff=diff,
         persist=not no_session_persistence,
         checkpoints=checkpoints,
+        project_config=project_config,
         retry_base_delay=retry_base_delay,
     )
     code = asyncio.run(

@@ -31,10 +31,11 @@ sessions_app = typer.Typer(
 PICK = ""
 """The value of `-r/--resume` given without an id: pick one."""
 
-_VALUE_OPTIONS = {
+VALUE_OPTIONS = {
     "-p", "--print", "--output-format", "-m", "--model", "--base-url", "--thinking", "--max-turns",
     "-C", "--cwd", "--permission-mode", "--max-retries", "--request-timeout", "--allow", "--deny", "--sandbox",
-    "--context-window",
+    "--context-window", "--append-system-prompt", "--system-prompt-file", "--max-budget-usd", "--mcp-config",
+    "--max-tokens", "--add-dir", "--output-schema", "--json-schema", "--input-format",
 }  # fmt: skip
 """Options of the main command that take a value (which may itself look like `-r`)."""
 
@@ -47,7 +48,7 @@ def optional_resume_value(argv: list[str]) -> list[str]:
     for i, arg in enumerate(argv):
         if arg == "--":
             return out + argv[i:]
-        if arg in ("-r", "--resume") and not (out and out[-1] in _VALUE_OPTIONS):
+        if arg in ("-r", "--resume") and not (out and out[-1] in VALUE_OPTIONS):
             nxt = argv[i + 1] if i + 1 < len(argv) else None
             if nxt is None or nxt.startswith("-"):
                 out.append(f"--resume={PICK}")
@@ -187,6 +188,7 @@ class Origin(StrEnum):
     interactive = "interactive"
     headless = "headless"
     library = "library"
+    acp = "acp"
 
 
 class ExportFormat(StrEnum):

@@ -63,6 +63,7 @@ SCHEMA: dict[str, Any] = {
             "reasoning_effort": EFFORTS,
             "supports_images": "bool",
             "edit_tool": ("edit_file", "apply_patch"),
+            "tool_choice": "str",
             "on_switch": SWITCH_POLICIES,
             "prices": {"input": "number", "cached_input": "number", "output": "number"},
         }
@@ -79,7 +80,12 @@ SCHEMA: dict[str, Any] = {
         "max_tokens": "int",
     },
     "ui": {"reasoning": ("show", "hide")},
-    "sandbox": {"mode": SANDBOX_MODES, "network": "bool"},
+    "notify": {"terminal": ("auto", "bell", "osc9", "off"), "command": "list[str]", "after_seconds": "number"},
+    "sandbox": {
+        "mode": SANDBOX_MODES, "network": "bool",
+        # per-command resource limits (kimicode.tools.limits); a project may only lower them
+        "max_processes": "int", "max_memory_mb": "int", "max_file_size_mb": "int", "max_cpu_seconds": "int",
+    },
     "mcp_servers": {
         "*": {
             "command": "str",
@@ -95,7 +101,7 @@ SCHEMA: dict[str, Any] = {
     },
     "mcp": {"startup_timeout": "number", "tool_timeout": "number"},
     "trust": {"workspaces": "list[str]"},
-    "hooks": {"*": "list"},  # Claude Code's structure, checked by kimicode/extensions/hooks.py
+    "hooks": "hooks",  # Claude Code's or Kimi Code's structure, checked by kimicode/extensions/hooks.py
     "auth": {"api_key": "str"},
     "images": {"max_bytes": "int", "max_side": "int"},
     "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
@@ -149,14 +155,18 @@ def is_trusted(workspace: Path, user_data: Mapping[str, Any]) -> bool:
     listed = trust.get("workspaces", []) if isinstance(trust, dict) else []
     here = workspace.expanduser().resolve()
     for entry in listed:
-        root = Path(entry).expanduser().resolve()
+        try:
+            root = Path(entry).expanduser().resolve()
+        except (RuntimeError, OSError, ValueError):  # `~nosuchuser/x`, a NUL byte: names nothing
+            continue
         if here == root or root in here.parents:
             return True
     return False
 
 
-def load_settings(workspace: Path, home: Path, *, trust: bool = False) -> Settings:
-    """Read and merge both files; raise ConfigError naming the file, line and key on any problem.
+def load_settings(workspace: Path, home: Path, *, trust: bool = False, project: bool = True) -> Settings:
+    """Read and merge both files (only the user's with `project=False`); raise ConfigError naming the file,
+    line and key on any problem.
 
     Project files may not define `providers` or `mcp_servers` unless the workspace is trusted; what is
     ignored is listed in `Settings.ignored` so faces can say so. `trust` (`--trust-workspace`) trusts the
@@ -168,7 +178,7 @@ def load_settings(workspace: Path, home: Path, *, trust: bool = False) -> Settin
         settings.data = parse_file(user_path)
         settings.sources.append(user_path)
     settings.trusted = trust or is_trusted(workspace, settings.data)
-    if project_path.is_file():
+    if project and project_path.is_file():
         data = parse_file(project_path)
         data.pop("trust", None)  # a project cannot trust itself
         if data.pop("auth", None) is not None:  # keys belong in the user's own file (mode 0600), never a repo
@@ -189,6 +199,9 @@ def load_settings(workspace: Path, home: Path, *, trust: bool = False) -> Settin
 
 MODE_STRICTNESS: Final = {"yolo": 0, "accept-edits": 1, "default": 2, "plan": 3}
 SANDBOX_STRICTNESS: Final = {"off": 0, "auto": 1, "workspace-write": 2}
+SANDBOX_LIMIT_DEFAULTS: Final = {"max_processes": 1024, "max_memory_mb": 8192, "max_file_size_mb": 4096,
+                                 "max_cpu_seconds": 1800}
+"""The defaults of kimicode.tools.limits (0 or less turns a limit off: looser than any number)."""
 UNTRUSTED_PROJECT_PATHS: Final = (("context", "tokenizer"),)
 """Path-valued project settings: a cloned repository must not point kimicode at files of its choosing
 (a device or FIFO that hangs start-up, a file outside the repository)."""
@@ -238,6 +251,12 @@ def _only_tighten(settings: Settings, data: dict[str, Any], project_path: Path, 
     user_network = mine.get("network") if isinstance(mine, dict) else None
     if isinstance(section, dict) and section.get("network") is True and user_network is not True:
         drop("sandbox", "network", "sandbox.network", looser_than_yours)
+    for key, default in SANDBOX_LIMIT_DEFAULTS.items():  # limits: a project may only lower them
+        section, mine = data.get("sandbox"), user.get("sandbox")
+        value = section.get(key) if isinstance(section, dict) else None
+        own = mine.get(key, default) if isinstance(mine, dict) else default
+        if isinstance(value, int) and isinstance(own, int) and (value > own or value <= 0 < own):
+            drop("sandbox", key, f"sandbox.{key} = {value}", looser_than_yours)
     if not settings.trusted:
         for table, key in UNTRUSTED_PROJECT_PATHS:
             section = data.get(table)
@@ -302,11 +321,12 @@ def validate(data: Any, schema: Any, path: tuple[str, ...]) -> list[tuple[tuple[
         "number": isinstance(data, (int, float)) and not isinstance(data, bool),
         "bool": isinstance(data, bool),
         "list[str]": isinstance(data, list) and all(isinstance(x, str) for x in data),
-        "list": isinstance(data, list),
+        "hooks": isinstance(data, dict | list),
     }[schema]
     if not ok:
         want = {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false",
-                "list[str]": "a list of strings", "list": "a list"}[schema]
+                "list[str]": "a list of strings",
+                "hooks": "a table of events ([[hooks.PreToolUse]]) or a list of hooks ([[hooks]])"}[schema]
         return [(path, f"must be {want}, got {_type_name(data)} {data!r}")]
     return []
 
@@ -372,6 +392,8 @@ class ModelConfig:
     reasoning_effort: str | None = None
     supports_images: bool | None = None
     edit_tool: str | None = None
+    tool_choice: str | None = None
+    """`auto`, `none`, `required` or a tool's name, sent with each request that has tools (servers that honour it)."""
     on_switch: SwitchPolicy | None = None
     """What switching onto this model does to earlier assistant messages (`models.NAME.on_switch`)."""
     prices: Mapping[str, float] = field(default_factory=dict)
@@ -466,6 +488,7 @@ def model_config(settings: Settings, name: str, env: Mapping[str, str] | None = 
         reasoning_effort=entry.get("reasoning_effort"),
         supports_images=entry.get("supports_images"),
         edit_tool=entry.get("edit_tool"),
+        tool_choice=entry.get("tool_choice"),
         on_switch=entry.get("on_switch"),
         prices=dict(entry.get("prices", {})),
     )

@@ -131,9 +131,12 @@ def _one(
 
 
 def load_server_configs(
-    workspace: Path, settings: Settings, env: Mapping[str, str] | None = None
+    workspace: Path, settings: Settings, env: Mapping[str, str] | None = None,
+    extra: Mapping[str, tuple[dict[str, Any], str]] | None = None,
 ) -> tuple[list[ServerConfig], list[str]]:
-    """The enabled servers, and a message for each entry that could not be used."""
+    """The enabled servers, and a message for each entry that could not be used. `extra` adds servers
+    (entry, source) that the user installed elsewhere (plugins'); the project's and the configuration's
+    servers of the same name win."""
     env = os.environ if env is None else env
     raw, problems = _raw_servers(workspace)
     if raw and not settings.trusted:
@@ -143,6 +146,8 @@ def load_server_configs(
             "(add it to [trust] workspaces in KIMICODE_HOME/config.toml to allow it)"
         )
         raw = {}
+    for name, pair in (extra or {}).items():
+        raw.setdefault(name, pair)
     for name, entry in settings.table("mcp_servers").items():
         base = raw.get(name, ({}, ""))[0]
         raw[name] = ({**base, **entry}, where(settings, ("mcp_servers", name)))

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kimicode.permissions import pathresolve
+from kimicode.permissions import gitsafe, pathresolve
 from kimicode.permissions.engine import (
     Decision,
     _path_rule_hit,
@@ -32,14 +32,14 @@ from kimicode.permissions.engine import (
     _specific_allow,
 )
 from kimicode.permissions.policy import Policy, Rule
-from kimicode.permissions.programs import SHELLS, embedded, read_only, risk, unwrap
+from kimicode.permissions.programs import SHELLS, Analysis, analyze, embedded, module_form, out_paths, unwrap
 from kimicode.permissions.shellparse import Redirect, ShellParseError, SimpleCommand, Word, parse
+from kimicode.permissions.shellwords import why_not_static
 from kimicode.permissions.subjects import Place, ToolLike
 
 __all__ = ["decide_bash"]
 
 _MAX_NESTING = 4
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 MAX_PATH_ARGUMENTS = 256
 """More file-like arguments than this in one line ask instead of being checked one by one (each check
 resolves a path on disk: a line of 300,000 arguments would otherwise take minutes)."""
@@ -47,7 +47,8 @@ _CD = frozenset({"cd", "pushd", "popd"})
 
 
 def decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, policy: Policy) -> Decision:
-    """The decision for one bash call (see the module doc)."""
+    """The decision for one bash call (see the module doc): parse, deny rules, ask rules, the modes that
+    run everything, then allow rules or the read-only allowance command by command, then paths."""
     rules = policy.rules
     deny = rules.for_tool("deny", tool.name, tool.kind)
     ask = rules.for_tool("ask", tool.name, tool.kind)
@@ -62,61 +63,92 @@ def decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, 
         if (mode == "yolo" or confined) and not deny and not ask:
             return Decision("allow")
         return Decision("ask", f"the command cannot be checked against the permission rules: {exc}")
-
-    # 1. deny rules, everywhere
-    restricting = [r for r in (*deny, *ask) if r.pattern is not None]
     nested, opaque = _nested_commands(commands)
     everything = [*commands, *nested]
+    too_many = _count_path_arguments(everything) > MAX_PATH_ARGUMENTS
+    gate = _deny_step(everything, opaque, too_many, deny, ask, ctx, policy) or _ask_step(everything, ask)
+    if gate is not None:
+        return gate
+    if mode == "yolo" or confined:
+        return Decision("allow")
+    if any(getattr(r, "literal", False) and r.pattern == command for r in allow):  # "this exact command"
+        return Decision("allow")
+    return _admit_step(commands, opaque, too_many, allow, mode, ctx, policy)
+
+
+def _deny_step(
+    everything: Sequence[SimpleCommand], opaque: str | None, too_many: bool, deny: Sequence[Rule],
+    ask: Sequence[Rule], ctx: Place, policy: Policy,
+) -> Decision | None:
+    """1. Deny rules, everywhere: every command, behind wrappers, inside scripts; redirections and
+    arguments against `edit(...)`/`read(...)` deny rules."""
+    rules = policy.rules
+    restricting = [r for r in (*deny, *ask) if r.pattern is not None]
     if restricting and opaque is not None:
         return Decision("ask", f"cannot tell whether the line is denied by the rules: {opaque}")
     edit_deny = rules.for_tool("deny", "", "edit")
     read_deny = rules.for_tool("deny", "", "read")
-    too_many = _count_path_arguments(everything) > MAX_PATH_ARGUMENTS
     if too_many and (read_deny or edit_deny):
         return Decision("ask", f"the line has more than {MAX_PATH_ARGUMENTS} file arguments, too many to check "
                                "against the read and edit rules")
     for cmd in everything:
-        forms = _deny_forms(cmd)
-        for rule in deny:
-            if rule.pattern is None or any(rule.matches_command(form) for form in forms):
-                return Decision("deny", f"`{cmd.text}` is denied by the rule {_rule_text(rule)}", by_rule=True)
-        for redirect, path in _redirect_paths(cmd, ctx, policy):
-            rule_list = edit_deny if redirect.kind == "write" else read_deny if redirect.kind == "read" else []
-            if path is None and rule_list:
-                return Decision("ask", f"cannot tell whether the redirection to {redirect.target.raw!r} is denied "
-                                       "by the rules: its target is computed or cannot be resolved")
-            hit = _path_rule_hit(rule_list, [path], ctx) if path is not None else None
-            if hit is not None and path is not None:
-                return Decision(
-                    "deny", f"the redirection to {_shown(path, ctx)} is denied by the rule {_rule_text(hit)}",
-                    by_rule=True,
-                )
-        if read_deny:
-            for path in _argument_paths(cmd, ctx, policy, expand_globs=True):
-                hit = _path_rule_hit([r for r in read_deny if r.pattern is not None], [path], ctx)
-                if hit is not None:
-                    return Decision("deny", f"`{cmd.text}` names {_shown(path, ctx)}, denied by the rule "
-                                    f"{_rule_text(hit)}", by_rule=True)
+        found = _deny_one(cmd, deny, edit_deny, read_deny, ctx, policy)
+        if found is not None:
+            return found
     dynamic = [cmd for cmd in everything if cmd.name is not None and cmd.name.dynamic]
     if dynamic and any(r.pattern is not None for r in deny):
         return Decision(
             "ask", f"cannot tell whether `{dynamic[0].text}` is denied by the rules: its command name is computed"
         )
+    return None
 
-    # 2. ask rules (matched like deny rules)
+
+def _deny_one(
+    cmd: SimpleCommand, deny: Sequence[Rule], edit_deny: Sequence[Rule], read_deny: Sequence[Rule], ctx: Place,
+    policy: Policy,
+) -> Decision | None:
+    """The deny rules against one simple command: its forms, its redirections, its file arguments."""
+    forms = _deny_forms(cmd)
+    for rule in deny:
+        if rule.pattern is None or any(rule.matches_command(form) for form in forms):
+            return Decision("deny", f"`{cmd.text}` is denied by the rule {_rule_text(rule)}", by_rule=True)
+    for redirect, path in _redirect_paths(cmd, ctx, policy):
+        rule_list = edit_deny if redirect.kind == "write" else read_deny if redirect.kind == "read" else []
+        if path is None and rule_list:
+            return Decision("ask", f"cannot tell whether the redirection to {redirect.target.raw!r} is denied "
+                                   "by the rules: its target is computed or cannot be resolved")
+        hit = _path_rule_hit(rule_list, [path], ctx) if path is not None else None
+        if hit is not None and path is not None:
+            return Decision(
+                "deny", f"the redirection to {_shown(path, ctx)} is denied by the rule {_rule_text(hit)}",
+                by_rule=True,
+            )
+    if read_deny:
+        for path in _argument_paths(cmd, ctx, policy, expand_globs=True):
+            hit = _path_rule_hit([r for r in read_deny if r.pattern is not None], [path], ctx)
+            if hit is not None:
+                return Decision("deny", f"`{cmd.text}` names {_shown(path, ctx)}, denied by the rule "
+                                f"{_rule_text(hit)}", by_rule=True)
+    return None
+
+
+def _ask_step(everything: Sequence[SimpleCommand], ask: Sequence[Rule]) -> Decision | None:
+    """2. Ask rules, matched like deny rules."""
     for cmd in everything:
         forms = _deny_forms(cmd)
         for rule in ask:
             if rule.pattern is None or any(rule.matches_command(form) for form in forms):
                 return Decision("ask", f"the rule {_rule_text(rule)} asks before `{cmd.text}`", by_rule=True)
+    return None
 
-    # 3. modes that run everything
-    if mode == "yolo" or confined:
-        return Decision("allow")
-    if any(getattr(r, "literal", False) and r.pattern == command for r in allow):  # "this exact command"
-        return Decision("allow")
 
-    # 4. static or ask; then allow rules or the read-only allowance, command by command
+def _admit_step(
+    commands: Sequence[SimpleCommand], opaque: str | None, too_many: bool, allow: Sequence[Rule], mode: str,
+    ctx: Place, policy: Policy,
+) -> Decision:
+    """3-4. Static or ask; then allow rules or the read-only allowance, command by command; then the
+    files each command names, writes or searches, and the repositories git would use."""
+    rules = policy.rules
     unrestricted = any(r.pattern is None for r in allow)  # `bash`: every command (deny rules came first)
     if opaque is not None and not unrestricted:
         return Decision("ask", f"the line runs code that cannot be checked: {opaque}")
@@ -127,66 +159,101 @@ def decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, 
     if too_many:
         return Decision("ask", f"the line has more than {MAX_PATH_ARGUMENTS} file arguments, too many to check "
                                "for sensitive files")
+    wanting: list[Decision] = []  # parts no rule admits but one could: the hint names each of them
     for cmd in commands:
         shown = cmd.text or " ".join(r.target.raw for r in cmd.redirects)
-        moving = _is_dynamic(cmd)
-        if moving is not None and not unrestricted:
-            return Decision("ask", f"`{shown}`: {moving}, so neither a rule nor the read-only allowance can "
-                                   "allow it without asking")
         argv = [w.text for w in cmd.argv]
-        if cmd.words and not unrestricted:
-            why_risky = risk(argv) if argv else None
-            matched = any(rule.matches_command(cmd.text) for rule in patterned)
-            if why_risky is not None:
-                reason = f"`{cmd.text}`: {why_risky}"
-                if matched:
-                    reason += " (allow rules never admit that without asking)"
-                return Decision("ask", reason)  # no rule would admit it: suggest none
-            if not matched and (cmd.assignments or not (read_only(argv) or argv[0] in _CD)):
-                return Decision("ask", _bash_reason(cmd, mode, allow), _suggest(cmd))
+        analysis = analyze(argv) if argv and not unrestricted else Analysis()
+        if not unrestricted:
+            refused = _admitted(cmd, argv, analysis, patterned, mode, allow)
+            if refused is not None and refused.suggestion:
+                wanting.append(refused)
+                continue
+            if refused is not None:
+                return _first_of(wanting) or refused
         if unknown_cwd:
-            return Decision("ask", f"`{shown}`: the line changes directory in a way that cannot be followed")
+            return _first_of(wanting) or Decision(
+                "ask", f"`{shown}`: the line changes directory in a way that cannot be followed")
         for base in bases:
-            problem = _path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow)
+            problem = (_path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow, analysis)
+                       or _git_boundary(cmd, argv, base, ctx, unrestricted))
             if problem is not None:
-                return problem
-    return Decision("allow")
+                return _first_of(wanting) or problem
+    return _first_of(wanting) or Decision("allow")
+
+
+def _first_of(wanting: Sequence[Decision]) -> Decision | None:
+    """The refusal of the first part no rule admits, its suggestion naming a rule for every such part
+    (one per line), so that allowing what the hint says runs the whole line, not just its first part."""
+    if not wanting:
+        return None
+    rules = list(dict.fromkeys(d.suggestion for d in wanting))
+    reason = wanting[0].reason
+    if len(wanting) > 1:
+        reason += f" (nor {len(wanting) - 1} more part{'s' if len(wanting) > 2 else ''} of the line)"
+    return Decision("ask", reason, "\n".join(rules))
+
+
+def _admitted(
+    cmd: SimpleCommand, argv: Sequence[str], analysis: Analysis, patterned: Sequence[Rule], mode: str,
+    allow: Sequence[Rule],
+) -> Decision | None:
+    """None when an allow rule or the read-only allowance admits `cmd` (static, not risky); else why not."""
+    shown = cmd.text or " ".join(r.target.raw for r in cmd.redirects)
+    moving = why_not_static(cmd)
+    if moving is not None:
+        return Decision("ask", f"`{shown}`: {moving}, so neither a rule nor the read-only allowance can "
+                               "allow it without asking")
+    if not cmd.words:
+        return None
+    texts = [cmd.text]
+    module = module_form(argv)
+    if module is not None and not cmd.assignments:
+        texts.append(" ".join(_show_word(w) for w in module))  # `python -m pytest` under `bash(pytest*)`
+    matched = any(rule.matches_command(t) for rule in patterned for t in texts)
+    if analysis.risk is not None:
+        reason = f"`{cmd.text}`: {analysis.risk}"
+        if matched:
+            reason += " (allow rules never admit that without asking)"
+        return Decision("ask", reason)  # no rule would admit it: suggest none
+    if not matched and (cmd.assignments or not (analysis.unsafe is None or argv[0] in _CD)):
+        return Decision("ask", _bash_reason(cmd, mode, allow), _suggest(cmd, None if cmd.assignments else module))
+    return None
+
+
+def _show_word(text: str) -> str:
+    return f"'{text}'" if any(c.isspace() for c in text) else text
+
+
+def _git_boundary(cmd: SimpleCommand, argv: Sequence[str], base: Path, ctx: Place,
+unrestricted: bool) -> Decision | None:
+    """Git run in `base` would use a repository other than the workspace's (`cd sub && git log`): ask."""
+    if unrestricted or not argv or not any(os.path.basename(f[0]) == "git" for f in unwrap(argv)):
+        return None
+    foreign = gitsafe.foreign_repository(base, ctx.workspace)
+    if foreign is None:
+        return None
+    return Decision("ask", f"`{cmd.text}` runs git in {_shown(foreign, ctx)}, a repository other than the "
+                           "workspace's: its own configuration can run programs (as with `git -C`)")
 
 
 def _count_path_arguments(commands: Sequence[SimpleCommand]) -> int:
     """How many arguments and redirection targets of the line would be resolved as paths."""
-    count = 0
-    for cmd in commands:
-        count += len(cmd.redirects) + sum(1 for w in cmd.words[1:] if not w.text.startswith("-") or "=" in w.text)
-    return count
-
-
-def _is_dynamic(cmd: SimpleCommand) -> str | None:
-    """Why a command is not static (a word or a redirection target that bash would expand), or None."""
-    for word in cmd.words:
-        if word.dynamic:
-            return f"{word.raw!r} is expanded by bash (variables, globs, braces or substitutions)"
-        if _CONTROL.search(word.text):
-            return f"{word.raw!r} holds control characters (what is shown is not what runs)"
-        if word.tilde and not (word.raw == "~" or word.raw.startswith("~/")):
-            return f"{word.raw!r} names another user's home"
-    for redirect in cmd.redirects:
-        if _CONTROL.search(redirect.target.text):
-            return f"{redirect.target.raw!r} holds control characters"
-        if redirect.target.dynamic:
-            what = "a here-document that expands" if redirect.kind == "heredoc" else f"{redirect.target.raw!r}"
-            return f"{what} is expanded by bash"
-    return None
+    return sum(len(cmd.redirects) + max(0, len(cmd.words) - 1) for cmd in commands)
 
 
 def _path_problems(
     cmd: SimpleCommand, ctx: Place, policy: Policy, base: Path, mode: str,
-    edit_allow: Sequence[Rule], read_allow: Sequence[Rule],
+    edit_allow: Sequence[Rule], read_allow: Sequence[Rule], analysis: Analysis,
 ) -> Decision | None:
-    """Sensitive files named by arguments and the redirections of an otherwise admitted command."""
-    for word in cmd.argv[1:] if cmd.name else cmd.words:
+    """Sensitive files named by arguments (also glued to options: `-fNAME`, `--file=NAME`), the files
+    `!out` options write, the trees searched, and the redirections of an otherwise admitted command."""
+    words = cmd.argv[1:] if cmd.name else cmd.words
+    texts = {w.text for w in words}
+    glued = [Word(v, v) for v in analysis.values if v not in texts and not v.startswith("-")]
+    for word in [*words, *glued]:
         try:
-            paths = _word_paths(word, base, policy)
+            paths = _word_paths(word, base, policy, glued=not analysis.known)
         except _Unresolvable as exc:
             return Decision("ask", f"`{cmd.text}`: {exc}")
         for path in paths:
@@ -194,30 +261,71 @@ def _path_problems(
             if why and not _specific_allow(read_allow, path, ctx):
                 return Decision("ask", f"`{cmd.text}` names {_shown(path, ctx)}, which is sensitive: {why}",
                                 f"read({_shown(path, ctx)})")
-    searched = _recursive_search_roots([w.text for w in cmd.argv], base, policy)
-    for root in searched:
+    written = _written_problem(cmd, analysis, base, mode, ctx, policy, edit_allow)
+    if written is not None:
+        return written
+    for root in _search_roots(analysis, base, policy):
         found = _sensitive_below(root, policy, ctx, read_allow)
         if found is not None:
             return Decision("ask", f"`{cmd.text}` searches {_shown(root, ctx)}, which holds {found}")
     for redirect in cmd.redirects:
-        if redirect.kind not in ("write", "read"):
-            continue
-        text = _literal(redirect.target, policy)
-        target: Path | None = None
-        if text is not None and "/dev/" in text and ("tcp" in text or "udp" in text):
-            return Decision("ask", f"`{cmd.text or redirect.target.raw}`: a redirection to {text} opens a network "
-                                   "connection")
-        if text is not None:
+        problem = _redirect_check(cmd, redirect, base, mode, ctx, policy, edit_allow, read_allow)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _redirect_check(
+    cmd: SimpleCommand, redirect: Redirect, base: Path, mode: str, ctx: Place, policy: Policy,
+    edit_allow: Sequence[Rule], read_allow: Sequence[Rule],
+) -> Decision | None:
+    if redirect.kind not in ("write", "read"):
+        return None
+    text = _literal(redirect.target, policy)
+    target: Path | None = None
+    shown = cmd.text or redirect.target.raw
+    if text is not None and "/dev/" in text and ("tcp" in text or "udp" in text):
+        return Decision("ask", f"`{shown}`: a redirection to {text} opens a network connection")
+    if text is not None:
+        resolved = pathresolve.resolve(text, base, policy.user_home)
+        if resolved.problem is not None:
+            return Decision("ask", f"`{shown}`: {resolved.problem}")
+        if resolved.device:
+            return None
+        target = resolved.path
+    problem = _redirect_problem(redirect, target, mode, ctx, policy, edit_allow, read_allow)
+    return Decision("ask", f"`{shown}`: {problem}") if problem else None
+
+
+def _written_problem(
+    cmd: SimpleCommand, analysis: Analysis, base: Path, mode: str, ctx: Place, policy: Policy,
+    edit_allow: Sequence[Rule],
+) -> Decision | None:
+    """An `!out` option's file (`pytest --basetemp=D`, `--junitxml=F`), checked like an output
+    redirection except that inside the workspace the allow rule naming the program admits it."""
+    for value in analysis.written:
+        for text in out_paths(value):
             resolved = pathresolve.resolve(text, base, policy.user_home)
             if resolved.problem is not None:
-                return Decision("ask", f"`{cmd.text or redirect.target.raw}`: {resolved.problem}")
-            if resolved.device:
+                return Decision("ask", f"`{cmd.text}`: {resolved.problem}")
+            path = resolved.path
+            shown = _shown(path, ctx)
+            if _specific_allow(edit_allow, path, ctx) and mode != "plan":
                 continue
-            target = resolved.path
-        problem = _redirect_problem(redirect, target, mode, ctx, policy, edit_allow, read_allow)
-        if problem:
-            return Decision("ask", f"`{cmd.text or redirect.target.raw}`: {problem}")
+            why = (policy.config(path) or policy.write_care(path)
+                   or ("nothing is changed in plan mode" if mode == "plan" else "")
+                   or ("" if ctx.is_inside(path) else "it is outside the workspace"))
+            if why:
+                return Decision("ask", f"`{cmd.text}` writes {shown}: {why}", f"edit({shown})")
     return None
+
+
+def _search_roots(analysis: Analysis, base: Path, policy: Policy) -> list[Path]:
+    """The directories a search reads every file of (`grep -r`, `rg`, `git grep --no-index`, `diff -r`)."""
+    if analysis.searches is None:
+        return []
+    roots = [pathresolve.resolve(o, base, policy.user_home).path for o in analysis.searches] or [base]
+    return [r for r in roots if r.is_dir()]
 
 
 def _working_dirs(commands: Sequence[SimpleCommand], ctx: Place, policy: Policy) -> tuple[list[Path], bool]:
@@ -297,12 +405,15 @@ def _deny_forms(cmd: SimpleCommand) -> list[str]:
     return [cmd.text, *(" ".join(form) for form in unwrap([w.text for w in cmd.argv]))]
 
 
-def _suggest(cmd: SimpleCommand) -> str:
-    """A rule that would allow `cmd`: the command itself, or its first words and `*` when it is long."""
-    text = cmd.text
+def _suggest(cmd: SimpleCommand, module: Sequence[str] | None = None) -> str:
+    """A rule that would allow `cmd`: the command itself, or its first words and `*` when it is long.
+    For `python -m MODULE ARGS` the rule names the module's command (`bash(pytest -q)`), which admits
+    both spellings."""
+    text = " ".join(_show_word(w) for w in module) if module else cmd.text
     if len(text) <= 60 and "(" not in text and ")" not in text:
         return f"bash({text})"
-    head = " ".join(w.text for w in cmd.words[: len(cmd.assignments) + 2])
+    words = list(module) if module else [w.text for w in cmd.words[: len(cmd.assignments) + 2]]
+    head = " ".join(words[:2])
     return f"bash({head[:60]}*)" if "(" not in head and ")" not in head else ""
 
 
@@ -324,7 +435,7 @@ def _literal(word: Word, policy: Policy) -> str | None:
     return text
 
 
-def _word_paths(word: Word, base: Path, policy: Policy) -> list[Path]:
+def _word_paths(word: Word, base: Path, policy: Policy, glued: bool = True) -> list[Path]:
     """The files an argument may name: itself (or an `--opt=FILE` value), and the part after a `:`
     (`HEAD:.env` for git show, `host:path`)."""
     first = _word_path(word, base, policy)
@@ -337,36 +448,35 @@ def _word_paths(word: Word, base: Path, policy: Policy) -> list[Path]:
             if resolved.problem is not None:
                 raise _Unresolvable(resolved.problem)
             out.append(resolved.path)
+    if glued and text.startswith("-") and not text.startswith("--") and not word.dynamic:
+        out += _glued_paths(text, base, policy)  # a program without a specification: any letter may take one
     return out
 
 
-_RECURSIVE_GREP = re.compile(r"-[A-Za-z]*[rR]|--recursive$|--dereference-recursive$|--directories=recurse$")
+_GLUE_SPAN = 12
+"""How far into a bundle of short options an attached argument may start (`-abcfNAME`)."""
+
+
+def _glued_paths(text: str, base: Path, policy: Policy) -> list[Path]:
+    """The files an argument glued to short options may name (`-fNAME`, `-nfNAME`, `-I/etc`): every
+    suffix after the option letters, since without knowing the program any letter may take one."""
+    out: list[Path] = []
+    for start in range(2, min(len(text), _GLUE_SPAN + 2)):
+        tail = text[start:]
+        if "=" in tail and tail.index("=") < len(tail) - 1 and start == 2:
+            tail = tail.split("=", 1)[1]  # `-ocache_dir=/x`
+        resolved = pathresolve.resolve(tail, base, policy.user_home)
+        if resolved.problem is not None:
+            raise _Unresolvable(resolved.problem)
+        out.append(resolved.path)
+    return out
+
+
 _SUSPECT_NAME = re.compile(
     r"(?i)^\.env|^\.envrc$|^id_|\.(pem|key|p12|pfx|jks|keystore|ppk)$|credential|netrc|npmrc|pypirc|pgpass"
     r"|my\.cnf$|htpasswd|yarnrc|^\.vault-token$|\.jsonl$"
 )
 _SEARCH_LIMIT = 5000
-
-
-def _recursive_search_roots(argv: Sequence[str], base: Path, policy: Policy) -> list[Path]:
-    """The directories a recursive `grep -r`/`rg` reads every file of (the working directory by default)."""
-    if not argv:
-        return []
-    name, rest = argv[0], argv[1:]
-    if (name == "diff" and any(_RECURSIVE_GREP.match(w) for w in rest)) or (
-        name == "git" and "--no-index" in rest
-    ):
-        operands = [w for w in rest if not w.startswith("-") and w not in ("diff",)]
-        return [r for r in (pathresolve.resolve(o, base, policy.user_home).path for o in operands) if r.is_dir()]
-    if name in ("grep", "egrep", "fgrep") and any(_RECURSIVE_GREP.match(w) for w in rest):
-        pass
-    elif name not in ("rg", "ripgrep", "ag", "ack"):
-        return []
-    operands = [w for w in rest if not w.startswith("-")]
-    if name in ("grep", "egrep", "fgrep", "rg", "ripgrep", "ag", "ack") and operands:
-        operands = operands[1:]  # the pattern (a -e/-f pattern makes this over-approximate: more roots)
-    roots = [pathresolve.resolve(o, base, policy.user_home).path for o in operands] or [base]
-    return [r for r in roots if r.is_dir()]
 
 
 def _sensitive_below(root: Path, policy: Policy, ctx: Place, read_allow: Sequence[Rule]) -> str | None:

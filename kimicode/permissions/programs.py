@@ -1,91 +1,52 @@
-"""What programs do with their arguments: the table the bash permission checks consult.
-
-Three questions, each answered from the command's words (after quote removal):
+"""What programs do with their arguments: the questions the bash permission checks ask, answered from
+the program specifications (`kimicode.permissions.specs`, parsed by `kimicode.permissions.optparse`).
 
 - `unwrap(argv)`: the command as written, by its base name (`/bin/rm` is `rm`), and behind each
   wrapper that runs the rest of its arguments (`sudo`, `env`, `timeout 5`, `nice -n 1`, `xargs -0`,
-  `busybox`, ...). Deny and ask rules are matched against every form.
+  `busybox`, `python -m MODULE`, ...). Deny and ask rules are matched against every form.
 - `embedded(argv)`: the shell scripts a command runs (`sh -c S`, `bash -lc S`, `eval`, `trap S SIG`,
   `find -exec ... ;`, `git difftool -x S`, `rsync -e S`), parsed again by the caller so deny rules
   reach them; or a reason the command runs code nobody can see (`sh` reading stdin or a script file,
-  `source`, `.`, `git -c alias.x=!...`), in which case no rule admits the line and deny rules ask.
-- `risk(argv)`: why a command executes or writes through its own options (`git diff --output=F`,
-  `find -delete`, `sed -i`, `awk 'system(...)'`, `sort -o F`, `python -c`, ...), or None. A risky
-  command is never admitted by an allow rule nor by the read-only allowance: it asks.
-- `read_only(argv)`: True for the commands that run without asking in `default` and `plan` modes
-  (when static, not redirected, and not naming a sensitive file).
+  `source`, `.`), in which case no rule admits the line and deny rules ask.
+- `analyze(argv)`: the command's options parsed the way the program parses them, and from them:
+  `risk`, why it executes or writes through its own options (`git diff --out=F`, `sort -rno F`,
+  `find -delete`, `sed -i`, `awk 'system(...)'`, `python -c`; a risky command is never admitted by an
+  allow rule nor by the read-only allowance: it asks); `unsafe`, why it is not read-only (None: the
+  read-only allowance may admit it); the files its `!out` options write (checked like redirections
+  under an allow rule); the values of all its options (checked as paths); and the directories it
+  searches when an option makes it read ignored files.
 
-The table is conservative: options it does not know are fine only for the programs listed as read-only
-with their known-safe options; everything else needs a rule (and then `risk` still applies).
+The specifications are conservative: a program without one is never read-only, and a strict table
+makes any option it does not list not read-only.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
-__all__ = ["SHELLS", "WRAPPERS", "embedded", "read_only", "risk", "unwrap"]
+from kimicode.permissions.optparse import Parsed, Spec, parse_args
+from kimicode.permissions.specs import spec_for
+from kimicode.permissions.specs.tools import SHELLS as _SHELL_NAMES
+from kimicode.permissions.specs.wrappers import WRAPPERS
 
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "yash", "fish", "csh", "tcsh", "rbash"})
+__all__ = ["SHELLS", "WRAPPERS", "Analysis", "analyze", "embedded", "module_form", "out_paths", "read_only", "risk",
+           "unwrap"]
+
+SHELLS = frozenset(_SHELL_NAMES)
 """Shell interpreters: a line that feeds one a script the parser cannot see is never auto-allowed."""
 
-WRAPPERS: dict[str, frozenset[str]] = {
-    # program -> its options that take a separate value
-    "command": frozenset(),
-    "builtin": frozenset(),
-    "exec": frozenset({"-a"}),
-    "nohup": frozenset(),
-    "env": frozenset({"-u", "-C", "-S", "--unset", "--chdir", "--split-string"}),
-    "sudo": frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group"}),
-    "doas": frozenset({"-u", "-C"}),
-    "nice": frozenset({"-n", "--adjustment"}),
-    "ionice": frozenset({"-c", "-n", "-p"}),
-    "time": frozenset({"-f", "-o", "--format", "--output"}),
-    "timeout": frozenset({"-k", "-s", "--kill-after", "--signal"}),
-    "stdbuf": frozenset({"-i", "-o", "-e"}),
-    "xargs": frozenset({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter",
-                        "--max-args", "--max-procs", "--max-lines", "--replace"}),
-    "setsid": frozenset(),
-    "caffeinate": frozenset(),
-    "busybox": frozenset(),
-    "chroot": frozenset({"--userspec", "--groups"}),
-    "unshare": frozenset(),
-    "flock": frozenset({"-w", "-E", "--timeout", "--conflict-exit-code"}),
-    "watch": frozenset({"-n", "-d", "--interval"}),
-    "strace": frozenset({"-o", "-e", "-p", "-s", "-u"}),
-    "ltrace": frozenset({"-o", "-e", "-p", "-s", "-u"}),
-    "taskset": frozenset(),
-    "chrt": frozenset(),
-    "runuser": frozenset({"-u", "-g"}),
-    "su": frozenset({"-c", "-s", "-g"}),
-    "script": frozenset({"-c"}),
-    "parallel": frozenset({"-j", "--jobs", "-S", "--sshlogin", "--delay", "--timeout", "-n", "-N", "-L"}),
-    "unbuffer": frozenset(),
-    "proxychains": frozenset({"-f"}),
-    "proxychains4": frozenset({"-f"}),
-    "torsocks": frozenset(),
-    "firejail": frozenset(),
-    "systemd-run": frozenset({"-p", "--property", "-u", "--unit", "-E", "--setenv"}),
-    "xvfb-run": frozenset({"-s", "-n", "-a", "-f", "-e"}),
-    "valgrind": frozenset(),
-    "pkexec": frozenset({"--user"}),
-    "numactl": frozenset(),
-    "prlimit": frozenset(),
-    "nsenter": frozenset({"-t", "--target"}),
-    "catchsegv": frozenset(),
-    "dbus-launch": frozenset(),
-    "sg": frozenset(),
-}
-"""Programs that run the command in their arguments."""
-
 _MAX_FORMS = 12
-_OPERAND_FIRST = frozenset({"chroot", "flock", "sg"})
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
 def unwrap(argv: Sequence[str]) -> list[list[str]]:
     """The command's words, then with the program's base name (`/bin/rm` is `rm`), then behind each
-    wrapper (`sudo -u x nice rm -rf y` is also `rm -rf y`)."""
+    wrapper (`sudo -u x nice rm -rf y` is also `rm -rf y`, `python3 -m pytest -q` is `pytest -q`)."""
     forms: list[list[str]] = []
     words = list(argv)
     for _ in range(_MAX_FORMS):
@@ -96,20 +57,36 @@ def unwrap(argv: Sequence[str]) -> list[list[str]]:
         if base != words[0]:
             words = [base, *words[1:]]
             forms.append(words)
-        value_options = WRAPPERS.get(base)
-        if value_options is None:
+        inner = _inner_command(base, words[1:])
+        if not inner:
             break
-        words = words[1:]
-        while words and (words[0].startswith("-") or re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[0])
-                         or (base in ("timeout", "taskset", "chrt") and re.fullmatch(r"[0-9.,x]+[smhd]?", words[0]))):
-            option = words.pop(0)
-            if option == "--":
-                break
-            if option in value_options and words:
-                words.pop(0)
-        if base in _OPERAND_FIRST and words:
-            words = words[1:]  # chroot NEWROOT CMD, flock FILE CMD, sg GROUP CMD
+        words = inner
     return forms
+
+
+def _inner_command(name: str, rest: Sequence[str]) -> list[str] | None:
+    """The command a wrapper runs (its operands after `runs` of them and any `NAME=value`), or the
+    module `python -m MODULE` runs as a command; None for other programs."""
+    spec = spec_for(name)
+    if spec is None:
+        return None
+    parsed = parse_args(spec, rest)
+    if spec.runs >= 0:
+        operands = [w for w in parsed.operands if not _ASSIGNMENT.match(w)]  # `env X=1 cmd` (over-matching
+        return operands[spec.runs :]  # only makes deny rules reach further)
+    module = [f.value for f in parsed.found if f.option.effect == "module" and f.value]
+    if module and _MODULE.fullmatch(module[-1]):
+        return [module[-1], *parsed.rest]
+    return None
+
+
+def module_form(argv: Sequence[str]) -> list[str] | None:
+    """`python -m pytest ARGS` as `pytest ARGS`, when the interpreter is given nothing but `-m`: an
+    allow rule for `pytest` admits it (both run the workspace's code: pytest imports its conftest.py
+    and test files, and `python -m` also puts the working directory first on the module path)."""
+    if len(argv) < 3 or argv[1] != "-m" or not re.fullmatch(r"python(3(\.[0-9]+)?)?", argv[0]):
+        return None
+    return list(argv[2:]) if _MODULE.fullmatch(argv[2]) else None
 
 
 def _shell_script(rest: Sequence[str]) -> tuple[str | None, bool]:
@@ -144,54 +121,76 @@ def embedded(argv: Sequence[str]) -> tuple[list[str], list[list[str]], str | Non
     argvs: list[list[str]] = []
     for form in unwrap(argv):
         name, rest = os.path.basename(form[0]), form[1:]
-        if name in SHELLS:
-            script, opaque = _shell_script(rest)
-            if opaque:
-                return scripts, argvs, f"`{name}` runs a script that cannot be checked (stdin or a file)"
-            if script is not None:
-                scripts.append(script)
-        elif name in ("su", "runuser", "script", "flock", "env") and any(
-            w in ("-c", "--command", "-S", "--split-string") or w.startswith(("--command=", "--split-string="))
-            or (name == "env" and w.startswith("-S"))
-            for w in rest
-        ):
-            for i, word in enumerate(rest):
-                if word in ("-c", "--command", "-S", "--split-string") and i + 1 < len(rest):
-                    if name != "env" or word in ("-S", "--split-string"):
-                        scripts.append(rest[i + 1])
-                elif word.startswith(("--command=", "--split-string=")):
-                    scripts.append(word.split("=", 1)[1])
-                elif name == "env" and word.startswith("-S") and len(word) > 2:
-                    scripts.append(word[2:])
-        elif name in ("su", "sudo", "doas", "runuser", "pkexec") and (
-            any(w in ("-s", "-i", "--shell", "--login", "-", "-l") for w in rest) or name == "su"
-        ) and len(unwrap(form)) == 1:
-            return scripts, argvs, f"`{name}` starts a shell that reads commands nobody can see"
-        elif name in ("at", "batch"):
-            return scripts, argvs, f"`{name}` runs commands read from its input later"
-        elif name == "eval" and rest:
-            scripts.append(" ".join(rest))
-        elif name == "trap" and rest and not rest[0].startswith("-"):
-            scripts.append(rest[0])
-        elif name in ("source", "."):
-            return scripts, argvs, f"`{name}` runs a script file that cannot be checked"
-        elif name == "find":
-            argvs.extend(_find_commands(rest))
-        elif name == "git":
-            for i, word in enumerate(rest):
-                if word in ("-x", "--extcmd") and i + 1 < len(rest):
-                    scripts.append(rest[i + 1])
-                elif word.startswith("--extcmd="):
-                    scripts.append(word.split("=", 1)[1])
-                elif word in ("--exec", "-x") or word.startswith("--exec="):
-                    scripts.append(word.split("=", 1)[1] if "=" in word else "")
-        elif name == "rsync":
-            for i, word in enumerate(rest):
-                if word in ("-e", "--rsh") and i + 1 < len(rest):
-                    scripts.append(rest[i + 1])
-                elif word.startswith("--rsh="):
-                    scripts.append(word.split("=", 1)[1])
+        opaque = _embedded_one(name, rest, form, scripts, argvs)
+        if opaque is not None:
+            return scripts, argvs, opaque
     return scripts, argvs, None
+
+
+def _embedded_one(name: str, rest: Sequence[str], form: Sequence[str], scripts: list[str],
+                  argvs: list[list[str]]) -> str | None:
+    """Add what one form runs to `scripts`/`argvs`; return why it runs code nobody can see, or None."""
+    if name in SHELLS:
+        script, opaque = _shell_script(rest)
+        if opaque:
+            return f"`{name}` runs a script that cannot be checked (stdin or a file)"
+        if script is not None:
+            scripts.append(script)
+    elif name in ("su", "runuser", "script", "flock", "env"):
+        given = _command_options(name, rest)
+        scripts += given
+        if name == "su" and not given and len(unwrap(form)) == 1:
+            return "`su` starts a shell that reads commands nobody can see"
+    if name in ("sudo", "doas", "runuser", "pkexec") and len(unwrap(form)) == 1 and any(
+        w in ("-s", "-i", "--shell", "--login", "-", "-l") for w in rest
+    ):
+        return f"`{name}` starts a shell that reads commands nobody can see"
+    if name in ("at", "batch"):
+        return f"`{name}` runs commands read from its input later"
+    if name in ("source", "."):
+        return f"`{name}` runs a script file that cannot be checked"
+    if name == "eval" and rest:
+        scripts.append(" ".join(rest))
+    elif name == "trap" and rest and not rest[0].startswith("-"):
+        scripts.append(rest[0])
+    elif name == "find":
+        argvs.extend(_find_commands(rest))
+    elif name in ("git", "rsync"):
+        scripts += _option_scripts(rest, ("-x", "--extcmd", "--exec") if name == "git" else ("-e", "--rsh"))
+    return None
+
+
+def _command_options(name: str, rest: Sequence[str]) -> list[str]:
+    """The scripts of `su -c S`, `runuser -c S`, `script -c S`, `flock F -c S`, `env -S S` (any spelling)."""
+    spec = _permuting(name)
+    if spec is None:
+        return []
+    parsed = parse_args(spec, rest)
+    wanted = ("-S", "--split-string") if name == "env" else ("-c", "--command")
+    return [f.value or "" for f in parsed.found if any(n in f.option.names for n in wanted)]
+
+
+@lru_cache(maxsize=16)
+def _permuting(name: str) -> Spec | None:
+    """`name`'s specification reading options anywhere (`su root -c S`, `flock F -c S`)."""
+    spec = spec_for(name)
+    return replace(spec, posix=False) if spec is not None else None
+
+
+def _option_scripts(rest: Sequence[str], names: Sequence[str]) -> list[str]:
+    """The values of the options `names` (separate, `=`-attached or, for short ones, glued)."""
+    out: list[str] = []
+    for i, word in enumerate(rest):
+        for name in names:
+            if word == name:
+                out.append(rest[i + 1] if i + 1 < len(rest) else "")
+            elif name.startswith("--") and len(word) > 3 and word.startswith("--") and name.startswith(
+                word.split("=", 1)[0]
+            ):
+                out.append(word.split("=", 1)[1] if "=" in word else (rest[i + 1] if i + 1 < len(rest) else ""))
+            elif not name.startswith("--") and word.startswith(name) and len(word) > 2:
+                out.append(word[2:])
+    return out
 
 
 def _find_commands(rest: Sequence[str]) -> list[list[str]]:
@@ -209,311 +208,291 @@ def _find_commands(rest: Sequence[str]) -> list[list[str]]:
     return out
 
 
-# -- risk ---------------------------------------------------------------------------------------
-
-_GIT_GLOBAL_RISKY = ("-c", "--exec-path", "-C", "--git-dir", "--work-tree", "--config-env", "--namespace",
-                     "--super-prefix", "-p", "--paginate", "--list-cmds")
-_GIT_RISKY_SUB = {
-    "difftool": "runs an external diff tool",
-    "mergetool": "runs an external merge tool",
-    "filter-branch": "runs shell commands",
-    "submodule": "may run commands (foreach) and fetch",
-    "bisect": "may run commands (bisect run)",
-    "send-email": "sends mail and may run commands",
-    "daemon": "starts a server",
-    "instaweb": "starts a web server",
-    "web--browse": "starts a browser",
-    "credential": "reads stored credentials",
-    "credential-store": "reads stored credentials",
-    "credential-cache": "reads stored credentials",
-    "hook": "runs hooks",
-    "config": "",
-    "var": "",
-}
-_GIT_RISKY_OPTS = re.compile(
-    r"--output(=|$)|--output-directory(=|$)|--upload-pack(=|$)|--receive-pack(=|$)|--exec(=|$)|--extcmd(=|$)"
-    r"|--open-files-in-pager(=|$)|-O|--ext-diff$|--remote(=|$)|--template(=|$)|--run(=|$)|--config(=|$)"
-    r"|-u$|--include-untracked-hook"
-)
-_GIT_READ_ONLY = frozenset({"status", "diff", "log", "show", "blame", "shortlog", "describe", "rev-parse",
-                            "ls-files", "ls-tree", "cat-file", "grep", "reflog", "whatchanged", "annotate",
-                            "merge-base", "name-rev", "count-objects", "version", "diff-tree",
-                            "diff-files", "diff-index", "rev-list", "show-ref", "for-each-ref", "check-ignore"})
-_GIT_BRANCH_WRITE = re.compile(r"-[dDmMcCfu]$|--delete|--move|--copy|--force|--set-upstream|--unset-upstream"
-                               r"|--edit-description|--track|--no-track|--create-reflog")
-
-_INTERPRETER_CODE = {
-    "python": ("-c",), "python2": ("-c",), "python3": ("-c",), "pypy": ("-c",), "pypy3": ("-c",),
-    "perl": ("-e", "-E"), "ruby": ("-e",), "node": ("-e", "-p", "--eval", "--print"), "nodejs": ("-e", "-p"),
-    "deno": ("eval",), "bun": ("-e", "--eval"), "php": ("-r",), "lua": ("-e",), "luajit": ("-e",),
-    "Rscript": ("-e",), "R": ("-e",), "tclsh": (), "osascript": ("-e",), "julia": ("-e", "--eval"),
-    "pwsh": ("-c", "-Command"), "powershell": ("-c", "-Command"), "expect": ("-c",), "gdb": ("-ex", "-batch"),
-}
-_EDITORS = frozenset({"vi", "vim", "nvim", "ex", "view", "gvim", "emacs", "nano", "ed", "joe", "micro", "kak"})
-_EVALUATING_BUILTINS = frozenset({"printf", "declare", "typeset", "local", "export", "readonly", "read", "shift",
-                                  "return", "exit", "break", "continue", "caller", "kill", "disown", "jobs",
-                                  "mapfile", "readarray", "getopts", "unset", "wait", "test", "[", "[["})
-_NEVER_BUILTINS = {"let": "evaluates arithmetic (which can run commands)",
-                   "alias": "defines an alias", "enable": "loads builtins", "shopt": "changes the shell's parsing",
-                   "set": "changes the shell's behaviour", "hash": "changes where programs are found",
-                   "ulimit": "", "umask": "", "fc": "re-runs history", "history": "", "bind": "", "complete": "",
-                   "exec": "replaces the shell"}
-_AWKS = frozenset({"awk", "gawk", "mawk", "nawk", "busybox-awk"})
-_SED_S = re.compile(r"s(.)(?:\\.|(?!\1).)*\1(?:\\.|(?!\1).)*\1([gpiImMe0-9w]*)")
-_SED_Y = re.compile(r"y(.)(?:\\.|(?!\1).)*\1(?:\\.|(?!\1).)*\1")
+# -- analysis -----------------------------------------------------------------------------------
 
 
-def _git_risk(rest: Sequence[str]) -> str | None:
-    i = 0
-    while i < len(rest) and rest[i].startswith("-"):
-        word = rest[i]
-        if word.split("=", 1)[0] in _GIT_GLOBAL_RISKY or word.startswith("-c"):
-            return f"git {word} changes git's configuration, directory or pager"
-        i += 1
-    if i >= len(rest):
-        return None
-    sub, args = rest[i], rest[i + 1 :]
-    if sub in _GIT_RISKY_SUB:
-        if sub in ("config", "var"):
-            reading = {"--get", "--get-all", "--get-regexp", "--list", "-l", "--get-urlmatch", "--show-origin",
-                       "--show-scope", "--name-only"}
-            if sub == "var" or (args and args[0] in reading and all(a in reading or not a.startswith("-")
-                                                                    for a in args)):
-                return None
-            return "git config changes git's configuration (pagers, aliases and hooks run code)"
-        return f"git {sub} {_GIT_RISKY_SUB[sub]}"
-    for word in args:
-        if _GIT_RISKY_OPTS.match(word) or (sub == "format-patch" and word.startswith("-o")):
-            return f"git {sub} {word} writes files or runs a program"
-    if sub == "archive" and any(w.startswith(("-o", "--output", "--remote", "--exec")) for w in args):
-        return "git archive writes a file or runs a program"
-    if sub == "rebase" and any(w in ("-x", "--exec") or w.startswith("--exec") for w in args):
-        return "git rebase --exec runs commands"
-    return None
+@dataclass(frozen=True)
+class Analysis:
+    """What one command does through its arguments (see the module doc)."""
+
+    risk: str | None = None
+    unsafe: str | None = None
+    written: tuple[str, ...] = ()
+    """Arguments of `!out` options: files or directories the command writes."""
+    values: tuple[str, ...] = ()
+    """Every option argument (attached or separate): each may name a file."""
+    searches: tuple[str, ...] | None = None
+    """When the command reads whole trees: the operands naming them (empty: the working directory)."""
+    known: bool = False
+    """The program has a specification, so `values` holds exactly the arguments glued to its options."""
 
 
-def _sed_risk(rest: Sequence[str]) -> str | None:
-    scripts: list[str] = []
-    i = 0
-    positional = True
-    while i < len(rest):
-        word = rest[i]
-        if word.startswith(("-i", "--in-place")):
-            return "sed -i changes files"
-        if word in ("-f", "--file") or word.startswith("--file="):
-            return "sed -f runs a script from a file"
-        if word in ("-e", "--expression") and i + 1 < len(rest):
-            scripts.append(rest[i + 1])
-            positional = False
-            i += 2
-            continue
-        if word.startswith("--expression="):
-            scripts.append(word.split("=", 1)[1])
-            positional = False
-        elif word.startswith("-") and len(word) > 1 and not word.startswith("--"):
-            if "i" in word[1:]:
-                return "sed -i changes files"
-            if "f" in word[1:]:
-                return "sed -f runs a script from a file"
-            if word.endswith("e") and i + 1 < len(rest):
-                scripts.append(rest[i + 1])
-                positional = False
-                i += 2
-                continue
-        elif positional and not word.startswith("-"):
-            scripts.append(word)
-            positional = False
-        i += 1
-    for script in scripts:
-        for m in _SED_S.finditer(script):
-            if "e" in m.group(2) or "w" in m.group(2):
-                return "a sed s///e or s///w command runs a command or writes a file"
-        rest_text = _SED_Y.sub("", _SED_S.sub("", script))
-        rest_text = re.sub(r"/(?:\\.|[^/\\])*/", "", rest_text)  # addresses
-        if re.search(r"[wWeE]|\br\b|[rR]\s", rest_text):
-            return "a sed w, W, e or r command writes, runs or reads a file"
-    return None
-
-
-def _awk_risk(rest: Sequence[str]) -> str | None:
-    for i, word in enumerate(rest):
-        if word in ("-f", "--file", "-i", "--include", "-l", "--load", "-E", "--exec", "-o", "--pretty-print",
-                    "-p", "--profile", "-d", "--dump-variables") or word.startswith(("--file=", "--load=",
-                                                                                      "--include=", "--exec=")):
-            return f"awk {word} loads or writes a file"
-        if word in ("-v", "-F") and i + 1 < len(rest):
-            continue
-        if not word.startswith("-") and any(t in word for t in ("system", "|", ">", "@load", "ENVIRON", "close(")):
-            return "the awk program runs commands or writes files (system(), |, >)"
-    return None
+def out_paths(value: str) -> list[str]:
+    """The paths an `!out` option's argument may name: itself, after `KEY=` (`-o cache_dir=D`) and
+    after `TYPE:` (`--cov-report=xml:F`)."""
+    out = [value] if value else []
+    if "=" in value:
+        out.append(value.split("=", 1)[1])
+    for text in list(out):
+        head, colon, tail = text.partition(":")
+        if colon and re.fullmatch(r"[A-Za-z0-9_-]+", head) and tail:
+            out.append(tail)
+    return [t for t in out if t]
 
 
 def risk(argv: Sequence[str]) -> str | None:
     """Why this command executes or writes through its own arguments (see the module doc), or None."""
-    scripts, argvs, opaque = embedded(argv)
-    if opaque is not None:
-        return opaque
-    if scripts or argvs:
-        return f"`{os.path.basename(argv[0])}` runs a script or command given in its arguments"
-    forms = unwrap(argv)
-    for index, form in enumerate(forms):
-        name, rest = os.path.basename(form[0]), form[1:]
-        later = forms[index + 1 :]
-        if name in WRAPPERS and later and os.path.basename(later[0][0]) != name:
-            return f"`{name}` runs another command"
-        if name == "env" and any(w.startswith(("-S", "--split-string")) for w in rest):
-            return "env -S re-splits its text into a command"
-        reason = _risk_one(name, rest)
-        if reason:
-            return reason
-    return None
-
-
-def _risk_one(name: str, rest: Sequence[str]) -> str | None:
-    if name in SHELLS:
-        return f"`{name}` runs a shell script"
-    if name in ("eval", "source", ".", "trap"):
-        return f"`{name}` runs text as commands"
-    if name in _NEVER_BUILTINS:
-        return f"`{name}` {_NEVER_BUILTINS[name] or 'changes the shell'}"
-    if name in _EVALUATING_BUILTINS:
-        if name == "printf" and any(w == "-v" or w.startswith("-v") for w in rest):
-            return "printf -v assigns a variable (its subscript can run commands)"
-        if name != "printf" and any(c in w for w in rest for c in "[$`"):
-            return f"`{name}` evaluates a variable name or subscript (which can run commands)"
-        if name in ("test", "[", "[[") and any(w in ("-v", "-R") for w in rest):
-            return f"`{name} -v` evaluates a subscript"
-    if name == "git":
-        return _git_risk(rest)
-    if name == "find":
-        for word in rest:
-            if word in ("-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"):
-                return f"find {word} runs commands, deletes or writes files"
-        return None
-    if name == "sed":
-        return _sed_risk(rest)
-    if name in _AWKS:
-        return _awk_risk(rest)
-    if name == "sort" and any(w.startswith(("-o", "--output", "--compress-program", "-T", "--temporary-directory"))
-                              for w in rest):
-        return "sort -o writes a file (--compress-program runs one)"
-    if name == "tar":
-        listing = bool(rest) and (rest[0].lstrip("-").startswith("t") or "--list" in rest
-                                  or (rest[0].startswith("-") and not rest[0].startswith("--") and "t" in rest[0]))
-        bad = any(w.startswith(("--to-command", "--use-compress-program", "-I", "--checkpoint-action", "-F",
-                                "--info-script", "--new-volume-script", "--rsh-command", "--rmt-command"))
-                  for w in rest)
-        if bad or not listing:
-            return "tar writes files or runs programs (only listing with -t is read-only)"
-    if name == "rsync":
-        return "rsync writes files (and -e runs a program)"
-    if name in ("less", "more", "most", "pg"):
-        if any(w.startswith(("-o", "-O", "--log-file", "--LOG-FILE", "+", "-k", "--lesskey")) for w in rest):
-            return f"{name} writes a log file or runs commands"
-        return None
-    if name == "man" and any(w.startswith(("-P", "--pager", "-H", "--html", "-l", "--local-file", "-t", "-T",
-                                           "-X", "-Z")) for w in rest):
-        return "man runs a pager or formatter of the command line's choosing"
-    if name in _EDITORS:
-        return f"{name} edits files and runs commands (:!, -c)"
-    if name in _INTERPRETER_CODE:
-        flags = _INTERPRETER_CODE[name]
-        letters = {f[1] for f in flags if len(f) == 2 and f[0] == "-"}
-        for word in rest:
-            if not flags or word in flags or (
-                word.startswith("-") and not word.startswith("--") and letters & set(word[1:])
-            ):
-                return f"{name} runs code given on its command line"
-    if name in ("tee", "dd", "truncate", "shred", "install", "ln", "cp", "mv", "rm", "rmdir", "mkdir", "touch",
-                "chmod", "chown", "chgrp", "patch"):
-        return None  # they change files by design: a rule that names them means it
-    if name == "curl" and any(w.startswith(("-o", "-O", "--output", "--remote-name", "-K", "--config", "-D",
-                                            "--dump-header", "-c", "--cookie-jar", "--trace", "--libcurl",
-                                            "--stderr", "-T", "--upload-file")) for w in rest):
-        return "curl writes or uploads a file through its options"
-    if name == "wget":
-        return "wget writes files"
-    if name == "ssh" and any("ProxyCommand" in w or "LocalCommand" in w or "PermitLocalCommand" in w
-                             or w.startswith("-F") for w in rest):
-        return "ssh -o ProxyCommand/LocalCommand runs a local command"
-    if name in ("rg", "ripgrep") and any(w.startswith(("--pre", "--hostname-bin")) for w in rest):
-        return "rg --pre runs a program on every file"
-    if name == "file" and any(w in ("-C", "--compile") for w in rest):
-        return "file -C writes a compiled magic file"
-    if name == "tree" and any(w.startswith(("-o", "--fromfile")) for w in rest):
-        return "tree -o writes a file"
-    if name == "uniq" and len([w for w in rest if not w.startswith("-")]) > 1:
-        return "uniq IN OUT writes its second argument"
-    if name in ("jq", "gojq", "yq") and any(re.search(r"\benv\b|\$ENV|input_filename|\$__prog", w) for w in rest):
-        return f"{name} reads the environment (which may hold secrets)"
-    if name == "date" and any(w.startswith(("-s", "--set")) for w in rest):
-        return "date -s sets the clock"
-    if name == "hostname" and [w for w in rest if not w.startswith("-")]:
-        return "hostname NAME sets the host name"
-    if name in ("make", "gmake") and any(w.startswith(("--eval", "-E", "-f", "--file", "--makefile", "-C",
-                                                       "--directory", "-I", "--include-dir")) or
-                                         (not w.startswith("-") and "=" in w) for w in rest):
-        return "make VAR=value, -f, -C or --eval changes what the recipes run"
-    if name == "cargo" and any(w.startswith(("--config", "-Z", "--manifest-path")) for w in rest):
-        return "cargo --config can set a runner (a program cargo runs)"
-    if name == "go" and any(w.startswith(("-exec", "--exec", "-toolexec", "--toolexec", "-modfile", "-overlay"))
-                            for w in rest):
-        return "go -exec/-toolexec runs a program of the command line's choosing"
-    if name in ("npm", "pnpm", "yarn", "npx", "bun") and any(
-        w.startswith(("--script-shell", "--node-options", "--userconfig", "--globalconfig", "--prefix", "-C",
-                      "--dir", "--call", "-c", "--shell")) for w in rest
-    ):
-        return f"{name} runs a shell, node options or a config of the command line's choosing"
-    return None
-
-
-# -- read-only allowance ------------------------------------------------------------------------
-
-_READ_ONLY = frozenset({
-    "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "find", "pwd", "which", "stat", "du",
-    "df", "file", "echo", "true", "false", "printf", "basename", "dirname", "realpath", "readlink", "uname",
-    "whoami", "id", "date", "cut", "tr", "nl", "sort", "uniq", "diff", "cmp", "comm", "md5sum", "sha1sum",
-    "sha256sum", "sha512sum", "cksum", "tree", "type", "jq", "test", "[", "seq", "column", "fold", "expand",
-    "unexpand", "rev", "tac", "od", "hexdump", "xxd", "strings", "hostname", "nproc", "arch",
-    "groups", "locale", "tty", "sleep", "yes", "less", "more",
-})
-_NO_ARGS_ONLY = frozenset({"xxd"})  # xxd IN OUT writes OUT: only with one file
+    return analyze(argv).risk
 
 
 def read_only(argv: Sequence[str]) -> bool:
     """True when the command only reads (see the module doc); the caller checks paths and redirects."""
+    return not argv or analyze(argv).unsafe is None
+
+
+def analyze(argv: Sequence[str]) -> Analysis:
+    """The analysis of one command's words (after quote removal); see the module doc."""
+    return _analyze(tuple(argv))
+
+
+@lru_cache(maxsize=512)
+def _analyze(argv: tuple[str, ...]) -> Analysis:
     if not argv:
-        return True
-    name = argv[0]
-    if "/" in name:
-        return False  # ./ls or /tmp/ls: not the system's ls
-    rest = argv[1:]
-    if risk(argv) is not None:
-        return False
-    if name == "git":
-        i = 0
-        while i < len(rest) and rest[i].startswith("-"):
-            if rest[i] not in ("--no-pager", "--no-optional-locks", "--literal-pathspecs", "--no-replace-objects"):
-                return False
-            i += 1
-        if i >= len(rest):
-            return False
-        sub, args = rest[i], rest[i + 1 :]
-        if sub == "branch":
-            return not any(_GIT_BRANCH_WRITE.match(w) for w in args) and all(
-                w.startswith("-") for w in args
-            )  # `git branch NAME` creates one
-        if sub in ("tag", "remote", "stash"):
-            listing = {"tag": ("-l", "--list"), "remote": ("-v", "get-url"), "stash": ("list", "show")}[sub]
-            return (not args and sub != "stash") or (bool(args) and args[0] in listing)  # bare `git stash` stashes
-        return sub in _GIT_READ_ONLY
-    if name in _NO_ARGS_ONLY:
-        return len([w for w in rest if not w.startswith("-")]) <= 1 and "-r" not in rest
-    if name == "sort":
-        return True  # -o is caught by risk
-    if name == "tail" and any(w.startswith("--follow") or (w.startswith("-") and not w.startswith("--")
-                                                            and ("f" in w or "F" in w)) for w in rest):
-        return False  # never ends
-    if name in ("sleep", "yes"):
-        return False
-    return name in _READ_ONLY
+        return Analysis()
+    scripts, argvs, opaque = embedded(argv)
+    why = opaque or (f"`{os.path.basename(argv[0])}` runs a script or command given in its arguments"
+                     if scripts or argvs else None)
+    forms = unwrap(argv)
+    first = _one(os.path.basename(argv[0]), argv[1:])
+    written, values = list(first.written), list(first.values)
+    for index, form in enumerate(forms):
+        name = os.path.basename(form[0])
+        later = forms[index + 1 :]
+        if why is None and name in WRAPPERS and later and os.path.basename(later[0][0]) != name:
+            why = f"`{name}` runs another command"
+        if index == 0:
+            continue
+        inner = _one(name, form[1:])
+        why = why or inner.risk
+        written += inner.written  # `python -m pytest --basetemp=D`: pytest's own options
+        values += inner.values
+    unsafe = first.unsafe
+    if "/" in argv[0]:
+        unsafe = f"`{argv[0]}` is not the system's {os.path.basename(argv[0])}"
+    why = why or first.risk
+    return Analysis(why, unsafe or why, tuple(written), tuple(values), first.searches, first.known)
+
+
+@dataclass
+class _Result:
+    risk: str | None = None
+    unsafe: str | None = None
+    written: list[str] = field(default_factory=list)
+    values: tuple[str, ...] = ()
+    searches: tuple[str, ...] | None = None
+
+
+def _one(name: str, rest: Sequence[str]) -> Analysis:
+    """One program's words, without wrappers (see `analyze`)."""
+    spec = spec_for(name)
+    if spec is None:
+        return Analysis(None, f"`{name}` is not a program the read-only allowance knows")
+    parsed = parse_args(spec, rest)
+    out = _Result()
+    level: Parsed | None = parsed
+    label = name
+    while level is not None:
+        _judge_level(label, level, rest, out)
+        for found in level.found:
+            for option in found.candidates or (found.option,):
+                _judge_effect(label, option.effect, found.spelled, option.why, found.value, out)
+        label = f"{label} {level.subcommand}"
+        level = level.sub
+    if out.searches is not None or name in _ALWAYS_SEARCHES:
+        out.searches = _search_operands(name, parsed)
+    return Analysis(out.risk, out.unsafe or out.risk, tuple(out.written), out.values, out.searches, True)
+
+
+def _judge_level(name: str, level: Parsed, rest: Sequence[str], out: _Result) -> None:
+    """The verdicts of one level of a parse (a program, then its subcommand)."""
+    spec = level.spec
+    if spec.always:
+        out.risk = out.risk or spec.always
+    if spec.unsafe:
+        out.unsafe = out.unsafe or f"`{name}` {spec.unsafe}"
+    if spec.strict and level.unknown:
+        out.unsafe = out.unsafe or f"`{name} {level.unknown[0]}`: an option the read-only table does not list"
+    if (spec.subcommands or spec.other is not None) and level.sub is None:
+        out.unsafe = out.unsafe or f"`{name}` without a known read-only subcommand"
+    if level.sub is None and not spec.read_only:
+        out.unsafe = out.unsafe or f"`{name}` is not read-only"
+    if spec.max_operands >= 0 and len(level.operands) > spec.max_operands:
+        out.unsafe = out.unsafe or f"`{name}` with {len(level.operands)} operands writes or changes something"
+    out.values += tuple(f.value for f in level.found if f.value)
+    check = CHECKS.get(spec.check)
+    if check is not None:
+        verdict = check(level, rest)
+        if verdict is not None:
+            kind, why = verdict
+            if kind == "exec":
+                out.risk = out.risk or why
+            else:
+                out.unsafe = out.unsafe or why
+
+
+def _judge_effect(name: str, effect: str, spelled: str, why: str, value: str | None, out: _Result) -> None:
+    if effect in ("exec", "write"):
+        out.risk = out.risk or f"`{name} {spelled}` {why or 'runs or writes something of the command line choosing'}"
+    elif effect == "out":
+        out.written.append(value or "")
+        out.unsafe = out.unsafe or f"`{name} {spelled}` writes files"
+    elif effect == "unsafe":
+        out.unsafe = out.unsafe or f"`{name} {spelled}` {why or 'is not read-only'}"
+    elif effect == "search":
+        out.searches = ()
+
+
+_ALWAYS_SEARCHES = frozenset({"rg", "ag", "ack"})
+_PATTERN_FIRST = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "grep-git"})
+
+
+def _search_operands(name: str, parsed: Parsed) -> tuple[str, ...]:
+    """The operands naming the trees a search reads (its pattern, when first, left out)."""
+    level = parsed.innermost()
+    operands = list(level.operands)
+    patterned = name in _PATTERN_FIRST or level.spec.name == "grep"
+    if patterned and operands and not level.has("-e", "--regexp", "-f", "--file", "--files"):
+        operands = operands[1:]
+    return tuple(operands)
+
+
+# -- content checks: what options cannot say ------------------------------------------------------
+
+Verdict = tuple[str, str] | None
+"""("exec", why): risky; ("unsafe", why): not read-only; None: nothing found."""
+
+_SED_S = re.compile(r"s(.)(?:\\.|(?!\1).)*\1(?:\\.|(?!\1).)*\1([gpiImMe0-9w]*)")
+_SED_Y = re.compile(r"y(.)(?:\\.|(?!\1).)*\1(?:\\.|(?!\1).)*\1")
+_JQ_ENV = re.compile(r"\benv\b|\$ENV|\$__prog|\bstrenv\b|\bload(_str)?\b|\bfilename\b")
+_FIND_RISKY = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
+
+
+def _check_sed(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    scripts = parsed.values("-e", "--expression") or parsed.operands[:1]
+    for script in scripts:
+        for m in _SED_S.finditer(script):
+            if "e" in m.group(2) or "w" in m.group(2):
+                return "exec", "a sed s///e or s///w command runs a command or writes a file"
+        text = _SED_Y.sub("", _SED_S.sub("", script))
+        text = re.sub(r"/(?:\\.|[^/\\])*/", "", text)  # addresses
+        if re.search(r"[wWeE]|\br\b|[rR]\s", text):
+            return "exec", "a sed w, W, e or r command writes, runs or reads a file"
+    return None
+
+
+def _check_awk(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    programs = parsed.values("-e", "--source") or parsed.operands[:1]
+    for program in programs:
+        if any(t in program for t in ("system", "|", ">", "@load", "@include", "ENVIRON", "close(", "getline")):
+            return "exec", "the awk program runs commands, reads the environment or writes files (system(), |, >)"
+    return None
+
+
+def _check_jq(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    if parsed.has("-f", "--from-file"):
+        return None  # the option's own effect says it
+    program = parsed.operands[:1]
+    if program and _JQ_ENV.search(program[0]):
+        return "exec", "the jq program reads the environment (which may hold secrets)"
+    return None
+
+
+def _check_find(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    for word in rest:
+        if word in _FIND_RISKY:
+            return "exec", f"find {word} runs commands, deletes or writes files"
+    return None
+
+
+def _check_tar(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    old_style = rest[0] if rest and not rest[0].startswith("-") else ""
+    if old_style and any(c in old_style for c in "IF"):
+        return "exec", "tar I or F runs a program"
+    if parsed.has("-t", "--list") or "t" in old_style:
+        return None
+    return "exec", "tar writes files or runs programs (only listing with -t is read-only)"
+
+
+def _check_make(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    if any("=" in w for w in parsed.operands):
+        return "exec", "make VAR=value changes what the recipes run"
+    return None
+
+
+def _check_ssh(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    if any(re.search(r"(?i)proxycommand|localcommand|permitlocalcommand|knownhostscommand|match\s+exec", v)
+           for v in parsed.values("-o")):
+        return "exec", "ssh -o ProxyCommand/LocalCommand runs a local command"
+    return None
+
+
+def _check_pytest(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    if any(v.strip().startswith("addopts") for v in parsed.values("-o", "--override-ini")):
+        return "exec", "pytest -o addopts=... adds options nobody checked"
+    return None
+
+
+def _check_builtin(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    if any(c in w for w in rest for c in "[$`"):
+        return "exec", "the builtin evaluates a variable name or subscript (which can run commands)"
+    return "unsafe", "a shell builtin that changes the shell"
+
+
+def _check_test(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    if any(w in ("-v", "-R") for w in rest):
+        return "exec", "`test -v` evaluates a subscript"
+    if any(c in w for w in rest for c in "[$`"):
+        return "exec", "`test` evaluates a variable name or subscript (which can run commands)"
+    return None
+
+
+def _check_second_written(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    if len(parsed.operands) > 1:
+        return "exec", f"`{parsed.spec.name} IN OUT` writes its second operand"
+    return None
+
+
+def _listing(flags: tuple[str, ...], subcommands: tuple[str, ...] = ()) -> Callable[[Parsed, Sequence[str]], Verdict]:
+    """A git subcommand that lists with no operands, with one of `flags`, or with one of `subcommands` first."""
+
+    def check(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+        ops = parsed.operands
+        if not ops or parsed.has(*flags) or ops[0] in subcommands:
+            return None
+        return "unsafe", f"`git {parsed.spec.name} {ops[0]}` changes the repository"
+
+    return check
+
+
+def _check_stash(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    ops = parsed.operands
+    if ops and ops[0] in ("list", "show"):
+        return None
+    return "unsafe", "`git stash` without `list` or `show` changes the repository"
+
+
+def _check_reflog(parsed: Parsed, rest: Sequence[str]) -> Verdict:
+    ops = parsed.operands
+    if ops and ops[0] in ("expire", "delete", "write", "drop"):
+        return "unsafe", f"`git reflog {ops[0]}` changes the repository"
+    return None
+
+
+CHECKS: dict[str, Callable[[Parsed, Sequence[str]], Verdict]] = {
+    "sed": _check_sed, "awk": _check_awk, "jq": _check_jq, "find": _check_find, "tar": _check_tar,
+    "make": _check_make, "ssh": _check_ssh, "pytest": _check_pytest, "builtin-eval": _check_builtin,
+    "test": _check_test, "git-branch": _listing(("-l", "--list")), "git-tag": _listing(("-l", "--list")),
+    "git-remote": _listing((), ("get-url",)), "second-operand-written": _check_second_written,
+                            "git-stash": _check_stash, "git-reflog": _check_reflog,
+}
+"""Content checks by name (`Spec.check`)."""

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Literal
+
+from kimicode.permissions.shellwords import Redirect, SimpleCommand, Word
 
 __all__ = ["MAX_DEPTH", "Redirect", "ShellParseError", "SimpleCommand", "Word", "parse"]
 
@@ -39,109 +39,6 @@ each against every rule would take too long."""
 
 class ShellParseError(ValueError):
     """The command line uses syntax this parser does not accept (or is not valid bash)."""
-
-
-@dataclass(frozen=True)
-class Word:
-    """One word of a command: `text` is its value after quote removal, with expansions kept as written."""
-
-    text: str
-    raw: str
-    """The word exactly as it appears in the command line."""
-    dynamic: bool = False
-    """True when bash would expand it ($VAR, $(...), globs, braces, $'...'): its value is not `text`."""
-    tilde: bool = False
-    """True when it starts with an unquoted `~` (bash replaces it with a home directory)."""
-
-    @property
-    def static(self) -> bool:
-        """True when bash would pass `text` unchanged: no expansion at all, `~`/`~/...` excepted (the
-        caller expands those), and no text that bash may evaluate later as code when it is used as a
-        variable name, array subscript or arithmetic (`printf -v 'a[$(cmd)]'`, `read`, `test -v`)."""
-        if self.dynamic:
-            return False
-        if self.tilde and not (self.text == "~" or self.text.startswith("~/")):
-            return False  # ~user/...: another user's home
-        return not _CODE_IN_TEXT.search(self.text)
-
-
-RedirectKind = Literal["write", "read", "dup", "heredoc", "herestring"]
-
-_WRITE_OPS = frozenset({">", ">>", ">|", "&>", "&>>", "<>"})
-
-
-@dataclass(frozen=True)
-class Redirect:
-    """A redirection: `op` as written (`>`, `>>`, `2>`'s `>` with fd "2", `<`, `<<`, `>&`, ...)."""
-
-    op: str
-    target: Word
-    fd: str = ""
-
-    @property
-    def kind(self) -> RedirectKind:
-        """`write` (a file is created or changed), `read`, `dup` (`2>&1`, `>&-`), or a here-document/string."""
-        if self.op in ("<<", "<<-"):
-            return "heredoc"
-        if self.op == "<<<":
-            return "herestring"
-        if self.op in (">&", "<&"):
-            if re.fullmatch(r"[0-9]+-?|-", self.target.text) and not self.target.dynamic:
-                return "dup"
-            return "write" if self.op == ">&" else "read"
-        if self.op in _WRITE_OPS:
-            return "write"
-        return "read"
-
-
-_CODE_IN_TEXT = re.compile(r"\$[({]|`|[\x00-\x08\x0b-\x1f\x7f]")
-"""Text that bash runs when it evaluates a word as a name or number, and control characters."""
-
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
-
-
-@dataclass(frozen=True)
-class SimpleCommand:
-    """One simple command: its words (leading `NAME=value` assignments included) and redirections."""
-
-    words: tuple[Word, ...]
-    redirects: tuple[Redirect, ...] = ()
-
-    @property
-    def assignments(self) -> tuple[Word, ...]:
-        """The leading `NAME=value` words."""
-        out: list[Word] = []
-        for word in self.words:
-            if not _ASSIGNMENT.match(word.raw):
-                break
-            out.append(word)
-        return tuple(out)
-
-    @property
-    def argv(self) -> tuple[Word, ...]:
-        """The words after the assignments: the command name and its arguments."""
-        return self.words[len(self.assignments) :]
-
-    @property
-    def name(self) -> Word | None:
-        """The command name, or None for a command made only of assignments and redirections."""
-        argv = self.argv
-        return argv[0] if argv else None
-
-    @cached_property
-    def text(self) -> str:
-        """The words joined by single spaces (what a rule pattern is matched against).
-
-        A word holding whitespace is shown in single quotes, so `'git status'` (one word: a program
-        with a space in its name) never reads as `git status`.
-        """
-        return " ".join(_show(w.text) for w in self.words)
-
-
-def _show(text: str) -> str:
-    if text and not any(c.isspace() for c in text):
-        return text
-    return "'" + text.replace("'", "'\\''") + "'"
 
 
 _METACHARS = frozenset(" \t\n;&|<>()")
@@ -187,6 +84,15 @@ def parse(command: str) -> list[SimpleCommand]:
     except RecursionError:  # a safety net: MAX_DEPTH is reached long before Python's limit
         raise ShellParseError("the command nests too deeply to be checked") from None
     return parser.commands
+
+
+@dataclass
+class _ListState:
+    """Where a list's parse is: just after `)`, `}`, `fi`, `done` (only redirections or operators may
+    follow), or just after the `time` keyword (which takes -p)."""
+
+    after_compound: bool = False
+    after_time: bool = False
 
 
 class _Parser:
@@ -245,19 +151,17 @@ class _Parser:
             raise self._error(f"the command nests more than {MAX_DEPTH} levels deep")
         words: list[Word] = []
         redirects: list[Redirect] = []
-        after_compound = False  # just after `)`, `}`, `fi`, `done`: only redirections or operators may follow
-        after_time = False  # just after the `time` keyword, which takes -p
+        state = _ListState()
         count = self.word_count
 
         def flush() -> None:
-            nonlocal after_compound, after_time
             if words or redirects:
                 if len(self.commands) >= MAX_COMMANDS:
                     raise self._error(f"the line holds more than {MAX_COMMANDS} commands")
                 self.commands.append(SimpleCommand(tuple(words), tuple(redirects)))
             words.clear()
             redirects.clear()
-            after_compound = after_time = False
+            state.after_compound = state.after_time = False
 
         while True:
             self._skip_blanks()
@@ -284,47 +188,60 @@ class _Parser:
                 self.i += 1
                 return
             if c in ";&|" and not self._startswith("&>"):
-                two = self.s[self.i : self.i + 2]
-                if two in (";;", ";&"):
-                    raise self._error("case clauses are not supported")
-                self.i += 2 if two in ("&&", "||", "|&") else 1
+                self._operator()
                 flush()
                 continue
             if c == "(":
-                if words or after_compound:
-                    raise self._error("'(' after a word (function definitions and arrays are not supported)")
-                if self._peek(1) == "(":
-                    raise self._error("arithmetic commands '((' are not supported")
-                self.i += 1
-                self.parse_list(")")
-                after_compound = True
+                self._subshell(bool(words) or state.after_compound)
+                state.after_compound = True
                 continue
             redirect = self._redirect()
             if redirect is not None:
                 redirects.append(redirect)
                 continue
             word = self._word()
-            if after_compound:
+            if state.after_compound:
                 raise self._error(f"unexpected word {word.raw!r} after a compound command")
-            if not words and not redirects:  # reserved words count only unquoted, in command position
-                if word.raw in _UNSUPPORTED_KEYWORDS:
-                    raise self._error(f"'{word.raw}' is not supported")
-                if word.raw in _PREFIX_KEYWORDS:
-                    after_time = word.raw == "time"
-                    continue
-                if after_time and word.raw in ("-p", "--"):  # `time -p CMD`: the options of the keyword
-                    continue
-                if word.raw in _END_KEYWORDS:
-                    after_compound = True
-                    continue
-                if word.raw == "for":
-                    self._for_header()
-                    continue
-            after_time = False
+            if not words and not redirects and self._keyword(word, state):
+                continue
+            state.after_time = False
             count[0] += 1
             if count[0] > MAX_WORDS:
                 raise self._error(f"the line holds more than {MAX_WORDS} words")
             words.append(word)
+
+    def _operator(self) -> None:
+        """Step over `;`, `&`, `|`, `&&`, `||` or `|&` (case clauses' `;;` and `;&` are refused)."""
+        two = self.s[self.i : self.i + 2]
+        if two in (";;", ";&"):
+            raise self._error("case clauses are not supported")
+        self.i += 2 if two in ("&&", "||", "|&") else 1
+
+    def _subshell(self, after_word: bool) -> None:
+        """A `( ... )` subshell in command position (not a function definition or arithmetic)."""
+        if after_word:
+            raise self._error("'(' after a word (function definitions and arrays are not supported)")
+        if self._peek(1) == "(":
+            raise self._error("arithmetic commands '((' are not supported")
+        self.i += 1
+        self.parse_list(")")
+
+    def _keyword(self, word: Word, state: _ListState) -> bool:
+        """Reserved words in command position (they count only unquoted): True when `word` was one."""
+        if word.raw in _UNSUPPORTED_KEYWORDS:
+            raise self._error(f"'{word.raw}' is not supported")
+        if word.raw in _PREFIX_KEYWORDS:
+            state.after_time = word.raw == "time"
+            return True
+        if state.after_time and word.raw in ("-p", "--"):  # `time -p CMD`: the options of the keyword
+            return True
+        if word.raw in _END_KEYWORDS:
+            state.after_compound = True
+            return True
+        if word.raw == "for":
+            self._for_header()
+            return True
+        return False
 
     def _for_header(self) -> None:
         """After `for`: the variable name, then optionally `in WORDS`, up to `;` or a newline."""

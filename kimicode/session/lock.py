@@ -6,14 +6,19 @@ that writes a session holds a POSIX record lock (`lockf`, `F_SETLK`) on `<id>.lo
 message saying who holds it and that `--fork` continues a copy. The kernel drops the lock when its
 holder dies, so a lock left by a killed process is simply taken over: there is nothing stale to clean
 up by hand. The lock is per process (a library opening one session twice in one process is its own
-business, as with any file).
+business as far as the kernel goes: the lock records which sessions this process holds, so a second
+agent of the same process opening a held session is refused the same way).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from pathlib import Path
+
+from kimicode.errors import SessionError
+from kimicode.safeio import private_dirs
 
 __all__ = ["SessionBusyError", "SessionLock"]
 
@@ -23,16 +28,23 @@ except ImportError:  # Windows: no advisory locks here; sessions are not locked
     fcntl = None  # type: ignore[assignment]
 
 
-class SessionBusyError(ValueError):
-    """The session is being written by another process."""
+_held: set[str] = set()
+"""The lock files this process holds (real paths)."""
+_held_lock = threading.Lock()
+
+
+class SessionBusyError(SessionError):
+    """The session is being written by another process, or by another agent of this one."""
 
 
 class SessionLock:
     """The held lock of one session; `release()` (or process exit) frees it."""
 
-    def __init__(self, path: Path, fd: int | None) -> None:
+    def __init__(self, path: Path, fd: int | None, key: str | None = None) -> None:
         self.path = path
         self._fd = fd
+        self._key = key
+        """The real path recorded in this process's set of held locks."""
 
     @classmethod
     def acquire(cls, directory: Path, session_id: str) -> SessionLock:
@@ -43,7 +55,26 @@ class SessionLock:
         path = directory / f"{session_id}.lock"
         if fcntl is None:
             return cls(path, None)
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dirs(directory)
+        key = os.path.realpath(path)
+        with _held_lock:  # a POSIX lock is per process: a second agent here would get it again
+            if key in _held:
+                raise SessionBusyError(
+                    f"session {session_id} is in use by another agent in this process: two writers would mix "
+                    "their conversations. Close the other one (aclose()), or continue a copy with "
+                    "Agent.resume(..., fork=True)"
+                )
+            _held.add(key)
+        try:
+            return cls._take(path, key, session_id)
+        except BaseException:
+            with _held_lock:
+                _held.discard(key)
+            raise
+
+    @classmethod
+    def _take(cls, path: Path, key: str, session_id: str) -> SessionLock:
+        assert fcntl is not None
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -61,7 +92,7 @@ class SessionLock:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        return cls(path, fd)
+        return cls(path, fd, key)
 
     @property
     def held(self) -> bool:
@@ -73,6 +104,14 @@ class SessionLock:
             fd, self._fd = self._fd, None
             with contextlib.suppress(OSError):
                 os.close(fd)  # closing the descriptor drops the lock
+        if self._key is not None:
+            with _held_lock:
+                _held.discard(self._key)
+            self._key = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit the module may be half torn down
+            self.release()  # an agent dropped without aclose() must not keep its session locked
 
 
 def _read_holder(fd: int) -> int | None:

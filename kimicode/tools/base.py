@@ -12,12 +12,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from kimicode.errors import ToolError as ToolError  # raised by a tool to report a failure to the model
 
 if TYPE_CHECKING:
     from kimicode.config.redact import Masker
+    from kimicode.tools.shell import ShellOutcome
 
 CURRENT_CALL_ID: ContextVar[str] = ContextVar("kimicode_current_call_id", default="")
 """The id of the tool call being executed (set by the agent around each tool; the task tool reads it
@@ -46,6 +47,33 @@ class FileStamp:
     size: int
 
 
+class FileAccess(Protocol):
+    """Where the file tools read and write text files instead of the disk: an editor's buffers (the ACP
+    face's `fs/read_text_file` and `fs/write_text_file`), so unsaved changes are seen and edits land in them.
+
+    Called from the worker threads the file tools run in (never on the event loop). Permission checks,
+    path resolution and the freshness stamps still work on the disk; only the bytes go through here.
+    Raise OSError (with a strerror) when the editor refuses."""
+
+    def read_text(self, path: Path) -> str:
+        """The file's text as the editor has it (its unsaved buffer when one is open)."""
+        ...
+
+    def write_text(self, path: Path, text: str) -> None:
+        """Replace (or create) the file with `text` through the editor."""
+        ...
+
+
+class CommandRunner(Protocol):
+    """Where the bash tool runs commands instead of its own shell: an editor's terminals (ACP `terminal/*`),
+    so the user watches them run. The permission engine decides first, as for local commands; the OS
+    sandbox does not apply there (the agent's policy is told so)."""
+
+    async def run(self, command: str, *, cwd: str, env: Mapping[str, str], timeout: float) -> ShellOutcome:
+        """Run `command` with bash; on timeout kill it and say so (`timed_out`); cancelled: kill it and raise."""
+        ...
+
+
 @dataclass
 class ToolContext:
     """Everything a tool may use besides its arguments."""
@@ -60,6 +88,13 @@ class ToolContext:
     approved: bool = False
     """The user approved this very call at a prompt (set on a per-call copy by the agent): under
     `--sandbox auto` such a command runs outside the sandbox, as the user saw and approved it."""
+    sandbox_profile: Literal["read-only", "workspace-write"] = "workspace-write"
+    """Which sandbox an allowed bash call runs in (set per call by the agent from the permission
+    decision: `read-only` when only the read-only allowance admitted it)."""
+    files: FileAccess | None = None
+    """Text files are read and written through this (an editor over ACP) instead of the disk; None: the disk."""
+    commands: CommandRunner | None = None
+    """bash runs its commands through this (an editor's terminals over ACP); None: a local shell."""
     cancelled: threading.Event = field(default_factory=threading.Event)
     """Set when this call is cancelled or times out. Each call gets its own context (sharing the
     workspace, file stamps and environment) and so its own flag: a sync tool runs in a thread that
@@ -70,10 +105,13 @@ class ToolContext:
         """Resolve a user/model-supplied path against the workspace, following `..` and symlinks, with
         the one resolver of the permission engine (`kimicode.permissions.pathresolve`): an alias that cannot
         be resolved (`/dev/fd/3/..`, `/proc/self/root/...`) comes back as written, and the policy
-        treats it as sensitive."""
+        treats it as sensitive. A path no file can have (a NUL byte, unencodable text) raises ToolError."""
         from kimicode.permissions.pathresolve import resolve
 
-        return resolve(path, self.workspace).path
+        resolved = resolve(path, self.workspace)
+        if resolved.invalid:  # a NUL byte or an unencodable name: a clean error for the model
+            raise ToolError(resolved.problem or "invalid path")
+        return resolved.path
 
     def is_inside(self, path: Path) -> bool:
         """True when the resolved `path` lies inside the (resolved) workspace."""

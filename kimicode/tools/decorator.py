@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
@@ -14,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Union, get_args, get_origin, overload
 
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolKind, ToolResult
+from kimicode.tools.workers import run_blocking
 
 if TYPE_CHECKING:
     import pydantic
@@ -72,6 +72,8 @@ def _tidy(schema: dict[str, Any]) -> dict[str, Any]:
             if key == "additionalProperties" and value is True:
                 continue
             out[key] = {k: walk(v) for k, v in value.items()} if key in ("properties", "$defs") else walk(value)
+        if "properties" in node and "additionalProperties" not in node:
+            out["additionalProperties"] = False  # a model that ignores extra keys: refuse them, not drop them
         options = out.get("anyOf")
         if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
             other = options[0] if options[1] == {"type": "null"} else options[1]
@@ -157,17 +159,32 @@ def _describe(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
 
 
 def _to_text(out: Any) -> ToolResult | str:
-    """What the model sees of a return value: strings as they are, JSON for data, `(no output)` for None."""
+    """What the model sees of a return value: strings as they are, bytes decoded (UTF-8, bad bytes
+    replaced), JSON for data (sets as lists), `(no output)` for None."""
     if isinstance(out, ToolResult | str):
         return out
     if out is None:
         return "(no output)"
-    if isinstance(out, dict | list | tuple | int | float | bool):
+    if isinstance(out, bytes | bytearray | memoryview):
+        return bytes(out).decode("utf-8", errors="replace")
+    if isinstance(out, dict | list | tuple | set | frozenset | int | float | bool):
         try:
-            return json.dumps(out, ensure_ascii=False, default=str)
+            return json.dumps(out, ensure_ascii=False, default=_json_default)
         except (TypeError, ValueError):
             return str(out)
     return str(out)
+
+
+def _json_default(value: Any) -> Any:
+    """JSON for what `json` cannot write: sets as (sorted, when they can be) lists, bytes as text."""
+    if isinstance(value, set | frozenset):
+        try:
+            return sorted(value)
+        except TypeError:
+            return list(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
 
 
 def _hinted(func: Callable[..., Any]) -> Any:
@@ -278,7 +295,7 @@ def tool(
             if is_async:
                 out = await func(**kwargs)
             else:
-                out = await asyncio.to_thread(func, **kwargs)
+                out = await run_blocking(func, **kwargs)  # kimicode's own threads (tools/workers.py)
             return _to_text(out)
 
         return Tool(

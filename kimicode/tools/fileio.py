@@ -189,6 +189,27 @@ def _atomic_write_at(dfd: int, path: Path, data: bytes, original: os.stat_result
         raise
 
 
+def read_bytes(ctx: ToolContext, path: Path) -> bytes:
+    """A file's bytes: through `ctx.files` (an editor's buffer) when set, else from the disk."""
+    if ctx.files is not None:
+        return ctx.files.read_text(path).encode("utf-8", errors="surrogateescape")
+    return path.read_bytes()
+
+
+def write_bytes(ctx: ToolContext, path: Path, data: bytes, original: os.stat_result | None) -> None:
+    """Replace `path` with `data`: through `ctx.files` (an editor) when set and `data` is UTF-8 text, else
+    atomically on the disk (`_atomic_write`). Bytes that are not UTF-8 cannot travel as an editor's text."""
+    if ctx.files is not None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            ctx.files.write_text(path, text)
+            return
+    _atomic_write(path, data, original)
+
+
 def _display_text(data: bytes) -> list[str]:
     """Lines of `data` for a diff shown to a user: undecodable bytes become U+FFFD."""
     return data.decode("utf-8", errors="replace").splitlines(keepends=True)

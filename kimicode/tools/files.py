@@ -22,7 +22,6 @@ from kimicode.tools.fileio import (
     _LINE_NUMBER_PREFIX,
     MAX_DIFF_BYTES,
     MAX_EDIT_BYTES,
-    _atomic_write,
     _check_fresh,
     _check_regular,
     _count_lines,
@@ -32,6 +31,8 @@ from kimicode.tools.fileio import (
     _shown,
     _stat_or_none,
     _unified_diff,
+    read_bytes,
+    write_bytes,
 )
 from kimicode.tools.readfile import READ_FILE
 
@@ -57,7 +58,7 @@ def _plan_write(
     old: bytes | None = b""  # None: an existing file too large to diff
     if st is not None and st.st_size <= MAX_DIFF_BYTES:
         try:
-            old = path.read_bytes()
+            old = read_bytes(ctx, path)
         except OSError as exc:
             raise _os_error("read", shown, exc) from None
     elif st is not None:
@@ -71,7 +72,7 @@ def _write_sync(ctx: ToolContext, path: Path, shown: str, content: str) -> ToolR
     try:
         if st is None:
             path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, data, st)
+        write_bytes(ctx, path, data, st)
     except (FileExistsError, NotADirectoryError):
         raise ToolError(f"cannot write {shown}: a parent of it is a file, not a directory") from None
     except OSError as exc:
@@ -181,7 +182,7 @@ def _plan_edit(ctx: ToolContext, path: Path, shown: str, old: str, new: str, rep
             "change it with bash (e.g. sed) instead"
         )
     try:
-        data = path.read_bytes()
+        data = read_bytes(ctx, path)
     except FileNotFoundError:
         raise ToolError(f"{shown} was deleted while editing it") from None
     except OSError as exc:
@@ -254,7 +255,7 @@ def _edit_sync(ctx: ToolContext, path: Path, shown: str, old: str, new: str, rep
     try:
         if not path.exists():
             raise ToolError(f"{shown} was deleted while editing it")
-        _atomic_write(path, out, st)
+        write_bytes(ctx, path, out, st)
     except OSError as exc:
         raise _os_error("write", shown, exc) from None
     ctx.remember(path)
@@ -317,7 +318,7 @@ def _create_via_edit(
         raise ToolError("new_string contains characters that cannot be encoded as UTF-8") from None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, data, original)
+        write_bytes(ctx, path, data, original)
     except (FileExistsError, NotADirectoryError):
         raise ToolError(f"cannot create {shown}: a parent of it is a file, not a directory") from None
     except OSError as exc:

@@ -39,6 +39,8 @@ from kimicode.tools.fileio import (
     _shown,
     _stat_or_none,
     _unified_diff,
+    read_bytes,
+    write_bytes,
 )
 
 __all__ = ["APPLY_PATCH", "PatchError", "apply_patch_text", "parse_patch", "patch_paths"]
@@ -363,7 +365,7 @@ def _plan(ctx: ToolContext, ops: list[FileOp]) -> list[_Change]:
         if st.st_size > MAX_EDIT_BYTES:
             raise PatchError(f"{shown} is too large for apply_patch ({st.st_size} bytes, limit {MAX_EDIT_BYTES})")
         try:
-            data = path.read_bytes()
+            data = read_bytes(ctx, path)
         except OSError as exc:
             raise _os_error("read", shown, exc) from None
         if op.kind == "delete":
@@ -393,7 +395,7 @@ def _commit(ctx: ToolContext, changes: list[_Change]) -> None:
                 assert ch.new is not None
                 ch.path.parent.mkdir(parents=True, exist_ok=True)
                 undo.append((ch.path, None, None))
-                _atomic_write(ch.path, ch.new, None)
+                write_bytes(ctx, ch.path, ch.new, None)
             elif ch.kind == "delete":
                 undo.append((ch.path, ch.old, ch.stat))
                 ch.path.unlink()
@@ -407,14 +409,14 @@ def _commit(ctx: ToolContext, changes: list[_Change]) -> None:
                     ch.path.unlink()
                 else:
                     undo.append((ch.path, ch.old, ch.stat))
-                    _atomic_write(ch.path, ch.new, ch.stat)
+                    write_bytes(ctx, ch.path, ch.new, ch.stat)
     except (OSError, PatchError) as exc:
         for path, data, st in reversed(undo):
             try:
                 if data is None:
                     path.unlink(missing_ok=True)
                 else:
-                    _atomic_write(path, data, st if path.exists() else None)
+                    write_bytes(ctx, path, data, st if path.exists() else None)
                     if st is not None:
                         os.chmod(path, st.st_mode & 0o7777)
             except OSError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import io
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from kimicode.prompts import load_prompt
-from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+from kimicode.tools.base import FileAccess, Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.fileio import (
     _IMAGE_KINDS,
     _KEEP_BYTES,
@@ -156,8 +157,9 @@ def _sniff_binary(sample: bytes, whole: bool, shown: str, size: int) -> None:
         )
 
 
-def _read_sync(path: Path, shown: str, offset: int, limit: int) -> tuple[str, str]:
-    """Do the blocking part of read_file; return (content, summary)."""
+def _read_sync(path: Path, shown: str, offset: int, limit: int, files: FileAccess | None = None) -> tuple[str, str]:
+    """Do the blocking part of read_file; return (content, summary). With `files` (an editor over ACP) the
+    text comes from there (its unsaved buffer) once the file on disk is known to be a regular file."""
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat below then refuses it
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
@@ -173,12 +175,24 @@ def _read_sync(path: Path, shown: str, offset: int, limit: int) -> tuple[str, st
             st = os.fstat(f.fileno())
             _check_regular(st, shown)
             size = st.st_size
+            if size:
+                _sniff_binary(f.read(SNIFF_BYTES), size <= SNIFF_BYTES, shown, size)
+            if files is not None:
+                return _read_text(files.read_text(path), shown, offset, limit)
             if size == 0:
                 return f"{shown} is empty (0 bytes).", f"read {shown} (empty)"
-            _sniff_binary(f.read(SNIFF_BYTES), size <= SNIFF_BYTES, shown, size)
             return _read_window(f, shown, size, offset, limit)
         except OSError as exc:
             raise _os_error("read", shown, exc) from None
+
+
+def _read_text(text: str, shown: str, offset: int, limit: int) -> tuple[str, str]:
+    """`_read_window` over text an editor gave (the same numbering, caps and notes as from the disk)."""
+    data = text.encode("utf-8", errors="surrogateescape")
+    if not data:
+        return f"{shown} is empty (0 bytes).", f"read {shown} (empty)"
+    _sniff_binary(data[:SNIFF_BYTES], len(data) <= SNIFF_BYTES, shown, len(data))
+    return _read_window(io.BytesIO(data), shown, len(data), offset, limit)
 
 
 def _read_window(f: BinaryIO, shown: str, size: int, offset: int, limit: int) -> tuple[str, str]:
@@ -263,7 +277,7 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         )
     if not path.exists():
         raise _not_found(ctx, path, shown)
-    content, summary = await asyncio.to_thread(_read_sync, path, shown, offset, limit)
+    content, summary = await asyncio.to_thread(_read_sync, path, shown, offset, limit, ctx.files)
     ctx.remember(path)
     return ToolResult(content=content, summary=summary)
 

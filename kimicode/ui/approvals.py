@@ -32,7 +32,8 @@ from rich.panel import Panel
 from rich.text import Text
 
 from kimicode.agent.core import Approval, ApprovalRequest
-from kimicode.permissions.policy import Rule, parse_rule
+from kimicode.permissions.policy import Rule
+from kimicode.permissions.remember import remembered_rule
 from kimicode.permissions.shellparse import ShellParseError, parse
 from kimicode.termsafe import sanitize
 from kimicode.ui.format import diff_text
@@ -102,7 +103,9 @@ def prefix_problem(prefix: str, command: str | None = None) -> str | None:
 
 def prefix_rule(prefix: str) -> Rule:
     """The engine's rule for a confirmed prefix: `bash(PREFIX:*)` (whole words)."""
-    return parse_rule(f"bash({prefix.strip()}:*)", "session")
+    rule = remembered_rule("prefix", command=None, path=None, prefix=prefix)
+    assert rule is not None
+    return rule
 
 
 def prefix_matches(prefix: str, command: str) -> bool:
@@ -123,14 +126,7 @@ def prefix_matches(prefix: str, command: str) -> bool:
 def remember_rule(request: ApprovalRequest, answer: str, prefix: str | None = None) -> Rule | None:
     """The engine rule for a "don't ask again" answer: `bash(PREFIX:*)`, `edit(PATH)`, or for "this
     exact command" a literal rule that matches only that whole command line."""
-    if answer == "prefix" and prefix:
-        return prefix_rule(prefix)
-    command = command_of(request)
-    if answer == "command" and command is not None:
-        return Rule("bash", command, f"bash({command})", "session", literal=True)
-    if answer == "file" and request.path is not None and not any(c in request.path for c in "*?()"):
-        return parse_rule(f"edit({request.path})", "session")
-    return None
+    return remembered_rule(answer, command=command_of(request), path=request.path, prefix=prefix)
 
 
 @dataclass

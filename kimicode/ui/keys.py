@@ -24,7 +24,7 @@ ESC_TIMEOUT = 0.05
 class KeyListener:
     """Listen for keys on the terminal while no prompt is active.
 
-    `on_key` receives `"escape"`, `"c-c"`, `"s-tab"`, `"c-o"` (prompt_toolkit key names), `"enter"`, and
+    `on_key` receives `"escape"`, `"c-c"`, `"s-tab"`, `"c-o"`, `"c-s"` (prompt_toolkit key names), `"enter"`, and
     `"typed"` after `typed` changed: printable characters and pastes accumulate there (Backspace and
     Ctrl-U edit it).
     """
@@ -110,7 +110,7 @@ class KeyListener:
     def _dispatch(self, keys: list[Any]) -> None:
         for press in keys:
             key = str(getattr(press.key, "value", press.key))
-            if key in ("escape", "c-c", "s-tab", "c-o"):
+            if key in ("escape", "c-c", "s-tab", "c-o", "c-s"):
                 self.on_key(key)
             elif key in ("c-m", "enter"):
                 self.on_key("enter")

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from kimicode._version import __version__
 from kimicode.config.endpoint import ConfigError
+from kimicode.safeio import private_dirs, private_open
 
 
 class SessionOptions:
@@ -35,6 +36,7 @@ class SessionOptions:
         resume: str | None = None,
         fork: bool = False,
         fork_workspace: str = "shared",
+        first_prompt: str | None = None,
         **settings: Any,
     ) -> None:
         from kimicode.agent.options import check_names
@@ -45,6 +47,8 @@ class SessionOptions:
         self.fork = fork
         self.fork_workspace = fork_workspace
         """`worktree`: the fork gets its own working tree (`--fork --worktree`)."""
+        self.first_prompt = first_prompt
+        """Sent as the first message once the session is open (`kimicode "PROMPT"`)."""
         self.settings: dict[str, Any] = dict(settings)
 
 
@@ -72,8 +76,8 @@ def report_internal_error(console: Console, home: Path, exc: BaseException) -> N
     log = home / "ui-errors.log"
     where = ""
     try:
-        home.mkdir(parents=True, exist_ok=True)
-        with open(log, "a", encoding="utf-8") as fh:
+        private_dirs(home)
+        with private_open(log, "a") as fh:
             fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} kimicode {__version__}\n")
             fh.write("".join(traceback.format_exception(exc)))
         where = f" (details in {log})"
@@ -99,6 +103,7 @@ def run_interactive(
     resume: str | None = None,
     fork: bool = False,
     fork_workspace: str = "shared",
+    first_prompt: str | None = None,
     **settings: Any,
 ) -> int:
     """Run the interactive terminal session; return the process exit code.
@@ -114,12 +119,17 @@ def run_interactive(
         return 2
     try:
         options = SessionOptions(workspace=workspace, resume=resume, fork=fork, fork_workspace=fork_workspace,
-                                 **settings)
+                                 first_prompt=first_prompt, **settings)
     except TypeError as exc:
         sys.stderr.write(f"kimicode: {exc}\n")
         return 2
     from kimicode.ui.app import Session
 
+    if not settings.get("config"):  # the trust question, once per workspace (kimicode/ui/trust_cmds.py)
+        from kimicode.config.endpoint import kimicode_home
+        from kimicode.ui.trust_cmds import ask_trust
+
+        ask_trust(Path(workspace or "."), Path(settings["home"]) if settings.get("home") else kimicode_home())
     plain = plain_output()
     console = make_console(plain)
     try:

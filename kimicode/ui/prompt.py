@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from kimicode.safeio import private_dirs, private_open
 from kimicode.ui import commands
 from kimicode.ui.completion import PromptCompleter
 from kimicode.ui.toolbar import toolbar_fragments
@@ -21,13 +22,15 @@ if TYPE_CHECKING:
 
 def build_prompt(session: Session) -> PromptSession[str]:
     """The prompt_toolkit session: Enter sends, Ctrl-J / Esc Enter add a line, Shift-Tab cycles the mode,
-    Ctrl-O shows the last tool result in full, Ctrl-C clears the line (or exits when it is empty)."""
+    Ctrl-O shows the last tool result in full, Ctrl-C clears the line (or exits when it is empty); a long
+    paste shows as `[pasted N lines]`, Ctrl-V pastes the clipboard's image (ui/paste.py)."""
     from prompt_toolkit import PromptSession
     from prompt_toolkit.application.current import get_app
     from prompt_toolkit.completion import ThreadedCompleter
     from prompt_toolkit.filters import Condition
     from prompt_toolkit.history import FileHistory, History, InMemoryHistory
     from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+    from prompt_toolkit.keys import Keys
     from prompt_toolkit.styles import Style
 
     kb = KeyBindings()
@@ -61,6 +64,20 @@ def build_prompt(session: Session) -> PromptSession[str]:
 
         run_in_terminal(session.expand_last)
 
+    @kb.add(Keys.BracketedPaste)
+    def _paste(event: KeyPressEvent) -> None:  # long pastes collapse; an image path becomes @path
+        event.current_buffer.insert_text(session.pastes.collapse(event.data, session.workspace))
+
+    @kb.add("c-v")
+    def _paste_image(event: KeyPressEvent) -> None:
+        from kimicode.ui.paste import clipboard_image, mention
+
+        image = clipboard_image(session.home)
+        if image is None:
+            session.announce("No image on the clipboard (text pastes with your terminal's paste key).", "dim")
+        else:
+            event.current_buffer.insert_text(mention(image, session.workspace) + " ")
+
     @kb.add("c-c")
     def _ctrl_c(event: KeyPressEvent) -> None:
         buf = event.current_buffer
@@ -71,9 +88,9 @@ def build_prompt(session: Session) -> PromptSession[str]:
 
     history: History
     try:
-        session.home.mkdir(parents=True, exist_ok=True)
+        private_dirs(session.home)
         path = session.home / "history"
-        path.touch(exist_ok=True)
+        private_open(path, "a").close()  # typed prompts may hold secrets: 0600
         history = FileHistory(str(path))
     except OSError:
         history = InMemoryHistory()

@@ -1,9 +1,10 @@
 """What the user types while a turn runs, and the plan-mode question after it.
 
 Typing while the agent works echoes under the status line; Enter queues the message (`Session.queued`),
-sent in order when the turn ends; after an interrupt the queue goes back into the prompt, so Esc then
-Enter sends it at once. In plan mode an answer ends with "Approve this plan?": yes switches to
-accept-edits and sends `PLAN_APPROVED`.
+sent in order when the turn ends; Ctrl-S sends it into the running turn instead (mid-turn steering, as
+in Kimi Code: the model reads it after the current step's tool calls); after an interrupt the queue goes
+back into the prompt, so Esc then Enter sends it at once. In plan mode an answer ends with "Approve this
+plan?": yes switches to accept-edits and sends `PLAN_APPROVED`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
+from kimicode.agent.ecosystem import steer as steer_turn
 from kimicode.events import TurnFinished
 from kimicode.ui.approvals import Option, choose
 from kimicode.ui.format import one_line
 
 if TYPE_CHECKING:
     from kimicode.ui.app import Session
+    from kimicode.ui.keys import KeyListener
 
 PLAN_APPROVED = "The plan is approved: carry it out."
 """Sent when the user approves a plan (the mode note before the next step says edits now run)."""
@@ -36,10 +39,26 @@ def input_footer(queued: list[str], typed: str, width: int) -> Text | None:
     shown = typed.replace("\n", " ⏎ ")
     room = width - 2
     out.append(shown if len(shown) <= room else "…" + shown[-(room - 1) :])
-    hint = "  (enter queues it)"
+    hint = "  (enter queues it, ctrl-s sends it now)"
     if not queued and len(shown) + len(hint) <= room:
         out.append(hint, style="dim")
     return out
+
+
+def steer(session: Session, listener: KeyListener) -> None:
+    """Ctrl-S while a turn runs: send the line being typed (else the queued messages) into the turn; the
+    model reads it at the next step boundary. What the turn ends before reading is sent as the next prompt."""
+    texts = [listener.typed.strip()] if listener.typed.strip() else list(session.queued)
+    if not texts:
+        session.say("Type a message first: ctrl-s sends it into the running turn.", "dim")
+        return
+    if listener.typed.strip():
+        listener.typed = ""
+    else:
+        session.queued.clear()
+    for text in texts:
+        steer_turn(session.agent, text)
+        session.say(f"↳ sent into the running turn (read after the current step): {one_line(text, 100)}", "cyan")
 
 
 async def offer_plan(session: Session, finished: TurnFinished | None) -> None:

@@ -18,8 +18,6 @@ from typing import Any
 from rich.console import Console, RenderableType
 from rich.text import Text
 
-from kimicode.agent.modes import noted_mode
-from kimicode.context.compact import is_summary
 from kimicode.events import (
     ContentDelta,
     ContextUpdated,
@@ -72,6 +70,8 @@ ERROR_HINTS = {
 
 LIVE_LINES = 4
 """Lines of a running command's output shown live under it."""
+RUNNING_KEEP = 1 << 20
+"""Characters of a running command's output kept for Ctrl-O (the tool's own result is capped as well)."""
 LIVE_KEEP = 8192
 """Characters of a running command's output kept for the live tail."""
 RESULT_LINES = 5
@@ -146,6 +146,8 @@ class TurnView:
         self._calls: dict[str, _Call] = {}
         self._output: dict[str, str] = {}
         """The latest output of each running command (its tail is shown live)."""
+        self._so_far: dict[str, list[str]] = {}
+        """Each running command's output so far (about RUNNING_KEEP characters at most), for Ctrl-O."""
         self.last_result: tuple[str, str] | None = None
         """The last finished tool call (its one-line description, its full result) for Ctrl-O."""
         self._denied: set[str] = set()
@@ -222,7 +224,14 @@ class TurnView:
         return render_ansi(self.console, Text("\n".join(f"    {line}" for line in lines), style="dim"))
 
     def expand_last(self) -> bool:
-        """Ctrl-O: print the last tool result in full (False when there is none yet)."""
+        """Ctrl-O: print the output so far of the command running now (the one that printed last), else
+        the last tool result in full (False when there is neither)."""
+        running = next((c for c in reversed(self._calls) if self._so_far.get(c)), None)
+        if running is not None:
+            call = self._calls[running]
+            head = f"output so far (still running) of {describe_call(call.name, call.args)}"
+            self.print(expanded_result(head, "".join(self._so_far[running]), full=False))
+            return True
         if self.last_result is None:
             return False
         self.print(expanded_result(*self.last_result))
@@ -309,6 +318,11 @@ class TurnView:
         elif isinstance(ev, ToolOutputDelta):
             if ev.call_id in self._calls:
                 self._output[ev.call_id] = (self._output.get(ev.call_id, "") + ev.text)[-LIVE_KEEP:]
+                kept = self._so_far.setdefault(ev.call_id, [""])
+                if len(kept[0]) < RUNNING_KEEP:  # kept[0]: what came so far, joined every 64 pieces
+                    kept.append(ev.text)
+                    if len(kept) > 64:
+                        kept[:] = ["".join(kept)]
                 self._maybe_redraw()
         elif isinstance(ev, ToolCallFinished):
             self._on_tool_finished(ev)
@@ -410,6 +424,7 @@ class TurnView:
     def _on_tool_finished(self, ev: ToolCallFinished) -> None:
         call = self._calls.pop(ev.call_id, None)
         self._output.pop(ev.call_id, None)
+        self._so_far.pop(ev.call_id, None)
         if ev.call_id in self._denied:
             return
         self.last_result = (describe_call(call.name if call else ev.name, call.args if call else {}), ev.content)
@@ -489,10 +504,10 @@ class TurnView:
             self.live.clear()
 
 
-def expanded_result(header: str, content: str) -> Text:
+def expanded_result(header: str, content: str, full: bool = True) -> Text:
     """A tool result in full (Ctrl-O), each line made printable."""
     out = Text()
-    out.append(f"● {header} (full result)\n", style="bold")
+    out.append(f"● {header}{' (full result)' if full else ''}\n", style="bold")
     rows = content.rstrip().splitlines() or ["(empty)"]
     out.append("\n".join(f"    {printable(row)}" for row in rows), style="dim")
     return out
@@ -532,67 +547,3 @@ def subagent_line(info: Mapping[str, Any], is_error: bool) -> Text:
         if used:
             parts.append(f"{tokens(used)} tokens")
     return Text("  ⎿ " + " · ".join(parts), style="red" if is_error or status != "success" else "dim")
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
-    return ""
-
-
-_ATTACHED = re.compile(r"\n\n<(?:file|directory) path=\"", re.S)
-
-
-def _is_prompt(msg: Mapping[str, Any]) -> bool:
-    """A user message the user typed (not a compaction summary or the images of a tool step)."""
-    if msg.get("role") != "user":
-        return False
-    text = _content_text(msg.get("content"))
-    return not is_summary(msg) and not text.startswith("[Images returned by") and noted_mode(msg) is None
-
-
-def last_exchange(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None, int]:
-    """The last prompt the user typed (without attached files), the assistant's last answer after it,
-    and the number of prompts in the history."""
-    prompts = [i for i, m in enumerate(messages) if _is_prompt(m)]
-    if not prompts:
-        return None, None, 0
-    last = prompts[-1]
-    prompt = _ATTACHED.split(_content_text(messages[last].get("content")), 1)[0]
-    answer = None
-    for msg in messages[last + 1 :]:
-        if msg.get("role") == "assistant":
-            text = _content_text(msg.get("content")).strip()
-            if text:
-                answer = text
-    return prompt, answer, len(prompts)
-
-
-def recap(messages: Sequence[Mapping[str, Any]], head: str, width: int = 100, lines: int = 4) -> list[Text]:
-    """What a resumed session shows: `head` with the number of prompts, the last prompt and the start of
-    the last answer (`lines` lines each at most)."""
-    prompt, answer, turns = last_exchange(messages)
-    out = [Text(f"{head} ({turns} prompt{'s' if turns != 1 else ''} so far)", style="green")]
-    if prompt is None:
-        out.append(Text("  (no messages yet)", style="dim"))
-        return out
-    cut = max(20, width - 6)
-
-    def block(text: str, first: str, style: str) -> Text:
-        rows = [r for r in text.strip().splitlines() if r.strip()] or [""]
-        shown = [r if len(r) <= cut else r[: cut - 1] + "…" for r in rows[:lines]]
-        body = Text()
-        for n, row in enumerate(shown):
-            body.append(("\n    " if n else first) + row, style=style)
-        if len(rows) > lines:
-            body.append(f"\n    … {len(rows) - lines} more lines", style="dim")
-        return body
-
-    out.append(block(prompt, "  › ", "bold"))
-    if answer is None:
-        out.append(Text("  (no answer to it yet)", style="dim"))
-    else:
-        out.append(block(answer, "  ● ", ""))
-    return out

@@ -1,0 +1,212 @@
+"""`kimicode acp`: the ACP agent over stdio (the official SDK, `agent-client-protocol`).
+
+The process's stdout carries nothing but protocol: the real stdout is kept for the JSON-RPC stream and
+file descriptor 1 is pointed at stderr before anything else runs, so a stray print, a warning or a child
+process can never corrupt the stream (editors show the agent's stderr in their logs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import acp
+from acp import PROTOCOL_VERSION, RequestError, run_agent
+from acp.schema import (
+    AgentCapabilities,
+    AuthenticateResponse,
+    HttpMcpServer,
+    Implementation,
+    InitializeResponse,
+    LoadSessionResponse,
+    McpCapabilities,
+    McpServerStdio,
+    NewSessionResponse,
+    PromptCapabilities,
+    PromptResponse,
+    SetSessionModeResponse,
+)
+
+from kimicode.acp.approve import Approver
+from kimicode.acp.client_tools import ClientFiles, ClientTerminals
+from kimicode.acp.session import AcpSession, Block, modes
+
+STDIO_LIMIT = 50 * 1024 * 1024
+"""Longest JSON-RPC line read (images and embedded files travel inside prompts)."""
+
+log = logging.getLogger("kimicode.acp")
+
+
+def mcp_entries(servers: list[Any] | None) -> dict[str, dict[str, Any]]:
+    """The client's MCP servers as `[mcp_servers.NAME]` entries (stdio and streamable HTTP)."""
+    out: dict[str, dict[str, Any]] = {}
+    for server in servers or ():
+        if isinstance(server, McpServerStdio):
+            out[server.name] = {"command": server.command, "args": list(server.args),
+                                "env": {e.name: e.value for e in server.env}}
+        elif isinstance(server, HttpMcpServer):
+            out[server.name] = {"url": server.url, "headers": {h.name: h.value for h in server.headers}}
+        else:
+            log.warning("MCP server %s: transport not supported (stdio and http are)", getattr(server, "name", "?"))
+    return out
+
+
+class KimicodeAcp:
+    """The ACP `Agent`: sessions are kimicode Agents, built like the terminal's from `settings` (the flags
+    of `kimicode acp`, AgentOptions field names) and the session's working directory."""
+
+    def __init__(self, settings: dict[str, Any] | None = None) -> None:
+        self.settings = dict(settings or {})
+        self.sessions: dict[str, AcpSession] = {}
+        self.conn: Any = None
+        self.caps: Any = None
+
+    def on_connect(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def initialize(self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None,
+                         **kwargs: Any) -> InitializeResponse:
+        from kimicode._version import __version__
+
+        self.caps = client_capabilities
+        return InitializeResponse(
+            protocol_version=min(protocol_version, PROTOCOL_VERSION),
+            agent_capabilities=AgentCapabilities(
+                load_session=True,
+                prompt_capabilities=PromptCapabilities(image=True, audio=False, embedded_context=True),
+                mcp_capabilities=McpCapabilities(http=True, sse=False),
+            ),
+            agent_info=Implementation(name="kimicode", title="kimicode", version=__version__),
+            auth_methods=[],
+        )
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> AuthenticateResponse | None:
+        raise RequestError.invalid_params({"details": "kimicode has no ACP authentication methods: set KIMI_API_KEY "
+                                           "(or run `kimicode` once in a terminal to store a key)"})
+
+    def _build(self, cwd: str, mcp_servers: list[Any] | None, resume: str | None = None) -> AcpSession:
+        from kimicode.agent.core import Agent
+        from kimicode.agent.options import AgentOptions
+        from kimicode.config.endpoint import ConfigError, kimicode_home
+        from kimicode.config.settings import load_settings, merge
+        from kimicode.session.store import SessionError
+
+        workspace = Path(cwd)
+        if not workspace.is_absolute() or not workspace.is_dir():
+            raise RequestError.invalid_params({"details": f"cwd must be an absolute path to a directory: {cwd!r}"})
+        session: AcpSession | None = None
+
+        async def ask(tool_call: Any, options: Any) -> Any:
+            assert session is not None
+            return await self.conn.request_permission(session_id=session.id, tool_call=tool_call, options=options)
+
+        def options_for(where: Path) -> AgentOptions:
+            settings = load_settings(where.resolve(), kimicode_home())
+            extra = mcp_entries(mcp_servers)
+            if extra:  # the editor's servers, like --mcp-config: the user configured them
+                settings.data = merge(settings.data, {"mcp_servers": extra})
+            return AgentOptions.from_workspace(where, config=settings, origin="acp", **self.settings)
+
+        try:
+            approver = Approver(ask, workspace)
+            if resume is None:
+                agent = Agent(options_for(workspace), approve=approver)
+            else:
+                agent = Agent.resume(resume, options=options_for, approve=approver, workspace=workspace)
+        except SessionError as exc:
+            raise RequestError(-32002, str(exc), {"sessionId": resume}) from None  # ACP's "resource not found"
+        except (ConfigError, ValueError, TypeError) as exc:
+            raise RequestError(-32602, str(exc), {"kind": "config"}) from None
+        session = AcpSession(agent, lambda update: self.conn.session_update(session_id=agent.session_id, update=update))
+        self._use_client(session)
+        self.sessions[agent.session_id] = session
+        return session
+
+    def _use_client(self, session: AcpSession) -> None:
+        """Route file reads/writes and commands through the editor when it offers them."""
+        caps, agent = self.caps, session.agent
+        fs = getattr(caps, "fs", None)
+        if fs is not None and fs.read_text_file and fs.write_text_file:
+            agent.ctx.files = ClientFiles(self.conn, agent.session_id, asyncio.get_running_loop())
+        if caps is not None and caps.terminal:
+            agent.ctx.commands = ClientTerminals(self.conn, agent.session_id, agent.masker.mask, session.send)
+            # the editor's terminal is not kimicode's OS sandbox: no decision may count on it
+            agent.policy = dataclasses.replace(agent.policy, sandboxed=False, read_only_sandbox=False)
+
+    def _session(self, session_id: str) -> AcpSession:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise RequestError.invalid_params({"details": f"unknown session: {session_id}"})
+        return session
+
+    def _announce(self, session: AcpSession) -> None:
+        """The slash commands, sent once the session's response is on its way."""
+        asyncio.get_running_loop().create_task(session.send(session.available_commands()))
+
+    async def new_session(self, cwd: str, mcp_servers: list[Any] | None = None, **kwargs: Any) -> NewSessionResponse:
+        session = self._build(cwd, mcp_servers)
+        self._announce(session)
+        return NewSessionResponse(session_id=session.id, modes=modes(session.agent.permission_mode))
+
+    async def load_session(self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None,
+                           **kwargs: Any) -> LoadSessionResponse:
+        old = self.sessions.pop(session_id, None)
+        if old is not None:
+            await old.agent.aclose()
+        session = self._build(cwd, mcp_servers, resume=session_id)
+        await session.replay()  # the history streams before the response, as the protocol says
+        self._announce(session)
+        return LoadSessionResponse(modes=modes(session.agent.permission_mode))
+
+    async def set_session_mode(self, mode_id: str, session_id: str, **kwargs: Any) -> SetSessionModeResponse:
+        self._session(session_id).set_mode(mode_id)
+        return SetSessionModeResponse()
+
+    async def prompt(self, prompt: list[Block], session_id: str, **kwargs: Any) -> PromptResponse:
+        return await self._session(session_id).prompt(prompt)
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        session = self.sessions.get(session_id)
+        if session is not None:
+            session.cancel()
+
+    async def aclose(self) -> None:
+        for session in list(self.sessions.values()):
+            try:
+                await session.agent.aclose()
+            except Exception as exc:  # closing one must not keep the others open
+                log.warning("closing session %s: %s", session.id, exc)
+        self.sessions.clear()
+
+
+class _Pipe(asyncio.streams.FlowControlMixin):
+    """The write side of the protocol pipe (drain waits while the editor is not reading)."""
+
+
+async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams on stdin and on a private copy of stdout; fd 1 then points at stderr."""
+    loop = asyncio.get_running_loop()
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    reader = asyncio.StreamReader(limit=STDIO_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    transport, protocol = await loop.connect_write_pipe(_Pipe, out)
+    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+async def serve(settings: dict[str, Any] | None = None) -> int:
+    """Serve ACP on stdin/stdout until the editor closes stdin; returns the exit code."""
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="kimicode acp: %(levelname)s %(message)s")
+    reader, writer = await _stdio()
+    agent = KimicodeAcp(settings)
+    try:
+        await run_agent(cast(acp.Agent, agent), writer, reader)  # implements the methods kimicode serves
+    finally:
+        await agent.aclose()
+    return 0

@@ -1,0 +1,206 @@
+"""One ACP session: a kimicode Agent, its prompts, its mode, and the updates its turns stream to the editor.
+
+A `session/prompt` runs one turn (`Agent.stream`) and answers with the stop reason once it ends; the
+turn's events become `session/update` notifications as they happen (kimicode/acp/updates.py). A failed
+turn is a JSON-RPC error carrying kimicode's message. `session/cancel` interrupts the turn: the history
+stays valid and the prompt answers `cancelled`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from acp import RequestError
+from acp.schema import (
+    AvailableCommand,
+    AvailableCommandInput,
+    AvailableCommandsUpdate,
+    EmbeddedResourceContentBlock,
+    ImageContentBlock,
+    PromptResponse,
+    ResourceContentBlock,
+    SessionMode,
+    SessionModeState,
+    TextContentBlock,
+    TextResourceContents,
+    UnstructuredCommandInput,
+    Usage,
+)
+
+from kimicode.acp.updates import Translator
+from kimicode.commands import load_custom_commands
+from kimicode.config.choices import PERMISSION_MODES
+from kimicode.events import TurnFinished
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
+
+MODE_NAMES = {
+    "default": ("Default", "Reads run; edits and commands ask first"),
+    "accept-edits": ("Accept edits", "Edits inside the workspace run; commands ask first"),
+    "plan": ("Plan", "Reads only: nothing is changed"),
+    "yolo": ("Yolo", "Everything runs without asking (deny rules still apply)"),
+}
+
+STOP_REASONS = {"success": "end_turn", "interrupted": "cancelled", "max_turns": "max_turn_requests",
+                "repeat_limit": "max_turn_requests"}
+
+ERROR_CODES = {"auth": -32000}
+"""JSON-RPC codes for turn errors: `auth` is ACP's "authentication required"; the rest are internal errors
+(-32603) whose message is kimicode's and whose data names the kind."""
+
+BUILTIN_COMMANDS = {"compact": "Summarise the older history now, to free context (optional: what to keep)"}
+
+Block = TextContentBlock | ImageContentBlock | ResourceContentBlock | EmbeddedResourceContentBlock | Any
+
+
+def modes(current: str) -> SessionModeState:
+    """The permission modes as ACP session modes."""
+    return SessionModeState(
+        current_mode_id=current,
+        available_modes=[SessionMode(id=m, name=MODE_NAMES.get(m, (m, ""))[0],
+                                     description=MODE_NAMES.get(m, ("", ""))[1]) for m in PERMISSION_MODES],
+    )
+
+
+def stop_reason(finished: TurnFinished) -> PromptResponse:
+    """The answer to `session/prompt` for how the turn ended; a failed turn raises its JSON-RPC error."""
+    if finished.error_kind == "content_filter":
+        return PromptResponse(stop_reason="refusal")
+    reason = STOP_REASONS.get(finished.status)
+    if reason is None:
+        kind = finished.error_kind or finished.status
+        raise RequestError(ERROR_CODES.get(kind, -32603), finished.error or f"the turn ended with {finished.status}",
+                           {"kind": kind, "status": finished.status})
+    return PromptResponse(stop_reason=reason)  # type: ignore[arg-type]
+
+
+class AcpSession:
+    """An Agent served over ACP. `send` delivers one session update to the editor."""
+
+    def __init__(self, agent: Agent, send: Any) -> None:
+        self.agent = agent
+        self.send = send
+        self.translator = Translator(agent.workspace, self._kind)
+        self.commands = load_custom_commands(agent.workspace, agent.home)
+
+    @property
+    def id(self) -> str:
+        return self.agent.session_id
+
+    def _kind(self, name: str) -> str:
+        tool = self.agent.tools.get(name)
+        return tool.kind if tool is not None else "other"
+
+    def available_commands(self) -> AvailableCommandsUpdate:
+        """The slash commands a prompt may start with: /compact and the custom commands."""
+        listed = [AvailableCommand(name=n, description=d, input=_hint("what to keep"))
+                  for n, d in BUILTIN_COMMANDS.items()]
+        for name, cmd in self.commands.items():
+            hint = _hint(cmd.argument_hint) if cmd.argument_hint else None
+            listed.append(AvailableCommand(name=name, description=cmd.description or name, input=hint))
+        return AvailableCommandsUpdate(session_update="available_commands_update", available_commands=listed)
+
+    def set_mode(self, mode_id: str) -> None:
+        if mode_id not in PERMISSION_MODES:
+            raise RequestError.invalid_params({"modeId": mode_id, "expected": list(PERMISSION_MODES)})
+        self.agent.set_permission_mode(mode_id)
+
+    def cancel(self) -> None:
+        self.agent.interrupt()
+
+    async def replay(self) -> None:
+        """Stream the saved history to the editor (`session/load`)."""
+        for update in self.translator.replay(m for m in self.agent.messages if m.get("role") != "system"):
+            await self.send(update)
+
+    async def prompt(self, blocks: Sequence[Block]) -> PromptResponse:
+        """Run one turn for the prompt's content blocks."""
+        if self.agent.busy:
+            raise RequestError.invalid_request({"details": "a turn is already running in this session"})
+        text = self._prompt_text(blocks)
+        name, _, rest = text[1:].partition(" ") if text.startswith("/") else ("", "", "")
+        if name == "compact":
+            await self._compact(rest.strip() or None)
+            return PromptResponse(stop_reason="end_turn")
+        if name in self.commands:
+            text = self.commands[name].render(rest)
+        before = dict(self.agent.usage)
+        finished: TurnFinished | None = None
+        async with self.agent.stream(text) as events:
+            async for event in events:
+                for update in self.translator.updates(event):
+                    await self.send(update)
+                if isinstance(event, TurnFinished):
+                    finished = event
+        assert finished is not None
+        response = stop_reason(finished)
+        response.usage = self._usage(before)
+        return response
+
+    async def _compact(self, instructions: str | None) -> None:
+        async with self.agent.compact(instructions) as events:
+            async for event in events:
+                for update in self.translator.updates(event):
+                    await self.send(update)
+
+    def _usage(self, before: dict[str, int]) -> Usage:
+        now = self.agent.usage
+        prompt = now.get("prompt_tokens", 0) - before.get("prompt_tokens", 0)
+        completion = now.get("completion_tokens", 0) - before.get("completion_tokens", 0)
+        cached = now.get("cached_tokens", 0) - before.get("cached_tokens", 0)
+        return Usage(total_tokens=max(0, prompt + completion), input_tokens=max(0, prompt),
+                     output_tokens=max(0, completion), cached_read_tokens=max(0, cached) or None)
+
+    def _prompt_text(self, blocks: Sequence[Block]) -> str:
+        """The prompt's text: text blocks, embedded resources as quoted context, links as references;
+        images are attached to the turn's user message."""
+        parts: list[str] = []
+        for block in blocks:
+            if isinstance(block, TextContentBlock):
+                parts.append(block.text)
+            elif isinstance(block, ImageContentBlock):
+                self._attach_image(block)
+            elif isinstance(block, EmbeddedResourceContentBlock):
+                res = block.resource
+                if isinstance(res, TextResourceContents):
+                    parts.append(f'\n<context uri="{res.uri}">\n{res.text}\n</context>\n')
+                else:
+                    parts.append(f"\n[attached binary resource {res.uri} ({res.mime_type or 'unknown type'}): not "
+                                 "readable as text]\n")
+            elif isinstance(block, ResourceContentBlock):
+                parts.append(f" {_link_path(block.uri)} ")
+            else:
+                raise RequestError.invalid_params({"details": f"unsupported prompt content: {type(block).__name__}"})
+        text = "".join(parts).strip()
+        if not text and not self.agent.extras.pending_images:
+            raise RequestError.invalid_params({"details": "the prompt is empty"})
+        return text
+
+    def _attach_image(self, block: ImageContentBlock) -> None:
+        if not self.agent.profile.supports_images:
+            raise RequestError.invalid_params(
+                {"details": f"the current model ({self.agent.endpoint.model}) cannot see images"})
+        try:
+            base64.b64decode(block.data, validate=True)
+        except (binascii.Error, ValueError):
+            raise RequestError.invalid_params({"details": "the image data is not valid base64"}) from None
+        url = f"data:{block.mime_type};base64,{block.data}"
+        self.agent.extras.pending_images.append({"type": "image_url", "image_url": {"url": url}})
+
+
+def _hint(text: str) -> AvailableCommandInput:
+    return AvailableCommandInput(root=UnstructuredCommandInput(hint=text))
+
+
+def _link_path(uri: str) -> str:
+    """A resource link as the model should see it: a local path for `file://` links, else the URI."""
+    if uri.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        return str(Path(unquote(urlparse(uri).path)))
+    return uri
