@@ -204,7 +204,7 @@ class _Pipe(asyncio.streams.FlowControlMixin):
     """The write side of the protocol pipe (drain waits while the editor is not reading)."""
 
 
-async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def protocol_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Streams on stdin and on a private copy of stdout; fd 1 then points at stderr."""
     loop = asyncio.get_running_loop()
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
@@ -219,7 +219,7 @@ async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
 async def serve(settings: dict[str, Any] | None = None) -> int:
     """Serve ACP on stdin/stdout until the editor closes stdin; returns the exit code."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="kimicode acp: %(levelname)s %(message)s")
-    reader, writer = await _stdio()
+    reader, writer = await protocol_streams()
     agent = KimicodeAcp(settings)
     try:
         await run_agent(cast(acp.Agent, agent), writer, reader)  # implements the methods kimicode serves
