@@ -197,3 +197,76 @@ def test_model_checks_the_servers_list_and_completes_its_ids(
     offered = [c.text for c in completer.get_completions(Document("/model kimi-k"), None)]  # type: ignore[arg-type]
     assert {"kimi-k3", "kimi-k2-turbo"} <= set(offered)
     asyncio.run(session.agent.aclose())
+
+
+def test_shell_completion_scripts_complete_commands_and_choices(tmp_path: Path) -> None:
+    import shlex
+    import shutil
+    import subprocess
+
+    from conftest import kimicode_command
+
+    kc = kimicode_command()
+    scripts = {shell: subprocess.run([*kc, "completion", shell], capture_output=True, text=True, timeout=60)
+               for shell in ("bash", "zsh", "fish")}
+    assert all(done.returncode == 0 for done in scripts.values())
+    assert "compdef _kimicode_completion kimicode" in scripts["zsh"].stdout
+    assert "complete --command kimicode" in scripts["fish"].stdout
+    assert "# install:" in scripts["fish"].stderr and "# install" not in scripts["fish"].stdout
+    bash = shutil.which("bash")
+    assert bash is not None
+    (tmp_path / "kc.sh").write_text(scripts["bash"].stdout)
+    run = f"_kimicode_completion {shlex.quote(kc[0])}"  # as bash calls it: $1 is the command to ask
+    probe = (f"source {tmp_path / 'kc.sh'}; COMP_WORDS=(kimicode ses); COMP_CWORD=1; {run}; "
+             "echo \"${COMPREPLY[@]}\"; COMP_WORDS=(kimicode --permission-mode ''); COMP_CWORD=2; "
+             f"{run}; echo \"${{COMPREPLY[@]}}\"")
+    done = subprocess.run([bash, "-c", probe], capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "sessions", done
+    assert lines[1].split() == ["default", "accept-edits", "plan", "yolo"]
+
+
+def test_notifications_bell_osc9_and_a_command(
+    server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import time
+
+    from kimicode.ui.notify import Notifier
+
+    out = io.StringIO()
+    monkeypatch.delenv("TMUX", raising=False)
+    monkeypatch.delenv("WT_SESSION", raising=False)
+    monkeypatch.setenv("TERM_PROGRAM", "Apple_Terminal")
+    Notifier().notify("turn-finished", "done", out)
+    assert out.getvalue() == "\a"
+    monkeypatch.setenv("TERM_PROGRAM", "WezTerm")
+    out = io.StringIO()
+    Notifier().notify("turn-finished", "done\x1b]0;x\x07 now", out)
+    sent = out.getvalue()
+    assert sent.startswith("\x1b]9;done") and sent.endswith("\x07") and sent.count("\x07") == 1
+    monkeypatch.setenv("TMUX", "/tmp/tmux-0/default,1,0")
+    out = io.StringIO()
+    Notifier(terminal="osc9").notify("turn-finished", "done", out)
+    assert out.getvalue() == "\x1bPtmux;\x1b\x1b]9;done\x07\x1b\\"
+    bad = Notifier.from_table({"terminal": "loud", "after_seconds": -1, "command": 3})
+    assert bad.terminal == "auto" and bad.problem is not None and "terminal must be" in bad.problem
+
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    seen = tmp_path / "seen.json"
+    script = tmp_path / "notify.sh"
+    script.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {seen}\n')
+    script.chmod(0o755)
+    (home / "config.toml").write_text(f'[notify]\nterminal = "off"\ncommand = ["{script}"]\nafter_seconds = 0\n')
+    session = make_session(server, workspace, monkeypatch)
+    server.add(Reply(content="all done"))
+    asyncio.run(session.run_turn("work"))
+    for _ in range(200):
+        if seen.exists() and seen.read_text():
+            break
+        time.sleep(0.02)
+    payload = json.loads(seen.read_text())
+    assert payload["type"] == "turn-finished" and "all done" in payload["message"]
+    assert payload["session_id"] == session.agent.session_id and payload["cwd"] == str(session.workspace)
+    asyncio.run(session.agent.aclose())

@@ -41,11 +41,10 @@ def test_anthropics_skills_are_listed_then_read_on_demand(
     make_agent: Callable[..., Any], server: FakeServer, tmp_path: Path
 ) -> None:
     shutil.copytree(SKILLS, tmp_path / "claude-home" / "skills")
-    folder = tmp_path / "claude-home" / "skills" / "internal-comms"
     server.add(Reply(tool_calls=[ToolCall("skill", {"name": "internal-comms"})]),
-               Reply(tool_calls=[ToolCall("read_file", {"path": str(folder / "examples" / "3p-updates.md")})]),
+               Reply(tool_calls=[ToolCall("skill", {"name": "internal-comms", "file": "examples/3p-updates.md"})]),
                Reply(content="Here is your 3P update."))
-    result = make_agent().run_sync("write a 3P update for the team")
+    result = make_agent(headless=True).run_sync("write a 3P update for the team")  # nothing asks
     assert result.ok
     first = server.requests[0].body
     listing = next(t["function"]["description"] for t in first["tools"] if t["function"]["name"] == "skill")

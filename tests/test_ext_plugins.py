@@ -127,3 +127,20 @@ def test_not_a_folder_nor_a_url(tmp_path: Path, capsys: pytest.CaptureFixture[st
     code, _, err = cli(["plugin", "add", str(tmp_path / "missing"), "--yes"], capsys)
     assert code == 1 and "not a folder, and not a git URL" in err
     assert cli(["plugin", "list"], capsys)[1].startswith("No plugins installed")
+
+
+@pytest.mark.parametrize(("answer", "installed"), [("n\n", False), ("\n", False), ("y\n", True)])
+def test_add_asks_in_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str, installed: bool
+) -> None:
+    from typer.testing import CliRunner
+
+    from kimicode.cli import plugin_cmd
+    from kimicode.cli.app import app
+
+    monkeypatch.setattr(plugin_cmd, "can_ask", lambda: True)
+    source = make_plugin(tmp_path / "src")
+    result = CliRunner().invoke(app, ["plugin", "add", str(source)], input=answer)
+    assert "Install guard? [y/N]" in result.output and "hook.py ok" in result.output
+    assert (tmp_path / "home" / "plugins" / "guard").is_dir() is installed
+    assert result.exit_code == (0 if installed else 1)

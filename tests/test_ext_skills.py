@@ -190,3 +190,20 @@ def test_claude_tool_names_in_agent_files(tools: str, expected: list[str], tmp_p
     path.write_text(f"---\nname: a\ndescription: d\ntools: {tools}\n---\nbody\n")
     got, _ = read_agent(path, "user").tool_names(["read_file", "write_file", "edit_file", "glob", "grep", "bash"])
     assert sorted(got) == expected
+
+
+@pytest.mark.parametrize("rel", ["../../config.toml", "/etc/passwd", ".", "missing.md", "link.md", "bin.dat"])
+def test_a_skill_file_outside_its_folder_or_not_text_is_refused(
+    make_agent: Callable[..., Any], server: FakeServer, tmp_path: Path, rel: str
+) -> None:
+    home = tmp_path / "home"
+    folder = make_skill(home / "skills", "s", "A skill.", extra={"ok.md": "fine"})
+    (home / "config.toml").write_text("# secret-ish\n")
+    (folder / "link.md").symlink_to(home / "config.toml")
+    (folder / "bin.dat").write_bytes(b"\x00\x01")
+    server.add(Reply(tool_calls=[ToolCall("skill", {"name": "s", "file": rel})]),
+               Reply(tool_calls=[ToolCall("skill", {"name": "s", "file": "ok.md"})]), Reply(content="done"))
+    make_agent(headless=True).run_sync("x")
+    refused = server.requests[1].body["messages"][-1]["content"]
+    assert refused.startswith("Error:") and "secret-ish" not in refused
+    assert server.requests[2].body["messages"][-1]["content"] == "fine"

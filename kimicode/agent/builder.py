@@ -7,6 +7,7 @@ Nothing here talks to the network or writes a file: the session log is created b
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -146,13 +147,17 @@ def confine(agent: Agent) -> None:
     for text in ignored:
         agent.notify(text, "warning")
     sandboxed = False
-    if agent.sandbox is not None and agent.tools.get("bash") is BASH:
-        agent.tools.add(bash_tool(agent.sandbox))
+    ours = agent.tools.get("bash") is BASH
+    if agent.sandbox is not None and ours:
         sandboxed = not agent.sandbox.auto  # auto confines what runs unasked; it changes no decision
     agent.policy = Policy(
         rules, kimicode_home=agent.home, sandboxed=sandboxed, workspace=agent.workspace,
-        session_dir=agent.ctx.session_dir,
+        session_dir=agent.ctx.session_dir, read_only_sandbox=agent.sandbox is not None,
     )
+    if agent.sandbox is not None:  # the places read(...) rules open are visible in the sandbox too
+        agent.sandbox = dataclasses.replace(agent.sandbox, visible=tuple(agent.policy.read_rule_roots()))
+        if ours:
+            agent.tools.add(bash_tool(agent.sandbox))
     agent.ctx.env = scrub_env(
         os.environ,
         names=secret_env_names(agent.settings, agent.endpoint.key_source),

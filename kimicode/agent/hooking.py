@@ -39,7 +39,6 @@ def load(agent: Agent) -> Hooks | None:
     from kimicode.config.endpoint import ConfigError
     from kimicode.extensions.hooks import HookConfigError, load_hooks
     from kimicode.extensions.plugins import enabled_plugins
-    from kimicode.tools.shell import scrub_env
 
     try:
         hookset = load_hooks(agent.workspace, list(settings.sources), settings.data.get("hooks"),
@@ -50,7 +49,8 @@ def load(agent: Agent) -> Hooks | None:
         agent.notify(f"hooks: {problem}", "warning")
     if not len(hookset):
         return None
-    env = scrub_env(os.environ, values=[agent.endpoint.api_key or ""])
+    key = agent.endpoint.api_key or ""
+    env = {k: v for k, v in os.environ.items() if not (key and v == key)}  # as Claude Code: the user's own
     return Hooks(hookset, agent.workspace, env)
 
 

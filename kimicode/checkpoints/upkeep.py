@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kimicode.checkpoints.store import CheckpointError, CheckpointStore
+from kimicode.safeio import private_open, private_write
 
 STAMP = "pruned-at"
 """File in the store whose modification time is the last automatic prune."""
@@ -93,7 +94,7 @@ def auto_prune(store: CheckpointStore, limits: Limits, sessions_dir: Path | None
     store = copy.copy(store)  # its own lock handle: git children must not inherit another thread's lock
     store._lock_fd = None
     try:
-        claim = open(store.dir / "prune.lock", "a")  # noqa: SIM115 - closed below
+        claim = private_open(store.dir / "prune.lock", "a")
     except OSError as exc:
         raise CheckpointError(f"cannot prune the checkpoint store {store.dir}: {exc.strerror or exc}") from exc
     with claim:
@@ -110,7 +111,7 @@ def auto_prune(store: CheckpointStore, limits: Limits, sessions_dir: Path | None
 def _stamp(store: CheckpointStore, now: float) -> None:
     stamp = store.dir / STAMP
     try:
-        stamp.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime(now)), "utf-8")
+        private_write(stamp, time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime(now)))
         os.utime(stamp, (now, now))
     except OSError as exc:
         raise CheckpointError(f"cannot prune the checkpoint store {store.dir}: {exc.strerror or exc}") from exc

@@ -388,6 +388,7 @@ def main(
 
 
 from kimicode.cli.checkpoints_cmd import undo_command  # noqa: E402 - also adds `sessions diff`
+from kimicode.cli.completion_cmd import answering_completion, completion_command  # noqa: E402
 from kimicode.cli.login_cmd import login_command  # noqa: E402
 
 app.command("undo")(undo_command)
@@ -397,6 +398,7 @@ app.add_typer(mcp_app, name="mcp")
 app.add_typer(plugin_app, name="plugin")
 app.command("doctor")(doctor)
 app.command("login")(login_command)
+app.command("completion")(completion_command)
 app.command("batch")(batch)
 from kimicode.cli.branches_cmd import branches_app  # noqa: E402
 from kimicode.cli.prompt_cmd import prompt_app  # noqa: E402
@@ -423,6 +425,7 @@ def run_app() -> None:
     from kimicode.cli.sessions import optional_resume_value
 
     errors = _click_exceptions()
+    answering_completion()  # a completion script asking: click answers before parsing anything
     try:
         main_command = typer.main.get_command(app)
         args = first_prompt_args(sys.argv[1:], main_command.commands,  # type: ignore[attr-defined]

@@ -121,8 +121,9 @@ class Printer:
             # warnings (an ignored project setting, a sandbox that is unavailable) are shown even when quiet
             self.err.write(f"kimicode: {ev.level}: {one_line(ev.text)}\n")
             self.err.flush()
-        elif self.fmt == "text" and isinstance(ev, (PermissionDenied, Retrying)):
-            # a quiet text run still says what it refused and why it is waiting: one line each
+        elif self.fmt in ("text", "json") and isinstance(ev, (PermissionDenied, Retrying)):
+            # a quiet run still says what it refused and why it is waiting, on stderr: one line each (json's
+            # stdout is its one result object)
             self.err.write((denial_line(ev) if isinstance(ev, PermissionDenied) else retry_line(ev)) + "\n")
             self.err.flush()
 
@@ -138,7 +139,7 @@ class Printer:
                 self.line({"type": "permission_denied", "parent_tool_use_id": ev.parent_call_id,
                            "tool_name": inner.name, "tool_use_id": inner.call_id,
                            "tool_input": dict(inner.arguments), "reason": inner.reason})
-        elif isinstance(inner, PermissionDenied) and (self.verbose or self.fmt == "text"):
+        elif isinstance(inner, PermissionDenied) and (self.verbose or self.fmt in ("text", "json")):
             self.err.write(f"{denial_line(inner)} (in subagent {one_line(ev.description, 80)})\n")
             self.err.flush()
         elif self.verbose and isinstance(inner, MessageCommitted):
@@ -206,6 +207,9 @@ class Printer:
     def result(self, obj: dict[str, Any]) -> None:
         if self.fmt in ("json", "stream-json"):
             self.line(obj)
+            if self.fmt == "json" and self.denials:
+                self.err.write(denial_summary(self.denials, self.permission_mode) + "\n")
+                self.err.flush()
             return
         if self._in_reasoning:
             self.err.write("\n")
@@ -260,7 +264,8 @@ def denial_line(ev: PermissionDenied) -> str:
     head = f"kimicode: refused {_call_text(ev.name, ev.arguments)} ({one_line(ev.reason, 200)})"
     if ev.by_rule:
         return f"{head}; a deny rule forbids it"
-    options = [f"--allow {shlex.quote(one_line(ev.suggestion, 200))}"] if ev.suggestion else []
+    rules = ev.suggestion.splitlines()  # one rule per part of a compound command that needs one
+    options = [" ".join(f"--allow {shlex.quote(one_line(rule, 200))}" for rule in rules)] if rules else []
     if ev.kind == "edit":
         options.append("--permission-mode accept-edits")
     if not options:

@@ -26,6 +26,11 @@ plugin_app = typer.Typer(
 )
 
 
+def can_ask() -> bool:
+    """Whether there is a terminal to ask in."""
+    return sys.stdin.isatty()
+
+
 def _fail(message: str) -> None:
     typer.echo(f"kimicode: {message}", err=True)
     raise typer.Exit(1)
@@ -64,7 +69,7 @@ def add(
         if runs:
             typer.echo("Its hooks and MCP servers run these commands on your machine, in every workspace.")
         if not yes:
-            if not sys.stdin.isatty():
+            if not can_ask():
                 _fail("not installed: pass --yes to install without a terminal to ask in")
             if not typer.confirm(f"Install {plugin.name}?", default=False):
                 typer.echo("Not installed.")

@@ -80,7 +80,12 @@ SCHEMA: dict[str, Any] = {
         "max_tokens": "int",
     },
     "ui": {"reasoning": ("show", "hide")},
-    "sandbox": {"mode": SANDBOX_MODES, "network": "bool"},
+    "notify": {"terminal": ("auto", "bell", "osc9", "off"), "command": "list[str]", "after_seconds": "number"},
+    "sandbox": {
+        "mode": SANDBOX_MODES, "network": "bool",
+        # per-command resource limits (kimicode.tools.limits); a project may only lower them
+        "max_processes": "int", "max_memory_mb": "int", "max_file_size_mb": "int", "max_cpu_seconds": "int",
+    },
     "mcp_servers": {
         "*": {
             "command": "str",
@@ -194,6 +199,9 @@ def load_settings(workspace: Path, home: Path, *, trust: bool = False, project: 
 
 MODE_STRICTNESS: Final = {"yolo": 0, "accept-edits": 1, "default": 2, "plan": 3}
 SANDBOX_STRICTNESS: Final = {"off": 0, "auto": 1, "workspace-write": 2}
+SANDBOX_LIMIT_DEFAULTS: Final = {"max_processes": 1024, "max_memory_mb": 8192, "max_file_size_mb": 4096,
+                                 "max_cpu_seconds": 1800}
+"""The defaults of kimicode.tools.limits (0 or less turns a limit off: looser than any number)."""
 UNTRUSTED_PROJECT_PATHS: Final = (("context", "tokenizer"),)
 """Path-valued project settings: a cloned repository must not point kimicode at files of its choosing
 (a device or FIFO that hangs start-up, a file outside the repository)."""
@@ -243,6 +251,12 @@ def _only_tighten(settings: Settings, data: dict[str, Any], project_path: Path, 
     user_network = mine.get("network") if isinstance(mine, dict) else None
     if isinstance(section, dict) and section.get("network") is True and user_network is not True:
         drop("sandbox", "network", "sandbox.network", looser_than_yours)
+    for key, default in SANDBOX_LIMIT_DEFAULTS.items():  # limits: a project may only lower them
+        section, mine = data.get("sandbox"), user.get("sandbox")
+        value = section.get(key) if isinstance(section, dict) else None
+        own = mine.get(key, default) if isinstance(mine, dict) else default
+        if isinstance(value, int) and isinstance(own, int) and (value > own or value <= 0 < own):
+            drop("sandbox", key, f"sandbox.{key} = {value}", looser_than_yours)
     if not settings.trusted:
         for table, key in UNTRUSTED_PROJECT_PATHS:
             section = data.get(table)

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kimicode.safeio import private_dirs, private_write
+
 MAX_AGE = 30 * 24 * 3600.0
 """A stored calibration older than this is not used."""
 
@@ -54,9 +56,9 @@ def save(home: Path, base_url: str, model: str, state: Mapping[str, Any]) -> Non
         newest = sorted(data.items(), key=lambda kv: kv[1].get("at", 0) if isinstance(kv[1], dict) else 0)
         data = dict(newest[-200:])
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(path.parent)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        private_write(tmp, json.dumps(data, indent=1, sort_keys=True))  # 0600 like everything in KIMICODE_HOME
         tmp.replace(path)
     except OSError:
         pass  # a read-only home: calibration is learnt again next time

@@ -3,7 +3,8 @@ a Markdown body) and any files beside it.
 
 Progressive disclosure: the model sees only each skill's name and description (in the `skill` tool's
 description); calling `skill(name)` returns the body and the list of the skill's other files, which the
-model reads with read_file when it needs them. Skills come from `KIMICODE_HOME/skills/`,
+model reads with `skill(name, file=PATH)` when it needs them (no permission question: the user installed
+the skill; paths outside its folder are refused). Skills come from `KIMICODE_HOME/skills/`,
 `~/.claude/skills/`, enabled plugins' `skills/` and, in a trusted workspace, `.kimicode/skills/` and
 `.claude/skills/` (a later place wins for a name).
 """
@@ -21,6 +22,7 @@ from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 
 SKILL_FILE = "SKILL.md"
 MAX_LISTED_FILES = 50
+MAX_SKILL_FILE = 512 * 1024
 MAX_DESCRIPTION = 1024
 NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,80}$")
 
@@ -46,13 +48,29 @@ class Skill:
                     break
         return out
 
+    def read(self, rel: str) -> str:
+        """The text of one of the skill's files (ToolError for a path outside its folder, or not a text file):
+        the skill's own files are read without a permission question, since the user installed the skill."""
+        import os
+
+        root = os.path.realpath(self.folder)
+        target = os.path.realpath(os.path.join(root, rel))
+        if os.path.commonpath([root, target]) != root or target == root:
+            raise ToolError(f"{rel!r} is not a file of the skill {self.name}")
+        text = read_text(Path(target), MAX_SKILL_FILE)
+        if text is None or "\x00" in text:
+            raise ToolError(f"{rel!r} is not a readable text file of the skill {self.name} (at most "
+                            f"{MAX_SKILL_FILE // 1024} KB)")
+        return text
+
     def activation(self) -> str:
         """What the model gets when it activates the skill (and what `/NAME` sends)."""
         parts = [f"<skill name=\"{self.name}\" folder=\"{self.folder}\">", self.body.strip()]
         others = self.files()
         if others:
-            parts.append("Files in this skill's folder (read them with read_file when the instructions need them; "
-                         "paths are relative to the folder above):\n" + "\n".join(f"- {f}" for f in others))
+            parts.append(f"Files in this skill's folder: read one with skill(name=\"{self.name}\", file=PATH) when the "
+                         "instructions need it (scripts run from the folder above):\n"
+                         + "\n".join(f"- {f}" for f in others))
         if self.allowed_tools:
             parts.append(f"(the skill expects these tools: {', '.join(self.allowed_tools)})")
         parts.append("</skill>")
@@ -117,6 +135,9 @@ def skill_tool(skills: dict[str, Skill]) -> Tool:
         skill = skills.get(name) or next((s for s in skills.values() if s.name.lower() == name.lower()), None)
         if skill is None:
             raise ToolError(f"no skill named {name!r}; available: {', '.join(skills) or 'none'}")
+        wanted = str(args.get("file") or "").strip()
+        if wanted:
+            return ToolResult(skill.read(wanted), summary=f"skill {skill.name}: {wanted}")
         return ToolResult(skill.activation(), summary=f"skill {skill.name}", display={"skill": skill.name})
 
     return Tool(
@@ -124,7 +145,11 @@ def skill_tool(skills: dict[str, Skill]) -> Tool:
         description=description,
         parameters={
             "type": "object",
-            "properties": {"name": {"type": "string", "description": "The skill's name, as listed."}},
+            "properties": {
+                "name": {"type": "string", "description": "The skill's name, as listed."},
+                "file": {"type": "string",
+                         "description": "A file of the skill's folder to read, as listed when it was activated."},
+            },
             "required": ["name"],
             "additionalProperties": False,
         },

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimicode.safeio import private_dirs, private_write
+
 KNOWN_WINDOWS: tuple[tuple[str, int], ...] = (
     ("kimi-k3", 1_048_576),
     ("kimi-k2", 262_144),
@@ -207,9 +209,9 @@ def _write_cache(home: Path, key: str, info: ServerInfo) -> None:
     data = _read_cache(home)
     data[key] = {**info.as_json(), "at": time.time()}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(path.parent)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        private_write(tmp, json.dumps(data, indent=1, sort_keys=True))
         tmp.replace(path)
     except OSError:
         pass  # a read-only home: discovery just runs again next time

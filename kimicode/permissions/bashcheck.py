@@ -159,22 +159,39 @@ def _admit_step(
     if too_many:
         return Decision("ask", f"the line has more than {MAX_PATH_ARGUMENTS} file arguments, too many to check "
                                "for sensitive files")
+    wanting: list[Decision] = []  # parts no rule admits but one could: the hint names each of them
     for cmd in commands:
         shown = cmd.text or " ".join(r.target.raw for r in cmd.redirects)
         argv = [w.text for w in cmd.argv]
         analysis = analyze(argv) if argv and not unrestricted else Analysis()
         if not unrestricted:
             refused = _admitted(cmd, argv, analysis, patterned, mode, allow)
+            if refused is not None and refused.suggestion:
+                wanting.append(refused)
+                continue
             if refused is not None:
-                return refused
+                return _first_of(wanting) or refused
         if unknown_cwd:
-            return Decision("ask", f"`{shown}`: the line changes directory in a way that cannot be followed")
+            return _first_of(wanting) or Decision(
+                "ask", f"`{shown}`: the line changes directory in a way that cannot be followed")
         for base in bases:
             problem = (_path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow, analysis)
                        or _git_boundary(cmd, argv, base, ctx, unrestricted))
             if problem is not None:
-                return problem
-    return Decision("allow")
+                return _first_of(wanting) or problem
+    return _first_of(wanting) or Decision("allow")
+
+
+def _first_of(wanting: Sequence[Decision]) -> Decision | None:
+    """The refusal of the first part no rule admits, its suggestion naming a rule for every such part
+    (one per line), so that allowing what the hint says runs the whole line, not just its first part."""
+    if not wanting:
+        return None
+    rules = list(dict.fromkeys(d.suggestion for d in wanting))
+    reason = wanting[0].reason
+    if len(wanting) > 1:
+        reason += f" (nor {len(wanting) - 1} more part{'s' if len(wanting) > 2 else ''} of the line)"
+    return Decision("ask", reason, "\n".join(rules))
 
 
 def _admitted(

@@ -259,7 +259,8 @@ async def cmd_permissions(session: Session, arg: str) -> None:
             session.say(f"Rules ({action}): " + ", ".join(str(r) for r in found), "dim")
     if agent.sandbox is not None:
         which = "commands that run without asking run" if agent.sandbox.auto else "bash runs"
-        session.say(f"{which} in the sandbox (the workspace writable, the rest read-only).", "dim")
+        session.say(f"{which} in the sandbox (read-only, or the workspace writable; outside it only system "
+                    "directories and toolchains are visible).", "dim")
     elif agent.sandbox_warning:
         session.say(f"no sandbox: {agent.sandbox_warning}", "dim")
     rules = describe_rules(session.rules)

@@ -103,13 +103,16 @@ async def cmd_trust(session: Session, arg: str) -> None:
         session.say("A folder above this one is listed in [trust] workspaces, so it stays trusted; edit "
                     f"{session.home / 'config.toml'} to change that.", "yellow")
         return
+    state = "trusted" if want else "not trusted"
     try:
+        await session.agent.aclose()  # releases the session's lock, so it can be reopened with the new settings
         await session.resume_session(session.agent.session_id)  # the same conversation, settings read again
-        session.say(f"This workspace is now {'trusted' if want else 'not trusted'}; the session was reopened with "
-                    "its project settings " + ("in effect." if want else "left out."), "green")
-    except Exception:
-        session.say(f"This workspace is now {'trusted' if want else 'not trusted'}; /clear starts a session "
-                    "that uses it.", "green")
+        session.say(f"This workspace is now {state}; the session was reopened with its project settings "
+                    + ("in effect." if want else "left out."), "green")
+    except Exception as exc:  # e.g. a session kept without a log (--no-session-persistence)
+        await session.new_conversation()
+        session.say(f"This workspace is now {state}; the conversation could not be reopened ({exc}), so a new "
+                    "session started with the new settings.", "yellow")
 
 
 async def cmd_skills(session: Session, arg: str) -> None:
