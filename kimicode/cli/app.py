@@ -230,6 +230,11 @@ def main(
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
+    add_dir: Annotated[
+        list[Path] | None,
+        typer.Option("--add-dir", metavar="DIR", help="Another directory the agent may read and change files in "
+                     "(as in the workspace; repeatable)."),
+    ] = None,
     first_prompt: Annotated[str | None, typer.Option("--first-prompt", hidden=True)] = None,
 ) -> None:
     """Run kimicode."""
@@ -265,6 +270,11 @@ def main(
         sandbox_network=sandbox_network, scope=scope.value if scope else None,
         on_switch=on_switch.value if on_switch else None, tool_choice=tool_choice,
     )
+    if add_dir:
+        missing = [str(d) for d in add_dir if not d.expanduser().is_dir()]
+        if missing:
+            raise fail(f"--add-dir: not a directory: {', '.join(missing)}")
+        settings["add_dirs"] = tuple(add_dir)
     from kimicode.cli.ci_flags import FlagError, check_budget, ci_settings, read_system_prompt
 
     streaming = input_format is InputFormat.stream_json  # the messages come from stdin (cli/structured_io.py)

@@ -264,7 +264,7 @@ def denial_line(ev: PermissionDenied) -> str:
     head = f"kimicode: refused {_call_text(ev.name, ev.arguments)} ({one_line(ev.reason, 200)})"
     if ev.by_rule:
         return f"{head}; a deny rule forbids it"
-    rules = ev.suggestion.splitlines()  # one rule per part of a compound command that needs one
+    rules = (ev.suggestion or "").splitlines()  # one rule per part of a compound command that needs one
     options = [" ".join(f"--allow {shlex.quote(one_line(rule, 200))}" for rule in rules)] if rules else []
     if ev.kind == "edit":
         options.append("--permission-mode accept-edits")

@@ -332,6 +332,19 @@ LABELS = {
 }
 
 
+CALIBRATION = {
+    "none": "estimate, not yet calibrated (the server has not counted a request of this session yet)",
+    "server": "estimate, calibrated on the server's counts",
+    "restored": "estimate, calibrated on the server's counts in an earlier session (same server)",
+    "probe": "estimate, calibrated on the server's count of the request before it was sent",
+}
+
+
+def calibration_label(source: str) -> str:
+    """How the /context estimate was obtained, truthfully: calibrated only once a count exists."""
+    return CALIBRATION.get(source, "estimate")
+
+
 def breakdown_rows(session: Session) -> tuple[list[tuple[str, int]], str]:
     """Rows of (part, tokens) and how they were obtained: the agent's context accounting, else (if that
     fails) characters ÷ 4 per role."""
@@ -339,7 +352,7 @@ def breakdown_rows(session: Session) -> tuple[list[tuple[str, int]], str]:
     try:
         data = agent.context_breakdown().as_dict()
         rows = [(LABELS.get(k, k.replace("_", " ")), int(v)) for k, v in data.items() if k != "total"]
-        return rows, "estimate, calibrated on the server's counts"
+        return rows, calibration_label(agent.context.calibration_source)
     except Exception:
         return context_breakdown(agent.messages, agent.tools.schemas()), "estimate: characters ÷ 4"
 
