@@ -268,7 +268,8 @@ async def cmd_permissions(session: Session, arg: str) -> None:
             session.say(f"Rules ({action}): " + ", ".join(str(r) for r in found), "dim")
     if agent.sandbox is not None:
         which = "commands that run without asking run" if agent.sandbox.auto else "bash runs"
-        session.say(f"{which} in the sandbox (the workspace writable, the rest read-only).", "dim")
+        session.say(f"{which} in the sandbox (read-only, or the workspace writable; outside it only system "
+                    "directories and toolchains are visible).", "dim")
     elif agent.sandbox_warning:
         session.say(f"no sandbox: {agent.sandbox_warning}", "dim")
     rules = describe_rules(session.rules)
@@ -340,6 +341,19 @@ LABELS = {
 }
 
 
+CALIBRATION = {
+    "none": "estimate, not yet calibrated (the server has not counted a request of this session yet)",
+    "server": "estimate, calibrated on the server's counts",
+    "restored": "estimate, calibrated on the server's counts in an earlier session (same server)",
+    "probe": "estimate, calibrated on the server's count of the request before it was sent",
+}
+
+
+def calibration_label(source: str) -> str:
+    """How the /context estimate was obtained, truthfully: calibrated only once a count exists."""
+    return CALIBRATION.get(source, "estimate")
+
+
 def breakdown_rows(session: Session) -> tuple[list[tuple[str, int]], str]:
     """Rows of (part, tokens) and how they were obtained: the agent's context accounting, else (if that
     fails) characters ÷ 4 per role."""
@@ -347,7 +361,7 @@ def breakdown_rows(session: Session) -> tuple[list[tuple[str, int]], str]:
     try:
         data = agent.context_breakdown().as_dict()
         rows = [(LABELS.get(k, k.replace("_", " ")), int(v)) for k, v in data.items() if k != "total"]
-        return rows, "estimate, calibrated on the server's counts"
+        return rows, calibration_label(agent.context.calibration_source)
     except Exception:
         return context_breakdown(agent.messages, agent.tools.schemas()), "estimate: characters ÷ 4"
 
