@@ -31,6 +31,7 @@ from kimicode.permissions.engine import (
     _shown,
     _specific_allow,
 )
+from kimicode.permissions.hints import combined_refusal, show_word, suggest_rule
 from kimicode.permissions.policy import Policy, Rule
 from kimicode.permissions.programs import SHELLS, Analysis, analyze, embedded, module_form, out_paths, unwrap
 from kimicode.permissions.searchcheck import sensitive_below
@@ -171,28 +172,16 @@ def _admit_step(
                 wanting.append(refused)
                 continue
             if refused is not None:
-                return _first_of(wanting) or refused
+                return combined_refusal(wanting) or refused
         if unknown_cwd:
-            return _first_of(wanting) or Decision(
+            return combined_refusal(wanting) or Decision(
                 "ask", f"`{shown}`: the line changes directory in a way that cannot be followed")
         for base in bases:
             problem = (_path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow, analysis)
                        or _git_boundary(cmd, argv, base, ctx, unrestricted))
             if problem is not None:
-                return _first_of(wanting) or problem
-    return _first_of(wanting) or Decision("allow")
-
-
-def _first_of(wanting: Sequence[Decision]) -> Decision | None:
-    """The refusal of the first part no rule admits, its suggestion naming a rule for every such part
-    (one per line), so that allowing what the hint says runs the whole line, not just its first part."""
-    if not wanting:
-        return None
-    rules = list(dict.fromkeys(d.suggestion for d in wanting))
-    reason = wanting[0].reason
-    if len(wanting) > 1:
-        reason += f" (nor {len(wanting) - 1} more part{'s' if len(wanting) > 2 else ''} of the line)"
-    return Decision("ask", reason, "\n".join(rules))
+                return combined_refusal(wanting) or problem
+    return combined_refusal(wanting) or Decision("allow")
 
 
 def _admitted(
@@ -210,7 +199,7 @@ def _admitted(
     texts = [cmd.text]
     module = module_form(argv)
     if module is not None and not cmd.assignments:
-        texts.append(" ".join(_show_word(w) for w in module))  # `python -m pytest` under `bash(pytest*)`
+        texts.append(" ".join(show_word(w) for w in module))  # `python -m pytest` under `bash(pytest*)`
     matched = any(rule.matches_command(t) for rule in patterned for t in texts)
     if analysis.risk is not None:
         reason = f"`{cmd.text}`: {analysis.risk}"
@@ -218,12 +207,8 @@ def _admitted(
             reason += " (allow rules never admit that without asking)"
         return Decision("ask", reason)  # no rule would admit it: suggest none
     if not matched and (cmd.assignments or not (analysis.unsafe is None or argv[0] in _CD)):
-        return Decision("ask", _bash_reason(cmd, mode, allow), _suggest(cmd, None if cmd.assignments else module))
+        return Decision("ask", _bash_reason(cmd, mode, allow), suggest_rule(cmd, None if cmd.assignments else module))
     return None
-
-
-def _show_word(text: str) -> str:
-    return f"'{text}'" if any(c.isspace() for c in text) else text
 
 
 def _git_boundary(cmd: SimpleCommand, argv: Sequence[str], base: Path, ctx: Place,
@@ -405,18 +390,6 @@ def _deny_forms(cmd: SimpleCommand) -> list[str]:
     if not cmd.words:
         return []
     return [cmd.text, *(" ".join(form) for form in unwrap([w.text for w in cmd.argv]))]
-
-
-def _suggest(cmd: SimpleCommand, module: Sequence[str] | None = None) -> str:
-    """A rule that would allow `cmd`: the command itself, or its first words and `*` when it is long.
-    For `python -m MODULE ARGS` the rule names the module's command (`bash(pytest -q)`), which admits
-    both spellings."""
-    text = " ".join(_show_word(w) for w in module) if module else cmd.text
-    if len(text) <= 60 and "(" not in text and ")" not in text:
-        return f"bash({text})"
-    words = list(module) if module else [w.text for w in cmd.words[: len(cmd.assignments) + 2]]
-    head = " ".join(words[:2])
-    return f"bash({head[:60]}*)" if "(" not in head and ")" not in head else ""
 
 
 def _bash_reason(cmd: SimpleCommand, mode: str, allow: Sequence[Rule]) -> str:
