@@ -138,7 +138,8 @@ async def _run(parent: Any, rec: ExplorationRecord, job: Job, *, workspace: str,
         for agent in agents.values():
             with contextlib.suppress(Exception):
                 await agent.aclose()
-    return await _conclude(parent, rec, agents, judge_model=judge_model, apply=apply)
+    # branches that ran elsewhere are read back from their logs (the local fork objects never ran the turn)
+    return await _conclude(parent, rec, agents if engine is None else {}, judge_model=judge_model, apply=apply)
 
 
 def _open_branch(parent: Any, rec: ExplorationRecord, b: Branch, workspace: str) -> Any:
@@ -153,6 +154,8 @@ def _open_branch(parent: Any, rec: ExplorationRecord, b: Branch, workspace: str)
         return None
     child = parent.fork(workspace=tree.workspace, **_variant(parent, b))
     child.record_settings("branch", fork_tree=tree.record(), exploration=rec.id, branch=b.id)
+    if child.log is not None:
+        child.log.keep()  # on disk now: a Ray worker, or a resume, opens the branch from its log
     b.session_id, b.workspace, b.tree = child.session_id, str(tree.workspace), tree.record()
     return child
 
