@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -137,18 +137,23 @@ async def _run(parent: Any, rec: ExplorationRecord, job: Job, *, workspace: str,
 
     todo = [b for b in rec.branches if not b.finished]
     agents: dict[str, Any] = {}
+
+    async def open_branch(b: Branch) -> Any:
+        agent = await asyncio.to_thread(_open_branch, parent, rec, b, workspace, hooks)
+        if agent is not None:
+            agents[b.id] = agent
+        changed(b)
+        return agent
+
     try:
-        for b in todo:
-            agent = await asyncio.to_thread(_open_branch, parent, rec, b, workspace, hooks)
-            if agent is not None:
-                agents[b.id] = agent
-            changed(b)
-        runnable = [b for b in todo if b.id in agents]
         if engine is None:
-            await _run_local(parent, runnable, agents, job, changed)
+            await _run_local(todo, open_branch, job, changed)
         else:
-            for agent in agents.values():
-                await agent.aclose()  # the workers resume the branches from their logs
+            for b in todo:
+                agent = await open_branch(b)
+                if agent is not None:
+                    await agent.aclose()  # the workers resume the branches from their logs
+            runnable = [b for b in todo if b.id in agents]
             async for done in engine.run(parent, rec, job, runnable):
                 mine = rec.branch(done.id)
                 mine.__dict__.update(done.__dict__)
@@ -197,9 +202,13 @@ def _variant(parent: Any, b: Branch) -> dict[str, Any]:
     return out
 
 
-async def _run_local(parent: Any, branches: Sequence[Branch], agents: dict[str, Any], job: Job,
+async def _run_local(todo: Sequence[Branch], open_branch: Callable[[Branch], Awaitable[Any]], job: Job,
                      changed: OnUpdate) -> None:
-    """Every branch at once on this event loop, in a context with one shared HTTP pool and window lookup."""
+    """Every branch at once on this event loop, in a context with one shared HTTP pool and window lookup.
+
+    Each branch starts as soon as its workspace exists, while the next one is being made: with a model
+    that takes seconds per step, making the workspaces (one after the other: git serialises them anyway)
+    costs the exploration little more than making the first one."""
     from kimicode.llm.client import new_http_client, share_connections
     from kimicode.llm.discovery import share_windows
     from kimicode.llm.ratelimit import SharedRateLimiter
@@ -208,8 +217,12 @@ async def _run_local(parent: Any, branches: Sequence[Branch], agents: dict[str, 
     http = new_http_client()
     ctx = share_connections(http)
     ctx.run(share_windows)
-    tasks = [asyncio.create_task(run_branch(agents[b.id], b, job, gate, changed), context=ctx) for b in branches]
+    tasks: list[asyncio.Task[Branch]] = []
     try:
+        for b in todo:
+            agent = await open_branch(b)
+            if agent is not None:
+                tasks.append(asyncio.create_task(run_branch(agent, b, job, gate, changed), context=ctx))
         if tasks:
             await asyncio.gather(*tasks)
     finally:
