@@ -178,3 +178,27 @@ def test_stop_reasons_and_errors() -> None:
     with pytest.raises(RequestError) as err:
         stop_reason(TurnFinished("error", "", 1, "server overloaded", "transient"))
     assert err.value.code == -32603 and err.value.data == {"kind": "transient", "status": "error"}
+
+
+def test_nothing_but_protocol_on_stdout() -> None:
+    """Once the protocol streams are open, prints, fd 1 writes and children land on stderr."""
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio, os, sys\n"
+        "from kimicode.acp.server import protocol_streams\n"
+        "async def main():\n"
+        "    reader, writer = await protocol_streams()\n"
+        "    print('a stray print')\n"
+        "    os.write(1, b'a raw write\\n')\n"
+        "    os.system('echo a child process')\n"
+        "    writer.write(b'{\"jsonrpc\": \"2.0\"}\\n')\n"
+        "    await writer.drain()\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], stdin=subprocess.PIPE, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == '{"jsonrpc": "2.0"}\n'
+    assert "a stray print" in done.stderr and "a raw write" in done.stderr and "a child process" in done.stderr

@@ -270,3 +270,36 @@ def test_notifications_bell_osc9_and_a_command(
     assert payload["type"] == "turn-finished" and "all done" in payload["message"]
     assert payload["session_id"] == session.agent.session_id and payload["cwd"] == str(session.workspace)
     asyncio.run(session.agent.aclose())
+
+
+def test_add_dir_lets_the_tools_write_there_as_in_the_workspace(
+    server: FakeServer, make_agent: Any, workspace: Path, tmp_path: Path
+) -> None:
+    import subprocess
+
+    from conftest import kimicode_command
+
+    other = tmp_path / "shared-lib"
+    other.mkdir()
+    target = other / "notes.txt"
+    write = Reply(tool_calls=[ToolCall("write_file", {"path": str(target), "content": "from kimicode\n"})])
+    server.add(write, Reply(content="ok"))
+    refused = make_agent(permission_mode="accept-edits", headless=True).run_sync("write it")
+    assert not target.exists() and refused.permission_denials  # outside the workspace: asked, so refused
+
+    server.add(write, Reply(content="ok"))
+    agent = make_agent(permission_mode="accept-edits", headless=True, add_dirs=(other,))
+    assert agent.run_sync("write it").ok and target.read_text() == "from kimicode\n"
+    assert str(other) in agent.messages[0]["content"]  # the model is told where else it may work
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "OPENAI_"))}
+    env.update(KIMI_API_KEY="sk-test", KIMI_BASE_URL=server.base_url)
+    bad = subprocess.run([*kimicode_command(), "-p", "x", "--add-dir", str(tmp_path / "nope")], env=env,
+                         cwd=workspace, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--add-dir: not a directory" in bad.stderr
+    target.unlink()
+    server.add(write, Reply(content="done"))
+    ok = subprocess.run([*kimicode_command(), "-p", "write it", "--permission-mode", "accept-edits", "--add-dir",
+                         str(other)], env=env, cwd=workspace, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert target.read_text() == "from kimicode\n"

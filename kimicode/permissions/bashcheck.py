@@ -250,6 +250,7 @@ def _path_problems(
     `!out` options write, the trees searched, and the redirections of an otherwise admitted command."""
     words = cmd.argv[1:] if cmd.name else cmd.words
     texts = {w.text for w in words}
+    texts |= {w.text.split("=", 1)[1] for w in words if w.text.startswith("-") and "=" in w.text}  # seen below
     glued = [Word(v, v) for v in analysis.values if v not in texts and not v.startswith("-")]
     for word in [*words, *glued]:
         try:
@@ -491,12 +492,27 @@ def _sensitive_below(root: Path, policy: Policy, ctx: Place, read_allow: Sequenc
         seen += len(filenames) + len(dirnames)
         if seen > _SEARCH_LIMIT:
             return f"more than {_SEARCH_LIMIT} files (too many to check for secrets)"
+        linked = _followed_link(dirpath, [*dirnames, *filenames], home, policy)
+        if linked is not None:  # `grep -R`, `rg -L` follow links out of the tree
+            return linked
         for fname in filenames:
             path = Path(dirpath) / fname
             if _SUSPECT_NAME.search(fname) or _linked(path):
                 why = policy.sensitive(path)
                 if why and not _specific_allow(read_allow, path, ctx):
                     return f"{_shown(path, ctx)} ({why})"
+    return None
+
+
+def _followed_link(dirpath: str, names: Sequence[str], home: Path, policy: Policy) -> str | None:
+    """A symbolic link among `names` that leads to a sensitive file or to (a parent of) the home directory."""
+    for name in names:
+        path = Path(dirpath) / name
+        if not os.path.islink(path):
+            continue
+        target = Path(os.path.realpath(path))
+        if target == home or target in home.parents or policy.sensitive(path) or policy.sensitive(target):
+            return f"{path.name}, a link to {target}"
     return None
 
 

@@ -518,12 +518,14 @@ class Policy:
     bwrap, `--sandbox off`): the allowance then shrinks to `kimicode.permissions.unsandboxed`."""
     outside_asks: bool = True
     """With a `workspace`: reading outside it asks unless the path is visible (`visible`)."""
+    extra_dirs: tuple[Path, ...] = ()
+    """Directories the user added (`--add-dir`): visible, like the literal roots of `read(...)` rules."""
 
     @cached_property
     def visible(self) -> list[Path]:
         """The places outside the workspace read without asking and shown by the sandbox
         (`kimicode.permissions.visibility`, plus the literal directories of `read(...)` allow rules)."""
-        return visible_roots(self.user_home, [Path("/proc"), Path("/dev"), *self.read_rule_roots()])
+        return visible_roots(self.user_home, [Path("/proc"), Path("/dev"), *self.read_rule_roots(), *self.extra_dirs])
 
     def read_rule_roots(self) -> list[Path]:
         """The literal directories of the absolute and `~` patterns of `read(...)` allow rules."""
