@@ -107,7 +107,16 @@ async def run_custom(session: Session, command: CustomCommand, arg: str) -> None
     if not prompt.strip():
         session.say(f"/{command.name} has no text to send ({command.path}).", "yellow")
         return
-    await session.run_turn(prompt, echo=f"/{command.name}: {custom_echo(command, arg)}")
+    from kimicode.extensions.slash import grant, revoke
+
+    agent = session.agent  # its `allowed-tools` hold for this turn only (deny and ask rules still win)
+    agent.policy, added, problems = grant(agent.policy, command.allowed_tools, f"/{command.name}")
+    for problem in problems:
+        session.say(problem, "yellow")
+    try:
+        await session.run_turn(prompt, echo=f"/{command.name}: {custom_echo(command, arg)}")
+    finally:
+        agent.policy = revoke(agent.policy, added)
 
 
 def custom_echo(command: CustomCommand, arg: str) -> str:
