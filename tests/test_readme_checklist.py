@@ -17,7 +17,6 @@ import pytest
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXED = "def add(a, b):\n    return a + b\n"
 
 pytestmark = pytest.mark.slow
 
@@ -65,6 +64,4 @@ def test_the_checklist_runs_as_written(tmp_path: Path) -> None:
     assert "Fixed add()." in done.stdout
     assert "kimicode" in (tmp_path / "kimicode-venv" / "bin" / "kimicode").read_text()  # installed there
     assert "undid turn 1" in done.stderr and "restored calc.py" in done.stdout
-    assert len(server.requests) == 2
-    assert FIXED  # what the task wrote before the undo (checked through the edit's diff below)
-    assert "+    return a + b" in done.stderr or "calc.py" in done.stdout
+    assert len(server.requests) == 2  # the task's two steps; doctor and undo need no model
