@@ -34,6 +34,7 @@ from kimicode.permissions.engine import (
 from kimicode.permissions.hints import combined_refusal, show_word, suggest_rule
 from kimicode.permissions.policy import Policy, Rule
 from kimicode.permissions.programs import SHELLS, Analysis, analyze, embedded, module_form, out_paths, unwrap
+from kimicode.permissions.searchcheck import sensitive_below
 from kimicode.permissions.shellparse import Redirect, ShellParseError, SimpleCommand, Word, parse
 from kimicode.permissions.shellwords import why_not_static
 from kimicode.permissions.subjects import Place, ToolLike
@@ -251,7 +252,7 @@ def _path_problems(
     if written is not None:
         return written
     for root in _search_roots(analysis, base, policy):
-        found = _sensitive_below(root, policy, ctx, read_allow)
+        found = sensitive_below(root, policy, lambda p: _specific_allow(read_allow, p, ctx), lambda p: _shown(p, ctx))
         if found is not None:
             return Decision("ask", f"`{cmd.text}` searches {_shown(root, ctx)}, which holds {found}")
     for redirect in cmd.redirects:
@@ -415,7 +416,7 @@ def _word_paths(word: Word, base: Path, policy: Policy, glued: bool = True) -> l
     first = _word_path(word, base, policy)
     out = [first] if first is not None else []
     text = word.text
-    if ":" in text and not word.dynamic:
+    if ":" in text and not word.dynamic and not _URL.match(text):
         rest = text.rsplit(":", 1)[1]
         if rest and not rest.startswith("-"):
             resolved = pathresolve.resolve(rest, base, policy.user_home)
@@ -427,6 +428,8 @@ def _word_paths(word: Word, base: Path, policy: Policy, glued: bool = True) -> l
     return out
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+"""`https://host/x` names no file (`HEAD:.env` and `host:path` do)."""
 _GLUE_SPAN = 12
 """How far into a bundle of short options an attached argument may start (`-abcfNAME`)."""
 
@@ -444,58 +447,6 @@ def _glued_paths(text: str, base: Path, policy: Policy) -> list[Path]:
             raise _Unresolvable(resolved.problem)
         out.append(resolved.path)
     return out
-
-
-_SUSPECT_NAME = re.compile(
-    r"(?i)^\.env|^\.envrc$|^id_|\.(pem|key|p12|pfx|jks|keystore|ppk)$|credential|netrc|npmrc|pypirc|pgpass"
-    r"|my\.cnf$|htpasswd|yarnrc|^\.vault-token$|\.jsonl$"
-)
-_SEARCH_LIMIT = 5000
-
-
-def _sensitive_below(root: Path, policy: Policy, ctx: Place, read_allow: Sequence[Rule]) -> str | None:
-    """A description of a sensitive file a recursive search of `root` would read, or None; a tree too
-    large to check, or one that holds the home directory, counts as holding one."""
-    home = Path(os.path.realpath(policy.user_home))
-    if root == home or root in home.parents or root == Path("/"):
-        return "your home directory's credential stores"
-    seen = 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in (".git", "node_modules", ".venv", "__pycache__")]
-        seen += len(filenames) + len(dirnames)
-        if seen > _SEARCH_LIMIT:
-            return f"more than {_SEARCH_LIMIT} files (too many to check for secrets)"
-        linked = _followed_link(dirpath, [*dirnames, *filenames], home, policy)
-        if linked is not None:  # `grep -R`, `rg -L` follow links out of the tree
-            return linked
-        for fname in filenames:
-            path = Path(dirpath) / fname
-            if _SUSPECT_NAME.search(fname) or _linked(path):
-                why = policy.sensitive(path)
-                if why and not _specific_allow(read_allow, path, ctx):
-                    return f"{_shown(path, ctx)} ({why})"
-    return None
-
-
-def _followed_link(dirpath: str, names: Sequence[str], home: Path, policy: Policy) -> str | None:
-    """A symbolic link among `names` that leads to a sensitive file or to (a parent of) the home directory."""
-    for name in names:
-        path = Path(dirpath) / name
-        if not os.path.islink(path):
-            continue
-        target = Path(os.path.realpath(path))
-        if target == home or target in home.parents or policy.sensitive(path) or policy.sensitive(target):
-            return f"{path.name}, a link to {target}"
-    return None
-
-
-def _linked(path: Path) -> bool:
-    """A regular file with more than one name (it may be a secret under another name)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return st.st_nlink > 1 and not os.path.islink(path)
 
 
 def _word_path(word: Word, base: Path, policy: Policy) -> Path | None:

@@ -28,6 +28,7 @@ from kimicode.events import Notice
 from kimicode.permissions.engine import MODES
 from kimicode.session.store import SessionError, find_session, list_sessions, one_line
 from kimicode.ui.approvals import describe_rules
+from kimicode.ui.branches import cmd_branches
 from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo
 from kimicode.ui.completion import Choice, CommandInfo
 from kimicode.ui.format import money, tokens
@@ -576,6 +577,8 @@ COMMANDS: dict[str, Command] = {
         Command("diff", "what this session (or turn N) changed in the files", cmd_diff, "[N]"),
         Command("fork", "continue in a fork of this conversation with its own working tree", cmd_fork,
                 "[worktree|copy|shared]", lambda s: ("worktree", "copy", "shared")),
+        Command("branches", "run the next prompt in N branches, verify each, pick one", cmd_branches,
+                "[N [verify command]]"),
         Command("login", "paste a new API key (checked, stored, used at once)", cmd_login),
         Command("trust", "whether this workspace's hooks, MCP servers, skills... are used", cmd_trust, "[on|off]"),
         Command("skills", "the skills the model may activate", cmd_skills),
