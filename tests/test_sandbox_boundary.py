@@ -193,12 +193,15 @@ def test_a_forks_own_worktree_is_writable_by_its_agent(
     assert fork.workspace != workspace
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo b > b.txt && git add b.txt && "
                                                    "git commit -qm in-fork && git log --oneline | wc -l"}),
-                                 ToolCall("bash", {"command": "echo x >> $(git rev-parse --git-common-dir)/config"})]),
+                                 ToolCall("bash", {"command": "echo x >> $(git rev-parse --git-common-dir)/config"}),
+                                 ToolCall("bash", {"command": "echo 'gitdir: /tmp' > .git"})]),
                Reply(content="ok"))
     fork.run_sync("y")
-    commit, config = results(server)
+    commit, config, repoint = results(server)
     assert commit.startswith("2\n") and commit.endswith("[exit code: 0]"), commit
     assert "Read-only file system" in config
+    assert "Read-only file system" in repoint and (fork.workspace / ".git").read_text().startswith("gitdir: /")
+    assert "/tmp\n" != (fork.workspace / ".git").read_text().split(" ", 1)[1]
     assert subprocess.run(["git", "-C", str(workspace), "log", "--oneline"], capture_output=True,
                           text=True).stdout.count("\n") == 1  # the user's branch did not move
 
