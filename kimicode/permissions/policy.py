@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -404,13 +404,11 @@ def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace:
         return f"{name} looks like a private key or certificate store"
     if lower in _CREDENTIAL_FILES or lower in ("credentials", "credentials.json", "credentials.toml"):
         return f"{name} holds credentials"
-    home = Path(os.path.realpath(user_home))
-    for rel in _HOME_DIRS:
-        if _within(path, home / rel):
-            return f"~/{rel} holds credentials"
-    for rel in CREDENTIAL_HOME_PATHS:
-        if _within(path, home / rel):
-            return f"~/{rel} holds another program's credentials or private data"
+    home = os.path.realpath(user_home)
+    if text == home or text.startswith(home.rstrip("/") + "/"):
+        for rel, prefix, why in _home_places(home):
+            if text == prefix or text.startswith(prefix + "/"):
+                return f"~/{rel} {why}"
     if lower in _TOKEN_FILES and _has_token(path):
         return f"{name} contains a token or password"
     kc_home = Path(os.path.realpath(kimicode_home))
@@ -419,6 +417,15 @@ def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace:
     if _within(path, kc_home / "sessions") and not _own_session(path, workspace):
         return "it is a session log of another project (KIMICODE_HOME/sessions)"
     return None
+
+
+@lru_cache(maxsize=8)
+def _home_places(home: str) -> tuple[tuple[str, str, str], ...]:
+    """The credential places below `home` as (relative name, absolute prefix, why), built once per home."""
+    mine = tuple((rel, os.path.join(home, rel), "holds credentials") for rel in _HOME_DIRS)
+    others = tuple((rel, os.path.join(home, rel), "holds another program's credentials or private data")
+                   for rel in CREDENTIAL_HOME_PATHS)
+    return mine + others
 
 
 def _own_session(path: Path, workspace: Path | None) -> bool:
