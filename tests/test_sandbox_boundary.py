@@ -90,6 +90,7 @@ def test_the_read_only_allowance_runs_in_the_read_only_profile(workspace: Path, 
 
 def test_reading_outside_the_workspace_asks_unless_visible(workspace: Path, home: Path) -> None:
     policy = _ctx_policy(workspace, home)[1]
+    (workspace.parent / "elsewhere.txt").write_text("x")
     asks = [home / "notes/private.txt", home / ".codex/auth.json", home / ".claude/.credentials.json",
             home / ".kimi/credentials/kimi.json", home / ".bash_history", workspace / ".zsh_history",
             Path("/etc/shadow"), workspace.parent / "elsewhere.txt"]
@@ -98,6 +99,7 @@ def test_reading_outside_the_workspace_asks_unless_visible(workspace: Path, home
         assert policy.sensitive(path), path
     for path in runs:
         assert policy.sensitive(path) is None, path
+    assert policy.sensitive(workspace.parent / "not-there.txt") is None  # nothing to read (a URL's //host)
     opened = _ctx_policy(workspace, home, load_rules((), allow=[f"read({home}/notes/**)"]))[1]
     assert opened.sensitive(home / "notes/private.txt") is None  # a read(...) rule adds a place
 

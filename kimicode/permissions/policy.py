@@ -385,6 +385,8 @@ def _outside_reason(path: Path, workspace: Path, visible: Sequence[Path], kimico
         return None
     if _within(path, Path(os.path.realpath(kimicode_home)) / "sessions"):
         return None  # this project's own session logs (another project's were refused above)
+    if not os.path.lexists(path):
+        return None  # nothing there to read (a URL's `//host` part, a file a build will make)
     return ("it is outside the workspace and not on the list of places read without asking "
             "(docs/permissions.md, \"What is visible\"; a read(...) allow rule adds a place)")
 
