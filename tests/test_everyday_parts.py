@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import os
 import stat
 from pathlib import Path
@@ -303,3 +304,43 @@ def test_add_dir_lets_the_tools_write_there_as_in_the_workspace(
                          str(other)], env=env, cwd=workspace, capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr
     assert target.read_text() == "from kimicode\n"
+
+
+def test_moonshot_builtin_web_search_flow(server: FakeServer, make_agent: Any, tmp_path: Path) -> None:
+    from kimicode.testing import web_search_flow
+
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text('[web_search]\nprovider = "moonshot"\n')  # the fake stands for Moonshot
+    server.add(*web_search_flow("Python 3.14 came out in October 2025.", tokens=1500))
+    events: list[Any] = []
+    agent = make_agent(on_event=events.append)
+    result = agent.run_sync("when did Python 3.14 come out?")
+    assert result.ok and "October 2025" in result.result, result
+    first, second = (r.body for r in server.requests)
+    assert {"type": "builtin_function", "function": {"name": "$web_search"}} in first["tools"]
+    echo = next(m for m in second["messages"] if m["role"] == "tool")
+    assert echo["name"] == "$web_search" and json.loads(echo["content"])["usage"]["total_tokens"] == 1500
+    summaries = [getattr(e, "summary", "") for e in events]
+    assert any("1,500 tokens of results; $0.005 per search" in s for s in summaries)
+
+    server.add(*web_search_flow("never"))  # without the declaration the server refuses, as Moonshot does
+    (home / "config.toml").write_text('[web_search]\nprovider = "off"\n')
+    assert make_agent().run_sync("search").status == "error"
+
+
+def test_a_configured_search_provider_elsewhere(server: FakeServer, make_agent: Any, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(f'[web_search]\nprovider = "searxng"\nurl = "{server.base_url}"\n')
+    server.get_routes["/v1/search"] = {"results": [
+        {"title": "Python 3.14 released", "url": "https://www.python.org/downloads/release/python-3140/",
+         "content": "Python 3.14.0 is the newest major release."},
+    ]}
+    server.add(Reply(tool_calls=[ToolCall("web_search", {"query": "python 3.14 release"})]), Reply(content="found"))
+    agent = make_agent()
+    assert "web_search" in agent.tools.names and "$web_search" not in agent.tools.names
+    assert agent.run_sync("search it").ok
+    tool = next(m for m in server.requests[1].body["messages"] if m["role"] == "tool")
+    assert "Python 3.14 released" in tool["content"] and "python-3140" in tool["content"]
+    assert "GET /v1/search" in server.other_requests

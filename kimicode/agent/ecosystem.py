@@ -108,10 +108,16 @@ def install(agent: Agent, default_tools: bool) -> Extras:
     from kimicode.agent.hooking import load as load_hooks
 
     extras.hooks = load_hooks(agent)
+    if extras.hooks is not None:
+        from kimicode.agent.hooking import watch_compaction
+
+        watch_compaction(agent)  # PreCompact hooks
     _discover(agent, extras)
     if default_tools:
         _choose_edit_tool(agent)
         agent.tools.add(_web_fetch(agent))
+        if (search := _web_search(agent)) is not None:
+            agent.tools.add(search)
         agent.tools.add(extras.todos.tool())
         from kimicode.agent.subagent import TaskRunner
 
@@ -233,6 +239,27 @@ def _web_fetch(agent: Agent) -> Tool:
         int(s.get("web_fetch.max_redirects", DEFAULT_MAX_REDIRECTS)),
         float(s.get("web_fetch.timeout", DEFAULT_TIMEOUT)),
     )
+
+
+def _web_search(agent: Agent) -> Tool | None:
+    """`[web_search]`: Moonshot's built-in `$web_search` on Moonshot's endpoint (`auto`) or when named, a
+    configured provider's `web_search` tool, or none (tools/websearch.py)."""
+    from urllib.parse import urlsplit
+
+    from kimicode.tools.websearch import MOONSHOT_PRICE, Provider, moonshot_web_search, provider_web_search
+
+    table = agent.settings.table("web_search")
+    name = table.get("provider", "auto")
+    host = urlsplit(agent.endpoint.base_url).hostname or ""
+    if name == "moonshot" or (name == "auto" and host.endswith(("moonshot.ai", "moonshot.cn"))):
+        price = table.get("price_per_search", MOONSHOT_PRICE)
+        return moonshot_web_search(float(price) if isinstance(price, int | float) else MOONSHOT_PRICE)
+    try:
+        provider = Provider.from_settings(table) if name != "auto" else None
+    except ValueError as exc:
+        agent.notify(f"{exc}: no web_search tool", "warning")
+        return None
+    return provider_web_search(provider) if provider is not None else None
 
 
 def _install_vision(agent: Agent) -> None:

@@ -105,6 +105,10 @@ SCHEMA: dict[str, Any] = {
     "auth": {"api_key": "str"},
     "images": {"max_bytes": "int", "max_side": "int"},
     "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
+    "web_search": {
+        "provider": ("auto", "moonshot", "searxng", "brave", "tavily", "off"), "url": "str", "api_key_env": "str",
+        "max_results": "int", "price_per_search": "number",
+    },
     "subagents": {"max_turns": "int", "tools": "list[str]"},
     "checkpoints": {
         "enabled": "bool", "warm_at_open": "bool", "max_file_mb": "number", "max_age_days": "number",
@@ -144,9 +148,10 @@ def config_paths(workspace: Path, home: Path) -> list[Path]:
     return [home / "config.toml", workspace / ".kimicode" / "config.toml"]
 
 
-UNTRUSTED_PROJECT_KEYS = ("providers", "mcp_servers", "hooks")
+UNTRUSTED_PROJECT_KEYS = ("providers", "mcp_servers", "hooks", "web_search")
 """Project settings that could leak the API key (a provider's base URL or key variable) or run commands
-(MCP servers, hooks): a cloned repository must not be able to set them until the user trusts the workspace."""
+(MCP servers, hooks), or send what the model searches for elsewhere (`web_search`): a cloned repository must
+not be able to set them until the user trusts the workspace."""
 
 
 def is_trusted(workspace: Path, user_data: Mapping[str, Any]) -> bool:

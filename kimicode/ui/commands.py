@@ -28,6 +28,7 @@ from kimicode.events import Notice
 from kimicode.permissions.engine import MODES
 from kimicode.session.store import SessionError, find_session, list_sessions, one_line
 from kimicode.ui.approvals import describe_rules
+from kimicode.ui.branches import cmd_branches
 from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo
 from kimicode.ui.completion import Choice, CommandInfo
 from kimicode.ui.format import money, tokens
@@ -106,7 +107,16 @@ async def run_custom(session: Session, command: CustomCommand, arg: str) -> None
     if not prompt.strip():
         session.say(f"/{command.name} has no text to send ({command.path}).", "yellow")
         return
-    await session.run_turn(prompt, echo=f"/{command.name}: {custom_echo(command, arg)}")
+    from kimicode.extensions.slash import grant, revoke
+
+    agent = session.agent  # its `allowed-tools` hold for this turn only (deny and ask rules still win)
+    agent.policy, added, problems = grant(agent.policy, command.allowed_tools, f"/{command.name}")
+    for problem in problems:
+        session.say(problem, "yellow")
+    try:
+        await session.run_turn(prompt, echo=f"/{command.name}: {custom_echo(command, arg)}")
+    finally:
+        agent.policy = revoke(agent.policy, added)
 
 
 def custom_echo(command: CustomCommand, arg: str) -> str:
@@ -567,6 +577,8 @@ COMMANDS: dict[str, Command] = {
         Command("diff", "what this session (or turn N) changed in the files", cmd_diff, "[N]"),
         Command("fork", "continue in a fork of this conversation with its own working tree", cmd_fork,
                 "[worktree|copy|shared]", lambda s: ("worktree", "copy", "shared")),
+        Command("branches", "run the next prompt in N branches, verify each, pick one", cmd_branches,
+                "[N [verify command]]"),
         Command("login", "paste a new API key (checked, stored, used at once)", cmd_login),
         Command("trust", "whether this workspace's hooks, MCP servers, skills... are used", cmd_trust, "[on|off]"),
         Command("skills", "the skills the model may activate", cmd_skills),

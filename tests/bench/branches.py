@@ -107,7 +107,7 @@ def project(ws: Path, files: int, size: int = 4096) -> None:
     (ws / "big.txt").write_text("some context line\n" * 2300)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, "GIT_AUTHOR_NAME": "b",
            "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "init"]):
+    for args in (["init", "-q"], ["config", "gc.auto", "0"], ["add", "-A"], ["commit", "-qm", "init"]):
         subprocess.run(["git", *args], cwd=ws, env=env, check=True, capture_output=True)
     for i in range(5):  # uncommitted work the branches must start from
         (ws / f"pkg{i}" / f"mod{i % 7}" / f"f{i}.py").write_text("changed\n")
