@@ -24,9 +24,8 @@ from kimicode.permissions.protected import AUTORUN_FILES, autorun_reason, protec
 from kimicode.permissions.visibility import (
     CREDENTIAL_HOME_PATHS,
     HOME_CREDENTIAL_DIRS,
-    hidden_in_etc,
     history_reason,
-    is_visible,
+    outside_reason,
     visible_roots,
 )
 
@@ -356,7 +355,7 @@ def sensitive_reason(
         return None  # this session's own spilled tool outputs
     why = _name_reason(path, user_home=user_home, kimicode_home=kimicode_home, workspace=workspace)
     if why is None and visible is not None and workspace is not None:
-        why = _outside_reason(path, workspace, visible, kimicode_home)
+        why = outside_reason(path, workspace, visible, kimicode_home)
     if why or not links:
         return why
     from kimicode.permissions.pathresolve import hard_link_twin
@@ -373,22 +372,6 @@ def sensitive_reason(
 
 _PROC_PRIVATE = re.compile(r"/proc/(?:self|thread-self|[0-9]+)(?:/|$)")
 _DEV_ALIAS = re.compile(r"/dev/(?:fd|std(?:in|out|err))(?:/|$)")
-
-
-def _outside_reason(path: Path, workspace: Path, visible: Sequence[Path], kimicode_home: Path) -> str | None:
-    """Why a path outside the workspace and the visible list asks (see kimicode.permissions.visibility)."""
-    if _within(path, Path(os.path.realpath(workspace))):
-        return None
-    if is_visible(path, visible):
-        if _within(path, Path("/etc")) and any(_within(path, Path(h)) for h in hidden_in_etc()):
-            return "it is a system file not readable by everyone"
-        return None
-    if _within(path, Path(os.path.realpath(kimicode_home)) / "sessions"):
-        return None  # this project's own session logs (another project's were refused above)
-    if not os.path.lexists(path):
-        return None  # nothing there to read (a URL's `//host` part, a file a build will make)
-    return ("it is outside the workspace and not on the list of places read without asking "
-            "(docs/permissions.md, \"What is visible\"; a read(...) allow rule adds a place)")
 
 
 def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace: Path | None) -> str | None:
