@@ -108,6 +108,7 @@ class KimicodeAcp:
         from kimicode.agent.options import AgentOptions
         from kimicode.config.endpoint import ConfigError, kimicode_home
         from kimicode.config.settings import load_settings, merge
+        from kimicode.session.lock import SessionBusyError
         from kimicode.session.store import SessionError
 
         workspace = Path(cwd)
@@ -132,6 +133,8 @@ class KimicodeAcp:
                 agent = Agent(options_for(workspace), approve=approver)
             else:
                 agent = Agent.resume(resume, options=options_for, approve=approver, workspace=workspace)
+        except SessionBusyError as exc:  # open in a terminal or another editor: say so, do not take it over
+            raise RequestError(-32603, str(exc), {"kind": "session_busy", "sessionId": resume}) from None
         except SessionError as exc:
             raise RequestError(-32002, str(exc), {"sessionId": resume}) from None  # ACP's "resource not found"
         except (ConfigError, ValueError, TypeError) as exc:

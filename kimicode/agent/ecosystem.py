@@ -108,6 +108,10 @@ def install(agent: Agent, default_tools: bool) -> Extras:
     from kimicode.agent.hooking import load as load_hooks
 
     extras.hooks = load_hooks(agent)
+    if extras.hooks is not None:
+        from kimicode.agent.hooking import watch_compaction
+
+        watch_compaction(agent)  # PreCompact hooks
     _discover(agent, extras)
     if default_tools:
         _choose_edit_tool(agent)
