@@ -344,3 +344,16 @@ def test_a_configured_search_provider_elsewhere(server: FakeServer, make_agent: 
     tool = next(m for m in server.requests[1].body["messages"] if m["role"] == "tool")
     assert "Python 3.14 released" in tool["content"] and "python-3140" in tool["content"]
     assert "GET /v1/search" in server.other_requests
+
+
+def test_help_one_liners_are_whole(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from kimicode.cli.app import run_app
+
+    for argv in (["kimicode", "--help"], ["kimicode", "sessions", "--help"]):
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit):
+            run_app()
+        listing = capsys.readouterr().out.split("Commands:", 1)[1].split("Environment:", 1)[0]
+        assert listing.strip() and not [line for line in listing.splitlines() if line.rstrip().endswith("...")]
