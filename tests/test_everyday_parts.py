@@ -357,3 +357,27 @@ def test_help_one_liners_are_whole(capsys: pytest.CaptureFixture[str], monkeypat
             run_app()
         listing = capsys.readouterr().out.split("Commands:", 1)[1].split("Environment:", 1)[0]
         assert listing.strip() and not [line for line in listing.splitlines() if line.rstrip().endswith("...")]
+
+
+def test_the_retry_status_counts_down() -> None:
+    from test_ui_render import Term
+
+    from kimicode.events import Retrying
+    from kimicode.ui.view import TurnView
+
+    now = [100.0]
+    term = Term(rows=30, cols=120)
+    view = TurnView(term.console, plain=False, show_reasoning=True, clock=lambda: now[0])
+    view.start()
+    view.handle(Retrying(1, 5, 10.0, "HTTP 429 rate_limit: too many requests, try again."))
+    view.tick()
+    screen = "\n".join(term.screen.display)
+    assert "retrying in 10s" in screen and "try again.: retrying" not in screen
+    assert "↻ retry 1 of 5 in 10.0s, after: HTTP 429" in screen
+    now[0] += 4
+    view.tick()
+    assert "retrying in 6s" in "\n".join(term.screen.display)
+    now[0] += 8
+    view.tick()
+    assert "retried, waiting for the model" in "\n".join(term.screen.display)
+    view.close()
