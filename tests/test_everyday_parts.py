@@ -381,3 +381,15 @@ def test_the_retry_status_counts_down() -> None:
     view.tick()
     assert "retried, waiting for the model" in "\n".join(term.screen.display)
     view.close()
+
+
+def test_continuing_after_compact_shows_the_summary_not_no_answer() -> None:
+    from kimicode.context.compact import summary_message
+    from kimicode.ui.recap import last_exchange, recap
+
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "refactor the parser"},
+                summary_message("## Goal\\nRefactor the parser.\\n## Done\\n- split tokenize()")]
+    prompt, answer, _ = last_exchange(messages)
+    assert prompt == "refactor the parser" and answer is not None and "Refactor the parser." in answer
+    shown = "\n".join(t.plain for t in recap(messages, "Resumed session x"))
+    assert "no answer to it yet" not in shown and "compacted" in shown
