@@ -393,3 +393,30 @@ def test_continuing_after_compact_shows_the_summary_not_no_answer() -> None:
     assert prompt == "refactor the parser" and answer is not None and "Refactor the parser." in answer
     shown = "\n".join(t.plain for t in recap(messages, "Resumed session x"))
     assert "no answer to it yet" not in shown and "compacted" in shown
+
+
+def test_a_denial_with_a_reason_takes_one_line(tmp_path: Path) -> None:
+    from kimicode.agent.results import ApprovalRequest
+    from kimicode.events import PermissionDenied
+    from kimicode.ui.approvals import Approver, SessionRules
+    from kimicode.ui.view import TurnView
+
+    out = io.StringIO()
+    console = Console(file=out, width=100, color_system=None)
+
+    async def choose(question: str, options: list[Any]) -> str | None:
+        return "no"
+
+    async def ask(message: str, default: str) -> str | None:
+        return "use make test instead"
+
+    approver = Approver(console, tmp_path, SessionRules(), choose_fn=choose, ask_fn=ask)
+    request = ApprovalRequest("call-9", "bash", "execute", {"command": "npm test"}, "bash runs commands")
+    answer = asyncio.run(approver(request))
+    assert not answer.approved and answer.reason == "use make test instead"
+    view = TurnView(console, plain=True, show_reasoning=True, previewed=approver.shown)
+    view.handle(PermissionDenied("call-9", "bash", {"command": "npm test"}, "bash runs commands"))
+    view.close()
+    text = out.getvalue()
+    assert text.count("✗ not allowed: use make test instead") == 1
+    assert "not run" not in text  # said once, by the question

@@ -332,6 +332,8 @@ class TurnView:
             self._on_tool_finished(ev)
         elif isinstance(ev, PermissionDenied):
             self._denied.add(ev.call_id)
+            if self.previewed(ev.call_id):  # refused at the question, which said so in one line
+                return
             self._section_break("tools")
             self._header(ev.name, ev.arguments)
             self.print(Text(f"  ⎿ not run: {one_line(ev.reason, 200)}", style="yellow"))
