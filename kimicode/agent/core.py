@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from kimicode import errors
 from kimicode.agent import hooking
-from kimicode.agent.builder import build, make_client, settings_record, switch_policy
+from kimicode.agent.builder import build, check_callbacks, make_client, settings_record, switch_policy
 from kimicode.agent.costs import usage_cost
 from kimicode.agent.ecosystem import after_compaction, close_extras, start_extras, user_content
 from kimicode.agent.interrupted import NO_ANSWER
@@ -49,7 +49,6 @@ from kimicode.llm.discovery import resolve_window
 from kimicode.llm.errors import LLMError
 from kimicode.llm.profiles import profile_for, profile_with
 from kimicode.session.log import INTERRUPTED, SessionWriteError
-from kimicode.tools.workers import is_async_callable
 
 if TYPE_CHECKING:
     from kimicode.agent.ecosystem import Extras
@@ -106,7 +105,8 @@ class Agent(Explorer):
     context_window: int
     _window_source: str
     max_completion_tokens: int | None
-    """The answer's token limit when set (option, model config, `[context] max_tokens`); else fitted."""
+    """The answer's token limit when set (option, model config, `[context] max_tokens`); else fitted. It
+    reaches the request one way: `answer_reserve` -> the context's budget -> each request's limit."""
     _discovered: bool
     home: Path
     session_id: str
@@ -142,12 +142,7 @@ class Agent(Explorer):
         base = options if options is not None else AgentOptions()
         self.options: AgentOptions = base.replace(**settings) if settings else base
         """The settings; `set_model`, `set_thinking` and `set_permission_mode` keep them current."""
-        for what, value in (("approve", approve), ("on_event", on_event)):
-            if value is not None and not callable(value):
-                raise TypeError(f"{what} must be a function or None (got {type(value).__name__} {value!r})")
-        if on_event is not None and is_async_callable(on_event):
-            raise TypeError("on_event must be a plain function: an async hook would never be awaited "
-                            "(use `async for event in agent.stream(...)` for async handling)")
+        check_callbacks(approve, on_event)
         self.approve = approve
         self.on_event = on_event
         self._client: ChatClient | None = None
@@ -424,7 +419,7 @@ class Agent(Explorer):
     async def _compact(self, instructions: str | None, emit: Emit) -> CompactionResult | None:
         await hooking.pre_compact(self, "manual", instructions, emit)  # PreCompact hooks
         client = await self._ensure_client()
-        self.context.set_window(self.context_window, self.max_completion_tokens or self.profile.max_completion_tokens)
+        self.context.set_window(self.context_window, self.answer_reserve)
         kinds = {t.name: t.kind for t in self.tools}
         result = await self.context.compact(
             self.messages, self.tools.schemas(), client, emit, instructions=instructions, tool_kinds=kinds
@@ -444,6 +439,11 @@ class Agent(Explorer):
         if self.context.server_limit and self.context.server_limit < self.context_window:
             return "learnt"
         return self._window_source
+
+    @property
+    def answer_reserve(self) -> int:
+        """Tokens reserved for the answer: `max_completion_tokens`, else the model profile's (the one fallback)."""
+        return self.max_completion_tokens or self.profile.max_completion_tokens
 
     @property
     def effective_window(self) -> int:

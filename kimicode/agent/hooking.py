@@ -42,7 +42,7 @@ def load(agent: Agent) -> Hooks | None:
     from kimicode.tools.shell import scrub_env
 
     try:
-        hookset = load_hooks(agent.workspace, list(settings.sources), settings.data.get("hooks"),
+        hookset = load_hooks(agent.workspace, list(settings.sources), dict(settings.config.hooks) or None,
                              trusted=settings.trusted, plugins=[(p.name, p.root) for p in enabled_plugins(agent.home)])
     except HookConfigError as exc:
         raise ConfigError(str(exc)) from None

@@ -192,8 +192,8 @@ class AgentOptions:
         settings = overrides.get("config")
         if settings is None:
             settings = load_settings(where, root, trust=trust)
-        defaults = settings.table("defaults")
-        values: dict[str, Any] = {k: defaults[k] for k in CONFIG_DEFAULTS if k in defaults}
+        defaults = settings.config.defaults
+        values: dict[str, Any] = {k: getattr(defaults, k) for k in CONFIG_DEFAULTS if getattr(defaults, k) is not None}
         values.update(workspace=where, home=root, config=settings, project_instructions=True)
         values.update(overrides)
         return cls(**values)

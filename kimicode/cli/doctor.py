@@ -53,7 +53,7 @@ def _config_checks(workspace: Path, home: Path) -> tuple[list[Check], Any]:
     if project.is_file():
         files.append(f"{project} (project, {'trusted' if settings.trusted else 'not trusted'})")
     checks.append(Check("config", "ok", ", ".join(files)))
-    if settings.get("auth.api_key") and user.is_file() and stat.S_IMODE(user.stat().st_mode) & 0o077:
+    if settings.config.auth.api_key and user.is_file() and stat.S_IMODE(user.stat().st_mode) & 0o077:
         checks.append(
             Check("config", "fail", f"{user} holds an API key but others can read it", f"chmod 600 {user}")
         )
@@ -125,11 +125,11 @@ def _tool_checks(settings: Any) -> list[Check]:
 
     checks: list[Check] = []
     sandbox = probe()
-    wanted = settings is not None and settings.get("sandbox.mode") == "workspace-write"
+    wanted = settings is not None and settings.config.sandbox.mode == "workspace-write"
     if sandbox.available:
         checks.append(Check("sandbox", "ok", f"bubblewrap works ({sandbox.bwrap})"))
     else:
-        mode = settings.get("sandbox.mode", "auto") if settings is not None else "auto"
+        mode = (settings.config.sandbox.mode or "auto") if settings is not None else "auto"
         fix = (
             "apt install bubblewrap (or dnf/pacman); without it commands that run without asking are not "
             "confined (--sandbox off silences the notice)"

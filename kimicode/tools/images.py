@@ -21,14 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimicode.config.choices import DEFAULT_IMAGE_MAX_BYTES, DEFAULT_IMAGE_MAX_SIDE
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.fileio import _shown
 
 MIME_BY_SUFFIX = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
                   ".webp": "image/webp"}  # fmt: skip
-DEFAULT_MAX_SIDE = 2048
+DEFAULT_MAX_SIDE = DEFAULT_IMAGE_MAX_SIDE
 """Longest side in pixels sent to the model; larger images are scaled down."""
-DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_BYTES = DEFAULT_IMAGE_MAX_BYTES
 """Largest encoded image sent to the model; larger ones are re-encoded smaller."""
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 """Image files larger than this are not even read."""
