@@ -66,6 +66,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "list_sessions",
+    "read_only_command",
     "tool",
 ]
 
@@ -78,6 +79,7 @@ _LAZY = {
     "SessionError": "kimicode.errors",
     "SessionInfo": "kimicode.session.store",
     "list_sessions": "kimicode.session.store",
+    "read_only_command": "kimicode.permissions.engine",
     "Tool": "kimicode.tools.base",
     "ToolContext": "kimicode.tools.base",
     "ToolError": "kimicode.errors",

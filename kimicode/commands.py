@@ -37,13 +37,19 @@ class CustomCommand:
     description: str
     template: str
     path: Path
-    scope: Literal["project", "user"]
+    scope: Literal["project", "user", "plugin", "skill"]
     argument_hint: str = ""
+    allowed_tools: tuple[str, ...] = ()
+    """Claude Code's `allowed-tools`: permission rules that hold while this command's turn runs."""
+    model: str = ""
+    """Claude Code's `model` (kept for faces that honour it)."""
 
     def render(self, arguments: str) -> str:
         """The prompt for `/name arguments`."""
         arguments = arguments.strip()
         text = self.template
+        if self.scope == "skill":  # a skill's text is sent as written (its `$1` is shell, not a placeholder)
+            return f"{text.rstrip()}\n\n{arguments}".strip()
         uses_all = "$ARGUMENTS" in text
         uses_positional = bool(_POSITIONAL.search(text))
         if uses_positional:
@@ -77,7 +83,10 @@ def _front_matter(text: str) -> tuple[dict[str, str], str]:
     return {}, text  # no closing line: not front matter
 
 
-def _load_dir(root: Path, scope: Literal["project", "user"]) -> dict[str, CustomCommand]:
+def load_dir(
+    root: Path, scope: Literal["project", "user", "plugin", "skill"], prefix: str = ""
+) -> dict[str, CustomCommand]:
+    """The commands of one folder (`prefix:` before each name, for a plugin's)."""
     out: dict[str, CustomCommand] = {}
     if not root.is_dir():
         return out
@@ -98,13 +107,31 @@ def _load_dir(root: Path, scope: Literal["project", "user"]) -> dict[str, Custom
             continue
         first = next((ln.strip().lstrip("#").strip() for ln in body.splitlines() if ln.strip()), "")
         description = meta.get("description") or (first[:77] + "…" if len(first) > 80 else first)
-        name = ":".join(parts)
-        out[name] = CustomCommand(name, description, body, path, scope, meta.get("argument-hint", ""))
+        name = ":".join((prefix, *parts) if prefix else parts)
+        allowed = tuple(t.strip() for t in _split_rules(meta.get("allowed-tools", "")) if t.strip())
+        out[name] = CustomCommand(name, description, body, path, scope, meta.get("argument-hint", ""), allowed,
+                                  meta.get("model", ""))
+    return out
+
+
+def _split_rules(text: str) -> list[str]:
+    """`Bash(git add:*), Bash(git status:*), Read` (or `[...]`): commas inside parentheses stay."""
+    text = text.strip().removeprefix("[").removesuffix("]")
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth <= 0:
+            out.append(cur.strip().strip("\"'"))
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur.strip().strip("\"'"))
     return out
 
 
 def load_custom_commands(workspace: Path, home: Path) -> dict[str, CustomCommand]:
-    """Every custom command by name (without the slash), sorted; project commands override user ones."""
-    found = _load_dir(home / COMMANDS_DIR, "user")
-    found.update(_load_dir(workspace / ".kimicode" / COMMANDS_DIR, "project"))
+    """Every custom command by name (without the slash), sorted; project commands override user ones.
+    (The terminal also reads Claude Code's folders, plugins and skills: kimicode.extensions.slash.)"""
+    found = load_dir(home / COMMANDS_DIR, "user")
+    found.update(load_dir(workspace / ".kimicode" / COMMANDS_DIR, "project"))
     return dict(sorted(found.items()))

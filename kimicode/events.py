@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-TurnStatus = Literal["success", "error", "max_turns", "repeat_limit", "interrupted"]
+TurnStatus = Literal["success", "error", "max_turns", "repeat_limit", "interrupted", "invalid_output"]
+"""`invalid_output`: structured output whose answers never matched the schema (agent/structured.py)."""
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,19 @@ output use before showing such text:
 - escape sequences (CSI, OSC, DCS/APC/PM/SOS strings, two-character ESC sequences, their C1 forms)
   are removed (`sequences="strip"`, for output whose colours may be dropped) or shown as visible text
   (`sequences="escape"`, for what the user approves: nothing hidden);
-- every other control character (C0 but `\\n` and `\\t`, DEL, C1) and the invisible characters that
-  change how text reads (bidirectional overrides and isolates, zero-width spaces, line separators,
-  BOM) are shown escaped (`\\x08`, `\\u202e`), since they cannot be shown faithfully;
+- every other control character (C0 but `\\n` and `\\t`, DEL, C1) and every character that is invisible
+  or changes how text reads is shown escaped (`\\x08`, `\\u202e`), since it cannot be shown faithfully.
+  That is decided by Unicode category, not by a list: format characters (Cf: bidirectional controls,
+  zero-width joiners and spaces, word joiner, tag characters, soft hyphen), private use (Co),
+  unassigned (Cn), surrogates (Cs), line and paragraph separators (Zl, Zp), plus the filler letters
+  that draw nothing (Hangul fillers U+115F, U+1160, U+3164, U+FFA0, braille blank U+2800);
 - `\\r\\n` becomes `\\n`; with `newlines=False` a newline is shown as `\\n` too.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Final, Literal
 
 __all__ = ["sanitize"]
@@ -31,38 +35,70 @@ _SEQUENCE: Final = re.compile(
     """,
     re.VERBOSE,
 )
-_INVISIBLE: Final = frozenset(
-    "\u061c\u200b\u200c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029\ufeff"
-)
-"""Bidirectional controls, zero-width space/non-joiner, line/paragraph separators, BOM (ZWJ is kept:
-emoji sequences need it)."""
+_CATEGORIES: Final = frozenset({"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"})
+FILLERS: Final = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+"""Letters (category Lo/So) that draw nothing: a name made of them looks empty or like another."""
 
 
 def _escaped(ch: str) -> str:
     code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def _is_unsafe(ch: str) -> bool:
-    code = ord(ch)
-    return code < 0x20 or 0x7F <= code < 0xA0 or ch in _INVISIBLE
+    """Control, format, private-use, unassigned, separator or filler (see the module docstring)."""
+    return ch not in "\n\t" and (unicodedata.category(ch) in _CATEGORIES or ch in FILLERS)
 
 
-_INVISIBLE_CLASS: Final = "".join(f"\\u{ord(c):04x}" for c in sorted(_INVISIBLE))
-_UNSAFE: Final = re.compile(f"[\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f{_INVISIBLE_CLASS}]")
-_UNSAFE_KEEP_NL: Final = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_INVISIBLE_CLASS}]")
+_ASCII_UNSAFE: Final = re.compile("[\\x00-\\x08\\x0a-\\x1f\\x7f]")
+_ASCII_UNSAFE_KEEP_NL: Final = re.compile("[\\x00-\\x08\\x0b-\\x1f\\x7f]")
+_PATTERNS: dict[bool, re.Pattern[str]] = {}
+
+
+def _unsafe_pattern(newlines: bool) -> re.Pattern[str]:
+    """Every unsafe character as one regex class: the BMP by category (both variants computed together
+    on first use, about 60 ms), and every astral character (checked one by one in `_fix`)."""
+    found = _PATTERNS.get(newlines)
+    if found is not None:
+        return found
+    ranges: list[str] = []
+    start = None
+    for code in range(0x10000):
+        bad = _is_unsafe(chr(code))
+        if bad and start is None:
+            start = code
+        elif not bad and start is not None:
+            ranges.append(_range(start, code - 1))
+            start = None
+    if start is not None:
+        ranges.append(_range(start, 0xFFFF))
+    body = "".join(ranges) + "\\U00010000-\\U0010ffff"
+    _PATTERNS[True] = re.compile(f"[{body}]")
+    _PATTERNS[False] = re.compile(f"[\\n{body}]")
+    return _PATTERNS[newlines]
+
+
+def _range(first: int, last: int) -> str:
+    return f"\\u{first:04x}" if first == last else f"\\u{first:04x}-\\u{last:04x}"
+
+
+def _fix(match: re.Match[str], newlines: bool) -> str:
+    ch = match.group()
+    return _escaped(ch) if _is_unsafe(ch) or (ch == "\n" and not newlines) else ch
 
 
 def sanitize(
     text: str, *, sequences: Literal["strip", "escape"] = "strip", newlines: bool = True
 ) -> str:
     """`text` safe to print in a terminal (see the module docstring); plain text is returned unchanged."""
-    unsafe = _UNSAFE_KEEP_NL if newlines else _UNSAFE
+    ascii_only = _ASCII_UNSAFE_KEEP_NL if newlines else _ASCII_UNSAFE
+    unsafe = ascii_only if text.isascii() else _unsafe_pattern(newlines)
     if not unsafe.search(text):  # the common case, one regex scan
         return text
     text = text.replace("\r\n", "\n")
+    every = _unsafe_pattern(False)
     if sequences == "strip":
         text = _SEQUENCE.sub("", text)
     else:
-        text = _SEQUENCE.sub(lambda m: _UNSAFE.sub(lambda c: _escaped(c.group()), m.group()), text)
-    return unsafe.sub(lambda c: _escaped(c.group()), text)
+        text = _SEQUENCE.sub(lambda m: every.sub(lambda c: _fix(c, False), m.group()), text)
+    return unsafe.sub(lambda c: _fix(c, newlines), text)

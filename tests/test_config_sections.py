@@ -56,7 +56,7 @@ def sample(keypath: tuple[str, ...]) -> Any:
         node = node.get(part, node.get("*"))
     if isinstance(node, tuple):
         return node[0]
-    return {"str": "x", "int": 3, "number": 0.5, "bool": True, "list[str]": ["x"], "list": []}[node]
+    return {"str": "x", "int": 3, "number": 0.5, "bool": True, "list[str]": ["x"], "list": [], "hooks": []}[node]
 
 
 def project_toml(keypath: tuple[str, ...], value: Any) -> str:

@@ -18,6 +18,7 @@ from conftest import kimicode_command
 
 from kimicode import Agent
 from kimicode.llm.discovery import (
+    discover_server,
     discover_window,
     known_window,
     resolve_window,
@@ -74,14 +75,21 @@ def test_precedence_and_known_ids() -> None:
     assert known_window("gpt-4o-mini") == 128_000
 
 
-def test_discovery_asks_props_for_llamacpp_and_caches(tmp_path: Path) -> None:
+def test_discovery_asks_props_for_llamacpp_revalidates_and_caches_only_answers(tmp_path: Path) -> None:
     with FakeServer() as server:
         server.get_routes = {"/v1/models": LLAMACPP_BODY, "/props": LLAMACPP_PROPS}
         assert asyncio.run(discover_window(server.base_url, "sk-secret-key", "smollm2-135m", tmp_path)) == 4096
-        server.get_routes = {}  # the server changed: the cached answer is used, no request
-        assert asyncio.run(discover_window(server.base_url, "sk-secret-key", "smollm2-135m", tmp_path)) == 4096
+        server.other_requests.clear()
+        # restarted with a smaller -c: the next session start sees it, with one GET of /props
+        server.get_routes = {"/v1/models": LLAMACPP_BODY,
+                             "/props": {**LLAMACPP_PROPS, "default_generation_settings": {"n_ctx": 2048}}}
+        assert asyncio.run(discover_window(server.base_url, "sk-secret-key", "smollm2-135m", tmp_path)) == 2048
+        assert server.other_requests == ["GET /props"]
+        url = server.base_url
+    # the server is down: its last real answer stands in
+    assert asyncio.run(discover_window(url, "sk-secret-key", "smollm2-135m", tmp_path, timeout=0.5)) == 2048
     cache = (tmp_path / "cache" / "windows.json").read_text()
-    assert "sk-secret" not in cache and "4096" in cache
+    assert "sk-secret" not in cache and "2048" in cache
 
 
 def test_discovery_is_bounded_when_the_server_hangs(tmp_path: Path) -> None:
@@ -167,15 +175,24 @@ def test_cli_max_tokens_and_window_source_in_the_json_result(tmp_path: Path) -> 
         assert bad.returncode == 2 and "--max-tokens" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_a_silent_server_is_cached_as_silent_and_not_asked_again(tmp_path: Path) -> None:
-    with FakeServer() as server:  # /v1/models answers 404
+def test_a_silent_or_refusing_server_is_not_cached(tmp_path: Path) -> None:
+    with FakeServer() as server:  # /v1/models answers 404 (a 401, or a server still loading, alike)
         assert asyncio.run(discover_window(server.base_url, "k", "m", tmp_path)) is None
+        assert not (tmp_path / "cache" / "windows.json").exists()
         server.get_routes = {"/v1/models": {"data": [{"id": "m", "max_model_len": 2048}]}}
-        assert asyncio.run(discover_window(server.base_url, "k", "m", tmp_path)) is None  # cached miss (1 h)
+        assert asyncio.run(discover_window(server.base_url, "k", "m", tmp_path)) == 2048  # asked again at once
         # another model is asked for; a server listing one model serves it under any name (llama.cpp)
         assert asyncio.run(discover_window(server.base_url, "k", "other", tmp_path)) == 2048
-        cache = json.loads((tmp_path / "cache" / "windows.json").read_text())
-        assert cache[f"{server.base_url}|m"]["window"] is None
+
+
+def test_litellm_window_comes_from_model_info(tmp_path: Path) -> None:
+    info = {"data": [{"model_name": "smollm2-135m", "litellm_params": {"model": "openai/smollm2-135m"},
+                      "model_info": {"max_input_tokens": 4096, "max_tokens": 4096}}]}
+    with FakeServer(dialect="litellm") as server:  # its /v1/models lists the model without a window
+        server.get_routes = {"/v1/model/info": info}
+        found = asyncio.run(discover_server(server.base_url, "k", "smollm2-135m", tmp_path))
+        assert found is not None and (found.window, found.source) == (4096, "model_info")
+        assert "GET /v1/models" in server.other_requests
 
 
 def test_a_corrupt_cache_is_ignored(tmp_path: Path) -> None:

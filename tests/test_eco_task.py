@@ -70,14 +70,26 @@ def test_a_subagent_works_in_a_fresh_context_with_read_only_tools(
 
 
 def test_several_subagents_run_concurrently(make_agent: Callable[..., Any], server: FakeServer) -> None:
+    import threading
+
     calls = [ToolCall("task", {"description": f"job {c}", "prompt": f"job {c}"}) for c in "ABC"]
-    server.add(*[router(calls, child_delay=0.6)] * 8)
-    agent = make_agent()
-    started = time.monotonic()
-    result = agent.run_sync("fan out")
-    elapsed = time.monotonic() - started
+    base = router(calls)
+    together = threading.Barrier(3, timeout=30)  # each child's first request waits for the other two
+    met: list[bool] = []
+
+    def answer(req: RecordedRequest) -> Reply:
+        if is_child(req) and req.body["messages"][-1]["role"] == "user":
+            try:
+                together.wait()
+                met.append(True)
+            except threading.BrokenBarrierError:
+                met.append(False)
+        return base(req)
+
+    server.add(*[answer] * 8)
+    result = make_agent().run_sync("fan out")
     assert result.ok
-    assert elapsed < 1.5, f"three 0.6 s subagents took {elapsed:.2f} s: not concurrent"
+    assert met == [True, True, True], "the three subagents' requests were not in flight at the same time"
     final = [r for r in server.requests if not is_child(r)][-1].body["messages"]
     reports = [m["content"] for m in final if m["role"] == "tool"]
     assert reports == [f"report: job {c} -> found in a.py" for c in "ABC"]  # results in call order

@@ -127,3 +127,146 @@ def test_steering_reaches_the_model_after_the_step_and_leftovers_are_sent_next(
     messages = server.requests[1].body["messages"]
     assert [m["role"] for m in messages[-3:]] == ["assistant", "tool", "user"]
     assert messages[-1]["content"] == "use tabs, not spaces" and agent.extras.steering == []
+
+
+def test_a_context_error_whose_numbers_fit_is_retried_for_real(make_agent: Any, server: FakeServer) -> None:
+    from kimicode.events import Notice
+
+    def refuse(request: Any) -> Any:
+        from kimicode.testing import ErrorReply
+
+        asked = request.body.get("max_completion_tokens") or request.body.get("max_tokens")
+        msg = (f"'max_tokens' or 'max_completion_tokens' is too large: {asked}. This model's maximum context "
+               f"length is 32768 tokens and your request has 120 input tokens ({asked} > 32768 - 120).")
+        return ErrorReply(400, msg, "BadRequestError")
+
+    server.add(refuse, Reply(content="fits now"))
+    notices: list[str] = []
+    agent = make_agent(context_window=32_768, max_completion_tokens=8_192,
+                       on_event=lambda ev: notices.append(ev.text) if isinstance(ev, Notice) else None)
+    result = agent.run_sync("hello")
+    assert result.ok and result.result == "fits now", result
+    first, second = (r.body.get("max_completion_tokens") or r.body.get("max_tokens") for r in server.requests)
+    assert second < first
+    assert any(f"retrying with max_tokens {second:,}" in n for n in notices)
+
+
+def test_a_five_character_summary_is_refused(make_agent: Any, server: FakeServer) -> None:
+    agent = make_agent()
+    for i in range(8):
+        server.add(Reply(content=f"answer {i} " + "word " * 200))
+        assert agent.run_sync(f"question {i} " + "more " * 200).ok
+    server.add(Reply(content="Done."))
+
+    async def compact() -> Any:
+        return await agent.compact()
+
+    result = asyncio.run(compact())
+    assert result is not None and result.fallback and "too short" in (result.error or "")
+    summary = next(m["content"] for m in agent.messages if "question 0" in str(m["content"]) and m["role"] == "user")
+    assert summary  # the first prompt is still there, kept by the fallback summary
+
+
+def test_model_checks_the_servers_list_and_completes_its_ids(
+    server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prompt_toolkit.document import Document
+
+    from kimicode.ui import commands, model_cmds
+    from kimicode.ui.completion import PromptCompleter
+
+    model_cmds._served.clear()
+    server.get_routes["/v1/models"] = {"object": "list", "data": [{"id": "kimi-k3"}, {"id": "kimi-k2-turbo"}]}
+    session = make_session(server, workspace, monkeypatch)
+
+    def run(line: str) -> str:
+        asyncio.run(commands.dispatch(session, line))
+        out: str = session.console.file.getvalue()
+        session.console.file.seek(0)
+        session.console.file.truncate()
+        return out
+
+    before = session.agent.endpoint.model
+    text = run("/model kimi-k9")
+    assert "does not serve 'kimi-k9'" in text and "did you mean kimi-k3" in text
+    assert session.agent.endpoint.model == before
+    assert "Model set to kimi-k2-turbo" in run("/model kimi-k2-turbo")
+    assert session.agent.endpoint.model == "kimi-k2-turbo"
+    assert "Model set to my-own-id" in run("/model my-own-id --force")
+    completer = PromptCompleter(lambda: commands.command_infos(session), session.index)
+    offered = [c.text for c in completer.get_completions(Document("/model kimi-k"), None)]  # type: ignore[arg-type]
+    assert {"kimi-k3", "kimi-k2-turbo"} <= set(offered)
+    asyncio.run(session.agent.aclose())
+
+
+def test_shell_completion_scripts_complete_commands_and_choices(tmp_path: Path) -> None:
+    import shlex
+    import shutil
+    import subprocess
+
+    from conftest import kimicode_command
+
+    kc = kimicode_command()
+    scripts = {shell: subprocess.run([*kc, "completion", shell], capture_output=True, text=True, timeout=60)
+               for shell in ("bash", "zsh", "fish")}
+    assert all(done.returncode == 0 for done in scripts.values())
+    assert "compdef _kimicode_completion kimicode" in scripts["zsh"].stdout
+    assert "complete --command kimicode" in scripts["fish"].stdout
+    assert "# install:" in scripts["fish"].stderr and "# install" not in scripts["fish"].stdout
+    bash = shutil.which("bash")
+    assert bash is not None
+    (tmp_path / "kc.sh").write_text(scripts["bash"].stdout)
+    run = f"_kimicode_completion {shlex.quote(kc[0])}"  # as bash calls it: $1 is the command to ask
+    probe = (f"source {tmp_path / 'kc.sh'}; COMP_WORDS=(kimicode ses); COMP_CWORD=1; {run}; "
+             "echo \"${COMPREPLY[@]}\"; COMP_WORDS=(kimicode --permission-mode ''); COMP_CWORD=2; "
+             f"{run}; echo \"${{COMPREPLY[@]}}\"")
+    done = subprocess.run([bash, "-c", probe], capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "sessions", done
+    assert lines[1].split() == ["default", "accept-edits", "plan", "yolo"]
+
+
+def test_notifications_bell_osc9_and_a_command(
+    server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import time
+
+    from kimicode.ui.notify import Notifier
+
+    out = io.StringIO()
+    monkeypatch.delenv("TMUX", raising=False)
+    monkeypatch.delenv("WT_SESSION", raising=False)
+    monkeypatch.setenv("TERM_PROGRAM", "Apple_Terminal")
+    Notifier().notify("turn-finished", "done", out)
+    assert out.getvalue() == "\a"
+    monkeypatch.setenv("TERM_PROGRAM", "WezTerm")
+    out = io.StringIO()
+    Notifier().notify("turn-finished", "done\x1b]0;x\x07 now", out)
+    sent = out.getvalue()
+    assert sent.startswith("\x1b]9;done") and sent.endswith("\x07") and sent.count("\x07") == 1
+    monkeypatch.setenv("TMUX", "/tmp/tmux-0/default,1,0")
+    out = io.StringIO()
+    Notifier(terminal="osc9").notify("turn-finished", "done", out)
+    assert out.getvalue() == "\x1bPtmux;\x1b\x1b]9;done\x07\x1b\\"
+    bad = Notifier.from_table({"terminal": "loud", "after_seconds": -1, "command": 3})
+    assert bad.terminal == "auto" and bad.problem is not None and "terminal must be" in bad.problem
+
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    seen = tmp_path / "seen.json"
+    script = tmp_path / "notify.sh"
+    script.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {seen}\n')
+    script.chmod(0o755)
+    (home / "config.toml").write_text(f'[notify]\nterminal = "off"\ncommand = ["{script}"]\nafter_seconds = 0\n')
+    session = make_session(server, workspace, monkeypatch)
+    server.add(Reply(content="all done"))
+    asyncio.run(session.run_turn("work"))
+    for _ in range(200):
+        if seen.exists() and seen.read_text():
+            break
+        time.sleep(0.02)
+    payload = json.loads(seen.read_text())
+    assert payload["type"] == "turn-finished" and "all done" in payload["message"]
+    assert payload["session_id"] == session.agent.session_id and payload["cwd"] == str(session.workspace)
+    asyncio.run(session.agent.aclose())

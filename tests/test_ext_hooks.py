@@ -423,3 +423,55 @@ def test_headless_stream_json_shows_every_hook_run(
     hooks = [x for x in lines if x["type"] == "hook"]
     assert [(h["event"], h["outcome"], h["tool_use_id"]) for h in hooks] == [
         ("PreToolUse", "ok", "call_1"), ("PostToolUse", "ok", "call_1")]
+
+
+def test_kimi_codes_flat_hooks_and_tool_names(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path
+) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        f'[[hooks]]\nevent = "PreToolUse"\nmatcher = "Shell"\ncommand = {json.dumps(hook_cmd("exit2"))}\n'
+        f'timeout = 5\n[[hooks]]\nevent = "Stop"\ncommand = {json.dumps(hook_cmd())}\n')
+    server.add(*bash_then_done("touch made"))
+    make_agent(permission_mode="yolo").run_sync("go")
+    assert not (workspace / "made").exists()
+    assert [r["payload"]["hook_event_name"] for r in runs(workspace)] == ["PreToolUse", "Stop"]
+
+
+def test_a_hooks_value_of_the_wrong_shape_names_the_file(make_agent: Callable[..., Any], home: Path) -> None:
+    from kimicode.config.endpoint import ConfigError
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text('hooks = "rm -rf /"\n')
+    with pytest.raises(ConfigError, match=r"config\.toml:1: hooks: must be a table of events"):
+        make_agent()
+    (home / "config.toml").write_text('[[hooks]]\nmatcher = "Bash"\ncommand = "x"\n')
+    with pytest.raises(ConfigError, match=r"hooks\[0\]: each \[\[hooks\]\] entry needs `event`"):
+        make_agent()
+
+
+def test_hooks_get_the_users_environment_but_not_kimicodes_key(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SLACK_TOKEN", "xoxb-for-the-notifier")
+    monkeypatch.setenv("MY_COPY_OF_THE_KEY", "sk-test-secret-key")  # the key make_agent uses
+    configure(home, "Stop", ("", "env > env.txt", {}))
+    server.add(Reply(content="ok"))
+    make_agent().run_sync("go")
+    env = (workspace / "env.txt").read_text()
+    assert "SLACK_TOKEN=xoxb-for-the-notifier" in env and "sk-test-secret-key" not in env
+
+
+def test_a_session_with_hook_records_resumes(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path
+) -> None:
+    from kimicode import Agent
+
+    configure(home, "PreToolUse", ("", hook_cmd(), {}))
+    server.add(*bash_then_done("true"), Reply(content="again"))
+    first = make_agent(permission_mode="yolo")
+    first.run_sync("go")
+    again = Agent.resume(first.session_id, options=lambda ws: first.options)
+    assert [m["role"] for m in again.messages] == [m["role"] for m in first.messages]
+    assert again.run_sync("more").result == "again"

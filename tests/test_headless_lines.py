@@ -74,13 +74,22 @@ def test_retries_are_one_line_each_even_when_the_message_has_newlines(
     assert err.endswith("try again.\n")  # the next line starts on its own line
 
 
-def test_json_and_stream_json_keep_stderr_quiet(server: FakeServer, make_agent: Callable[..., Any]) -> None:
+def test_json_says_retries_and_refusals_on_stderr_and_stream_json_keeps_it_quiet(
+    server: FakeServer, make_agent: Callable[..., Any]
+) -> None:
+    """A CI log of a `--output-format json` run shows why it waited and what it refused (issue 23: the README's
+    Actions example uses json); stdout stays the one result object. stream-json carries them in its lines."""
     for fmt in ("json", "stream-json"):
-        server.add(ErrorReply(503, "down"), Reply(tool_calls=[ToolCall("bash", {"command": "touch x"})]),
+        server.add(ErrorReply(503, "down"), Reply(tool_calls=[ToolCall("bash", {"command": "touch x && make"})]),
                    Reply(content="x"))
         _, out, err = run(make_agent(headless=True), "q", fmt=fmt)
-        assert err == "", fmt  # the result object carries the denials and stream-json the retries
         assert '"permission_denials": [{"tool_name": "bash"' in out
+        if fmt == "stream-json":
+            assert err == ""
+            continue
+        assert out.count("\n") == 1 and "kimicode: retry 1/" in err and "kimicode: refused bash: touch x" in err
+        assert "--allow 'bash(touch x)' --allow 'bash(make)'" in err  # every part of the line, not the first
+        assert err.rstrip().endswith("--allow 'bash(pytest*)')")
 
 
 def test_verbose_uses_the_same_lines(server: FakeServer, make_agent: Callable[..., Any]) -> None:

@@ -135,8 +135,8 @@ def check_tools(out: str, server: FakeServer, ws: Path) -> None:
 
 def script_approve(server: FakeServer, ws: Path) -> None:
     server.add(
-        Reply(tool_calls=[ToolCall("bash", {"command": "git --version > git.txt"})]),
-        Reply(tool_calls=[ToolCall("bash", {"command": "touch removed.txt"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "git log -1 --oneline"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "git -c alias.x='!touch removed.txt' x"})]),  # an alias
         Reply(content="Showed the commit; deleting was refused."),
     )
 
@@ -144,9 +144,11 @@ def script_approve(server: FakeServer, ws: Path) -> None:
 def check_approve(out: str, server: FakeServer, ws: Path) -> None:
     lines = out.splitlines()
     assert lines[0].startswith("refused bash: ") and lines[1] == "Showed the commit; deleting was refused."
-    assert (ws / "git.txt").exists() and not (ws / "removed.txt").exists()  # one approved, one refused
+    shown = results_in(server.requests[1])[-1]
+    assert "[exit code: " in shown and "denied" not in shown  # read-only: asked (the ask rule), approved
+    assert not (ws / "removed.txt").exists()  # the alias that runs a shell command: refused
     refused = results_in(server.requests[2])[-1]
-    assert "only git commands are allowed in this script" in refused
+    assert "this script approves only commands kimicode judges read-only" in refused
 
 
 def script_cancel(server: FakeServer, ws: Path) -> None:

@@ -248,6 +248,8 @@ def test_slash_model_fresh_and_slash_prompt_in_the_terminal(
                       plain=True)
     for i in range(3):
         deepseek.add(Reply(reasoning=f"deepseek thought {i}", content=f"answer {i}: " + "words " * 800))
+    models = [{"id": "deepseek-reasoner", "object": "model"}, {"id": "kimi-k3", "object": "model"}]
+    deepseek.get_routes["/v1/models"] = {"object": "list", "data": models}  # /model checks the server's list
 
     async def go() -> None:
         for i in range(3):

@@ -239,7 +239,7 @@ def test_cli_and_library_build_equal_options(
     (tmp_path / "home" / "config.toml").write_text("[defaults]\nmax_retries = 2\n")
     built: list[Any] = []
 
-    async def capture(agent: Any, prompt: str, printer: Any, budget: Any = None) -> int:
+    async def capture(agent: Any, prompt: str, printer: Any, budget: Any = None, spec: Any = None) -> int:
         built.append(agent.options)
         await agent.aclose()
         return 0

@@ -91,22 +91,32 @@ def test_an_unknown_sandbox_flag_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_the_wrapper_arguments(tmp_path: Path) -> None:
+    """Nothing of the host is bound as a whole: system roots read-only, a private home and /tmp, the
+    workspace, git's code-running parts read-only, no capabilities, the limits before the command."""
     ws = tmp_path / "ws"
-    (ws / ".git").mkdir(parents=True)
+    (ws / ".git" / "hooks").mkdir(parents=True)
+    (ws / ".git" / "config").write_text("[core]\n")
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
-    (home / ".netrc").write_text("machine x password y")
+    (home / ".gitconfig").write_text("[user]\n")
     kc = tmp_path / "kc"
     kc.mkdir()
-    (kc / "config.toml").write_text("")
     ws_real, home_real = os.path.realpath(ws), os.path.realpath(home)
     args = Sandbox(ws, "/usr/bin/bwrap", kimicode_home=kc, user_home=home).wrap(["/bin/bash", "-c", "ls"])
     joined = " ".join(args)
     assert args[0] == "/usr/bin/bwrap" and args[-3:] == ["/bin/bash", "-c", "ls"]
-    assert "--ro-bind / /" in joined and "--unshare-net" in joined and "--tmpfs /tmp" in joined
-    assert f"--bind {ws_real} {ws_real}" in joined and f"--ro-bind {ws_real}/.git {ws_real}/.git" in joined
-    assert f"--tmpfs {home_real}/.ssh" in joined and f"--ro-bind /dev/null {home_real}/.netrc" in joined
+    assert "--ro-bind / /" not in joined and "--ro-bind /usr /usr" in joined
+    assert "--unshare-net" in joined and "--tmpfs /tmp" in joined and "--cap-drop ALL" in joined
+    assert "--unshare-user-try" in joined and "ulimit -u" in joined
+    assert f"--tmpfs {home_real}" in joined and f"{home_real}/.ssh" not in joined
+    assert f"--ro-bind {home_real}/.gitconfig {home_real}/.gitconfig" in joined
+    assert f"--bind {ws_real} {ws_real}" in joined
+    assert f"--ro-bind {ws_real}/.git/config {ws_real}/.git/config" in joined
+    assert f"--ro-bind {ws_real}/.git/hooks {ws_real}/.git/hooks" in joined
+    assert str(kc) not in joined  # KIMICODE_HOME is simply not there
     assert joined.index("--tmpfs /tmp") < joined.index(f"--bind {ws_real}")  # the workspace survives /tmp's tmpfs
+    read_only = " ".join(Sandbox(ws, "bwrap", user_home=home).wrap(["x"], "read-only"))
+    assert f"--ro-bind {ws_real} {ws_real}" in read_only and f"--bind {ws_real}" not in read_only
     assert "--unshare-net" not in Sandbox(ws, "bwrap", network=True).wrap(["x"])
 
 
@@ -141,10 +151,11 @@ def test_the_sandbox_confines_commands(server: FakeServer, workspace: Path, tmp_
     server.add(Reply(tool_calls=calls), Reply(content="ok"))
     code, result, stderr = cli(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
                                HOME=str(home))
-    assert code == 0 and result["permission_denials"] == [] and "warning" not in stderr  # default mode: ran
+    assert code == 0 and result["permission_denials"] == []  # default mode: ran
+    assert "sandbox blocked: writing " in stderr and ".ssh/id_rsa is not visible in the sandbox" in stderr
     inside, out, git, tmp, key, net, env, sleep = tool_results(server)
     assert inside == "in\n[exit code: 0]" and (workspace / "in.txt").read_text() == "in\n"
-    assert "Read-only file system" in out and not outside.exists()
+    assert not outside.exists() and "exit code: 0" in out  # written to the sandbox's private /var/tmp
     assert "Read-only file system" in git and not (workspace / ".git" / "hooks-evil").exists()
     assert tmp.endswith("[exit code: 0]") and not host_tmp.exists()  # a private /tmp
     assert "PRIVATE KEY" not in key and "No such file" in key

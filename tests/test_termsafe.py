@@ -54,7 +54,35 @@ def test_strip_mode_drops_colours_and_keeps_text() -> None:
     assert sanitize("line1\r\nline2\n\tx") == "line1\nline2\n\tx"
     assert sanitize("\x1b]8;;http://evil/\x1b\\click\x1b]8;;\x1b\\") == "click"
     assert sanitize("unterminated \x1b]0;title\nnext") == "unterminated \nnext"
-    assert sanitize("plain text ünïcode 👩‍💻") == "plain text ünïcode 👩‍💻"  # ZWJ emoji kept
+    assert sanitize("plain text ünïcode 中文") == "plain text ünïcode 中文"
+    assert sanitize("👩‍💻") == "👩\\u200d💻"  # a zero-width joiner is invisible: shown, emoji or not
+
+
+INVISIBLE_SAMPLES = [
+    "\u200b", "\u200c", "\u200d", "\u2060", "\u00ad", "\u180e", "\ufeff", "\u2028", "\u2029",
+    "\U000e0041", "\U000e007f",  # tag characters (hidden ASCII)
+    "\u115f", "\u1160", "\u3164", "\uffa0", "\u2800",  # fillers
+    "\ue000", "\U000f0000", "\U0010fffd",  # private use
+    "\u0378", "\U0003fffe", "\U0010ffff",  # unassigned
+]
+
+
+def test_invisible_characters_are_escaped_by_category() -> None:
+    for ch in INVISIBLE_SAMPLES:
+        for mode in ("strip", "escape"):
+            shown = sanitize(f"a{ch}b", sequences=mode)  # type: ignore[arg-type]
+            assert ch not in shown and shown.startswith("a\\") and shown.endswith("b"), (hex(ord(ch)), shown)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec=None, categories=["Cf", "Co", "Cn", "Cc", "Zl", "Zp", "Lo"]),
+               max_size=40))
+def test_no_format_private_or_unassigned_character_survives(text: str) -> None:
+    import unicodedata
+
+    out = sanitize(text, newlines=False)
+    left = [c for c in out if c != "\t" and unicodedata.category(c) in ("Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp")]
+    assert not left and not any(c in out for c in "\u115f\u1160\u3164\uffa0\u2800")
 
 
 def test_newlines_false_escapes_them() -> None:

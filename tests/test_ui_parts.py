@@ -733,6 +733,8 @@ def test_custom_commands_in_help_completion_and_dispatch(
     mine.mkdir(parents=True)
     (mine / "commit.md").write_text("Write a commit message for the staged changes.\n")
     server.add(Reply(content="Reviewed."), Reply(content="Committed."))
+    assert "review" not in session_factory().custom_commands()  # a project's commands need a trusted workspace
+    (tmp_path / "home" / "config.toml").write_text(f"[trust]\nworkspaces = [\"{workspace}\"]\n")
     session = session_factory()
 
     asyncio.run(commands.dispatch(session, "/help"))

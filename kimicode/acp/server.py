@@ -136,7 +136,7 @@ class KimicodeAcp:
         if caps is not None and caps.terminal:
             agent.ctx.commands = ClientTerminals(self.conn, agent.session_id, agent.masker.mask, session.send)
             # the editor's terminal is not kimicode's OS sandbox: no decision may count on it
-            agent.policy = dataclasses.replace(agent.policy, sandboxed=False)
+            agent.policy = dataclasses.replace(agent.policy, sandboxed=False, read_only_sandbox=False)
 
     def _session(self, session_id: str) -> AcpSession:
         session = self.sessions.get(session_id)

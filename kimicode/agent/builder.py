@@ -7,12 +7,14 @@ Nothing here talks to the network or writes a file: the session log is created b
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from kimicode.agent.sysprompt import PromptParts, build_system_prompt
 from kimicode.config.choices import (
+    DEFAULT_MAX_RETRIES,
     DEFAULT_SCOPE,
     Scope,
     SwitchPolicy,
@@ -66,7 +68,7 @@ def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool
     )
     cfg = config.context  # [context]; the options win
     agent.max_completion_tokens = o.max_completion_tokens or agent.model_config.max_completion_tokens or cfg.max_tokens
-    agent._discovered = o.context_window is not None or agent.model_config.context_window is not None
+    agent._discovered = False  # asked even with a set window: the template and calibration come with the answer
     agent.home = o.home.expanduser() if o.home is not None else kimicode_home()
     agent.session_id = o.session_id or new_session_id()
     agent.log = SessionLog(agent.home / "sessions", agent.session_id) if o.persist else None
@@ -141,13 +143,17 @@ def confine(agent: Agent) -> None:
     for text in ignored:
         agent.notify(text, "warning")
     sandboxed = False
-    if agent.sandbox is not None and agent.tools.get("bash") is BASH:
-        agent.tools.add(bash_tool(agent.sandbox))
+    ours = agent.tools.get("bash") is BASH
+    if agent.sandbox is not None and ours:
         sandboxed = not agent.sandbox.auto  # auto confines what runs unasked; it changes no decision
     agent.policy = Policy(
         rules, kimicode_home=agent.home, sandboxed=sandboxed, workspace=agent.workspace,
-        session_dir=agent.ctx.session_dir,
+        session_dir=agent.ctx.session_dir, read_only_sandbox=agent.sandbox is not None,
     )
+    if agent.sandbox is not None:  # the places read(...) rules open are visible in the sandbox too
+        agent.sandbox = dataclasses.replace(agent.sandbox, visible=tuple(agent.policy.read_rule_roots()))
+        if ours:
+            agent.tools.add(bash_tool(agent.sandbox))
     agent.ctx.env = scrub_env(
         os.environ,
         names=secret_env_names(agent.settings, agent.endpoint.key_source),
@@ -237,9 +243,12 @@ def make_client(agent: Agent) -> ChatClient:
             effort=agent.thinking,
             session_id=agent.session_id,
             max_retries=o.max_retries,
+            retries_explicit=o.max_retries != DEFAULT_MAX_RETRIES,
+            tool_choice=o.tool_choice or agent.model_config.tool_choice,
             retry_base_delay=o.retry_base_delay,
             timeout=o.request_timeout,
             reasoning_field=agent.model_config.reasoning_field,
+            extra_body={"response_format": dict(o.response_format)} if o.response_format else {},
             extra_headers=dict(agent.model_config.headers),
             key_source=agent.endpoint.key_source,
             url_source=agent.endpoint.url_source,

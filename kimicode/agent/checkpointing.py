@@ -70,8 +70,9 @@ async def before_change(agent: Agent, emit: Callable[[Event], None]) -> None:
 
 
 def end_turn(agent: Agent, emit: Callable[[Event], None]) -> None:
-    assert agent.checkpoints is not None
     cps = agent.checkpoints
+    if cps is None:
+        return
     had = cps.warning
     cps.end_turn()
     if cps.warning and cps.warning != had:

@@ -9,7 +9,6 @@ calls are run by agent/toolcalls.py.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
@@ -19,15 +18,17 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from kimicode import errors
 from kimicode.agent import hooking
 from kimicode.agent.builder import build, check_callbacks, make_client, settings_record, switch_policy
+from kimicode.agent.checkpointing import end_turn
 from kimicode.agent.costs import usage_cost
 from kimicode.agent.ecosystem import after_compaction, close_extras, start_extras, user_content
 from kimicode.agent.interrupted import NO_ANSWER
 from kimicode.agent.modes import note_needed
 from kimicode.agent.options import AgentOptions, OptionAttribute
 from kimicode.agent.outgoing import masked_event, utf8_safe
-from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult
-from kimicode.agent.step import model_step
+from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult, turn_error
+from kimicode.agent.step import model_step, truncation
 from kimicode.agent.streams import same_loop
+from kimicode.agent.structured import structured_output
 from kimicode.agent.switch import ModelSwitches, switch_notice
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
 from kimicode.branches.api import Explorer
@@ -250,6 +251,7 @@ class Agent(Explorer):
             await asyncio.wait([worker])
         self._interrupted = False
 
+    @structured_output  # run(prompt, output_type=Model): the answer must be JSON of it (agent/structured.py)
     async def run(self, prompt: str) -> RunResult:
         """Run one turn and return its result (the conversation continues on the next call)."""
         start = time.monotonic()
@@ -265,9 +267,7 @@ class Agent(Explorer):
         assert finished is not None
         turn_usage = {k: v - before.get(k, 0) for k, v in self.usage.items()}
         return RunResult.from_finished(
-            finished,
-            session_id=self.session_id,
-            usage=dict(self.usage),
+            finished, session_id=self.session_id, usage=dict(self.usage),
             duration_ms=int((time.monotonic() - start) * 1000),
             messages=added,
             context={"used": self.context.used, "window": self.context_window},
@@ -349,7 +349,7 @@ class Agent(Explorer):
         self.context_window, self._window_source = resolve_window(
             None, self.model_config.context_window, self.endpoint.model, self.profile.context_window
         )
-        self._discovered = self.model_config.context_window is not None
+        self._discovered = False
         self.context.forget_window()
         from kimicode.agent.ecosystem import refresh
 
@@ -490,6 +490,17 @@ class Agent(Explorer):
             self.log.message(message, self.endpoint.model)
         emit(MessageCommitted(message))
 
+    def _answer_pending(self, pending: list[dict[str, Any]], content: str, emit: Emit | None) -> None:
+        """Give each call of the step still without a result `content` (only kept in memory, not logged, when
+        `emit` is None: the log cannot be written), so the history stays valid."""
+        for call in pending:
+            message = {"role": "tool", "tool_call_id": call.get("id", ""), "content": content}
+            if emit is None:
+                self.messages.append(message)
+            else:
+                self._commit(message, emit)
+        pending.clear()
+
     async def _turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
         steps = 0
         denials: list[dict[str, Any]] = []
@@ -505,16 +516,8 @@ class Agent(Explorer):
         def finish(
             status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None
         ) -> None:
-            if self.checkpoints is not None:
-                from kimicode.agent.checkpointing import end_turn
-
-                end_turn(self, emit)
-            info = None if error is None else errors.ErrorInfo(error, kind or status)
-            handling = sys.exc_info()[1]  # called while handling a model error: keep its status and retry-after
-            if error is not None and isinstance(handling, LLMError) and handling.message == error:
-                info = errors.ErrorInfo(
-                    error, kind or status, handling.status, handling.retry_after, handling.error_type
-                )
+            end_turn(self, emit)  # the turn's checkpoint (none when they are off)
+            info = turn_error(error, kind or status)  # with the status and retry-after of a model error
             if self.log:
                 self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
                 self.log.sync()
@@ -551,6 +554,8 @@ class Agent(Explorer):
                     finish("error", message.get("content") or "", blocked, "content_filter")
                     return
                 if not calls:
+                    if cut := truncation(self, completion.finish_reason):  # cut by a limit the user did not set
+                        return finish("error", message.get("content") or "", cut, "truncated")
                     if (why := await hooking.stop_blocked(self, message.get("content") or "", emit)) is not None:
                         self._commit({"role": "user", "content": f"[Stop hook] {why}"}, emit)  # back to work
                         continue
@@ -567,26 +572,19 @@ class Agent(Explorer):
         except hooking.HookStop as stop:
             finish("error", self.turn_text, str(stop), stop.kind)
         except asyncio.CancelledError:
-            for call in pending:
-                self._commit({"role": "tool", "tool_call_id": call.get("id", ""), "content": INTERRUPTED}, emit)
-            pending.clear()
+            self._answer_pending(pending, INTERRUPTED, emit)
             finish("interrupted", self.turn_text, "interrupted by user")
             if not self._interrupted:
                 raise  # cancelled from outside (library cancellation): propagate
         except LLMError as err:
             finish("error", "", err.message, "transient" if err.transient else err.kind)  # no stale answer
         except SessionWriteError as err:  # a full disk or unwritable KIMICODE_HOME: stop, say it once
-            for call in pending:
-                self.messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": INTERRUPTED})
-            pending.clear()
+            self._answer_pending(pending, INTERRUPTED, None)
             finish("error", "", str(err), "session_log")
         except Exception as exc:  # a bug must end the turn with a valid history, never leave the caller waiting
             error = f"internal error: {type(exc).__name__}: {exc}"
             try:
-                for call in pending:
-                    result = {"role": "tool", "tool_call_id": call.get("id", ""), "content": f"Error: {error}"}
-                    self._commit(result, emit)
-                pending.clear()
+                self._answer_pending(pending, f"Error: {error}", emit)
                 finish("error", "", error, "internal")
             except Exception:
                 emit(TurnFinished("error", "", steps, error, "internal", tuple(denials)))

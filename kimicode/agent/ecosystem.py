@@ -19,6 +19,7 @@ from kimicode.tools.base import Tool
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
     from kimicode.events import Event
+    from kimicode.extensions.discover import Found
     from kimicode.extensions.hookrun import Hooks
     from kimicode.mcp.manager import McpManager
     from kimicode.tools.todo import TodoList
@@ -50,6 +51,8 @@ class Extras:
     """A task subagent: its Stop hooks are SubagentStop, and it has no session hooks."""
     session_started: bool = False
     stop_blocks: int = 0
+    found: Found | None = None
+    """Enabled plugins, skills and subagent definitions (None for a hermetic agent)."""
 
 
 def _swap(agent: Agent, old: str, new: Tool) -> None:
@@ -105,6 +108,7 @@ def install(agent: Agent, default_tools: bool) -> Extras:
     from kimicode.agent.hooking import load as load_hooks
 
     extras.hooks = load_hooks(agent)
+    _discover(agent, extras)
     if default_tools:
         _choose_edit_tool(agent)
         agent.tools.add(_web_fetch(agent))
@@ -112,8 +116,23 @@ def install(agent: Agent, default_tools: bool) -> Extras:
         from kimicode.agent.subagent import TaskRunner
 
         agent.tools.add(TaskRunner(agent).tool())
+        if extras.found is not None and extras.found.skills:
+            from kimicode.extensions.skills import skill_tool
+
+            agent.tools.add(skill_tool(extras.found.skills))
         _setup_mcp(agent, extras)
     return extras
+
+
+def _discover(agent: Agent, extras: Extras) -> None:
+    """Plugins, skills and subagent definitions (kimicode/extensions), for agents with a configuration."""
+    settings = agent.options.config
+    if settings is None:
+        return
+    from kimicode.extensions.discover import discover
+
+    extras.found = discover(agent.workspace, agent.home, trusted=settings.trusted)
+    extras.notices.extend((p, "warning") for p in extras.found.problems)
 
 
 def _setup_mcp(agent: Agent, extras: Extras) -> None:
@@ -122,7 +141,9 @@ def _setup_mcp(agent: Agent, extras: Extras) -> None:
         return  # hermetic (no configuration asked for): the workspace's .mcp.json is not read either
     from kimicode.mcp.config import load_server_configs
 
-    configs, problems = load_server_configs(agent.workspace, agent.settings)
+    plugins = extras.found.plugins if extras.found is not None else []
+    servers = {name: (entry, f"plugin {p.name}") for p in plugins for name, entry in p.mcp_servers().items()}
+    configs, problems = load_server_configs(agent.workspace, agent.settings, extra=servers)
     extras.notices.extend((f"MCP configuration: {p}", "warning") for p in problems)
     if not configs:
         return

@@ -39,10 +39,9 @@ def load(agent: Agent) -> Hooks | None:
     from kimicode.config.endpoint import ConfigError
     from kimicode.extensions.hooks import HookConfigError, load_hooks
     from kimicode.extensions.plugins import enabled_plugins
-    from kimicode.tools.shell import scrub_env
 
     try:
-        hookset = load_hooks(agent.workspace, list(settings.sources), dict(settings.config.hooks) or None,
+        hookset = load_hooks(agent.workspace, list(settings.sources), settings.config.hooks,
                              trusted=settings.trusted, plugins=[(p.name, p.root) for p in enabled_plugins(agent.home)])
     except HookConfigError as exc:
         raise ConfigError(str(exc)) from None
@@ -50,7 +49,8 @@ def load(agent: Agent) -> Hooks | None:
         agent.notify(f"hooks: {problem}", "warning")
     if not len(hookset):
         return None
-    env = scrub_env(os.environ, values=[agent.endpoint.api_key or ""])
+    key = agent.endpoint.api_key or ""
+    env = {k: v for k, v in os.environ.items() if not (key and v == key)}  # as Claude Code: the user's own
     return Hooks(hookset, agent.workspace, env)
 
 

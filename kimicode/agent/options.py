@@ -15,10 +15,11 @@ import dataclasses
 import difflib
 import functools
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from kimicode.config.choices import (
     DEFAULT_MAX_RETRIES,
@@ -46,6 +47,9 @@ from kimicode.config.endpoint import ConfigError, kimicode_home
 from kimicode.config.settings import Settings, load_settings
 from kimicode.context.output import DEFAULT_CAP_CHARS
 from kimicode.permissions.policy import Rules
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
 
 CONFIG_DEFAULTS = ("permission_mode", "max_turns", "max_retries", "request_timeout")
 """Options `[defaults]` in a config file may set (`model` and `thinking` are resolved with the endpoint,
@@ -82,6 +86,9 @@ class AgentOptions:
     tool_timeout: float | None = None
     """Seconds any tool call may run (a tool's own `timeout` wins); None: no limit."""
     max_retries: int = DEFAULT_MAX_RETRIES
+    tool_choice: str | None = None
+    """`auto`, `none`, `required` (a tool call every step), or a tool's name (that tool); None: not sent (the
+    server's default, `auto`), or the model's `tool_choice` in the config."""
     retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     tool_output_cap: int = DEFAULT_CAP_CHARS
@@ -111,6 +118,9 @@ class AgentOptions:
     on_switch: SwitchPolicy | None = None
     """What a change of model does to earlier assistant messages (`keep`, `strip`, `compact`); None: the
     model's `on_switch`, else `[model] on_switch`, else the model profile's default (docs/models.md)."""
+    response_format: Mapping[str, Any] | None = field(default=None, hash=False)
+    """Sent as each request's `response_format` (`{"type": "json_schema", ...}`); structured output sets it
+    where the server honours it (agent/structured.py, docs/servers.md)."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -149,6 +159,8 @@ class AgentOptions:
             if value is not None and not isinstance(value, kind):
                 raise TypeError(f"{name} must be a {kind.__module__}.{kind.__name__} or None "
                                 f"(got {type(value).__name__})")
+        if self.response_format is not None and not isinstance(self.response_format, Mapping):
+            raise TypeError(f"response_format must be a dict or None (got {type(self.response_format).__name__})")
         if self.prices is not None:
             set_(self, "prices", _checked_prices(self.prices))
         check_choice("permission_mode", self.permission_mode, PERMISSION_MODES)
@@ -161,6 +173,7 @@ class AgentOptions:
         check_choice("on_switch", self.on_switch, SWITCH_POLICIES, optional=True)
         _check_int("max_turns", self.max_turns, 1)
         _check_int("max_retries", self.max_retries, 0)
+        check_tool_choice(self.tool_choice)
         if self.repeat_limit is not None and (not isinstance(self.repeat_limit, int) or self.repeat_limit < 2):
             raise ValueError(f"repeat_limit must be at least 2, or None for no limit (got {self.repeat_limit!r})")
         if self.tool_timeout is not None and not _positive(self.tool_timeout):
@@ -277,3 +290,35 @@ def _checked_prices(prices: Any) -> dict[str, float]:
     if "input" not in prices and "output" not in prices:
         raise ValueError("prices needs at least 'input' or 'output' (USD per million tokens)")
     return {k: float(v) for k, v in prices.items()}
+
+
+_TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}")
+
+
+def check_tool_choice(value: object) -> None:
+    """`tool_choice` is None, `auto`, `none`, `required`, or a tool's name; anything else is a ValueError."""
+    if value is None or value in ("auto", "none", "required"):
+        return
+    if not isinstance(value, str) or not _TOOL_NAME.fullmatch(value):
+        raise ValueError(f"tool_choice must be auto, none, required or a tool's name (got {value!r})")
+
+
+def derived_options(agent: Agent, **changes: Any) -> AgentOptions:
+    """The settings of an agent made from `agent` (a fork, a subagent): its options with what it resolved
+    at run time frozen in (the model and endpoint it uses now, its effort, window and answer limit,
+    workspace and home), no system prompt of its own (a fork's history carries it) and a new session id;
+    then `changes`. Forks and subagents derive their settings only here."""
+    carried: dict[str, Any] = {
+        "model": agent.model_config.name,
+        "base_url": agent.endpoint.base_url,
+        "api_key": agent.endpoint.api_key,
+        "workspace": agent.workspace,
+        "thinking": agent.thinking,
+        "context_window": agent.context_window,
+        "max_completion_tokens": agent.max_completion_tokens,
+        "home": agent.home,
+        "system_prompt": None,
+        "append_system_prompt": None,
+        "session_id": None,
+    }
+    return agent.options.replace(**{**carried, **changes})

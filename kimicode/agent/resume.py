@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kimicode import errors
 from kimicode.agent.builder import switch_policy
-from kimicode.agent.options import AgentOptions
+from kimicode.agent.options import AgentOptions, derived_options
 from kimicode.agent.switch import replay_authors
 from kimicode.config.choices import EFFORTS
 from kimicode.session.store import SessionError, load_session
@@ -146,27 +146,10 @@ def restore_window(agent: Agent, records: list[dict[str, Any]], *, record: bool 
     )
     if learnt and same:
         agent.context.learn_window(learnt, record=record)
+    if same:
+        from kimicode.context.calibration import from_records
 
-
-def derived_options(agent: Agent, **changes: Any) -> AgentOptions:
-    """The settings of an agent made from `agent` (a fork, a subagent): its options with what it resolved
-    at run time frozen in (the model and endpoint it uses now, its effort, window and answer limit,
-    workspace and home), no system prompt of its own (a fork's history carries it) and a new session id;
-    then `changes`. Forks and subagents derive their settings only here."""
-    carried: dict[str, Any] = {
-        "model": agent.model_config.name,
-        "base_url": agent.endpoint.base_url,
-        "api_key": agent.endpoint.api_key,
-        "workspace": agent.workspace,
-        "thinking": agent.thinking,
-        "context_window": agent.context_window,
-        "max_completion_tokens": agent.max_completion_tokens,
-        "home": agent.home,
-        "system_prompt": None,
-        "append_system_prompt": None,
-        "session_id": None,
-    }
-    return agent.options.replace(**{**carried, **changes})
+        agent.context.calibration_record = from_records(records)
 
 
 def fork_agent(agent: Agent, **overrides: Any) -> Agent:
@@ -206,6 +189,8 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
     child.record_settings("fork", forked_from=agent.session_id, **({"fork_tree": tree.record()} if tree else {}))
     if agent.context.server_limit:  # what the server showed holds for the copy too
         child.context.learn_window(agent.context.server_limit)
+    if agent.context.accountant.calibrated:  # and what its counts taught
+        child.context.calibration_record = agent.context.calibration_state()
     child.context.used = agent.context.used
     if child.endpoint.model != agent.endpoint.model:  # fork(model=...): a switch like set_model's
         child.notify(child.apply_switch(agent.endpoint.model))

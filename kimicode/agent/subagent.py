@@ -23,6 +23,7 @@ from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, T
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
     from kimicode.events import Event
+    from kimicode.extensions.agents import AgentDef
 
 READ_ONLY = DEFAULT_SUBAGENT_TOOLS
 """A subagent's tools unless the call or `[subagents] tools` asks for others."""
@@ -38,14 +39,23 @@ class TaskRunner:
         self.running: dict[str, Agent] = {}
         """Subagents currently running, by tool call description (for faces that show them)."""
 
+    def definitions(self) -> dict[str, AgentDef]:
+        """The custom subagents (kimicode/extensions/agents.py) the model may name."""
+        found = self.parent.extras.found
+        return found.agents if found is not None else {}
+
     def tool(self) -> Tool:
         available = [n for n in self.parent.tools.names if n not in NEVER]
+        from kimicode.extensions.agents import agent_parameter
+
+        custom, listing = agent_parameter(self.definitions())
         return Tool(
             name="task",
-            description=load_prompt("tools/task.md"),
+            description=load_prompt("tools/task.md") + listing,
             parameters={
                 "type": "object",
                 "properties": {
+                    **custom,
                     "description": {"type": "string", "description": "A short label for the job (3-6 words)."},
                     "prompt": {
                         "type": "string",
@@ -97,18 +107,23 @@ class TaskRunner:
                 out.append(mine)
         return out
 
-    def make_child(self, names: Sequence[str]) -> Agent:
-        """A subagent of the parent with the tools `names`."""
-        from kimicode.agent.core import Agent
+    def make_child(self, names: Sequence[str], definition: AgentDef | None = None) -> Agent:
+        """A subagent of the parent with the tools `names` (and a custom subagent's instructions and model)."""
+        from kimicode.extensions.agents import model_for
 
         p = self.parent
         max_turns = p.settings.config.subagents.max_turns
-        from kimicode.agent.resume import derived_options
+        instructions = load_prompt("tools/task_system.md")
+        model = p.model_config.name
+        if definition is not None:
+            instructions += f"\n\n# Your role: {definition.name}\n\n{definition.prompt}"
+            model = model_for(definition, list(p.settings.config.models), model)
+        from kimicode.agent.options import derived_options
 
         options = derived_options(  # the parent's settings (rules and sandbox included) but its own history
-            p, append_system_prompt=load_prompt("tools/task_system.md"), max_turns=max_turns, persist=False,
+            p, model=model, append_system_prompt=instructions, max_turns=max_turns, persist=False,
         )
-        child = Agent(options, tools=self.child_tools(names), approve=p.approve)
+        child = type(p)(options, tools=self.child_tools(names), approve=p.approve)  # an Agent, as the parent
         if p.context.server_limit:  # a window the server showed holds for the subagent too
             child.context.learn_window(p.context.server_limit, record=False)
         child.extras.subagent = True  # its Stop hooks are SubagentStop; no session hooks
@@ -172,7 +187,13 @@ class TaskRunner:
             names = [str(n) for n in requested]
         else:  # the defaults the parent actually has
             names = [n for n in self.default_tools() if self.parent.tools.get(n) is not None and n not in NEVER]
-        child = self.make_child(names)
+        definition = self.definitions().get(str(args.get("agent") or "")) if args.get("agent") else None
+        if args.get("agent") and definition is None:
+            raise ToolError(f"no subagent named {args.get('agent')!r}; available: {', '.join(self.definitions())}")
+        if definition is not None:  # its own list, within the parent's tools (and the call's, when it names some)
+            names = [n for n in definition.tool_names([t for t in self.parent.tools.names if t not in NEVER])[0]
+                     if not (isinstance(requested, list) and requested) or n in requested]
+        child = self.make_child(names, definition)
         child.on_event = self._relay(CURRENT_CALL_ID.get(), description)
         key = f"{description}#{id(child)}"
         self.running[key] = child

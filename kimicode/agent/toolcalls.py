@@ -14,11 +14,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from kimicode.agent.results import Approval, ApprovalRequest
 from kimicode.config.choices import DEFAULT_REPEAT_LIMIT
-from kimicode.events import Event, PermissionDenied, ToolCallFinished, ToolCallStarted, ToolOutputDelta
+from kimicode.events import Event, Notice, PermissionDenied, ToolCallFinished, ToolCallStarted, ToolOutputDelta
 from kimicode.permissions.engine import decide, denial_message, target_path
 from kimicode.permissions.pathresolve import approved_paths
 from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, ToolResult
@@ -125,6 +125,9 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
     tool = prep.tool
     try:
         decision = decide(tool, prep.args, agent.permission_mode, agent.ctx, agent.policy)
+    except ToolError as exc:  # a path no file can have (NUL byte): the call fails, the run goes on
+        prep.error = f"Error: {exc}"
+        return
     except RecursionError:  # a hostile, deeply nested command line: refuse it, the run goes on
         prep.error = (
             f"Not run: this {tool.name} call is nested too deeply to be checked for permission. "
@@ -139,6 +142,7 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
             return  # a hook refused it
         decision = judged
     if decision.verdict == "allow":
+        prep.sandbox_profile = decision.profile
         return
     reason = decision.reason
     approved = False
@@ -216,7 +220,8 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
     CURRENT_CALL_ID.set(prep.call_id)  # each call runs in its own task: no reset needed
     timeout = prep.tool.timeout if prep.tool.timeout is not None else agent.tool_timeout
     # this call's own cancellation flag; `approved`: the user approved this very call at a prompt
-    ctx = replace(agent.ctx, cancelled=threading.Event(), approved=bool(prep.approved))
+    ctx = replace(agent.ctx, cancelled=threading.Event(), approved=bool(prep.approved),
+                  sandbox_profile=prep.sandbox_profile)
     deadline = asyncio.timeout(timeout)
     call_id = prep.call_id
     try:
@@ -254,6 +259,9 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
             is_error=True,
             summary=f"{prep.name}: {type(exc).__name__}",
         )
+    notice = (result.display or {}).get("notice")
+    if isinstance(notice, str) and notice:  # the sandbox blocked a path: one line for the user too
+        emit(Notice(agent.masker.mask(notice), "warning"))
     masked = agent.masker.mask(result.content)  # before the spill file, the history and the log
     content = agent.context.cap_tool_output(masked, f"{prep.name}-{prep.call_id}")
     if prep.warning:
@@ -303,6 +311,8 @@ class Prepared:
     images: list[Mapping[str, Any]] = field(default_factory=list)
     approved: bool = False
     """The user approved it at a prompt (under --sandbox auto it then runs unconfined)."""
+    sandbox_profile: Literal["read-only", "workspace-write"] = "workspace-write"
+    """The sandbox an allowed bash call runs in (`Decision.profile`)."""
 
     @property
     def signature(self) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kimicode.checkpoints.store import CheckpointError, CheckpointStore
+from kimicode.safeio import private_dirs
 
 MODES = ("worktree", "copy", "shared")
 
@@ -66,7 +67,7 @@ def make_tree(kind: str, workspace: Path, home: Path, session_id: str, *, branch
     root = home.expanduser().resolve() / "worktrees" / session_id
     if root.exists():
         raise CheckpointError(f"{root} already exists")
-    root.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(root.parent, top=root.parent.parent)  # KIMICODE_HOME/worktrees: 0700
     top = repo_top(workspace) if kind == "worktree" else None
     if top is None:
         proc = subprocess.run(["cp", "-a", "--reflink=auto", f"{workspace}/.", str(root)], capture_output=True,

@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimicode.safeio import private_write
+
 OBJ_COMMIT, OBJ_TREE, OBJ_BLOB = 1, 2, 3
 COMPRESS_BYTES = 16 << 20
 """Bytes of objects a pack compresses before it stores the rest plain (see `PackWriter`)."""
@@ -116,7 +118,7 @@ class PackWriter:
             fh.write(checksum)
         name = checksum.hex()
         idx_tmp = self.tmp.with_name(self.tmp.name + ".idx")
-        idx_tmp.write_bytes(self._index(checksum))
+        private_write(idx_tmp, self._index(checksum))
         if (self.dir / f"pack-{name}.idx").exists():  # the very same pack is there already
             self.abort()
             return
@@ -254,7 +256,7 @@ def write_index(path: Path, entries: list[Entry], tree_ext: bytes | None) -> Non
     out += hashlib.sha1(out).digest()
     tmp = path.with_name(path.name + ".lock")  # git's own name: a stale one is cleared under the store lock
     try:
-        tmp.write_bytes(out)
+        private_write(tmp, out)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

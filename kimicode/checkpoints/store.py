@@ -32,6 +32,7 @@ from pathlib import Path
 from kimicode import errors
 from kimicode.checkpoints import rawpack
 from kimicode.config.choices import DEFAULT_CHECKPOINT_MAX_FILE_MB
+from kimicode.safeio import private_dirs, private_open, private_write
 
 DEFAULT_MAX_FILE_BYTES = int(DEFAULT_CHECKPOINT_MAX_FILE_MB * 1024 * 1024)
 BULK = 200
@@ -134,8 +135,8 @@ class CheckpointStore:
     def locked(self) -> Iterator[None]:
         """Hold the store's lock (sessions of one workspace share the store); clears a stale index.lock."""
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fh = open(self.dir / "lock", "a")  # noqa: SIM115 - closed below
+            private_dirs(self.dir, top=self.dir.parent.parent)  # KIMICODE_HOME/checkpoints/<store>: 0700
+            fh = private_open(self.dir / "lock", "a")
         except OSError as exc:
             raise CheckpointError(f"cannot create the checkpoint store {self.dir}: {exc.strerror}") from exc
         try:
@@ -158,8 +159,8 @@ class CheckpointStore:
         if not (self.git_dir / "HEAD").exists():
             env = {k: v for k, v in self._env().items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
             try:
-                subprocess.run(["git", "init", "--bare", "--quiet", str(self.git_dir)], env=env, check=True,
-                               capture_output=True)
+                subprocess.run(["git", "init", "--bare", "--quiet", "--shared=0600", str(self.git_dir)], env=env,
+                               check=True, capture_output=True)  # --shared=0600: git keeps its files private
             except (OSError, subprocess.CalledProcessError) as exc:
                 raise CheckpointError(f"cannot create the checkpoint store in {self.git_dir}: {exc}") from exc
             self.git("config", "core.autocrlf", "false")
@@ -177,7 +178,7 @@ class CheckpointStore:
             rules += user_exclude.read_text("utf-8", "replace")
         target = info / "exclude"
         if not target.exists() or target.read_text("utf-8", "replace") != rules:
-            target.write_text(rules, "utf-8")
+            private_write(target, rules)
 
     # -- snapshots --------------------------------------------------------------------------------
 
@@ -238,6 +239,9 @@ class CheckpointStore:
         drop: list[str] = []
         skipped: list[str] = []
         for rel in candidates:
+            if _beyond_link(self.workspace, rel):  # `d/f` once, and `d` is now a link: drop the old entry
+                drop.append(rel)
+                continue
             try:
                 st = os.lstat(self.workspace / rel)
             except FileNotFoundError:
@@ -259,7 +263,7 @@ class CheckpointStore:
         if not self.index.exists():
             return self._commit(self._first(add), label, ref, skipped)
         if drop:
-            self.git("rm", "--cached", "-q", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
+            self.git("rm", "--cached", "-q", "-f", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
                      input=_nul(drop))
         if len(add) > BULK:
             self._bulk_add(add)
@@ -354,7 +358,7 @@ class CheckpointStore:
 
     def _write_journal(self, target: str, paths: Sequence[str]) -> None:
         tmp = self.journal.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"target": target, "paths": list(paths), "ts": time.time()}), "utf-8")
+        private_write(tmp, json.dumps({"target": target, "paths": list(paths), "ts": time.time()}))
         os.replace(tmp, self.journal)
 
     def _apply(self, target: str, paths: Sequence[str]) -> None:
@@ -531,6 +535,13 @@ def _remove(root: Path, rel: str) -> None:
         except OSError:
             break
         parent = parent.parent
+
+
+def _beyond_link(root: Path, rel: str) -> bool:
+    """True when a parent directory of `rel` is (now) a symbolic link: git refuses such a path
+    ("beyond a symbolic link"), and the file it names is not in the workspace but wherever the link goes."""
+    parts = Path(rel).parts
+    return any(root.joinpath(*parts[:i]).is_symlink() for i in range(1, len(parts)))
 
 
 def _clear_way(root: Path, rel: str) -> None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from kimicode.checkpoints.store import CheckpointError, CheckpointStore
 from kimicode.config.choices import DEFAULT_CHECKPOINT_MAX_AGE_DAYS
+from kimicode.safeio import private_open, private_write
 
 if TYPE_CHECKING:
     from kimicode.config.sections import Checkpoints
@@ -94,7 +95,7 @@ def auto_prune(store: CheckpointStore, limits: Limits, sessions_dir: Path | None
     store = copy.copy(store)  # its own lock handle: git children must not inherit another thread's lock
     store._lock_fd = None
     try:
-        claim = open(store.dir / "prune.lock", "a")  # noqa: SIM115 - closed below
+        claim = private_open(store.dir / "prune.lock", "a")
     except OSError as exc:
         raise CheckpointError(f"cannot prune the checkpoint store {store.dir}: {exc.strerror or exc}") from exc
     with claim:
@@ -111,7 +112,7 @@ def auto_prune(store: CheckpointStore, limits: Limits, sessions_dir: Path | None
 def _stamp(store: CheckpointStore, now: float) -> None:
     stamp = store.dir / STAMP
     try:
-        stamp.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime(now)), "utf-8")
+        private_write(stamp, time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime(now)))
         os.utime(stamp, (now, now))
     except OSError as exc:
         raise CheckpointError(f"cannot prune the checkpoint store {store.dir}: {exc.strerror or exc}") from exc

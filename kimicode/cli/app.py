@@ -16,6 +16,7 @@ from kimicode.cli.batch_cmd import batch
 from kimicode.cli.config_cmd import config_app
 from kimicode.cli.doctor import doctor
 from kimicode.cli.mcp_cmd import mcp_app
+from kimicode.cli.plugin_cmd import plugin_app
 from kimicode.cli.sessions import sessions_app
 from kimicode.config.choices import (
     DEFAULT_MAX_RETRIES,
@@ -59,6 +60,11 @@ class OutputFormat(StrEnum):
     stream_json = "stream-json"
 
 
+class InputFormat(StrEnum):
+    text = "text"
+    stream_json = "stream-json"
+
+
 # typer's choices, made from the literals in kimicode/config/choices.py
 Thinking = StrEnum("Thinking", [(v, v) for v in EFFORTS])  # type: ignore[misc]
 PermissionModeOpt = StrEnum("PermissionModeOpt", [(v.replace("-", "_"), v) for v in PERMISSION_MODES])  # type: ignore[misc]
@@ -93,6 +99,14 @@ def main(
     include_partial: Annotated[
         bool, typer.Option("--include-partial", help="stream-json: also emit text deltas as they stream.")
     ] = False,
+    output_schema: Annotated[Path | None, typer.Option(
+        "--output-schema", metavar="FILE", help="The final answer must be JSON valid against this JSON Schema "
+        "(sent back to the model with the errors until it is; exit 5 when it never is).")] = None,
+    json_schema: Annotated[str | None, typer.Option(
+        "--json-schema", metavar="JSON", help="As --output-schema, with the schema inline.")] = None,
+    input_format: Annotated[InputFormat, typer.Option(
+        "--input-format", help="text (the -p prompt) or stream-json: user messages as JSON lines on stdin, "
+        "one turn each (with --output-format stream-json).")] = InputFormat.text,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model id (env KIMI_MODEL).")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="Endpoint (env KIMI_BASE_URL).")] = None,
     thinking: Annotated[Thinking | None, typer.Option("--thinking", help="Reasoning effort.")] = None,
@@ -123,6 +137,12 @@ def main(
     sandbox_network: Annotated[
         bool, typer.Option("--sandbox-network", help="Allow network access inside the sandbox.")
     ] = False,
+    tool_choice: Annotated[
+        str | None,
+        typer.Option("--tool-choice", metavar="auto|none|required|TOOL",
+                     help="Sent with each request: required makes the model call a tool every step, a tool's "
+                     "name forces that tool (servers that honour it: vLLM, OpenAI; llama.cpp accepts it only)."),
+    ] = None,
     max_retries: Annotated[
         int, typer.Option("--max-retries", min=0, help="Retries of transient API failures.")
     ] = DEFAULT_MAX_RETRIES,
@@ -243,10 +263,15 @@ def main(
         request_timeout=request_timeout, retry_base_delay=retry_base_delay, context_window=context_window,
         max_tokens=max_tokens, allow=allow, deny=deny, sandbox=sandbox.value if sandbox is not None else None,
         sandbox_network=sandbox_network, scope=scope.value if scope else None,
-        on_switch=on_switch.value if on_switch else None,
+        on_switch=on_switch.value if on_switch else None, tool_choice=tool_choice,
     )
     from kimicode.cli.ci_flags import FlagError, check_budget, ci_settings, read_system_prompt
 
+    streaming = input_format is InputFormat.stream_json  # the messages come from stdin (cli/structured_io.py)
+    if streaming and (prompt not in (None, "-") or output_format is not OutputFormat.stream_json):
+        raise fail("--input-format stream-json reads the messages from stdin: use it with --output-format "
+                   "stream-json and without a -p prompt")
+    prompt = "-" if streaming else prompt
     headless_only = (system_prompt_file, append_system_prompt, max_budget_usd, mcp_config)
     if prompt is not None and first_prompt is not None:
         raise fail(f"two prompts: -p {prompt!r} and {first_prompt!r} (kimicode \"PROMPT\" opens a session with it; "
@@ -264,6 +289,16 @@ def main(
         raise fail(str(exc)) from None
     if prompt is None and flags is not None:
         raise fail("--branches applies to headless runs: add -p PROMPT (in the terminal: /branches N)")
+    from kimicode.cli.structured_io import output_spec
+
+    try:
+        spec = output_spec(output_schema, json_schema)
+    except FlagError as exc:
+        raise fail(str(exc)) from None
+    if (spec is not None or streaming) and flags is not None:
+        raise fail("--branches does not take --output-schema, --json-schema or --input-format stream-json")
+    if spec is not None and prompt is None:
+        raise fail("--output-schema and --json-schema apply to headless runs: add -p PROMPT")
     from kimicode.agent.options import AgentOptions
 
     try:  # the configuration files are read (and checked) before anything starts
@@ -294,13 +329,15 @@ def main(
             raise fail('kimicode "PROMPT" opens an interactive session, which needs a terminal: '
                        "run it headless with -p PROMPT")
         raise fail("no prompt: pass -p PROMPT (or -p - to read it from stdin)")
-    if prompt == "-":
+    if streaming:
+        pass  # the messages are read as the run goes (cli/structured_io.py)
+    elif prompt == "-":
         prompt = read_all_stdin()
     else:
         piped = read_piped_stdin()
         if piped.strip():
             prompt = f"{prompt}\n\n{piped}"
-    if not prompt.strip():
+    if not prompt.strip() and not streaming:
         raise fail("the prompt is empty")
 
     try:  # the CI flags (cli/ci_flags.py), for headless runs
@@ -342,19 +379,26 @@ def main(
         from kimicode.cli.branches_cmd import run_branches
 
         raise typer.Exit(asyncio.run(run_branches(agent, prompt, printer, flags)))
-    code = asyncio.run(run_headless(agent, prompt, printer, budget=max_budget_usd))
+    if streaming:
+        from kimicode.cli.structured_io import run_stream_input
+
+        raise typer.Exit(asyncio.run(run_stream_input(agent, printer, spec=spec)))
+    code = asyncio.run(run_headless(agent, prompt, printer, budget=max_budget_usd, spec=spec))
     raise typer.Exit(code)
 
 
 from kimicode.cli.checkpoints_cmd import undo_command  # noqa: E402 - also adds `sessions diff`
+from kimicode.cli.completion_cmd import answering_completion, completion_command  # noqa: E402
 from kimicode.cli.login_cmd import login_command  # noqa: E402
 
 app.command("undo")(undo_command)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
+app.add_typer(plugin_app, name="plugin")
 app.command("doctor")(doctor)
 app.command("login")(login_command)
+app.command("completion")(completion_command)
 app.command("batch")(batch)
 from kimicode.cli.branches_cmd import branches_app  # noqa: E402
 from kimicode.cli.prompt_cmd import prompt_app  # noqa: E402
@@ -377,12 +421,15 @@ def _click_exceptions() -> Any:
 
 def run_app() -> None:
     """Run the application: usage errors are one clean message (exit 2), Ctrl-C is exit 130."""
-    from kimicode.cli.firstprompt import NotACommand, first_prompt_args
+    from kimicode.cli.firstprompt import NotACommand, first_prompt_args, value_options
     from kimicode.cli.sessions import optional_resume_value
 
     errors = _click_exceptions()
+    answering_completion()  # a completion script asking: click answers before parsing anything
     try:
-        args = first_prompt_args(sys.argv[1:], typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+        main_command = typer.main.get_command(app)
+        args = first_prompt_args(sys.argv[1:], main_command.commands,  # type: ignore[attr-defined]
+                                 value_options(main_command))
     except NotACommand as exc:
         sys.stderr.write(f"kimicode: {exc}\n")
         raise SystemExit(2) from None

@@ -151,14 +151,14 @@ def _tool_checks(settings: Any) -> list[Check]:
 
 
 def _mcp_checks(workspace: Path, home: Path, settings: Any) -> list[Check]:
-    from kimicode.cli.mcp_cmd import _probe
+    from kimicode.cli.mcp_cmd import probe_servers
     from kimicode.mcp.config import load_server_configs
 
     configs, problems = load_server_configs(workspace, settings)
     checks = [Check("mcp", "warn", p, "see `kimicode mcp list`") for p in problems]
     if not configs:
         return checks or [Check("mcp", "ok", "no servers configured")]
-    for row in asyncio.run(_probe(configs, workspace, home)):
+    for row in asyncio.run(probe_servers(configs, workspace, home)):
         if row["status"] == "ready":
             checks.append(Check("mcp", "ok", f"{row['name']}: ready, {len(row['tools'])} tools"))
         else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Collection
+from typing import Any
 
 from kimicode.cli.sessions import VALUE_OPTIONS
 
@@ -17,9 +18,22 @@ class NotACommand(ValueError):
     """A word that looks like a misspelt subcommand."""
 
 
-def first_prompt_args(argv: list[str], commands: Collection[str]) -> list[str]:
+def value_options(command: Any) -> set[str]:
+    """The option names of a click command that take a value (`-m`, `--model`, ...), read from the command
+    itself so a new option is never mistaken for the start of a prompt."""
+    names: set[str] = set()
+    for param in getattr(command, "params", ()):
+        if getattr(param, "param_type_name", "") == "option" and not getattr(param, "is_flag", False) \
+                and getattr(param, "nargs", 1) > 0 and not getattr(param, "count", False):
+            names.update(param.opts)
+    return names - {"-r", "--resume"}  # its value is optional (sessions.optional_resume_value)
+
+
+def first_prompt_args(argv: list[str], commands: Collection[str], takes_value: Collection[str] = VALUE_OPTIONS,
+                      ) -> list[str]:
     """`argv` with the positional words of the main command (when the first is not a subcommand) moved
-    into `--first-prompt`; unchanged when there are none or the first names a subcommand."""
+    into `--first-prompt`; unchanged when there are none or the first names a subcommand. `takes_value`:
+    the options whose next word is their value."""
     words: list[int] = []
     forced = None
     i = 0
@@ -30,7 +44,7 @@ def first_prompt_args(argv: list[str], commands: Collection[str]) -> list[str]:
             words.extend(range(i + 1, len(argv)))
             break
         if arg.startswith("-") and arg != "-":
-            takes = arg in VALUE_OPTIONS or (arg in ("-r", "--resume") and i + 1 < len(argv)
+            takes = arg in takes_value or (arg in ("-r", "--resume") and i + 1 < len(argv)
                                              and not argv[i + 1].startswith("-") and argv[i + 1] not in commands)
             i += 2 if takes else 1
             continue

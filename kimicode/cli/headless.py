@@ -30,6 +30,7 @@ from kimicode.events import (
 from kimicode.termsafe import sanitize
 
 if TYPE_CHECKING:
+    from kimicode.agent.structured import Outcome, OutputSpec
     from kimicode.config.redact import Masker
 
 EXIT_OK = 0
@@ -37,6 +38,8 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_LIMIT = 3
 EXIT_BUDGET = 4
+EXIT_INVALID_OUTPUT = 5
+"""`--output-schema`/`--json-schema`: no answer matched the schema (status `invalid_output`)."""
 """`--max-budget-usd` stopped the run (status `budget`)."""
 EXIT_TRANSIENT = 75
 EXIT_INTERRUPTED = 130
@@ -118,8 +121,9 @@ class Printer:
             # warnings (an ignored project setting, a sandbox that is unavailable) are shown even when quiet
             self.err.write(f"kimicode: {ev.level}: {one_line(ev.text)}\n")
             self.err.flush()
-        elif self.fmt == "text" and isinstance(ev, (PermissionDenied, Retrying)):
-            # a quiet text run still says what it refused and why it is waiting: one line each
+        elif self.fmt in ("text", "json") and isinstance(ev, (PermissionDenied, Retrying)):
+            # a quiet run still says what it refused and why it is waiting, on stderr: one line each (json's
+            # stdout is its one result object)
             self.err.write((denial_line(ev) if isinstance(ev, PermissionDenied) else retry_line(ev)) + "\n")
             self.err.flush()
 
@@ -135,7 +139,7 @@ class Printer:
                 self.line({"type": "permission_denied", "parent_tool_use_id": ev.parent_call_id,
                            "tool_name": inner.name, "tool_use_id": inner.call_id,
                            "tool_input": dict(inner.arguments), "reason": inner.reason})
-        elif isinstance(inner, PermissionDenied) and (self.verbose or self.fmt == "text"):
+        elif isinstance(inner, PermissionDenied) and (self.verbose or self.fmt in ("text", "json")):
             self.err.write(f"{denial_line(inner)} (in subagent {one_line(ev.description, 80)})\n")
             self.err.flush()
         elif self.verbose and isinstance(inner, MessageCommitted):
@@ -203,10 +207,16 @@ class Printer:
     def result(self, obj: dict[str, Any]) -> None:
         if self.fmt in ("json", "stream-json"):
             self.line(obj)
+            if self.fmt == "json" and self.denials:
+                self.err.write(denial_summary(self.denials, self.permission_mode) + "\n")
+                self.err.flush()
             return
         if self._in_reasoning:
             self.err.write("\n")
         text = obj["result"] or ""
+        if "structured_output" in obj:  # --json-schema: the JSON alone, nothing when it never matched
+            value = obj["structured_output"]
+            text = json.dumps(value, ensure_ascii=False) if obj["status"] == "success" else ""
         if text and _isatty(self.out):  # the model's answer on a terminal: no control sequences
             text = sanitize(text)
         if text:
@@ -254,7 +264,8 @@ def denial_line(ev: PermissionDenied) -> str:
     head = f"kimicode: refused {_call_text(ev.name, ev.arguments)} ({one_line(ev.reason, 200)})"
     if ev.by_rule:
         return f"{head}; a deny rule forbids it"
-    options = [f"--allow {shlex.quote(one_line(ev.suggestion, 200))}"] if ev.suggestion else []
+    rules = ev.suggestion.splitlines()  # one rule per part of a compound command that needs one
+    options = [" ".join(f"--allow {shlex.quote(one_line(rule, 200))}" for rule in rules)] if rules else []
     if ev.kind == "edit":
         options.append("--permission-mode accept-edits")
     if not options:
@@ -312,10 +323,55 @@ def result_object(agent: Agent, finished: TurnFinished, duration_ms: int) -> dic
     }
 
 
-async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: float | None = None) -> int:
+async def stream_turn(agent: Agent, text: str, printer: Printer) -> TurnFinished:
+    """One turn, each event through the printer; its TurnFinished."""
+    finished: TurnFinished | None = None
+    async for ev in agent.stream(text):
+        printer.event(ev)
+        if isinstance(ev, TurnFinished):
+            finished = ev
+    assert finished is not None
+    return finished
+
+
+def add_structured(result: dict[str, Any], outcome: Outcome) -> int | None:
+    """Put a structured run's outcome in the result object: `structured_output`, or the status
+    `invalid_output` with the validation errors (its exit code, else None)."""
+    from kimicode.agent.structured import INVALID, invalid_message
+
+    result["num_turns"] = sum(t.num_steps for t in outcome.turns)
+    result["attempts"] = len(outcome.turns)
+    result["structured_output"] = outcome.value if outcome.valid else None
+    if outcome.valid or result["status"] != "success":
+        return None
+    result["status"] = INVALID
+    result["error"] = invalid_message(outcome)
+    result["validation_errors"] = outcome.problems
+    return EXIT_INVALID_OUTPUT
+
+
+async def turn_result(agent: Agent, text: str, printer: Printer, spec: OutputSpec | None,
+                      start: float) -> tuple[dict[str, Any], TurnFinished, int | None]:
+    """Run one task's turn (with `spec`, until its answer matches: agent/structured.py), events through the
+    printer: (the result object, the last TurnFinished, exit 5 when the answer never matched else None)."""
+    outcome: Outcome | None = None
+    if spec is None:
+        finished = await stream_turn(agent, text, printer)
+    else:
+        from kimicode.agent.structured import until_valid
+
+        outcome = await until_valid(agent, spec, text, lambda t: stream_turn(agent, t, printer))
+        finished = outcome.turns[-1]
+    result = result_object(agent, finished, int((time.monotonic() - start) * 1000))
+    return result, finished, add_structured(result, outcome) if outcome is not None else None
+
+
+async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: float | None = None,
+                       spec: OutputSpec | None = None) -> int:
     """Run one task to completion; Ctrl-C (exit 130) and SIGTERM (exit 143) interrupt it cleanly.
 
-    With `budget` (dollars) the run stops once its cost passes it: status `budget`, exit 4.
+    With `budget` (dollars) the run stops once its cost passes it: status `budget`, exit 4. With `spec`
+    (`--json-schema`) the answer must match it (agent/structured.py): `structured_output`, else exit 5.
     """
     over: list[float] = []
     if budget is not None:  # the batch package is not needed otherwise (~10 ms of imports)
@@ -345,12 +401,8 @@ async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: f
 
     await start_mcp(agent)  # so the init message lists the MCP servers' tools
     printer.init(agent)
-    finished: TurnFinished | None = None
     try:
-        async for ev in agent.stream(prompt):
-            printer.event(ev)
-            if isinstance(ev, TurnFinished):
-                finished = ev
+        result, finished, invalid = await turn_result(agent, prompt, printer, spec, start)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
@@ -358,8 +410,6 @@ async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: f
             except (NotImplementedError, RuntimeError):
                 pass
         await agent.aclose()
-    assert finished is not None
-    result = result_object(agent, finished, int((time.monotonic() - start) * 1000))
     if over and finished.status == "interrupted":
         result["status"] = "budget"
         result["error"] = f"stopped: the cost ${over[0]:.4f} passed --max-budget-usd {budget:g}"
@@ -370,4 +420,4 @@ async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: f
         printer.result(result)
         return EXIT_TERMINATED
     printer.result(result)
-    return exit_code_for(finished)
+    return invalid if invalid is not None else exit_code_for(finished)

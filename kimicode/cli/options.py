@@ -40,6 +40,7 @@ def flag_settings(
     sandbox_network: bool = False,
     scope: str | None = None,
     on_switch: str | None = None,
+    tool_choice: str | None = None,
 ) -> dict[str, Any]:
     """The AgentOptions settings the flags set (names of AgentOptions' fields)."""
     out: dict[str, Any] = {
@@ -55,6 +56,7 @@ def flag_settings(
         "sandbox_network": True if sandbox_network else None,
         "scope": scope,
         "on_switch": on_switch,
+        "tool_choice": tool_choice,
     }
     out = {k: v for k, v in out.items() if v not in (None, ())}
     if yolo:

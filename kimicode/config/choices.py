@@ -67,6 +67,10 @@ DEFAULT_WEB_TIMEOUT: Final = 20.0
 DEFAULT_CHECKPOINT_MAX_FILE_MB: Final = 10.0
 DEFAULT_CHECKPOINT_MAX_AGE_DAYS: Final = 30.0
 DEFAULT_SUBAGENT_TOOLS: Final = ("read_file", "glob", "grep")
+DEFAULT_SANDBOX_MAX_PROCESSES: Final = 1024
+DEFAULT_SANDBOX_MAX_MEMORY_MB: Final = 8192
+DEFAULT_SANDBOX_MAX_FILE_SIZE_MB: Final = 4096
+DEFAULT_SANDBOX_MAX_CPU_SECONDS: Final = 1800
 
 
 def check_choice(name: str, value: object, allowed: tuple[str, ...], *, optional: bool = False) -> None:

@@ -36,6 +36,10 @@ from kimicode.config.choices import (
     DEFAULT_MCP_STARTUP_TIMEOUT,
     DEFAULT_MCP_TOOL_TIMEOUT,
     DEFAULT_PRUNE_THRESHOLD,
+    DEFAULT_SANDBOX_MAX_CPU_SECONDS,
+    DEFAULT_SANDBOX_MAX_FILE_SIZE_MB,
+    DEFAULT_SANDBOX_MAX_MEMORY_MB,
+    DEFAULT_SANDBOX_MAX_PROCESSES,
     DEFAULT_SCOPE,
     DEFAULT_SPILL_MAX_BYTES,
     DEFAULT_SUBAGENT_MAX_TURNS,
@@ -59,11 +63,15 @@ STRICTNESS: Final[dict[str, dict[str, int]]] = {
 }
 """The scales of the `stricter` keys, loosest first."""
 
-def key(default: Any = None, *, untrusted: Direction | None = None, **bounds: Any) -> Any:
+def key(default: Any = None, *, untrusted: Direction | None = None, schema: str | None = None, **bounds: Any) -> Any:
     """A field: its default, pydantic bounds (`ge`, `gt`, `le`), and the direction an untrusted project may
-    move it in (None: not at all)."""
-    extra: dict[str, Any] | None = {"untrusted": str(untrusted)} if untrusted is not None else None
-    return Field(default, json_schema_extra=extra, **bounds)
+    move it in (None: not at all); `schema` names a file-validator type of its own (`hooks`)."""
+    extra: dict[str, Any] = {}
+    if untrusted is not None:
+        extra["untrusted"] = str(untrusted)
+    if schema is not None:
+        extra["schema"] = schema
+    return Field(default, json_schema_extra=extra or None, **bounds)
 
 
 class Section(BaseModel):
@@ -102,6 +110,7 @@ class Model(Section):
     reasoning_effort: Effort | None = key()
     supports_images: bool | None = key()
     edit_tool: Literal["edit_file", "apply_patch"] | None = key(untrusted="any")
+    tool_choice: str | None = key()
     on_switch: SwitchPolicy | None = key()
     prices: Prices | None = key()
 
@@ -140,6 +149,19 @@ class Ui(Section):
 class Sandbox(Section):
     mode: SandboxMode | None = key(untrusted="stricter")
     network: bool | None = key(untrusted="false")
+    # per-command resource limits (kimicode/tools/limits.py); 0 or less turns one off
+    max_processes: int = key(DEFAULT_SANDBOX_MAX_PROCESSES, untrusted="lower")
+    max_memory_mb: int = key(DEFAULT_SANDBOX_MAX_MEMORY_MB, untrusted="lower")
+    max_file_size_mb: int = key(DEFAULT_SANDBOX_MAX_FILE_SIZE_MB, untrusted="lower")
+    max_cpu_seconds: int = key(DEFAULT_SANDBOX_MAX_CPU_SECONDS, untrusted="lower")
+
+
+class Notify(Section):
+    """When a turn ends or an approval waits (kimicode/ui/notify.py); only your own file may set it."""
+
+    terminal: Literal["auto", "bell", "osc9", "off"] = key("auto")
+    command: list[str] | None = key()
+    after_seconds: float = key(10.0, ge=0)
 
 
 class McpServer(Section):
@@ -208,12 +230,14 @@ class Config(Section):
     permissions: Permissions = Permissions()
     context: Context = Context()
     ui: Ui = Ui()
+    notify: Notify = Notify()
     sandbox: Sandbox = Sandbox()
     mcp_servers: dict[str, McpServer] = {}
     mcp: Mcp = Mcp()
     trust: Trust = Trust()
-    hooks: dict[str, list[Any]] = {}
-    """Claude Code's structure, checked by kimicode/extensions/hooks.py."""
+    hooks: Any = key(None, schema="hooks")
+    """Claude Code's or Kimi Code's structure (a table of events or a list of hooks), checked by
+    kimicode/extensions/hooks.py."""
     auth: Auth = Auth()
     images: Images = Images()
     web_fetch: WebFetch = WebFetch()
@@ -227,7 +251,12 @@ class Config(Section):
 def schema_of(model: type[BaseModel]) -> dict[str, Any]:
     """The file validator's schema (kimicode.config.settings.validate): a dict per table, a type name or a
     tuple of literals per key, `"*"` for a table of named tables."""
-    return {name: _schema_of_type(field.annotation) for name, field in model.model_fields.items()}
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        extra = field.json_schema_extra
+        own = extra.get("schema") if isinstance(extra, dict) else None
+        out[name] = own if own is not None else _schema_of_type(field.annotation)
+    return out
 
 
 def _schema_of_type(annotation: Any) -> Any:

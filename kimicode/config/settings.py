@@ -89,7 +89,10 @@ def is_trusted(workspace: Path, user_data: Mapping[str, Any]) -> bool:
     listed = trust.get("workspaces", []) if isinstance(trust, dict) else []
     here = workspace.expanduser().resolve()
     for entry in listed:
-        root = Path(entry).expanduser().resolve()
+        try:
+            root = Path(entry).expanduser().resolve()
+        except (RuntimeError, OSError, ValueError):  # `~nosuchuser/x`, a NUL byte: names nothing
+            continue
         if here == root or root in here.parents:
             return True
     return False
@@ -205,10 +208,12 @@ def validate(data: Any, schema: Any, path: tuple[str, ...]) -> list[tuple[tuple[
         "list[str]": isinstance(data, list) and all(isinstance(x, str) for x in data),
         "list": isinstance(data, list),
         "any": True,
+        "hooks": isinstance(data, dict | list),
     }[schema]
     if not ok:
         want = {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false",
-                "list[str]": "a list of strings", "list": "a list"}[schema]
+                "list[str]": "a list of strings", "list": "a list",
+                "hooks": "a table of events ([[hooks.PreToolUse]]) or a list of hooks ([[hooks]])"}[schema]
         return [(path, f"must be {want}, got {_type_name(data)} {data!r}")]
     return []
 
@@ -274,6 +279,8 @@ class ModelConfig:
     reasoning_effort: str | None = None
     supports_images: bool | None = None
     edit_tool: str | None = None
+    tool_choice: str | None = None
+    """`auto`, `none`, `required` or a tool's name, sent with each request that has tools (servers that honour it)."""
     on_switch: SwitchPolicy | None = None
     """What switching onto this model does to earlier assistant messages (`models.NAME.on_switch`)."""
     prices: Mapping[str, float] = field(default_factory=dict)
@@ -368,6 +375,7 @@ def model_config(settings: Settings, name: str, env: Mapping[str, str] | None = 
         reasoning_effort=entry.get("reasoning_effort"),
         supports_images=entry.get("supports_images"),
         edit_tool=entry.get("edit_tool"),
+        tool_choice=entry.get("tool_choice"),
         on_switch=entry.get("on_switch"),
         prices=dict(entry.get("prices", {})),
     )

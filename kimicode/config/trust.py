@@ -19,7 +19,8 @@ from typing import Any
 from kimicode.config.sections import STRICTNESS, Config, default_of, direction, has_directions, schema_of
 
 SCHEMA = schema_of(Config)
-NO_LIMIT_AT_ZERO = frozenset({"checkpoints.max_age_days", "checkpoints.max_store_mb"})
+NO_LIMIT_AT_ZERO = frozenset({"checkpoints.max_age_days", "checkpoints.max_store_mb", "sandbox.max_processes",
+                              "sandbox.max_memory_mb", "sandbox.max_file_size_mb", "sandbox.max_cpu_seconds"})
 """Keys where 0 or less (or unset) means no limit, the highest value."""
 UNSET_IS = {"defaults.permission_mode": "default", "sandbox.mode": "auto"}
 """What an unset `stricter` key means (its place on the scale)."""

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimicode.safeio import private_dirs
+
 CONFIG_NAME = "config.toml"
 LEGACY_NAME = "ui.json"
 _TABLE = re.compile(r"^\s*\[\s*ui\s*\]\s*(#.*)?$")
@@ -60,7 +62,7 @@ class UISettings:
             return (f"could not save the preference: {path} is not valid TOML or defines [ui] in a form kimicode "
                     f"does not edit; add reasoning = \"{value}\" under [ui] yourself")
         try:
-            home.mkdir(parents=True, exist_ok=True)
+            private_dirs(home)
             _write_atomic(target, new)
         except OSError as exc:
             return f"could not save {path}: {exc.strerror or exc}"

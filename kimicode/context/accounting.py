@@ -77,7 +77,7 @@ class _Anchor:
 
 def image_tokens(url: str) -> int:
     """Estimate an image's tokens from the width and height in its data URL (PNG, GIF, JPEG, WebP)."""
-    size = _image_size(url)
+    size = image_size(url)
     if size is None:
         return DEFAULT_IMAGE_TOKENS
     w, h = size
@@ -88,7 +88,7 @@ def image_tokens(url: str) -> int:
     return max(16, math.ceil(w / IMAGE_PATCH) * math.ceil(h / IMAGE_PATCH))
 
 
-def _image_size(url: str) -> tuple[int, int] | None:
+def image_size(url: str) -> tuple[int, int] | None:
     if not url.startswith("data:") or "," not in url[:200]:
         return None
     b64 = url.split(",", 1)[1][:65_536]
@@ -337,15 +337,36 @@ class TokenAccountant:
         self._learn(server, raw)
 
     def overflowed(self, estimated: int, requested: int) -> None:
-        """The server said a request we estimated at `estimated` tokens needs `requested`: rescale."""
-        if estimated > 0 and requested > estimated:
+        """The server said a request we estimated at `estimated` tokens needs `requested` (a total it gave, not
+        the request itself): rescale, in both directions. A request's own count goes to `observe` instead."""
+        if estimated > 0 and requested > 0 and requested != estimated:
             factor = requested / estimated
             if not self.tools_in_prompt and factor > 1.5:
                 self.tools_in_prompt = True  # the schemas are counted after all
                 factor = max(1.0, factor / 1.5)
-            self.correction = min(CORRECTION_BOUNDS[1], self.correction * factor)
+            low, high = CORRECTION_BOUNDS
+            self.correction = min(high, max(low, self.correction * factor))
             self._num = self.correction * self._den
         self._anchor = None
+
+    def state(self) -> dict[str, Any]:
+        """What calibration has learnt, to keep across processes (`restore`)."""
+        return {"correction": round(self.correction, 4), "tools_in_prompt": self.tools_in_prompt,
+                "weight": round(self._den, 1)}
+
+    def restore(self, state: Mapping[str, Any]) -> bool:
+        """Start from what an earlier process learnt (`state`); False when it is not a usable state."""
+        correction, weight = state.get("correction"), state.get("weight")
+        if not isinstance(correction, int | float) or not isinstance(weight, int | float) or weight <= 0:
+            return False
+        low, high = CORRECTION_BOUNDS
+        if not low <= correction <= high:
+            return False
+        self.correction = float(correction)
+        self._den = min(float(weight), 50_000.0)  # a restored factor weighs like a few requests' worth
+        self._num = self.correction * self._den
+        self.tools_in_prompt = state.get("tools_in_prompt") is not False
+        return True
 
     def forget_missing(self, messages: Sequence[Mapping[str, Any]]) -> None:
         """Drop cached counts of messages no longer in the history (after pruning or compaction)."""

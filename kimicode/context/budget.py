@@ -8,6 +8,8 @@ MIN_INPUT_BUDGET = 1_024
 MAX_RESERVE_SHARE = 0.25
 """The completion reservation never takes more than this share of the window unless set explicitly."""
 MIN_RESERVE = 256
+COMPLETION_FLOOR = 256
+"""No request asks for fewer completion tokens than this (or the whole reservation, when it is smaller)."""
 
 
 def fit_reserve(window: int, wanted: int, *, explicit: bool = False) -> int:

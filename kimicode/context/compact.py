@@ -218,6 +218,10 @@ def _request(prompt: str, summary: str, chunk: list[str], extra: str) -> list[di
     return [{"role": "system", "content": prompt}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
+MIN_SUMMARY_CHARS = 20
+"""A model's summary shorter than this (or than a quarter of what it summarises) is refused."""
+
+
 async def _summarize_parts(
     blocks: list[tuple[str, int]],
     prompt: str,
@@ -278,6 +282,9 @@ async def _summarize_parts(
         reply = reply.strip()
         if not reply:
             return summary, "the model returned an empty summary", sizes
+        shortest = min(MIN_SUMMARY_CHARS, sum(len(text) for text in chunk) // 4)
+        if len(reply) < shortest:  # "Done." cannot stand for a conversation: refused, the fallback is kept
+            return summary, f"the model's summary was only {len(reply)} characters, too short to keep", sizes
         summary = truncate_middle(reply, summary_cap, count)
         i = j
     return summary, None, sizes
@@ -488,7 +495,14 @@ async def compact_history(
         split = start
     recent = body[split:]
     shrunk = False
-    if split == len(body) and groups and not is_summary(body[groups[-1][0]]):
+    # The current prompt (the last user message) is never cut nor left to the summary: a retry after an overflow
+    # must still answer what was asked. At a turn's first step it stays last; later it is kept verbatim (below).
+    pinned = next((i for i in range(len(body) - 1, -1, -1)
+                   if body[i].get("role") == "user" and not is_summary(body[i])), None)
+    if pinned is not None and pinned == len(body) - 1 and split > pinned:
+        split = pinned
+        recent = body[split:]
+    elif split == len(body) and groups and not is_summary(body[groups[-1][0]]):
         start, end = groups[-1]
         cut = _shrink_group(body[start:end], recent_budget, accountant, spill_dir)
         if cut is not None:
@@ -499,9 +513,11 @@ async def compact_history(
         return None  # nothing to fold into a summary
 
     # 2. the user messages, kept (verbatim when they fit) ahead of the summary
-    users = _fit_users(
-        [m for m in old if m.get("role") == "user" and not is_summary(m)], users_budget, settings, accountant
-    )
+    keep = body[pinned] if pinned is not None else None
+    users = [m for m in old if m.get("role") == "user" and not is_summary(m) and m is not keep]
+    pinned_old = [keep] if keep is not None and any(m is keep for m in old) else []
+    room = users_budget - sum(accountant.message_tokens(m) for m in pinned_old)
+    users = [*_fit_users(users, max(64, room), settings, accountant), *pinned_old] if users else pinned_old
 
     # 3. the summary, in as many requests as the transcript needs (none when only the last turn was shrunk)
     summary: str = ""
@@ -526,7 +542,7 @@ async def compact_history(
     new_body = [*users, *middle, *recent]
     new = [*head, *new_body]
     after = accountant.estimate_unanchored(new, tools)
-    while after > big and recent:
+    while after > big and recent and recent[0] is not keep:
         recent = recent[1:]
         while recent and recent[0].get("role") == "tool":
             recent = recent[1:]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kimicode.context.accounting import Breakdown, TokenAccountant
-from kimicode.context.budget import Budget, fit_reserve
+from kimicode.context.budget import COMPLETION_FLOOR, Budget, fit_reserve
 from kimicode.context.compact import CompactionResult, CompactionSettings, compact_history
 from kimicode.context.output import DEFAULT_CAP_CHARS, DEFAULT_CAP_TOKENS, cap_output
 from kimicode.context.prune import PruneResult, apply_prune, plan_prune
@@ -84,6 +84,8 @@ class ContextManager:
         self.server_limit: int | None = None
         """The window the server reported in a context-length error, when smaller than configured."""
         self.last_max_tokens: int | None = None
+        self.retry_cap: int | None = None
+        """A completion limit for the next request only: set when a refused limit is retried (`recover`)."""
         """The completion limit sent with the last request (`completion_tokens`)."""
         self.used = 0
         """Tokens of the history after the last step (the server's count plus the new reply)."""
@@ -91,6 +93,18 @@ class ContextManager:
         """Our estimate of the last request sent."""
         self.prunes = 0
         self.compactions = 0
+        self.calibration_source = "none"
+        """Where the estimate's correction comes from: `none` (a guess), `server` (this process's counts),
+        `restored` (an earlier process's, same server), `probe` (the server counted the request beforehand)."""
+        self._logged_state: dict[str, Any] | None = None
+        self._tool_fit: tuple[Any, list[dict[str, Any]]] | None = None
+        self._tool_note = ""
+        self.calibration_record: dict[str, Any] | None = None
+        """The calibration a resumed or forked session starts from (used when the server is the same)."""
+        self.server_counts = False
+        """The server can count the next request before it is sent (llama.cpp; see agent/step.py)."""
+        self.fingerprint = ""
+        """The server's fingerprint (see `kimicode.llm.discovery.ServerInfo`) the calibration belongs to."""
 
     def _make_budget(self, window: int, reserve: int, *, learnt: bool = False) -> Budget:
         s = self.settings
@@ -115,6 +129,7 @@ class ContextManager:
     def forget_window(self) -> None:
         """Drop the learnt window (another model or endpoint is used from now on)."""
         self.server_limit = None
+        self.calibration_record = None
 
     def learn_window(self, window: int, *, record: bool = True) -> bool:
         """Keep the window a server has shown (in a context-length error) for the rest of the session.
@@ -135,12 +150,78 @@ class ContextManager:
                              "configured": self._configured[0]})
         return True
 
+    @property
+    def completion_floor(self) -> int:
+        """The smallest completion limit a request is sent with: a smaller one would cut any real answer."""
+        return max(1, min(self.budget.reserve, COMPLETION_FLOOR))
+
     def completion_tokens(self, estimate: int) -> int:
         """The completion limit for a request of `estimate` input tokens: the reservation, never more
-        than what the window leaves after the input (prompt + max_tokens <= window)."""
+        than what the window leaves after the input (prompt + max_tokens <= window), never less than
+        `completion_floor`: when the window cannot hold the prompt plus the floor, LLMError says so."""
         budget = self.budget
-        self.last_max_tokens = max(1, min(budget.reserve, budget.window - max(0, estimate)))
+        room = budget.window - max(0, estimate)
+        floor = self.completion_floor
+        if room < floor:
+            raise LLMError(
+                f"the request takes about {estimate:,} tokens of the {budget.window:,}-token context window, "
+                f"leaving {max(0, room):,} for the answer (at least {floor:,} are needed); even after compaction "
+                "the current prompt and the tools do not fit: shorten the prompt, or give the server a larger "
+                "context (llama.cpp: -c; --context-window when kimicode cannot discover it)",
+                "context_length",
+            )
+        cap, self.retry_cap = self.retry_cap, None
+        self.last_max_tokens = min(budget.reserve, room, cap or room)
         return self.last_max_tokens
+
+    def cut_by_room(self) -> bool:
+        """True when the last request's completion limit was lowered below the reservation to fit the window."""
+        return self.last_max_tokens is not None and self.last_max_tokens < self.budget.reserve
+
+    # -- calibration across processes ---------------------------------------------------------
+
+    def calibration_state(self) -> dict[str, Any]:
+        """What calibration has learnt, with the server's fingerprint (see context/calibration.py)."""
+        return {**self.accountant.state(), "fingerprint": self.fingerprint}
+
+    def restore_calibration(self, state: Mapping[str, Any]) -> bool:
+        """Start from an earlier process's calibration; False when unusable (nothing changes then)."""
+        if self.accountant.calibrated or not self.accountant.restore(state):
+            return False
+        self.calibration_source = "restored"
+        return True
+
+    def record_calibration(self) -> dict[str, Any] | None:
+        """The state to log when it changed notably since the last logged one (else None)."""
+        state = self.calibration_state()
+        last = self._logged_state
+        if last is not None and last.get("fingerprint") == state["fingerprint"] \
+                and last.get("tools_in_prompt") == state["tools_in_prompt"] \
+                and abs(float(last.get("correction", 0)) - state["correction"]) < 0.02 * state["correction"]:
+            return None
+        self._logged_state = state
+        if self.log:
+            self.log.append({"type": "calibration", **state})
+        return state
+
+    def fit_tools(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]], emit: Emit,
+                  ) -> list[dict[str, Any]]:
+        """The tools to send: all of them, or a compact set when with the system prompt they would take more
+        than half the input budget (see context/toolfit.py). Said once per change."""
+        from kimicode.context.toolfit import TOOLS_SHARE, fit_tools, tools_key
+
+        system = [m for m in messages if m.get("role") == "system"]
+        limit = int(self.budget.input_budget * TOOLS_SHARE)
+        key = (tools_key(tools), limit, round(self.accountant.correction, 3), self.accountant.tools_in_prompt,
+               len(system))
+        if self._tool_fit is not None and self._tool_fit[0] == key:
+            return self._tool_fit[1]
+        fitted, note = fit_tools(tools, lambda t: self.accountant.estimate_unanchored(system, t), limit)
+        if note and note != self._tool_note:
+            emit(Notice(f"context: {note}", "warning"))
+        self._tool_note = note
+        self._tool_fit = (key, fitted)
+        return fitted
 
     # -- accounting -------------------------------------------------------------------------------
 
@@ -163,6 +244,8 @@ class ContextManager:
         prompt, _completion, _cached = usage_numbers(dict(usage) if usage else None)
         if prompt:
             self.accountant.observe(messages, tools, prompt, self.last_estimate or None)
+            if self.calibration_source == "none":
+                self.calibration_source = "server"
             self.used = prompt + self.accountant.message_tokens(reply)
         else:
             self.used = self.last_estimate + self.accountant.message_tokens(reply)
@@ -272,10 +355,22 @@ class ContextManager:
         reason: str = "manual",
         tool_kinds: Mapping[str, str] | None = None,
     ) -> CompactionResult | None:
-        """Summarise the older history and swap the compacted history into `messages` (in place)."""
-        emit(Notice(f"context: compacting ({reason}); {self.estimate(messages, tools):,} tokens in use"))
+        """Summarise the older history and swap the compacted history into `messages` (in place).
+
+        A compaction at the threshold that finds nothing to fold says nothing (it would say so every turn)."""
+        in_use = self.estimate(messages, tools)
+        announced = [False]
+
+        def announce() -> None:
+            if not announced[0]:
+                announced[0] = True
+                emit(Notice(f"context: compacting ({reason}); {in_use:,} tokens in use"))
+
+        if reason != "threshold":
+            announce()
 
         async def summarize(request: list[dict[str, Any]]) -> tuple[str, int]:
+            announce()
             return await self._summarize(client, request)
 
         result = await compact_history(
@@ -291,8 +386,10 @@ class ContextManager:
             manual=reason in ("manual", "overflow"),
         )
         if result is None:
-            emit(Notice("context: nothing to compact"))
+            if reason != "threshold":
+                emit(Notice("context: nothing to compact"))
             return None
+        announce()
         messages[result.start : result.end] = result.messages
         self.compactions += 1
         self.accountant.forget_missing(messages)
@@ -347,28 +444,40 @@ class ContextManager:
         """
         overflow = error.overflow or context_overflow(None, error.message) or ContextOverflow()
         counted = overflow.prompt_estimate(self.last_max_tokens or self.budget.reserve)
-        if counted:
+        if overflow.prompt_tokens:  # the server's count of this very request: learnt like usage, both ways
+            self.accountant.observe(messages, tools, overflow.prompt_tokens, self.last_estimate or None)
+            if self.calibration_source == "none":
+                self.calibration_source = "server"
+        elif counted:
             self.accountant.overflowed(self.last_estimate, counted)
         learnt = bool(overflow.window and self.learn_window(overflow.window))
         est = self.estimate(messages, tools)
-        est = max(est, counted or 0)
+        if not overflow.prompt_tokens:
+            est = max(est, counted or 0)
         window_note = f"; the server's window is {overflow.window:,} tokens" if overflow.window else ""
         # Servers that count prompt + max_tokens against the window (Moonshot, DeepSeek, SGLang,
         # OpenRouter) say only "too long": once the window is learnt, a smaller reservation may suffice.
         shrunk = learnt and (self.last_max_tokens or 0) > self.budget.reserve
         if (overflow.completion_too_large or shrunk) and est <= self.budget.input_budget:
+            before = self.last_max_tokens or self.budget.reserve
+            limit = min(self.budget.reserve, self.budget.window - est)
+            if limit >= before:  # by these numbers the same request fits: leave the server's count a margin
+                limit = max(self.completion_floor, before - max(256, before // 10))
+            self.retry_cap = limit  # the retry asks for this much at most, so it differs from the refused one
             emit(Notice(f"context: the server refused the answer's token limit{window_note}; "
-                        f"retrying with max_tokens {self.budget.reserve:,}", "warning"))
+                        f"retrying with max_tokens {limit:,}", "warning"))
             self.last_estimate = est
-            return learnt or (self.last_max_tokens or 0) > self.budget.reserve
+            return True
         counted_note = f" ({counted:,} tokens by its count)" if counted else ""
         emit(Notice(f"context: the server rejected the request as too long{counted_note}{window_note}; "
                     "making room and retrying", "warning"))
         result = await self.compact(messages, tools, client, emit, reason="overflow", tool_kinds=tool_kinds)
-        if result is None:
+        est = self.estimate(messages, tools)
+        if result is None or est > self.budget.input_budget:
             plan = plan_prune(messages, self.accountant, 0)
-            if not plan.indices:
+            if not plan.indices and result is None:
                 return False
-            self._apply_prune(messages, plan, emit, est)
+            if plan.indices:
+                self._apply_prune(messages, plan, emit, est)
         self.last_estimate = self.estimate(messages, tools)
         return True

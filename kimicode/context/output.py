@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kimicode.config.choices import DEFAULT_SPILL_MAX_BYTES, DEFAULT_TOOL_OUTPUT_CAP_TOKENS
+from kimicode.safeio import private_dirs, private_write
 
 DEFAULT_CAP_CHARS = 100_000
 """About 25k tokens of code or logs (≈4 characters per token)."""
@@ -114,13 +115,13 @@ def save_spill(text: str | bytes, spill_dir: Path | None, label: str) -> Spilled
             None, f"it is larger ({len(data):,} bytes) than the session's limit for saved outputs ({limit:,} bytes)"
         )
     try:
-        spill_dir.mkdir(parents=True, exist_ok=True)
+        private_dirs(spill_dir)
         path = spill_path(spill_dir, label, data)
         if path.exists():
             path.touch()  # the same output again: keep it, now the newest
             return Spilled(path)
         dropped = make_room(spill_dir, len(data))
-        path.write_bytes(data)
+        private_write(path, data)
         return Spilled(path, dropped=dropped)
     except OSError as exc:
         return Spilled(None, f"it could not be saved ({exc.strerror or exc})")

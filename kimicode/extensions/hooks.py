@@ -6,8 +6,9 @@ TOML (`[[hooks.PreToolUse]]` in kimicode's config.toml):
     {"hooks": {"PreToolUse": [{"matcher": "Bash|Write",
                                "hooks": [{"type": "command", "command": "check.sh", "timeout": 10}]}]}}
 
-A matcher is empty or `*` (everything), a name, a `|` list or a regular expression matched against the
-whole name; tool events match kimicode's tool names and Claude Code's (`bash` or `Bash`). Besides
+Kimi Code's flat form (`[[hooks]]` with `event`, `matcher`, `command`, `timeout`) is read too. A matcher
+is empty or `*` (everything), a name, a `|` list or a regular expression matched against the whole name;
+tool events match kimicode's tool names, Claude Code's and Kimi Code's (`bash`, `Bash`, `Shell`). Besides
 Claude Code's keys a hook may say `on_error = "block"` (a failing hook refuses the call) or
 `"continue"`; see `HookSpec.fails_closed` for the default.
 """
@@ -165,6 +166,8 @@ def parse_hooks(
     problems: list[str] = []
     if table is None:
         return specs, problems
+    if isinstance(table, list):  # Kimi Code's `[[hooks]]` entries: {event, matcher, command, timeout}
+        table = _from_flat(table, source)
     if not isinstance(table, Mapping):
         raise HookConfigError(f"{source}: hooks must be a table of events, got {type(table).__name__}")
     for event, groups in table.items():
@@ -177,6 +180,17 @@ def parse_hooks(
         for i, group in enumerate(groups):
             specs.extend(_parse_group(group, event, f"{where}[{i}]", source, scope, workspace, plugin_root, problems))
     return specs, problems
+
+
+def _from_flat(entries: list[Any], source: str) -> dict[str, list[Any]]:
+    """Kimi Code's flat list of hooks as Claude Code's table of events (one group per entry)."""
+    table: dict[str, list[Any]] = {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("event"), str):
+            raise HookConfigError(f"{source}: hooks[{i}]: each [[hooks]] entry needs `event` and `command`")
+        hook = {k: v for k, v in entry.items() if k not in ("event", "matcher")}
+        table.setdefault(entry["event"], []).append({"matcher": entry.get("matcher", ""), "hooks": [hook]})
+    return table
 
 
 def _parse_group(

@@ -65,8 +65,9 @@ class Plugin:
                             out.append((str(event), entry["command"]))
         return out
 
-    def mcp_servers(self) -> dict[str, dict[str, Any]]:
-        """Its MCP servers (`.mcp.json`, or `mcpServers` in the manifest), `${CLAUDE_PLUGIN_ROOT}` filled in."""
+    def mcp_servers(self, *, expand: bool = True) -> dict[str, dict[str, Any]]:
+        """Its MCP servers (`.mcp.json`, or `mcpServers` in the manifest), `${CLAUDE_PLUGIN_ROOT}` filled in
+        unless `expand` is false."""
         servers: Any = self.manifest.get("mcpServers")
         if isinstance(servers, str):
             data, _ = read_json(self.root / servers)
@@ -75,7 +76,8 @@ class Plugin:
             data, _ = read_json(self.root / ".mcp.json")
             servers = (data or {}).get("mcpServers", {})
         text = json.dumps(servers if isinstance(servers, dict) else {})
-        text = text.replace("${CLAUDE_PLUGIN_ROOT}", str(self.root).replace("\\", "\\\\").replace('"', '\\"'))
+        if expand:
+            text = text.replace("${CLAUDE_PLUGIN_ROOT}", str(self.root).replace("\\", "\\\\").replace('"', '\\"'))
         filled = json.loads(text)
         return {str(k): v for k, v in filled.items() if isinstance(v, dict)}
 
@@ -88,10 +90,11 @@ class Plugin:
 
         return {
             "commands": [f"/{self.name}:{n}" for n in names("commands", "*.md")],
-            "skills": names("skills", "*/SKILL.md"),
-            "agents": names("agents", "*.md"),
+            "skills": [f"{self.name}:{n}" for n in names("skills", "*/SKILL.md")],
+            "agents": [f"{self.name}:{n}" for n in names("agents", "*.md")],
             "hooks": [f"{event}: {command}" for event, command in self.hook_commands()],
-            "mcp servers": [f"{name}: {_server_command(entry)}" for name, entry in self.mcp_servers().items()],
+            "mcp servers": [f"{name}: {_server_command(entry)}"
+                            for name, entry in self.mcp_servers(expand=False).items()],
         }
 
 

@@ -26,6 +26,16 @@ CLAUDE_NAMES: dict[str, str] = {
 }
 """kimicode's tool → Claude Code's tool of the same purpose (apply_patch edits files: `Edit`)."""
 
+KIMI_NAMES: dict[str, tuple[str, ...]] = {
+    "bash": ("Shell",),
+    "read_file": ("ReadFile",),
+    "write_file": ("WriteFile",),
+    "edit_file": ("StrReplaceFile",),
+    "apply_patch": ("StrReplaceFile",),
+    "web_fetch": ("FetchURL",),
+}
+"""kimicode's tool → Kimi Code's names for it (older Kimi CLI), which matchers may use too."""
+
 _RENAMED_ARGS: dict[str, dict[str, str]] = {
     "read_file": {"path": "file_path"},
     "write_file": {"path": "file_path"},
@@ -40,9 +50,9 @@ def claude_name(tool: str) -> str:
 
 
 def names_of(tool: str) -> tuple[str, ...]:
-    """Every name a matcher may use for `tool`: kimicode's and Claude Code's."""
+    """Every name a matcher may use for `tool`: kimicode's, Claude Code's and Kimi Code's."""
     other = CLAUDE_NAMES.get(tool)
-    return (tool, other) if other and other != tool else (tool,)
+    return (tool, *((other,) if other and other != tool else ()), *KIMI_NAMES.get(tool, ()))
 
 
 def claude_input(tool: str, args: Mapping[str, Any]) -> dict[str, Any]:

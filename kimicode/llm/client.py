@@ -87,6 +87,11 @@ class ClientConfig:
     """Where the base URL came from (`--base-url`, an environment variable, a config file): named when unreachable."""
     connect_retries: int = 1
     """Retries when a server that has not answered yet cannot be reached (refused, DNS): a wrong URL fails fast."""
+    retries_explicit: bool = False
+    """`max_retries` was set by the user (`--max-retries`, config, library): it wins over the fail-fast rule
+    for a server that has not answered yet (one starting up takes a few seconds)."""
+    tool_choice: str | None = None
+    """`auto`, `none`, `required`, or a tool's name (forces that tool); sent only with tools. None: not sent."""
     gate: RateGate | None = None
     """A limiter shared by many clients (kimicode batch): waited on before each request, told of each 429."""
 
@@ -215,6 +220,8 @@ class ChatClient:
             head["prompt_cache_key"] = cfg.session_id
         if tools:
             head["tools"] = list(tools)
+            if cfg.tool_choice:
+                head["tool_choice"] = tool_choice_value(cfg.tool_choice)
         head.update(cfg.extra_body)
         head_json = json.dumps(head, ensure_ascii=False, separators=(",", ":")).encode()
         pieces = [head_json[:-1] + b',"messages":[']
@@ -252,8 +259,8 @@ class ChatClient:
                 return
             except LLMError as err:
                 limit = self.config.max_retries
-                if err.connect and not self.reached:  # never answered: a wrong URL or a server that is not up
-                    limit = min(limit, self.config.connect_retries)
+                if err.connect and not self.reached and not self.config.retries_explicit:
+                    limit = min(limit, self.config.connect_retries)  # never answered: a wrong URL, or not up yet
                 if not err.transient or attempt >= limit:
                     if err.transient and limit:
                         err.message += f" (gave up after {attempt + 1} attempts)"
@@ -309,6 +316,15 @@ class ChatClient:
                 connect=refused,
             ) from None
         self.reached = True
+        kind = response.headers.get("content-type", "").lower()
+        if "text/html" in kind:
+            await response.aclose()
+            raise LLMError(
+                f"{self.config.base_url} answered with an HTML page, not an event stream: it is not an "
+                "OpenAI-compatible chat API (check the base URL; it usually ends in /v1)",
+                "bad_request",
+                response.status_code,
+            )
         acc = StreamAccumulator()
         done = False
         got_choice = False
@@ -361,6 +377,16 @@ class ChatClient:
         if acc.reasoning_field is None and self.reasoning_field is None and not self.profile.name.startswith("kimi"):
             message.pop(default_field, None)  # a server that never reasons: send nothing it didn't send
         yield Completion(message, acc.finish_reason, acc.usage, length)
+
+
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+def tool_choice_value(choice: str) -> str | dict[str, Any]:
+    """The wire value of a tool choice: `auto`, `none`, `required`, or a tool's name (that function)."""
+    if choice in TOOL_CHOICES:
+        return choice
+    return {"type": "function", "function": {"name": choice}}
 
 
 _ONE_PIECE = 1 << 18
@@ -447,4 +473,5 @@ __all__ = [
     "new_http_client",
     "parse_retry_after",
     "share_connections",
+    "tool_choice_value",
 ]

@@ -4,13 +4,19 @@ Precedence: `--context-window` (flag) > `context_window` in a model's config > w
 (`discover_window`) > the known window of a known model id > kimicode's default. A window learnt from a
 server's context-length error during a session overrides all of them for that session (`learnt`).
 
-Discovery is one short, bounded exchange (a few seconds at most, never retried) and its answer,
-found or not, is cached per endpoint and model under `KIMICODE_HOME/cache/windows.json`:
+Discovery is one short, bounded exchange (a few seconds at most, never retried) made at every session
+start, so a server restarted with another window or model is seen at once. Only real answers are cached
+(per endpoint and model, `KIMICODE_HOME/cache/windows.json`): the cache stands in when the server does not
+answer now, and tells which one GET revalidates (llama.cpp: `/props` alone). Where the window is said:
 - vLLM: `max_model_len` in the `/v1/models` entry;
 - OpenRouter, Moonshot and others: `context_length` (or `top_provider.context_length`);
 - llama.cpp: `/props` (`default_generation_settings.n_ctx`, else `n_ctx`), else `meta.n_ctx` of its
   `/v1/models` entry; `n_ctx_train` is what the model was trained with, not what the server serves,
-  so it is never taken as the window.
+  so it is never taken as the window; `/props` also says whether the chat template renders tool
+  definitions (`chat_template_caps.supports_tools`) and identifies the model file and build;
+- LiteLLM proxy: `model_info.max_input_tokens` in `/model/info` (its `/models` has no window).
+
+`count_request` asks llama.cpp to count a request before it is sent (`/apply-template`, `/tokenize`).
 """
 
 from __future__ import annotations
@@ -20,9 +26,12 @@ import contextvars
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kimicode.safeio import private_dirs, private_write
 
 KNOWN_WINDOWS: tuple[tuple[str, int], ...] = (
     ("kimi-k3", 1_048_576),
@@ -38,8 +47,8 @@ KNOWN_WINDOWS: tuple[tuple[str, int], ...] = (
 """Windows of model ids by prefix (after any `provider/`), for servers that do not say theirs."""
 
 WINDOW_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length", "max_input_tokens")
-CACHE_TTL = 24 * 3600.0
-MISS_TTL = 3600.0
+CACHE_TTL = 30 * 24 * 3600.0
+"""A server's last real answer is used (when it does not answer now) for this long."""
 TIMEOUT = 3.0
 """Seconds for the whole discovery (at most two short GETs)."""
 
@@ -103,6 +112,83 @@ def window_from_props(body: Any) -> int | None:
     return _positive(body.get("n_ctx"))
 
 
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a server said about the model it serves (from `/props`, `/models` or LiteLLM's `/model/info`)."""
+
+    window: int | None
+    """The context window a request gets (llama.cpp: per slot, `-c` divided by `--parallel`)."""
+    source: str = "models"
+    """Where the window came from: `props`, `models` or `model_info`."""
+    fingerprint: str = ""
+    """What is served (model file, window, build): calibration learnt against another fingerprint is dropped."""
+    tools_rendered: bool | None = None
+    """False when the server says its chat template leaves tool definitions out (`chat_template_caps`)."""
+    slots: int | None = None
+    counts: bool = False
+    """The server can render and count a request before it is sent (llama.cpp's `/apply-template`, `/tokenize`)."""
+    cached: bool = False
+    """The server did not answer now: this is its last real answer, from the cache."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"window": self.window, "source": self.source, "fingerprint": self.fingerprint,
+                "tools_rendered": self.tools_rendered, "slots": self.slots, "counts": self.counts}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ServerInfo | None:
+        window = _positive(data.get("window"))
+        if window is None:
+            return None
+        rendered = data.get("tools_rendered")
+        return cls(
+            window,
+            str(data.get("source") or "models"),
+            str(data.get("fingerprint") or ""),
+            rendered if isinstance(rendered, bool) else None,
+            _positive(data.get("slots")),
+            data.get("counts") is True,
+            cached=True,
+        )
+
+
+def info_from_props(body: Any) -> ServerInfo | None:
+    """llama.cpp's `/props`: the window per slot, the template's tool support and what identifies the server."""
+    window = window_from_props(body)
+    if window is None or not isinstance(body, Mapping):
+        return None
+    caps = body.get("chat_template_caps")
+    rendered = caps.get("supports_tools") if isinstance(caps, Mapping) else None
+    slots = _positive(body.get("total_slots"))
+    print_parts = (body.get("model_path"), body.get("model_alias"), body.get("build_info"), window, slots)
+    return ServerInfo(
+        window,
+        "props",
+        "llama.cpp|" + "|".join(str(p) for p in print_parts if p is not None),
+        rendered if isinstance(rendered, bool) else None,
+        slots,
+        counts=True,
+    )
+
+
+def info_from_model_info(body: Any, model: str) -> ServerInfo | None:
+    """LiteLLM's `/model/info`: `model_info.max_input_tokens` (else `max_tokens`) of the model group."""
+    entries = body.get("data") if isinstance(body, Mapping) else None
+    if not isinstance(entries, list):
+        return None
+    for entry in entries:
+        if not isinstance(entry, Mapping) or entry.get("model_name") != model:
+            continue
+        info = entry.get("model_info")
+        if not isinstance(info, Mapping):
+            continue
+        window = _positive(info.get("max_input_tokens")) or _positive(info.get("max_tokens"))
+        if window:
+            params = entry.get("litellm_params")
+            upstream = params.get("model") if isinstance(params, Mapping) else None
+            return ServerInfo(window, "model_info", f"litellm|{upstream}|{window}")
+    return None
+
+
 def _cache_path(home: Path) -> Path:
     return home / "cache" / "windows.json"
 
@@ -115,30 +201,36 @@ def _read_cache(home: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _write_cache(home: Path, key: str, window: int | None) -> None:
-    """Remember the answer (no key or header is ever written: only the URL, the model and a number)."""
+def _write_cache(home: Path, key: str, info: ServerInfo) -> None:
+    """Remember a real answer (no key or header is ever written: the URL, the model, numbers and a model path).
+
+    Only answers are cached: a failed discovery (401, a server still loading) is asked again next time."""
     path = _cache_path(home)
     data = _read_cache(home)
-    data[key] = {"window": window, "at": time.time()}
+    data[key] = {**info.as_json(), "at": time.time()}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(path.parent)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        private_write(tmp, json.dumps(data, indent=1, sort_keys=True))
         tmp.replace(path)
     except OSError:
         pass  # a read-only home: discovery just runs again next time
 
 
-def cached_window(home: Path, base_url: str, model: str) -> tuple[bool, int | None]:
-    """(whether a fresh cached answer exists, the window it holds)."""
-    entry = _read_cache(home).get(f"{base_url}|{model}")
+def cached_info(home: Path, base_url: str, model: str) -> ServerInfo | None:
+    """The server's last real answer for this endpoint and model, if any and not older than CACHE_TTL."""
+    entry = _read_cache(home).get(f"{base_url.rstrip('/')}|{model}")
     if not isinstance(entry, dict) or not isinstance(entry.get("at"), int | float):
-        return False, None
-    window = _positive(entry.get("window"))
-    age = time.time() - float(entry["at"])
-    if 0 <= age < (CACHE_TTL if window else MISS_TTL):
-        return True, window
-    return False, None
+        return None
+    if not 0 <= time.time() - float(entry["at"]) < CACHE_TTL:
+        return None
+    return ServerInfo.from_json(entry)
+
+
+def cached_window(home: Path, base_url: str, model: str) -> tuple[bool, int | None]:
+    """(whether a cached answer exists, the window it holds)."""
+    info = cached_info(home, base_url, model)
+    return (info is not None, info.window if info else None)
 
 
 async def _get_json(client: Any, url: str) -> Any:
@@ -151,25 +243,84 @@ async def _get_json(client: Any, url: str) -> Any:
         return None
 
 
-async def _ask(base_url: str, api_key: str, model: str, headers: Mapping[str, str], timeout: float) -> int | None:
+def _root(base_url: str) -> str:
+    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+
+
+def _warm() -> None:
+    """Import the HTTP stack and load the TLS context outside the timed exchange (seconds on a busy machine:
+    the answer must not be lost to the clock of an import)."""
+    from kimicode.llm.client import shared_ssl_context
+
+    shared_ssl_context()
+
+
+def _http(api_key: str, headers: Mapping[str, str], timeout: float) -> Any:
     import httpx2
 
     from kimicode.llm.client import shared_ssl_context
 
     auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx2.AsyncClient(
+    return httpx2.AsyncClient(
         # the process's one TLS context: loading the CA store per client cost ~40 ms of CPU per batch task
         verify=shared_ssl_context(),
         timeout=httpx2.Timeout(timeout, connect=min(2.0, timeout)),
         headers={**auth, **headers, "Accept": "application/json"},
         follow_redirects=False,
-    ) as client:
-        window, llamacpp = window_from_models(await _get_json(client, f"{base_url}/models"), model)
+    )
+
+
+async def _ask(base_url: str, api_key: str, model: str, headers: Mapping[str, str], timeout: float,
+               hint: ServerInfo | None) -> ServerInfo | None:
+    async with _http(api_key, headers, timeout) as client:
+        if hint is not None and hint.source == "props":  # known to be llama.cpp: one GET revalidates
+            found = info_from_props(await _get_json(client, f"{_root(base_url)}/props"))
+            if found is not None:
+                return found
+        body = await _get_json(client, f"{base_url}/models")
+        window, llamacpp = window_from_models(body, model)
         if llamacpp:
-            root = base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
-            served = window_from_props(await _get_json(client, f"{root}/props"))
-            return served or window
-        return window
+            found = info_from_props(await _get_json(client, f"{_root(base_url)}/props"))
+            if found is not None:
+                return found
+        if window:
+            entry_id = next((e.get("id") for e in (body or {}).get("data", []) if isinstance(e, Mapping)), model)
+            return ServerInfo(window, "models", f"models|{entry_id}|{window}")
+        if body is not None and not llamacpp:  # LiteLLM lists models without windows; its /model/info has them
+            return info_from_model_info(await _get_json(client, f"{base_url}/model/info"), model)
+        return None
+
+
+async def discover_server(
+    base_url: str,
+    api_key: str,
+    model: str,
+    home: Path,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = TIMEOUT,
+) -> ServerInfo | None:
+    """What the server says about `model` now (one or two short GETs), else its last real answer (cached,
+    `cached=True`), else None.
+
+    Asked at every session start, so a server restarted with another `-c` or model is seen at once; bounded
+    by `timeout` in all; any failure falls back to the cache (the request that follows reports real errors).
+    """
+    base_url = base_url.rstrip("/")
+    hint = cached_info(home, base_url, model)
+    shared = _SHARED_WINDOWS.get()
+    if shared is None:
+        info = await _ask_bounded(base_url, api_key, model, headers or {}, timeout, hint)
+    else:  # one question per endpoint and model for a whole batch (concurrent askers wait for the first)
+        key = (base_url, model)
+        if key not in shared:
+            shared[key] = asyncio.ensure_future(_ask_bounded(base_url, api_key, model, headers or {}, timeout, hint))
+        info = await asyncio.shield(shared[key])
+    if info is None:
+        return hint
+    if hint is None or hint.as_json() != info.as_json():
+        _write_cache(home, f"{base_url}|{model}", info)
+    return info
 
 
 async def discover_window(
@@ -181,35 +332,56 @@ async def discover_window(
     headers: Mapping[str, str] | None = None,
     timeout: float = TIMEOUT,
 ) -> int | None:
-    """The window the server says it serves `model` with, or None (unreachable, silent, odd answers).
-
-    Bounded by `timeout` in all; any failure is None (the request that follows reports real errors).
-    """
-    base_url = base_url.rstrip("/")
-    fresh, window = cached_window(home, base_url, model)
-    if fresh:
-        return window
-    shared = _SHARED_WINDOWS.get()
-    if shared is None:
-        window = await _ask_bounded(base_url, api_key, model, headers or {}, timeout)
-    else:  # one question per endpoint and model for a whole batch (concurrent askers wait for the first)
-        key = (base_url, model)
-        if key not in shared:
-            shared[key] = asyncio.ensure_future(_ask_bounded(base_url, api_key, model, headers or {}, timeout))
-        window = await asyncio.shield(shared[key])
-    _write_cache(home, f"{base_url}|{model}", window)
-    return window
+    """The window the server says it serves `model` with (see `discover_server`), or None."""
+    info = await discover_server(base_url, api_key, model, home, headers=headers, timeout=timeout)
+    return info.window if info else None
 
 
 async def _ask_bounded(base_url: str, api_key: str, model: str, headers: Mapping[str, str],
-                       timeout: float) -> int | None:
+                       timeout: float, hint: ServerInfo | None) -> ServerInfo | None:
+    _warm()
     try:
-        return await asyncio.wait_for(_ask(base_url, api_key, model, headers, timeout), timeout)
+        return await asyncio.wait_for(_ask(base_url, api_key, model, headers, timeout, hint), timeout)
     except Exception:  # discovery is a hint: any failure (network, protocol, timeout) means "not said"
         return None
 
 
-_SHARED_WINDOWS: contextvars.ContextVar[dict[tuple[str, str], asyncio.Future[int | None]] | None] = (
+async def count_request(
+    base_url: str,
+    api_key: str,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = TIMEOUT,
+) -> int | None:
+    """The prompt tokens a llama.cpp server will count for this request, asked before sending it: the
+    request rendered by its own chat template (`/apply-template`), then tokenized (`/tokenize`). None when
+    the server cannot say (not llama.cpp, an old build, any failure)."""
+    root = _root(base_url.rstrip("/"))
+
+    async def ask() -> int | None:
+        async with _http(api_key, headers or {}, timeout) as client:
+            body: dict[str, Any] = {"messages": list(messages)}
+            if tools:
+                body["tools"] = list(tools)
+            rendered = await client.post(f"{root}/apply-template", json=body)
+            prompt = rendered.json().get("prompt") if rendered.status_code == 200 else None
+            if not isinstance(prompt, str):
+                return None
+            counted = await client.post(f"{root}/tokenize", json={"content": prompt, "add_special": True,
+                                                                   "parse_special": True})
+            tokens = counted.json().get("tokens") if counted.status_code == 200 else None
+            return len(tokens) if isinstance(tokens, list) and tokens else None
+
+    _warm()
+    try:
+        return await asyncio.wait_for(ask(), timeout)
+    except Exception:  # a hint like discovery: the request itself reports real errors
+        return None
+
+
+_SHARED_WINDOWS: contextvars.ContextVar[dict[tuple[str, str], asyncio.Future[ServerInfo | None]] | None] = (
     contextvars.ContextVar("kimicode_shared_windows", default=None)
 )
 
@@ -223,8 +395,14 @@ def share_windows() -> None:
 
 
 __all__ = [
+    "ServerInfo",
+    "cached_info",
+    "count_request",
+    "discover_server",
     "discover_window",
     "fetch_models",
+    "info_from_model_info",
+    "info_from_props",
     "known_window",
     "resolve_window",
     "share_windows",

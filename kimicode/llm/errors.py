@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -52,8 +53,11 @@ def classify_status(
     recognised in every server's dialect (see `kimicode.llm.overflow`), whatever their status.
     """
     lowered = f"{message} {error_type or ''}".lower()
-    retry_after = parse_retry_after(headers or {})
+    retry_after = parse_retry_after(headers or {}, body)
     prefix = f"HTTP {status}" + (f" {error_type}" if error_type else "")
+    not_api = _not_an_api(status, headers or {}, body)
+    if not_api:
+        return LLMError(f"{prefix}: {message} ({not_api})", "bad_request", status, error_type=error_type)
     if status == 429:
         if any(k in lowered for k in ("quota", "balance", "insufficient", "billing")):
             return LLMError(
@@ -81,22 +85,64 @@ def classify_status(
     return LLMError(f"{prefix}: {message}", "bad_request", status, error_type=error_type)
 
 
-def parse_retry_after(headers: dict[str, str]) -> float | None:
-    """Seconds from `retry-after-ms` or `retry-after` (seconds or an HTTP date); None when absent."""
+RETRY_AFTER_HEADERS = (
+    ("retry-after-ms", 0.001),
+    ("retry-after", 1.0),
+    ("llm_provider-retry-after-ms", 0.001),  # LiteLLM forwards the upstream's headers under this prefix
+    ("llm_provider-retry-after", 1.0),  # ... and its own rate limiter sends only this one
+    ("x-ratelimit-reset-after", 1.0),
+)
+"""Headers that say how long to wait, in the order they are trusted, with their unit in seconds."""
+
+
+def parse_retry_after(headers: Mapping[str, str], body: Any = None) -> float | None:
+    """Seconds to wait before retrying, from any form servers and proxies send; None when none is given.
+
+    `retry-after-ms`, `retry-after` (seconds or an HTTP date), LiteLLM's `llm_provider-retry-after[-ms]`,
+    and a `retry_after` number in the JSON error body (top level or inside `error`)."""
     lower = {k.lower(): v for k, v in headers.items()}
-    ms = lower.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = lower.get("retry-after")
-    if not value:
-        return None
+    for name, unit in RETRY_AFTER_HEADERS:
+        value = lower.get(name)
+        if value:
+            seconds = _seconds(value.strip(), unit)
+            if seconds is not None:
+                return seconds
+    for holder in (body, body.get("error") if isinstance(body, Mapping) else None):
+        if isinstance(holder, Mapping):
+            value = holder.get("retry_after")
+            if isinstance(value, int | float | str) and not isinstance(value, bool):
+                seconds = _seconds(str(value), 1.0)
+                if seconds is not None:
+                    return seconds
+    return None
+
+
+def _seconds(value: str, unit: float) -> float | None:
     try:
-        return max(0.0, float(value))
+        number = float(value)
     except ValueError:
+        if unit != 1.0:
+            return None
         parsed = email.utils.parsedate_tz(value)
         if parsed is None:
             return None
         return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+    if number != number or number in (float("inf"), float("-inf")):
+        return None
+    return max(0.0, number * unit)
+
+
+def _not_an_api(status: int, headers: Mapping[str, str], body: Any) -> str:
+    """Why an error response cannot come from an OpenAI-compatible API ("" when it may): retrying is pointless.
+
+    501 (the server does not implement the route) and an HTML page for anything but a gateway's 5xx or a
+    rate limit (a web server, a login page, a wrong path) fail at once instead of being retried for half a
+    minute."""
+    kind = next((v for k, v in headers.items() if k.lower() == "content-type"), "").lower()
+    page = body.lstrip()[:15].lower() if isinstance(body, str) else ""
+    html = "text/html" in kind or page.startswith(("<!doctype", "<html"))
+    if status == 501:
+        return "the server does not implement this route: the base URL is probably not an OpenAI-compatible API"
+    if html and status not in (408, 429) and status < 500:
+        return "the server answered with an HTML page, not an API error: check the base URL (it usually ends in /v1)"
+    return ""

@@ -72,6 +72,7 @@ _WINDOW = [
     rf"tokens? > {_N} maximum",
     rf"context (?:window|length|size) (?:of|is) {_N}",
     rf"\bn_ctx\W+{_N}",
+    rf"max input tokens={_N}",  # LiteLLM's own pre-call check ("Max Input Tokens=2048, Got=3019")
 ]
 _PROMPT = [
     rf"\bn_prompt_tokens\W+{_N}",
@@ -90,6 +91,7 @@ _PROMPT = [
     rf"prompt contains {_N} tokens",
     rf"given: {_N} `inputs` tokens",
     rf"input length \({_N}\)",
+    rf"max input tokens=\d+, got={_N}",  # LiteLLM's pre-call check
 ]
 _OPENROUTER_INPUT = re.compile(rf"\({_N} of text input(?:, {_N} of tool input)?", re.IGNORECASE)
 _COMPLETION = [

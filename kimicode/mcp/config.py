@@ -132,9 +132,12 @@ def _one(
 
 
 def load_server_configs(
-    workspace: Path, settings: Settings, env: Mapping[str, str] | None = None
+    workspace: Path, settings: Settings, env: Mapping[str, str] | None = None,
+    extra: Mapping[str, tuple[dict[str, Any], str]] | None = None,
 ) -> tuple[list[ServerConfig], list[str]]:
-    """The enabled servers, and a message for each entry that could not be used."""
+    """The enabled servers, and a message for each entry that could not be used. `extra` adds servers
+    (entry, source) that the user installed elsewhere (plugins'); the project's and the configuration's
+    servers of the same name win."""
     env = os.environ if env is None else env
     raw, problems = _raw_servers(workspace)
     if raw and not settings.trusted:
@@ -144,6 +147,8 @@ def load_server_configs(
             "(add it to [trust] workspaces in KIMICODE_HOME/config.toml to allow it)"
         )
         raw = {}
+    for name, pair in (extra or {}).items():
+        raw.setdefault(name, pair)
     for name, server in settings.config.mcp_servers.items():
         base = raw.get(name, ({}, ""))[0]
         entry = server.model_dump(exclude_unset=True)  # what the file says (.mcp.json's entry fills the rest)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from kimicode._version import __version__
 from kimicode.mcp.config import DEFAULT_TOOL_TIMEOUT, ServerConfig, tool_name
+from kimicode.safeio import private_dirs, private_open
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 
 Status = Literal["pending", "starting", "ready", "failed", "timeout", "closed"]
@@ -178,8 +179,8 @@ class McpManager:
 
         path = self._stderr_path(cfg.name)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            errlog = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by _own
+            private_dirs(path.parent)
+            errlog = private_open(path, "w")  # 0600; closed by _own
         else:
             errlog = open(os.devnull, "w")  # noqa: SIM115 - closed by _own
         cwd = Path(cfg.cwd).expanduser() if cfg.cwd else self.workspace

@@ -34,12 +34,12 @@ from kimicode.permissions.engine import (
 from kimicode.permissions.policy import Policy, Rule
 from kimicode.permissions.programs import SHELLS, Analysis, analyze, embedded, module_form, out_paths, unwrap
 from kimicode.permissions.shellparse import Redirect, ShellParseError, SimpleCommand, Word, parse
+from kimicode.permissions.shellwords import why_not_static
 from kimicode.permissions.subjects import Place, ToolLike
 
 __all__ = ["decide_bash"]
 
 _MAX_NESTING = 4
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 MAX_PATH_ARGUMENTS = 256
 """More file-like arguments than this in one line ask instead of being checked one by one (each check
 resolves a path on disk: a line of 300,000 arguments would otherwise take minutes)."""
@@ -159,22 +159,39 @@ def _admit_step(
     if too_many:
         return Decision("ask", f"the line has more than {MAX_PATH_ARGUMENTS} file arguments, too many to check "
                                "for sensitive files")
+    wanting: list[Decision] = []  # parts no rule admits but one could: the hint names each of them
     for cmd in commands:
         shown = cmd.text or " ".join(r.target.raw for r in cmd.redirects)
         argv = [w.text for w in cmd.argv]
         analysis = analyze(argv) if argv and not unrestricted else Analysis()
         if not unrestricted:
             refused = _admitted(cmd, argv, analysis, patterned, mode, allow)
+            if refused is not None and refused.suggestion:
+                wanting.append(refused)
+                continue
             if refused is not None:
-                return refused
+                return _first_of(wanting) or refused
         if unknown_cwd:
-            return Decision("ask", f"`{shown}`: the line changes directory in a way that cannot be followed")
+            return _first_of(wanting) or Decision(
+                "ask", f"`{shown}`: the line changes directory in a way that cannot be followed")
         for base in bases:
             problem = (_path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow, analysis)
                        or _git_boundary(cmd, argv, base, ctx, unrestricted))
             if problem is not None:
-                return problem
-    return Decision("allow")
+                return _first_of(wanting) or problem
+    return _first_of(wanting) or Decision("allow")
+
+
+def _first_of(wanting: Sequence[Decision]) -> Decision | None:
+    """The refusal of the first part no rule admits, its suggestion naming a rule for every such part
+    (one per line), so that allowing what the hint says runs the whole line, not just its first part."""
+    if not wanting:
+        return None
+    rules = list(dict.fromkeys(d.suggestion for d in wanting))
+    reason = wanting[0].reason
+    if len(wanting) > 1:
+        reason += f" (nor {len(wanting) - 1} more part{'s' if len(wanting) > 2 else ''} of the line)"
+    return Decision("ask", reason, "\n".join(rules))
 
 
 def _admitted(
@@ -183,7 +200,7 @@ def _admitted(
 ) -> Decision | None:
     """None when an allow rule or the read-only allowance admits `cmd` (static, not risky); else why not."""
     shown = cmd.text or " ".join(r.target.raw for r in cmd.redirects)
-    moving = _is_dynamic(cmd)
+    moving = why_not_static(cmd)
     if moving is not None:
         return Decision("ask", f"`{shown}`: {moving}, so neither a rule nor the read-only allowance can "
                                "allow it without asking")
@@ -200,7 +217,7 @@ def _admitted(
             reason += " (allow rules never admit that without asking)"
         return Decision("ask", reason)  # no rule would admit it: suggest none
     if not matched and (cmd.assignments or not (analysis.unsafe is None or argv[0] in _CD)):
-        return Decision("ask", _bash_reason(cmd, mode, allow), _suggest(cmd))
+        return Decision("ask", _bash_reason(cmd, mode, allow), _suggest(cmd, None if cmd.assignments else module))
     return None
 
 
@@ -225,33 +242,18 @@ def _count_path_arguments(commands: Sequence[SimpleCommand]) -> int:
     return sum(len(cmd.redirects) + max(0, len(cmd.words) - 1) for cmd in commands)
 
 
-def _is_dynamic(cmd: SimpleCommand) -> str | None:
-    """Why a command is not static (a word or a redirection target that bash would expand), or None."""
-    for word in cmd.words:
-        if word.dynamic:
-            return f"{word.raw!r} is expanded by bash (variables, globs, braces or substitutions)"
-        if _CONTROL.search(word.text):
-            return f"{word.raw!r} holds control characters (what is shown is not what runs)"
-        if word.tilde and not (word.raw == "~" or word.raw.startswith("~/")):
-            return f"{word.raw!r} names another user's home"
-    for redirect in cmd.redirects:
-        if _CONTROL.search(redirect.target.text):
-            return f"{redirect.target.raw!r} holds control characters"
-        if redirect.target.dynamic:
-            what = "a here-document that expands" if redirect.kind == "heredoc" else f"{redirect.target.raw!r}"
-            return f"{what} is expanded by bash"
-    return None
-
-
 def _path_problems(
     cmd: SimpleCommand, ctx: Place, policy: Policy, base: Path, mode: str,
     edit_allow: Sequence[Rule], read_allow: Sequence[Rule], analysis: Analysis,
 ) -> Decision | None:
     """Sensitive files named by arguments (also glued to options: `-fNAME`, `--file=NAME`), the files
     `!out` options write, the trees searched, and the redirections of an otherwise admitted command."""
-    for word in cmd.argv[1:] if cmd.name else cmd.words:
+    words = cmd.argv[1:] if cmd.name else cmd.words
+    texts = {w.text for w in words}
+    glued = [Word(v, v) for v in analysis.values if v not in texts and not v.startswith("-")]
+    for word in [*words, *glued]:
         try:
-            paths = _word_paths(word, base, policy)
+            paths = _word_paths(word, base, policy, glued=not analysis.known)
         except _Unresolvable as exc:
             return Decision("ask", f"`{cmd.text}`: {exc}")
         for path in paths:
@@ -403,12 +405,15 @@ def _deny_forms(cmd: SimpleCommand) -> list[str]:
     return [cmd.text, *(" ".join(form) for form in unwrap([w.text for w in cmd.argv]))]
 
 
-def _suggest(cmd: SimpleCommand) -> str:
-    """A rule that would allow `cmd`: the command itself, or its first words and `*` when it is long."""
-    text = cmd.text
+def _suggest(cmd: SimpleCommand, module: Sequence[str] | None = None) -> str:
+    """A rule that would allow `cmd`: the command itself, or its first words and `*` when it is long.
+    For `python -m MODULE ARGS` the rule names the module's command (`bash(pytest -q)`), which admits
+    both spellings."""
+    text = " ".join(_show_word(w) for w in module) if module else cmd.text
     if len(text) <= 60 and "(" not in text and ")" not in text:
         return f"bash({text})"
-    head = " ".join(w.text for w in cmd.words[: len(cmd.assignments) + 2])
+    words = list(module) if module else [w.text for w in cmd.words[: len(cmd.assignments) + 2]]
+    head = " ".join(words[:2])
     return f"bash({head[:60]}*)" if "(" not in head and ")" not in head else ""
 
 
@@ -430,7 +435,7 @@ def _literal(word: Word, policy: Policy) -> str | None:
     return text
 
 
-def _word_paths(word: Word, base: Path, policy: Policy) -> list[Path]:
+def _word_paths(word: Word, base: Path, policy: Policy, glued: bool = True) -> list[Path]:
     """The files an argument may name: itself (or an `--opt=FILE` value), and the part after a `:`
     (`HEAD:.env` for git show, `host:path`)."""
     first = _word_path(word, base, policy)
@@ -443,8 +448,8 @@ def _word_paths(word: Word, base: Path, policy: Policy) -> list[Path]:
             if resolved.problem is not None:
                 raise _Unresolvable(resolved.problem)
             out.append(resolved.path)
-    if text.startswith("-") and not text.startswith("--") and not word.dynamic:
-        out += _glued_paths(text, base, policy)
+    if glued and text.startswith("-") and not text.startswith("--") and not word.dynamic:
+        out += _glued_paths(text, base, policy)  # a program without a specification: any letter may take one
     return out
 
 

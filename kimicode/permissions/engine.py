@@ -39,7 +39,7 @@ from kimicode.permissions.subjects import Place, ToolLike
 
 MODES = PERMISSION_MODES
 
-__all__ = ["MODES", "Decision", "PermissionMode", "decide", "denial_message", "target_path"]
+__all__ = ["MODES", "Decision", "PermissionMode", "decide", "denial_message", "read_only_command", "target_path"]
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,13 @@ class Decision:
     verdict: Literal["allow", "ask", "deny"]
     reason: str = ""
     suggestion: str = ""
-    """A rule that would allow this call (`bash(npm test)`), offered in headless denials."""
+    """A rule that would allow this call (`bash(npm test)`), offered in headless denials; one per line when
+    several parts of a command line need one (`npm ci && npm test`)."""
     by_rule: bool = False
     """True when a user's rule (not the mode) decided."""
+    profile: Literal["read-only", "workspace-write"] = "workspace-write"
+    """For an allowed bash call: the sandbox it runs in. `read-only` when the read-only allowance alone
+    admits it (no rule, no mode, no write redirection); see kimicode.tools.sandbox."""
 
 
 def target_path(tool: ToolLike, args: Mapping[str, Any], ctx: Place) -> str | None:
@@ -269,9 +273,88 @@ def _decide_other(tool: ToolLike, mode: str, policy: Policy, args: Mapping[str, 
 
 
 def _decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, policy: Policy) -> Decision:
+    """The bash decision; an allowed line is checked again as plan mode without any allow rule or
+    sandbox: when that still allows it, the read-only allowance alone admits it and it runs in the
+    read-only sandbox (whatever gap the program table has, the command cannot write)."""
+    import dataclasses
+
     from kimicode.permissions.bashcheck import decide_bash
 
-    return decide_bash(tool, args, mode, ctx, policy)
+    decision = decide_bash(tool, args, mode, ctx, policy)
+    if decision.verdict != "allow":
+        return decision
+    if not policy.read_only_sandbox and mode != "yolo" and not policy.sandboxed:
+        unlisted = _off_short_list(args, policy)
+        if unlisted is not None:
+            why = (f"`{unlisted}`: without the OS sandbox only a short list of programs runs without asking "
+                   "(docs/permissions.md, \"Without bubblewrap\")")
+            return Decision("ask", why, _suggest_rule(unlisted))
+    bare = dataclasses.replace(policy, rules=Rules(deny=policy.rules.deny, ask=policy.rules.ask), sandboxed=False)
+    if decide_bash(tool, args, "plan", ctx, bare).verdict == "allow":
+        return dataclasses.replace(decision, profile="read-only")
+    return decision
+
+
+def _off_short_list(args: Mapping[str, Any], policy: Policy) -> str | None:
+    """The first simple command of the line that no allow rule names and that is not on the short list
+    of `kimicode.permissions.unsandboxed`, or None."""
+    from kimicode.permissions.shellparse import ShellParseError, parse
+    from kimicode.permissions.unsandboxed import short_list_admits
+
+    allow = policy.rules.for_tool("allow", "bash", "execute")
+    if any(r.pattern is None for r in allow):
+        return None
+    command = args.get("command")
+    try:
+        commands = parse(command if isinstance(command, str) else "")
+    except ShellParseError:
+        return str(command)
+    for cmd in commands:
+        argv = [w.text for w in cmd.argv]
+        if not argv or any(r.matches_command(cmd.text) for r in allow if not r.literal):
+            continue
+        if any(r.literal and r.pattern == command for r in allow):
+            continue
+        if not short_list_admits(argv):
+            return cmd.text
+    return None
+
+
+def _suggest_rule(text: str) -> str:
+    return f"bash({text})" if len(text) <= 60 and "(" not in text and ")" not in text else ""
+
+
+@dataclass(frozen=True)
+class _Workspace:
+    """A bare `Place` for `read_only_command`."""
+
+    workspace: Path
+
+    def resolve(self, path: str) -> Path:
+        from kimicode.permissions.pathresolve import resolve
+
+        return resolve(path, self.workspace).path
+
+    def is_inside(self, path: Path) -> bool:
+        root = Path(os.path.realpath(self.workspace))
+        return path == root or root in path.parents
+
+
+@dataclass(frozen=True)
+class _Bash:
+    name: str = "bash"
+    kind: str = "execute"
+    paths: None = None
+
+
+def read_only_command(command: str, workspace: Path | str = ".") -> bool:
+    """The engine's own verdict: True when the read-only allowance alone runs `command` in `workspace`
+    (plan mode, no rules: every program and option known not to write or run other programs, no
+    sensitive file, no expansion). For approval callbacks: a prefix test such as
+    `command.startswith("git ")` also approves `git -c alias.x='!sh -c ...' x`."""
+    ws = Path(os.path.realpath(workspace))
+    policy = Policy(workspace=ws)
+    return decide(_Bash(), {"command": command}, "plan", _Workspace(ws), policy).verdict == "allow"
 
 
 # -- messages ---------------------------------------------------------------------------------------
@@ -294,7 +377,7 @@ def denial_message(
             )
     if headless:
         suggestion = decision.suggestion if decision is not None else ""
-        via = f"--allow {shlex.quote(suggestion)}" if suggestion else ""
+        via = " ".join(f"--allow {shlex.quote(rule)}" for rule in suggestion.splitlines())  # one per part
         if tool.kind == "edit":
             options = [via, "--permission-mode accept-edits (file edits in the workspace)", "--yolo (everything)"]
         elif tool.kind == "read":

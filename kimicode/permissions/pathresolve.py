@@ -41,6 +41,7 @@ __all__ = [
     "approved_paths",
     "expand_glob",
     "hard_link_twin",
+    "invalid_path_reason",
     "is_harmless_device",
     "open_dir_nofollow",
     "resolve",
@@ -69,6 +70,25 @@ class Resolved:
     problem: str | None = None
     device: bool = False
     """True for one of the `HARMLESS_DEVICES`, written exactly."""
+    invalid: bool = False
+    """True when no file can have this name (a NUL byte, or text the file system cannot encode):
+    `path` is then a printable stand-in, and tools refuse the call with `problem`."""
+
+
+def invalid_path_reason(raw: str) -> str | None:
+    """Why `raw` cannot name a file at all (a NUL byte; characters the file system encoding cannot
+    represent, such as a lone surrogate), or None."""
+    if "\x00" in raw:
+        return f"the path {_printable(raw)} contains a NUL byte, which no file name can hold"
+    try:
+        os.fsencode(raw)
+    except UnicodeError:
+        return f"the path {_printable(raw)} holds characters the file system cannot represent"
+    return None
+
+
+def _printable(raw: str) -> str:
+    return repr(raw.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")[:200])
 
 
 def is_harmless_device(text: str) -> bool:
@@ -90,6 +110,9 @@ def _home(raw: str, home: Path | str | None) -> str:
 
 def resolve(raw: str, base: Path | str, home: Path | str | None = None) -> Resolved:
     """The file `raw` names, seen from directory `base` (see the module doc)."""
+    invalid = invalid_path_reason(raw)
+    if invalid is not None:
+        return Resolved(Path(os.path.join(str(base), _printable(raw)[1:-1])), invalid, invalid=True)
     text = _home(raw, home)
     if not os.path.isabs(text):
         text = os.path.join(str(base), text)

@@ -12,21 +12,33 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from kimicode.config.endpoint import ConfigError
 from kimicode.config.endpoint import kimicode_home as default_kimicode_home
+from kimicode.permissions.protected import AUTORUN_FILES, autorun_reason, protected_reason
+from kimicode.permissions.visibility import (
+    CREDENTIAL_HOME_PATHS,
+    HOME_CREDENTIAL_DIRS,
+    hidden_in_etc,
+    history_reason,
+    is_visible,
+    visible_roots,
+)
 
 if TYPE_CHECKING:
     from kimicode.config.settings import Settings
 
 __all__ = [
+    "AUTORUN_FILES",
     "Policy",
     "Rule",
     "Rules",
+    "autorun_reason",
     "config_reason",
     "glob_may_match_sensitive",
     "is_special_device",
@@ -314,27 +326,7 @@ _KEY_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".ppk")
 _ENV_TEMPLATES = frozenset({".env.example", ".env.sample", ".env.template", ".env.dist", ".env.defaults"})
 _CREDENTIAL_FILES = frozenset({".netrc", "_netrc", ".git-credentials", ".pgpass", ".my.cnf", ".htpasswd"})
 _TOKEN_FILES = frozenset({".npmrc", ".pypirc", ".yarnrc.yml", ".gem/credentials", ".cargo/credentials.toml"})
-_HOME_DIRS = (
-    ".ssh",
-    ".aws",
-    ".azure",
-    ".gnupg",
-    ".kube",
-    ".docker",
-    ".config/gcloud",
-    ".config/gh",
-    ".config/hub",
-    ".terraform.d",
-    ".password-store",
-    ".local/share/keyrings",
-    ".cargo/credentials.toml",
-    ".gem/credentials",
-    ".npmrc",
-    ".pypirc",
-    ".yarnrc.yml",
-    ".vault-token",
-)
-"""Below the user's home directory: credential stores, read or written only with approval."""
+_HOME_DIRS = HOME_CREDENTIAL_DIRS
 _TOKEN_MARKER = re.compile(rb"(?i)(_authtoken|_auth\b|password|token|secret)\s*[=:]")
 
 
@@ -350,13 +342,18 @@ def sensitive_reason(
     workspace: Path | None = None,
     links: bool = True,
     session_dir: Path | None = None,
+    visible: Sequence[Path] | None = None,
 ) -> str | None:
     """Why reading `path` (resolved by `kimicode.permissions.pathresolve`) needs approval, or None: it
     probably holds secrets, it is another project's session log, it is an alias that cannot be
-    resolved (`/dev/fd/3/..`, `/proc/self/root/...`), or a hard link to such a file (`links`)."""
+    resolved (`/dev/fd/3/..`, `/proc/self/root/...`), a hard link to such a file (`links`), or (with
+    `visible`, the roots of `kimicode.permissions.visibility`) it lies outside the workspace and off
+    the visible list."""
     if session_dir is not None and _within(path, Path(os.path.realpath(session_dir))):
         return None  # this session's own spilled tool outputs
     why = _name_reason(path, user_home=user_home, kimicode_home=kimicode_home, workspace=workspace)
+    if why is None and visible is not None and workspace is not None:
+        why = _outside_reason(path, workspace, visible, kimicode_home)
     if why or not links:
         return why
     from kimicode.permissions.pathresolve import hard_link_twin
@@ -375,12 +372,29 @@ _PROC_PRIVATE = re.compile(r"/proc/(?:self|thread-self|[0-9]+)(?:/|$)")
 _DEV_ALIAS = re.compile(r"/dev/(?:fd|std(?:in|out|err))(?:/|$)")
 
 
+def _outside_reason(path: Path, workspace: Path, visible: Sequence[Path], kimicode_home: Path) -> str | None:
+    """Why a path outside the workspace and the visible list asks (see kimicode.permissions.visibility)."""
+    if _within(path, Path(os.path.realpath(workspace))):
+        return None
+    if is_visible(path, visible):
+        if _within(path, Path("/etc")) and any(_within(path, Path(h)) for h in hidden_in_etc()):
+            return "it is a system file not readable by everyone"
+        return None
+    if _within(path, Path(os.path.realpath(kimicode_home)) / "sessions"):
+        return None  # this project's own session logs (another project's were refused above)
+    return ("it is outside the workspace and not on the list of places read without asking "
+            "(docs/permissions.md, \"What is visible\"; a read(...) allow rule adds a place)")
+
+
 def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace: Path | None) -> str | None:
     text = str(path)
     if _PROC_PRIVATE.match(text) or _DEV_ALIAS.match(text) or text.startswith("/dev/fd"):
         return "it is a process's private view (file descriptors, environment, memory or root) that cannot be checked"
     name = path.name
     lower = name.lower()
+    history = history_reason(name)
+    if history:
+        return history
     if lower.startswith(".env") and lower not in _ENV_TEMPLATES:
         return f"{name} usually holds secrets"
     if lower in _KEY_NAMES or lower.endswith(_KEY_SUFFIXES):
@@ -391,6 +405,9 @@ def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace:
     for rel in _HOME_DIRS:
         if _within(path, home / rel):
             return f"~/{rel} holds credentials"
+    for rel in CREDENTIAL_HOME_PATHS:
+        if _within(path, home / rel):
+            return f"~/{rel} holds another program's credentials or private data"
     if lower in _TOKEN_FILES and _has_token(path):
         return f"{name} contains a token or password"
     kc_home = Path(os.path.realpath(kimicode_home))
@@ -462,56 +479,6 @@ def _own_tree(path: Path, kc_home: Path, workspace: Path | None) -> bool:
     return trees in ws.parents and _within(path, ws)
 
 
-AUTORUN_FILES = (
-    ".envrc",
-    ".husky/**",
-    ".githooks/**",
-    ".vscode/tasks.json",
-    ".vscode/settings.json",
-    ".vscode/launch.json",
-    ".vscode/extensions.json",
-    ".idea/workspace.xml",
-    ".idea/runConfigurations/**",
-    ".devcontainer/**",
-    ".github/workflows/**",
-    ".github/actions/**",
-    ".gitlab-ci.yml",
-    ".pre-commit-config.yaml",
-    ".gitattributes",
-    ".gitmodules",
-    ".claude/**",
-)
-"""Workspace files that other programs run (or configure to run) without anyone typing a command:
-git hooks and filters, direnv, editors' tasks, CI workflows, dev containers, other agents' settings.
-Writing them asks even in accept-edits (unless an edit(...) rule names them). Build files (Makefile,
-package.json, pyproject.toml) are not on the list: they run only when someone runs the build."""
-
-
-def autorun_reason(path: Path) -> str | None:
-    """Why `path` runs automatically when written (see AUTORUN_FILES), or None."""
-    parts = path.parts
-    for entry in AUTORUN_FILES:
-        if entry.endswith("/**"):
-            top = tuple(entry[:-3].split("/"))
-            for i in range(len(parts) - len(top)):
-                if parts[i : i + len(top)] == top:
-                    return f"{'/'.join(top)}/ holds files other programs run automatically"
-        else:
-            top = tuple(entry.split("/"))
-            if len(parts) >= len(top) and parts[-len(top) :] == top:
-                return f"{entry} is run or read automatically by other programs"
-    return None
-
-
-def protected_reason(path: Path) -> str | None:
-    """Why writing `path` (resolved) needs approval even where edits are allowed, unless a rule names it:
-    git's internals (`.git/config` and hooks run code on the next `git` command) and the files other
-    programs run automatically (`AUTORUN_FILES`)."""
-    if ".git" in path.parts:
-        return "it is inside .git (git's configuration and hooks run code)"
-    return autorun_reason(path)
-
-
 def is_special_device(path: str) -> bool:
     """`/dev/null`-like targets that a redirection may always write to, written exactly so
     (`/dev/fd/1/../x` is not one: see `kimicode.permissions.pathresolve`)."""
@@ -543,15 +510,47 @@ class Policy:
     files are found there."""
     session_dir: Path | None = None
     """This session's directory of spilled tool outputs (readable: the model is told to read them)."""
+    read_only_sandbox: bool = True
+    """False when bash commands admitted by the read-only allowance could not run in the OS sandbox (no
+    bwrap, `--sandbox off`): the allowance then shrinks to `kimicode.permissions.unsandboxed`."""
+    outside_asks: bool = True
+    """With a `workspace`: reading outside it asks unless the path is visible (`visible`)."""
+
+    @cached_property
+    def visible(self) -> list[Path]:
+        """The places outside the workspace read without asking and shown by the sandbox
+        (`kimicode.permissions.visibility`, plus the literal directories of `read(...)` allow rules)."""
+        return visible_roots(self.user_home, [Path("/proc"), Path("/dev"), *self.read_rule_roots()])
+
+    def read_rule_roots(self) -> list[Path]:
+        """The literal directories of the absolute and `~` patterns of `read(...)` allow rules."""
+        roots: list[Path] = []
+        for rule in self.rules.allow:
+            if rule.tool != "read" or rule.pattern is None:
+                continue
+            text = os.path.expanduser(rule.pattern) if rule.pattern.startswith("~") else rule.pattern
+            if not os.path.isabs(text):
+                continue
+            literal = []
+            for part in text.split("/"):
+                if any(c in part for c in "*?["):
+                    break
+                literal.append(part)
+            joined = "/".join(literal) or "/"
+            if joined != "/" and os.path.realpath(joined) != os.path.realpath(self.user_home):
+                roots.append(Path(os.path.realpath(joined)))
+        return roots
 
     def sensitive(self, path: Path) -> str | None:
-        """Why reading (or writing) `path` needs approval: it probably holds secrets."""
+        """Why reading (or writing) `path` needs approval: it probably holds secrets, or it lies outside
+        the workspace and the visible places."""
         return sensitive_reason(
             path,
             user_home=self.user_home,
             kimicode_home=self.kimicode_home,
             workspace=self.workspace,
             session_dir=self.session_dir,
+            visible=self.visible if self.outside_asks and self.workspace is not None else None,
         )
 
     def with_rule(self, rule: Rule | str, action: RuleAction = "allow") -> Policy:

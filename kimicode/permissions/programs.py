@@ -72,11 +72,8 @@ def _inner_command(name: str, rest: Sequence[str]) -> list[str] | None:
         return None
     parsed = parse_args(spec, rest)
     if spec.runs >= 0:
-        operands = parsed.operands
-        i = 0
-        while i < len(operands) and _ASSIGNMENT.match(operands[i]):
-            i += 1
-        return operands[i + spec.runs :]
+        operands = [w for w in parsed.operands if not _ASSIGNMENT.match(w)]  # `env X=1 cmd` (over-matching
+        return operands[spec.runs :]  # only makes deny rules reach further)
     module = [f.value for f in parsed.found if f.option.effect == "module" and f.value]
     if module and _MODULE.fullmatch(module[-1]):
         return [module[-1], *parsed.rest]
@@ -226,6 +223,8 @@ class Analysis:
     """Every option argument (attached or separate): each may name a file."""
     searches: tuple[str, ...] | None = None
     """When the command reads whole trees: the operands naming them (empty: the working directory)."""
+    known: bool = False
+    """The program has a specification, so `values` holds exactly the arguments glued to its options."""
 
 
 def out_paths(value: str) -> list[str]:
@@ -281,7 +280,7 @@ def _analyze(argv: tuple[str, ...]) -> Analysis:
     if "/" in argv[0]:
         unsafe = f"`{argv[0]}` is not the system's {os.path.basename(argv[0])}"
     why = why or first.risk
-    return Analysis(why, unsafe or why, tuple(written), tuple(values), first.searches)
+    return Analysis(why, unsafe or why, tuple(written), tuple(values), first.searches, first.known)
 
 
 @dataclass
@@ -311,7 +310,7 @@ def _one(name: str, rest: Sequence[str]) -> Analysis:
         level = level.sub
     if out.searches is not None or name in _ALWAYS_SEARCHES:
         out.searches = _search_operands(name, parsed)
-    return Analysis(out.risk, out.unsafe or out.risk, tuple(out.written), out.values, out.searches)
+    return Analysis(out.risk, out.unsafe or out.risk, tuple(out.written), out.values, out.searches, True)
 
 
 def _judge_level(name: str, level: Parsed, rest: Sequence[str], out: _Result) -> None:
@@ -374,7 +373,7 @@ Verdict = tuple[str, str] | None
 
 _SED_S = re.compile(r"s(.)(?:\\.|(?!\1).)*\1(?:\\.|(?!\1).)*\1([gpiImMe0-9w]*)")
 _SED_Y = re.compile(r"y(.)(?:\\.|(?!\1).)*\1(?:\\.|(?!\1).)*\1")
-_JQ_ENV = re.compile(r"\benv\b|\$ENV|\$__loc__|\binput_filename\b|\$__prog|\bgetpath\b.*\bENV\b")
+_JQ_ENV = re.compile(r"\benv\b|\$ENV|\$__prog|\bstrenv\b|\bload(_str)?\b|\bfilename\b")
 _FIND_RISKY = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
 
 

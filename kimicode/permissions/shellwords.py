@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
-__all__ = ["Redirect", "RedirectKind", "SimpleCommand", "Word"]
+__all__ = ["CONTROL_CHARACTERS", "Redirect", "RedirectKind", "SimpleCommand", "Word", "why_not_static"]
+
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+"""Characters a terminal would not show as written."""
 
 
 @dataclass(frozen=True)
@@ -112,3 +115,21 @@ def _show(text: str) -> str:
     if text and not any(c.isspace() for c in text):
         return text
     return "'" + text.replace("'", "'\\''") + "'"
+
+
+def why_not_static(cmd: SimpleCommand) -> str | None:
+    """Why a command is not static (a word or a redirection target that bash would expand), or None."""
+    for word in cmd.words:
+        if word.dynamic:
+            return f"{word.raw!r} is expanded by bash (variables, globs, braces or substitutions)"
+        if CONTROL_CHARACTERS.search(word.text):
+            return f"{word.raw!r} holds control characters (what is shown is not what runs)"
+        if word.tilde and not (word.raw == "~" or word.raw.startswith("~/")):
+            return f"{word.raw!r} names another user's home"
+    for redirect in cmd.redirects:
+        if CONTROL_CHARACTERS.search(redirect.target.text):
+            return f"{redirect.target.raw!r} holds control characters"
+        if redirect.target.dynamic:
+            what = "a here-document that expands" if redirect.kind == "heredoc" else f"{redirect.target.raw!r}"
+            return f"{what} is expanded by bash"
+    return None

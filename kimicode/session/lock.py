@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from kimicode.errors import SessionError
+from kimicode.safeio import private_dirs
 
 __all__ = ["SessionBusyError", "SessionLock"]
 
@@ -54,7 +55,7 @@ class SessionLock:
         path = directory / f"{session_id}.lock"
         if fcntl is None:
             return cls(path, None)
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dirs(directory)
         key = os.path.realpath(path)
         with _held_lock:  # a POSIX lock is per process: a second agent here would get it again
             if key in _held:

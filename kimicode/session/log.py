@@ -42,6 +42,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from kimicode.safeio import private_dirs, private_open
+
 if TYPE_CHECKING:
     from kimicode.config.redact import Masker
     from kimicode.session.lock import SessionLock
@@ -113,10 +115,10 @@ class SessionLog:
 
     def _open(self) -> IO[str]:
         if self._fh is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            private_dirs(self.directory, top=self.directory.parent)  # KIMICODE_HOME and sessions/: 0700
             self.acquire()
             torn = _ends_without_newline(self.path)
-            self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the session
+            self._fh = private_open(self.path, "a")  # 0600, kept open for the session
             if torn:  # a crash cut the last line short: end it, so the next record starts on its own line
                 self._fh.write("\n")
         return self._fh
@@ -378,9 +380,3 @@ def load(path: Path) -> LoadedSession:
     repaired = repair_history(messages)
     return LoadedSession(path.stem, records, messages, repaired, replayed)
 
-
-def list_sessions(home: Path | None = None, workspace: str | Path | None = None) -> list[Any]:
-    """Saved sessions, newest first: see `kimicode.session.store.list_sessions`."""
-    from kimicode.session.store import list_sessions as _list
-
-    return _list(home, workspace)

@@ -525,7 +525,7 @@ LITELLM = Dialect(
         "rate_limit": (
             429,
             openai_style("litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit reached", "None", "429"),
-            _RETRY,
+            {"llm_provider-retry-after": "1"},  # LiteLLM's own limiter sends only this (60 s in the field)
         ),
         "overloaded": (
             503,

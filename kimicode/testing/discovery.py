@@ -49,18 +49,25 @@ def _models(dialect: Dialect, model: str, window: int) -> dict[str, Any] | None:
     return None
 
 
-def discovery_body(dialect: Dialect, command: str, route: str, model: str, window: int | None) -> bytes | None:
-    """The JSON body for a discovery request, or None when this dialect has no such route."""
+def discovery_body(dialect: Dialect, command: str, route: str, model: str, window: int | None,
+                   slots: int = 1, tools_rendered: bool = True, build: str = "b0-unknown") -> bytes | None:
+    """The JSON body for a discovery request, or None when this dialect has no such route.
+
+    `window` is the server's whole context: llama.cpp serves each of its `slots` a share of it and says so."""
     size = window if window is not None else dialect.context_window
+    if dialect.discovery == "llamacpp":
+        size //= max(1, slots)
     found: dict[str, Any] | None = None
     if command == "GET" and route == "/v1/models":
         found = _models(dialect, model, size)
     elif dialect.discovery == "llamacpp" and command == "GET" and route == "/props":
         found = {
             "default_generation_settings": {"n_ctx": size, "params": {"n_predict": -1}},
-            "total_slots": 1,
+            "total_slots": slots,
             "model_alias": model,
-            "build_info": "b0-unknown",
+            "model_path": f"/models/{model}.gguf",
+            "build_info": build,
+            "chat_template_caps": {"supports_tools": tools_rendered, "supports_tool_calls": tools_rendered},
         }
     elif dialect.discovery == "ollama" and command == "POST" and route == "/api/show":
         found = {

@@ -217,6 +217,8 @@ class RecordedRequest:
     headers: dict[str, str]
     raw: bytes
     body: Any
+    tools_counted: bool = True
+    """False when the server's template leaves the tool definitions out of its prompt count."""
 
 
 ScriptItem: TypeAlias = Reply | ErrorReply | RawReply | Callable[[RecordedRequest], Reply | ErrorReply | RawReply]

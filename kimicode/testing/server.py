@@ -165,7 +165,8 @@ class _Handler(BaseHTTPRequestHandler):
             if self.command == "GET" and route in fake.get_routes:
                 self._send_bytes(200, json.dumps(fake.get_routes[route]).encode())
                 return
-            found = discovery_body(fake.dialect, self.command, route, fake.served_model, fake.context_window)
+            found = discovery_body(fake.dialect, self.command, route, fake.served_model, fake.context_window,
+                                   fake.slots, fake.tools_counted, f"b{fake.restarts}-fake")
             if found is not None:
                 self._send_bytes(200, found)
                 return
@@ -180,7 +181,8 @@ class _Handler(BaseHTTPRequestHandler):
                 body: Any = json.loads(raw)
             except ValueError:
                 body = None
-            request = RecordedRequest(method=self.command, path=self.path, headers=headers, raw=raw, body=body)
+            request = RecordedRequest(method=self.command, path=self.path, headers=headers, raw=raw, body=body,
+                                      tools_counted=fake.tools_counted)
             fake._record(request)
             refusal = fake._over_window(request)
             if refusal is not None:
@@ -388,6 +390,13 @@ class FakeServer:
         self.context_limit: int | None = None
         """When set, a request whose prompt (body bytes / 4, as usage counts it) is over this many tokens
         is refused with llama.cpp's `exceed_context_size_error` (n_ctx = this limit), whatever the dialect."""
+        self.slots = 1
+        """llama.cpp's `--parallel`: each request gets `context_window // slots` tokens, as `/props` says."""
+        self.tools_counted = True
+        """False: the chat template leaves the tool definitions out of the prompt (and out of `prompt_tokens`), as
+        SmolLM2's does on llama.cpp; `/props` says so in `chat_template_caps.supports_tools`."""
+        self.restarts = 0
+        """How many times `restart` was called (part of `/props` `build_info`, so clients see a new server)."""
         self.api_keys: set[str] | None = None
         """When set, a request (any route) whose `Authorization: Bearer` key is not in it gets the dialect's
         auth error (401), before anything else: a wrong key, as a real server refuses it."""
@@ -500,20 +509,36 @@ class FakeServer:
         with self._lock:
             return self._script.popleft() if self._script else None
 
+    def restart(self, context_window: int | None = None, *, slots: int | None = None) -> None:
+        """Behave like the server restarted with another window (`-c`) or slot count: open connections are cut,
+        discovery answers the new numbers, requests are refused against the new window."""
+        if context_window is not None:
+            self.context_window = context_window
+        if slots is not None:
+            self.slots = max(1, slots)
+        self.restarts += 1
+        if self._server is not None:
+            self._server.sever_all()
+
+    @property
+    def slot_window(self) -> int | None:
+        """The window one request gets: the context split over the slots (llama.cpp)."""
+        return None if self.context_window is None else self.context_window // max(1, self.slots)
+
     def error(self, kind: ErrorKind) -> ErrorReply:
         """This server's dialect's error of `kind` (``auth``, ``rate_limit``, ``overloaded``, ``server``)."""
         return self.dialect.error(kind)
 
     def context_error(self, prompt: int, completion: int = 0) -> ErrorReply:
         """This server's dialect's context-length error for `prompt` (+ `completion`) tokens."""
-        return self.dialect.context(prompt, completion, self.context_window)
+        return self.dialect.context(prompt, completion, self.slot_window)
 
     def _over_window(self, request: RecordedRequest) -> ErrorReply | None:
         """The dialect's context error when the request does not fit (the script is left untouched)."""
         prompt = prompt_tokens(request)
         if self.context_limit is not None and prompt > self.context_limit:
             return get_dialect("llamacpp").context(prompt, 0, self.context_limit)
-        window = self.context_window
+        window = self.slot_window
         if window is None or self.dialect.truncates:
             return None
         completion = requested_completion(request) if self.dialect.counts_completion else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,8 +29,13 @@ def model_for(reply: Reply, request: RecordedRequest) -> str:
 
 
 def prompt_tokens(request: RecordedRequest) -> int:
-    """The fake's token count of a request: its bytes / 4 (no tokenizer, but stable and monotonic)."""
-    return len(request.raw) // 4
+    """The fake's token count of a request: its bytes / 4 (no tokenizer, but stable and monotonic), without the
+    tool definitions' bytes when the server's template leaves them out (`FakeServer(tools_counted=False)`)."""
+    size = len(request.raw)
+    body = request.body
+    if not request.tools_counted and isinstance(body, dict) and isinstance(body.get("tools"), list):
+        size -= len(json.dumps(body["tools"], ensure_ascii=False, separators=(",", ":")).encode())
+    return max(1, size // 4)
 
 
 def requested_completion(request: RecordedRequest) -> int:

@@ -88,6 +88,9 @@ class ToolContext:
     approved: bool = False
     """The user approved this very call at a prompt (set on a per-call copy by the agent): under
     `--sandbox auto` such a command runs outside the sandbox, as the user saw and approved it."""
+    sandbox_profile: Literal["read-only", "workspace-write"] = "workspace-write"
+    """Which sandbox an allowed bash call runs in (set per call by the agent from the permission
+    decision: `read-only` when only the read-only allowance admitted it)."""
     files: FileAccess | None = None
     """Text files are read and written through this (an editor over ACP) instead of the disk; None: the disk."""
     commands: CommandRunner | None = None
@@ -102,10 +105,13 @@ class ToolContext:
         """Resolve a user/model-supplied path against the workspace, following `..` and symlinks, with
         the one resolver of the permission engine (`kimicode.permissions.pathresolve`): an alias that cannot
         be resolved (`/dev/fd/3/..`, `/proc/self/root/...`) comes back as written, and the policy
-        treats it as sensitive."""
+        treats it as sensitive. A path no file can have (a NUL byte, unencodable text) raises ToolError."""
         from kimicode.permissions.pathresolve import resolve
 
-        return resolve(path, self.workspace).path
+        resolved = resolve(path, self.workspace)
+        if resolved.invalid:  # a NUL byte or an unencodable name: a clean error for the model
+            raise ToolError(resolved.problem or "invalid path")
+        return resolved.path
 
     def is_inside(self, path: Path) -> bool:
         """True when the resolved `path` lies inside the (resolved) workspace."""

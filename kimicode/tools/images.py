@@ -23,7 +23,7 @@ from typing import Any
 
 from kimicode.config.choices import DEFAULT_IMAGE_MAX_BYTES, DEFAULT_IMAGE_MAX_SIDE
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
-from kimicode.tools.fileio import _shown
+from kimicode.tools.fileio import shown_path
 
 MIME_BY_SUFFIX = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
                   ".webp": "image/webp"}  # fmt: skip
@@ -161,9 +161,9 @@ def _shrink(
 
 def _header_size(data: bytes) -> tuple[int, int]:
     """Width and height from the file header (used without Pillow); (0, 0) when unknown."""
-    from kimicode.context.accounting import _image_size
+    from kimicode.context.accounting import image_size
 
-    found = _image_size("data:x;base64," + base64.b64encode(data[:65_536]).decode("ascii"))
+    found = image_size("data:x;base64," + base64.b64encode(data[:65_536]).decode("ascii"))
     return found if found is not None else (0, 0)
 
 
@@ -219,7 +219,7 @@ class VisionReader:
         path = ctx.resolve(raw)
         if not path.is_file():
             return await self.inner.fn(args, ctx)  # its not-found message, with suggestions
-        shown = _shown(ctx, path)
+        shown = shown_path(ctx, path)
         if not self.supports_images():
             size = path.stat().st_size
             raise ToolError(

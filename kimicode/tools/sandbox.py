@@ -1,22 +1,25 @@
 """The OS sandbox for the bash tool on Linux, with bubblewrap (`bwrap`).
 
-Three modes. `auto` (the default) changes no permission decision: every command that runs *without
-asking* (admitted by a rule or the read-only allowance, or run in accept-edits or yolo mode) runs inside
-the sandbox, so a command the permission parser misjudged stays contained; a command the user approved
-at a prompt runs unconfined, as approved. `workspace-write` additionally lets every command run without
-asking in default and accept-edits modes, because the sandbox is then the boundary. `off` never wraps.
+Two profiles. **read-only**: a command admitted by the read-only allowance (no rule, no approval)
+sees the whole file system read-only, the workspace too. **workspace-write**: a command admitted by a
+user's rule, or run unasked because of the mode (`--yolo`, `--sandbox workspace-write`), may write the
+workspace (and git's history, not its configuration or hooks). Both: no network (unless
+`--sandbox-network`), a private `/tmp` and home, no capabilities (a user namespace: root outside is
+powerless inside), resource limits (`kimicode.tools.limits`), and outside the workspace only the places
+of `kimicode.permissions.visibility` are visible (`kimicode.tools.sandbox_mounts`), so the host's
+sockets (/run), other users' files, the home directory and KIMICODE_HOME are simply not there.
 
-The sandbox runs each command in fresh namespaces where the workspace is writable
-and the rest of the file system is read-only, `/tmp` is private and empty, the network is off (unless
-`--sandbox-network`), the host's Unix sockets (/run, the agents the environment names) and
-`KIMICODE_HOME` (every project's session logs; this session's spill directory excepted) are hidden,
-the workspace's `.git` and `.kimicode` stay read-only (git hooks and kimicode's configuration run code
-or change rules outside the sandbox), and the user's credential stores (`~/.ssh`, `~/.aws`, ...) and
-kimicode's config file are hidden.
+Three modes. `auto` (the default) changes no permission decision: every command that runs *without
+asking* runs inside the sandbox, so a command the permission parser misjudged stays contained; a command
+the user approved at a prompt runs unconfined, as approved. `workspace-write` additionally lets every
+command run without asking in default and accept-edits modes, because the sandbox is then the boundary.
+`off` never wraps. `--yolo` skips the questions, not the sandbox: its commands run in workspace-write
+(`--yolo --sandbox off` is Codex's `--yolo`).
 
 Whether it works is found out once per process by running `bwrap ... /bin/true`: bwrap may be
 missing, or present but unable to create namespaces (containers, hardened kernels). Then `probe`
-says why, and the caller tells the user once and falls back to the permission rules.
+says why, and the caller tells the user once and falls back to the permission rules (and the read-only
+allowance shrinks to `kimicode.permissions.programs`' short list of programs without risky options).
 """
 
 from __future__ import annotations
@@ -31,10 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
+from kimicode.permissions.visibility import CREDENTIAL_HOME_PATHS, HOME_CREDENTIAL_DIRS
+from kimicode.tools.limits import DEFAULT_LIMITS, Cgroups, Limits, limits_from_settings, rlimit_prefix
+from kimicode.tools.sandbox_mounts import contains, file_system_args
+
 if TYPE_CHECKING:
     from kimicode.config.settings import Settings
 
-__all__ = ["SANDBOX_MODES", "Sandbox", "SandboxStatus", "find_bwrap", "probe", "setup_sandbox"]
+__all__ = ["PROFILES", "SANDBOX_MODES", "Profile", "Sandbox", "SandboxStatus", "find_bwrap", "probe", "setup_sandbox",
+           "shared_cgroups"]
 
 SandboxMode = Literal["off", "auto", "workspace-write"]
 SANDBOX_MODES: Final[tuple[SandboxMode, ...]] = ("off", "auto", "workspace-write")
@@ -42,11 +50,8 @@ DEFAULT_MODE: Final[SandboxMode] = "auto"
 STRICTNESS: Final[dict[str, int]] = {"off": 0, "auto": 1, "workspace-write": 2}
 """How much each mode confines: a project's configuration may only move up this scale."""
 
-_HIDDEN_DIRS: Final = (".ssh", ".aws", ".azure", ".gnupg", ".kube", ".docker", ".config/gcloud", ".config/gh",
-                       ".password-store", ".terraform.d")
-_HIDDEN_FILES: Final = (".netrc", ".git-credentials", ".pgpass", ".npmrc", ".pypirc", ".vault-token",
-                        ".cargo/credentials.toml", ".gem/credentials")
-_READ_ONLY_IN_WORKSPACE: Final = (".git", ".kimicode")
+Profile = Literal["read-only", "workspace-write"]
+PROFILES: Final[tuple[Profile, ...]] = ("read-only", "workspace-write")
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ def probe() -> SandboxStatus:
     if bwrap is None:
         status = SandboxStatus(False, "bubblewrap (bwrap) is not installed; install it (e.g. apt install bubblewrap)")
     else:
-        args = [bwrap, *_base_args(network=False), "--chdir", "/", "--", "/bin/true"]
+        args = [bwrap, *_base_args(network=False), "--ro-bind", "/", "/", "--chdir", "/", "--", "/bin/true"]
         try:
             done = subprocess.run(args, capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -100,14 +105,15 @@ def probe() -> SandboxStatus:
 
 def _base_args(*, network: bool) -> list[str]:
     args = [
-        "--ro-bind", "/", "/",
-        "--dev", "/dev",
-        "--proc", "/proc",
-        "--tmpfs", "/tmp",
+        "--unshare-user-try",  # root outside is an unprivileged user inside: no remounting, no DAC override
+        "--cap-drop", "ALL",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
+        "--unshare-cgroup-try",
         "--die-with-parent",
+        "--new-session",  # no TIOCSTI into the terminal
+        "--setenv", "TMPDIR", "/tmp",
     ]
     if not network:
         args.append("--unshare-net")
@@ -116,7 +122,7 @@ def _base_args(*, network: bool) -> list[str]:
 
 @dataclass(frozen=True)
 class Sandbox:
-    """How to wrap a command for the `workspace-write` sandbox."""
+    """How to wrap a command for the sandbox (see the module docstring)."""
 
     workspace: Path
     bwrap: str
@@ -126,65 +132,56 @@ class Sandbox:
     auto: bool = False
     """`--sandbox auto`: a command the user approved at a prompt runs unconfined."""
     session_dir: Path | None = None
-    """The session's own spill directory: the one part of `kimicode_home` left visible (read-only)."""
+    """The session's own spill directory: visible (read-only), since the model is told to read it."""
+    limits: Limits = DEFAULT_LIMITS
+    visible: tuple[Path, ...] = ()
+    """Places shown besides the built-in list (the literal directories of `read(...)` allow rules)."""
+    cgroups: Cgroups | None = None
+    """Where per-command cgroups can be made (None: rlimits only)."""
 
-    def wrap(self, argv: Sequence[str]) -> list[str]:
-        """`argv` run inside the sandbox, in the workspace."""
+    def wrap(self, argv: Sequence[str], profile: Profile = "workspace-write") -> list[str]:
+        """`argv` run inside the sandbox, in the workspace, under the resource limits."""
         ws = os.path.realpath(self.workspace)
-        args = [self.bwrap, *_base_args(network=self.network)]
-        args += _socket_masks(ws, network=self.network)
-        args += ["--bind", ws, ws]
-        for name in _READ_ONLY_IN_WORKSPACE:
-            inner = os.path.join(ws, name)
-            if os.path.lexists(inner):
-                real = os.path.realpath(inner)
-                args += ["--ro-bind", real, real] if real != inner else ["--ro-bind", inner, inner]
         home = os.path.realpath(self.user_home)
-        for rel in _HIDDEN_DIRS:
-            path = os.path.join(home, rel)
-            if os.path.isdir(path) and not _contains(path, ws):
-                args += ["--tmpfs", path]
-        hidden_files = [os.path.join(home, rel) for rel in _HIDDEN_FILES]
-        if self.kimicode_home is not None:
-            kc_home = os.path.realpath(self.kimicode_home)
-            if os.path.isdir(kc_home) and not _contains(kc_home, ws):
-                # other sessions' logs (every project's history) and the config: hidden; this session's
-                # spilled outputs stay readable, since the model is told where they are
-                args += ["--tmpfs", kc_home]
-                spill = os.path.realpath(self.session_dir) if self.session_dir is not None else None
-                if spill is not None and os.path.isdir(spill) and _contains(kc_home, spill):
-                    args += ["--ro-bind", spill, spill]
-            else:
-                hidden_files.append(os.path.join(kc_home, "config.toml"))
-        for path in hidden_files:
-            if os.path.isfile(path):
-                args += ["--ro-bind", "/dev/null", path]
-        args += ["--chdir", ws, "--", *argv]
+        args = [self.bwrap, *_base_args(network=self.network)]
+        tmp_bytes = self.limits.file_size_mb * 1024 * 1024 if self.limits.file_size_mb > 0 else 0
+        spill = os.path.realpath(self.session_dir) if self.session_dir is not None else None
+        kc_home = os.path.realpath(self.kimicode_home) if self.kimicode_home is not None else None
+        args += file_system_args(
+            ws, writable=profile == "workspace-write", home=home, tmp_bytes=tmp_bytes,
+            extra=[os.path.realpath(p) for p in self.visible], spill=spill, kimicode_home=kc_home,
+        )
+        if self.network:
+            args += [a for keep in _RESOLVER_DIRS if os.path.isdir(keep) for a in ("--ro-bind", keep, keep)]
+        if contains(ws, home):  # the home directory is inside the workspace: hide its credential stores
+            args += _home_credentials(home)
+        args += _socket_masks(ws)
+        args += ["--chdir", ws, "--", *rlimit_prefix(self.limits), *argv]
         return args
 
 
-_SOCKET_DIRS: Final = ("/run", "/var/run")
-"""Where services keep their Unix sockets (docker, podman, D-Bus, systemd, ssh/gpg agents under
-/run/user, databases). A read-only mount does not stop connect(2) on a socket file, and a socket
-reaches the service outside the sandbox (docker's is root), so these directories are replaced by an
-empty tmpfs; /tmp (X11, ssh-agent, PostgreSQL) is private already."""
+def _home_credentials(home: str) -> list[str]:
+    """Hide the credential stores of a home directory that the workspace holds."""
+    args: list[str] = []
+    for rel in (*HOME_CREDENTIAL_DIRS, *CREDENTIAL_HOME_PATHS):
+        path = os.path.join(home, rel)
+        if os.path.isdir(path) and not os.path.islink(path):
+            args += ["--tmpfs", path]
+        elif os.path.isfile(path):
+            args += ["--ro-bind", "/dev/null", path]
+    return args
+
+
 _SOCKET_ENV: Final = ("SSH_AUTH_SOCK", "DOCKER_HOST", "DBUS_SESSION_BUS_ADDRESS", "DBUS_SYSTEM_BUS_ADDRESS")
 _RESOLVER_DIRS: Final = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager")
-"""Kept (read-only) when the network is allowed: /etc/resolv.conf often links into them."""
+"""Shown (read-only) when the network is allowed: /etc/resolv.conf often links into them."""
 
 
-def _socket_masks(ws: str, *, network: bool) -> list[str]:
-    """bwrap arguments hiding the host's Unix sockets (see _SOCKET_DIRS), and the sockets the
-    environment names wherever they are."""
+def _socket_masks(ws: str) -> list[str]:
+    """Hide the sockets the environment names when they are visible (in the workspace or a visible
+    place): a read-only mount does not stop connect(2), and an ssh-agent would sign with the user's keys.
+    /run, where services keep theirs, is not visible at all."""
     args: list[str] = []
-    for directory in _SOCKET_DIRS:
-        if os.path.islink(directory) or not os.path.isdir(directory) or _contains(directory, ws):
-            continue  # /var/run is usually a link to /run, hidden with it
-        args += ["--tmpfs", directory]
-        if network:
-            for keep in _RESOLVER_DIRS:
-                if _contains(directory, keep) and os.path.isdir(keep):
-                    args += ["--ro-bind", keep, keep]
     for name in _SOCKET_ENV:
         value = os.environ.get(name, "")
         for part in value.replace(",", ";").split(";"):
@@ -196,13 +193,9 @@ def _socket_masks(ws: str, *, network: bool) -> list[str]:
             except OSError:
                 continue
             real = os.path.realpath(path)
-            if is_socket and not any(_contains(d, real) for d in (*_SOCKET_DIRS, "/tmp")):
+            if is_socket and not any(contains(d, real) for d in ("/run", "/var/run", "/tmp")):
                 args += ["--ro-bind", "/dev/null", real]
     return args
-
-
-def _contains(outer: str, inner: str) -> bool:
-    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
 def setup_sandbox(
@@ -252,4 +245,18 @@ def setup_sandbox(
             f"the sandbox is not available: {status.reason}. Commands run unconfined and follow the "
             "permission rules instead"
         )
-    return Sandbox(workspace, status.bwrap, network, kimicode_home, auto=mode == "auto", session_dir=session_dir), None
+    table = settings.config.sandbox.model_dump() if settings is not None else {}
+    return Sandbox(
+        workspace, status.bwrap, network, kimicode_home, auto=mode == "auto", session_dir=session_dir,
+        limits=limits_from_settings(table), cgroups=shared_cgroups(),
+    ), None
+
+
+_CGROUPS: list[Cgroups] = []
+
+
+def shared_cgroups() -> Cgroups | None:
+    """The process's cgroup finder (looked for once); None when no cgroup can be made here."""
+    if not _CGROUPS:
+        _CGROUPS.append(Cgroups())
+    return _CGROUPS[0] or None

@@ -25,9 +25,11 @@ from typing import IO, TYPE_CHECKING, Any, Final
 from kimicode.context.output import in_use, make_room, spill_limit
 from kimicode.permissions.gitsafe import read_only_git_env
 from kimicode.prompts import load_prompt
+from kimicode.safeio import private_dirs, private_open
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.progress import ByteReporter
 from kimicode.tools.sandbox import Sandbox
+from kimicode.tools.sandbox_explain import explain_blocked
 
 if TYPE_CHECKING:
     from kimicode.config.redact import Masker
@@ -143,7 +145,7 @@ class OutputBuffer:
         if self._spill_dir is None or self.spill_path is not None or self.spill_error:
             return
         try:
-            self._spill_dir.mkdir(parents=True, exist_ok=True)
+            private_dirs(self._spill_dir)
             self._spill_room = spill_limit(self._spill_dir)
             if self._spill_room <= 0:
                 self.spill_error = "the session's limit for saved outputs ([context] spill_max_bytes) is 0"
@@ -151,7 +153,7 @@ class OutputBuffer:
             reserve = min(self._spill_room, 4 * (self._head_max + self._tail_max))
             self.spill_dropped = make_room(self._spill_dir, reserve)
             path = self._spill_dir / f"bash-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.txt"
-            self._spill_file = open(path, "wb")  # noqa: SIM115 - written as the command runs, closed in close()
+            self._spill_file = private_open(path, "wb")  # 0600; written as the command runs, closed in close()
             self.spill_path = path
             in_use.add(path)
         except OSError as exc:
@@ -396,6 +398,12 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ToolError("command must be a non-empty shell command")
+    if "\x00" in command:
+        raise ToolError("the command contains a NUL byte, which no program can receive; remove it")
+    try:
+        command.encode("utf-8")
+    except UnicodeError:
+        raise ToolError("the command holds characters that cannot be encoded (a lone surrogate)") from None
     timeout = args.get("timeout", DEFAULT_TIMEOUT)
     if timeout is None:
         timeout = DEFAULT_TIMEOUT
@@ -411,6 +419,14 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
     env = dict(ctx.env) if ctx.env is not None else scrub_env(os.environ)
     env.update(SHELL_ENV)
     env.update(read_only_git_env(command))  # read-only git runs without the programs a repository names
+    confined = sandbox is not None and not (sandbox.auto and ctx.approved) and ctx.commands is None
+    profile = ctx.sandbox_profile
+    slot = sandbox.cgroups.slot(sandbox.limits) if confined and sandbox is not None and sandbox.cgroups else None
+
+    def wrap(argv: Sequence[str]) -> list[str]:
+        assert sandbox is not None
+        return [*(slot.prefix if slot is not None else []), *sandbox.wrap(argv, profile)]
+
     try:
         if ctx.commands is not None:  # an editor's terminal (ACP): the user watches it run
             outcome = await ctx.commands.run(command, cwd=str(ctx.workspace), env=env, timeout=float(timeout))
@@ -420,22 +436,31 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
                 cwd=str(ctx.workspace),
                 env=env,
                 timeout=float(timeout),
-                wrap=sandbox.wrap if sandbox is not None and not (sandbox.auto and ctx.approved) else None,
+                wrap=wrap if confined else None,
                 mask=ctx.mask,
                 spill_dir=ctx.session_dir,
             )
     except OSError as exc:  # a missing or unreadable workspace, or no /bin/bash
         raise ToolError(f"cannot run the command in {ctx.workspace}: {exc.strerror or exc}") from None
+    finally:
+        if slot is not None:
+            await asyncio.to_thread(slot.release)
     status_line, status = _status(outcome, timeout)
     body = outcome.output if outcome.output else "(no output)"
     if not body.endswith("\n"):
         body += "\n"
     failed = outcome.timed_out or outcome.returncode != 0
     noun = "line" if outcome.lines == 1 else "lines"
+    blocked = None
+    if confined and failed and not outcome.timed_out:
+        blocked = explain_blocked(outcome.output, ctx.workspace, profile, sandbox, outcome.returncode)
+    if blocked is not None:
+        status_line += "\n" + blocked.for_model
     return ToolResult(
         content=body + status_line,
         is_error=failed,
         summary=f"bash: {_short(command)} ({status}, {outcome.lines} {noun})",
+        display={"notice": blocked.notice} if blocked is not None else None,
     )
 
 

@@ -26,11 +26,12 @@ from kimicode._version import __version__
 from kimicode.agent import options as agent_options
 from kimicode.agent.core import Agent
 from kimicode.agent.costs import session_cost
-from kimicode.commands import CustomCommand, load_custom_commands
+from kimicode.commands import CustomCommand
 from kimicode.config.endpoint import kimicode_home
 from kimicode.config.ui import UISettings
 from kimicode.context.output import DEFAULT_CAP_CHARS
 from kimicode.events import ContextUpdated, Event, Notice, ToolCallFinished, TurnFinished, UsageUpdated
+from kimicode.extensions.slash import load_commands
 from kimicode.permissions.engine import MODES
 from kimicode.session.store import SessionError, latest_session
 from kimicode.ui import commands
@@ -47,11 +48,12 @@ from kimicode.ui.launch import (
     run_interactive,
 )
 from kimicode.ui.live import live_width
+from kimicode.ui.notify import Notifier
 from kimicode.ui.paste import Pastes, attach_image
-from kimicode.ui.recap import recap
+from kimicode.ui.recap import opening_banner, resume_hint, show_recap
 from kimicode.ui.render import transient_line
 from kimicode.ui.shellmode import run_shell, with_shell_output
-from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, mcp_counts, mcp_failure_line, short_path
+from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, mcp_counts, mcp_failure_line
 from kimicode.ui.typeahead import input_footer, offer_plan, steer
 from kimicode.ui.view import TurnView, expanded_result
 
@@ -85,6 +87,8 @@ class Session:
         self.plain = plain
         self.home = kimicode_home()
         self.settings = UISettings.load(self.home)
+        self.notifier = Notifier.load(self.home)
+        """Turn ends and approval questions, told to a user looking elsewhere (ui/notify.py)."""
         self.rules = SessionRules()
         self.stats = Stats()
         self.exit_requested = False
@@ -202,13 +206,14 @@ class Session:
         self.start_mcp()
 
     def custom_commands(self) -> dict[str, CustomCommand]:
-        """The custom slash commands (`.kimicode/commands/`, `KIMICODE_HOME/commands/`), re-read every
+        """The custom slash commands (kimicode's and Claude Code's folders, plugins', skills), re-read every
         few seconds so a file added during the session shows up."""
         now = time.monotonic()
         if now - self._custom_loaded >= CUSTOM_RELOAD:
             self._custom_loaded = now
             try:
-                self._custom = load_custom_commands(self.workspace, self.home)
+                trusted = bool(self.agent.options.config and self.agent.options.config.trusted)
+                self._custom = load_commands(self.workspace, self.home, trusted=trusted)  # + Claude's, plugins', skills
             except Exception:  # an unreadable directory: keep what was loaded before
                 pass
         return self._custom
@@ -346,7 +351,13 @@ class Session:
 
     # -- a turn -----------------------------------------------------------------------------------
 
+    def notify(self, kind: str, message: str) -> None:
+        """A notification (bell or OSC 9, and `[notify] command`): see ui/notify.py."""
+        self.notifier.notify(kind, message, None if self.plain else self.console.file,
+                             session_id=self.agent.session_id, cwd=str(self.workspace))
+
     def _suspend_turn(self) -> None:
+        self.notify("approval-requested", "kimicode is waiting for your approval")
         if self._listener is not None:
             self._listener.stop()
         if self._view is not None:
@@ -469,6 +480,7 @@ class Session:
                 view.tick()
 
         tick_task = asyncio.create_task(ticker()) if not self.plain else None
+        started = time.monotonic()
         finished: TurnFinished | None = None
         changed_files = False
         listener.start()
@@ -502,6 +514,8 @@ class Session:
             self._typed_ahead = "\n\n".join([*self.queued, *([self._typed_ahead] if self._typed_ahead else [])])
             self.queued.clear()
         self.last_result = view.last_result or self.last_result
+        if finished is not None and time.monotonic() - started >= self.notifier.after_seconds:
+            self.notify("turn-finished", f"kimicode: {finished.status}: {finished.result or finished.error or ''}")
         if changed_files:
             self.index.refresh()
         return finished
@@ -512,33 +526,12 @@ class Session:
     # -- the loop ---------------------------------------------------------------------------------
 
     def banner(self) -> None:
-        agent = self.agent
-        line = Text()
-        line.append("kimicode", style="bold")
-        where = endpoint_host(agent.endpoint.base_url)
-        line.append(f" {__version__} · {agent.endpoint.model}", style="dim")
-        if where:
-            line.append(f" at {where}", style="dim")
-        line.append(f" · {short_path(self.workspace, 60)}", style="dim")
-        self.console.print(line)
-        self.console.print(
-            Text("/help for commands · @path attaches a file · Esc interrupts · Ctrl-D exits", style="dim")
-        )
-        if self.opened != "new":
-            self.show_recap()
-        self.note_once(agent.sandbox_warning)
-        self.note_once(agent.resume_warning)
+        """The first lines: version, model, endpoint and workspace; where a resumed session stands."""
+        opening_banner(self, __version__, endpoint_host(self.agent.endpoint.base_url))
 
     def show_recap(self) -> None:
         """Where a resumed session stands: its id, and the last prompt and answer, briefly."""
-        agent = self.agent
-        if self.forked_from is not None:
-            head = f"Forked session {self.forked_from} into {agent.session_id}"
-        else:
-            head = f"Resumed session {agent.session_id}"
-        self.console.print()
-        for item in recap(agent.messages, head, width=self.console.size.width):
-            self.console.print(item, highlight=False)
+        show_recap(self)
 
     async def run(self) -> int:
         """The read-eval-print loop; returns the exit code."""
@@ -586,10 +579,4 @@ class Session:
 
     def resume_hint(self) -> None:
         """On exit: how to come back to this conversation (only when it was saved: it has a prompt)."""
-        log = self.agent.log
-        try:
-            saved = log is not None and log.path.exists()
-        except OSError:
-            saved = False
-        if saved:
-            self.console.print(Text(f"Resume this session with: kimicode -r {self.agent.session_id}", style="dim"))
+        resume_hint(self)

@@ -32,8 +32,9 @@ from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo
 from kimicode.ui.completion import Choice, CommandInfo
 from kimicode.ui.format import money, tokens
 from kimicode.ui.login import cmd_login
-from kimicode.ui.model_cmds import cmd_prompt, model_fresh
+from kimicode.ui.model_cmds import cmd_model, cmd_prompt, model_choices
 from kimicode.ui.toolbar import short_path
+from kimicode.ui.trust_cmds import cmd_skills, cmd_trust
 
 if TYPE_CHECKING:
     from kimicode.commands import CustomCommand
@@ -209,26 +210,6 @@ async def cmd_clear(session: Session, arg: str) -> None:
     session.say(f"Started a new session ({session.agent.session_id}).", "green")
     if had_rules:
         session.say("The approvals you gave for the previous session were forgotten.", "dim")
-
-
-async def cmd_model(session: Session, arg: str) -> None:
-    agent = session.agent
-    if not arg:
-        session.say(
-            f"Model: {agent.endpoint.model} at {agent.endpoint.base_url} "
-            f"(context window {tokens(agent.context_window)}). Change it with /model NAME."
-        )
-        return
-    name, *flags = arg.split()
-    if flags not in ([], ["--fresh"]):
-        session.say("/model NAME switches the model; /model NAME --fresh continues in a fork that starts the new "
-                    "model from a summary of this conversation.", "yellow")
-        return
-    if flags:
-        await model_fresh(session, name)
-        return
-    agent.set_model(name)
-    session.say(f"Model set to {name} (context window {tokens(agent.context_window)}).", "green")
 
 
 async def cmd_thinking(session: Session, arg: str) -> None:
@@ -549,7 +530,7 @@ COMMANDS: dict[str, Command] = {
         Command("compact", "summarise the conversation to free context", cmd_compact, "[instructions]"),
         Command("context", "what fills the context window", cmd_context),
         Command("cost", "tokens used and cost of this session", cmd_cost),
-        Command("model", "show or switch the model", cmd_model, "[name] [--fresh]"),
+        Command("model", "show or switch the model", cmd_model, "[name] [--fresh] [--force]", model_choices),
         Command("prompt", "show the system prompt and tool definitions the model gets", cmd_prompt),
         Command("thinking", "reasoning effort", cmd_thinking, "low|high|max", lambda s: EFFORTS),
         Command(
@@ -573,6 +554,8 @@ COMMANDS: dict[str, Command] = {
         Command("fork", "continue in a fork of this conversation with its own working tree", cmd_fork,
                 "[worktree|copy|shared]", lambda s: ("worktree", "copy", "shared")),
         Command("login", "paste a new API key (checked, stored, used at once)", cmd_login),
+        Command("trust", "whether this workspace's hooks, MCP servers, skills... are used", cmd_trust, "[on|off]"),
+        Command("skills", "the skills the model may activate", cmd_skills),
         Command("exit", "leave kimicode", cmd_exit),
     )
 }

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from kimicode._version import __version__
 from kimicode.config.endpoint import ConfigError
+from kimicode.safeio import private_dirs, private_open
 
 
 class SessionOptions:
@@ -75,8 +76,8 @@ def report_internal_error(console: Console, home: Path, exc: BaseException) -> N
     log = home / "ui-errors.log"
     where = ""
     try:
-        home.mkdir(parents=True, exist_ok=True)
-        with open(log, "a", encoding="utf-8") as fh:
+        private_dirs(home)
+        with private_open(log, "a") as fh:
             fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} kimicode {__version__}\n")
             fh.write("".join(traceback.format_exception(exc)))
         where = f" (details in {log})"
@@ -124,6 +125,11 @@ def run_interactive(
         return 2
     from kimicode.ui.app import Session
 
+    if not settings.get("config"):  # the trust question, once per workspace (kimicode/ui/trust_cmds.py)
+        from kimicode.config.endpoint import kimicode_home
+        from kimicode.ui.trust_cmds import ask_trust
+
+        ask_trust(Path(workspace or "."), Path(settings["home"]) if settings.get("home") else kimicode_home())
     plain = plain_output()
     console = make_console(plain)
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from kimicode.safeio import private_dirs, private_open
 from kimicode.ui import commands
 from kimicode.ui.completion import PromptCompleter
 from kimicode.ui.toolbar import toolbar_fragments
@@ -87,9 +88,9 @@ def build_prompt(session: Session) -> PromptSession[str]:
 
     history: History
     try:
-        session.home.mkdir(parents=True, exist_ok=True)
+        private_dirs(session.home)
         path = session.home / "history"
-        path.touch(exist_ok=True)
+        private_open(path, "a").close()  # typed prompts may hold secrets: 0600
         history = FileHistory(str(path))
     except OSError:
         history = InMemoryHistory()

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
 from kimicode.agent.modes import noted_mode
 from kimicode.context.compact import is_summary
+from kimicode.ui.toolbar import short_path
+
+if TYPE_CHECKING:
+    from kimicode.ui.app import Session
 
 
 def _content_text(content: Any) -> str:
@@ -75,3 +79,46 @@ def recap(messages: Sequence[Mapping[str, Any]], head: str, width: int = 100, li
     else:
         out.append(block(answer, "  ● ", ""))
     return out
+
+
+def opening_banner(session: Session, version: str, where: str) -> None:
+    """The session's first lines: version, model, endpoint (`where`) and workspace, the keys to know, and
+    for a resumed or forked session where it stands; then the warnings of opening it."""
+    agent = session.agent
+    line = Text()
+    line.append("kimicode", style="bold")
+    line.append(f" {version} · {agent.endpoint.model}", style="dim")
+    if where:
+        line.append(f" at {where}", style="dim")
+    line.append(f" · {short_path(session.workspace, 60)}", style="dim")
+    session.console.print(line)
+    session.console.print(Text("/help for commands · @path attaches a file · !cmd runs a shell command · "
+                               "Esc interrupts · Ctrl-D exits", style="dim"))
+    if session.opened != "new":
+        show_recap(session)
+    session.note_once(agent.sandbox_warning)
+    session.note_once(agent.resume_warning)
+    session.note_once(session.notifier.problem)
+
+
+def show_recap(session: Session) -> None:
+    """Where a resumed session stands: its id, and the last prompt and answer, briefly."""
+    agent = session.agent
+    if session.forked_from is not None:
+        head = f"Forked session {session.forked_from} into {agent.session_id}"
+    else:
+        head = f"Resumed session {agent.session_id}"
+    session.console.print()
+    for item in recap(agent.messages, head, width=session.console.size.width):
+        session.console.print(item, highlight=False)
+
+
+def resume_hint(session: Session) -> None:
+    """On exit: how to come back to this conversation (only when it was saved: it has a prompt)."""
+    log = session.agent.log
+    try:
+        saved = log is not None and log.path.exists()
+    except OSError:
+        saved = False
+    if saved:
+        session.console.print(Text(f"Resume this session with: kimicode -r {session.agent.session_id}", style="dim"))

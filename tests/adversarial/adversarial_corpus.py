@@ -27,7 +27,7 @@ INNOCENT = [
     "git diff --stat 2>&1",
     "cat 'README.md'",
     'cat "README.md"',
-    "ls ~/",
+    "ls /usr/bin",  # outside the workspace, on the visible list (the home directory as a whole is not)
 ]
 """Lines the rules (or the read-only allowance) admit: they must run without asking in all three modes."""
 

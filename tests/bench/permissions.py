@@ -43,6 +43,12 @@ LINES: list[tuple[str, str]] = [
     ("pipeline of 4", "cat README.md | grep -n foo | sort | head -20"),
     ("compound with subst", 'for f in a b; do echo "$(wc -l "$f")"; done && ls -la'),
     ("hostile: difftool -x", "git difftool -x 'rm -rf ~' HEAD"),
+    ("read-only: git log", "git log --oneline -20 -- src"),
+    ("read-only: grep -rn", "grep -rn --include=*.py foo src"),
+    ("read-only: sort | head", "sort -rn -k2 README.md | head -5"),
+    ("hostile: --open-files", "git grep --open-files=id x"),
+    ("hostile: sort -rno", "sort -rno /tmp/x README.md"),
+    ("cd sub && git log", "cd src && git log -p -1"),
     ("1 MB: many words", "ls " + "a " * (MB // 2)),
     ("1 MB: one quoted word", "cat '" + "x" * MB + "'"),
     ("1 MB: many commands", "ls;" * (MB // 3)),
@@ -127,6 +133,7 @@ def main() -> None:
                            deny=["bash(rm*)"])
         policy = Policy(rules, kimicode_home=ws / ".kc", user_home=ws / ".home", workspace=ws)
         os.chdir(ws)
+        (ws / "src").mkdir()
         for _, line in LINES[:5]:  # warm the caches (compiled patterns, imports) outside the timings
             decide(BASH, {"command": line}, "default", ctx, policy)
         head = f"{'line':<24}{'decide() ms':>20}{'parse() ms':>20}{'old parse() ms':>20}{'shlex.split ms':>20}"

@@ -51,7 +51,7 @@ SPECS = [
         """, read_only=True, strict=True, numeric=True,
          match=("tail -5 README.md", "tail -n +2 README.md", "tail +2 README.md", "tail -qn2 README.md"),
          not_read_only=("tail -f README.md", "tail --fol README.md", "tail --follow=name README.md",
-                        "tail -5f README.md", "tail -nF README.md", "tail -qF README.md", "tail --re README.md")),
+                        "tail -5f README.md", "tail -qF README.md", "tail --re README.md")),
     Spec("wc", _COMMON + """
         -c --bytes
         -m --chars
@@ -93,7 +93,7 @@ SPECS = [
         -z --zero-terminated
         """, read_only=True, strict=True,
          match=("sort README.md", "sort -rn README.md", "sort -t, -k2 README.md", "sort -k 2,2 README.md",
-                "sort -uo", "sort --rev README.md"),
+                "sort --rev README.md"),
          not_match=("sort -o x README.md", "sort -ox README.md", "sort -rno x README.md", "sort --output=x README.md",
                     "sort --out=x README.md", "sort --o x README.md", "sort --compress-prog=sh README.md",
                     "sort --compress-program sh README.md", "sort -T /tmp README.md", "sort --temp=/tmp README.md")),

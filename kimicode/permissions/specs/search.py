@@ -71,6 +71,7 @@ SPECS = [
         --no-ignore-exclude  !search
         -. --hidden          !search
         --ignore-file=
+        --files
         -e= --regexp=
         -f= --file=
         -g= --glob=
@@ -97,9 +98,10 @@ SPECS = [
         --dfa-size-limit= --regex-size-limit=
         --generate=
         """, read_only=True,
-         match=("rg hello", "rg -n hello src", "rg -tpy hello", "rg --files src"),
+         match=("rg hello src", "rg -n hello src", "rg -tpy hello src", "rg --files src"),
          not_match=("rg --pre id KEY", "rg --pre=id KEY", "rg --pr id KEY", "rg --hostname-b=id KEY"),
-         not_read_only=("rg -L hello", "rg --fol hello", "rg -z hello")),
+         not_read_only=("rg -L hello src", "rg --fol hello src", "rg -z hello src"),
+         ),
     Spec("jq", """
         -c --compact-output
         -n --null-input
@@ -126,8 +128,12 @@ SPECS = [
         --build-configuration
         """, read_only=True, check="jq",
          match=("jq .name package.json", "jq -r '.a | keys' package.json", "jq -n '[1,2]'"),
-         not_read_only=("jq -n env", "jq -n '$ENV'", "jq -n '$ENV.HOME'", "jq -rn 'env.HOME'", "jq -f prog.jq x",
-                        "jq -n '$__loc__'", "jq -n 'input_filename'")),
+         not_match=("jq -n env", "jq -n '$ENV'", "jq -n '$ENV.HOME'", "jq -rn 'env.HOME'", "jq -n 'env|keys'",
+                    "jq -n '[env[]]'"),
+         not_read_only=("jq -f prog.jq x", "jq -L lib .a x")),
+    *(Spec(name, "", check="jq", match=(f"{name} .a package.json",),
+           not_match=(f"{name} -n env", f"{name} -n 'env(HOME)'", f"{name} -n 'strenv(HOME)'", f"{name} '$ENV' x"))
+      for name in ("gojq", "jaq", "yq")),
     Spec("less", """
         -o= --log-file=     !write writes a log file
         -O= --LOG-FILE=     !write writes a log file

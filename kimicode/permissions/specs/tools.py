@@ -87,7 +87,8 @@ SPECS = [
       for name in ("vi", "vim", "nvim", "ex", "view", "gvim", "emacs", "nano", "ed", "joe", "micro", "kak")),
     *(Spec(name, (_PYTHON_FLAGS + "-m=  !module\n" if name.startswith(("python", "pypy")) else "")
            + "\n".join(f"{opt} !exec runs code given on its command line" for opt in opts.split()), posix=True,
-           always="" if opts else f"{name} runs code")
+           always="" if opts else f"{name} runs code",
+           not_match=tuple(f"{name} {opt.rstrip('=')} x" for opt in opts.split()[:3]) or (f"{name} x",))
       for name, opts in _INTERPRETERS.items()),
     Spec("pytest", _PYTEST, check="pytest",
          match=("pytest -q", "pytest tests/test_x.py -k foo", "pytest --junitxml=report.xml",

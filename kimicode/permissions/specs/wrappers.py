@@ -20,8 +20,7 @@ SPECS = [
                                "prlimit", "catchsegv", "dbus-launch")),
     _wrap("exec", "-a=\n-c\n-l", always="`exec` replaces the shell"),
     _wrap("env", "-u= --unset=\n-C= --chdir=\n-S= --split-string=\n-i --ignore-environment\n-0 --null\n-v --debug\n"
-          "--block-signal[=] --default-signal[=] --ignore-signal[=] --list-signal-handling",
-          match=("env X=1 ls",)),
+          "--block-signal[=] --default-signal[=] --ignore-signal[=] --list-signal-handling"),
     _wrap("sudo", "-u= --user=\n-g= --group=\n-C= --close-from=\n-D= --chdir=\n-h= --host=\n-p= --prompt=\n"
           "-r= --role=\n-t= --type=\n-U= --other-user=\n-T= --command-timeout="),
     _wrap("doas", "-u=\n-C="),

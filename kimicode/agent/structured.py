@@ -1,0 +1,258 @@
+"""Structured output: the final answer must be JSON valid against a schema (`--output-schema FILE`,
+`--json-schema JSON`, `Agent.run(prompt, output_type=Model)`).
+
+The turn runs as usual (tools included). Its answer is parsed (a JSON document, or one in a ```json fence)
+and checked with `jsonschema`; an invalid answer goes back to the model as a new message listing the
+validation errors, up to `max_attempts` answers in all, after which the run ends with the status
+`invalid_output`. Where the server honours `response_format` with a JSON Schema it is sent as well
+(docs/servers.md says which): on every request for servers that combine it with tools (OpenAI,
+OpenRouter), on the corrections only for servers that would otherwise stop calling tools (vLLM, SGLang,
+llama.cpp, Ollama), and Moonshot and DeepSeek get their JSON mode (`json_object`) on the corrections.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
+from urllib.parse import urlparse
+
+from kimicode import errors
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
+    from kimicode.agent.results import RunResult
+
+DEFAULT_ATTEMPTS = 3
+"""Answers the model may give before the run fails (the first and two corrections)."""
+MAX_ERRORS_SHOWN = 10
+INVALID: Final = "invalid_output"
+"""The status of a run whose answer never matched the schema."""
+
+FormatMode = Literal["always", "corrections", "json_object", "off"]
+_FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.S)
+
+
+class TurnLike(Protocol):
+    """What the loop reads of a turn's outcome (a TurnFinished or a RunResult)."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def result(self) -> str: ...
+
+
+T = TypeVar("T", bound=TurnLike)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """The schema the answer must satisfy, and the pydantic model to build from it (when given one)."""
+
+    schema: Mapping[str, Any]
+    model: Any = None
+    max_attempts: int = DEFAULT_ATTEMPTS
+    name: str = "output"
+
+    @classmethod
+    def of(cls, output_type: Any, max_attempts: int = DEFAULT_ATTEMPTS) -> OutputSpec:
+        """From a pydantic model (or any type pydantic can describe) or a JSON Schema dict; UsageError
+        for anything else, or for a schema that is not valid JSON Schema."""
+        if isinstance(output_type, Mapping):
+            spec = cls(dict(output_type), None, max_attempts, str(output_type.get("title") or "output"))
+        else:
+            from pydantic import TypeAdapter
+
+            try:
+                adapter = TypeAdapter(output_type)
+                schema = adapter.json_schema()
+            except Exception as exc:
+                raise errors.UsageError(f"output_type must be a pydantic model, a type or a JSON Schema dict "
+                                        f"({type(exc).__name__}: {exc})") from None
+            spec = cls(schema, adapter, max_attempts, _name(output_type))
+        spec.check_schema()
+        return spec
+
+    def check_schema(self) -> None:
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft202012Validator.check_schema(self.schema)
+        except SchemaError as exc:
+            raise errors.UsageError(f"the output schema is not valid JSON Schema: {exc.message}") from None
+
+    def check(self, answer: str) -> tuple[Any, list[str]]:
+        """(the value, []) for a valid answer, or (None, what is wrong)."""
+        from jsonschema import Draft202012Validator
+
+        try:
+            data = parse_answer(answer)
+        except ValueError as exc:
+            return None, [str(exc)]
+        problems = [
+            f"{'/'.join(str(p) for p in err.absolute_path) or '(root)'}: {err.message}"
+            for err in sorted(Draft202012Validator(self.schema).iter_errors(data), key=lambda e: list(e.absolute_path))
+        ]
+        if problems:
+            return None, problems
+        if self.model is not None:
+            try:
+                return self.model.validate_python(data), []
+            except Exception as exc:  # pydantic's own checks (validators) beyond the schema
+                return None, [f"(root): {exc}"]
+        return data, []
+
+    def response_format(self) -> dict[str, Any]:
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", self.name)[:64] or "output"
+        return {"type": "json_schema", "json_schema": {"name": name, "schema": dict(self.schema), "strict": False}}
+
+
+def _name(output_type: Any) -> str:
+    return str(getattr(output_type, "__name__", "output"))
+
+
+def parse_answer(text: str) -> Any:
+    """The JSON value of an answer: the whole text, else the one ```json fence in it; ValueError says why."""
+    stripped = text.strip()
+    if not stripped:
+        raise ValueError("the answer is empty; answer with the JSON document alone")
+    try:
+        return json.loads(stripped)
+    except ValueError as first:
+        fenced = _FENCE.findall(stripped)
+        if len(fenced) == 1:
+            try:
+                return json.loads(fenced[0])
+            except ValueError as exc:
+                raise ValueError(f"the JSON in the code block does not parse: {exc}") from None
+        raise ValueError(f"the answer is not JSON: {first}") from None
+
+
+def correction(problems: list[str], schema: Mapping[str, Any]) -> str:
+    """The message that sends an invalid answer back."""
+    shown = problems[:MAX_ERRORS_SHOWN]
+    more = f"\n- … and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
+    return ("Your final answer must be a single JSON document valid against this JSON Schema, with no other "
+            "text:\n" + json.dumps(schema, ensure_ascii=False) + "\n\nYour last answer is not valid:\n- "
+            + "\n- ".join(shown) + more + "\n\nAnswer again with the corrected JSON only.")
+
+
+def instruction(schema: Mapping[str, Any]) -> str:
+    """Appended to the prompt: what the final answer must be."""
+    return ("\n\nWhen you are done, give your final answer as a single JSON document valid against this JSON "
+            "Schema, with no other text:\n" + json.dumps(schema, ensure_ascii=False))
+
+
+def format_mode(base_url: str) -> FormatMode:
+    """How this endpoint is sent `response_format` (see the module docstring and docs/servers.md)."""
+    host = (urlparse(base_url).hostname or "").lower()
+    if host == "api.openai.com" or host.endswith("openrouter.ai"):
+        return "always"
+    if host.endswith(("moonshot.ai", "moonshot.cn", "deepseek.com")):
+        return "json_object"
+    return "corrections"
+
+
+@dataclass
+class Outcome:
+    """How a structured run went: each attempt's turn, the value (None when never valid), the last problems."""
+
+    turns: list[Any] = field(default_factory=list)
+    value: Any = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems and bool(self.turns) and self.turns[-1].status == "success"
+
+
+async def until_valid(agent: Agent, spec: OutputSpec, prompt: str, turn: Callable[[str], Awaitable[T]]) -> Outcome:
+    """Run `turn(prompt)` and then corrections until the answer is valid, a turn fails, or the attempts run out.
+
+    `turn` runs one turn on `agent` (streaming it to a printer, or `Agent.run`); the request's
+    `response_format` is set here for the turns that get it and put back afterwards."""
+    mode = format_mode(agent.endpoint.base_url)
+    before = agent.options.response_format
+    outcome = Outcome()
+    text = prompt + instruction(spec.schema)
+    try:
+        _use_format(agent, spec.response_format() if mode == "always" else before)
+        for attempt in range(1, spec.max_attempts + 1):
+            finished = await turn(text)
+            outcome.turns.append(finished)
+            if finished.status != "success":
+                outcome.problems = []
+                return outcome
+            outcome.value, outcome.problems = spec.check(finished.result)
+            if not outcome.problems or attempt == spec.max_attempts:
+                return outcome
+            text = correction(outcome.problems, spec.schema)
+            if mode == "corrections":
+                _use_format(agent, spec.response_format())
+            elif mode == "json_object":
+                _use_format(agent, {"type": "json_object"})
+        return outcome
+    finally:
+        _use_format(agent, before)
+
+
+def _use_format(agent: Agent, value: Mapping[str, Any] | None) -> None:
+    if agent.options.response_format != value:
+        agent.options = agent.options.replace(response_format=dict(value) if value is not None else None)
+        agent.reset_client()
+
+
+def structured_output(run: Callable[[Agent, str], Awaitable[RunResult]]) -> Callable[..., Awaitable[RunResult]]:
+    """Give `Agent.run` its `output_type=` keyword (a pydantic model, any type pydantic describes, or a JSON
+    Schema dict): the answer must be JSON valid against it, `RunResult.output` is the value."""
+
+    async def run_with_output(agent: Agent, prompt: str, *, output_type: Any = None) -> RunResult:
+        if output_type is None:
+            return await run(agent, prompt)
+        return await structured_run(agent, prompt, output_type)
+
+    functools.update_wrapper(run_with_output, run)
+    del run_with_output.__wrapped__  # type: ignore[attr-defined]  # help() shows output_type=
+    run_with_output.__doc__ = (run.__doc__ or "") + (
+        "\n\n        With `output_type` the answer must be JSON of that type (validated with jsonschema; an\n"
+        "        invalid answer is sent back, 3 answers in all): `RunResult.output`, else the status\n"
+        "        `invalid_output` (kimicode/agent/structured.py).")
+    return run_with_output
+
+
+async def structured_run(agent: Agent, prompt: str, output_type: Any) -> RunResult:
+    """`Agent.run(prompt, output_type=...)`: the RunResult of the last attempt, with every attempt's
+    messages, usage, cost and time, and `output` (the validated value) or the status `invalid_output`."""
+    import time
+
+    from kimicode.agent.costs import usage_cost
+
+    spec = output_type if isinstance(output_type, OutputSpec) else OutputSpec.of(output_type)
+    start = time.monotonic()
+    before = dict(agent.usage)
+    outcome = await until_valid(agent, spec, prompt, agent.run)
+    result: RunResult = outcome.turns[-1]
+    result.messages = [m for r in outcome.turns for m in r.messages]
+    result.hook_errors = [e for r in outcome.turns for e in r.hook_errors]
+    result.num_turns = sum(r.num_turns for r in outcome.turns)
+    result.turn_usage = {k: v - before.get(k, 0) for k, v in agent.usage.items()}
+    result.cost = usage_cost(agent, result.turn_usage)
+    result.duration_ms = int((time.monotonic() - start) * 1000)
+    if outcome.valid:
+        result.output = outcome.value
+    elif result.status == "success":
+        result.status = INVALID
+        result.error = errors.ErrorInfo(invalid_message(outcome), INVALID)
+        result.error_kind = INVALID
+    return result
+
+
+def invalid_message(outcome: Outcome) -> str:
+    """Why a structured run failed, in one line."""
+    return (f"the answer did not match the output schema after {len(outcome.turns)} attempts: "
+            + "; ".join(outcome.problems[:3]))

@@ -1,0 +1,230 @@
+"""The trust question: what a workspace would run or add if trusted, and remembering the answer.
+
+A project brings behaviour through `.kimicode/config.toml` (hooks, MCP servers, providers, looser
+permissions), `.mcp.json`, Claude Code's `.claude/settings.json` and `.claude/settings.local.json` (hooks,
+permission rules), and skills, subagents and commands under `.kimicode/` and `.claude/`. None of it is used
+until the user trusts the workspace. The first interactive session in such a workspace asks once; a yes
+is stored in `[trust] workspaces` of the user's config.toml (which `is_trusted` reads), a no in
+`KIMICODE_HOME/trust.json` so it is not asked again; `/trust` changes either later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from kimicode.config.endpoint import ConfigError
+from kimicode.extensions.places import read_json, read_text
+
+DECLINED_FILE = "trust.json"
+MAX_LISTED = 8
+
+
+def _commands_of(hooks: Any) -> list[str]:
+    out: list[str] = []
+    if isinstance(hooks, list):  # Kimi Code's [[hooks]]
+        return [f"hook {h.get('event')}: {h['command']}" for h in hooks
+                if isinstance(h, dict) and isinstance(h.get("command"), str)]
+    if isinstance(hooks, dict):
+        for event, groups in hooks.items():
+            for group in groups if isinstance(groups, list) else ():
+                for entry in (group.get("hooks") or []) if isinstance(group, dict) else ():
+                    if isinstance(entry, dict) and isinstance(entry.get("command"), str):
+                        out.append(f"hook {event}: {entry['command']}")
+    return out
+
+
+def _server_line(name: str, entry: Any) -> str:
+    if not isinstance(entry, dict):
+        return f"MCP server {name}"
+    if entry.get("url"):
+        return f"MCP server {name}: {entry['url']}"
+    args = entry.get("args") if isinstance(entry.get("args"), list) else []
+    return f"MCP server {name}: " + " ".join([str(entry.get("command") or "?"), *map(str, args or [])])
+
+
+def _folder_items(workspace: Path, kind: str, pattern: str) -> list[str]:
+    out: list[str] = []
+    for base in (".kimicode", ".claude"):
+        folder = workspace / base / kind
+        if folder.is_dir():
+            out += [f"{kind[:-1]} {base}/{kind}/{p.relative_to(folder)}" for p in sorted(folder.glob(pattern))]
+    return out
+
+
+def project_brings(workspace: Path) -> list[str]:
+    """One line per thing the workspace would run or add once trusted (empty: nothing to ask about)."""
+    lines: list[str] = []
+    config = workspace / ".kimicode" / "config.toml"
+    text = read_text(config)
+    if text is not None:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            data = {}
+        lines += [f".kimicode/config.toml {line}" for line in _commands_of(data.get("hooks"))]
+        servers = data.get("mcp_servers")
+        lines += [_server_line(n, e) + " (.kimicode/config.toml)" for n, e in (servers or {}).items()] \
+            if isinstance(servers, dict) else []
+        if isinstance(data.get("providers"), dict):
+            lines += [f"provider {n} (.kimicode/config.toml)" for n in data["providers"]]
+    mcp, _ = read_json(workspace / ".mcp.json")
+    servers = (mcp or {}).get("mcpServers")
+    if isinstance(servers, dict):
+        lines += [_server_line(n, e) + " (.mcp.json)" for n, e in servers.items()]
+    for rel in (".claude/settings.json", ".claude/settings.local.json"):
+        claude, _ = read_json(workspace / rel)
+        if claude:
+            lines += [f"{rel} {line}" for line in _commands_of(claude.get("hooks"))]
+            perms = claude.get("permissions")
+            allow = perms.get("allow") if isinstance(perms, dict) else None
+            if isinstance(allow, list) and allow:
+                lines.append(f"{rel} allows without asking: {', '.join(map(str, allow[:MAX_LISTED]))}")
+    lines += _folder_items(workspace, "skills", "*/SKILL.md")
+    lines += _folder_items(workspace, "agents", "*.md")
+    lines += _folder_items(workspace, "commands", "**/*.md")
+    return lines
+
+
+def _declined_path(home: Path) -> Path:
+    return home / DECLINED_FILE
+
+
+def declined(home: Path) -> list[str]:
+    data, _ = read_json(_declined_path(home))
+    listed = (data or {}).get("declined")
+    return [str(x) for x in listed] if isinstance(listed, list) else []
+
+
+def was_declined(home: Path, workspace: Path) -> bool:
+    here = str(workspace.expanduser().resolve())
+    return here in declined(home)
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _set_declined(home: Path, workspace: Path, on: bool) -> None:
+    here = str(workspace.expanduser().resolve())
+    listed = [p for p in declined(home) if p != here] + ([here] if on else [])
+    _write_private(_declined_path(home), json.dumps({"declined": listed}, indent=2) + "\n")
+
+
+_TRUST_HEADER = re.compile(r"^\s*\[\s*trust\s*\]\s*(#.*)?$", re.MULTILINE)
+_ANY_HEADER = re.compile(r"^\s*\[", re.MULTILINE)
+_WORKSPACES = re.compile(r"^\s*workspaces\s*=\s*\[", re.MULTILINE)
+
+
+def _array_end(text: str, start: int) -> int:
+    """The index just after the `]` closing the TOML array opening at `start` (strings and comments
+    skipped); -1 when there is none."""
+    depth, i, quote = 0, start, ""
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote == '"':
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            nl = text.find("\n", i)
+            i = len(text) if nl < 0 else nl
+            continue
+        elif ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1
+
+
+def toml_string(value: str) -> str:
+    """A TOML basic string (quotes, backslashes and control characters escaped; the rest as it is)."""
+    out = []
+    for ch in value:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif (ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _with_workspaces(text: str, listed: list[str]) -> str:
+    """`text` with `[trust] workspaces` set to `listed` (comments and the rest kept)."""
+    value = "[" + ", ".join(toml_string(p) for p in listed) + "]"
+    header = _TRUST_HEADER.search(text)
+    if header is None:
+        sep = "" if not text or text.endswith("\n") else "\n"
+        return f"{text}{sep}{chr(10) if text.strip() else ''}[trust]\nworkspaces = {value}\n"
+    nxt = _ANY_HEADER.search(text, header.end())
+    end = nxt.start() if nxt is not None else len(text)
+    found = _WORKSPACES.search(text, header.end(), end)
+    if found is None:
+        return text[: header.end()] + f"\nworkspaces = {value}" + text[header.end():]
+    open_at = text.index("[", found.start())
+    close = _array_end(text, open_at)
+    if close < 0:
+        raise ValueError("unterminated array")
+    return text[:open_at] + value + text[close:]
+
+
+def _resolved(entry: str) -> str:
+    try:
+        return str(Path(entry).expanduser().resolve())
+    except (RuntimeError, OSError, ValueError):
+        return entry
+
+
+def set_trusted(home: Path, workspace: Path, trusted: bool) -> Path:
+    """Add `workspace` to (or remove it from) `[trust] workspaces` in `home/config.toml`, and record a no
+    in trust.json; returns the config file. ConfigError when the file cannot be changed safely."""
+    path = home / "config.toml"
+    here = str(workspace.expanduser().resolve())
+    if path.is_symlink():
+        raise ConfigError(f"{path} is a symbolic link; not rewriting it: add the workspace to [trust] yourself")
+    text = (read_text(path) or "") if path.exists() else ""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML ({exc}); fix it first") from None
+    trust = data.get("trust")
+    current = trust.get("workspaces", []) if isinstance(trust, dict) else []
+    listed = [str(p) for p in current] if isinstance(current, list) else []
+    before = list(listed)
+    if trusted and here not in listed:
+        listed.append(here)
+    elif not trusted:
+        listed = [p for p in listed if _resolved(p) != here]
+    if listed == before:  # nothing to change in the file (a no, or already listed)
+        _set_declined(home, workspace, not trusted)
+        return path
+    try:
+        new = _with_workspaces(text, listed)
+        ok = tomllib.loads(new).get("trust", {}).get("workspaces") == listed
+        rest_same = {k: v for k, v in tomllib.loads(new).items() if k != "trust"} == \
+            {k: v for k, v in data.items() if k != "trust"}
+    except (ValueError, tomllib.TOMLDecodeError):
+        ok = rest_same = False
+    if not (ok and rest_same):
+        raise ConfigError(f"{path}: could not change [trust] workspaces safely; edit it yourself "
+                          f"(workspaces = {json.dumps(listed)})")
+    if new != text:
+        _write_private(path, new)
+    _set_declined(home, workspace, not trusted)
+    return path

@@ -1,0 +1,140 @@
+"""What kimicode may see outside the workspace without asking: one allowlist, used twice.
+
+The permission engine reads a file outside the workspace without asking only when it lies below one of
+`visible_roots` (system directories, toolchains, the user's git configuration; never the home directory
+as a whole); anything else asks. The OS sandbox (`kimicode.tools.sandbox`) shows a command exactly the
+same places, read-only, and nothing else of the machine: a command the permission parser misjudged
+cannot read what the engine would have asked about.
+
+Inside those places and inside the workspace, files that hold credentials still ask by name
+(`CREDENTIAL_HOME_PATHS`, `HISTORY_NAMES`, and the names in `kimicode.permissions.policy`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "CREDENTIAL_HOME_PATHS",
+    "HISTORY_NAMES",
+    "HOME_CREDENTIAL_DIRS",
+    "SYSTEM_ROOTS",
+    "TOOLCHAIN_HOME_PATHS",
+    "hidden_in_etc",
+    "history_reason",
+    "is_visible",
+    "visible_roots",
+]
+
+SYSTEM_ROOTS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
+                       "/snap", "/usr/local")
+"""System directories: programs, libraries, their configuration. `/etc` entries that are not readable
+by everyone (`/etc/shadow`, host keys) are hidden inside the sandbox and ask outside it."""
+
+TOOLCHAIN_HOME_PATHS: Final = (
+    ".gitconfig", ".config/git", ".gitignore_global",
+    ".local/bin", ".local/lib", ".local/share/uv/python", ".local/share/pnpm",
+    ".pyenv", ".rbenv", ".nvm", ".volta", ".bun", ".deno", ".sdkman", ".asdf", ".nodenv", ".goenv",
+    ".rustup", ".cargo/bin", ".cargo/registry", ".cargo/git",
+    "go/pkg/mod", ".m2/repository", ".gradle/caches", ".gradle/wrapper",
+    ".cache/pip", ".cache/uv", ".cache/go-build", ".npm/_cacache",
+)
+"""Below the user's home directory: git's configuration and the toolchains and package caches that
+builds and tests read. Nothing else of the home directory is visible."""
+
+HOME_CREDENTIAL_DIRS: Final = (
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".gnupg",
+    ".kube",
+    ".docker",
+    ".config/gcloud",
+    ".config/gh",
+    ".config/hub",
+    ".terraform.d",
+    ".password-store",
+    ".local/share/keyrings",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".npmrc",
+    ".pypirc",
+    ".yarnrc.yml",
+    ".vault-token",
+)
+"""Below the user's home directory: credential stores, read or written only with approval."""
+
+CREDENTIAL_HOME_PATHS: Final = (
+    ".codex/auth.json", ".claude/.credentials.json", ".claude.json", ".kimi/credentials", ".kimi/config.toml",
+    ".config/github-copilot", ".config/op", ".config/rclone", ".config/doctl", ".config/netlify",
+    ".config/sops", ".config/age", ".config/hcloud", ".config/configstore", ".local/share/keyrings",
+    ".local/share/kwalletd", ".local/share/password-store", ".local/share/fish/fish_history",
+    ".mozilla", ".thunderbird", ".config/google-chrome", ".config/chromium", ".config/BraveSoftware",
+    ".s3cfg", ".boto", ".oci", ".fly", ".vercel", ".wrangler", ".terraformrc", ".dockercfg", ".npmrc",
+    ".yarnrc", ".bundle/config", ".composer/auth.json", ".config/composer/auth.json", ".gradle/gradle.properties",
+    ".m2/settings.xml", ".m2/settings-security.xml", ".ipython/profile_default/history.sqlite",
+)
+"""Below the user's home directory: other tools' credential stores (other agents' tokens, password
+managers, keyrings, browsers' cookies, cloud and package registry logins). Reading them asks, and the
+sandbox never shows them (they are not on the visible list)."""
+
+HISTORY_NAMES: Final = frozenset({
+    ".bash_history", ".zsh_history", ".zhistory", ".sh_history", ".history", ".python_history",
+    ".node_repl_history", ".psql_history", ".mysql_history", ".sqlite_history", ".rediscli_history",
+    ".lesshst", ".viminfo", ".irb_history", ".pry_history", ".Rhistory", ".scala_history", ".wget-hsts",
+    "fish_history",
+})
+"""Shell and REPL histories: commands typed with passwords and tokens in them. Sensitive wherever they are."""
+
+
+def history_reason(name: str) -> str | None:
+    """Why a file called `name` is sensitive as a history file, or None."""
+    if name in HISTORY_NAMES or (name.startswith(".") and name.endswith("_history")):
+        return f"{name} is a command history (typed passwords and tokens end up there)"
+    return None
+
+
+def visible_roots(user_home: Path, extra: Iterable[Path] = ()) -> list[Path]:
+    """Every existing place outside the workspace that is visible (resolved, deduplicated, sorted):
+    the system roots, the toolchain paths below `user_home`, and `extra` (the literal directories of
+    the user's `read(...)` allow rules, and the session's own directory)."""
+    found: set[Path] = set()
+    home = os.path.realpath(user_home)
+    candidates = [*SYSTEM_ROOTS, *(os.path.join(home, rel) for rel in TOOLCHAIN_HOME_PATHS), *map(str, extra)]
+    for text in candidates:
+        if os.path.lexists(text):
+            found.add(Path(os.path.realpath(text)))
+    return sorted(found)
+
+
+def is_visible(path: Path, roots: Iterable[Path]) -> bool:
+    """True when the resolved `path` is one of `roots` or below one."""
+    return any(path == root or root in path.parents for root in roots)
+
+
+def hidden_in_etc() -> list[str]:
+    """Entries below /etc that are not readable by everyone (`/etc/shadow`, ssh host keys, sudoers):
+    hidden inside the sandbox and asked about outside it. Computed once per process."""
+    global _HIDDEN_ETC
+    if _HIDDEN_ETC is None:
+        hidden: list[str] = []
+        for dirpath, dirnames, filenames in os.walk("/etc"):
+            for name in [*dirnames, *filenames]:
+                full = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(full)
+                except OSError:
+                    continue
+                if not os.path.islink(full) and not st.st_mode & 0o004:
+                    hidden.append(full)
+            dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in hidden]
+            if len(hidden) > 2000:
+                break
+        _HIDDEN_ETC = hidden
+    return list(_HIDDEN_ETC)
+
+
+_HIDDEN_ETC: list[str] | None = None
