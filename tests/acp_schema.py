@@ -54,18 +54,23 @@ ERROR = {
 
 
 @cache
-def schema_of(model: Any) -> dict[str, Any]:
-    """The JSON Schema (wire names: camelCase aliases) of a schema model or union."""
+def validator_of(model: Any) -> Any:
+    """A validator for the JSON Schema (wire names: camelCase aliases) of a schema model or union; the
+    schema itself is checked once."""
     if isinstance(model, type) and issubclass(model, BaseModel):
-        return model.model_json_schema(by_alias=True)
-    return TypeAdapter(model).json_schema(by_alias=True)
+        schema = model.model_json_schema(by_alias=True)
+    else:
+        schema = TypeAdapter(model).json_schema(by_alias=True)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 def check(instance: Any, model: Any, where: str) -> None:
-    try:
-        jsonschema.validate(instance, model if isinstance(model, dict) else schema_of(model))
-    except jsonschema.ValidationError as exc:
-        raise AssertionError(f"{where}: {exc.message} at {list(exc.absolute_path)}\n{instance}") from None
+    validator = jsonschema.Draft202012Validator(model) if isinstance(model, dict) else validator_of(model)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    if error is not None:
+        raise AssertionError(f"{where}: {error.message} at {list(error.absolute_path)}\n{instance}")
 
 
 def check_exchange(messages: list[dict[str, Any]]) -> None:

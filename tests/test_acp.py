@@ -193,3 +193,46 @@ def test_client_terminal_modes_and_errors(server: FakeServer, workspace: Path, t
     assert len(editor.questions) == 2  # the command, then rm -rf (rejected)
     rejected = server.requests[5].body["messages"][-1]
     assert rejected["role"] == "tool" and rejected["content"].startswith("Permission denied by the user")
+
+
+def test_prompt_contents_and_bad_requests(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
+    """Images and embedded files reach the model; a busy session, an unknown session, an empty prompt and
+    bad image data are JSON-RPC errors, and the session still works after them."""
+    from acp import embedded_text_resource, image_block, resource_block, resource_link_block
+
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    server.add(Reply(content="seen"), Reply(content="slow " * 100, chunk_size=3, chunk_delay=0.05), Reply(content="ok"))
+    editor = Editor()
+    env, log = acp_env(server, tmp_path / "home"), tmp_path / "acp-stderr.log"
+
+    async def go() -> None:
+        async with kimicode_acp(editor, [*kimicode_command(), "acp"], env, workspace, log) as (conn, _):
+            await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities())
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            prompt = [text_block("look at these"), image_block(png, "image/png"),
+                      resource_block(embedded_text_resource(f"file://{workspace}/notes.md", "remember the milk")),
+                      resource_link_block("spec.md", f"file://{workspace}/spec.md")]
+            assert (await conn.prompt(session_id=sid, prompt=prompt)).stop_reason == "end_turn"
+            for bad in ([text_block("   ")], [image_block("not base64!!", "image/png")]):
+                with pytest.raises(RequestError) as err:
+                    await conn.prompt(session_id=sid, prompt=bad)
+                assert err.value.code == -32602
+            with pytest.raises(RequestError):
+                await conn.prompt(session_id="no-such-session", prompt=[text_block("hi")])
+            slow = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("long")]))
+            while not editor.kinds("agent_message_chunk")[1:]:
+                await asyncio.sleep(0.02)
+            with pytest.raises(RequestError) as err:
+                await conn.prompt(session_id=sid, prompt=[text_block("meanwhile")])
+            assert "already running" in json.dumps(err.value.data)
+            await conn.cancel(session_id=sid)
+            assert (await slow).stop_reason == "cancelled"
+            await conn.cancel(session_id=sid)  # nothing running: nothing happens
+            assert (await conn.prompt(session_id=sid, prompt=[text_block("still there?")])).stop_reason == "end_turn"
+
+    run(go())
+    content = server.requests[0].body["messages"][-1]["content"]
+    assert content[0]["type"] == "text" and content[1]["image_url"]["url"] == f"data:image/png;base64,{png}"
+    assert '<context uri="file://' in content[0]["text"] and "remember the milk" in content[0]["text"]
+    assert f"{workspace}/spec.md" in content[0]["text"]
+    assert len(server.requests) == 3

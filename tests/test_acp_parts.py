@@ -178,3 +178,52 @@ def test_stop_reasons_and_errors() -> None:
     with pytest.raises(RequestError) as err:
         stop_reason(TurnFinished("error", "", 1, "server overloaded", "transient"))
     assert err.value.code == -32603 and err.value.data == {"kind": "transient", "status": "error"}
+
+
+def test_nothing_but_protocol_on_stdout() -> None:
+    """Once the protocol streams are open, prints, fd 1 writes and children land on stderr."""
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio, os, sys\n"
+        "from kimicode.acp.server import protocol_streams\n"
+        "async def main():\n"
+        "    reader, writer = await protocol_streams()\n"
+        "    print('a stray print')\n"
+        "    os.write(1, b'a raw write\\n')\n"
+        "    os.system('echo a child process')\n"
+        "    writer.write(b'{\"jsonrpc\": \"2.0\"}\\n')\n"
+        "    await writer.drain()\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], stdin=subprocess.PIPE, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == '{"jsonrpc": "2.0"}\n'
+    assert "a stray print" in done.stderr and "a raw write" in done.stderr and "a child process" in done.stderr
+
+
+def test_loading_a_session_open_elsewhere_is_refused(make_agent: Any, server: Any, workspace: Path) -> None:
+    """A session a terminal (here: another agent) has open is not taken over by session/load."""
+    from kimicode.acp.server import KimicodeAcp
+    from kimicode.testing import Reply
+
+    server.add(Reply(content="hi"))
+
+    async def go() -> None:
+        agent = make_agent()
+        await agent.run("hello")
+        face = KimicodeAcp({"base_url": server.base_url, "api_key": "sk-test"})
+        try:
+            with pytest.raises(RequestError) as err:
+                await face.load_session(cwd=str(workspace), session_id=agent.session_id)
+            assert err.value.code == -32603 and err.value.data["kind"] == "session_busy"
+            with pytest.raises(RequestError) as err:
+                await face.load_session(cwd=str(workspace), session_id="20990101-000000-nope")
+            assert err.value.code == -32002
+        finally:
+            await agent.aclose()
+            await face.aclose()
+
+    asyncio.run(go())

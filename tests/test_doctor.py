@@ -113,9 +113,8 @@ def test_model_listed_and_context_window_compared(
     code, out = doctor(monkeypatch, srv.base_url)
     assert code == 0, out
     assert lines_of(out, "endpoint")[0].startswith("[ok]") and "kimi-k3 listed (2 models)" in out
-    [ctx] = lines_of(out, "context")
-    assert ctx.startswith("[warn]") and "1,048,576" in ctx and "262,144" in ctx
-    assert "--context-window 262144" in out
+    [ctx] = lines_of(out, "context")  # kimicode uses the server's window (it asks at every session start)
+    assert ctx.startswith("[ok]") and "262,144 tokens (as the server reports)" in ctx and "1,048,576" not in ctx
     assert srv.requests[0]["path"] == "/v1/models" and srv.requests[0]["authorization"] == f"Bearer {KEY}"
     code, out = doctor(monkeypatch, srv.base_url, "--json")
     report = json.loads(out)
@@ -135,7 +134,36 @@ def test_the_window_is_read_as_discovery_reads_it(
     srv = models_server(body={"object": "list", "data": [entry]})
     code, out = doctor(monkeypatch, srv.base_url)
     [ctx] = lines_of(out, "context")
-    assert code == 0 and ctx.startswith("[warn]") and "32,768" in ctx, out  # the serving window, never n_ctx_train
+    assert code == 0 and ctx.startswith("[ok]") and "32,768" in ctx, out  # the serving window, never n_ctx_train
+
+
+@pytest.mark.parametrize(("window", "status", "words"), [
+    (1_200, "[FAIL]", "too small for any request"),
+    (2_048, "[warn]", "only 1 of 6 tools fit"),  # a compact tool set: it works, with less
+    (16_384, "[ok]", "system prompt and tools about"),
+])
+def test_a_window_too_small_to_work_is_said(
+    monkeypatch: pytest.MonkeyPatch, models_server: Callable[..., ModelsServer], window: int, status: str,
+    words: str
+) -> None:
+    srv = models_server(body={"object": "list", "data": [{"id": "kimi-k3", "max_model_len": window}]})
+    code, out = doctor(monkeypatch, srv.base_url)
+    [ctx] = lines_of(out, "context")
+    assert ctx.startswith(status) and words in ctx, out
+    assert (code == 1) == (status == "[FAIL]") and ("Everything" in out) == (status != "[FAIL]")
+    [estimate] = lines_of(out, "estimate")
+    assert "not calibrated yet" in estimate
+
+
+def test_a_template_without_tools_makes_a_small_window_work(
+    monkeypatch: pytest.MonkeyPatch, server: FakeServer
+) -> None:
+    server.dialect = __import__("kimicode.testing", fromlist=["DIALECTS"]).DIALECTS["llamacpp"]
+    server.served_model, server.context_window, server.tools_counted = "kimi-k3", 2048, False
+    code, out = doctor(monkeypatch, server.base_url)
+    [ctx] = lines_of(out, "context")
+    assert code == 0 and ctx.startswith("[ok]") and "2,048" in ctx and "leaves the tool definitions out" in ctx, out
+    assert "counts each session's first request" in lines_of(out, "estimate")[0]
 
 
 def test_a_model_the_server_does_not_list(monkeypatch: pytest.MonkeyPatch,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import os
 import stat
 from pathlib import Path
@@ -270,3 +271,76 @@ def test_notifications_bell_osc9_and_a_command(
     assert payload["type"] == "turn-finished" and "all done" in payload["message"]
     assert payload["session_id"] == session.agent.session_id and payload["cwd"] == str(session.workspace)
     asyncio.run(session.agent.aclose())
+
+
+def test_add_dir_lets_the_tools_write_there_as_in_the_workspace(
+    server: FakeServer, make_agent: Any, workspace: Path, tmp_path: Path
+) -> None:
+    import subprocess
+
+    from conftest import kimicode_command
+
+    other = tmp_path / "shared-lib"
+    other.mkdir()
+    target = other / "notes.txt"
+    write = Reply(tool_calls=[ToolCall("write_file", {"path": str(target), "content": "from kimicode\n"})])
+    server.add(write, Reply(content="ok"))
+    refused = make_agent(permission_mode="accept-edits", headless=True).run_sync("write it")
+    assert not target.exists() and refused.permission_denials  # outside the workspace: asked, so refused
+
+    server.add(write, Reply(content="ok"))
+    agent = make_agent(permission_mode="accept-edits", headless=True, add_dirs=(other,))
+    assert agent.run_sync("write it").ok and target.read_text() == "from kimicode\n"
+    assert str(other) in agent.messages[0]["content"]  # the model is told where else it may work
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "OPENAI_"))}
+    env.update(KIMI_API_KEY="sk-test", KIMI_BASE_URL=server.base_url)
+    bad = subprocess.run([*kimicode_command(), "-p", "x", "--add-dir", str(tmp_path / "nope")], env=env,
+                         cwd=workspace, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--add-dir: not a directory" in bad.stderr
+    target.unlink()
+    server.add(write, Reply(content="done"))
+    ok = subprocess.run([*kimicode_command(), "-p", "write it", "--permission-mode", "accept-edits", "--add-dir",
+                         str(other)], env=env, cwd=workspace, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert target.read_text() == "from kimicode\n"
+
+
+def test_moonshot_builtin_web_search_flow(server: FakeServer, make_agent: Any, tmp_path: Path) -> None:
+    from kimicode.testing import web_search_flow
+
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text('[web_search]\nprovider = "moonshot"\n')  # the fake stands for Moonshot
+    server.add(*web_search_flow("Python 3.14 came out in October 2025.", tokens=1500))
+    events: list[Any] = []
+    agent = make_agent(on_event=events.append)
+    result = agent.run_sync("when did Python 3.14 come out?")
+    assert result.ok and "October 2025" in result.result, result
+    first, second = (r.body for r in server.requests)
+    assert {"type": "builtin_function", "function": {"name": "$web_search"}} in first["tools"]
+    echo = next(m for m in second["messages"] if m["role"] == "tool")
+    assert echo["name"] == "$web_search" and json.loads(echo["content"])["usage"]["total_tokens"] == 1500
+    summaries = [getattr(e, "summary", "") for e in events]
+    assert any("1,500 tokens of results; $0.005 per search" in s for s in summaries)
+
+    server.add(*web_search_flow("never"))  # without the declaration the server refuses, as Moonshot does
+    (home / "config.toml").write_text('[web_search]\nprovider = "off"\n')
+    assert make_agent().run_sync("search").status == "error"
+
+
+def test_a_configured_search_provider_elsewhere(server: FakeServer, make_agent: Any, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(f'[web_search]\nprovider = "searxng"\nurl = "{server.base_url}"\n')
+    server.get_routes["/v1/search"] = {"results": [
+        {"title": "Python 3.14 released", "url": "https://www.python.org/downloads/release/python-3140/",
+         "content": "Python 3.14.0 is the newest major release."},
+    ]}
+    server.add(Reply(tool_calls=[ToolCall("web_search", {"query": "python 3.14 release"})]), Reply(content="found"))
+    agent = make_agent()
+    assert "web_search" in agent.tools.names and "$web_search" not in agent.tools.names
+    assert agent.run_sync("search it").ok
+    tool = next(m for m in server.requests[1].body["messages"] if m["role"] == "tool")
+    assert "Python 3.14 released" in tool["content"] and "python-3140" in tool["content"]
+    assert "GET /v1/search" in server.other_requests

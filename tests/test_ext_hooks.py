@@ -323,16 +323,45 @@ def test_permission_request_hooks_answer_the_question_and_notification_hooks_hea
     assert asked and (workspace / "other").exists()
 
 
-def test_pre_compact_runs_for_a_manual_compaction(
-    make_agent: Callable[..., Any], workspace: Path, home: Path
+def long_history(pairs: int = 30) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(pairs):
+        out += [{"role": "user", "content": f"question {i}: " + "word " * 300},
+                {"role": "assistant", "content": f"answer {i}: " + "text " * 300}]
+    return out
+
+
+def test_pre_compact_runs_before_a_manual_compaction_summarises(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path
 ) -> None:
     import asyncio
 
     configure(home, "PreCompact", ("manual", hook_cmd(), {}))
-    agent = make_agent()
-    asyncio.run(agent.compact("keep the API notes"))
+    assert asyncio.run(make_agent().compact("x")) is None and runs(workspace) == []  # nothing to compact
+    server.add(Reply(content="## Goal\nkeep going\n## Done\n- questions answered"))
+    agent = make_agent(messages=long_history())
+    assert asyncio.run(agent.compact("keep the API notes")) is not None
     [run] = runs(workspace)
     assert run["payload"]["trigger"] == "manual" and run["payload"]["custom_instructions"] == "keep the API notes"
+
+
+def test_pre_compact_runs_when_the_context_fills_up(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path
+) -> None:
+    configure(home, "PreCompact", ("auto", hook_cmd(), {}))
+
+    def answer(req: RecordedRequest) -> Reply:
+        if "tools" not in req.body:  # a summary request (it may take several)
+            return Reply(content="## Goal\nkeep going\n## Done\n- questions answered")
+        return Reply(content="next")
+
+    server.add(*[answer] * 8)
+    events: list[Event] = []
+    result = make_agent(messages=long_history(), context_window=24_000, on_event=events.append).run_sync("go on")
+    assert result.ok, result.error
+    [run] = runs(workspace)
+    assert run["payload"]["trigger"] == "auto"
+    assert any(isinstance(e, HookRan) and e.hook_event == "PreCompact" for e in events)
 
 
 def test_subagents_run_subagent_stop_and_pre_tool_use_hooks(

@@ -80,3 +80,28 @@ def test_trust_shows_and_changes_the_state_and_reopens_the_session(
     assert "ship" in s.custom_commands()
     config = (tmp_path / "home" / "config.toml").read_text()
     assert json.dumps(str(workspace.resolve())) in config
+
+
+def test_a_commands_allowed_tools_hold_for_its_turn_only(
+    server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kimicode.testing import ToolCall
+    from kimicode.ui import commands
+
+    folder = tmp_path / "claude-home" / "commands"
+    folder.mkdir(parents=True)
+    (folder / "mark.md").write_text("---\nallowed-tools: Bash(touch:*), Bash(\n---\nMark it.\n")
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch marked"})]), Reply(content="Marked."))
+    s = session(server, workspace, monkeypatch)
+    asked: list[Any] = []
+    s.agent.approve = lambda req: asked.append(req) or False
+    before = s.agent.policy
+
+    async def go() -> None:
+        await commands.dispatch(s, "/mark")
+        await s.agent.aclose()
+
+    asyncio.run(go())
+    assert (workspace / "marked").exists() and not asked  # allowed without a question, inside its turn
+    assert s.agent.policy.rules.allow == before.rules.allow  # and gone afterwards
+    assert "allowed-tools 'Bash(' ignored" in output(s)

@@ -335,3 +335,18 @@ def test_an_error_reply_with_retry_after_in_the_body(tmp_path: Path) -> None:
 
         events = asyncio.run(run())
     assert events[0].delay == 0.05
+
+
+def test_a_second_cut_points_at_the_complete_output_not_a_partial_copy(tmp_path: Path) -> None:
+    from kimicode.context.output import cap_output
+    from kimicode.context.prune import placeholder
+
+    spill_dir = tmp_path / "spill"
+    full = "\n".join(f"line {i} " + "x" * 60 for i in range(5_000))
+    first = cap_output(full, 20_000, spill_dir, "bash")
+    [saved] = list(spill_dir.iterdir())
+    assert saved.read_text() == full
+    second = cap_output(first, 4_000, spill_dir, "tool")  # capped again (a smaller window's cap)
+    third = placeholder({"role": "tool", "tool_call_id": "c1", "content": second}, ("bash", "{}"), 900, spill_dir)
+    assert str(saved) in second and str(saved) in third
+    assert list(spill_dir.iterdir()) == [saved]  # no 3.5 KB / 40 KB partial copies

@@ -142,15 +142,15 @@ def test_cli_schema_file_invalid_then_valid_json_result(cli: Callable[..., tuple
     assert result["attempts"] == 2 and result["num_turns"] == 2
 
 
-def test_cli_never_valid_exits_5(cli: Callable[..., tuple[int, str, str]], server: FakeServer) -> None:
+def test_cli_never_valid_exits_6(cli: Callable[..., tuple[int, str, str]], server: FakeServer) -> None:
     server.add(*(Reply(content="no JSON, sorry") for _ in range(3)))
     code, out, err = cli("-p", "release?", "--json-schema", json.dumps(SCHEMA))
-    assert code == 5 and out == ""
+    assert code == 6 and out == ""
     assert "invalid_output: the answer did not match the output schema after 3 attempts" in err
     server.add(*(Reply(content="{}") for _ in range(3)))
     code, out, _ = cli("-p", "release?", "--json-schema", json.dumps(SCHEMA), "--output-format", "json")
     result = json.loads(out)
-    assert code == 5 and result["status"] == "invalid_output" and result["structured_output"] is None
+    assert code == 6 and result["status"] == "invalid_output" and result["structured_output"] is None
     assert any("'version' is a required property" in p for p in result["validation_errors"])
 
 
@@ -200,3 +200,17 @@ def test_stream_input_with_a_schema_and_bad_flags(cli: Callable[..., tuple[int, 
     assert code == 2 and "--output-format stream-json" in err
     code, _, err = cli("-p", "x", "--input-format", "stream-json", "--output-format", "stream-json", stdin="")
     assert code == 2
+
+
+def test_schemas_with_refs(make_agent: Callable[..., Any], server: FakeServer) -> None:
+    """Local $refs work; a remote or dangling one is refused before anything is sent (nothing is fetched)."""
+    for bad in ({"$ref": "https://example.com/schema.json"}, {"properties": {"a": {"$ref": "#/$defs/gone"}}}):
+        with pytest.raises(UsageError, match="cannot be resolved"):
+            asyncio.run(make_agent().run("x", output_type=bad))
+    assert server.requests == []
+    schema = {"$defs": {"v": {"type": "string"}}, "type": "object", "required": ["a"],
+              "properties": {"a": {"$ref": "#/$defs/v"}}}
+    server.add(Reply(content='{"a": 1}'), Reply(content='{"a": "x"}'))
+    result = asyncio.run(make_agent().run("x", output_type=schema))
+    assert result.output == {"a": "x"}
+    assert "a: 1 is not of type 'string'" in server.requests[1].body["messages"][-1]["content"]

@@ -56,6 +56,17 @@ def mcp_entries(servers: list[Any] | None) -> dict[str, dict[str, Any]]:
     return out
 
 
+def warm_up() -> None:
+    """Import the HTTP stack and load the TLS context (a second or more on a busy machine) before the first
+    prompt needs them: an editor opens the session and the user types in the meantime."""
+    try:
+        from kimicode.llm.client import shared_ssl_context
+
+        shared_ssl_context()
+    except Exception as exc:  # only a head start: the first prompt does it again and reports a real failure
+        log.warning("warming up the model client: %s", exc)
+
+
 class KimicodeAcp:
     """The ACP `Agent`: sessions are kimicode Agents, built like the terminal's from `settings` (the flags
     of `kimicode acp`, AgentOptions field names) and the session's working directory."""
@@ -65,6 +76,7 @@ class KimicodeAcp:
         self.sessions: dict[str, AcpSession] = {}
         self.conn: Any = None
         self.caps: Any = None
+        self.warming: asyncio.Future[None] | None = None
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -74,6 +86,8 @@ class KimicodeAcp:
         from kimicode._version import __version__
 
         self.caps = client_capabilities
+        if self.warming is None:  # the model client's imports and TLS context, while the editor opens a session
+            self.warming = asyncio.ensure_future(asyncio.to_thread(warm_up))
         return InitializeResponse(
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(
@@ -94,6 +108,7 @@ class KimicodeAcp:
         from kimicode.agent.options import AgentOptions
         from kimicode.config.endpoint import ConfigError, kimicode_home
         from kimicode.config.settings import load_settings
+        from kimicode.session.lock import SessionBusyError
         from kimicode.session.store import SessionError
 
         workspace = Path(cwd)
@@ -118,6 +133,8 @@ class KimicodeAcp:
                 agent = Agent(options_for(workspace), approve=approver)
             else:
                 agent = Agent.resume(resume, options=options_for, approve=approver, workspace=workspace)
+        except SessionBusyError as exc:  # open in a terminal or another editor: say so, do not take it over
+            raise RequestError(-32603, str(exc), {"kind": "session_busy", "sessionId": resume}) from None
         except SessionError as exc:
             raise RequestError(-32002, str(exc), {"sessionId": resume}) from None  # ACP's "resource not found"
         except (ConfigError, ValueError, TypeError) as exc:
@@ -176,6 +193,8 @@ class KimicodeAcp:
             session.cancel()
 
     async def aclose(self) -> None:
+        if self.warming is not None:
+            await asyncio.wait([self.warming])
         for session in list(self.sessions.values()):
             try:
                 await session.agent.aclose()
@@ -188,7 +207,7 @@ class _Pipe(asyncio.streams.FlowControlMixin):
     """The write side of the protocol pipe (drain waits while the editor is not reading)."""
 
 
-async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def protocol_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Streams on stdin and on a private copy of stdout; fd 1 then points at stderr."""
     loop = asyncio.get_running_loop()
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
@@ -203,7 +222,7 @@ async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
 async def serve(settings: dict[str, Any] | None = None) -> int:
     """Serve ACP on stdin/stdout until the editor closes stdin; returns the exit code."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="kimicode acp: %(levelname)s %(message)s")
-    reader, writer = await _stdio()
+    reader, writer = await protocol_streams()
     agent = KimicodeAcp(settings)
     try:
         await run_agent(cast(acp.Agent, agent), writer, reader)  # implements the methods kimicode serves

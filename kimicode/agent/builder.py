@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kimicode.agent.sysprompt import PromptParts, build_system_prompt
@@ -73,7 +74,7 @@ def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool
     agent.session_id = o.session_id or new_session_id()
     agent.log = SessionLog(agent.home / "sessions", agent.session_id) if o.persist else None
     spill = agent.log.spill_dir if agent.log else None
-    agent.ctx = ToolContext(workspace=agent.workspace, session_dir=spill)
+    agent.ctx = ToolContext(workspace=agent.workspace, session_dir=spill, extra_dirs=o.add_dirs)
     agent.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
     if spill is not None:  # bound the disk the session's saved tool outputs may use
         set_spill_limit(spill, cfg.spill_max_bytes)
@@ -148,10 +149,10 @@ def confine(agent: Agent) -> None:
         sandboxed = not agent.sandbox.auto  # auto confines what runs unasked; it changes no decision
     agent.policy = Policy(
         rules, kimicode_home=agent.home, sandboxed=sandboxed, workspace=agent.workspace,
-        session_dir=agent.ctx.session_dir, read_only_sandbox=agent.sandbox is not None,
+        session_dir=agent.ctx.session_dir, read_only_sandbox=agent.sandbox is not None, extra_dirs=o.add_dirs,
     )
     if agent.sandbox is not None:  # the places read(...) rules open are visible in the sandbox too
-        agent.sandbox = dataclasses.replace(agent.sandbox, visible=tuple(agent.policy.read_rule_roots()))
+        agent.sandbox = dataclasses.replace(agent.sandbox, visible=(*agent.policy.read_rule_roots(), *o.add_dirs))
         if ours:
             agent.tools.add(bash_tool(agent.sandbox))
     agent.ctx.env = scrub_env(
@@ -185,8 +186,16 @@ def prompt_parts(agent: Agent) -> PromptParts:
         profile_addition=agent.profile.prompt_addition,
         custom=o.system_prompt,
         instructions=instructions,
-        append=o.append_system_prompt,
+        append="\n\n".join(filter(None, [o.append_system_prompt, _added_dirs(o.add_dirs)])) or None,
     )
+
+
+def _added_dirs(dirs: tuple[Path, ...]) -> str:
+    """What the model is told of `--add-dir` directories."""
+    if not dirs:
+        return ""
+    return ("Besides the workspace, the user gave you these directories to read and change files in (use "
+            "absolute paths for them): " + ", ".join(str(d) for d in dirs) + ".")
 
 
 def system_prompt(agent: Agent) -> str:

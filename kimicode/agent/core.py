@@ -417,7 +417,6 @@ class Agent(Explorer):
         return self._event_stream(lambda emit: self._compact(instructions, emit))
 
     async def _compact(self, instructions: str | None, emit: Emit) -> CompactionResult | None:
-        await hooking.pre_compact(self, "manual", instructions, emit)  # PreCompact hooks
         client = await self._ensure_client()
         self.context.set_window(self.context_window, self.answer_reserve)
         kinds = {t.name: t.kind for t in self.tools}

@@ -108,10 +108,16 @@ def install(agent: Agent, default_tools: bool) -> Extras:
     from kimicode.agent.hooking import load as load_hooks
 
     extras.hooks = load_hooks(agent)
+    if extras.hooks is not None:
+        from kimicode.agent.hooking import watch_compaction
+
+        watch_compaction(agent)  # PreCompact hooks
     _discover(agent, extras)
     if default_tools:
         _choose_edit_tool(agent)
         agent.tools.add(_web_fetch(agent))
+        if (search := _web_search(agent)) is not None:
+            agent.tools.add(search)
         agent.tools.add(extras.todos.tool())
         from kimicode.agent.subagent import TaskRunner
 
@@ -228,6 +234,27 @@ def _web_fetch(agent: Agent) -> Tool:
 
     web = agent.settings.config.web_fetch
     return web_fetch_tool(web.max_chars, web.max_redirects, web.timeout)
+
+
+def _web_search(agent: Agent) -> Tool | None:
+    """`[web_search]`: Moonshot's built-in `$web_search` on Moonshot's endpoint (`auto`) or when named, a
+    configured provider's `web_search` tool, or none (tools/websearch.py)."""
+    from urllib.parse import urlsplit
+
+    from kimicode.tools.websearch import MOONSHOT_PRICE, Provider, moonshot_web_search, provider_web_search
+
+    search = agent.settings.config.web_search
+    name = search.provider
+    host = urlsplit(agent.endpoint.base_url).hostname or ""
+    if name == "moonshot" or (name == "auto" and host.endswith(("moonshot.ai", "moonshot.cn"))):
+        price = search.price_per_search
+        return moonshot_web_search(price if price is not None else MOONSHOT_PRICE)
+    try:
+        provider = Provider.from_settings(search.model_dump(exclude_none=True)) if name != "auto" else None
+    except ValueError as exc:
+        agent.notify(f"{exc}: no web_search tool", "warning")
+        return None
+    return provider_web_search(provider) if provider is not None else None
 
 
 def _install_vision(agent: Agent) -> None:

@@ -236,10 +236,15 @@ async def notify(agent: Agent, message: str, kind: str, emit: Emit | None) -> No
         await fire(agent, "Notification", (kind,), emit, message=message, notification_type=kind)
 
 
-async def pre_compact(agent: Agent, trigger: str, instructions: str | None, emit: Emit | None) -> None:
-    """PreCompact hooks (`manual` for /compact, `auto` when the context fills up)."""
-    if agent.extras.hooks is not None:
+def watch_compaction(agent: Agent) -> None:
+    """Run PreCompact hooks when a compaction is about to summarise: `manual` for /compact
+    (`agent.compact()`), `auto` when the context fills up or the server said it was too long."""
+
+    async def before(reason: str, instructions: str | None, emit: Emit) -> None:
+        trigger = "manual" if reason == "manual" else "auto"
         await fire(agent, "PreCompact", (trigger,), emit, trigger=trigger, custom_instructions=instructions or "")
+
+    agent.context.before_compact = before
 
 
 async def session_end(agent: Agent, reason: str) -> None:

@@ -118,6 +118,9 @@ class AgentOptions:
     on_switch: SwitchPolicy | None = None
     """What a change of model does to earlier assistant messages (`keep`, `strip`, `compact`); None: the
     model's `on_switch`, else `[model] on_switch`, else the model profile's default (docs/models.md)."""
+    add_dirs: tuple[Path, ...] = ()
+    """More directories the tools may work in besides the workspace (`--add-dir`): reads, and writes by the
+    permission mode as in the workspace; the sandbox shows them read-only (docs/terminal.md)."""
     response_format: Mapping[str, Any] | None = field(default=None, hash=False)
     """Sent as each request's `response_format` (`{"type": "json_schema", ...}`); structured output sets it
     where the server honours it (agent/structured.py, docs/servers.md)."""
@@ -159,6 +162,11 @@ class AgentOptions:
             if value is not None and not isinstance(value, kind):
                 raise TypeError(f"{name} must be a {kind.__module__}.{kind.__name__} or None "
                                 f"(got {type(value).__name__})")
+        dirs = (self.add_dirs,) if isinstance(self.add_dirs, str | os.PathLike) else self.add_dirs
+        found = tuple(Path(d).expanduser().resolve() for d in dirs or ())
+        if missing := [str(d) for d in found if not d.is_dir()]:
+            raise ValueError(f"add_dirs: not a directory: {', '.join(missing)}")
+        set_(self, "add_dirs", found)
         if self.response_format is not None and not isinstance(self.response_format, Mapping):
             raise TypeError(f"response_format must be a dict or None (got {type(self.response_format).__name__})")
         if self.prices is not None:

@@ -99,6 +99,7 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     emit(ContextUpdated(used, agent.effective_window, cached_t))
     return completion
 
+
 def truncation(agent: Agent, finish_reason: str | None) -> str:
     """Why an answer cut at its token limit is not a success ("" when it is): only a limit the user set,
     sent whole, may cut an answer; one kimicode chose or lowered to fit the window never passes as done."""
@@ -134,6 +135,7 @@ async def discover_window(agent: Agent, emit: Callable[[Event], None]) -> None:
     if info.tools_rendered is False:
         agent.context.accountant.tools_in_prompt = False  # /props: the chat template leaves tools out
     restore_calibration(agent, info.fingerprint, emit)
+    agent.context.server_counts = info.counts and not info.cached
     found = info.window
     if agent._window_source in ("flag", "config") or not found:
         return
@@ -151,8 +153,6 @@ async def discover_window(agent: Agent, emit: Callable[[Event], None]) -> None:
         emit(ContextUpdated(agent.context.used, agent.context_window))
     else:
         agent._window_source = "server"
-    if info.counts and not info.cached:
-        agent.context.server_counts = True
 
 
 def restore_calibration(agent: Agent, fingerprint: str, emit: Callable[[Event], None]) -> None:

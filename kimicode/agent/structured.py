@@ -78,26 +78,40 @@ class OutputSpec:
         return spec
 
     def check_schema(self) -> None:
+        """UsageError for a schema that is not valid JSON Schema or has a `$ref` that cannot be resolved in it
+        (nothing is fetched: a remote schema must be inlined, e.g. under `$defs`)."""
         from jsonschema import Draft202012Validator
         from jsonschema.exceptions import SchemaError
+        from referencing import Registry
+        from referencing.exceptions import Unresolvable
+        from referencing.jsonschema import DRAFT202012
 
         try:
             Draft202012Validator.check_schema(self.schema)
         except SchemaError as exc:
             raise errors.UsageError(f"the output schema is not valid JSON Schema: {exc.message}") from None
+        resolver = Registry().with_resource("", DRAFT202012.create_resource(dict(self.schema))).resolver()
+        for ref in _refs(self.schema):
+            try:
+                resolver.lookup(ref)
+            except Unresolvable:
+                raise errors.UsageError(f"the output schema's $ref {ref!r} cannot be resolved (kimicode fetches "
+                                        "nothing: put the referenced schema under $defs)") from None
 
     def check(self, answer: str) -> tuple[Any, list[str]]:
         """(the value, []) for a valid answer, or (None, what is wrong)."""
         from jsonschema import Draft202012Validator
+        from referencing.exceptions import Unresolvable
 
         try:
             data = parse_answer(answer)
         except ValueError as exc:
             return None, [str(exc)]
-        problems = [
-            f"{'/'.join(str(p) for p in err.absolute_path) or '(root)'}: {err.message}"
-            for err in sorted(Draft202012Validator(self.schema).iter_errors(data), key=lambda e: list(e.absolute_path))
-        ]
+        try:
+            found = sorted(Draft202012Validator(self.schema).iter_errors(data), key=lambda e: list(e.absolute_path))
+        except Unresolvable as exc:  # a $ref check_schema could not see (under a nested $id): the run fails clearly
+            return None, [f"(schema): the output schema has a $ref that cannot be resolved: {exc}"]
+        problems = [f"{'/'.join(str(p) for p in err.absolute_path) or '(root)'}: {err.message}" for err in found]
         if problems:
             return None, problems
         if self.model is not None:
@@ -110,6 +124,17 @@ class OutputSpec:
     def response_format(self) -> dict[str, Any]:
         name = re.sub(r"[^A-Za-z0-9_-]", "_", self.name)[:64] or "output"
         return {"type": "json_schema", "json_schema": {"name": name, "schema": dict(self.schema), "strict": False}}
+
+
+def _refs(node: Any) -> list[str]:
+    """Every `$ref` in a schema."""
+    if isinstance(node, Mapping):
+        own = [str(node["$ref"])] if isinstance(node.get("$ref"), str) else []
+        return own + [r for key, value in node.items() if key not in ("const", "enum", "default", "examples")
+                      for r in _refs(value)]
+    if isinstance(node, list):
+        return [r for item in node for r in _refs(item)]
+    return []
 
 
 def _name(output_type: Any) -> str:

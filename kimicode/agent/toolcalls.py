@@ -77,7 +77,10 @@ async def run_tools(
                 await before_change(agent, emit)  # a snapshot before the turn's first change
         results = await asyncio.gather(*(execute(agent, prep, emit) for prep in batch))
         for prep, content in zip(batch, results, strict=True):
-            agent._commit({"role": "tool", "tool_call_id": prep.call_id, "content": content}, emit)
+            result = {"role": "tool", "tool_call_id": prep.call_id, "content": content}
+            if prep.name.startswith("$"):  # a server's built-in function (Moonshot's $web_search) wants its name
+                result["name"] = prep.name
+            agent._commit(result, emit)
             pending[:] = [c for c in pending if c.get("id") != prep.call_id]
         i += len(batch)
     attached = [(prep.call_id, prep.name, prep.images) for prep in prepared if prep.images]

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,6 +29,24 @@ MAX_BRANCHES = 16
 WORKSPACE_KINDS = ("worktree", "copy")
 
 OnUpdate = Callable[[Branch], None]
+OnEvent = Callable[[Branch, Any], None]
+INHERIT: Any = object()
+"""`approve=INHERIT` (the default): the branches ask through the parent's approval function."""
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """Who hears of the branches' progress, and who approves their calls."""
+
+    on_update: OnUpdate | None
+    on_event: OnEvent | None
+    approve: Any
+
+    def for_branch(self, b: Branch) -> Callable[[Any], None] | None:
+        hook = self.on_event
+        if hook is None:
+            return None
+        return lambda event: hook(b, event)
 
 
 class Engine(Protocol):
@@ -76,8 +95,14 @@ async def explore(
     workspace: str = "worktree",
     engine: Engine | None = None,
     on_update: OnUpdate | None = None,
+    on_event: OnEvent | None = None,
+    approve: Any = INHERIT,
 ) -> Exploration:
-    """Run `prompt` in `n` branches of `parent`'s session; see `Agent.explore` and docs/branches.md."""
+    """Run `prompt` in `n` branches of `parent`'s session; see `Agent.explore` and docs/branches.md.
+
+    `on_event(branch, event)` sees every event of the branches run in this process (the terminal's live
+    table counts their steps); `approve` replaces the parent's approval function in the branches (None:
+    nothing is asked, what the rules do not allow is refused)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("the prompt must be a non-empty str")
     check_arguments(parent, n, pick, workspace, verify, verify_timeout)
@@ -96,33 +121,39 @@ async def explore(
         parent.log.keep()  # found by id later (`kimicode branches apply`), even before its first prompt
     rec.save(home)
     job = Job(prompt, verify, float(verify_timeout), rec.base_messages, parent.session_id, timeout)
-    return await _run(parent, rec, job, workspace=workspace, engine=engine, on_update=on_update,
+    hooks = Hooks(on_update, on_event, parent.approve if approve is INHERIT else approve)
+    return await _run(parent, rec, job, workspace=workspace, engine=engine, hooks=hooks,
                       judge_model=judge_model, apply=apply)
 
 
 async def _run(parent: Any, rec: ExplorationRecord, job: Job, *, workspace: str, engine: Engine | None,
-               on_update: OnUpdate | None, judge_model: str | None, apply: bool) -> Exploration:
+               hooks: Hooks, judge_model: str | None, apply: bool) -> Exploration:
     home = Path(parent.home)
 
     def changed(b: Branch) -> None:
         rec.save(home)
-        if on_update is not None:
-            on_update(b)
+        if hooks.on_update is not None:
+            hooks.on_update(b)
 
     todo = [b for b in rec.branches if not b.finished]
     agents: dict[str, Any] = {}
+
+    async def open_branch(b: Branch) -> Any:
+        agent = await asyncio.to_thread(_open_branch, parent, rec, b, workspace, hooks)
+        if agent is not None:
+            agents[b.id] = agent
+        changed(b)
+        return agent
+
     try:
-        for b in todo:
-            agent = await asyncio.to_thread(_open_branch, parent, rec, b, workspace)
-            if agent is not None:
-                agents[b.id] = agent
-            changed(b)
-        runnable = [b for b in todo if b.id in agents]
         if engine is None:
-            await _run_local(parent, runnable, agents, job, changed)
+            await _run_local(todo, open_branch, job, changed)
         else:
-            for agent in agents.values():
-                await agent.aclose()  # the workers resume the branches from their logs
+            for b in todo:
+                agent = await open_branch(b)
+                if agent is not None:
+                    await agent.aclose()  # the workers resume the branches from their logs
+            runnable = [b for b in todo if b.id in agents]
             async for done in engine.run(parent, rec, job, runnable):
                 mine = rec.branch(done.id)
                 mine.__dict__.update(done.__dict__)
@@ -138,21 +169,25 @@ async def _run(parent: Any, rec: ExplorationRecord, job: Job, *, workspace: str,
         for agent in agents.values():
             with contextlib.suppress(Exception):
                 await agent.aclose()
-    return await _conclude(parent, rec, agents, judge_model=judge_model, apply=apply)
+    # branches that ran elsewhere are read back from their logs (the local fork objects never ran the turn)
+    return await _conclude(parent, rec, agents if engine is None else {}, judge_model=judge_model, apply=apply)
 
 
-def _open_branch(parent: Any, rec: ExplorationRecord, b: Branch, workspace: str) -> Any:
+def _open_branch(parent: Any, rec: ExplorationRecord, b: Branch, workspace: str, hooks: Hooks) -> Any:
     """The branch's agent: a new fork in a new tree, or (resuming) its session continued from its log."""
+    collaborators = {"approve": hooks.approve, "on_event": hooks.for_branch(b)}  # never the parent's hook
     if b.session_id and b.workspace and Path(b.workspace).is_dir():
         return type(parent).resume(b.session_id, options=parent.options, workspace=b.workspace,
-                                   approve=parent.approve, **_variant(parent, b))
+                                   **collaborators, **_variant(parent, b))
     try:
         tree = create_tree(Path(parent.workspace), Path(parent.home), rec.parent_session, b.k, workspace)
     except TreeError as exc:
         b.status, b.error = "error", str(exc)
         return None
-    child = parent.fork(workspace=tree.workspace, **_variant(parent, b))
+    child = parent.fork(workspace=tree.workspace, **collaborators, **_variant(parent, b))
     child.record_settings("branch", fork_tree=tree.record(), exploration=rec.id, branch=b.id)
+    if child.log is not None:
+        child.log.keep()  # on disk now: a Ray worker, or a resume, opens the branch from its log
     b.session_id, b.workspace, b.tree = child.session_id, str(tree.workspace), tree.record()
     return child
 
@@ -167,9 +202,13 @@ def _variant(parent: Any, b: Branch) -> dict[str, Any]:
     return out
 
 
-async def _run_local(parent: Any, branches: Sequence[Branch], agents: dict[str, Any], job: Job,
+async def _run_local(todo: Sequence[Branch], open_branch: Callable[[Branch], Awaitable[Any]], job: Job,
                      changed: OnUpdate) -> None:
-    """Every branch at once on this event loop, in a context with one shared HTTP pool and window lookup."""
+    """Every branch at once on this event loop, in a context with one shared HTTP pool and window lookup.
+
+    Each branch starts as soon as its workspace exists, while the next one is being made: with a model
+    that takes seconds per step, making the workspaces (one after the other: git serialises them anyway)
+    costs the exploration little more than making the first one."""
     from kimicode.llm.client import new_http_client, share_connections
     from kimicode.llm.discovery import share_windows
     from kimicode.llm.ratelimit import SharedRateLimiter
@@ -178,8 +217,12 @@ async def _run_local(parent: Any, branches: Sequence[Branch], agents: dict[str, 
     http = new_http_client()
     ctx = share_connections(http)
     ctx.run(share_windows)
-    tasks = [asyncio.create_task(run_branch(agents[b.id], b, job, gate, changed), context=ctx) for b in branches]
+    tasks: list[asyncio.Task[Branch]] = []
     try:
+        for b in todo:
+            agent = await open_branch(b)
+            if agent is not None:
+                tasks.append(asyncio.create_task(run_branch(agent, b, job, gate, changed), context=ctx))
         if tasks:
             await asyncio.gather(*tasks)
     finally:
@@ -219,7 +262,7 @@ async def _judge(parent: Any, exploration: Exploration, pool: list[Branch], mode
                  fallback: tuple[Branch | None, str]) -> tuple[Branch | None, str]:
     """Ask `model` (a fork of the parent: it knows the task) to compare the candidates' diffs."""
     diffs = {b.id: await asyncio.to_thread(exploration.diff, b) for b in pool}
-    judge = parent.fork(model=model, persist=False, tools=[])
+    judge = parent.fork(model=model, persist=False, tools=[], approve=None, on_event=None)
     try:
         result = await judge.run(judge_prompt(pool, diffs, exploration.record.verify))
         from kimicode.branches.run import branch_cost
@@ -236,7 +279,8 @@ async def _judge(parent: Any, exploration: Exploration, pool: list[Branch], mode
 
 
 async def resume_exploration(parent: Any, rec: ExplorationRecord, *, engine: Engine | None = None,
-                             on_update: OnUpdate | None = None, judge_model: str | None = None,
+                             on_update: OnUpdate | None = None, on_event: OnEvent | None = None,
+                             approve: Any = INHERIT, judge_model: str | None = None,
                              apply: bool = True, timeout: float | None = None) -> Exploration:
     """Finish an interrupted exploration: finished branches are kept, the others continue from their logs
     (or start, if they never did). `parent` is the exploration's session, resumed."""
@@ -247,5 +291,6 @@ async def resume_exploration(parent: Any, rec: ExplorationRecord, *, engine: Eng
     rec.status = "running"
     job = Job(rec.prompt, rec.verify, rec.verify_timeout, rec.base_messages, rec.parent_session, timeout)
     kind = next((str(b.tree.get("kind")) for b in rec.branches if b.tree), "worktree")
+    hooks = Hooks(on_update, on_event, parent.approve if approve is INHERIT else approve)
     return await _run(parent, rec, job, workspace=kind if kind in WORKSPACE_KINDS else "worktree", engine=engine,
-                      on_update=on_update, judge_model=judge_model, apply=apply)
+                      hooks=hooks, judge_model=judge_model, apply=apply)

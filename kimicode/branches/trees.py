@@ -36,14 +36,26 @@ def create_tree(workspace: Path, home: Path, parent_session: str, k: int, kind: 
     try:
         return make_tree(kind, workspace, home, name, branch=branch)
     except (CheckpointError, OSError) as exc:
+        why = _plain(exc, root.parent)  # before cleaning up: the half-made tree is what filled the disk
         _clean(workspace, root, branch)
-        raise TreeError(f"could not create branch {k}'s workspace: {_plain(exc)}") from exc
+        raise TreeError(f"could not create branch {k}'s workspace: {why}") from exc
 
 
-def _plain(exc: BaseException) -> str:
+FULL_BELOW = 1 << 20
+"""Bytes free under which a failed creation is put down to a full disk (git's own messages rarely say so)."""
+
+
+def _plain(exc: BaseException, where: Path) -> str:
     text = str(exc)
-    full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left" in text or "disk is full" in text
-    return f"the disk is full ({text})" if full and "disk" not in text else text
+    full = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left" in text
+    try:
+        st = os.statvfs(where)
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = FULL_BELOW
+    if full or free < FULL_BELOW:
+        return f"the disk holding {where} is full ({free // 1024} KB free; {text})"
+    return text
 
 
 def _clean(workspace: Path, root: Path, branch: str) -> None:

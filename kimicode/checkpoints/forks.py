@@ -90,15 +90,28 @@ def _carry_over(home: Path, top: Path, root: Path) -> None:
     target.git_dir, target.index = CheckpointStore(home, top).git_dir, target.dir / "fork-index"
     try:
         target.dir.mkdir(parents=True, exist_ok=True)
-        tracked = set(_git(root, "ls-files", "-z").split("\0")) - {""}
-        wanted = set(target.git("ls-tree", "-r", "-z", "--name-only", snap.id).decode(
-            "utf-8", "surrogateescape").split("\0")) - {""}
-        for rel in tracked - wanted:
+        checked_out = _entries(_git(root, "ls-tree", "-r", "-z", "HEAD").encode("utf-8", "surrogateescape"))
+        wanted = _entries(target.git("ls-tree", "-r", "-z", snap.id))
+        for rel in checked_out.keys() - wanted.keys():
             (root / rel).unlink(missing_ok=True)
+        differ = [rel for rel, entry in wanted.items() if checked_out.get(rel) != entry]
         target.git("read-tree", snap.id)
-        target.git("checkout-index", "-a", "-f")
+        if differ:  # only what differs from HEAD, already checked out: a 10,000-file tree is not written twice
+            names = "\0".join(differ).encode("utf-8", "surrogateescape") + b"\0"
+            target.git("checkout-index", "-f", "-z", "--stdin", input=names)
     finally:
         target.index.unlink(missing_ok=True)
+
+
+def _entries(listing: bytes) -> dict[str, tuple[str, str]]:
+    """`git ls-tree -r -z` output as {path: (mode, object id)}."""
+    out: dict[str, tuple[str, str]] = {}
+    for item in listing.decode("utf-8", "surrogateescape").split("\0"):
+        if "\t" in item:
+            head, path = item.split("\t", 1)
+            mode, _kind, oid = head.split(" ", 2)
+            out[path] = (mode, oid)
+    return out
 
 
 def remove_tree(info: dict[str, Any]) -> str:

@@ -51,3 +51,11 @@ def acp_command(
     from kimicode.acp import serve
 
     raise typer.Exit(asyncio.run(serve(settings)))
+
+
+def run_acp(args: list[str]) -> None:
+    """`kimicode acp ARGS` without loading the main application (the editor waits for `initialize`)."""
+    app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
+                      context_settings={"help_option_names": ["-h", "--help"]})
+    app.command()(acp_command)
+    app(args=args, prog_name="kimicode acp")

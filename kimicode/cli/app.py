@@ -44,8 +44,8 @@ app = typer.Typer(
     "\b\n"
     "Configuration: KIMICODE_HOME/config.toml (yours; a key pasted on first run is stored there, mode\n"
     "0600) and .kimicode/config.toml in the workspace (the project's). `kimicode doctor` checks the setup.\n"
-    "Exit codes: 0 ok, 1 failure, 2 usage, 3 limit, 4 budget, 5 no branch verified (--branches), 75 transient\n"
-    "(retry the job), 130 Ctrl-C, 143 SIGTERM.",
+    "Exit codes: 0 ok, 1 failure, 2 usage, 3 limit, 4 budget, 5 no branch verified (--branches), 6 invalid\n"
+    "structured output, 75 transient (retry the job), 130 Ctrl-C, 143 SIGTERM.",
     add_completion=False,
     no_args_is_help=False,
     rich_markup_mode=None,
@@ -101,7 +101,7 @@ def main(
     ] = False,
     output_schema: Annotated[Path | None, typer.Option(
         "--output-schema", metavar="FILE", help="The final answer must be JSON valid against this JSON Schema "
-        "(sent back to the model with the errors until it is; exit 5 when it never is).")] = None,
+        "(sent back to the model with the errors until it is; exit 6 when it never is).")] = None,
     json_schema: Annotated[str | None, typer.Option(
         "--json-schema", metavar="JSON", help="As --output-schema, with the schema inline.")] = None,
     input_format: Annotated[InputFormat, typer.Option(
@@ -230,6 +230,11 @@ def main(
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
+    add_dir: Annotated[
+        list[Path] | None,
+        typer.Option("--add-dir", metavar="DIR", help="Another directory the agent may read and change files in "
+                     "(as in the workspace; repeatable)."),
+    ] = None,
     first_prompt: Annotated[str | None, typer.Option("--first-prompt", hidden=True)] = None,
 ) -> None:
     """Run kimicode."""
@@ -265,6 +270,11 @@ def main(
         sandbox_network=sandbox_network, scope=scope.value if scope else None,
         on_switch=on_switch.value if on_switch else None, tool_choice=tool_choice,
     )
+    if add_dir:
+        missing = [str(d) for d in add_dir if not d.expanduser().is_dir()]
+        if missing:
+            raise fail(f"--add-dir: not a directory: {', '.join(missing)}")
+        settings["add_dirs"] = tuple(add_dir)
     from kimicode.cli.ci_flags import FlagError, check_budget, ci_settings, read_system_prompt
 
     streaming = input_format is InputFormat.stream_json  # the messages come from stdin (cli/structured_io.py)

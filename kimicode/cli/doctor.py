@@ -79,7 +79,7 @@ def _key_check(settings: Any, model: str | None, base_url: str | None) -> tuple[
     return Check("API key", "ok", f"{mask(endpoint.api_key)} (from {where})"), endpoint, mc
 
 
-def _endpoint_checks(endpoint: Any, mc: Any, key_where: str, timeout: float) -> list[Check]:
+def _endpoint_checks(endpoint: Any, mc: Any, key_where: str, timeout: float, home: Path) -> list[Check]:
     from kimicode.llm.discovery import fetch_models, window_from_models
     from kimicode.llm.profiles import profile_for, profile_with
 
@@ -109,14 +109,80 @@ def _endpoint_checks(endpoint: Any, mc: Any, key_where: str, timeout: float) -> 
                       f"lists: {shown or 'none'}", "pick one with --model or KIMI_MODEL")]
     checks = [Check("endpoint", "ok", f"{url} reachable, model {endpoint.model} listed ({len(ids)} models)")]
     server_window, _ = window_from_models(body, endpoint.model)  # the same reading as window discovery
-    if server_window is not None and server_window < window:
+    info = _discover(endpoint, mc, home, timeout)
+    if info is not None and info.window:
+        server_window = info.window  # llama.cpp's /props (per slot), LiteLLM's /model/info
+    if server_window is not None and server_window < window and mc.context_window:
         fix = f"--context-window {server_window}, or context_window = {server_window} in [models.\"{mc.name}\"]"
-        checks.append(Check("context", "warn", f"kimicode assumes {window:,} tokens but the server allows "
+        checks.append(Check("context", "warn", f"kimicode is set to {window:,} tokens but the server allows "
                             f"{server_window:,}", fix))
-    else:
-        said = f" (server: {server_window:,})" if server_window else " (the server does not say)"
-        checks.append(Check("context", "ok", f"{window:,} tokens{said}"))
+        return checks
+    if server_window:
+        window = server_window
+    said = f" (as the server reports{' per slot' if info and (info.slots or 1) > 1 else ''})" if server_window \
+        else " (the server does not say)"
+    checks.append(_fit_check(window, said, info))
+    checks.append(_calibration_check(endpoint, home, info))
     return checks
+
+
+def _discover(endpoint: Any, mc: Any, home: Path, timeout: float) -> Any:
+    from kimicode.llm.discovery import discover_server
+
+    try:
+        return asyncio.run(discover_server(endpoint.base_url, endpoint.api_key, endpoint.model, home,
+                                           headers=dict(mc.headers), timeout=min(timeout, 5.0)))
+    except Exception:  # discovery is a hint here too: the /models check above reported the endpoint
+        return None
+
+
+def _fit_check(window: int, said: str, info: Any) -> Check:
+    """Whether a request can fit at all: the system prompt and the tools (as the server's template renders
+    them), a short conversation and the smallest answer kimicode asks for."""
+    from kimicode.context.accounting import TokenAccountant
+    from kimicode.context.budget import COMPLETION_FLOOR, Budget, fit_reserve
+    from kimicode.context.tokens import default_counter
+    from kimicode.context.toolfit import TOOLS_SHARE, fit_tools
+    from kimicode.prompts import load_prompt
+    from kimicode.tools.registry import ToolRegistry, builtin_tools
+
+    accountant = TokenAccountant(default_counter())
+    if info is not None and info.tools_rendered is False:
+        accountant.tools_in_prompt = False
+    system = [{"role": "system", "content": load_prompt("system.md")}]
+    tools = ToolRegistry(builtin_tools()).schemas()
+    try:
+        budget = Budget.make(window, fit_reserve(window, 32_768))
+    except ValueError as exc:
+        return Check("context", "fail", f"{window:,} tokens{said}: too small for any request ({exc})",
+                     "give the server a larger context (llama.cpp: -c 8192)")
+    fitted, _ = fit_tools(tools, lambda t: accountant.estimate_unanchored(system, t),
+                          int(budget.input_budget * TOOLS_SHARE))
+    fixed = accountant.estimate_unanchored(system, fitted)
+    how = "; the server's template leaves the tool definitions out" if not accountant.tools_in_prompt else ""
+    if fixed + 512 + COMPLETION_FLOOR > window:
+        return Check("context", "fail", f"{window:,} tokens{said}: the system prompt and tools alone take about "
+                     f"{fixed:,}{how}, so every request would be refused",
+                     "give the server a larger context (llama.cpp: -c 8192; vLLM: --max-model-len)")
+    if len(fitted) < len(tools):
+        return Check("context", "warn", f"{window:,} tokens{said}: only {len(fitted)} of {len(tools)} tools fit "
+                     f"(shortened){how}", "a larger window gives the model every tool")
+    return Check("context", "ok", f"{window:,} tokens{said}; system prompt and tools about {fixed:,}{how}")
+
+
+def _calibration_check(endpoint: Any, home: Path, info: Any) -> Check:
+    """What kimicode has learnt of this server's counts (context/calibration.py), said as it is."""
+    from kimicode.context import calibration
+
+    if info is None:
+        return Check("estimate", "ok", "not calibrated: the server's first answer calibrates it")
+    stored = calibration.load(home, endpoint.base_url, endpoint.model, info.fingerprint)
+    counts = " (the server counts each session's first request itself)" if info.counts else ""
+    if stored is None:
+        return Check("estimate", "ok", f"not calibrated yet: the first answer calibrates it{counts}")
+    tools = "" if stored.get("tools_in_prompt", True) else ", tool definitions not counted by the template"
+    return Check("estimate", "ok", f"calibrated on this server's counts: factor {stored.get('correction')}{tools}"
+                 f"{counts}")
 
 
 def _tool_checks(settings: Any) -> list[Check]:
@@ -176,7 +242,7 @@ def run_checks(
         key, endpoint, mc = _key_check(settings, model, base_url)
         checks.append(key)
         if endpoint is not None:
-            checks.extend(_endpoint_checks(endpoint, mc, endpoint.key_source, timeout))
+            checks.extend(_endpoint_checks(endpoint, mc, endpoint.key_source, timeout, home))
     checks.extend(_tool_checks(settings))
     if settings is not None:
         checks.extend(_mcp_checks(workspace, home, settings))

@@ -20,9 +20,14 @@ def main() -> None:
     from kimicode.procs import harden_process, reap_children
 
     harden_process(subreaper=True)
-    from kimicode.cli.app import run_app
-
     try:
+        if args[:1] == ["acp"]:  # an editor starts it: none of the other commands' imports (cli/acp_cmd.py)
+            from kimicode.cli.acp_cmd import run_acp
+
+            run_acp(args[1:])
+            return
+        from kimicode.cli.app import run_app
+
         run_app()
     finally:
         reap_children()

@@ -38,7 +38,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_LIMIT = 3
 EXIT_BUDGET = 4
-EXIT_INVALID_OUTPUT = 5
+EXIT_INVALID_OUTPUT = 6
 """`--output-schema`/`--json-schema`: no answer matched the schema (status `invalid_output`)."""
 """`--max-budget-usd` stopped the run (status `budget`)."""
 EXIT_TRANSIENT = 75
@@ -264,7 +264,7 @@ def denial_line(ev: PermissionDenied) -> str:
     head = f"kimicode: refused {_call_text(ev.name, ev.arguments)} ({one_line(ev.reason, 200)})"
     if ev.by_rule:
         return f"{head}; a deny rule forbids it"
-    rules = ev.suggestion.splitlines()  # one rule per part of a compound command that needs one
+    rules = (ev.suggestion or "").splitlines()  # one rule per part of a compound command that needs one
     options = [" ".join(f"--allow {shlex.quote(one_line(rule, 200))}" for rule in rules)] if rules else []
     if ev.kind == "edit":
         options.append("--permission-mode accept-edits")
@@ -353,7 +353,7 @@ def add_structured(result: dict[str, Any], outcome: Outcome) -> int | None:
 async def turn_result(agent: Agent, text: str, printer: Printer, spec: OutputSpec | None,
                       start: float) -> tuple[dict[str, Any], TurnFinished, int | None]:
     """Run one task's turn (with `spec`, until its answer matches: agent/structured.py), events through the
-    printer: (the result object, the last TurnFinished, exit 5 when the answer never matched else None)."""
+    printer: (the result object, the last TurnFinished, exit 6 when the answer never matched else None)."""
     outcome: Outcome | None = None
     if spec is None:
         finished = await stream_turn(agent, text, printer)
@@ -371,7 +371,7 @@ async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: f
     """Run one task to completion; Ctrl-C (exit 130) and SIGTERM (exit 143) interrupt it cleanly.
 
     With `budget` (dollars) the run stops once its cost passes it: status `budget`, exit 4. With `spec`
-    (`--json-schema`) the answer must match it (agent/structured.py): `structured_output`, else exit 5.
+    (`--json-schema`) the answer must match it (agent/structured.py): `structured_output`, else exit 6.
     """
     over: list[float] = []
     if budget is not None:  # the batch package is not needed otherwise (~10 ms of imports)

@@ -35,7 +35,7 @@ VALUE_OPTIONS = {
     "-p", "--print", "--output-format", "-m", "--model", "--base-url", "--thinking", "--max-turns",
     "-C", "--cwd", "--permission-mode", "--max-retries", "--request-timeout", "--allow", "--deny", "--sandbox",
     "--context-window", "--append-system-prompt", "--system-prompt-file", "--max-budget-usd", "--mcp-config",
-    "--max-tokens", "--add-dir", "--output-schema", "--json-schema", "--input-format",
+    "--max-tokens", "--add-dir", "--output-schema", "--json-schema", "--input-format", "--tool-choice",
 }  # fmt: skip
 """Options of the main command that take a value (which may itself look like `-r`)."""
 

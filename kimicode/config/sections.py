@@ -200,6 +200,17 @@ class WebFetch(Section):
     timeout: float = key(DEFAULT_WEB_TIMEOUT, untrusted="lower", gt=0)
 
 
+class WebSearch(Section):
+    """The `web_search` tool's provider (kimicode/tools/websearch.py): never from an untrusted project (it
+    decides where what the model searches for is sent)."""
+
+    provider: Literal["auto", "moonshot", "searxng", "brave", "tavily", "off"] = key("auto")
+    url: str | None = key()
+    api_key_env: str | None = key()
+    max_results: int | None = key(ge=1)
+    price_per_search: float | None = key(ge=0)
+
+
 class Subagents(Section):
     max_turns: int = key(DEFAULT_SUBAGENT_MAX_TURNS, untrusted="lower", ge=1)
     tools: list[str] | None = key()
@@ -241,6 +252,7 @@ class Config(Section):
     auth: Auth = Auth()
     images: Images = Images()
     web_fetch: WebFetch = WebFetch()
+    web_search: WebSearch = WebSearch()
     subagents: Subagents = Subagents()
     checkpoints: Checkpoints = Checkpoints()
 

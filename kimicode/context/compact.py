@@ -504,7 +504,9 @@ async def compact_history(
         recent = body[split:]
     elif split == len(body) and groups and not is_summary(body[groups[-1][0]]):
         start, end = groups[-1]
-        cut = _shrink_group(body[start:end], recent_budget, accountant, spill_dir)
+        kept_prompt = accountant.message_tokens(body[pinned]) if pinned is not None and pinned < start else 0
+        room = min(recent_budget, int((big - fixed - kept_prompt) * 0.8))  # the prompt stays: the rest must fit
+        cut = _shrink_group(body[start:end], room, accountant, spill_dir)
         if cut is not None:
             recent, split, shrunk = cut, start, True
     old = body[:split]

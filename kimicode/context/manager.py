@@ -9,7 +9,7 @@ a `prune` or `compaction` record (see `replay.py`) and is announced with a `Noti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -93,6 +93,8 @@ class ContextManager:
         """Our estimate of the last request sent."""
         self.prunes = 0
         self.compactions = 0
+        self.before_compact: Callable[[str, str | None, Emit], Awaitable[None]] | None = None
+        """Awaited once when a compaction is about to summarise (reason, instructions, emit): PreCompact hooks."""
         self.calibration_source = "none"
         """Where the estimate's correction comes from: `none` (a guess), `server` (this process's counts),
         `restored` (an earlier process's, same server), `probe` (the server counted the request beforehand)."""
@@ -359,7 +361,7 @@ class ContextManager:
 
         A compaction at the threshold that finds nothing to fold says nothing (it would say so every turn)."""
         in_use = self.estimate(messages, tools)
-        announced = [False]
+        announced = [False, False]  # the notice; the PreCompact hooks
 
         def announce() -> None:
             if not announced[0]:
@@ -370,6 +372,9 @@ class ContextManager:
             announce()
 
         async def summarize(request: list[dict[str, Any]]) -> tuple[str, int]:
+            if self.before_compact is not None and not announced[1]:
+                announced[1] = True
+                await self.before_compact(reason, instructions, emit)
             announce()
             return await self._summarize(client, request)
 

@@ -127,8 +127,27 @@ def save_spill(text: str | bytes, spill_dir: Path | None, label: str) -> Spilled
         return Spilled(None, f"it could not be saved ({exc.strerror or exc})")
 
 
+_FULL_OUTPUT = re.compile(r"the full output \([^)]*\) is saved at (\S+?\.txt)")
+
+
+def full_output(text: str, spill_dir: Path | None) -> Path | None:
+    """The file holding the complete output that `text` (an already shortened output) names, if it exists in
+    `spill_dir`: a second cut must point there, not at a copy of the shortened text."""
+    if spill_dir is None or "is saved at" not in text:
+        return None
+    for match in _FULL_OUTPUT.finditer(text):
+        path = Path(match.group(1))
+        if path.parent == spill_dir and path.is_file():
+            return path
+    return None
+
+
 def spill(text: str, spill_dir: Path | None, label: str) -> Path | str:
-    """Save `text` under `spill_dir`; return the path, or a reason why it could not be saved."""
+    """Save `text` under `spill_dir`; return the path, or a reason why it could not be saved. An output that was
+    shortened before and names its complete copy returns that copy (never a partial one)."""
+    whole = full_output(text, spill_dir)
+    if whole is not None:
+        return whole
     saved = save_spill(text, spill_dir, label)
     return saved.path if saved.path is not None else saved.reason
 
@@ -178,12 +197,17 @@ def cap_output(
     cut = text[head_end:tail_start]
     cut_lines = cut.count("\n")
     first_cut_line = text.count("\n", 0, head_end) + 1
-    saved = save_spill(text, spill_dir, label)
+    whole = full_output(text, spill_dir)  # shortened before (a long command's output): the complete copy exists
+    saved = Spilled(whole) if whole is not None else save_spill(text, spill_dir, label)
     total_lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     approx = ""
     if tokens_kept is not None and keep > 0:
         approx = f" (~{round(len(cut) * tokens_kept / max(1, head_end + len(text) - tail_start)):,} tokens)"
-    if saved.path is not None:
+    if whole is not None:
+        size = whole.stat().st_size if whole.exists() else 0
+        detail = (f"; the full output ({size:,} bytes) is saved at {whole}: use read_file with offset/limit or "
+                  "grep on it")
+    elif saved.path is not None:
         detail = (
             f"; the full output ({len(text):,} characters, {total_lines:,} lines) is saved at {saved.path}: "
             f"use read_file with offset/limit (the elided part starts at line {first_cut_line:,}) or grep on it"

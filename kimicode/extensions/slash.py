@@ -8,11 +8,15 @@ Precedence, lowest first: plugins, `~/.claude/commands`, `KIMICODE_HOME/commands
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from kimicode.commands import CustomCommand, load_dir
+from kimicode.config.endpoint import ConfigError
 from kimicode.extensions.discover import discover, plugin_places
 from kimicode.extensions.places import folders
+from kimicode.permissions.policy import Policy, Rule, parse_rule
 
 
 def load_commands(workspace: Path, home: Path, *, trusted: bool) -> dict[str, CustomCommand]:
@@ -27,3 +31,28 @@ def load_commands(workspace: Path, home: Path, *, trusted: bool) -> dict[str, Cu
         out[name] = CustomCommand(name, skill.description, skill.activation(),
                                   skill.folder / "SKILL.md", "skill")
     return dict(sorted(out.items()))
+
+
+def grant(policy: Policy, allowed_tools: Sequence[str], source: str) -> tuple[Policy, list[Rule], list[str]]:
+    """`policy` plus a command's `allowed-tools` as allow rules (Claude Code's `Bash(git add:*)` syntax),
+    for the turn the command starts: (the policy, the rules added, the entries that are not rules). Deny
+    and ask rules still win over them, as over any allow rule."""
+    added: list[Rule] = []
+    problems: list[str] = []
+    for text in allowed_tools:
+        try:
+            added.append(parse_rule(text, source))
+        except (ConfigError, ValueError) as exc:
+            problems.append(f"{source}: allowed-tools {text!r} ignored ({exc})")
+    if not added:
+        return policy, [], problems
+    rules = dataclasses.replace(policy.rules, allow=(*policy.rules.allow, *added))
+    return dataclasses.replace(policy, rules=rules), added, problems
+
+
+def revoke(policy: Policy, added: Sequence[Rule]) -> Policy:
+    """`policy` without the rules `grant` added (rules remembered meanwhile stay)."""
+    if not added:
+        return policy
+    keep = tuple(r for r in policy.rules.allow if not any(r is a for a in added))
+    return dataclasses.replace(policy, rules=dataclasses.replace(policy.rules, allow=keep))

@@ -31,8 +31,10 @@ from kimicode.permissions.engine import (
     _shown,
     _specific_allow,
 )
+from kimicode.permissions.hints import combined_refusal, show_word, suggest_rule
 from kimicode.permissions.policy import Policy, Rule
 from kimicode.permissions.programs import SHELLS, Analysis, analyze, embedded, module_form, out_paths, unwrap
+from kimicode.permissions.searchcheck import sensitive_below
 from kimicode.permissions.shellparse import Redirect, ShellParseError, SimpleCommand, Word, parse
 from kimicode.permissions.shellwords import why_not_static
 from kimicode.permissions.subjects import Place, ToolLike
@@ -170,28 +172,16 @@ def _admit_step(
                 wanting.append(refused)
                 continue
             if refused is not None:
-                return _first_of(wanting) or refused
+                return combined_refusal(wanting) or refused
         if unknown_cwd:
-            return _first_of(wanting) or Decision(
+            return combined_refusal(wanting) or Decision(
                 "ask", f"`{shown}`: the line changes directory in a way that cannot be followed")
         for base in bases:
             problem = (_path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow, analysis)
                        or _git_boundary(cmd, argv, base, ctx, unrestricted))
             if problem is not None:
-                return _first_of(wanting) or problem
-    return _first_of(wanting) or Decision("allow")
-
-
-def _first_of(wanting: Sequence[Decision]) -> Decision | None:
-    """The refusal of the first part no rule admits, its suggestion naming a rule for every such part
-    (one per line), so that allowing what the hint says runs the whole line, not just its first part."""
-    if not wanting:
-        return None
-    rules = list(dict.fromkeys(d.suggestion for d in wanting))
-    reason = wanting[0].reason
-    if len(wanting) > 1:
-        reason += f" (nor {len(wanting) - 1} more part{'s' if len(wanting) > 2 else ''} of the line)"
-    return Decision("ask", reason, "\n".join(rules))
+                return combined_refusal(wanting) or problem
+    return combined_refusal(wanting) or Decision("allow")
 
 
 def _admitted(
@@ -209,7 +199,7 @@ def _admitted(
     texts = [cmd.text]
     module = module_form(argv)
     if module is not None and not cmd.assignments:
-        texts.append(" ".join(_show_word(w) for w in module))  # `python -m pytest` under `bash(pytest*)`
+        texts.append(" ".join(show_word(w) for w in module))  # `python -m pytest` under `bash(pytest*)`
     matched = any(rule.matches_command(t) for rule in patterned for t in texts)
     if analysis.risk is not None:
         reason = f"`{cmd.text}`: {analysis.risk}"
@@ -217,12 +207,8 @@ def _admitted(
             reason += " (allow rules never admit that without asking)"
         return Decision("ask", reason)  # no rule would admit it: suggest none
     if not matched and (cmd.assignments or not (analysis.unsafe is None or argv[0] in _CD)):
-        return Decision("ask", _bash_reason(cmd, mode, allow), _suggest(cmd, None if cmd.assignments else module))
+        return Decision("ask", _bash_reason(cmd, mode, allow), suggest_rule(cmd, None if cmd.assignments else module))
     return None
-
-
-def _show_word(text: str) -> str:
-    return f"'{text}'" if any(c.isspace() for c in text) else text
 
 
 def _git_boundary(cmd: SimpleCommand, argv: Sequence[str], base: Path, ctx: Place,
@@ -250,6 +236,7 @@ def _path_problems(
     `!out` options write, the trees searched, and the redirections of an otherwise admitted command."""
     words = cmd.argv[1:] if cmd.name else cmd.words
     texts = {w.text for w in words}
+    texts |= {w.text.split("=", 1)[1] for w in words if w.text.startswith("-") and "=" in w.text}  # seen below
     glued = [Word(v, v) for v in analysis.values if v not in texts and not v.startswith("-")]
     for word in [*words, *glued]:
         try:
@@ -265,7 +252,7 @@ def _path_problems(
     if written is not None:
         return written
     for root in _search_roots(analysis, base, policy):
-        found = _sensitive_below(root, policy, ctx, read_allow)
+        found = sensitive_below(root, policy, lambda p: _specific_allow(read_allow, p, ctx), lambda p: _shown(p, ctx))
         if found is not None:
             return Decision("ask", f"`{cmd.text}` searches {_shown(root, ctx)}, which holds {found}")
     for redirect in cmd.redirects:
@@ -405,18 +392,6 @@ def _deny_forms(cmd: SimpleCommand) -> list[str]:
     return [cmd.text, *(" ".join(form) for form in unwrap([w.text for w in cmd.argv]))]
 
 
-def _suggest(cmd: SimpleCommand, module: Sequence[str] | None = None) -> str:
-    """A rule that would allow `cmd`: the command itself, or its first words and `*` when it is long.
-    For `python -m MODULE ARGS` the rule names the module's command (`bash(pytest -q)`), which admits
-    both spellings."""
-    text = " ".join(_show_word(w) for w in module) if module else cmd.text
-    if len(text) <= 60 and "(" not in text and ")" not in text:
-        return f"bash({text})"
-    words = list(module) if module else [w.text for w in cmd.words[: len(cmd.assignments) + 2]]
-    head = " ".join(words[:2])
-    return f"bash({head[:60]}*)" if "(" not in head and ")" not in head else ""
-
-
 def _bash_reason(cmd: SimpleCommand, mode: str, allow: Sequence[Rule]) -> str:
     if not allow:
         return f"bash runs commands (permission mode {mode!r})"
@@ -441,7 +416,7 @@ def _word_paths(word: Word, base: Path, policy: Policy, glued: bool = True) -> l
     first = _word_path(word, base, policy)
     out = [first] if first is not None else []
     text = word.text
-    if ":" in text and not word.dynamic:
+    if ":" in text and not word.dynamic and not _URL.match(text):
         rest = text.rsplit(":", 1)[1]
         if rest and not rest.startswith("-"):
             resolved = pathresolve.resolve(rest, base, policy.user_home)
@@ -453,6 +428,8 @@ def _word_paths(word: Word, base: Path, policy: Policy, glued: bool = True) -> l
     return out
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+"""`https://host/x` names no file (`HEAD:.env` and `host:path` do)."""
 _GLUE_SPAN = 12
 """How far into a bundle of short options an attached argument may start (`-abcfNAME`)."""
 
@@ -470,43 +447,6 @@ def _glued_paths(text: str, base: Path, policy: Policy) -> list[Path]:
             raise _Unresolvable(resolved.problem)
         out.append(resolved.path)
     return out
-
-
-_SUSPECT_NAME = re.compile(
-    r"(?i)^\.env|^\.envrc$|^id_|\.(pem|key|p12|pfx|jks|keystore|ppk)$|credential|netrc|npmrc|pypirc|pgpass"
-    r"|my\.cnf$|htpasswd|yarnrc|^\.vault-token$|\.jsonl$"
-)
-_SEARCH_LIMIT = 5000
-
-
-def _sensitive_below(root: Path, policy: Policy, ctx: Place, read_allow: Sequence[Rule]) -> str | None:
-    """A description of a sensitive file a recursive search of `root` would read, or None; a tree too
-    large to check, or one that holds the home directory, counts as holding one."""
-    home = Path(os.path.realpath(policy.user_home))
-    if root == home or root in home.parents or root == Path("/"):
-        return "your home directory's credential stores"
-    seen = 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in (".git", "node_modules", ".venv", "__pycache__")]
-        seen += len(filenames) + len(dirnames)
-        if seen > _SEARCH_LIMIT:
-            return f"more than {_SEARCH_LIMIT} files (too many to check for secrets)"
-        for fname in filenames:
-            path = Path(dirpath) / fname
-            if _SUSPECT_NAME.search(fname) or _linked(path):
-                why = policy.sensitive(path)
-                if why and not _specific_allow(read_allow, path, ctx):
-                    return f"{_shown(path, ctx)} ({why})"
-    return None
-
-
-def _linked(path: Path) -> bool:
-    """A regular file with more than one name (it may be a secret under another name)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return st.st_nlink > 1 and not os.path.islink(path)
 
 
 def _word_path(word: Word, base: Path, policy: Policy) -> Path | None:

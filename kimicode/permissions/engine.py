@@ -289,8 +289,7 @@ def _decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place,
             why = (f"`{unlisted}`: without the OS sandbox only a short list of programs runs without asking "
                    "(docs/permissions.md, \"Without bubblewrap\")")
             return Decision("ask", why, _suggest_rule(unlisted))
-    bare = dataclasses.replace(policy, rules=Rules(deny=policy.rules.deny, ask=policy.rules.ask), sandboxed=False)
-    if decide_bash(tool, args, "plan", ctx, bare).verdict == "allow":
+    if decide_bash(tool, args, "plan", ctx, policy.read_only_view()).verdict == "allow":
         return dataclasses.replace(decision, profile="read-only")
     return decision
 

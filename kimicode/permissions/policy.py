@@ -331,7 +331,10 @@ _TOKEN_MARKER = re.compile(rb"(?i)(_authtoken|_auth\b|password|token|secret)\s*[
 
 
 def _within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+    """`path` is `root` or below it (both resolved; compared as text: `root in path.parents` built every
+    parent, and this runs for each of some 80 credential places per path checked)."""
+    inner, outer = str(path), str(root)
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
 def sensitive_reason(
@@ -515,12 +518,14 @@ class Policy:
     bwrap, `--sandbox off`): the allowance then shrinks to `kimicode.permissions.unsandboxed`."""
     outside_asks: bool = True
     """With a `workspace`: reading outside it asks unless the path is visible (`visible`)."""
+    extra_dirs: tuple[Path, ...] = ()
+    """Directories the user added (`--add-dir`): visible, like the literal roots of `read(...)` rules."""
 
     @cached_property
     def visible(self) -> list[Path]:
         """The places outside the workspace read without asking and shown by the sandbox
         (`kimicode.permissions.visibility`, plus the literal directories of `read(...)` allow rules)."""
-        return visible_roots(self.user_home, [Path("/proc"), Path("/dev"), *self.read_rule_roots()])
+        return visible_roots(self.user_home, [Path("/proc"), Path("/dev"), *self.read_rule_roots(), *self.extra_dirs])
 
     def read_rule_roots(self) -> list[Path]:
         """The literal directories of the absolute and `~` patterns of `read(...)` allow rules."""
@@ -540,6 +545,16 @@ class Policy:
             if joined != "/" and os.path.realpath(joined) != os.path.realpath(self.user_home):
                 roots.append(Path(os.path.realpath(joined)))
         return roots
+
+    def read_only_view(self) -> Policy:
+        """This policy without allow rules and without the sandbox's leniency (deny and ask rules kept):
+        what the read-only allowance alone admits. Shares the visible places already found."""
+        import dataclasses
+
+        bare = dataclasses.replace(self, rules=Rules(deny=self.rules.deny, ask=self.rules.ask), sandboxed=False)
+        if "visible" in self.__dict__:
+            bare.__dict__["visible"] = self.__dict__["visible"]  # the cached_property's own slot
+        return bare
 
     def sensitive(self, path: Path) -> str | None:
         """Why reading (or writing) `path` needs approval: it probably holds secrets, or it lies outside

@@ -72,12 +72,19 @@ def _inner_command(name: str, rest: Sequence[str]) -> list[str] | None:
         return None
     parsed = parse_args(spec, rest)
     if spec.runs >= 0:
-        operands = [w for w in parsed.operands if not _ASSIGNMENT.match(w)]  # `env X=1 cmd` (over-matching
-        return operands[spec.runs :]  # only makes deny rules reach further)
+        operands = _skip_assignments(parsed.operands)  # `env X=1 cmd`, `timeout 5 X=1 cmd` (over-matching
+        return _skip_assignments(operands[spec.runs :])  # only makes deny rules reach further)
     module = [f.value for f in parsed.found if f.option.effect == "module" and f.value]
     if module and _MODULE.fullmatch(module[-1]):
         return [module[-1], *parsed.rest]
     return None
+
+
+def _skip_assignments(words: Sequence[str]) -> list[str]:
+    i = 0
+    while i < len(words) and _ASSIGNMENT.match(words[i]):
+        i += 1
+    return list(words[i:])
 
 
 def module_form(argv: Sequence[str]) -> list[str] | None:
@@ -329,15 +336,19 @@ def _judge_level(name: str, level: Parsed, rest: Sequence[str], out: _Result) ->
     if spec.max_operands >= 0 and len(level.operands) > spec.max_operands:
         out.unsafe = out.unsafe or f"`{name}` with {len(level.operands)} operands writes or changes something"
     out.values += tuple(f.value for f in level.found if f.value)
-    check = CHECKS.get(spec.check)
-    if check is not None:
-        verdict = check(level, rest)
-        if verdict is not None:
-            kind, why = verdict
-            if kind == "exec":
-                out.risk = out.risk or why
-            else:
-                out.unsafe = out.unsafe or why
+    _run_check(level, rest, out)
+
+
+def _run_check(level: Parsed, rest: Sequence[str], out: _Result) -> None:
+    """The specification's content check (a sed script, a jq program, ...), if it has one."""
+    check = CHECKS.get(level.spec.check)
+    verdict = check(level, rest) if check is not None else None
+    if verdict is not None:
+        kind, why = verdict
+        if kind == "exec":
+            out.risk = out.risk or why
+        else:
+            out.unsafe = out.unsafe or why
 
 
 def _judge_effect(name: str, effect: str, spelled: str, why: str, value: str | None, out: _Result) -> None:

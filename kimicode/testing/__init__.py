@@ -10,6 +10,7 @@ Imports nothing else from kimicode.
 from kimicode.testing.dialects import DIALECTS, Dialect, ErrorKind, get_dialect
 from kimicode.testing.replies import ErrorReply, RawReply, RecordedRequest, Reply, ScriptItem, ToolCall
 from kimicode.testing.server import FakeServer
+from kimicode.testing.websearch import web_search_flow
 
 __all__ = [
     "DIALECTS",
@@ -23,4 +24,5 @@ __all__ = [
     "ScriptItem",
     "ToolCall",
     "get_dialect",
+    "web_search_flow",
 ]

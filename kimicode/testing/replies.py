@@ -28,6 +28,8 @@ class ToolCall:
     name: str
     arguments: str | dict[str, Any] = ""
     id: str | None = None
+    type: str = "function"
+    """``builtin_function`` for a call the server runs itself (Moonshot's ``$web_search``; `websearch.py`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):

@@ -89,7 +89,7 @@ def completion_body(
         message[field] = reply.reasoning
     if reply.tool_calls:
         message["tool_calls"] = [
-            {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments_text()}}
+            {"id": call_id, "type": call.type, "function": {"name": call.name, "arguments": call.arguments_text()}}
             for call, call_id in zip(reply.tool_calls, ids, strict=True)
         ]
     payload: dict[str, Any] = {
@@ -148,10 +148,10 @@ def stream_chunks(
     for index, (call, call_id) in enumerate(zip(reply.tool_calls, ids, strict=True)):
         if dialect.tool_calls_whole:
             whole = {"name": call.name, "arguments": call.arguments_text()}
-            yield chunk({"tool_calls": [{"id": call_id, "index": index, "type": "function", "function": whole}]})
+            yield chunk({"tool_calls": [{"id": call_id, "index": index, "type": call.type, "function": whole}]})
             continue
         first = {"name": call.name, "arguments": ""}
-        yield chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function", "function": first}]})
+        yield chunk({"tool_calls": [{"index": index, "id": call_id, "type": call.type, "function": first}]})
         for piece in split_text(call.arguments_text(), reply.chunk_size):
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
     final = chunk({}, reply.effective_finish_reason())

@@ -95,6 +95,8 @@ class ToolContext:
     """Text files are read and written through this (an editor over ACP) instead of the disk; None: the disk."""
     commands: CommandRunner | None = None
     """bash runs its commands through this (an editor's terminals over ACP); None: a local shell."""
+    extra_dirs: tuple[Path, ...] = ()
+    """More directories treated as the workspace is for writes (`--add-dir`)."""
     cancelled: threading.Event = field(default_factory=threading.Event)
     """Set when this call is cancelled or times out. Each call gets its own context (sharing the
     workspace, file stamps and environment) and so its own flag: a sync tool runs in a thread that
@@ -114,9 +116,12 @@ class ToolContext:
         return resolved.path
 
     def is_inside(self, path: Path) -> bool:
-        """True when the resolved `path` lies inside the (resolved) workspace."""
-        root = Path(os.path.realpath(self.workspace))
-        return path == root or root in path.parents
+        """True when the resolved `path` lies inside the (resolved) workspace, or one of `extra_dirs`."""
+        for where in (self.workspace, *self.extra_dirs):
+            root = Path(os.path.realpath(where))
+            if path == root or root in path.parents:
+                return True
+        return False
 
     def remember(self, path: Path) -> None:
         """Record the current on-disk state of `path` after reading or writing it."""

@@ -237,6 +237,29 @@ async def fetch(url: str, max_redirects: int, timeout: float, max_bytes: int = M
                 raise ToolError(f"cannot fetch {current}: {type(exc).__name__}: {exc}") from None
 
 
+async def request_json(method: str, url: str, *, headers: dict[str, str], timeout: float,
+                       body: dict[str, object] | None = None, params: dict[str, str] | None = None) -> object:
+    """One JSON request to a search provider (tools/websearch.py): the parsed answer, or ToolError saying
+    what went wrong (never the key it was sent with). No redirect is followed: it would carry the key."""
+    import httpx2
+
+    check_url(url)
+    agent = {"User-Agent": f"kimicode/{__version__} (web_search)", "Accept": "application/json"}
+    async with httpx2.AsyncClient(follow_redirects=False, timeout=timeout, trust_env=True) as client:
+        try:
+            response = await client.request(method, url, headers={**agent, **headers}, json=body, params=params)
+        except httpx2.TimeoutException:
+            raise ToolError(f"the search provider did not answer within {timeout:g} s") from None
+        except httpx2.HTTPError as exc:
+            raise ToolError(f"cannot reach the search provider: {type(exc).__name__}: {exc}") from None
+    if response.status_code >= 400:
+        raise ToolError(f"the search provider answered HTTP {response.status_code}: {response.text[:200]}")
+    try:
+        return response.json()
+    except ValueError:
+        raise ToolError("the search provider's answer is not JSON") from None
+
+
 def render(page: Fetched, max_chars: int, spill_dir: Path | None = None) -> ToolResult:
     """The model's view of a fetched page; a text cut at `max_chars` is saved whole under `spill_dir`."""
     ctype = page.content_type.split(";")[0].strip().lower()

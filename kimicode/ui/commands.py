@@ -28,6 +28,7 @@ from kimicode.events import Notice
 from kimicode.permissions.engine import MODES
 from kimicode.session.store import SessionError, find_session, list_sessions, one_line
 from kimicode.ui.approvals import describe_rules
+from kimicode.ui.branches import cmd_branches
 from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo
 from kimicode.ui.completion import Choice, CommandInfo
 from kimicode.ui.format import money, tokens
@@ -106,7 +107,16 @@ async def run_custom(session: Session, command: CustomCommand, arg: str) -> None
     if not prompt.strip():
         session.say(f"/{command.name} has no text to send ({command.path}).", "yellow")
         return
-    await session.run_turn(prompt, echo=f"/{command.name}: {custom_echo(command, arg)}")
+    from kimicode.extensions.slash import grant, revoke
+
+    agent = session.agent  # its `allowed-tools` hold for this turn only (deny and ask rules still win)
+    agent.policy, added, problems = grant(agent.policy, command.allowed_tools, f"/{command.name}")
+    for problem in problems:
+        session.say(problem, "yellow")
+    try:
+        await session.run_turn(prompt, echo=f"/{command.name}: {custom_echo(command, arg)}")
+    finally:
+        agent.policy = revoke(agent.policy, added)
 
 
 def custom_echo(command: CustomCommand, arg: str) -> str:
@@ -259,7 +269,8 @@ async def cmd_permissions(session: Session, arg: str) -> None:
             session.say(f"Rules ({action}): " + ", ".join(str(r) for r in found), "dim")
     if agent.sandbox is not None:
         which = "commands that run without asking run" if agent.sandbox.auto else "bash runs"
-        session.say(f"{which} in the sandbox (the workspace writable, the rest read-only).", "dim")
+        session.say(f"{which} in the sandbox (read-only, or the workspace writable; outside it only system "
+                    "directories and toolchains are visible).", "dim")
     elif agent.sandbox_warning:
         session.say(f"no sandbox: {agent.sandbox_warning}", "dim")
     rules = describe_rules(session.rules)
@@ -331,6 +342,19 @@ LABELS = {
 }
 
 
+CALIBRATION = {
+    "none": "estimate, not yet calibrated (the server has not counted a request of this session yet)",
+    "server": "estimate, calibrated on the server's counts",
+    "restored": "estimate, calibrated on the server's counts in an earlier session (same server)",
+    "probe": "estimate, calibrated on the server's count of the request before it was sent",
+}
+
+
+def calibration_label(source: str) -> str:
+    """How the /context estimate was obtained, truthfully: calibrated only once a count exists."""
+    return CALIBRATION.get(source, "estimate")
+
+
 def breakdown_rows(session: Session) -> tuple[list[tuple[str, int]], str]:
     """Rows of (part, tokens) and how they were obtained: the agent's context accounting, else (if that
     fails) characters ÷ 4 per role."""
@@ -338,7 +362,7 @@ def breakdown_rows(session: Session) -> tuple[list[tuple[str, int]], str]:
     try:
         data = agent.context_breakdown().as_dict()
         rows = [(LABELS.get(k, k.replace("_", " ")), int(v)) for k, v in data.items() if k != "total"]
-        return rows, "estimate, calibrated on the server's counts"
+        return rows, calibration_label(agent.context.calibration_source)
     except Exception:
         return context_breakdown(agent.messages, agent.tools.schemas()), "estimate: characters ÷ 4"
 
@@ -553,6 +577,8 @@ COMMANDS: dict[str, Command] = {
         Command("diff", "what this session (or turn N) changed in the files", cmd_diff, "[N]"),
         Command("fork", "continue in a fork of this conversation with its own working tree", cmd_fork,
                 "[worktree|copy|shared]", lambda s: ("worktree", "copy", "shared")),
+        Command("branches", "run the next prompt in N branches, verify each, pick one", cmd_branches,
+                "[N [verify command]]"),
         Command("login", "paste a new API key (checked, stored, used at once)", cmd_login),
         Command("trust", "whether this workspace's hooks, MCP servers, skills... are used", cmd_trust, "[on|off]"),
         Command("skills", "the skills the model may activate", cmd_skills),

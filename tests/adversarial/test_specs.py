@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -156,3 +157,18 @@ def test_python_m_pytest_is_suggested_and_admitted_as_pytest(world: dict[str, An
                  "python -m pytest --basetemp=/tmp/x"):
         assert verdict(world, line, allow=("bash(pytest*)",)) == "ask", line
     assert verdict(world, "python -m pytest_evil", allow=("Bash(pytest:*)",)) == "ask"  # whole words
+
+
+def test_searches_that_follow_links_see_where_they_lead(tmp_path: Path) -> None:
+    ws, home = tmp_path / "ws", tmp_path / "home"
+    (ws / "src").mkdir(parents=True)
+    (ws / "lib").mkdir()
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("KEY")
+    (ws / "src" / "keys").symlink_to(home / ".ssh")
+    (ws / "src" / "home").symlink_to(home)
+    world = {"ws": ws, "home": home, "ctx": ToolContext(workspace=ws)}
+    for line in ("grep -R KEY src", "grep -nR KEY src", "rg -L KEY src", "rg --follow KEY src", "grep -r KEY src"):
+        assert verdict(world, line, allow=(f"bash({line.split()[0]}*)",)) == "ask", line
+    assert verdict(world, "grep -R KEY lib", allow=("bash(grep*)",)) == "allow"
+    assert verdict(world, "rg -L KEY lib") == "allow"

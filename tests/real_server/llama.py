@@ -65,8 +65,9 @@ def server_binary() -> Path:
 
 
 def cache_dir() -> Path:
-    """Where the dequantized model is kept across runs (KIMICODE_TEST_CACHE, else XDG_CACHE_HOME or ~/.cache)."""
-    given = os.environ.get("KIMICODE_TEST_CACHE")
+    """Where the dequantized model is kept across runs (REAL_SERVER_CACHE, else XDG_CACHE_HOME or ~/.cache; not
+    KIMICODE_*: the suite clears those for every test)."""
+    given = os.environ.get("REAL_SERVER_CACHE")
     if given:
         return Path(given)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")

@@ -40,7 +40,7 @@ SPECS = [
         -d= --directories=            !unsafe may read every file below a directory (recurse)
         -D= --devices=
         -r --recursive                 !search
-        -R --dereference-recursive     !unsafe follows symbolic links out of the tree
+        -R --dereference-recursive     !search follows symbolic links (their targets are checked too)
         --include=
         --exclude=
         --exclude-from=
@@ -59,13 +59,14 @@ SPECS = [
         -U --binary
         """, read_only=True, strict=True, numeric=True,
          match=("grep -n hello README.md", "grep -rn hello src", "grep -e hello -- README.md", "grep -C2 hi README.md"),
-         not_read_only=("grep -R hello src", "grep --derefer hello src", "grep -nR hello src")),
+         not_match=("grep -R hello .", "grep --derefer hello .", "grep -nR hello ."),
+         not_read_only=("grep -d recurse hello src",)),
     Spec("rg", """
         --pre=              !exec runs a program on every file
         --pre-glob=
         --hostname-bin=     !exec runs a program to find the host name
         -z --search-zip     !unsafe runs decompressors
-        -L --follow         !unsafe follows symbolic links out of the tree
+        -L --follow         !search follows symbolic links (their targets are checked too)
         -u --unrestricted   !search
         --no-ignore --no-ignore-vcs --no-ignore-dot --no-ignore-global --no-ignore-parent --no-ignore-files  !search
         --no-ignore-exclude  !search
@@ -99,9 +100,9 @@ SPECS = [
         --generate=
         """, read_only=True,
          match=("rg hello src", "rg -n hello src", "rg -tpy hello src", "rg --files src"),
-         not_match=("rg --pre id KEY", "rg --pre=id KEY", "rg --pr id KEY", "rg --hostname-b=id KEY"),
-         not_read_only=("rg -L hello src", "rg --fol hello src", "rg -z hello src"),
-         ),
+         not_match=("rg --pre id KEY", "rg --pre=id KEY", "rg --pr id KEY", "rg --hostname-b=id KEY", "rg -L hello",
+                    "rg --fol hello ."),
+         not_read_only=("rg -z hello src",)),
     Spec("jq", """
         -c --compact-output
         -n --null-input
