@@ -392,7 +392,7 @@ def main(
     if streaming:
         from kimicode.cli.structured_io import run_stream_input
 
-        raise typer.Exit(asyncio.run(run_stream_input(agent, printer, spec=spec)))
+        raise typer.Exit(asyncio.run(run_stream_input(agent, printer, spec=spec, budget=max_budget_usd)))
     code = asyncio.run(run_headless(agent, prompt, printer, budget=max_budget_usd, spec=spec))
     raise typer.Exit(code)
 

@@ -87,7 +87,8 @@ def test_the_attacker_gets_nothing_through_options_on_the_command_line(
         pytest.skip(f"bubblewrap unavailable: {probe().reason}")
     outside = _world(workspace, tmp_path)
     attacks = _attacks(workspace, outside)
-    harmless = ["git grep -n hello", "sort -r README.md", "cd src 2>/dev/null; git log --oneline -1 || true"]
+    harmless = (["grep -n hello README.md"] if sandbox == "off"  # without bwrap only the short list runs
+                else ["git grep -n hello", "sort -r README.md", "cd src 2>/dev/null; git log --oneline -1 || true"])
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": a}) for a in [*attacks, *harmless]]),
                Reply(content="done"))
     done = subprocess.run(
@@ -102,7 +103,7 @@ def test_the_attacker_gets_nothing_through_options_on_the_command_line(
     denied = [d["tool_input"]["command"] for d in result["permission_denials"]]
     assert denied == attacks
     results = [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
-    assert "README.md:1:hello" in results[len(attacks)]  # the harmless forms ran
+    assert "1:hello" in results[len(attacks)], results[len(attacks)]  # the harmless forms ran
     _check(workspace, outside, server)
 
 
