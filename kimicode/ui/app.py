@@ -164,7 +164,7 @@ class Session:
         """Store the workspace in the background while the user types, so the first turn that changes
         a file waits only for what changed since (`[checkpoints] warm_at_open = false` turns it off)."""
         cps = self.agent.checkpoints
-        if cps is not None and self.agent.settings.table("checkpoints").get("warm_at_open", True) is not False:
+        if cps is not None and self.agent.settings.config.checkpoints.warm_at_open:
             cps.warm()
 
     def _replaced(self) -> None:
