@@ -114,3 +114,26 @@ def test_a_branch_is_confined_like_its_parent(server: FakeServer, make_agent: Ma
 
     results = [m["content"] for m in load_session(tmp_path / "home", str(b.session_id)).messages if m["role"] == "tool"]
     assert "Permission denied" in results[0]
+
+
+@pytest.mark.parametrize("tree", [
+    {"kind": "copy", "root": "{victim}"},
+    {"kind": "worktree", "root": "{home}/worktrees/branch-x-1", "repo": "{ws}", "branch": "main"},
+    {"kind": "copy", "root": "{home}/worktrees/../../victim"},
+    {"kind": "copy", "root": "relative/worktrees/branch-x"},
+])
+def test_a_damaged_record_cannot_point_removal_elsewhere(tree: dict[str, str], workspace: Path,
+                                                        tmp_path: Path) -> None:
+    from kimicode.branches.trees import remove_branch_tree
+    from kimicode.checkpoints.store import CheckpointError
+
+    git_project(workspace)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    (tmp_path / "home" / "worktrees" / "branch-x-1").mkdir(parents=True)
+    filled = {k: v.format(victim=victim, home=tmp_path / "home", ws=workspace) for k, v in tree.items()}
+    with pytest.raises(CheckpointError, match="refusing"):
+        remove_branch_tree(filled)
+    assert (victim / "keep.txt").read_text() == "mine"
+    assert "main" in git(workspace, "branch", "--list", "main")

@@ -99,9 +99,9 @@ def test_a_command_admitted_by_a_rule_runs_confined(
     outside = outside_path("rule")
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"touch {outside}"})]), Reply(content="ok"))
     make_agent(allow=["bash(touch*)"], permission_mode="accept-edits").run_sync("x")
-    assert not outside.exists()
+    assert not outside.exists()  # touched in the sandbox's private /var/tmp, or refused
     (text,) = results(server)
-    assert "Read-only file system" in text or "denied" in text.lower() or "not allowed" in text.lower()
+    assert "[exit code: 0]" in text or "denied" in text.lower() or "not allowed" in text.lower()
 
 
 @needs_bwrap

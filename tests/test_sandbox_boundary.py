@@ -90,6 +90,7 @@ def test_the_read_only_allowance_runs_in_the_read_only_profile(workspace: Path, 
 
 def test_reading_outside_the_workspace_asks_unless_visible(workspace: Path, home: Path) -> None:
     policy = _ctx_policy(workspace, home)[1]
+    (workspace.parent / "elsewhere.txt").write_text("x")
     asks = [home / "notes/private.txt", home / ".codex/auth.json", home / ".claude/.credentials.json",
             home / ".kimi/credentials/kimi.json", home / ".bash_history", workspace / ".zsh_history",
             Path("/etc/shadow"), workspace.parent / "elsewhere.txt"]
@@ -98,6 +99,7 @@ def test_reading_outside_the_workspace_asks_unless_visible(workspace: Path, home
         assert policy.sensitive(path), path
     for path in runs:
         assert policy.sensitive(path) is None, path
+    assert policy.sensitive(workspace.parent / "not-there.txt") is None  # nothing to read (a URL's //host)
     opened = _ctx_policy(workspace, home, load_rules((), allow=[f"read({home}/notes/**)"]))[1]
     assert opened.sensitive(home / "notes/private.txt") is None  # a read(...) rule adds a place
 
@@ -193,12 +195,15 @@ def test_a_forks_own_worktree_is_writable_by_its_agent(
     assert fork.workspace != workspace
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo b > b.txt && git add b.txt && "
                                                    "git commit -qm in-fork && git log --oneline | wc -l"}),
-                                 ToolCall("bash", {"command": "echo x >> $(git rev-parse --git-common-dir)/config"})]),
+                                 ToolCall("bash", {"command": "echo x >> $(git rev-parse --git-common-dir)/config"}),
+                                 ToolCall("bash", {"command": "echo 'gitdir: /tmp' > .git"})]),
                Reply(content="ok"))
     fork.run_sync("y")
-    commit, config = results(server)
+    commit, config, repoint = results(server)
     assert commit.startswith("2\n") and commit.endswith("[exit code: 0]"), commit
     assert "Read-only file system" in config
+    assert "Read-only file system" in repoint and (fork.workspace / ".git").read_text().startswith("gitdir: /")
+    assert (fork.workspace / ".git").read_text().split(" ", 1)[1] != "/tmp\n"
     assert subprocess.run(["git", "-C", str(workspace), "log", "--oneline"], capture_output=True,
                           text=True).stdout.count("\n") == 1  # the user's branch did not move
 
@@ -301,3 +306,53 @@ def test_headless_yolo_reports_a_blocked_path_on_stderr(
     lines = [line for line in stderr.splitlines() if "sandbox blocked" in line]
     assert len(lines) == 1 and ".git/hooks" in lines[0] and "pre-commit" in lines[0]
     assert ".git/hooks stays read-only" in hook
+
+
+TECHNIQUES = [
+    "echo pwned > {f}",
+    "echo pwned >> {f}",
+    "ln -s {f} l1 && echo pwned > l1",
+    "ln {f} h1 && echo pwned > h1",  # a hard link across the mount: EXDEV
+    "echo pwned > /proc/self/root{f}",
+    "echo pwned > /proc/1/root{f}",
+    "cd {d} && echo pwned > sentinel.txt",
+    "echo pwned | tee {f}",
+    "cp /etc/hostname {f}",
+    "mv {f} {d}/moved.txt",
+    "rm -f {f}",
+    "dd if=/dev/zero of={f} bs=1 count=1 2>&1",
+    "python3 -c \"open('{f}', 'w').write('pwned')\"",
+    "truncate -s 0 {f}",
+    "chmod 777 {f}",
+    "touch -d 2000-01-01 {f}",
+    "mkfifo {d}/fifo",
+    "mkdir {d}/new",
+    "mount --bind . {d}",
+    "unshare -rm sh -c 'mount -o remount,rw {d} && echo pwned > {f}'",
+]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mode", ["yolo", "default"])
+def test_every_way_of_writing_a_visible_file_outside_fails(
+    server: FakeServer, make_agent: MakeAgent, tmp_path: Path, mode: str
+) -> None:
+    """A place made visible by a read(...) rule is shown read-only: each technique, run without asking
+    (yolo: workspace-write; default: a bash rule admits it), leaves it as it was."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    sentinel = outside / "sentinel.txt"
+    sentinel.write_text("original\n")
+    commands = [t.format(f=sentinel, d=outside) for t in TECHNIQUES]
+    rules = [f"read({outside}/**)"] + (["bash"] if mode == "default" else [])
+    texts, _ = run_calls(server, make_agent, commands, permission_mode=mode, allow=rules)
+    ran = [t for t in texts if not t.startswith("Permission denied")]  # the rest the rules still refused
+    assert len(texts) == len(TECHNIQUES) and len(ran) >= (len(TECHNIQUES) if mode == "yolo" else 10)
+    assert sentinel.read_text() == "original\n" and sorted(p.name for p in outside.iterdir()) == ["sentinel.txt"]
+    assert oct(sentinel.stat().st_mode & 0o777) != "0o777"
+    assert "original" in run_calls_text(server, make_agent, f"cat {sentinel}", mode, rules)  # visible
+
+
+def run_calls_text(server: FakeServer, make_agent: MakeAgent, command: str, mode: str, rules: list[str]) -> str:
+    texts, _ = run_calls(server, make_agent, [command], permission_mode=mode, allow=rules)
+    return texts[0]

@@ -214,3 +214,18 @@ def test_schemas_with_refs(make_agent: Callable[..., Any], server: FakeServer) -
     result = asyncio.run(make_agent().run("x", output_type=schema))
     assert result.output == {"a": "x"}
     assert "a: 1 is not of type 'string'" in server.requests[1].body["messages"][-1]["content"]
+
+
+def test_stream_input_stops_at_the_budget(cli: Callable[..., tuple[int, str, str]], server: FakeServer,
+                                          tmp_path: Path, workspace: Path) -> None:
+    (tmp_path / "home").mkdir(exist_ok=True)
+    (tmp_path / "home" / "config.toml").write_text('[models."kimi-k3"]\nprices = { input = 1000.0, output = 1000.0 }\n')
+    (workspace / "a.txt").write_text("x")
+    spend = {"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010}  # $1.01 a request
+    server.add(Reply(content="one", usage=spend),
+               *(Reply(tool_calls=[ToolCall("read_file", {"path": "a.txt"})], usage=spend) for _ in range(5)))
+    code, out, _ = cli("--input-format", "stream-json", "--output-format", "stream-json", "--max-budget-usd", "2.5",
+                       stdin=user("first") + user("second") + user("never run"))
+    results = [json.loads(line) for line in out.splitlines() if '"type": "result"' in line]
+    assert code == 4 and [r["status"] for r in results] == ["success", "budget"]
+    assert len(server.requests) == 3

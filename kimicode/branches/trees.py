@@ -70,21 +70,26 @@ def _clean(workspace: Path, root: Path, branch: str) -> None:
 
 def remove_branch_tree(tree: dict[str, Any] | None) -> str:
     """Remove a branch's workspace and its git branch (even when it holds commits: the branch is the
-    exploration's, and the chosen one's changes were applied already). Returns what was done."""
+    exploration's, and the chosen one's changes were applied already). Returns what was done.
+
+    Only a tree under a `worktrees` directory on a `kimicode/branch-` branch is touched (the record is
+    data: a damaged one must not point this at anything else)."""
     if not tree:
         return "no workspace to remove"
     root = Path(str(tree.get("root") or ""))
-    if not root.exists():
-        if tree.get("kind") == "worktree" and tree.get("repo") and tree.get("branch"):
-            _clean(Path(str(tree["repo"])), root, str(tree["branch"]))
-        return f"{root} was already gone"
+    branch = str(tree.get("branch") or "")
+    repo = Path(str(tree["repo"])) if tree.get("repo") else None
+    if not root.is_absolute() or root.parent.name != "worktrees" or not root.name.startswith("branch-"):
+        raise CheckpointError(f"refusing to remove {root}: not a kimicode branch's tree")
+    if tree.get("kind") == "worktree" and (repo is None or not branch.startswith("kimicode/branch-")):
+        raise CheckpointError(f"refusing to remove {root}: its record names no kimicode branch")
+    if tree.get("kind") != "worktree":
+        shutil.rmtree(root, ignore_errors=True)
+        return f"removed the copy {root}"
+    assert repo is not None
     try:
-        done = remove_tree(tree)
+        remove_tree(tree)
     except CheckpointError:
-        if tree.get("kind") != "worktree" or not tree.get("repo"):
-            raise
-        done = f"removed the worktree {root}"
-    if tree.get("kind") == "worktree" and tree.get("repo") and tree.get("branch") and "kept the branch" in done:
-        _clean(Path(str(tree["repo"])), root, str(tree["branch"]))
-        done = f"removed the worktree {root} and the branch {tree['branch']}"
-    return done
+        pass  # a worktree git no longer knows (moved, half-removed): cleaned up below
+    _clean(repo, root, branch)
+    return f"removed the worktree {root} and the branch {branch}"

@@ -104,14 +104,33 @@ def _read_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None
 
 
 async def run_stream_input(agent: Agent, printer: Printer, *, spec: OutputSpec | None = None,
-                           stream: IO[str] | None = None) -> int:
+                           stream: IO[str] | None = None, budget: float | None = None) -> int:
     """Hold the conversation of stdin's stream-json lines (see the module docstring); the exit code is the
-    last turn's (0 when none failed); Ctrl-C or SIGTERM stops the running turn and the run."""
+    last turn's (0 when none failed); Ctrl-C or SIGTERM stops the running turn and the run, and so does
+    `budget` (`--max-budget-usd`: status `budget`, exit 4) once the session's cost passes it."""
     from kimicode.agent.ecosystem import start_mcp
-    from kimicode.cli.headless import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, exit_code_for, turn_result
+    from kimicode.cli.headless import (
+        EXIT_BUDGET,
+        EXIT_INTERRUPTED,
+        EXIT_OK,
+        EXIT_TERMINATED,
+        exit_code_for,
+        turn_result,
+    )
+
+    over: list[float] = []
+    if budget is not None:
+        from kimicode.batch.runner import watch_budget
+
+        over = watch_budget(agent, budget)
 
     async def run_turn(text: str) -> int:
         result, finished, invalid = await turn_result(agent, text, printer, spec, time.monotonic())
+        if over and finished.status == "interrupted":
+            result["status"] = "budget"
+            result["error"] = f"stopped: the cost ${over[0]:.4f} passed --max-budget-usd {budget:g}"
+            printer.result(result)
+            return EXIT_BUDGET
         printer.result(result)
         return invalid if invalid is not None else exit_code_for(finished)
 
@@ -171,6 +190,8 @@ async def run_stream_input(agent: Agent, printer: Printer, *, spec: OutputSpec |
                 else:
                     pending.append((number, nxt))
             code = turn.result()
+            if over:  # the budget is spent: no further message runs
+                break
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:

@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -24,9 +24,8 @@ from kimicode.permissions.protected import AUTORUN_FILES, autorun_reason, protec
 from kimicode.permissions.visibility import (
     CREDENTIAL_HOME_PATHS,
     HOME_CREDENTIAL_DIRS,
-    hidden_in_etc,
     history_reason,
-    is_visible,
+    outside_reason,
     visible_roots,
 )
 
@@ -298,10 +297,10 @@ def session_rules(
     if settings.sources:
         untrusted = [project_file] if project_file is not None and not settings.trusted else []
         return load_rules(settings.sources, allow=allow, deny=deny, ask=ask, untrusted=untrusted, ignored=ignored)
-    table = settings.table("permissions")
+    table = settings.config.permissions
     base = Rules(
         *(
-            tuple(parse_rule(t, f"configuration: permissions.{action}") for t in table.get(action, []))
+            tuple(parse_rule(t, f"configuration: permissions.{action}") for t in getattr(table, action))
             for action in ("allow", "deny", "ask")
         )
     )
@@ -313,9 +312,9 @@ def secret_env_names(settings: Settings, key_source: str | None = None) -> list[
     """Environment variables holding the agent's own secrets: every configured provider's `api_key_env`
     and the variable the key in use came from. Commands never see them."""
     names = [key_source] if key_source and key_source != "argument" else []
-    for table in settings.table("providers").values():
-        if isinstance(table, dict) and isinstance(table.get("api_key_env"), str):
-            names.append(table["api_key_env"])
+    for provider in settings.config.providers.values():
+        if provider.api_key_env is not None:
+            names.append(provider.api_key_env)
     return names
 
 
@@ -356,7 +355,7 @@ def sensitive_reason(
         return None  # this session's own spilled tool outputs
     why = _name_reason(path, user_home=user_home, kimicode_home=kimicode_home, workspace=workspace)
     if why is None and visible is not None and workspace is not None:
-        why = _outside_reason(path, workspace, visible, kimicode_home)
+        why = outside_reason(path, workspace, visible, kimicode_home)
     if why or not links:
         return why
     from kimicode.permissions.pathresolve import hard_link_twin
@@ -375,20 +374,6 @@ _PROC_PRIVATE = re.compile(r"/proc/(?:self|thread-self|[0-9]+)(?:/|$)")
 _DEV_ALIAS = re.compile(r"/dev/(?:fd|std(?:in|out|err))(?:/|$)")
 
 
-def _outside_reason(path: Path, workspace: Path, visible: Sequence[Path], kimicode_home: Path) -> str | None:
-    """Why a path outside the workspace and the visible list asks (see kimicode.permissions.visibility)."""
-    if _within(path, Path(os.path.realpath(workspace))):
-        return None
-    if is_visible(path, visible):
-        if _within(path, Path("/etc")) and any(_within(path, Path(h)) for h in hidden_in_etc()):
-            return "it is a system file not readable by everyone"
-        return None
-    if _within(path, Path(os.path.realpath(kimicode_home)) / "sessions"):
-        return None  # this project's own session logs (another project's were refused above)
-    return ("it is outside the workspace and not on the list of places read without asking "
-            "(docs/permissions.md, \"What is visible\"; a read(...) allow rule adds a place)")
-
-
 def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace: Path | None) -> str | None:
     text = str(path)
     if _PROC_PRIVATE.match(text) or _DEV_ALIAS.match(text) or text.startswith("/dev/fd"):
@@ -404,13 +389,11 @@ def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace:
         return f"{name} looks like a private key or certificate store"
     if lower in _CREDENTIAL_FILES or lower in ("credentials", "credentials.json", "credentials.toml"):
         return f"{name} holds credentials"
-    home = Path(os.path.realpath(user_home))
-    for rel in _HOME_DIRS:
-        if _within(path, home / rel):
-            return f"~/{rel} holds credentials"
-    for rel in CREDENTIAL_HOME_PATHS:
-        if _within(path, home / rel):
-            return f"~/{rel} holds another program's credentials or private data"
+    home = os.path.realpath(user_home)
+    if text == home or text.startswith(home.rstrip("/") + "/"):
+        for rel, prefix, why in _home_places(home):
+            if text == prefix or text.startswith(prefix + "/"):
+                return f"~/{rel} {why}"
     if lower in _TOKEN_FILES and _has_token(path):
         return f"{name} contains a token or password"
     kc_home = Path(os.path.realpath(kimicode_home))
@@ -419,6 +402,15 @@ def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace:
     if _within(path, kc_home / "sessions") and not _own_session(path, workspace):
         return "it is a session log of another project (KIMICODE_HOME/sessions)"
     return None
+
+
+@lru_cache(maxsize=8)
+def _home_places(home: str) -> tuple[tuple[str, str, str], ...]:
+    """The credential places below `home` as (relative name, absolute prefix, why), built once per home."""
+    mine = tuple((rel, os.path.join(home, rel), "holds credentials") for rel in _HOME_DIRS)
+    others = tuple((rel, os.path.join(home, rel), "holds another program's credentials or private data")
+                   for rel in CREDENTIAL_HOME_PATHS)
+    return mine + others
 
 
 def _own_session(path: Path, workspace: Path | None) -> bool:

@@ -13,7 +13,7 @@ Inside those places and inside the workspace, files that hold credentials still 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -26,6 +26,7 @@ __all__ = [
     "hidden_in_etc",
     "history_reason",
     "is_visible",
+    "outside_reason",
     "visible_roots",
 ]
 
@@ -112,7 +113,7 @@ def visible_roots(user_home: Path, extra: Iterable[Path] = ()) -> list[Path]:
 
 def is_visible(path: Path, roots: Iterable[Path]) -> bool:
     """True when the resolved `path` is one of `roots` or below one."""
-    return any(path == root or root in path.parents for root in roots)
+    return any(_within(path, root) for root in roots)
 
 
 def hidden_in_etc() -> list[str]:
@@ -138,3 +139,24 @@ def hidden_in_etc() -> list[str]:
 
 
 _HIDDEN_ETC: list[str] | None = None
+
+
+def _within(path: Path, root: Path) -> bool:
+    inner, outer = str(path), str(root)
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+def outside_reason(path: Path, workspace: Path, visible: Sequence[Path], kimicode_home: Path) -> str | None:
+    """Why a path outside the workspace and the visible list asks (see kimicode.permissions.visibility)."""
+    if _within(path, Path(os.path.realpath(workspace))):
+        return None
+    if is_visible(path, visible):
+        if _within(path, Path("/etc")) and any(_within(path, Path(h)) for h in hidden_in_etc()):
+            return "it is a system file not readable by everyone"
+        return None
+    if _within(path, Path(os.path.realpath(kimicode_home)) / "sessions"):
+        return None  # this project's own session logs (another project's were refused above)
+    if not os.path.lexists(path):
+        return None  # nothing there to read (a URL's `//host` part, a file a build will make)
+    return ("it is outside the workspace and not on the list of places read without asking "
+            "(docs/permissions.md, \"What is visible\"; a read(...) allow rule adds a place)")

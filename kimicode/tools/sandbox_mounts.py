@@ -135,7 +135,7 @@ def git_args(top: str, *, writable: bool) -> list[str]:
             common = os.path.realpath(os.path.join(gitdir, fh.readline(4096).strip()))
     except OSError:
         pass
-    args = ["--ro-bind", common, common]
+    args = ["--ro-bind", dot, dot, "--ro-bind", common, common]  # the `.git` file itself: never re-pointed
     if gitdir != common and not contains(common, gitdir):
         args += ["--ro-bind", gitdir, gitdir]
     if not writable or gitdir == common or _worktree_config(common):
