@@ -504,3 +504,16 @@ def test_a_session_with_hook_records_resumes(
     again = Agent.resume(first.session_id, options=lambda ws: first.options)
     assert [m["role"] for m in again.messages] == [m["role"] for m in first.messages]
     assert again.run_sync("more").result == "again"
+
+
+@pytest.mark.parametrize("command", ["head -c 30000000 /dev/zero", "exec 0<&-; sleep 0.1", "cat >/dev/null; exit 0"])
+def test_a_flooding_or_deaf_hook_does_not_hold_up_the_call(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path, command: str
+) -> None:
+    configure(home, "PostToolUse", ("", command, {}))
+    (workspace / "big.txt").write_text("x" * 300_000)  # a payload larger than a pipe's buffer
+    server.add(Reply(tool_calls=[ToolCall("read_file", {"path": "big.txt"})]), Reply(content="ok"))
+    events: list[Event] = []
+    assert make_agent(on_event=events.append).run_sync("go").ok
+    [hook] = [e for e in events if isinstance(e, HookRan)]
+    assert hook.outcome == "ok" and hook.exit_code == 0

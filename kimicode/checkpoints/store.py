@@ -31,9 +31,10 @@ from pathlib import Path
 
 from kimicode import errors
 from kimicode.checkpoints import rawpack
+from kimicode.config.choices import DEFAULT_CHECKPOINT_MAX_FILE_MB
 from kimicode.safeio import private_dirs, private_open, private_write
 
-DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_FILE_BYTES = int(DEFAULT_CHECKPOINT_MAX_FILE_MB * 1024 * 1024)
 BULK = 200
 STAGING = ".kimicode-restore-"
 """Prefix of the hidden directory a restore stages files in, inside the workspace (never stored)."""

@@ -431,7 +431,7 @@ def _click_exceptions() -> Any:
 
 def run_app() -> None:
     """Run the application: usage errors are one clean message (exit 2), Ctrl-C is exit 130."""
-    from kimicode.cli.firstprompt import NotACommand, first_prompt_args, value_options
+    from kimicode.cli.firstprompt import NotACommand, first_prompt_args, value_options, whole_short_helps
     from kimicode.cli.sessions import optional_resume_value
 
     errors = _click_exceptions()
@@ -444,7 +444,8 @@ def run_app() -> None:
         sys.stderr.write(f"kimicode: {exc}\n")
         raise SystemExit(2) from None
     try:
-        code = app(args=optional_resume_value(args), prog_name="kimicode", standalone_mode=False)
+        whole_short_helps(main_command)
+        code = main_command(args=optional_resume_value(args), prog_name="kimicode", standalone_mode=False)
     except errors.ClickException as exc:
         if isinstance(exc, errors.BadParameter):
             # typer validates choices with pydantic, whose message starts "Value error, "

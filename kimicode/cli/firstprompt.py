@@ -62,3 +62,17 @@ def first_prompt_args(argv: list[str], commands: Collection[str], takes_value: C
                               f'first prompt, write: kimicode -- "{text}"')
     rest = [a for n, a in enumerate(argv) if n not in words and n != forced]
     return [*rest, FIRST_PROMPT, text]
+
+
+def whole_short_helps(group: Any) -> None:
+    """Give every subcommand (and theirs) its docstring's first sentence as the one-liner `--help` lists,
+    whole: click would otherwise cut it at about 45 characters with `...`."""
+    import re
+
+    for command in getattr(group, "commands", {}).values():
+        if not getattr(command, "short_help", None) and getattr(command, "help", None):
+            text = " ".join(command.help.split("\n\n", 1)[0].split())
+            ends = [m.start() for m in re.finditer(r"(?<![.])[.!?](?=\s)", text)
+                    if text[: m.start()].count("(") == text[: m.start()].count(")")]
+            command.short_help = text[: ends[0]] if ends else text.rstrip(".")
+        whole_short_helps(command)

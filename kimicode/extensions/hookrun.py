@@ -97,7 +97,8 @@ async def _run_one(spec: HookSpec, stdin: bytes, cwd: str, env: Mapping[str, str
         return _Run(spec, None, "", "", 0, f"could not start: {exc}")
     try:
         async with asyncio.timeout(spec.timeout):
-            out, err = await proc.communicate(stdin)
+            out, err, _ = await asyncio.gather(_keep(proc.stdout), _keep(proc.stderr), _feed(proc.stdin, stdin))
+            await proc.wait()
     except TimeoutError:
         _kill(proc.pid)
         with contextlib.suppress(Exception):
@@ -109,6 +110,30 @@ async def _run_one(spec: HookSpec, stdin: bytes, cwd: str, env: Mapping[str, str
         raise
     ms = int((time.monotonic() - started) * 1000)
     return _Run(spec, proc.returncode, _text(out), _text(err), ms)
+
+
+async def _keep(stream: asyncio.StreamReader | None) -> bytes:
+    """The first MAX_OUTPUT bytes of a hook's output; the rest is read and dropped (a hook that floods
+    its output must not fill kimicode's memory)."""
+    kept = bytearray()
+    while stream is not None and (chunk := await stream.read(65536)):
+        if len(kept) < MAX_OUTPUT:
+            kept += chunk[: MAX_OUTPUT - len(kept)]
+    return bytes(kept)
+
+
+async def _feed(pipe: asyncio.StreamWriter | None, data: bytes) -> None:
+    """Write the payload; a hook that exits without reading it is not an error."""
+    if pipe is None:
+        return
+    try:
+        pipe.write(data)
+        await pipe.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            pipe.close()
 
 
 def _kill(pid: int) -> None:

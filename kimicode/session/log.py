@@ -382,9 +382,3 @@ def load(path: Path) -> LoadedSession:
     repaired = repair_history(messages)
     return LoadedSession(path.stem, records, messages, repaired, replayed)
 
-
-def list_sessions(home: Path | None = None, workspace: str | Path | None = None) -> list[Any]:
-    """Saved sessions, newest first: see `kimicode.session.store.list_sessions`."""
-    from kimicode.session.store import list_sessions as _list
-
-    return _list(home, workspace)

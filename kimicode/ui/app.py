@@ -164,7 +164,7 @@ class Session:
         """Store the workspace in the background while the user types, so the first turn that changes
         a file waits only for what changed since (`[checkpoints] warm_at_open = false` turns it off)."""
         cps = self.agent.checkpoints
-        if cps is not None and self.agent.settings.table("checkpoints").get("warm_at_open", True) is not False:
+        if cps is not None and self.agent.settings.config.checkpoints.warm_at_open:
             cps.warm()
 
     def _replaced(self) -> None:
@@ -467,7 +467,7 @@ class Session:
             show_reasoning=self.settings.show_reasoning,
             tool_kind=lambda name: t.kind if (t := agent.tools.get(name)) is not None else None,
             on_stats=self._on_stats,
-            previewed=self.approver.previewed.__contains__,
+            previewed=self.approver.shown,
             footer=lambda: input_footer(self.queued, listener.typed, live_width(self.console.size.width)),
         )
         listener = KeyListener(self._on_key)

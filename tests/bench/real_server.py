@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "real_server"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llama import LlamaServer, unavailable
-from sessions import Figures, run_session
+from real_server.llama import LlamaServer, unavailable
+from real_server.sessions import Figures, run_session
 
 
 def pct(value: float | None) -> str:

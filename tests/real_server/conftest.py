@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from llama import LlamaServer, unavailable
-
-REASON = unavailable()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.real_server)
-            item.add_marker(pytest.mark.slow)
-            if REASON:
-                item.add_marker(pytest.mark.skip(reason=REASON))
+from .llama import LlamaServer
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llama import LlamaServer, Relay
+from .llama import LlamaServer, Relay
 
 NOTES = "The launch code word is marmalade. Tests run with pytest; the docs live in docs/."
 

@@ -17,12 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from llama import LlamaServer, Relay, get_json
-from sessions import NOTES, kimicode, run_session, session_records
 
 from kimicode.llm.discovery import count_request, discover_server
 
+from .llama import LlamaServer, Relay, get_json, unavailable
+from .sessions import NOTES, kimicode, run_session, session_records
+
 Llama = Callable[..., LlamaServer]
+
+pytestmark = [pytest.mark.real_server, pytest.mark.slow, pytest.mark.skipif(bool(unavailable()), reason=unavailable())]
 
 
 def _report(name: str, data: object) -> None:
