@@ -467,7 +467,7 @@ class Session:
             show_reasoning=self.settings.show_reasoning,
             tool_kind=lambda name: t.kind if (t := agent.tools.get(name)) is not None else None,
             on_stats=self._on_stats,
-            previewed=self.approver.previewed.__contains__,
+            previewed=self.approver.shown,
             footer=lambda: input_footer(self.queued, listener.typed, live_width(self.console.size.width)),
         )
         listener = KeyListener(self._on_key)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from kimicode.agent.modes import noted_mode
-from kimicode.context.compact import is_summary
+from kimicode.context.compact import is_summary, summary_text
 from kimicode.ui.toolbar import short_path
 
 if TYPE_CHECKING:
@@ -50,6 +50,9 @@ def last_exchange(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, st
             text = _content_text(msg.get("content")).strip()
             if text:
                 answer = text
+    if answer is None:  # compacted: the answers live in the summary that follows the kept prompts
+        summary = next((summary_text(m) for m in messages[last + 1 :] if is_summary(m)), "")
+        answer = f"(compacted; from the summary) {summary.strip()}" if summary.strip() else None
     return prompt, answer, len(prompts)
 
 
