@@ -444,14 +444,14 @@ def run_app() -> None:
     answering_completion()  # a completion script asking: click answers before parsing anything
     try:
         main_command = typer.main.get_command(app)
-        args = first_prompt_args(sys.argv[1:], main_command.commands,  # type: ignore[attr-defined]
-                                 value_options(main_command))
+        takes_value = value_options(main_command)
+        args = first_prompt_args(sys.argv[1:], main_command.commands, takes_value)  # type: ignore[attr-defined]
     except NotACommand as exc:
         sys.stderr.write(f"kimicode: {exc}\n")
         raise SystemExit(2) from None
     try:
         whole_short_helps(main_command)
-        code = main_command(args=optional_resume_value(args), prog_name="kimicode", standalone_mode=False)
+        code = main_command(args=optional_resume_value(args, takes_value), prog_name="kimicode", standalone_mode=False)
     except errors.ClickException as exc:
         if isinstance(exc, errors.BadParameter):
             # typer validates choices with pydantic, whose message starts "Value error, "
