@@ -227,3 +227,19 @@ def test_loading_a_session_open_elsewhere_is_refused(make_agent: Any, server: An
             await face.aclose()
 
     asyncio.run(go())
+
+
+def test_a_running_commands_output_is_shown_live_and_throttled(tmp_path: Path) -> None:
+    from kimicode.events import ToolOutputDelta
+
+    t = Translator(tmp_path, lambda name: "execute")
+    now = [100.0]
+    t.clock = lambda: now[0]
+    first = t.updates(ToolOutputDelta("b1", "line 1\n"))
+    assert first[0].content[0].content.text == "line 1\n"
+    assert t.updates(ToolOutputDelta("b1", "line 2\n")) == []  # too soon: kept
+    now[0] += 1
+    later = t.updates(ToolOutputDelta("b1", "line 3\n"))
+    assert later[0].content[0].content.text == "line 1\nline 2\nline 3\n"
+    assert t.updates(ToolCallFinished("b1", "bash", "all of it\n[exit code: 0]", False))[0].status == "completed"
+    assert "b1" not in t.live

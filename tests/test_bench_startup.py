@@ -66,12 +66,20 @@ def test_kimicode_only_prints_its_figures_and_how_to_compare() -> None:
     proc = bench("2")
     assert proc.returncode == 0, proc.stderr
     got = figures(proc.stdout)
-    assert set(got) == {"python -c pass", "kimicode --version", "kimicode --help", "kimicode -p hi"}, proc.stdout
+    assert set(got) == {"python -c pass", "kimicode --version", "kimicode --help", "kimicode -p hi",
+                        "openai SDK script hi"}, proc.stdout
     for name, (median, least) in got.items():
         assert 0 < least <= median < 120_000, (name, proc.stdout)
-    assert "all 3 runs (warm-ups included) printed the fake reply" in proc.stdout
+    assert "all 6 runs (warm-ups included) printed the fake reply" in proc.stdout
     assert "pass --kimi-code PATH" in proc.stdout
-    assert "Kimi Code /" not in proc.stdout and "target <=" not in proc.stdout
+    assert "Kimi Code /" not in proc.stdout
+    version = re.search(r"kimicode --version / python -c pass: (\d+\.\d\d)x; target <= 1\.5x: (met|MISSED)",
+                        proc.stdout)
+    floor = re.search(r"kimicode -p / openai SDK script: median (\d+\.\d\d)x, .*target <= 1\.2x: (met|MISSED)",
+                      proc.stdout)
+    assert version and floor, proc.stdout
+    expected = got["kimicode -p hi"][0] / got["openai SDK script hi"][0]
+    assert float(floor[1]) == pytest.approx(expected, rel=0.05, abs=0.02)
 
 
 @pytest.mark.slow
@@ -80,7 +88,7 @@ def test_side_by_side_prints_both_and_the_ratio(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     got = figures(proc.stdout)
     assert {"kimicode -p hi", "kimi --quiet -p hi"} <= set(got), proc.stdout
-    assert "all 4 runs (warm-ups included) printed the fake reply" in proc.stdout
+    assert "all 6 runs (warm-ups included) printed the fake reply" in proc.stdout
     ratio = re.search(r"kimicode / Kimi Code \(kimi, version stand-in\): median (\d+\.\d\d)x, "
                       r"min (\d+\.\d\d)x, CPU \d+\.\d\dx; target <= 0\.6x: (met|MISSED)", proc.stdout)  # fmt: skip
     assert ratio, proc.stdout

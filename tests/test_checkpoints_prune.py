@@ -58,10 +58,11 @@ def fsck(store: CheckpointStore) -> None:
 
 
 def test_defaults_and_config_limits() -> None:
-    assert Limits.from_settings({}) == Limits(30.0, None)
-    assert Limits.from_settings({"max_age_days": 7, "max_store_mb": 2048}) == Limits(7.0, 2048.0)
-    assert Limits.from_settings({"max_age_days": 0, "max_store_mb": -1}) == Limits(None, None)  # 0: no limit
-    assert Limits.from_settings({"max_age_days": True}) == Limits(30.0, None)  # not a number: the default
+    from kimicode.config.sections import Checkpoints
+
+    assert Limits.from_settings(Checkpoints()) == Limits(30.0, None)
+    assert Limits.from_settings(Checkpoints(max_age_days=7, max_store_mb=2048)) == Limits(7.0, 2048.0)
+    assert Limits.from_settings(Checkpoints(max_age_days=0, max_store_mb=-1)) == Limits(None, None)  # 0: no limit
 
 
 def test_an_old_stamp_and_old_refs_are_pruned_when_a_session_opens(

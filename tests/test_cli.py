@@ -280,7 +280,7 @@ def test_untrusted_project_provider_is_ignored_with_a_warning(
     )
     server.add(Reply(content="safe"))
     out = run_cli(["-p", "x"], env_for(server, tmp_path / "home"), workspace)
-    assert "[providers] ignored: this workspace is not trusted" in out.stderr
+    assert "this workspace is not trusted: [providers] ignored" in out.stderr
     # either the model entry is rejected for naming an unknown provider, or the request went to the real server
     assert out.returncode in (0, 2), out.stderr
     if out.returncode == 0:

@@ -128,7 +128,8 @@ def test_untrusted_workspace_starts_no_project_servers(workspace: Path, tmp_path
     settings = load_settings(workspace, tmp_path / "home")
     assert not settings.trusted
     assert settings.get("providers") is None and settings.get("mcp_servers") is None
-    assert len(settings.ignored) == 2 and "not trusted" in settings.ignored[0]
+    (notice,) = settings.ignored  # one notice names everything ignored
+    assert "not trusted" in notice and "[providers] ignored" in notice and "[mcp_servers] ignored" in notice
     configs, problems = load_server_configs(workspace, settings, env={})
     assert configs == []
     assert any("not trusted" in p for p in problems)

@@ -178,12 +178,14 @@ def test_the_fake_server_takes_a_hundred_parallel_clients() -> None:
 
 @pytest.mark.parametrize("asked", [False, True])
 def test_batch_reads_a_task_repositorys_configuration_only_when_asked(tmp_path: Path, asked: bool) -> None:
-    """Without `model=`, each task used to take its model and AGENTS.md from the repository it ran in."""
+    """Without `model=`, each task used to take its model and AGENTS.md from the repository it ran in; now
+    only with project_config=True, and then as an untrusted project (kimicode/config/trust.py)."""
     from kimicode.batch import run
 
     repo = tmp_path / "repo"
     (repo / ".kimicode").mkdir(parents=True)
-    (repo / ".kimicode" / "config.toml").write_text('[defaults]\nmodel = "repo-chosen-model"\n')
+    (repo / ".kimicode" / "config.toml").write_text(
+        '[defaults]\nmodel = "repo-chosen-model"\n[context]\nmax_tokens = 321\n')
     (repo / "AGENTS.md").write_text("REPO-INSTRUCTIONS: always answer in French\n")
 
     async def main(server: FakeServer) -> list[Any]:
@@ -195,5 +197,6 @@ def test_batch_reads_a_task_repositorys_configuration_only_when_asked(tmp_path: 
         results = asyncio.run(main(server))
         body = server.requests[0].body
     assert results[0].status == "success", results[0].error
-    assert (body["model"] == "repo-chosen-model") is asked
+    assert body["model"] != "repo-chosen-model"  # read as untrusted: a repository never picks the model
+    assert (body.get("max_completion_tokens", body.get("max_tokens")) == 321) is asked  # a lower limit applies
     assert ("REPO-INSTRUCTIONS" in json.dumps(body["messages"])) is asked

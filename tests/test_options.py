@@ -3,6 +3,7 @@ the library building the same options; careless callers getting clear errors."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import re
@@ -199,6 +200,7 @@ def test_set_permission_mode_is_logged_and_kept_in_the_session(endpoint: FakeSer
     assert [(r["reason"], r["permission_mode"]) for r in records] == [("permission_mode", "plan")]
     assert load_session(None, agent.session_id).settings["permission_mode"] == "plan"
     # a resumed session starts in the mode it is given (never a recorded looser one) and logs it
+    asyncio.run(agent.aclose())  # one writer per session, in this process too
     resumed = Agent.resume(agent.session_id, permission_mode="accept-edits")
     assert resumed.permission_mode == "accept-edits"
     resumed.permission_mode = "default"  # assigning is set_permission_mode

@@ -61,7 +61,7 @@ def test_an_untrusted_project_cannot_grant_itself_permissions(
     assert not (workspace / "pwned").exists()
     notices = " ".join(getattr(e, "text", "") for e in events if type(e).__name__ == "Notice")
     assert "permissions.allow ignored: this workspace is not trusted" in notices
-    assert "sandbox.network ignored" in notices
+    assert "sandbox.network = true ignored" in notices
     # once the user trusts the workspace, the project's rules apply
     write_config(tmp_path / "home" / "config.toml", f'[trust]\nworkspaces = ["{workspace}"]\n')
     trusted = make_agent()

@@ -117,7 +117,7 @@ def test_the_agent_keeps_the_sandbox_a_repository_turns_off(
     agent.run_sync("x")
     texts = [getattr(e, "text", "") for e in events]
     assert any("sandbox.mode = 'off' ignored" in t for t in texts)
-    assert any("sandbox.network ignored" in t for t in texts)
+    assert any("sandbox.network = true ignored" in t for t in texts)
 
 
 def test_a_tokenizer_fifo_in_the_users_config_fails_at_once(make_agent: MakeAgent, tmp_path: Path) -> None:

@@ -107,7 +107,7 @@ class KimicodeAcp:
         from kimicode.agent.core import Agent
         from kimicode.agent.options import AgentOptions
         from kimicode.config.endpoint import ConfigError, kimicode_home
-        from kimicode.config.settings import load_settings, merge
+        from kimicode.config.settings import load_settings
         from kimicode.session.lock import SessionBusyError
         from kimicode.session.store import SessionError
 
@@ -124,7 +124,7 @@ class KimicodeAcp:
             settings = load_settings(where.resolve(), kimicode_home())
             extra = mcp_entries(mcp_servers)
             if extra:  # the editor's servers, like --mcp-config: the user configured them
-                settings.data = merge(settings.data, {"mcp_servers": extra})
+                settings.update({"mcp_servers": extra})
             return AgentOptions.from_workspace(where, config=settings, origin="acp", **self.settings)
 
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from kimicode.events import (
     Retrying,
     ToolCallFinished,
     ToolCallStarted,
+    ToolOutputDelta,
 )
 
 Update = (
@@ -71,6 +73,9 @@ ACP_KINDS: Mapping[str, ToolKind] = {
 
 MAX_SHOWN_CHARS = 8000
 """A tool result shown in the editor is cut here (the model got the whole, capped result)."""
+LIVE_EVERY = 0.25
+"""Seconds between two updates of a running command's output (the last LIVE_CHARS of it)."""
+LIVE_CHARS = 4000
 
 PLAN_STATUS = {"pending": "pending", "in_progress": "in_progress", "done": "completed"}
 
@@ -178,6 +183,9 @@ class Translator:
         self.kind_of = kind_of
         self.calls: dict[str, tuple[str, dict[str, Any]]] = {}
         """Tool calls announced so far: id -> (name, arguments)."""
+        self.live: dict[str, tuple[str, float]] = {}
+        """A running command's output so far and when it was last shown."""
+        self.clock = time.monotonic
 
     def call_start(self, call: Mapping[str, Any], status: str = "pending") -> ToolCallStart:
         """The `tool_call` update announcing one call of an assistant message."""
@@ -206,6 +214,17 @@ class Translator:
             out.append(plan_update(display["todos"]))
         return out
 
+    def output(self, call_id: str, text: str) -> list[Update]:
+        """A running command's output, shown in its tool call at most every LIVE_EVERY seconds (its tail)."""
+        seen, shown_at = self.live.get(call_id, ("", 0.0))
+        seen = (seen + text)[-LIVE_CHARS:]
+        now = self.clock()
+        if now - shown_at < LIVE_EVERY:
+            self.live[call_id] = (seen, shown_at)
+            return []
+        self.live[call_id] = (seen, now)
+        return [update_tool_call(call_id, content=[tool_content(text_block(seen))])]
+
     def updates(self, ev: Event) -> list[Update]:
         """The updates for one event (none for events an editor has no place for)."""
         if isinstance(ev, ContentDelta):
@@ -218,7 +237,10 @@ class Translator:
             return []
         if isinstance(ev, ToolCallStarted):
             return [update_tool_call(ev.call_id, status="in_progress")]
+        if isinstance(ev, ToolOutputDelta):
+            return self.output(ev.call_id, ev.text)
         if isinstance(ev, ToolCallFinished):
+            self.live.pop(ev.call_id, None)
             return self.finished(ev.call_id, ev.content, ev.is_error, ev.display)
         if isinstance(ev, Retrying):
             return [update_agent_thought_text(f"\n[kimicode: retry {ev.attempt}/{ev.max_retries} after: {ev.error}]\n")]

@@ -15,24 +15,21 @@ from typing import TYPE_CHECKING, Any
 
 from kimicode.agent.sysprompt import PromptParts, build_system_prompt
 from kimicode.config.choices import (
-    DEFAULT_COMPACT_THRESHOLD,
     DEFAULT_MAX_RETRIES,
-    DEFAULT_PRUNE_THRESHOLD,
     DEFAULT_SCOPE,
-    SCOPES,
-    SWITCH_POLICIES,
     Scope,
     SwitchPolicy,
 )
 from kimicode.config.endpoint import kimicode_home
 from kimicode.config.settings import ModelConfig, Settings, resolve_model
 from kimicode.context.manager import ContextManager, ContextSettings
-from kimicode.context.output import DEFAULT_CAP_TOKENS, DEFAULT_SPILL_MAX_BYTES, set_spill_limit
+from kimicode.context.output import set_spill_limit
 from kimicode.llm.discovery import resolve_window
 from kimicode.llm.profiles import ModelProfile, profile_for, profile_with
 from kimicode.session.log import SessionLog, new_session_id
 from kimicode.tools.base import Tool, ToolContext
 from kimicode.tools.registry import ToolRegistry, builtin_tools
+from kimicode.tools.workers import is_async_callable
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
@@ -65,14 +62,13 @@ def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool
         agent.tools.add(t)
     agent.origin = o.origin or ("headless" if o.headless else "library")
     agent.scope = resolve_scope(o)
-    agent.thinking = o.thinking or agent.model_config.reasoning_effort or agent.settings.get("defaults.thinking")
+    config = agent.settings.config  # every section typed, with its defaults (kimicode/config/sections.py)
+    agent.thinking = o.thinking or agent.model_config.reasoning_effort or config.defaults.thinking
     agent.context_window, agent._window_source = resolve_window(
         o.context_window, agent.model_config.context_window, agent.endpoint.model, agent.profile.context_window
     )
-    ctx_cfg = agent.settings.table("context")  # [context] in the config files; options win
-    agent.max_completion_tokens = (
-        o.max_completion_tokens or agent.model_config.max_completion_tokens or ctx_cfg.get("max_tokens") or None
-    )
+    cfg = config.context  # [context]; the options win
+    agent.max_completion_tokens = o.max_completion_tokens or agent.model_config.max_completion_tokens or cfg.max_tokens
     agent._discovered = False  # asked even with a set window: the template and calibration come with the answer
     agent.home = o.home.expanduser() if o.home is not None else kimicode_home()
     agent.session_id = o.session_id or new_session_id()
@@ -81,16 +77,16 @@ def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool
     agent.ctx = ToolContext(workspace=agent.workspace, session_dir=spill, extra_dirs=o.add_dirs)
     agent.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
     if spill is not None:  # bound the disk the session's saved tool outputs may use
-        set_spill_limit(spill, ctx_cfg.get("spill_max_bytes", DEFAULT_SPILL_MAX_BYTES))
+        set_spill_limit(spill, cfg.spill_max_bytes)
     agent.context = ContextManager(
         window=agent.context_window,
-        reserve=agent.max_completion_tokens or agent.profile.max_completion_tokens,
-        tokenizer_path=o.tokenizer_path or ctx_cfg.get("tokenizer"),
+        reserve=agent.answer_reserve,
+        tokenizer_path=o.tokenizer_path or cfg.tokenizer,
         settings=ContextSettings(
-            prune_threshold=_first(o.prune_threshold, ctx_cfg.get("prune_threshold"), DEFAULT_PRUNE_THRESHOLD),
-            compact_threshold=_first(o.compact_threshold, ctx_cfg.get("compact_threshold"), DEFAULT_COMPACT_THRESHOLD),
+            prune_threshold=_first(o.prune_threshold, cfg.prune_threshold),
+            compact_threshold=_first(o.compact_threshold, cfg.compact_threshold),
             prune_keep_tokens=o.prune_keep_tokens,
-            tool_output_tokens=_first(o.tool_output_tokens, ctx_cfg.get("tool_output_cap_tokens"), DEFAULT_CAP_TOKENS),
+            tool_output_tokens=_first(o.tool_output_tokens, cfg.tool_output_cap_tokens),
             tool_output_chars=o.tool_output_cap,
         ),
         spill_dir=spill,
@@ -211,8 +207,7 @@ def resolve_scope(o: AgentOptions) -> Scope:
     """The scope: the option, else the config's `[agent] scope`, else normal."""
     if o.scope is not None:
         return o.scope
-    configured = o.config.get("agent.scope") if o.config is not None else None
-    return configured if configured in SCOPES else DEFAULT_SCOPE
+    return o.config.config.agent.scope if o.config is not None else DEFAULT_SCOPE
 
 
 def switch_policy(o: AgentOptions, mc: ModelConfig, profile: ModelProfile) -> SwitchPolicy:
@@ -222,8 +217,8 @@ def switch_policy(o: AgentOptions, mc: ModelConfig, profile: ModelProfile) -> Sw
         return o.on_switch
     if mc.on_switch is not None:
         return mc.on_switch
-    configured = o.config.get("model.on_switch") if o.config is not None else None
-    return configured if configured in SWITCH_POLICIES else profile.on_switch
+    configured = o.config.config.model.on_switch if o.config is not None else None
+    return configured if configured is not None else profile.on_switch
 
 
 def settings_record(agent: Agent) -> dict[str, Any]:
@@ -255,7 +250,6 @@ def make_client(agent: Agent) -> ChatClient:
             model=agent.endpoint.model,
             profile=agent.profile,
             effort=agent.thinking,
-            max_completion_tokens=agent.max_completion_tokens,
             session_id=agent.session_id,
             max_retries=o.max_retries,
             retries_explicit=o.max_retries != DEFAULT_MAX_RETRIES,
@@ -281,3 +275,13 @@ def _tool_list(tools: Any, where: str) -> list[Tool]:
             hint = " (decorate a function with @tool to make it one)" if callable(item) else ""
             raise TypeError(f"{where} must contain Tool objects, not {type(item).__name__} {item!r}{hint}")
     return items
+
+
+def check_callbacks(approve: Any, on_event: Any) -> None:
+    """TypeError now for a callback of the wrong kind (it would fail mid-turn, or never run)."""
+    for what, value in (("approve", approve), ("on_event", on_event)):
+        if value is not None and not callable(value):
+            raise TypeError(f"{what} must be a function or None (got {type(value).__name__} {value!r})")
+    if on_event is not None and is_async_callable(on_event):
+        raise TypeError("on_event must be a plain function: an async hook would never be awaited "
+                        "(use `async for event in agent.stream(...)` for async handling)")

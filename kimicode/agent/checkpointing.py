@@ -34,8 +34,8 @@ class RewindResult:
 def open_checkpoints(agent: Agent) -> SessionCheckpoints | None:
     """The session's checkpoints, unless `[checkpoints] enabled = false`; finishes an interrupted restore
     and starts the automatic prune (`[checkpoints] auto_prune`, on unless the library is hermetic)."""
-    cfg = agent.settings.table("checkpoints")
-    if cfg.get("enabled", True) is False:
+    cfg = agent.settings.config.checkpoints
+    if not cfg.enabled:
         return None
     cps = SessionCheckpoints.open(agent.home, agent.workspace, agent.session_id, agent.log, cfg)
     try:
@@ -44,7 +44,7 @@ def open_checkpoints(agent: Agent) -> SessionCheckpoints | None:
         note = f"an interrupted checkpoint restore could not be finished: {exc}"
     if note:
         agent.notify(note, "warning")
-    auto = cfg.get("auto_prune")
+    auto = cfg.auto_prune
     if auto is True or (auto is None and agent.options.config is not None):
         cps.auto_prune(cfg, agent.home / "sessions", lambda text: agent.notify(text, "warning"))
     return cps
@@ -55,7 +55,7 @@ def may_change(agent: Agent, tool: Any, args: Mapping[str, Any]) -> bool:
     if tool.kind in ("edit", "execute"):
         return True
     if tool.name == "task":
-        names = args.get("tools") or agent.settings.get("subagents.tools") or ()
+        names = args.get("tools") or agent.settings.config.subagents.tools or ()
         return any(
             (t := agent.tools.get(str(n))) is not None and t.kind in ("edit", "execute") for n in names
         )
@@ -70,8 +70,9 @@ async def before_change(agent: Agent, emit: Callable[[Event], None]) -> None:
 
 
 def end_turn(agent: Agent, emit: Callable[[Event], None]) -> None:
-    assert agent.checkpoints is not None
     cps = agent.checkpoints
+    if cps is None:
+        return
     had = cps.warning
     cps.end_turn()
     if cps.warning and cps.warning != had:
@@ -147,10 +148,11 @@ def open_for_log(home: Path, path: Path) -> SessionCheckpoints:
     from kimicode.session.log import SessionLog, load
 
     session = load(path)
-    workspace = Path(str(session.settings.get("workspace") or "."))
+    logged = session.settings  # what the session log recorded
+    workspace = Path(str(logged.get("workspace") or "."))
     if not workspace.is_dir():
         raise CheckpointError(f"the session's workspace {workspace} no longer exists")
-    cfg = load_settings(workspace, home).table("checkpoints")
+    cfg = load_settings(workspace, home).config.checkpoints
     cps = SessionCheckpoints.open(home, workspace, path.stem, SessionLog(path.parent, path.stem), cfg)
     note = cps.store.recover()
     if note:
@@ -186,6 +188,7 @@ def forget_session(home: Path, log_path: Path) -> str | None:
     Returns a warning sentence when that failed (the session is deleted all the same)."""
     from kimicode.checkpoints.store import CheckpointStore
     from kimicode.checkpoints.upkeep import Limits
+    from kimicode.config.sections import Checkpoints
     from kimicode.config.settings import load_settings
     from kimicode.session.log import iter_records
 
@@ -197,7 +200,7 @@ def forget_session(home: Path, log_path: Path) -> str | None:
         store = CheckpointStore(home, workspace)
         if not store.git_dir.exists():
             return None
-        cfg = load_settings(workspace, home).table("checkpoints") if workspace.is_dir() else {}
+        cfg = load_settings(workspace, home).config.checkpoints if workspace.is_dir() else Checkpoints()
         limits = Limits.from_settings(cfg)
         store.drop_session(log_path.stem)
         store.prune(limits.max_age_days, limits.max_store_mb)

@@ -9,7 +9,6 @@ calls are run by agent/toolcalls.py.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
@@ -18,14 +17,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from kimicode import errors
 from kimicode.agent import hooking
-from kimicode.agent.builder import build, make_client, settings_record, switch_policy
+from kimicode.agent.builder import build, check_callbacks, make_client, settings_record, switch_policy
+from kimicode.agent.checkpointing import end_turn
 from kimicode.agent.costs import usage_cost
 from kimicode.agent.ecosystem import after_compaction, close_extras, start_extras, user_content
 from kimicode.agent.interrupted import NO_ANSWER
 from kimicode.agent.modes import note_needed
 from kimicode.agent.options import AgentOptions, OptionAttribute
 from kimicode.agent.outgoing import masked_event, utf8_safe
-from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult
+from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult, turn_error
 from kimicode.agent.step import model_step, truncation
 from kimicode.agent.streams import same_loop
 from kimicode.agent.structured import structured_output
@@ -50,7 +50,6 @@ from kimicode.llm.discovery import resolve_window
 from kimicode.llm.errors import LLMError
 from kimicode.llm.profiles import profile_for, profile_with
 from kimicode.session.log import INTERRUPTED, SessionWriteError
-from kimicode.tools.workers import is_async_callable
 
 if TYPE_CHECKING:
     from kimicode.agent.ecosystem import Extras
@@ -107,7 +106,8 @@ class Agent(Explorer):
     context_window: int
     _window_source: str
     max_completion_tokens: int | None
-    """The answer's token limit when set (option, model config, `[context] max_tokens`); else fitted."""
+    """The answer's token limit when set (option, model config, `[context] max_tokens`); else fitted. It
+    reaches the request one way: `answer_reserve` -> the context's budget -> each request's limit."""
     _discovered: bool
     home: Path
     session_id: str
@@ -143,12 +143,7 @@ class Agent(Explorer):
         base = options if options is not None else AgentOptions()
         self.options: AgentOptions = base.replace(**settings) if settings else base
         """The settings; `set_model`, `set_thinking` and `set_permission_mode` keep them current."""
-        for what, value in (("approve", approve), ("on_event", on_event)):
-            if value is not None and not callable(value):
-                raise TypeError(f"{what} must be a function or None (got {type(value).__name__} {value!r})")
-        if on_event is not None and is_async_callable(on_event):
-            raise TypeError("on_event must be a plain function: an async hook would never be awaited "
-                            "(use `async for event in agent.stream(...)` for async handling)")
+        check_callbacks(approve, on_event)
         self.approve = approve
         self.on_event = on_event
         self._client: ChatClient | None = None
@@ -423,7 +418,7 @@ class Agent(Explorer):
 
     async def _compact(self, instructions: str | None, emit: Emit) -> CompactionResult | None:
         client = await self._ensure_client()
-        self.context.set_window(self.context_window, self.max_completion_tokens or self.profile.max_completion_tokens)
+        self.context.set_window(self.context_window, self.answer_reserve)
         kinds = {t.name: t.kind for t in self.tools}
         result = await self.context.compact(
             self.messages, self.tools.schemas(), client, emit, instructions=instructions, tool_kinds=kinds
@@ -443,6 +438,11 @@ class Agent(Explorer):
         if self.context.server_limit and self.context.server_limit < self.context_window:
             return "learnt"
         return self._window_source
+
+    @property
+    def answer_reserve(self) -> int:
+        """Tokens reserved for the answer: `max_completion_tokens`, else the model profile's (the one fallback)."""
+        return self.max_completion_tokens or self.profile.max_completion_tokens
 
     @property
     def effective_window(self) -> int:
@@ -489,6 +489,17 @@ class Agent(Explorer):
             self.log.message(message, self.endpoint.model)
         emit(MessageCommitted(message))
 
+    def _answer_pending(self, pending: list[dict[str, Any]], content: str, emit: Emit | None) -> None:
+        """Give each call of the step still without a result `content` (only kept in memory, not logged, when
+        `emit` is None: the log cannot be written), so the history stays valid."""
+        for call in pending:
+            message = {"role": "tool", "tool_call_id": call.get("id", ""), "content": content}
+            if emit is None:
+                self.messages.append(message)
+            else:
+                self._commit(message, emit)
+        pending.clear()
+
     async def _turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
         steps = 0
         denials: list[dict[str, Any]] = []
@@ -504,16 +515,8 @@ class Agent(Explorer):
         def finish(
             status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None
         ) -> None:
-            if self.checkpoints is not None:
-                from kimicode.agent.checkpointing import end_turn
-
-                end_turn(self, emit)
-            info = None if error is None else errors.ErrorInfo(error, kind or status)
-            handling = sys.exc_info()[1]  # called while handling a model error: keep its status and retry-after
-            if error is not None and isinstance(handling, LLMError) and handling.message == error:
-                info = errors.ErrorInfo(
-                    error, kind or status, handling.status, handling.retry_after, handling.error_type
-                )
+            end_turn(self, emit)  # the turn's checkpoint (none when they are off)
+            info = turn_error(error, kind or status)  # with the status and retry-after of a model error
             if self.log:
                 self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
                 self.log.sync()
@@ -568,26 +571,19 @@ class Agent(Explorer):
         except hooking.HookStop as stop:
             finish("error", self.turn_text, str(stop), stop.kind)
         except asyncio.CancelledError:
-            for call in pending:
-                self._commit({"role": "tool", "tool_call_id": call.get("id", ""), "content": INTERRUPTED}, emit)
-            pending.clear()
+            self._answer_pending(pending, INTERRUPTED, emit)
             finish("interrupted", self.turn_text, "interrupted by user")
             if not self._interrupted:
                 raise  # cancelled from outside (library cancellation): propagate
         except LLMError as err:
             finish("error", "", err.message, "transient" if err.transient else err.kind)  # no stale answer
         except SessionWriteError as err:  # a full disk or unwritable KIMICODE_HOME: stop, say it once
-            for call in pending:
-                self.messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": INTERRUPTED})
-            pending.clear()
+            self._answer_pending(pending, INTERRUPTED, None)
             finish("error", "", str(err), "session_log")
         except Exception as exc:  # a bug must end the turn with a valid history, never leave the caller waiting
             error = f"internal error: {type(exc).__name__}: {exc}"
             try:
-                for call in pending:
-                    result = {"role": "tool", "tool_call_id": call.get("id", ""), "content": f"Error: {error}"}
-                    self._commit(result, emit)
-                pending.clear()
+                self._answer_pending(pending, f"Error: {error}", emit)
                 finish("error", "", error, "internal")
             except Exception:
                 emit(TurnFinished("error", "", steps, error, "internal", tuple(denials)))

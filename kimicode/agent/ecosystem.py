@@ -145,7 +145,7 @@ def _setup_mcp(agent: Agent, extras: Extras) -> None:
     """Create the MCP manager when servers are configured (the SDK is imported only when they start)."""
     if agent.options.config is None:
         return  # hermetic (no configuration asked for): the workspace's .mcp.json is not read either
-    from kimicode.mcp.config import DEFAULT_TOOL_TIMEOUT, load_server_configs
+    from kimicode.mcp.config import load_server_configs
 
     plugins = extras.found.plugins if extras.found is not None else []
     servers = {name: (entry, f"plugin {p.name}") for p in plugins for name, entry in p.mcp_servers().items()}
@@ -159,7 +159,7 @@ def _setup_mcp(agent: Agent, extras: Extras) -> None:
         configs,
         agent.workspace,
         log_dir=agent.home / "logs",
-        tool_timeout=float(agent.settings.get("mcp.tool_timeout", DEFAULT_TOOL_TIMEOUT)),
+        tool_timeout=agent.settings.config.mcp.tool_timeout,
         supports_images=lambda: agent.profile.supports_images,
     )
 
@@ -203,16 +203,15 @@ def attach_image(agent: Agent, path: str | Path) -> None:
     """Attach an image file to the next prompt (`@shot.png`); ToolError (one line) when the model cannot see
     images or the file is not a usable image."""
     from kimicode.tools.base import ToolError
-    from kimicode.tools.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_SIDE, image_part
+    from kimicode.tools.images import image_part
 
     if not agent.profile.supports_images:
         raise ToolError(f"the current model ({agent.endpoint.model}) cannot see images")
     p = Path(path).expanduser()
     if not p.is_absolute():
         p = agent.workspace / p
-    side = int(agent.settings.get("images.max_side", DEFAULT_MAX_SIDE))
-    size = int(agent.settings.get("images.max_bytes", DEFAULT_MAX_BYTES))
-    agent.extras.pending_images.append(image_part(p, side, size))
+    images = agent.settings.config.images
+    agent.extras.pending_images.append(image_part(p, images.max_side, images.max_bytes))
 
 
 def steer(agent: Agent, text: str) -> None:
@@ -231,14 +230,10 @@ def user_content(agent: Agent, prompt: str) -> str | list[dict[str, Any]]:
 
 
 def _web_fetch(agent: Agent) -> Tool:
-    from kimicode.tools.web import DEFAULT_MAX_CHARS, DEFAULT_MAX_REDIRECTS, DEFAULT_TIMEOUT, web_fetch_tool
+    from kimicode.tools.web import web_fetch_tool
 
-    s = agent.settings
-    return web_fetch_tool(
-        int(s.get("web_fetch.max_chars", DEFAULT_MAX_CHARS)),
-        int(s.get("web_fetch.max_redirects", DEFAULT_MAX_REDIRECTS)),
-        float(s.get("web_fetch.timeout", DEFAULT_TIMEOUT)),
-    )
+    web = agent.settings.config.web_fetch
+    return web_fetch_tool(web.max_chars, web.max_redirects, web.timeout)
 
 
 def _web_search(agent: Agent) -> Tool | None:
@@ -248,14 +243,14 @@ def _web_search(agent: Agent) -> Tool | None:
 
     from kimicode.tools.websearch import MOONSHOT_PRICE, Provider, moonshot_web_search, provider_web_search
 
-    table = agent.settings.table("web_search")
-    name = table.get("provider", "auto")
+    search = agent.settings.config.web_search
+    name = search.provider
     host = urlsplit(agent.endpoint.base_url).hostname or ""
     if name == "moonshot" or (name == "auto" and host.endswith(("moonshot.ai", "moonshot.cn"))):
-        price = table.get("price_per_search", MOONSHOT_PRICE)
-        return moonshot_web_search(float(price) if isinstance(price, int | float) else MOONSHOT_PRICE)
+        price = search.price_per_search
+        return moonshot_web_search(price if price is not None else MOONSHOT_PRICE)
     try:
-        provider = Provider.from_settings(table) if name != "auto" else None
+        provider = Provider.from_settings(search.model_dump(exclude_none=True)) if name != "auto" else None
     except ValueError as exc:
         agent.notify(f"{exc}: no web_search tool", "warning")
         return None
@@ -265,7 +260,7 @@ def _web_search(agent: Agent) -> Tool | None:
 def _install_vision(agent: Agent) -> None:
     """Make read_file send images to models that see them (the built-in read_file, or a fork's copy)."""
     from kimicode.tools.files import READ_FILE
-    from kimicode.tools.images import DEFAULT_MAX_BYTES, DEFAULT_MAX_SIDE, VisionReader
+    from kimicode.tools.images import VisionReader
 
     current = agent.tools.get("read_file")
     if current is None:
@@ -277,12 +272,10 @@ def _install_vision(agent: Agent) -> None:
         inner = current
     else:
         return  # the user's own read_file
-    settings = agent.settings
+    images = agent.settings.config.images
 
     def limits() -> tuple[int, int]:
-        side = settings.get("images.max_side", DEFAULT_MAX_SIDE)
-        size = settings.get("images.max_bytes", DEFAULT_MAX_BYTES)
-        return int(side), int(size)
+        return images.max_side, images.max_bytes
 
     reader = VisionReader(inner, lambda: agent.profile.supports_images, lambda: agent.endpoint.model, limits)
     agent.tools.add(reader.tool())

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from kimicode.config.choices import (
     DEFAULT_MAX_RETRIES,
@@ -47,6 +47,9 @@ from kimicode.config.endpoint import ConfigError, kimicode_home
 from kimicode.config.settings import Settings, load_settings
 from kimicode.context.output import DEFAULT_CAP_CHARS
 from kimicode.permissions.policy import Rules
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
 
 CONFIG_DEFAULTS = ("permission_mode", "max_turns", "max_retries", "request_timeout")
 """Options `[defaults]` in a config file may set (`model` and `thinking` are resolved with the endpoint,
@@ -210,8 +213,8 @@ class AgentOptions:
         settings = overrides.get("config")
         if settings is None:
             settings = load_settings(where, root, trust=trust)
-        defaults = settings.table("defaults")
-        values: dict[str, Any] = {k: defaults[k] for k in CONFIG_DEFAULTS if k in defaults}
+        defaults = settings.config.defaults
+        values: dict[str, Any] = {k: getattr(defaults, k) for k in CONFIG_DEFAULTS if getattr(defaults, k) is not None}
         values.update(workspace=where, home=root, config=settings, project_instructions=True)
         values.update(overrides)
         return cls(**values)
@@ -306,3 +309,24 @@ def check_tool_choice(value: object) -> None:
         return
     if not isinstance(value, str) or not _TOOL_NAME.fullmatch(value):
         raise ValueError(f"tool_choice must be auto, none, required or a tool's name (got {value!r})")
+
+
+def derived_options(agent: Agent, **changes: Any) -> AgentOptions:
+    """The settings of an agent made from `agent` (a fork, a subagent): its options with what it resolved
+    at run time frozen in (the model and endpoint it uses now, its effort, window and answer limit,
+    workspace and home), no system prompt of its own (a fork's history carries it) and a new session id;
+    then `changes`. Forks and subagents derive their settings only here."""
+    carried: dict[str, Any] = {
+        "model": agent.model_config.name,
+        "base_url": agent.endpoint.base_url,
+        "api_key": agent.endpoint.api_key,
+        "workspace": agent.workspace,
+        "thinking": agent.thinking,
+        "context_window": agent.context_window,
+        "max_completion_tokens": agent.max_completion_tokens,
+        "home": agent.home,
+        "system_prompt": None,
+        "append_system_prompt": None,
+        "session_id": None,
+    }
+    return agent.options.replace(**{**carried, **changes})

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kimicode import errors
 from kimicode.events import TurnFinished, TurnStatus
+from kimicode.llm.errors import LLMError
 from kimicode.permissions.policy import Rule, parse_rule
 
 
@@ -116,3 +118,14 @@ class RunResult:
             exc = errors.TurnError(str(self.error or f"the turn ended with status {self.status}"), self.status)
         exc.result = self  # type: ignore[attr-defined]
         raise exc
+
+
+def turn_error(error: str | None, kind: str) -> errors.ErrorInfo | None:
+    """Why a turn failed, as `RunResult.error` carries it; called while handling a model error, it keeps
+    that error's HTTP status, retry-after and type."""
+    if error is None:
+        return None
+    handling = sys.exc_info()[1]
+    if isinstance(handling, LLMError) and handling.message == error:
+        return errors.ErrorInfo(error, kind, handling.status, handling.retry_after, handling.error_type)
+    return errors.ErrorInfo(error, kind)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kimicode import errors
 from kimicode.agent.builder import switch_policy
-from kimicode.agent.options import AgentOptions
+from kimicode.agent.options import AgentOptions, derived_options
 from kimicode.agent.switch import replay_authors
 from kimicode.config.choices import EFFORTS
 from kimicode.session.store import SessionError, load_session
@@ -71,8 +71,8 @@ def resume_agent(
     given = options if isinstance(options, AgentOptions) else None
     home = kwargs.get("home", given.home if given is not None else None)
     loaded = load_session(home, session_id)
-    settings = loaded.settings
-    recorded = settings.get("workspace")
+    logged = loaded.settings  # what the session log recorded (not configuration)
+    recorded = logged.get("workspace")
     workspace = Path(explicit_workspace) if explicit_workspace is not None else None
     if workspace is None and isinstance(recorded, str) and recorded:
         if not Path(recorded).is_dir():
@@ -90,8 +90,8 @@ def resume_agent(
     changes: dict[str, Any] = {}
     if opts.model is None and not os.environ.get("KIMI_MODEL") and loaded.model:
         changes["model"] = loaded.model
-    if opts.thinking is None and settings.get("thinking") in EFFORTS:
-        changes["thinking"] = settings["thinking"]
+    if opts.thinking is None and logged.get("thinking") in EFFORTS:
+        changes["thinking"] = logged["thinking"]
     history = loaded.messages or None  # an empty log gets a fresh system prompt
     if fork:
         from kimicode.checkpoints.forks import fork_tree
@@ -161,19 +161,7 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
         del overrides["workspace"]
     else:
         tree_kind = None
-    base = agent.options.replace(
-        model=agent.model_config.name,
-        base_url=agent.endpoint.base_url,
-        api_key=agent.endpoint.api_key,
-        workspace=agent.workspace,
-        thinking=agent.thinking,
-        context_window=agent.context_window,
-        home=agent.home,
-        persist=agent.log is not None,
-        system_prompt=None,  # the history carries the system prompt
-        append_system_prompt=None,
-        session_id=None,
-    )
+    base = derived_options(agent, persist=agent.log is not None)
     collaborators: dict[str, Any] = {
         # the default set is built afresh, so tools bound to an agent (its todo list) are the child's own
         "tools": None if agent.extras.default_tools else list(agent.tools),

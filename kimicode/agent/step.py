@@ -37,7 +37,7 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     kinds = {t.name: t.kind for t in agent.tools}
     if not agent._discovered:
         await discover_window(agent, emit)
-    agent.context.set_window(agent.context_window, agent.max_completion_tokens or agent.profile.max_completion_tokens)
+    agent.context.set_window(agent.context_window, agent.answer_reserve)
     if agent.context.server_counts:  # llama.cpp counts the first request exactly (its template may leave tools out)
         await count_first_request(agent, tools)
     tools = agent.context.fit_tools(agent.messages, tools, emit)  # a compact set when a small window needs it
@@ -146,7 +146,7 @@ async def discover_window(agent: Agent, emit: Callable[[Event], None]) -> None:
         agent.context_window, agent._window_source = found, "server"
         emit(Notice(f"context: the server reports a window of {found:,} tokens for {agent.endpoint.model}{stale}"))
         try:
-            agent.context.set_window(found, agent.max_completion_tokens or agent.profile.max_completion_tokens)
+            agent.context.set_window(found, agent.answer_reserve)
         except ValueError as exc:  # e.g. a 1k window, or --max-tokens larger than the server's window
             raise LLMError(f"the server serves {agent.endpoint.model} with a {found:,}-token window: {exc}",
                            "context_length") from None

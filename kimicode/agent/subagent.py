@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kimicode.config.choices import DEFAULT_SUBAGENT_MAX_TURNS
+from kimicode.config.choices import DEFAULT_SUBAGENT_TOOLS
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, ToolResult
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from kimicode.events import Event
     from kimicode.extensions.agents import AgentDef
 
-READ_ONLY = ("read_file", "glob", "grep")
+READ_ONLY = DEFAULT_SUBAGENT_TOOLS
 """A subagent's tools unless the call or `[subagents] tools` asks for others."""
 NEVER = ("task", "todo_write")
 """Tools a subagent never gets (no nesting; the task list belongs to the parent)."""
@@ -76,8 +76,8 @@ class TaskRunner:
         )
 
     def default_tools(self) -> list[str]:
-        configured = self.parent.settings.get("subagents.tools")
-        return list(configured) if isinstance(configured, list) else list(READ_ONLY)
+        configured = self.parent.settings.config.subagents.tools
+        return list(configured) if configured is not None else list(READ_ONLY)
 
     def child_tools(self, names: Sequence[str]) -> list[Tool]:
         """The subagent's tools: fresh built-in ones (so it binds and sandboxes them itself), the parent's
@@ -109,32 +109,23 @@ class TaskRunner:
 
     def make_child(self, names: Sequence[str], definition: AgentDef | None = None) -> Agent:
         """A subagent of the parent with the tools `names` (and a custom subagent's instructions and model)."""
-        from kimicode.agent.core import Agent
         from kimicode.extensions.agents import model_for
 
         p = self.parent
-        max_turns = p.settings.get("subagents.max_turns", DEFAULT_SUBAGENT_MAX_TURNS)
+        max_turns = p.settings.config.subagents.max_turns
         instructions = load_prompt("tools/task_system.md")
         model = p.model_config.name
         if definition is not None:
             instructions += f"\n\n# Your role: {definition.name}\n\n{definition.prompt}"
-            model = model_for(definition, list(p.settings.table("models")), model)
-        options = p.options.replace(  # the parent's settings (rules and sandbox included) but its own history
-            model=model,
-            base_url=p.endpoint.base_url,
-            api_key=p.endpoint.api_key,
-            workspace=p.workspace,
-            system_prompt=None,
-            append_system_prompt=instructions,
-            thinking=p.thinking,
-            context_window=p.effective_window,  # a window the server showed too
-            max_completion_tokens=p.max_completion_tokens,
-            max_turns=int(max_turns),
-            home=p.home,
-            persist=False,
-            session_id=None,
+            model = model_for(definition, list(p.settings.config.models), model)
+        from kimicode.agent.options import derived_options
+
+        options = derived_options(  # the parent's settings (rules and sandbox included) but its own history
+            p, model=model, append_system_prompt=instructions, max_turns=max_turns, persist=False,
         )
-        child = Agent(options, tools=self.child_tools(names), approve=p.approve)
+        child = type(p)(options, tools=self.child_tools(names), approve=p.approve)  # an Agent, as the parent
+        if p.context.server_limit:  # a window the server showed holds for the subagent too
+            child.context.learn_window(p.context.server_limit, record=False)
         child.extras.subagent = True  # its Stop hooks are SubagentStop; no session hooks
         # The child keeps no log of its own, but its big tool outputs are saved in the parent's session
         # directory (same disk bound, deleted with the session) rather than losing their middle.

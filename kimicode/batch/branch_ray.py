@@ -77,10 +77,10 @@ class RayEngine:
 
     async def run(self, parent: Any, record: ExplorationRecord, job: Job,
                   branches: Sequence[Branch]) -> AsyncIterator[Branch]:
-        from kimicode.batch.ray_engine import _import_ray
+        from kimicode.batch.ray_engine import import_ray
         from kimicode.batch.ray_gate import gate_actor
 
-        ray = _import_ray()
+        ray = import_ray()
         started = False
         if not ray.is_initialized():
             ray.init(address=self.address, include_dashboard=False, log_to_driver=False, logging_level="WARNING")

@@ -97,6 +97,23 @@ async def _serve(inbox: Any, outbox: Any, opts: BatchOptions, gate: ProcessGate,
     await http.aclose()
 
 
+def _read_results(outbox: Any, loop: asyncio.AbstractEventLoop, arrivals: asyncio.Queue[Any],
+                  stop: threading.Event) -> None:
+    """The workers' queue blocks: read it in a thread and hand each message to the loop (a `tick` when
+    nothing came for a while, so the loop looks for dead workers)."""
+    while not stop.is_set():
+        try:
+            msg = outbox.get(timeout=0.2)
+        except queue.Empty:
+            msg = ("tick",)
+        except (EOFError, OSError, ValueError):
+            return
+        try:
+            loop.call_soon_threadsafe(arrivals.put_nowait, msg)
+        except RuntimeError:  # the loop is closed: the batch is over
+            return
+
+
 async def run_processes(
     tasks: Iterable[Task],
     opts: BatchOptions,
@@ -131,19 +148,6 @@ async def run_processes(
         proc.start()
         return proc, inbox
 
-    def reader() -> None:  # the queue blocks: read it in a thread and hand messages to the loop
-        while not stop_reader.is_set():
-            try:
-                msg = outbox.get(timeout=0.2)
-            except queue.Empty:
-                msg = ("tick",)  # lets the loop look for dead workers
-            except (EOFError, OSError, ValueError):
-                return
-            try:
-                loop.call_soon_threadsafe(arrivals.put_nowait, msg)
-            except RuntimeError:  # the loop is closed: the batch is over
-                return
-
     def give(index: int, task: Task, first: int) -> None:
         by_id[task.id] = task
         assigned[index][task.id] = first
@@ -160,7 +164,8 @@ async def run_processes(
     for _ in range(count):
         workers.append(start_worker())
         assigned.append({})
-    thread = threading.Thread(target=reader, daemon=True, name="kimicode-batch-results")
+    thread = threading.Thread(target=_read_results, args=(outbox, loop, arrivals, stop_reader), daemon=True,
+                              name="kimicode-batch-results")
     thread.start()
     try:
         fill()

@@ -28,7 +28,7 @@ from kimicode.batch.tasks import Task, notify
 OnEvent = Callable[[str, Task, int], None]
 
 
-def _import_ray() -> Any:
+def import_ray() -> Any:
     try:
         import ray
     except ImportError:
@@ -86,7 +86,7 @@ async def run_ray(
     """Yield each task's result as it finishes; closing early cancels what is in flight."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1 (got {concurrency})")
-    ray = _import_ray()
+    ray = import_ray()
     started = False
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING")

@@ -102,7 +102,7 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
     try:
         settings = load_settings(ws, opts.home or kimicode_home(), project=opts.project_config)
         if not opts.checkpoints:
-            settings.data["checkpoints"] = {**settings.table("checkpoints"), "enabled": False}
+            settings.update({"checkpoints": {"enabled": False}})
         agent = Agent(
             model=task.model or opts.model,
             base_url=opts.base_url,

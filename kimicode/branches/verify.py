@@ -39,7 +39,7 @@ class VerifyOutcome:
 def verify_sandbox(agent: Any) -> Any:
     """The sandbox the verify command runs in: a workspace-write sandbox over the branch's workspace,
     unless the session's sandbox is off; None when none can be made."""
-    mode = agent.options.sandbox if agent.options.sandbox is not None else agent.settings.get("sandbox.mode")
+    mode = agent.options.sandbox if agent.options.sandbox is not None else agent.settings.config.sandbox.mode
     if mode == "off":
         return None
     sandbox, _warning = setup_sandbox("workspace-write", agent.options.sandbox_network, agent.settings,

@@ -15,10 +15,13 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kimicode.checkpoints.store import DEFAULT_MAX_FILE_BYTES, Changes, CheckpointError, CheckpointStore
+from kimicode.checkpoints.store import Changes, CheckpointError, CheckpointStore
 from kimicode.session.log import SessionLog
+
+if TYPE_CHECKING:
+    from kimicode.config.sections import Checkpoints
 
 
 class RestoreConflict(CheckpointError):
@@ -110,11 +113,9 @@ class SessionCheckpoints:
 
     @classmethod
     def open(cls, home: Path, workspace: Path, session_id: str, log: SessionLog | None,
-             settings: dict[str, Any]) -> SessionCheckpoints:
+             settings: Checkpoints) -> SessionCheckpoints:
         """The checkpoints of a session (entries read back from its log when it exists)."""
-        limit = settings.get("max_file_mb")
-        max_bytes = int(float(limit) * 1024 * 1024) if isinstance(limit, int | float) else DEFAULT_MAX_FILE_BYTES
-        store = CheckpointStore(home, workspace, max_file_bytes=max_bytes)
+        store = CheckpointStore(home, workspace, max_file_bytes=int(settings.max_file_mb * 1024 * 1024))
         entries: list[Entry] = []
         turns = 0
         if log is not None and log.path.exists():
@@ -145,7 +146,7 @@ class SessionCheckpoints:
         self.warming = thread
         return thread
 
-    def auto_prune(self, settings: dict[str, Any], sessions_dir: Path | None,
+    def auto_prune(self, settings: Checkpoints, sessions_dir: Path | None,
                    warn: Callable[[str], None]) -> threading.Thread | None:
         """Apply the `[checkpoints]` age and size limits in the background, at most once a day per store
         (see checkpoints/upkeep.py); this session's checkpoints are never dropped for the size. Returns

@@ -23,13 +23,17 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimicode.checkpoints.store import CheckpointError, CheckpointStore
+from kimicode.config.choices import DEFAULT_CHECKPOINT_MAX_AGE_DAYS
 from kimicode.safeio import private_open, private_write
+
+if TYPE_CHECKING:
+    from kimicode.config.sections import Checkpoints
 
 STAMP = "pruned-at"
 """File in the store whose modification time is the last automatic prune."""
@@ -40,7 +44,7 @@ GRACE = "1.hour.ago"
 ORPHAN_AFTER = 86400.0
 """The size limit drops refs of a session without a log only once they are this old (seconds): a
 library session that keeps no log (`persist=False`) may still be running."""
-DEFAULT_MAX_AGE_DAYS = 30.0
+DEFAULT_MAX_AGE_DAYS = DEFAULT_CHECKPOINT_MAX_AGE_DAYS
 DEFAULT_MAX_STORE_MB: float | None = None
 
 
@@ -52,16 +56,13 @@ class Limits:
     max_store_mb: float | None = DEFAULT_MAX_STORE_MB
 
     @classmethod
-    def from_settings(cls, cfg: Mapping[str, Any]) -> Limits:
-        """From the `[checkpoints]` table: unset takes the default, 0 (or less) means no limit."""
+    def from_settings(cls, cfg: Checkpoints) -> Limits:
+        """From the `[checkpoints]` section: 0 (or less) means no limit."""
 
-        def value(key: str, default: float | None) -> float | None:
-            raw = cfg.get(key, default)
-            if isinstance(raw, bool) or not isinstance(raw, int | float):
-                return default
-            return float(raw) if raw > 0 else None
+        def value(raw: float | None) -> float | None:
+            return float(raw) if raw is not None and raw > 0 else None
 
-        return cls(value("max_age_days", DEFAULT_MAX_AGE_DAYS), value("max_store_mb", DEFAULT_MAX_STORE_MB))
+        return cls(value(cfg.max_age_days), value(cfg.max_store_mb))
 
 
 def last_run(store: CheckpointStore) -> float:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kimicode.config.settings import Settings, load_settings, merge
+from kimicode.config.settings import Settings, load_settings
 
 
 class FlagError(ValueError):
@@ -44,7 +44,7 @@ def ci_settings(workspace: Path, home: Path, *, trust: bool, mcp_config: Path | 
     settings = load_settings(workspace, home, trust=trust)
     if mcp_config is not None:
         servers = read_mcp_config(mcp_config)
-        settings.data = merge(settings.data, {"mcp_servers": servers})
+        settings.update({"mcp_servers": servers})
     return settings
 
 

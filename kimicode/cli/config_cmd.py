@@ -92,7 +92,7 @@ def show(
 ) -> None:
     """Print the merged configuration (secrets masked), the files read, and the resolved model."""
     from kimicode.config.endpoint import ConfigError, kimicode_home
-    from kimicode.config.settings import config_paths, masked, resolve_model
+    from kimicode.config.settings import config_paths, resolve_model
 
     workspace, settings = workspace_settings(cwd)
     home = kimicode_home()
@@ -111,7 +111,7 @@ def show(
             resolved["headers"] = dict.fromkeys(mc.headers, "********")
     except ConfigError as exc:
         resolved = {"error": str(exc)}
-    data = masked(settings.data)
+    data = settings.masked()
     files = [{"path": str(p), "read": p in settings.sources} for p in config_paths(workspace, home)]
     if as_json:
         typer.echo(json.dumps({"files": files, "settings": data, "resolved": resolved}, indent=2))

@@ -53,7 +53,7 @@ def _config_checks(workspace: Path, home: Path) -> tuple[list[Check], Any]:
     if project.is_file():
         files.append(f"{project} (project, {'trusted' if settings.trusted else 'not trusted'})")
     checks.append(Check("config", "ok", ", ".join(files)))
-    if settings.get("auth.api_key") and user.is_file() and stat.S_IMODE(user.stat().st_mode) & 0o077:
+    if settings.config.auth.api_key and user.is_file() and stat.S_IMODE(user.stat().st_mode) & 0o077:
         checks.append(
             Check("config", "fail", f"{user} holds an API key but others can read it", f"chmod 600 {user}")
         )
@@ -191,11 +191,11 @@ def _tool_checks(settings: Any) -> list[Check]:
 
     checks: list[Check] = []
     sandbox = probe()
-    wanted = settings is not None and settings.get("sandbox.mode") == "workspace-write"
+    wanted = settings is not None and settings.config.sandbox.mode == "workspace-write"
     if sandbox.available:
         checks.append(Check("sandbox", "ok", f"bubblewrap works ({sandbox.bwrap})"))
     else:
-        mode = settings.get("sandbox.mode", "auto") if settings is not None else "auto"
+        mode = (settings.config.sandbox.mode or "auto") if settings is not None else "auto"
         fix = (
             "apt install bubblewrap (or dnf/pacman); without it commands that run without asking are not "
             "confined (--sandbox off silences the notice)"
@@ -217,14 +217,14 @@ def _tool_checks(settings: Any) -> list[Check]:
 
 
 def _mcp_checks(workspace: Path, home: Path, settings: Any) -> list[Check]:
-    from kimicode.cli.mcp_cmd import _probe
+    from kimicode.cli.mcp_cmd import probe_servers
     from kimicode.mcp.config import load_server_configs
 
     configs, problems = load_server_configs(workspace, settings)
     checks = [Check("mcp", "warn", p, "see `kimicode mcp list`") for p in problems]
     if not configs:
         return checks or [Check("mcp", "ok", "no servers configured")]
-    for row in asyncio.run(_probe(configs, workspace, home)):
+    for row in asyncio.run(probe_servers(configs, workspace, home)):
         if row["status"] == "ready":
             checks.append(Check("mcp", "ok", f"{row['name']}: ready, {len(row['tools'])} tools"))
         else:

@@ -34,7 +34,7 @@ def list_servers(
     configs, problems = load_server_configs(workspace, settings)
     rows: list[dict[str, Any]] = []
     if configs:
-        rows = asyncio.run(_probe(configs, workspace, home))
+        rows = asyncio.run(probe_servers(configs, workspace, home))
     failed = bool(problems) or any(r["status"] != "ready" for r in rows)
     if as_json:
         typer.echo(json.dumps({"servers": rows, "problems": problems}, indent=2))
@@ -57,7 +57,7 @@ def list_servers(
     raise typer.Exit(1 if failed else 0)
 
 
-async def _probe(configs: list[Any], workspace: Path, home: Path) -> list[dict[str, Any]]:
+async def probe_servers(configs: list[Any], workspace: Path, home: Path) -> list[dict[str, Any]]:
     from kimicode.mcp.manager import McpManager
 
     manager = McpManager(configs, workspace, log_dir=home / "logs")

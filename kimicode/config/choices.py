@@ -52,6 +52,26 @@ DEFAULT_PRUNE_KEEP_TOKENS: Final = 100_000
 DEFAULT_PRUNE_THRESHOLD: Final = 0.70
 DEFAULT_COMPACT_THRESHOLD: Final = 0.85
 
+# The defaults of config.toml's keys (kimicode/config/sections.py puts each beside its key; the modules that use
+# them import them from here, which costs no pydantic import).
+DEFAULT_TOOL_OUTPUT_CAP_TOKENS: Final = 25_000
+DEFAULT_SPILL_MAX_BYTES: Final = 256 * 1024 * 1024
+"""Disk a session's saved outputs may use ([context] spill_max_bytes); the oldest go first beyond it."""
+DEFAULT_MCP_STARTUP_TIMEOUT: Final = 10.0
+DEFAULT_MCP_TOOL_TIMEOUT: Final = 300.0
+DEFAULT_IMAGE_MAX_SIDE: Final = 2048
+DEFAULT_IMAGE_MAX_BYTES: Final = 4 * 1024 * 1024
+DEFAULT_WEB_MAX_CHARS: Final = 40_000
+DEFAULT_WEB_MAX_REDIRECTS: Final = 5
+DEFAULT_WEB_TIMEOUT: Final = 20.0
+DEFAULT_CHECKPOINT_MAX_FILE_MB: Final = 10.0
+DEFAULT_CHECKPOINT_MAX_AGE_DAYS: Final = 30.0
+DEFAULT_SUBAGENT_TOOLS: Final = ("read_file", "glob", "grep")
+DEFAULT_SANDBOX_MAX_PROCESSES: Final = 1024
+DEFAULT_SANDBOX_MAX_MEMORY_MB: Final = 8192
+DEFAULT_SANDBOX_MAX_FILE_SIZE_MB: Final = 4096
+DEFAULT_SANDBOX_MAX_CPU_SECONDS: Final = 1800
+
 
 def check_choice(name: str, value: object, allowed: tuple[str, ...], *, optional: bool = False) -> None:
     """Raise ValueError naming the setting and the allowed values when `value` is not one of them."""

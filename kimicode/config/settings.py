@@ -13,16 +13,9 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from kimicode.config.choices import (
-    EFFORTS,
-    PERMISSION_MODES,
-    SANDBOX_MODES,
-    SCOPES,
-    SWITCH_POLICIES,
-    SwitchPolicy,
-)
+from kimicode.config.choices import SwitchPolicy
 from kimicode.config.endpoint import (
     DEFAULT_MODEL,
     KEY_VARIABLES,
@@ -32,89 +25,14 @@ from kimicode.config.endpoint import (
     check_model,
     resolve_endpoint,
 )
+from kimicode.config.sections import Config, schema_of
 
 # A schema value is a type name, a tuple of allowed literal values, or a nested dict. The key "*" stands
 # for any table name (providers.NAME, models.NAME, ...).
 Schema = Mapping[str, Any]
 
-SCHEMA: dict[str, Any] = {
-    "defaults": {
-        "model": "str",
-        "thinking": EFFORTS,
-        "permission_mode": PERMISSION_MODES,
-        "max_turns": "int",
-        "max_retries": "int",
-        "request_timeout": "number",
-    },
-    "providers": {
-        "*": {
-            "base_url": "str",
-            "api_key_env": "str",
-            "headers": {"*": "str"},
-            "reasoning_field": ("reasoning_content", "reasoning"),
-        }
-    },
-    "models": {
-        "*": {
-            "provider": "str",
-            "model": "str",
-            "context_window": "int",
-            "max_completion_tokens": "int",
-            "reasoning_effort": EFFORTS,
-            "supports_images": "bool",
-            "edit_tool": ("edit_file", "apply_patch"),
-            "tool_choice": "str",
-            "on_switch": SWITCH_POLICIES,
-            "prices": {"input": "number", "cached_input": "number", "output": "number"},
-        }
-    },
-    "model": {"on_switch": SWITCH_POLICIES},
-    "agent": {"scope": SCOPES},
-    "permissions": {"allow": "list[str]", "deny": "list[str]", "ask": "list[str]"},
-    "context": {
-        "tool_output_cap_tokens": "int",
-        "spill_max_bytes": "int",
-        "prune_threshold": "number",
-        "compact_threshold": "number",
-        "tokenizer": "str",
-        "max_tokens": "int",
-    },
-    "ui": {"reasoning": ("show", "hide")},
-    "notify": {"terminal": ("auto", "bell", "osc9", "off"), "command": "list[str]", "after_seconds": "number"},
-    "sandbox": {
-        "mode": SANDBOX_MODES, "network": "bool",
-        # per-command resource limits (kimicode.tools.limits); a project may only lower them
-        "max_processes": "int", "max_memory_mb": "int", "max_file_size_mb": "int", "max_cpu_seconds": "int",
-    },
-    "mcp_servers": {
-        "*": {
-            "command": "str",
-            "args": "list[str]",
-            "env": {"*": "str"},
-            "url": "str",
-            "headers": {"*": "str"},
-            "type": ("stdio", "http", "streamable-http"),
-            "enabled": "bool",
-            "cwd": "str",
-            "startup_timeout": "number",
-        }
-    },
-    "mcp": {"startup_timeout": "number", "tool_timeout": "number"},
-    "trust": {"workspaces": "list[str]"},
-    "hooks": "hooks",  # Claude Code's or Kimi Code's structure, checked by kimicode/extensions/hooks.py
-    "auth": {"api_key": "str"},
-    "images": {"max_bytes": "int", "max_side": "int"},
-    "web_fetch": {"max_chars": "int", "max_redirects": "int", "timeout": "number"},
-    "web_search": {
-        "provider": ("auto", "moonshot", "searxng", "brave", "tavily", "off"), "url": "str", "api_key_env": "str",
-        "max_results": "int", "price_per_search": "number",
-    },
-    "subagents": {"max_turns": "int", "tools": "list[str]"},
-    "checkpoints": {
-        "enabled": "bool", "warm_at_open": "bool", "max_file_mb": "number", "max_age_days": "number",
-        "max_store_mb": "number", "auto_prune": "bool",
-    },
-}
+SCHEMA: dict[str, Any] = schema_of(Config)
+"""What the file validator checks, derived from the typed sections (kimicode/config/sections.py)."""
 
 
 @dataclass
@@ -124,9 +42,26 @@ class Settings:
     data: dict[str, Any] = field(default_factory=dict)
     sources: list[Path] = field(default_factory=list)
     trusted: bool = False
-    """Whether the workspace may define providers and MCP servers (see `UNTRUSTED_PROJECT_KEYS`)."""
+    """Whether the workspace's own config applies whole (else only what kimicode/config/trust.py allows)."""
     ignored: list[str] = field(default_factory=list)
-    """One message per project setting that was ignored because the workspace is not trusted."""
+    """Notices about the project's settings: what was ignored (the workspace is not trusted), what loosens."""
+    _resolved: Config | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def config(self) -> Config:
+        """Every section typed, with its defaults and bounds (kimicode/config/sections.py), resolved once."""
+        if self._resolved is None:
+            self._resolved = resolve(self.data, self)
+        return self._resolved
+
+    def masked(self) -> dict[str, Any]:
+        """The merged tables with secrets masked, for showing (`kimicode config show`)."""
+        return masked(self.data)  # type: ignore[no-any-return]
+
+    def update(self, changes: Mapping[str, Any]) -> None:
+        """Merge `changes` (tables of settings) into these settings, e.g. `{"checkpoints": {"enabled": False}}`."""
+        self.data = merge(self.data, changes)
+        self._resolved = None
 
     def get(self, dotted: str, default: Any = None) -> Any:
         """`settings.get("models.kimi-k3.context_window")`; dots separate tables."""
@@ -148,12 +83,6 @@ def config_paths(workspace: Path, home: Path) -> list[Path]:
     return [home / "config.toml", workspace / ".kimicode" / "config.toml"]
 
 
-UNTRUSTED_PROJECT_KEYS = ("providers", "mcp_servers", "hooks", "web_search")
-"""Project settings that could leak the API key (a provider's base URL or key variable) or run commands
-(MCP servers, hooks), or send what the model searches for elsewhere (`web_search`): a cloned repository must
-not be able to set them until the user trusts the workspace."""
-
-
 def is_trusted(workspace: Path, user_data: Mapping[str, Any]) -> bool:
     """True when `workspace` is (inside) a path listed in the user config's `[trust] workspaces`."""
     trust = user_data.get("trust")
@@ -173,10 +102,13 @@ def load_settings(workspace: Path, home: Path, *, trust: bool = False, project: 
     """Read and merge both files (only the user's with `project=False`); raise ConfigError naming the file,
     line and key on any problem.
 
-    Project files may not define `providers` or `mcp_servers` unless the workspace is trusted; what is
-    ignored is listed in `Settings.ignored` so faces can say so. `trust` (`--trust-workspace`) trusts the
-    workspace for this run as if it were listed in `[trust] workspaces`.
+    A project file that is not trusted applies only the keys `kimicode.config.sections` lets it set, in the
+    direction that tightens them (kimicode.config.trust); the rest is named in one notice in
+    `Settings.ignored`. `trust` (`--trust-workspace`) trusts the workspace for this run as if it were
+    listed in `[trust] workspaces`.
     """
+    from kimicode.config.trust import filter_project
+
     settings = Settings()
     user_path, project_path = config_paths(workspace, home)
     if user_path.is_file():
@@ -188,85 +120,32 @@ def load_settings(workspace: Path, home: Path, *, trust: bool = False, project: 
         data.pop("trust", None)  # a project cannot trust itself
         if data.pop("auth", None) is not None:  # keys belong in the user's own file (mode 0600), never a repo
             settings.ignored.append(f"{project_path}: [auth] ignored: an API key is only read from {user_path}")
-        _only_tighten(settings, data, project_path, user_path)
-        if not settings.trusted:
-            for key in UNTRUSTED_PROJECT_KEYS:
-                if key in data:
-                    del data[key]
-                    settings.ignored.append(
-                        f"{project_path}: [{key}] ignored: this workspace is not trusted "
-                        f"(add it to [trust] workspaces in {user_path} to allow it)"
-                    )
-        settings.data = merge(settings.data, data)
+        kept, notices = filter_project(data, settings.data, trusted=settings.trusted, project_path=project_path,
+                                       user_path=user_path)
+        settings.ignored.extend(notices)
+        settings.data = merge(settings.data, kept)
         settings.sources.append(project_path)
     return settings
 
 
-MODE_STRICTNESS: Final = {"yolo": 0, "accept-edits": 1, "default": 2, "plan": 3}
-SANDBOX_STRICTNESS: Final = {"off": 0, "auto": 1, "workspace-write": 2}
-SANDBOX_LIMIT_DEFAULTS: Final = {"max_processes": 1024, "max_memory_mb": 8192, "max_file_size_mb": 4096,
-                                 "max_cpu_seconds": 1800}
-"""The defaults of kimicode.tools.limits (0 or less turns a limit off: looser than any number)."""
-UNTRUSTED_PROJECT_PATHS: Final = (("context", "tokenizer"),)
-"""Path-valued project settings: a cloned repository must not point kimicode at files of its choosing
-(a device or FIFO that hangs start-up, a file outside the repository)."""
+def resolve(data: Mapping[str, Any], settings: Settings | None = None, path: Path | None = None,
+            text: str | None = None) -> Config:
+    """`data` as typed sections; ConfigError naming the file, line and key for a value out of its bounds."""
+    import pydantic
 
-
-def _only_tighten(settings: Settings, data: dict[str, Any], project_path: Path, user_path: Path) -> None:
-    """Drop what a project file may not set, with a message each in `settings.ignored`.
-
-    Unless the workspace is trusted, the project's permission mode and sandbox may only be stricter than
-    the user's (`defaults.permission_mode`, `sandbox.mode`, `sandbox.network = true`), and path-valued
-    settings are ignored. In a trusted workspace they apply, but loosening is still said (a `git pull`
-    may bring it): trust is the user's decision, silence is not.
-    """
-    hint = f"(add it to [trust] workspaces in {user_path} to allow it)"
-    user = settings.data
-
-    def looser(table: str, key: str, scale: Mapping[str, int], default: str) -> str | None:
-        section = data.get(table)
-        value = section.get(key) if isinstance(section, dict) else None
-        if not isinstance(value, str) or value not in scale:
-            return None
-        mine = user.get(table, {}).get(key, default) if isinstance(user.get(table), dict) else default
-        return value if scale[value] < scale.get(mine, scale[default]) else None
-
-    def drop(table: str, key: str, what: str, why: str) -> None:
-        if settings.trusted:
-            settings.ignored.append(f"{project_path}: {what} applies ({why}): this workspace is trusted")
-            return
-        del data[table][key]
-        settings.ignored.append(f"{project_path}: {what} ignored ({why}): this workspace is not trusted {hint}")
-
-    looser_than_yours = "a project may only make kimicode stricter than your own settings"
-    mode = looser("defaults", "permission_mode", MODE_STRICTNESS, "default")
-    if mode is not None:
-        drop("defaults", "permission_mode", f"defaults.permission_mode = {mode!r}", looser_than_yours)
-    sandbox = looser("sandbox", "mode", SANDBOX_STRICTNESS, "auto")
-    if sandbox is not None:
-        drop("sandbox", "mode", f"sandbox.mode = {sandbox!r}", looser_than_yours)
-    section = data.get("sandbox")
-    wanted = section.get("mode") if isinstance(section, dict) else None
-    mine_mode = user.get("sandbox", {}).get("mode", "auto") if isinstance(user.get("sandbox"), dict) else "auto"
-    if wanted == "workspace-write" and mine_mode != "workspace-write":
-        # more confining, but it also lets every command run without asking in default mode
-        drop("sandbox", "mode", "sandbox.mode = 'workspace-write'", "it lets every command run without asking")
-    section = data.get("sandbox")
-    mine = user.get("sandbox")
-    user_network = mine.get("network") if isinstance(mine, dict) else None
-    if isinstance(section, dict) and section.get("network") is True and user_network is not True:
-        drop("sandbox", "network", "sandbox.network", looser_than_yours)
-    for key, default in SANDBOX_LIMIT_DEFAULTS.items():  # limits: a project may only lower them
-        section, mine = data.get("sandbox"), user.get("sandbox")
-        value = section.get(key) if isinstance(section, dict) else None
-        own = mine.get(key, default) if isinstance(mine, dict) else default
-        if isinstance(value, int) and isinstance(own, int) and (value > own or value <= 0 < own):
-            drop("sandbox", key, f"sandbox.{key} = {value}", looser_than_yours)
-    if not settings.trusted:
-        for table, key in UNTRUSTED_PROJECT_PATHS:
-            section = data.get(table)
-            if isinstance(section, dict) and key in section:
-                drop(table, key, f"{table}.{key}", "a project may not name files for kimicode to read")
+    try:
+        return Config.model_validate(data)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        keypath = tuple(str(p) for p in err["loc"])
+        if path is not None and text is not None:
+            line = find_line(text, keypath)
+            at = f"{path}:{line}" if line else str(path)
+        else:
+            at = where(settings, keypath) if settings is not None else "configuration"
+        message = str(err["msg"])
+        message = message[0].lower() + message[1:]
+        raise ConfigError(f"{at}: {'.'.join(keypath)}: {message} (got {err.get('input')!r})") from None
 
 
 def parse_file(path: Path) -> dict[str, Any]:
@@ -288,6 +167,7 @@ def parse_file(path: Path) -> dict[str, Any]:
         where = f"{path}:{line}" if line else str(path)
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise ConfigError(f"{where}: {'.'.join(keypath)}: {message}{more}")
+    resolve(data, path=path, text=text)  # bounds (a turn limit of 0, a negative timeout), said at once
     return data
 
 
@@ -326,11 +206,13 @@ def validate(data: Any, schema: Any, path: tuple[str, ...]) -> list[tuple[tuple[
         "number": isinstance(data, (int, float)) and not isinstance(data, bool),
         "bool": isinstance(data, bool),
         "list[str]": isinstance(data, list) and all(isinstance(x, str) for x in data),
+        "list": isinstance(data, list),
+        "any": True,
         "hooks": isinstance(data, dict | list),
     }[schema]
     if not ok:
         want = {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false",
-                "list[str]": "a list of strings",
+                "list[str]": "a list of strings", "list": "a list",
                 "hooks": "a table of events ([[hooks.PreToolUse]]) or a list of hooks ([[hooks]])"}[schema]
         return [(path, f"must be {want}, got {_type_name(data)} {data!r}")]
     return []

@@ -77,7 +77,7 @@ class _Anchor:
 
 def image_tokens(url: str) -> int:
     """Estimate an image's tokens from the width and height in its data URL (PNG, GIF, JPEG, WebP)."""
-    size = _image_size(url)
+    size = image_size(url)
     if size is None:
         return DEFAULT_IMAGE_TOKENS
     w, h = size
@@ -88,7 +88,7 @@ def image_tokens(url: str) -> int:
     return max(16, math.ceil(w / IMAGE_PATCH) * math.ceil(h / IMAGE_PATCH))
 
 
-def _image_size(url: str) -> tuple[int, int] | None:
+def image_size(url: str) -> tuple[int, int] | None:
     if not url.startswith("data:") or "," not in url[:200]:
         return None
     b64 = url.split(",", 1)[1][:65_536]

@@ -15,18 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimicode.config.choices import DEFAULT_SPILL_MAX_BYTES, DEFAULT_TOOL_OUTPUT_CAP_TOKENS
 from kimicode.safeio import private_dirs, private_write
 
 DEFAULT_CAP_CHARS = 100_000
 """About 25k tokens of code or logs (≈4 characters per token)."""
-DEFAULT_CAP_TOKENS = 25_000
+DEFAULT_CAP_TOKENS = DEFAULT_TOOL_OUTPUT_CAP_TOKENS  # [context] tool_output_cap_tokens (config/sections.py)
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _HEAD_SHARE = 2 / 3
 
 
-DEFAULT_SPILL_MAX_BYTES = 256 * 1024 * 1024
-"""Disk a session's saved outputs may use ([context] spill_max_bytes); the oldest go first beyond it."""
 
 _limits: dict[Path, int] = {}
 in_use: set[Path] = set()

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from kimicode.config.choices import DEFAULT_MCP_STARTUP_TIMEOUT, DEFAULT_MCP_TOOL_TIMEOUT
 from kimicode.config.settings import Settings, expand_env, where
 
 MCP_JSON = ".mcp.json"
-DEFAULT_STARTUP_TIMEOUT = 10.0
+DEFAULT_STARTUP_TIMEOUT = DEFAULT_MCP_STARTUP_TIMEOUT
 """Seconds a server may take to start and list its tools before it is skipped."""
-DEFAULT_TOOL_TIMEOUT = 300.0
+DEFAULT_TOOL_TIMEOUT = DEFAULT_MCP_TOOL_TIMEOUT
 """Seconds one MCP tool call may take."""
 
 
@@ -148,10 +149,11 @@ def load_server_configs(
         raw = {}
     for name, pair in (extra or {}).items():
         raw.setdefault(name, pair)
-    for name, entry in settings.table("mcp_servers").items():
+    for name, server in settings.config.mcp_servers.items():
         base = raw.get(name, ({}, ""))[0]
+        entry = server.model_dump(exclude_unset=True)  # what the file says (.mcp.json's entry fills the rest)
         raw[name] = ({**base, **entry}, where(settings, ("mcp_servers", name)))
-    timeout = settings.get("mcp.startup_timeout", DEFAULT_STARTUP_TIMEOUT)
+    timeout = settings.config.mcp.startup_timeout
     servers: list[ServerConfig] = []
     for name, (entry, src) in raw.items():
         if entry.get("enabled") is False or entry.get("disabled") is True:

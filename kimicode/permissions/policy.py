@@ -297,10 +297,10 @@ def session_rules(
     if settings.sources:
         untrusted = [project_file] if project_file is not None and not settings.trusted else []
         return load_rules(settings.sources, allow=allow, deny=deny, ask=ask, untrusted=untrusted, ignored=ignored)
-    table = settings.table("permissions")
+    table = settings.config.permissions
     base = Rules(
         *(
-            tuple(parse_rule(t, f"configuration: permissions.{action}") for t in table.get(action, []))
+            tuple(parse_rule(t, f"configuration: permissions.{action}") for t in getattr(table, action))
             for action in ("allow", "deny", "ask")
         )
     )
@@ -312,9 +312,9 @@ def secret_env_names(settings: Settings, key_source: str | None = None) -> list[
     """Environment variables holding the agent's own secrets: every configured provider's `api_key_env`
     and the variable the key in use came from. Commands never see them."""
     names = [key_source] if key_source and key_source != "argument" else []
-    for table in settings.table("providers").values():
-        if isinstance(table, dict) and isinstance(table.get("api_key_env"), str):
-            names.append(table["api_key_env"])
+    for provider in settings.config.providers.values():
+        if provider.api_key_env is not None:
+            names.append(provider.api_key_env)
     return names
 
 

@@ -115,7 +115,9 @@ class SessionLog:
 
     def _open(self) -> IO[str]:
         if self._fh is None:
-            private_dirs(self.directory, top=self.directory.parent)  # KIMICODE_HOME and sessions/: 0700
+            # KIMICODE_HOME and sessions/ made 0700 (only that layout: a log resumed from elsewhere
+            # leaves its directories as they are)
+            private_dirs(self.directory, top=self.directory.parent if self.directory.name == "sessions" else None)
             self.acquire()
             torn = _ends_without_newline(self.path)
             self._fh = private_open(self.path, "a")  # 0600, kept open for the session
@@ -380,9 +382,3 @@ def load(path: Path) -> LoadedSession:
     repaired = repair_history(messages)
     return LoadedSession(path.stem, records, messages, repaired, replayed)
 
-
-def list_sessions(home: Path | None = None, workspace: str | Path | None = None) -> list[Any]:
-    """Saved sessions, newest first: see `kimicode.session.store.list_sessions`."""
-    from kimicode.session.store import list_sessions as _list
-
-    return _list(home, workspace)

@@ -31,14 +31,14 @@ MAX_DIFF_BYTES = 4 * 1024 * 1024
 MAX_DIFF_CHARS = 200_000
 """The display diff is cut after this many characters."""
 
-_SCAN_BLOCK = 1024 * 1024
-_LINE_BLOCK = 64 * 1024
-_KEEP_BYTES = MAX_LINE_CHARS * 4 + 4  # enough bytes for MAX_LINE_CHARS characters of any UTF-8 text
-_IMAGE_KINDS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".gif": "GIF", ".webp": "WebP"}
+SCAN_BLOCK = 1024 * 1024
+LINE_BLOCK = 64 * 1024
+KEEP_BYTES = MAX_LINE_CHARS * 4 + 4  # enough bytes for MAX_LINE_CHARS characters of any UTF-8 text
+IMAGE_KINDS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".gif": "GIF", ".webp": "WebP"}
 # Deleting every byte that is not a UTF-8 continuation byte (0x80-0xBF) leaves the continuation bytes,
-# so `len(seg) - len(seg.translate(None, _NON_CONTINUATION))` counts the characters in `seg` quickly.
-_NON_CONTINUATION = bytes(b for b in range(256) if not 0x80 <= b < 0xC0)
-_LINE_NUMBER_PREFIX = re.compile(r"^ *\d+\t", re.MULTILINE)
+# so `len(seg) - len(seg.translate(None, NON_CONTINUATION))` counts the characters in `seg` quickly.
+NON_CONTINUATION = bytes(b for b in range(256) if not 0x80 <= b < 0xC0)
+LINE_NUMBER_PREFIX = re.compile(r"^ *\d+\t", re.MULTILINE)
 _HUNK_HEADER = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
 
 
@@ -46,7 +46,7 @@ _HUNK_HEADER = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
 # shared helpers
 
 
-def _shown(ctx: ToolContext, path: Path) -> str:
+def shown_path(ctx: ToolContext, path: Path) -> str:
     """The path as the model and the user should see it: relative inside the workspace, else absolute."""
     if ctx.is_inside(path):
         rel = os.path.relpath(path, os.path.realpath(ctx.workspace))
@@ -54,7 +54,7 @@ def _shown(ctx: ToolContext, path: Path) -> str:
     return str(path)
 
 
-def _os_error(action: str, shown: str, exc: OSError) -> ToolError:
+def os_error(action: str, shown: str, exc: OSError) -> ToolError:
     """A ToolError for an OSError, without a traceback and without Python's exception repr."""
     reason = exc.strerror or exc.__class__.__name__
     return ToolError(f"cannot {action} {shown}: {reason}")
@@ -74,28 +74,28 @@ def _similar_names(path: Path) -> list[str]:
     return difflib.get_close_matches(path.name, names, n=3, cutoff=0.6)
 
 
-def _not_found(ctx: ToolContext, path: Path, shown: str) -> ToolError:
+def not_found(ctx: ToolContext, path: Path, shown: str) -> ToolError:
     """The missing-file error, with similar names from the same directory when there are any."""
     msg = f"file not found: {shown}"
     if not path.parent.is_dir():
-        msg += f" (the directory {_shown(ctx, path.parent)} does not exist either)"
+        msg += f" (the directory {shown_path(ctx, path.parent)} does not exist either)"
     else:
         similar = _similar_names(path)
         if similar:
-            parent = _shown(ctx, path.parent)
+            parent = shown_path(ctx, path.parent)
             prefix = "" if parent == "." else parent.rstrip("/") + "/"
             msg += ". Did you mean: " + ", ".join(prefix + n for n in similar) + "?"
     return ToolError(msg)
 
 
-def _count_lines(text: str) -> int:
+def count_lines(text: str) -> int:
     """Number of lines as an editor counts them (a final line without newline still counts)."""
     if not text:
         return 0
     return text.count("\n") + (0 if text.endswith("\n") else 1)
 
 
-def _check_regular(st: os.stat_result, shown: str) -> None:
+def check_regular(st: os.stat_result, shown: str) -> None:
     """Refuse directories and special files (FIFOs, devices) that would hang or make no sense."""
     if stat.S_ISDIR(st.st_mode):
         raise ToolError(f"{shown} is a directory, not a file; use glob to list its contents")
@@ -103,7 +103,7 @@ def _check_regular(st: os.stat_result, shown: str) -> None:
         raise ToolError(f"{shown} is not a regular file (it is a device, socket or pipe)")
 
 
-def _check_fresh(ctx: ToolContext, path: Path, shown: str, st: os.stat_result | None) -> None:
+def check_fresh(ctx: ToolContext, path: Path, shown: str, st: os.stat_result | None) -> None:
     """Refuse to change a file the agent has read if it changed on disk (or vanished) since then."""
     stamp = ctx.file_stamps.get(path)
     if stamp is None:
@@ -119,17 +119,17 @@ def _check_fresh(ctx: ToolContext, path: Path, shown: str, st: os.stat_result | 
         )
 
 
-def _stat_or_none(path: Path, shown: str) -> os.stat_result | None:
+def stat_or_none(path: Path, shown: str) -> os.stat_result | None:
     """`os.stat` that returns None for a missing file and a ToolError for other failures."""
     try:
         return path.stat()
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
-        raise _os_error("access", shown, exc) from None
+        raise os_error("access", shown, exc) from None
 
 
-def _atomic_write(path: Path, data: bytes, original: os.stat_result | None) -> None:
+def atomic_write(path: Path, data: bytes, original: os.stat_result | None) -> None:
     """Write `data` to `path` via a temp file in the same directory and `os.replace`.
 
     `original` is the stat of the file being replaced: its mode bits (and, when we may, its owner) are
@@ -150,7 +150,7 @@ def _atomic_write(path: Path, data: bytes, original: os.stat_result | None) -> N
 
 
 def _atomic_write_at(dfd: int, path: Path, data: bytes, original: os.stat_result | None) -> None:
-    """`_atomic_write` inside the directory open as `dfd` (names relative to it)."""
+    """`atomic_write` inside the directory open as `dfd` (names relative to it)."""
     stem = path.name[:200]
     nofollow = getattr(os, "O_NOFOLLOW", 0)
     while True:
@@ -198,7 +198,7 @@ def read_bytes(ctx: ToolContext, path: Path) -> bytes:
 
 def write_bytes(ctx: ToolContext, path: Path, data: bytes, original: os.stat_result | None) -> None:
     """Replace `path` with `data`: through `ctx.files` (an editor) when set and `data` is UTF-8 text, else
-    atomically on the disk (`_atomic_write`). Bytes that are not UTF-8 cannot travel as an editor's text."""
+    atomically on the disk (`atomic_write`). Bytes that are not UTF-8 cannot travel as an editor's text."""
     if ctx.files is not None:
         try:
             text = data.decode("utf-8")
@@ -207,7 +207,7 @@ def write_bytes(ctx: ToolContext, path: Path, data: bytes, original: os.stat_res
         else:
             ctx.files.write_text(path, text)
             return
-    _atomic_write(path, data, original)
+    atomic_write(path, data, original)
 
 
 def _display_text(data: bytes) -> list[str]:
@@ -215,7 +215,7 @@ def _display_text(data: bytes) -> list[str]:
     return data.decode("utf-8", errors="replace").splitlines(keepends=True)
 
 
-def _unified_diff(old: bytes, new: bytes, shown: str, created: bool) -> tuple[str, int, int]:
+def unified_diff(old: bytes, new: bytes, shown: str, created: bool) -> tuple[str, int, int]:
     """A unified diff of two versions of a file and its (added, removed) line counts.
 
     Only the region between the common leading and trailing lines is handed to difflib (plus
@@ -257,7 +257,7 @@ def _unified_diff(old: bytes, new: bytes, shown: str, created: bool) -> tuple[st
     return diff, added, removed
 
 
-def _numbered(lines: list[str], first: int) -> str:
+def numbered_lines(lines: list[str], first: int) -> str:
     """cat -n style lines, each capped at MAX_LINE_CHARS characters."""
     out = []
     for i, line in enumerate(lines, start=first):

@@ -19,19 +19,19 @@ from typing import Any
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.fileio import (
-    _LINE_NUMBER_PREFIX,
+    LINE_NUMBER_PREFIX,
     MAX_DIFF_BYTES,
     MAX_EDIT_BYTES,
-    _check_fresh,
-    _check_regular,
-    _count_lines,
-    _not_found,
-    _numbered,
-    _os_error,
-    _shown,
-    _stat_or_none,
-    _unified_diff,
+    check_fresh,
+    check_regular,
+    count_lines,
+    not_found,
+    numbered_lines,
+    os_error,
     read_bytes,
+    shown_path,
+    stat_or_none,
+    unified_diff,
     write_bytes,
 )
 from kimicode.tools.readfile import READ_FILE
@@ -47,10 +47,10 @@ def _plan_write(
 ) -> tuple[os.stat_result | None, bytes | None, bytes]:
     """What write_file would do, without doing it: (the file's stat or None, its bytes or None when too
     large to diff, the new bytes). Raises ToolError for what would make the write fail."""
-    st = _stat_or_none(path, shown)
+    st = stat_or_none(path, shown)
     if st is not None:
-        _check_regular(st, shown)
-        _check_fresh(ctx, path, shown, st)
+        check_regular(st, shown)
+        check_fresh(ctx, path, shown, st)
     try:
         data = content.encode("utf-8", errors="surrogateescape")
     except UnicodeEncodeError:
@@ -60,7 +60,7 @@ def _plan_write(
         try:
             old = read_bytes(ctx, path)
         except OSError as exc:
-            raise _os_error("read", shown, exc) from None
+            raise os_error("read", shown, exc) from None
     elif st is not None:
         old = None
     return st, old, data
@@ -76,10 +76,10 @@ def _write_sync(ctx: ToolContext, path: Path, shown: str, content: str) -> ToolR
     except (FileExistsError, NotADirectoryError):
         raise ToolError(f"cannot write {shown}: a parent of it is a file, not a directory") from None
     except OSError as exc:
-        raise _os_error("write", shown, exc) from None
+        raise os_error("write", shown, exc) from None
     ctx.remember(path)
-    diff, added, removed = ("", 0, 0) if old is None else _unified_diff(old, data, shown, st is None)
-    lines = _count_lines(content)
+    diff, added, removed = ("", 0, 0) if old is None else unified_diff(old, data, shown, st is None)
+    lines = count_lines(content)
     size = f"{len(data)} bytes, {lines} line{'s' if lines != 1 else ''}"
     if st is None:
         msg = f"Created {shown} ({size})."
@@ -99,7 +99,7 @@ async def _write_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     if not raw_path.strip():
         raise ToolError("path is empty; give the path of the file to write")
     path = ctx.resolve(raw_path)
-    shown = _shown(ctx, path)
+    shown = shown_path(ctx, path)
     return await asyncio.to_thread(_write_sync, ctx, path, shown, content)
 
 
@@ -127,7 +127,7 @@ def _positions(text: str, needle: str) -> Iterator[int]:
 
 def _no_match_hint(text: str, old: str) -> str:
     """Why old_string probably did not match, if we can tell cheaply."""
-    if _LINE_NUMBER_PREFIX.match(old):
+    if LINE_NUMBER_PREFIX.match(old):
         return (
             " old_string seems to start with a line-number prefix copied from read_file output "
             "(spaces, a number and a tab); leave the prefixes out"
@@ -168,10 +168,10 @@ class _EditPlan:
 def _plan_edit(ctx: ToolContext, path: Path, shown: str, old: str, new: str, replace_all: bool) -> _EditPlan:
     """Compute edit_file's result without writing (CRLF handling and staleness included); ToolError
     for what would make the edit fail."""
-    st = _stat_or_none(path, shown)
+    st = stat_or_none(path, shown)
     if st is not None:
-        _check_regular(st, shown)
-    _check_fresh(ctx, path, shown, st)
+        check_regular(st, shown)
+    check_fresh(ctx, path, shown, st)
     if st is None:
         if old:
             raise _not_found_for_edit(ctx, path, shown)
@@ -186,7 +186,7 @@ def _plan_edit(ctx: ToolContext, path: Path, shown: str, old: str, new: str, rep
     except FileNotFoundError:
         raise ToolError(f"{shown} was deleted while editing it") from None
     except OSError as exc:
-        raise _os_error("read", shown, exc) from None
+        raise os_error("read", shown, exc) from None
     if b"\x00" in data:
         raise ToolError(f"{shown} is a binary file ({len(data)} bytes); edit_file only edits text files")
     text = data.decode("utf-8", errors="surrogateescape")
@@ -257,9 +257,9 @@ def _edit_sync(ctx: ToolContext, path: Path, shown: str, old: str, new: str, rep
             raise ToolError(f"{shown} was deleted while editing it")
         write_bytes(ctx, path, out, st)
     except OSError as exc:
-        raise _os_error("write", shown, exc) from None
+        raise os_error("write", shown, exc) from None
     ctx.remember(path)
-    diff, added, removed = _unified_diff(data, out, shown, created=False)
+    diff, added, removed = unified_diff(data, out, shown, created=False)
     line_nos = []
     line, last = 1, 0
     for p in new_starts:
@@ -299,12 +299,12 @@ def _snippet(result: str, start: int, length: int, first_line: int) -> str:
         return "(the edited region is long; read the file to review it)"
     region = result[lo:hi].removesuffix("\n").encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     lines = [ln.removesuffix("\r") for ln in region.split("\n")]
-    return "The edited region now reads:\n" + _numbered(lines, first)
+    return "The edited region now reads:\n" + numbered_lines(lines, first)
 
 
 def _not_found_for_edit(ctx: ToolContext, path: Path, shown: str) -> ToolError:
     """Missing-file error for edit_file, pointing at the way to create files."""
-    err = _not_found(ctx, path, shown)
+    err = not_found(ctx, path, shown)
     return ToolError(f"{err} To create a new file, use write_file (or edit_file with an empty old_string)")
 
 
@@ -322,10 +322,10 @@ def _create_via_edit(
     except (FileExistsError, NotADirectoryError):
         raise ToolError(f"cannot create {shown}: a parent of it is a file, not a directory") from None
     except OSError as exc:
-        raise _os_error("write", shown, exc) from None
+        raise os_error("write", shown, exc) from None
     ctx.remember(path)
-    diff, added, _ = _unified_diff(b"", data, shown, created=original is None)
-    lines = _count_lines(new)
+    diff, added, _ = unified_diff(b"", data, shown, created=original is None)
+    lines = count_lines(new)
     verb = "Created" if original is None else "Filled empty file"
     return ToolResult(
         content=f"{verb} {shown} ({len(data)} bytes, {lines} line{'s' if lines != 1 else ''}).",
@@ -345,7 +345,7 @@ async def _edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     if old == new:
         raise ToolError("old_string and new_string are identical; nothing would change")
     path = ctx.resolve(raw_path)
-    shown = _shown(ctx, path)
+    shown = shown_path(ctx, path)
     return await asyncio.to_thread(_edit_sync, ctx, path, shown, old, new, replace_all)
 
 
@@ -358,7 +358,7 @@ def _preview_target(args: dict[str, Any], ctx: ToolContext) -> tuple[Path, str]:
     if not isinstance(raw, str) or not raw.strip():
         raise ToolError("path is empty")
     path = ctx.resolve(raw)
-    return path, _shown(ctx, path)
+    return path, shown_path(ctx, path)
 
 
 def preview_write(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -370,7 +370,7 @@ def preview_write(args: dict[str, Any], ctx: ToolContext) -> str:
     st, old, data = _plan_write(ctx, path, shown, content)
     if old is None:
         return f"(replaces {shown}, a file too large to diff, with {len(data)} bytes)\n"
-    return _unified_diff(old, data, shown, st is None)[0]
+    return unified_diff(old, data, shown, st is None)[0]
 
 
 def preview_edit(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -382,7 +382,7 @@ def preview_edit(args: dict[str, Any], ctx: ToolContext) -> str:
     if old == new:
         raise ToolError("old_string and new_string are identical; nothing would change")
     plan = _plan_edit(ctx, path, shown, old, new, bool(args.get("replace_all", False)))
-    return _unified_diff(plan.before, plan.after, shown, created=plan.create and plan.st is None)[0]
+    return unified_diff(plan.before, plan.after, shown, created=plan.create and plan.st is None)[0]
 # --------------------------------------------------------------------------------------------------
 # tool definitions
 

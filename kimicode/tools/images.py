@@ -21,14 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimicode.config.choices import DEFAULT_IMAGE_MAX_BYTES, DEFAULT_IMAGE_MAX_SIDE
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
-from kimicode.tools.fileio import _shown
+from kimicode.tools.fileio import shown_path
 
 MIME_BY_SUFFIX = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
                   ".webp": "image/webp"}  # fmt: skip
-DEFAULT_MAX_SIDE = 2048
+DEFAULT_MAX_SIDE = DEFAULT_IMAGE_MAX_SIDE
 """Longest side in pixels sent to the model; larger images are scaled down."""
-DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_BYTES = DEFAULT_IMAGE_MAX_BYTES
 """Largest encoded image sent to the model; larger ones are re-encoded smaller."""
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 """Image files larger than this are not even read."""
@@ -160,9 +161,9 @@ def _shrink(
 
 def _header_size(data: bytes) -> tuple[int, int]:
     """Width and height from the file header (used without Pillow); (0, 0) when unknown."""
-    from kimicode.context.accounting import _image_size
+    from kimicode.context.accounting import image_size
 
-    found = _image_size("data:x;base64," + base64.b64encode(data[:65_536]).decode("ascii"))
+    found = image_size("data:x;base64," + base64.b64encode(data[:65_536]).decode("ascii"))
     return found if found is not None else (0, 0)
 
 
@@ -218,7 +219,7 @@ class VisionReader:
         path = ctx.resolve(raw)
         if not path.is_file():
             return await self.inner.fn(args, ctx)  # its not-found message, with suggestions
-        shown = _shown(ctx, path)
+        shown = shown_path(ctx, path)
         if not self.supports_images():
             size = path.stat().st_size
             raise ToolError(

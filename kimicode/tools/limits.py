@@ -30,6 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from kimicode.config.choices import (
+    DEFAULT_SANDBOX_MAX_CPU_SECONDS,
+    DEFAULT_SANDBOX_MAX_FILE_SIZE_MB,
+    DEFAULT_SANDBOX_MAX_MEMORY_MB,
+    DEFAULT_SANDBOX_MAX_PROCESSES,
+)
+
 __all__ = ["DEFAULT_LIMITS", "CgroupSlot", "Cgroups", "Limits", "limits_from_settings", "rlimit_prefix"]
 
 
@@ -37,10 +44,10 @@ __all__ = ["DEFAULT_LIMITS", "CgroupSlot", "Cgroups", "Limits", "limits_from_set
 class Limits:
     """Per-command limits (0 or less: that limit is not set)."""
 
-    processes: int = 1024
-    memory_mb: int = 8192
-    file_size_mb: int = 4096
-    cpu_seconds: int = 1800
+    processes: int = DEFAULT_SANDBOX_MAX_PROCESSES
+    memory_mb: int = DEFAULT_SANDBOX_MAX_MEMORY_MB
+    file_size_mb: int = DEFAULT_SANDBOX_MAX_FILE_SIZE_MB
+    cpu_seconds: int = DEFAULT_SANDBOX_MAX_CPU_SECONDS
 
 
 DEFAULT_LIMITS: Final = Limits()

@@ -31,15 +31,15 @@ from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.fileio import (
     MAX_EDIT_BYTES,
-    _atomic_write,
-    _check_fresh,
-    _check_regular,
-    _not_found,
-    _os_error,
-    _shown,
-    _stat_or_none,
-    _unified_diff,
+    atomic_write,
+    check_fresh,
+    check_regular,
+    not_found,
+    os_error,
     read_bytes,
+    shown_path,
+    stat_or_none,
+    unified_diff,
     write_bytes,
 )
 
@@ -349,9 +349,9 @@ def _plan(ctx: ToolContext, ops: list[FileOp]) -> list[_Change]:
 
     for op in ops:
         path = ctx.resolve(op.path)
-        shown = _shown(ctx, path)
+        shown = shown_path(ctx, path)
         claim(path, shown)
-        st = _stat_or_none(path, shown)
+        st = stat_or_none(path, shown)
         if op.kind == "add":
             if st is not None:
                 raise PatchError(f"cannot add {shown}: it already exists (use `{UPDATE}{op.path}` to change it)")
@@ -359,15 +359,15 @@ def _plan(ctx: ToolContext, ops: list[FileOp]) -> list[_Change]:
             changes.append(_Change("add", path, shown, None, _encode(text, shown), None))
             continue
         if st is None:
-            raise PatchError(str(_not_found(ctx, path, shown)))
-        _check_regular(st, shown)
-        _check_fresh(ctx, path, shown, st)
+            raise PatchError(str(not_found(ctx, path, shown)))
+        check_regular(st, shown)
+        check_fresh(ctx, path, shown, st)
         if st.st_size > MAX_EDIT_BYTES:
             raise PatchError(f"{shown} is too large for apply_patch ({st.st_size} bytes, limit {MAX_EDIT_BYTES})")
         try:
             data = read_bytes(ctx, path)
         except OSError as exc:
-            raise _os_error("read", shown, exc) from None
+            raise os_error("read", shown, exc) from None
         if op.kind == "delete":
             changes.append(_Change("delete", path, shown, data, None, st))
             continue
@@ -376,10 +376,10 @@ def _plan(ctx: ToolContext, ops: list[FileOp]) -> list[_Change]:
         change = _Change("update", path, shown, data, _encode(doc.render(), shown), st)
         if op.move_to:
             dest = ctx.resolve(op.move_to)
-            dest_shown = _shown(ctx, dest)
+            dest_shown = shown_path(ctx, dest)
             if dest != path:
                 claim(dest, dest_shown)
-                if _stat_or_none(dest, dest_shown) is not None:
+                if stat_or_none(dest, dest_shown) is not None:
                     raise PatchError(f"cannot move {shown} to {dest_shown}: the destination already exists")
                 change.dest, change.dest_shown = dest, dest_shown
         changes.append(change)
@@ -404,7 +404,7 @@ def _commit(ctx: ToolContext, changes: list[_Change]) -> None:
                 if ch.dest is not None:
                     ch.dest.parent.mkdir(parents=True, exist_ok=True)
                     undo.append((ch.dest, None, None))
-                    _atomic_write(ch.dest, ch.new, ch.stat)
+                    atomic_write(ch.dest, ch.new, ch.stat)
                     undo.append((ch.path, ch.old, ch.stat))
                     ch.path.unlink()
                 else:
@@ -437,7 +437,7 @@ def _commit(ctx: ToolContext, changes: list[_Change]) -> None:
 
 def _change_diff(ch: _Change) -> tuple[str, int, int]:
     name = ch.dest_shown or ch.shown
-    diff, added, removed = _unified_diff(ch.old or b"", ch.new or b"", name, created=ch.kind == "add")
+    diff, added, removed = unified_diff(ch.old or b"", ch.new or b"", name, created=ch.kind == "add")
     if ch.kind == "delete":
         diff = diff.replace(f"+++ b/{name}", "+++ /dev/null", 1)
     if ch.dest is not None:

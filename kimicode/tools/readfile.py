@@ -18,20 +18,20 @@ from typing import Any, BinaryIO
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import FileAccess, Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.fileio import (
-    _IMAGE_KINDS,
-    _KEEP_BYTES,
-    _LINE_BLOCK,
-    _NON_CONTINUATION,
-    _SCAN_BLOCK,
     COUNT_REST_LIMIT,
     DEFAULT_LIMIT,
+    IMAGE_KINDS,
+    KEEP_BYTES,
+    LINE_BLOCK,
     MAX_LINE_CHARS,
     MAX_OUTPUT_CHARS,
+    NON_CONTINUATION,
+    SCAN_BLOCK,
     SNIFF_BYTES,
-    _check_regular,
-    _not_found,
-    _os_error,
-    _shown,
+    check_regular,
+    not_found,
+    os_error,
+    shown_path,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -43,7 +43,7 @@ class _Line:
     """One line as streamed from disk: its head (bounded), its length, and where the next line starts."""
 
     head: bytes
-    """The first `_KEEP_BYTES` bytes of the line (without the newline)."""
+    """The first `KEEP_BYTES` bytes of the line (without the newline)."""
     overflow_chars: int
     """Characters after the head (counted, not kept)."""
     crlf: bool
@@ -55,14 +55,14 @@ class _Line:
 
 
 def _iter_lines(f: BinaryIO, pos: int) -> Iterator[_Line]:
-    """Stream lines from offset `pos`, keeping at most `_KEEP_BYTES` of each in memory."""
+    """Stream lines from offset `pos`, keeping at most `KEEP_BYTES` of each in memory."""
     f.seek(pos)
     head = bytearray()
     overflow = 0
     length = 0
     last = -1
     while True:
-        block = f.read(_LINE_BLOCK)
+        block = f.read(LINE_BLOCK)
         if not block:
             break
         i, n = 0, len(block)
@@ -70,12 +70,12 @@ def _iter_lines(f: BinaryIO, pos: int) -> Iterator[_Line]:
             j = block.find(b"\n", i)
             end = n if j < 0 else j
             if end > i:
-                room = _KEEP_BYTES - len(head)
+                room = KEEP_BYTES - len(head)
                 if room > 0:
                     head += block[i : min(end, i + room)]
                 if end - i > room:
                     seg = block[i + max(room, 0) : end]
-                    overflow += len(seg) - len(seg.translate(None, _NON_CONTINUATION))
+                    overflow += len(seg) - len(seg.translate(None, NON_CONTINUATION))
                 length += end - i
                 last = block[end - 1]
             pos += end - i
@@ -106,7 +106,7 @@ def _skip_lines(f: BinaryIO, count: int) -> tuple[int, int]:
     base = 0
     f.seek(0)
     while skipped < count:
-        block = f.read(_SCAN_BLOCK)
+        block = f.read(SCAN_BLOCK)
         if not block:
             return base, skipped
         n = block.count(b"\n")
@@ -128,7 +128,7 @@ def _count_rest(f: BinaryIO, pos: int) -> int:
     lines = 0
     last = b""
     while True:
-        block = f.read(_SCAN_BLOCK)
+        block = f.read(SCAN_BLOCK)
         if not block:
             break
         lines += block.count(b"\n")
@@ -169,11 +169,11 @@ def _read_sync(path: Path, shown: str, offset: int, limit: int, files: FileAcces
     except IsADirectoryError:
         raise ToolError(f"{shown} is a directory, not a file; use glob to list its contents") from None
     except OSError as exc:
-        raise _os_error("read", shown, exc) from None
+        raise os_error("read", shown, exc) from None
     with f:
         try:
             st = os.fstat(f.fileno())
-            _check_regular(st, shown)
+            check_regular(st, shown)
             size = st.st_size
             if size:
                 _sniff_binary(f.read(SNIFF_BYTES), size <= SNIFF_BYTES, shown, size)
@@ -183,7 +183,7 @@ def _read_sync(path: Path, shown: str, offset: int, limit: int, files: FileAcces
                 return f"{shown} is empty (0 bytes).", f"read {shown} (empty)"
             return _read_window(f, shown, size, offset, limit)
         except OSError as exc:
-            raise _os_error("read", shown, exc) from None
+            raise os_error("read", shown, exc) from None
 
 
 def _read_text(text: str, shown: str, offset: int, limit: int) -> tuple[str, str]:
@@ -267,8 +267,8 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     if limit < 1:
         raise ToolError(f"limit must be 1 or more, got {limit}")
     path = ctx.resolve(raw_path)
-    shown = _shown(ctx, path)
-    kind = _IMAGE_KINDS.get(path.suffix.lower())
+    shown = shown_path(ctx, path)
+    kind = IMAGE_KINDS.get(path.suffix.lower())
     if kind is not None and path.is_file():
         size = path.stat().st_size
         raise ToolError(
@@ -276,7 +276,7 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             "(no vision support). Use bash (e.g. `file`) for its dimensions and type"
         )
     if not path.exists():
-        raise _not_found(ctx, path, shown)
+        raise not_found(ctx, path, shown)
     content, summary = await asyncio.to_thread(_read_sync, path, shown, offset, limit, ctx.files)
     ctx.remember(path)
     return ToolResult(content=content, summary=summary)

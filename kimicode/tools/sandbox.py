@@ -218,14 +218,14 @@ def setup_sandbox(
     `project_file` is checked again here and said so in `ignored`). Raises ValueError for an unknown mode.
     """
     if mode is None:
-        configured = settings.get("sandbox.mode") if settings is not None else None
-        mode = configured if isinstance(configured, str) else DEFAULT_MODE
+        configured = settings.config.sandbox.mode if settings is not None else None
+        mode = configured if configured is not None else DEFAULT_MODE
     if mode not in SANDBOX_MODES:
         raise ValueError(f"sandbox must be one of {', '.join(SANDBOX_MODES)} (got {mode!r})")
     if mode == "off":
         return None, None
     if network is None:
-        network = bool(settings.get("sandbox.network", False)) if settings is not None else False
+        network = bool(settings.config.sandbox.network) if settings is not None else False
         if network and settings is not None and not settings.trusted and project_file in settings.sources:
             from kimicode.config.settings import parse_file
 
@@ -245,7 +245,7 @@ def setup_sandbox(
             f"the sandbox is not available: {status.reason}. Commands run unconfined and follow the "
             "permission rules instead"
         )
-    table = settings.table("sandbox") if settings is not None else {}
+    table = settings.config.sandbox.model_dump() if settings is not None else {}
     return Sandbox(
         workspace, status.bwrap, network, kimicode_home, auto=mode == "auto", session_dir=session_dir,
         limits=limits_from_settings(table), cgroups=shared_cgroups(),

@@ -17,16 +17,17 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from kimicode._version import __version__
+from kimicode.config.choices import DEFAULT_WEB_MAX_CHARS, DEFAULT_WEB_MAX_REDIRECTS, DEFAULT_WEB_TIMEOUT
 from kimicode.context.output import save_spill
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 
-DEFAULT_MAX_CHARS = 40_000
+DEFAULT_MAX_CHARS = DEFAULT_WEB_MAX_CHARS
 """Text returned to the model (the rest is cut with a note)."""
 MAX_BYTES = 5 * 1024 * 1024
 """Bytes read from the server at most."""
-DEFAULT_MAX_REDIRECTS = 5
-DEFAULT_TIMEOUT = 20.0
+DEFAULT_MAX_REDIRECTS = DEFAULT_WEB_MAX_REDIRECTS
+DEFAULT_TIMEOUT = DEFAULT_WEB_TIMEOUT
 TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml", "application/javascript",
               "application/ld+json", "application/rss+xml", "application/atom+xml", "application/x-yaml")  # fmt: skip
 

@@ -44,7 +44,7 @@ def served_models(base_url: str, key: str) -> list[str] | None:
 def model_choices(session: Session) -> list[Choice]:
     """Completions for `/model `: the configured models (`[models.NAME]`), then the ids the server lists."""
     agent = session.agent
-    configured = [name for name in agent.settings.table("models") if isinstance(name, str)]
+    configured = list(agent.settings.config.models)
     served = served_models(agent.endpoint.base_url, agent.endpoint.api_key) or []
     out: list[Choice] = [(name, "configured") for name in configured]
     out.extend((i, "served") for i in served if i not in configured)

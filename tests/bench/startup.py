@@ -1,7 +1,9 @@
 """Start-up and one-answer latency, side by side in one run: `python -c pass`, `kimicode --version`,
-`--help`, then the one-answer headless run (`kimicode -p hi` against the fake server) and, with
-`--kimi-code PATH`, Kimi Code's own (`kimi --quiet -p hi`) against the same fake server, with the ratio
-against issue 12's target (kimicode <= 0.6x Kimi Code).
+`--help`, then the one-answer headless run (`kimicode -p hi` against the fake server) beside a plain script
+making the same request with the `openai` SDK (the floor: issue 24's targets are `--version` within 1.5x
+of `python -c pass` and the headless run within 1.2x of that script) and, with `--kimi-code PATH`, Kimi
+Code's own (`kimi --quiet -p hi`) against the same fake server, with the ratio against issue 12's target
+(kimicode <= 0.6x Kimi Code).
 
     python tests/bench/startup.py [N] [--kimi-code PATH]
 
@@ -42,6 +44,22 @@ from kimicode.testing import FakeServer, Reply
 PROMPT = "hi"
 REPLY = "hello from the fake server"
 TARGET = 0.6
+VERSION_TARGET = 1.5
+"""`kimicode --version` against `python -c pass` (issue 24)."""
+FLOOR_TARGET = 1.2
+"""`kimicode -p hi` against the plain `openai` SDK script making the same request (issue 24)."""
+OPENAI_SCRIPT = """
+import os, sys
+from openai import OpenAI
+client = OpenAI(base_url=os.environ["KIMI_BASE_URL"], api_key=os.environ["KIMI_API_KEY"])
+stream = client.chat.completions.create(model="kimi-k3", messages=[{"role": "user", "content": sys.argv[1]}],
+                                        stream=True)
+for chunk in stream:
+    if chunk.choices and chunk.choices[0].delta.content:
+        sys.stdout.write(chunk.choices[0].delta.content)
+print()
+"""
+"""The floor: the same request, streamed and printed, with nothing around it."""
 RUN_TIMEOUT = 120.0
 HOW_TO_COMPARE = (
     "Kimi Code not measured: pass --kimi-code PATH (its `kimi` executable; `pip install kimi-cli==1.51.0` "
@@ -217,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with FakeServer() as server:
             run_env = dict(env, KIMI_API_KEY="bench", KIMI_BASE_URL=server.base_url)
-            contenders = [Contender("kimicode -p", [*kimicode(), "-p", PROMPT], run_env)]
+            contenders = [Contender("kimicode -p", [*kimicode(), "-p", PROMPT], run_env),
+                          Contender("openai SDK script", [sys.executable, "-c", OPENAI_SCRIPT, PROMPT], run_env)]
             version = ""
             if args.kimi_code:
                 kimi = kimi_code(args.kimi_code, server.base_url, env, home)
@@ -241,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, times in starts:
         med = statistics.median(times)
         print(f"  {name:<44} {ms(med)} {ms(min(times))}   {med / base:5.2f}x python")
+    version_ratio = statistics.median(starts[1][1]) / base
+    print(f"  kimicode --version / python -c pass: {version_ratio:.2f}x; target <= {VERSION_TARGET:.1f}x: "
+          f"{'met' if version_ratio <= VERSION_TARGET else 'MISSED'}")
     print(f"one-answer headless run, prompt {PROMPT!r}, same fake server"
           + (", interleaved:" if len(contenders) > 1 else ":"))
     for who in contenders:
@@ -248,10 +270,15 @@ def main(argv: list[str] | None = None) -> int:
               f"   CPU {ms(statistics.median(who.cpu)).strip()} median")
     print(f"  checked: all {(runs + 1) * len(contenders)} runs (warm-ups included) printed the fake reply "
           "and the fake server saw their request")
-    if len(contenders) == 1:
+    ours, floor = contenders[:2]
+    over = statistics.median(ours.times) / statistics.median(floor.times)
+    print(f"  kimicode -p / openai SDK script: median {over:.2f}x, min {min(ours.times) / min(floor.times):.2f}x, "
+          f"CPU {statistics.median(ours.cpu) / statistics.median(floor.cpu):.2f}x; target <= {FLOOR_TARGET:.1f}x: "
+          f"{'met' if over <= FLOOR_TARGET else 'MISSED'}")
+    if len(contenders) == 2:
         print(HOW_TO_COMPARE)
         return 0
-    ours, theirs = contenders
+    theirs = contenders[2]
     ratio = statistics.median(ours.times) / statistics.median(theirs.times)
     best = min(ours.times) / min(theirs.times)
     cpu_ratio = statistics.median(ours.cpu) / statistics.median(theirs.cpu)
