@@ -344,3 +344,111 @@ def test_a_configured_search_provider_elsewhere(server: FakeServer, make_agent: 
     tool = next(m for m in server.requests[1].body["messages"] if m["role"] == "tool")
     assert "Python 3.14 released" in tool["content"] and "python-3140" in tool["content"]
     assert "GET /v1/search" in server.other_requests
+
+
+def test_help_one_liners_are_whole(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from kimicode.cli.app import run_app
+
+    for argv in (["kimicode", "--help"], ["kimicode", "sessions", "--help"]):
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit):
+            run_app()
+        listing = capsys.readouterr().out.split("Commands:", 1)[1].split("Environment:", 1)[0]
+        assert listing.strip() and not [line for line in listing.splitlines() if line.rstrip().endswith("...")]
+
+
+def test_the_retry_status_counts_down() -> None:
+    from test_ui_render import Term
+
+    from kimicode.events import Retrying
+    from kimicode.ui.view import TurnView
+
+    now = [100.0]
+    term = Term(rows=30, cols=120)
+    view = TurnView(term.console, plain=False, show_reasoning=True, clock=lambda: now[0])
+    view.start()
+    view.handle(Retrying(1, 5, 10.0, "HTTP 429 rate_limit: too many requests, try again."))
+    view.tick()
+    screen = "\n".join(term.screen.display)
+    assert "retrying in 10s" in screen and "try again.: retrying" not in screen
+    assert "↻ retry 1 of 5 in 10.0s, after: HTTP 429" in screen
+    now[0] += 4
+    view.tick()
+    assert "retrying in 6s" in "\n".join(term.screen.display)
+    now[0] += 8
+    view.tick()
+    assert "retried, waiting for the model" in "\n".join(term.screen.display)
+    view.close()
+
+
+def test_continuing_after_compact_shows_the_summary_not_no_answer() -> None:
+    from kimicode.context.compact import summary_message
+    from kimicode.ui.recap import last_exchange, recap
+
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "refactor the parser"},
+                summary_message("## Goal\\nRefactor the parser.\\n## Done\\n- split tokenize()")]
+    prompt, answer, _ = last_exchange(messages)
+    assert prompt == "refactor the parser" and answer is not None and "Refactor the parser." in answer
+    shown = "\n".join(t.plain for t in recap(messages, "Resumed session x"))
+    assert "no answer to it yet" not in shown and "compacted" in shown
+
+
+def test_a_denial_with_a_reason_takes_one_line(tmp_path: Path) -> None:
+    from kimicode.agent.results import ApprovalRequest
+    from kimicode.events import PermissionDenied
+    from kimicode.ui.approvals import Approver, SessionRules
+    from kimicode.ui.view import TurnView
+
+    out = io.StringIO()
+    console = Console(file=out, width=100, color_system=None)
+
+    async def choose(question: str, options: list[Any]) -> str | None:
+        return "no"
+
+    async def ask(message: str, default: str) -> str | None:
+        return "use make test instead"
+
+    approver = Approver(console, tmp_path, SessionRules(), choose_fn=choose, ask_fn=ask)
+    request = ApprovalRequest("call-9", "bash", "execute", {"command": "npm test"}, "bash runs commands")
+    answer = asyncio.run(approver(request))
+    assert not answer.approved and answer.reason == "use make test instead"
+    view = TurnView(console, plain=True, show_reasoning=True, previewed=approver.shown)
+    view.handle(PermissionDenied("call-9", "bash", {"command": "npm test"}, "bash runs commands"))
+    view.close()
+    text = out.getvalue()
+    assert text.count("✗ not allowed: use make test instead") == 1
+    assert "not run" not in text  # said once, by the question
+
+
+def test_a_closed_port_keeps_the_message_and_suggests_doctor(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from prompt_toolkit.application.current import create_app_session
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from kimicode.ui.app import AgentOptions, Session
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again when the block ends: nothing listens there
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
+    session = Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, max_retries=1), console, plain=True)
+    finished = asyncio.run(session.run_turn("my important message"))
+    assert finished is not None and finished.status == "error"
+    assert "kimicode doctor" in console.file.getvalue()  # type: ignore[attr-defined]
+
+    async def read() -> str:
+        with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
+            pipe.send_text("\r")
+            text: str = await session.read_input()
+            return text
+
+    assert asyncio.run(read()) == "my important message"  # back in the prompt: Enter sends it again
+    asyncio.run(session.agent.aclose())

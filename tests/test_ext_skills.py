@@ -207,3 +207,28 @@ def test_a_skill_file_outside_its_folder_or_not_text_is_refused(
     refused = server.requests[1].body["messages"][-1]["content"]
     assert refused.startswith("Error:") and "secret-ish" not in refused
     assert server.requests[2].body["messages"][-1]["content"] == "fine"
+
+
+def test_a_projects_files_that_link_outside_the_workspace_are_refused(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
+    from kimicode.extensions.slash import load_commands
+
+    home = tmp_path / "home"
+    secret = tmp_path / "id_rsa"
+    secret.write_text("---\nname: key\ndescription: PRIVATE KEY\n---\n-----BEGIN PRIVATE KEY-----\n")
+    (workspace / ".claude" / "skills" / "key").mkdir(parents=True)
+    (workspace / ".claude" / "skills" / "key" / "SKILL.md").symlink_to(secret)
+    (workspace / ".claude" / "agents").mkdir()
+    (workspace / ".claude" / "agents" / "key.md").symlink_to(secret)
+    (workspace / ".claude" / "commands").mkdir()
+    (workspace / ".claude" / "commands" / "key.md").symlink_to(secret)
+    make_skill(workspace / ".claude" / "skills", "fine", "A fine skill.")
+    trust(home, workspace)
+    events: list[Event] = []
+    server.add(Reply(content="ok"))
+    agent = make_agent(on_event=events.append)
+    agent.run_sync("x")
+    assert "PRIVATE KEY" not in json.dumps(server.requests[0].body) and "fine" in json.dumps(server.requests[0].body)
+    assert sum("links outside the workspace" in e.text for e in events if isinstance(e, Notice)) == 2
+    assert "key" not in load_commands(workspace, home, trusted=True)

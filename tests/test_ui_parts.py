@@ -562,7 +562,7 @@ def test_turn_view_renders_each_kind_of_event() -> None:
     assert "● bash: rm -rf /\n  ⎿ not run: bash runs commands" in text
     assert text.count("rm -rf /") == 1  # the refused call's error result is not shown again
     assert "● nosuch\n  ⎿ ✗ Unknown tool 'nosuch'." in text
-    assert "↻ HTTP 503: down: retrying in 0.5s (attempt 1 of 5)" in text
+    assert "↻ retry 1 of 5 in 0.5s, after: HTTP 503: down" in text  # the server's words last (issue 23)
     assert "· context compacted" in text
     assert "✗ HTTP 400: too long" in text and "/compact" in text
     assert len(stats) == 1

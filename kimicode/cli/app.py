@@ -384,6 +384,12 @@ def main(
         raise fail(str(exc)) from None
     if agent.resume_warning and not verbose:  # --verbose shows it as a notice
         typer.echo(f"kimicode: warning: {agent.resume_warning}", err=True)
+    if fork and fork_workspace != "shared":  # say where the fork works: its tree and branch
+        from kimicode.ui.toolbar import GitBranch
+
+        branch = GitBranch(agent.workspace).get()
+        typer.echo(f"kimicode: forked into session {agent.session_id}, working in its own tree {agent.workspace}"
+                   + (f" on branch {branch}" if branch else ""), err=True)
     printer = Printer(output_format.value, include_partial=include_partial, verbose=verbose)
     if flags is not None:  # --branches (cli/branches_cmd.py)
         from kimicode.cli.branches_cmd import run_branches
@@ -431,20 +437,21 @@ def _click_exceptions() -> Any:
 
 def run_app() -> None:
     """Run the application: usage errors are one clean message (exit 2), Ctrl-C is exit 130."""
-    from kimicode.cli.firstprompt import NotACommand, first_prompt_args, value_options
+    from kimicode.cli.firstprompt import NotACommand, first_prompt_args, value_options, whole_short_helps
     from kimicode.cli.sessions import optional_resume_value
 
     errors = _click_exceptions()
     answering_completion()  # a completion script asking: click answers before parsing anything
     try:
         main_command = typer.main.get_command(app)
-        args = first_prompt_args(sys.argv[1:], main_command.commands,  # type: ignore[attr-defined]
-                                 value_options(main_command))
+        takes_value = value_options(main_command)
+        args = first_prompt_args(sys.argv[1:], main_command.commands, takes_value)  # type: ignore[attr-defined]
     except NotACommand as exc:
         sys.stderr.write(f"kimicode: {exc}\n")
         raise SystemExit(2) from None
     try:
-        code = app(args=optional_resume_value(args), prog_name="kimicode", standalone_mode=False)
+        whole_short_helps(main_command)
+        code = main_command(args=optional_resume_value(args, takes_value), prog_name="kimicode", standalone_mode=False)
     except errors.ClickException as exc:
         if isinstance(exc, errors.BadParameter):
             # typer validates choices with pydantic, whose message starts "Value error, "

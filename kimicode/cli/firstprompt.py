@@ -6,10 +6,9 @@ name (`kimicode doctr`) is refused as a typo instead of being sent to the model.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Collection
 from typing import Any
-
-from kimicode.cli.sessions import VALUE_OPTIONS
 
 FIRST_PROMPT = "--first-prompt"
 
@@ -29,11 +28,22 @@ def value_options(command: Any) -> set[str]:
     return names - {"-r", "--resume"}  # its value is optional (sessions.optional_resume_value)
 
 
-def first_prompt_args(argv: list[str], commands: Collection[str], takes_value: Collection[str] = VALUE_OPTIONS,
+@functools.cache
+def main_value_options() -> frozenset[str]:
+    """The value-taking options of `kimicode`'s main command (not -r/--resume, whose value is optional)."""
+    import typer
+
+    from kimicode.cli.app import app
+
+    return frozenset(value_options(typer.main.get_command(app)))
+
+
+def first_prompt_args(argv: list[str], commands: Collection[str], takes_value: Collection[str] | None = None,
                       ) -> list[str]:
     """`argv` with the positional words of the main command (when the first is not a subcommand) moved
     into `--first-prompt`; unchanged when there are none or the first names a subcommand. `takes_value`:
-    the options whose next word is their value."""
+    the options whose next word is their value (default: read from the main command)."""
+    takes_value = main_value_options() if takes_value is None else takes_value
     words: list[int] = []
     forced = None
     i = 0
@@ -62,3 +72,17 @@ def first_prompt_args(argv: list[str], commands: Collection[str], takes_value: C
                               f'first prompt, write: kimicode -- "{text}"')
     rest = [a for n, a in enumerate(argv) if n not in words and n != forced]
     return [*rest, FIRST_PROMPT, text]
+
+
+def whole_short_helps(group: Any) -> None:
+    """Give every subcommand (and theirs) its docstring's first sentence as the one-liner `--help` lists,
+    whole: click would otherwise cut it at about 45 characters with `...`."""
+    import re
+
+    for command in getattr(group, "commands", {}).values():
+        if not getattr(command, "short_help", None) and getattr(command, "help", None):
+            text = " ".join(command.help.split("\n\n", 1)[0].split())
+            ends = [m.start() for m in re.finditer(r"(?<![.])[.!?](?=\s)", text)
+                    if text[: m.start()].count("(") == text[: m.start()].count(")")]
+            command.short_help = text[: ends[0]] if ends else text.rstrip(".")
+        whole_short_helps(command)

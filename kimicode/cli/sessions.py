@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Collection
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -31,24 +32,21 @@ sessions_app = typer.Typer(
 PICK = ""
 """The value of `-r/--resume` given without an id: pick one."""
 
-VALUE_OPTIONS = {
-    "-p", "--print", "--output-format", "-m", "--model", "--base-url", "--thinking", "--max-turns",
-    "-C", "--cwd", "--permission-mode", "--max-retries", "--request-timeout", "--allow", "--deny", "--sandbox",
-    "--context-window", "--append-system-prompt", "--system-prompt-file", "--max-budget-usd", "--mcp-config",
-    "--max-tokens", "--add-dir", "--output-schema", "--json-schema", "--input-format", "--tool-choice",
-}  # fmt: skip
-"""Options of the main command that take a value (which may itself look like `-r`)."""
+def optional_resume_value(argv: list[str], takes_value: Collection[str] | None = None) -> list[str]:
+    """Let `-r/--resume` stand without an id: `-r` followed by nothing or by another option means "pick".
+    `takes_value`: the main command's options whose next word is their value (default: read from the
+    command itself, so `--model -r` keeps `-r` as the model's value whatever options are added)."""
+    if takes_value is None:
+        from kimicode.cli.firstprompt import main_value_options
 
-
-def optional_resume_value(argv: list[str]) -> list[str]:
-    """Let `-r/--resume` stand without an id: `-r` followed by nothing or by another option means "pick"."""
+        takes_value = main_value_options()
     if not argv or not argv[0].startswith("-"):
         return list(argv)  # a subcommand (`kimicode sessions ...`): its arguments are its own
     out: list[str] = []
     for i, arg in enumerate(argv):
         if arg == "--":
             return out + argv[i:]
-        if arg in ("-r", "--resume") and not (out and out[-1] in VALUE_OPTIONS):
+        if arg in ("-r", "--resume") and not (out and out[-1] in takes_value):
             nxt = argv[i + 1] if i + 1 < len(argv) else None
             if nxt is None or nxt.startswith("-"):
                 out.append(f"--resume={PICK}")

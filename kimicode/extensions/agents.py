@@ -96,6 +96,9 @@ def load_agents(places: list[Place]) -> AgentSet:
         for path in sorted(place.root.rglob("*.md")):
             if path.name.lower() == "readme.md":
                 continue
+            if not place.admits(path):
+                found.problems.append(f"{path}: links outside the workspace; skipped")
+                continue
             try:
                 agent = read_agent(path, place.scope, place.plugin)
             except ValueError as exc:

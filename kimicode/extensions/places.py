@@ -32,6 +32,16 @@ class Place:
     scope: Scope
     plugin: str = ""
     """The plugin's name when it is a plugin's folder (its commands are `/PLUGIN:NAME`)."""
+    confine: Path | None = None
+    """For a project's folder, the workspace: a file there that is a link to somewhere outside it (a
+    repository planting `SKILL.md -> ~/.ssh/id_rsa`) is refused."""
+
+    def admits(self, path: Path) -> bool:
+        """True unless `path` resolves outside `confine`."""
+        if self.confine is None:
+            return True
+        root = os.path.realpath(self.confine)
+        return os.path.commonpath([root, os.path.realpath(path)]) == root
 
 
 def folders(
@@ -43,7 +53,8 @@ def folders(
     out = [Place(p.root / kind, "plugin", p.plugin) for p in plugins or ()]
     out += [Place(claude_home() / kind, "user"), Place(home / kind, "user")]
     if trusted:
-        out += [Place(workspace / ".claude" / kind, "project"), Place(workspace / ".kimicode" / kind, "project")]
+        out += [Place(workspace / ".claude" / kind, "project", confine=workspace),
+                Place(workspace / ".kimicode" / kind, "project", confine=workspace)]
     return out
 
 

@@ -112,6 +112,9 @@ def load_skills(places: list[Place]) -> SkillSet:
         if not place.root.is_dir():
             continue
         for skill_md in sorted(place.root.glob(f"*/{SKILL_FILE}")):
+            if not place.admits(skill_md):
+                found.problems.append(f"{skill_md}: links outside the workspace; skipped")
+                continue
             try:
                 skill = read_skill(skill_md.parent, place.scope, place.plugin)
             except ValueError as exc:

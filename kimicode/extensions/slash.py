@@ -25,7 +25,7 @@ def load_commands(workspace: Path, home: Path, *, trusted: bool) -> dict[str, Cu
     places = folders("commands", workspace, home, trusted=trusted, plugins=plugin_places(found.plugins))
     out: dict[str, CustomCommand] = {}
     for place in places:
-        out.update(load_dir(place.root, place.scope, place.plugin))
+        out.update({n: c for n, c in load_dir(place.root, place.scope, place.plugin).items() if place.admits(c.path)})
     for skill in found.skills.values():
         name = skill.name if skill.name not in out else f"skill:{skill.name}"
         out[name] = CustomCommand(name, skill.description, skill.activation(),

@@ -150,12 +150,9 @@ def _admit_step(
 ) -> Decision:
     """3-4. Static or ask; then allow rules or the read-only allowance, command by command; then the
     files each command names, writes or searches, and the repositories git would use."""
-    rules = policy.rules
     unrestricted = any(r.pattern is None for r in allow)  # `bash`: every command (deny rules came first)
     if opaque is not None and not unrestricted:
         return Decision("ask", f"the line runs code that cannot be checked: {opaque}")
-    edit_allow = rules.for_tool("allow", "", "edit")
-    read_allow = rules.for_tool("allow", "", "read")
     patterned = [r for r in allow if not getattr(r, "literal", False)]
     bases, unknown_cwd = _working_dirs(commands, ctx, policy)
     if too_many:
@@ -176,12 +173,26 @@ def _admit_step(
         if unknown_cwd:
             return combined_refusal(wanting) or Decision(
                 "ask", f"`{shown}`: the line changes directory in a way that cannot be followed")
-        for base in bases:
-            problem = (_path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow, analysis)
-                       or _git_boundary(cmd, argv, base, ctx, unrestricted))
-            if problem is not None:
-                return combined_refusal(wanting) or problem
+        problem = _place_problems(cmd, argv, analysis, bases, unrestricted, mode, ctx, policy)
+        if problem is not None:
+            return combined_refusal(wanting) or problem
     return combined_refusal(wanting) or Decision("allow")
+
+
+def _place_problems(
+    cmd: SimpleCommand, argv: Sequence[str], analysis: Analysis, bases: Sequence[Path], unrestricted: bool,
+    mode: str, ctx: Place, policy: Policy,
+) -> Decision | None:
+    """4. In every directory the command may run in: the files it names, writes or searches, its
+    redirections, and the repository git would use."""
+    edit_allow = policy.rules.for_tool("allow", "", "edit")
+    read_allow = policy.rules.for_tool("allow", "", "read")
+    for base in bases:
+        problem = (_path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow, analysis)
+                   or _git_boundary(cmd, argv, base, ctx, unrestricted))
+        if problem is not None:
+            return problem
+    return None
 
 
 def _admitted(

@@ -467,7 +467,7 @@ class Session:
             show_reasoning=self.settings.show_reasoning,
             tool_kind=lambda name: t.kind if (t := agent.tools.get(name)) is not None else None,
             on_stats=self._on_stats,
-            previewed=self.approver.previewed.__contains__,
+            previewed=self.approver.shown,
             footer=lambda: input_footer(self.queued, listener.typed, live_width(self.console.size.width)),
         )
         listener = KeyListener(self._on_key)
@@ -511,7 +511,9 @@ class Session:
         self.queued[:0], agent.extras.steering[:] = agent.extras.steering, []  # steered too late: sent next
         if finished is None or finished.status in ("interrupted", "error"):
             # interrupted or failed: what was queued goes back into the prompt, to be edited or sent (Enter)
-            self._typed_ahead = "\n\n".join([*self.queued, *([self._typed_ahead] if self._typed_ahead else [])])
+            failed = [text] if finished is not None and finished.error_kind in ("transient", "auth") else []
+            typed = [self._typed_ahead] if self._typed_ahead else []
+            self._typed_ahead = "\n\n".join([*failed, *self.queued, *typed])  # a refused message is not lost
             self.queued.clear()
         self.last_result = view.last_result or self.last_result
         if finished is not None and time.monotonic() - started >= self.notifier.after_seconds:

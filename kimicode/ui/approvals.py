@@ -346,6 +346,8 @@ class Approver:
         self.plain = plain
         self.previewed: set[str] = set()
         """Call ids whose diff the question showed (the result does not print it a second time)."""
+        self.refused: set[str] = set()
+        """Call ids refused at the question, which said so ("✗ not allowed: reason"): no second line."""
         self.workspace = workspace
         self.rules = rules
         self.suspend = suspend
@@ -415,7 +417,12 @@ class Approver:
                 typed = await self.ask_fn("  Tell the model why or what to do instead (Enter to skip): ", "")
                 reason = (typed or "").strip()
             self._say("  ✗ not allowed" + (f": {reason}" if reason else ""), "red")
+            self.refused.add(request.call_id)
             return Approval(False, reason)
+
+    def shown(self, call_id: str) -> bool:
+        """True when the question showed this call's diff or its refusal (the turn's view does not repeat it)."""
+        return call_id in self.previewed or call_id in self.refused
 
     async def _ask_prefix(self, command: str) -> str | None:
         default = suggest_prefix(command)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from kimicode.agent.modes import noted_mode
-from kimicode.context.compact import is_summary
+from kimicode.context.compact import is_summary, summary_text
 from kimicode.ui.toolbar import short_path
 
 if TYPE_CHECKING:
@@ -50,6 +50,9 @@ def last_exchange(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, st
             text = _content_text(msg.get("content")).strip()
             if text:
                 answer = text
+    if answer is None:  # compacted: the answers live in the summary that follows the kept prompts
+        summary = next((summary_text(m) for m in messages[last + 1 :] if is_summary(m)), "")
+        answer = f"(compacted; from the summary) {summary.strip()}" if summary.strip() else None
     return prompt, answer, len(prompts)
 
 
@@ -106,6 +109,9 @@ def show_recap(session: Session) -> None:
     agent = session.agent
     if session.forked_from is not None:
         head = f"Forked session {session.forked_from} into {agent.session_id}"
+        if session.options.fork and session.options.fork_workspace != "shared":  # `--fork --worktree`
+            branch = session.branch.get()
+            head += f", working in its own tree {session.workspace}" + (f" on branch {branch}" if branch else "")
     else:
         head = f"Resumed session {agent.session_id}"
     session.console.print()

@@ -59,10 +59,11 @@ TODO_SHOWN = 20
 """Tasks listed at most; the rest are counted."""
 
 ERROR_HINTS = {
-    "auth": "Run /login to paste a new key (checked at once), or fix KIMI_API_KEY and restart kimicode.",
+    "auth": "Run /login to paste a new key (checked at once), then Enter sends your message again.",
     "quota": "Then send your message again, or switch model with /model.",
     "context_length": "The conversation no longer fits the model's context: run /compact or /clear, then retry.",
-    "transient": "The service kept failing after retries; wait a moment and send your message again.",
+    "transient": "The service kept failing after retries: your message is back in the prompt (Enter sends it "
+                 "again); `kimicode doctor` checks the endpoint.",
     "bad_request": "The endpoint rejected the request; try /clear if it keeps happening, or check /model.",
     "protocol": "The endpoint sent something unexpected; send the message again or check --base-url.",
 }
@@ -143,6 +144,7 @@ class TurnView:
         self._reasoning_start: float | None = None
         self._reasoning_open = False
         self._args_chars = 0
+        self._retry_at = 0.0
         self._calls: dict[str, _Call] = {}
         self._output: dict[str, str] = {}
         """The latest output of each running command (its tail is shown live)."""
@@ -181,6 +183,9 @@ class TurnView:
         phase = self._phase
         if phase == "thinking":
             phase = f"thinking… {elapsed(now - self._phase_since)}"
+        elif phase == "retrying":  # counts down to the retry, then up while the retried request waits
+            left = self._retry_at - now
+            phase = f"retrying in {left:.0f}s…" if left > 0 else f"retried, waiting for the model… {elapsed(-left)}"
         elif phase.startswith("preparing"):
             phase = f"{phase} ({self._args_chars / 1024:.1f} KB)"
         else:
@@ -328,6 +333,8 @@ class TurnView:
             self._on_tool_finished(ev)
         elif isinstance(ev, PermissionDenied):
             self._denied.add(ev.call_id)
+            if self.previewed(ev.call_id):  # refused at the question, which said so in one line
+                return
             self._section_break("tools")
             self._header(ev.name, ev.arguments)
             self.print(Text(f"  ⎿ not run: {one_line(ev.reason, 200)}", style="yellow"))
@@ -473,14 +480,10 @@ class TurnView:
         self.answer = MarkdownStream(self.console, self.live, clock=self.clock)
         self._section_break("status")
         note = " (the partial answer above will be repeated)" if kept else ""
-        self.print(
-            Text(
-                f"↻ {one_line(ev.error, 160)}: retrying in {ev.delay:.1f}s "
-                f"(attempt {ev.attempt} of {ev.max_retries}){note}",
-                style="yellow",
-            )
-        )
-        self._set_phase("waiting for the model")
+        self.print(Text(f"↻ retry {ev.attempt} of {ev.max_retries} in {ev.delay:.1f}s{note}, after: "
+                        f"{one_line(ev.error, 160)}", style="yellow"))
+        self._set_phase("retrying")
+        self._retry_at = self.clock() + ev.delay  # the status line counts down to it
 
     def _on_finished(self, ev: TurnFinished) -> None:
         self.close()
