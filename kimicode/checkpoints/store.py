@@ -219,6 +219,17 @@ class CheckpointStore:
                 self._clean_failed()
                 raise CheckpointError(self._full() if _is_full(exc) else str(exc)) from exc
 
+    def seed(self, source: CheckpointStore, commit: str) -> None:
+        """Fill this store's (empty) workspace with snapshot `commit` of `source`, borrowing `source`'s
+        objects (git alternates) instead of copying them: each file is written once, with its stat data
+        in this store's index, so this store's first snapshot only hashes what changed since. For a
+        branch's new worktree (kimicode/branches/trees.py); `source` must keep `commit` referenced."""
+        with self.locked():
+            self._init()
+            private_write(self.git_dir / "objects" / "info" / "alternates", f"{source.git_dir / 'objects'}\n")
+            self.git("read-tree", commit)
+            self.git("checkout-index", "-a", "-f", "-u")
+
     def _full(self) -> str:
         return f"no space left on the disk holding the checkpoint store ({self.dir})"
 
