@@ -24,9 +24,11 @@ from kimicode.permissions.protected import AUTORUN_FILES, autorun_reason, protec
 from kimicode.permissions.visibility import (
     CREDENTIAL_HOME_PATHS,
     HOME_CREDENTIAL_DIRS,
+    Places,
     history_reason,
     outside_reason,
     visible_roots,
+    within_text,
 )
 
 if TYPE_CHECKING:
@@ -332,8 +334,7 @@ _TOKEN_MARKER = re.compile(rb"(?i)(_authtoken|_auth\b|password|token|secret)\s*[
 def _within(path: Path, root: Path) -> bool:
     """`path` is `root` or below it (both resolved; compared as text: `root in path.parents` built every
     parent, and this runs for each of some 80 credential places per path checked)."""
-    inner, outer = str(path), str(root)
-    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+    return within_text(str(path), str(root))
 
 
 def sensitive_reason(
@@ -345,36 +346,36 @@ def sensitive_reason(
     links: bool = True,
     session_dir: Path | None = None,
     visible: Sequence[Path] | None = None,
+    places: Places | None = None,
 ) -> str | None:
     """Why reading `path` (resolved by `kimicode.permissions.pathresolve`) needs approval, or None: it
     probably holds secrets, it is another project's session log, it is an alias that cannot be
     resolved (`/dev/fd/3/..`, `/proc/self/root/...`), a hard link to such a file (`links`), or (with
     `visible`, the roots of `kimicode.permissions.visibility`) it lies outside the workspace and off
-    the visible list."""
-    if session_dir is not None and _within(path, Path(os.path.realpath(session_dir))):
+    the visible list. `places` holds those directories already resolved (`Policy.places`)."""
+    real = places or Places.resolve(user_home, kimicode_home, workspace, session_dir)
+    if real.session_dir is not None and within_text(str(path), real.session_dir):
         return None  # this session's own spilled tool outputs
-    why = _name_reason(path, user_home=user_home, kimicode_home=kimicode_home, workspace=workspace)
+    why = _name_reason(path, real, workspace=workspace)
     if why is None and visible is not None and workspace is not None:
-        why = outside_reason(path, workspace, visible, kimicode_home)
+        why = outside_reason(path, workspace, visible, kimicode_home, real)
     if why or not links:
         return why
     from kimicode.permissions.pathresolve import hard_link_twin
 
-    home = Path(os.path.realpath(user_home))
-    roots = [Path(os.path.realpath(workspace))] if workspace is not None else []
-    roots += [home / rel for rel in _HOME_DIRS]
-    return hard_link_twin(
-        path,
-        roots,
-        lambda other: _name_reason(other, user_home=user_home, kimicode_home=kimicode_home, workspace=workspace),
-    )
+    def roots() -> Iterable[Path]:  # only walked for a file with several hard links
+        if real.workspace is not None:
+            yield Path(real.workspace)
+        yield from (Path(real.home) / rel for rel in _HOME_DIRS)
+
+    return hard_link_twin(path, roots(), lambda other: _name_reason(other, real, workspace=workspace))
 
 
 _PROC_PRIVATE = re.compile(r"/proc/(?:self|thread-self|[0-9]+)(?:/|$)")
 _DEV_ALIAS = re.compile(r"/dev/(?:fd|std(?:in|out|err))(?:/|$)")
 
 
-def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace: Path | None) -> str | None:
+def _name_reason(path: Path, real: Places, *, workspace: Path | None) -> str | None:
     text = str(path)
     if _PROC_PRIVATE.match(text) or _DEV_ALIAS.match(text) or text.startswith("/dev/fd"):
         return "it is a process's private view (file descriptors, environment, memory or root) that cannot be checked"
@@ -389,17 +390,17 @@ def _name_reason(path: Path, *, user_home: Path, kimicode_home: Path, workspace:
         return f"{name} looks like a private key or certificate store"
     if lower in _CREDENTIAL_FILES or lower in ("credentials", "credentials.json", "credentials.toml"):
         return f"{name} holds credentials"
-    home = os.path.realpath(user_home)
+    home = real.home
     if text == home or text.startswith(home.rstrip("/") + "/"):
         for rel, prefix, why in _home_places(home):
             if text == prefix or text.startswith(prefix + "/"):
                 return f"~/{rel} {why}"
     if lower in _TOKEN_FILES and _has_token(path):
         return f"{name} contains a token or password"
-    kc_home = Path(os.path.realpath(kimicode_home))
-    if path == kc_home / "config.toml" or _within(path, kc_home / "credentials"):
+    kc_home = real.kimicode_home
+    if text == os.path.join(kc_home, "config.toml") or within_text(text, os.path.join(kc_home, "credentials")):
         return "kimicode's own configuration may hold keys"
-    if _within(path, kc_home / "sessions") and not _own_session(path, workspace):
+    if within_text(text, os.path.join(kc_home, "sessions")) and not _own_session(path, workspace):
         return "it is a session log of another project (KIMICODE_HOME/sessions)"
     return None
 
@@ -519,6 +520,11 @@ class Policy:
         (`kimicode.permissions.visibility`, plus the literal directories of `read(...)` allow rules)."""
         return visible_roots(self.user_home, [Path("/proc"), Path("/dev"), *self.read_rule_roots(), *self.extra_dirs])
 
+    @cached_property
+    def places(self) -> Places:
+        """The policy's fixed directories resolved once (each check compared with them resolved anew)."""
+        return Places.resolve(self.user_home, self.kimicode_home, self.workspace, self.session_dir)
+
     def read_rule_roots(self) -> list[Path]:
         """The literal directories of the absolute and `~` patterns of `read(...)` allow rules."""
         roots: list[Path] = []
@@ -546,6 +552,8 @@ class Policy:
         bare = dataclasses.replace(self, rules=Rules(deny=self.rules.deny, ask=self.rules.ask), sandboxed=False)
         if "visible" in self.__dict__:
             bare.__dict__["visible"] = self.__dict__["visible"]  # the cached_property's own slot
+        if "places" in self.__dict__:
+            bare.__dict__["places"] = self.__dict__["places"]
         return bare
 
     def sensitive(self, path: Path) -> str | None:
@@ -558,6 +566,7 @@ class Policy:
             workspace=self.workspace,
             session_dir=self.session_dir,
             visible=self.visible if self.outside_asks and self.workspace is not None else None,
+            places=self.places,
         )
 
     def with_rule(self, rule: Rule | str, action: RuleAction = "allow") -> Policy:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -23,11 +24,13 @@ __all__ = [
     "HOME_CREDENTIAL_DIRS",
     "SYSTEM_ROOTS",
     "TOOLCHAIN_HOME_PATHS",
+    "Places",
     "hidden_in_etc",
     "history_reason",
     "is_visible",
     "outside_reason",
     "visible_roots",
+    "within_text",
 ]
 
 SYSTEM_ROOTS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
@@ -139,6 +142,15 @@ def hidden_in_etc() -> list[str]:
 
 
 _HIDDEN_ETC: list[str] | None = None
+_HIDDEN_ETC_PREFIXES: tuple[tuple[str, str], ...] | None = None
+
+
+def _hidden_etc_prefixes() -> tuple[tuple[str, str], ...]:
+    """`hidden_in_etc()` as (path, path + "/") pairs, built once (the list is copied on every call)."""
+    global _HIDDEN_ETC_PREFIXES
+    if _HIDDEN_ETC_PREFIXES is None:
+        _HIDDEN_ETC_PREFIXES = tuple((str(Path(h)), str(Path(h)).rstrip("/") + "/") for h in hidden_in_etc())
+    return _HIDDEN_ETC_PREFIXES
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -146,15 +158,46 @@ def _within(path: Path, root: Path) -> bool:
     return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
-def outside_reason(path: Path, workspace: Path, visible: Sequence[Path], kimicode_home: Path) -> str | None:
-    """Why a path outside the workspace and the visible list asks (see kimicode.permissions.visibility)."""
-    if _within(path, Path(os.path.realpath(workspace))):
+def within_text(inner: str, outer: str) -> bool:
+    """`inner` is `outer` or below it (both resolved paths as text)."""
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+@dataclass(frozen=True)
+class Places:
+    """The resolved (realpath) text of the fixed directories every sensitivity check compares with.
+
+    Resolving them is most of the cost of a check, and they depend only on the directories themselves:
+    a `Policy` resolves them once (`Policy.places`); `sensitive_reason` without one resolves them per call."""
+
+    home: str
+    kimicode_home: str
+    workspace: str | None
+    session_dir: str | None
+
+    @classmethod
+    def resolve(cls, user_home: Path, kimicode_home: Path, workspace: Path | None = None,
+                session_dir: Path | None = None) -> Places:
+        """Resolve the four directories now."""
+        real = os.path.realpath
+        return cls(real(user_home), real(kimicode_home), None if workspace is None else real(workspace),
+                   None if session_dir is None else real(session_dir))
+
+
+def outside_reason(path: Path, workspace: Path, visible: Sequence[Path], kimicode_home: Path,
+                   places: Places | None = None) -> str | None:
+    """Why a path outside the workspace and the visible list asks (see kimicode.permissions.visibility).
+    `places`, when given, holds `workspace` and `kimicode_home` already resolved."""
+    text = str(path)
+    ws = places.workspace if places is not None and places.workspace is not None else os.path.realpath(workspace)
+    if within_text(text, ws):
         return None
     if is_visible(path, visible):
-        if _within(path, Path("/etc")) and any(_within(path, Path(h)) for h in hidden_in_etc()):
+        if within_text(text, "/etc") and any(text == h or text.startswith(p) for h, p in _hidden_etc_prefixes()):
             return "it is a system file not readable by everyone"
         return None
-    if _within(path, Path(os.path.realpath(kimicode_home)) / "sessions"):
+    kc = places.kimicode_home if places is not None else os.path.realpath(kimicode_home)
+    if within_text(text, os.path.join(kc, "sessions")):
         return None  # this project's own session logs (another project's were refused above)
     if not os.path.lexists(path):
         return None  # nothing there to read (a URL's `//host` part, a file a build will make)
