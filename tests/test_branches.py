@@ -143,3 +143,31 @@ def test_apply_never_leaves_the_workspace_and_records_are_listed(
     assert all(b.tree and b.tree["kind"] == "copy" for b in ex.branches)
     assert [r.id for r in all_records(tmp_path / "home")] == [ex.id]
     assert "+    return a + b" in ex.diff(ex.chosen)
+
+
+def test_a_branch_store_borrows_the_parent_stores_objects(server: FakeServer, make_agent: MakeAgent,
+                                                          workspace: Path, tmp_path: Path) -> None:
+    git_project(workspace)
+    for i in range(300):
+        (workspace / f"m{i}.py").write_text(f"x = {i}\n" * 50)
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "more")
+    (workspace / "m1.py").write_text("uncommitted\n")
+    (workspace / "m2.py").unlink()
+    (workspace / "link").symlink_to("app.py")
+    parent = make_agent(permission_mode="accept-edits")
+    Router(server, {"1": write_turn(GOOD)})
+    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY, apply=False))
+    b = ex.branches[0]
+    tree = Path(str(b.workspace))
+    assert (tree / "m1.py").read_text() == "uncommitted\n" and not (tree / "m2.py").exists()
+    assert (tree / "link").is_symlink() and (tree / "m3.py").read_text() == "x = 3\n" * 50
+    assert set(git(tree, "status", "--porcelain").split()) >= {"m1.py", "m2.py", "app.py", "link"}
+    from kimicode.checkpoints.store import CheckpointStore
+
+    store = CheckpointStore(tmp_path / "home", tree)
+    assert (store.git_dir / "objects" / "info" / "alternates").is_file()
+    counts = dict(line.split(": ") for line in store.git("count-objects", "-v").decode().splitlines())
+    assert int(counts["count"]) + int(counts["in-pack"]) < 20  # its own objects: the changes, not 300 files
+    assert store.git("fsck", "--strict", "--no-dangling", check=False) == b""
+    assert b.changes == {"added": [], "modified": ["app.py"], "deleted": []}

@@ -163,3 +163,19 @@ def test_ctrl_c_mid_exploration_then_resume(env: None, workspace: Path, tmp_path
         assert len(router.by_branch["1"]) == 2  # the finished branch was kept, not run again
         assert final["chosen"] == by_k["1"]["id"]  # fewer changed lines
         assert (workspace / "app.py").read_text() == GOOD
+
+
+def test_costs_per_branch_per_verified_and_in_total(env: None, server: FakeServer, workspace: Path,
+                                                    tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text('[models.kimi-k3]\nprices = { input = 1.0, output = 2.0 }\n')
+    git_project(workspace)
+    Router(server, {"1": write_turn(WRONG), "2": write_turn(GOOD), "3": write_turn(GOOD_BIG)})
+    code, result, err = run_cli(server, workspace, "--branches", "3", "--verify", VERIFY)
+    assert code == 0, err
+    costs = [b["cost_usd"] for b in result["branches"]]
+    assert all(isinstance(c, float) and c > 0 for c in costs)
+    assert result["cost_usd_total"] == pytest.approx(sum(costs), abs=1e-5)
+    assert result["cost_usd_per_verified"] == pytest.approx(sum(costs) / 2, abs=1e-5)
+    assert result["cost_usd"] == result["cost_usd_total"]

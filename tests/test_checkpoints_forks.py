@@ -160,6 +160,7 @@ def test_cli_fork_worktree(server: FakeServer, workspace: Path, tmp_path: Path) 
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.splitlines()[-1])
     assert result["changes"]["modified"] == ["a.txt"]
+    assert "working in its own tree" in out.stderr and f"on branch kimicode/fork-{result['session_id']}" in out.stderr
     assert (workspace / "a.txt").read_text() == "base\n"
     listing = run("sessions", "list", "--json").stdout.splitlines()
     trees = [json.loads(line)["fork_tree"] for line in listing if json.loads(line)["fork_tree"]]

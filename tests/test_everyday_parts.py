@@ -420,3 +420,35 @@ def test_a_denial_with_a_reason_takes_one_line(tmp_path: Path) -> None:
     text = out.getvalue()
     assert text.count("✗ not allowed: use make test instead") == 1
     assert "not run" not in text  # said once, by the question
+
+
+def test_a_closed_port_keeps_the_message_and_suggests_doctor(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from prompt_toolkit.application.current import create_app_session
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from kimicode.ui.app import AgentOptions, Session
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again when the block ends: nothing listens there
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
+    session = Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, max_retries=1), console, plain=True)
+    finished = asyncio.run(session.run_turn("my important message"))
+    assert finished is not None and finished.status == "error"
+    assert "kimicode doctor" in console.file.getvalue()  # type: ignore[attr-defined]
+
+    async def read() -> str:
+        with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
+            pipe.send_text("\r")
+            text: str = await session.read_input()
+            return text
+
+    assert asyncio.run(read()) == "my important message"  # back in the prompt: Enter sends it again
+    asyncio.run(session.agent.aclose())

@@ -356,3 +356,24 @@ def test_every_way_of_writing_a_visible_file_outside_fails(
 def run_calls_text(server: FakeServer, make_agent: MakeAgent, command: str, mode: str, rules: list[str]) -> str:
     texts, _ = run_calls(server, make_agent, [command], permission_mode=mode, allow=rules)
     return texts[0]
+
+
+@needs_bwrap
+def test_a_workspace_inside_the_home_sees_the_toolchains_and_not_the_rest(home: Path) -> None:
+    """The usual layout (~/project): the home is a private tmpfs with git's config and toolchains bound
+    in, the project bound over it; ~/.ssh and ~/notes are not there."""
+    from kimicode.tools.sandbox import Sandbox
+
+    project = home / "project"
+    project.mkdir()
+    (home / ".local" / "bin").mkdir(parents=True)
+    (home / ".local" / "bin" / "mytool").write_text("#!/bin/sh\necho TOOL\n")
+    wrapped = Sandbox(project, str(STATUS.bwrap), user_home=home).wrap(
+        ["/bin/bash", "-c", "ls -a ~; cat ~/.local/bin/mytool ~/.gitconfig; cat ~/.ssh/id_rsa ~/notes/private.txt"],
+        "read-only")
+    done = subprocess.run(wrapped, capture_output=True, text=True, cwd=project, timeout=30)
+    listing = done.stdout.split()
+    assert "project" in listing and ".gitconfig" in listing and ".local" in listing
+    assert ".ssh" not in listing and "notes" not in listing and ".codex" not in listing
+    assert "echo TOOL" in done.stdout and "name = Tester" in done.stdout
+    assert "PRIVATE-KEY-MATERIAL" not in done.stdout and "HOME-NOTES" not in done.stdout

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kimicode.checkpoints.forks import ForkTree, make_tree, remove_tree, repo_top
-from kimicode.checkpoints.store import CheckpointError
+from kimicode.checkpoints.store import CheckpointError, CheckpointStore
 
 
 class TreeError(CheckpointError):
@@ -34,11 +34,39 @@ def create_tree(workspace: Path, home: Path, parent_session: str, k: int, kind: 
     branch = git_branch_name(parent_session, k)
     root = Path(home).expanduser().resolve() / "worktrees" / name
     try:
+        top = repo_top(workspace) if kind == "worktree" else None
+        if top is not None and top == workspace.resolve():
+            return _seeded_worktree(top, Path(home), root, branch, parent_session, k)
         return make_tree(kind, workspace, home, name, branch=branch)
     except (CheckpointError, OSError) as exc:
         why = _plain(exc, root.parent)  # before cleaning up: the half-made tree is what filled the disk
         _clean(workspace, root, branch)
         raise TreeError(f"could not create branch {k}'s workspace: {why}") from exc
+
+
+def _seeded_worktree(top: Path, home: Path, root: Path, branch: str, parent_session: str, k: int) -> ForkTree:
+    """A worktree whose files are written once, from the parent's checkpoint of the workspace as it is now
+    (uncommitted and untracked files included, ignored ones not), into a branch checkpoint store that
+    borrows the parent store's objects: no second copy of every file in a new store, no hashing of the
+    whole tree at the branch's first change. The worktree's own git index is HEAD's (`git status` in it
+    shows the carried-over changes, as in the workspace)."""
+    root.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if root.exists():
+        raise CheckpointError(f"{root} already exists")
+    env = {key: v for key, v in os.environ.items() if not key.startswith("GIT_")}
+
+    def git(cwd: Path, *args: str) -> None:
+        proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            lines = proc.stderr.strip().splitlines()
+            raise CheckpointError(f"git {args[0]} failed: {lines[-1] if lines else proc.returncode}")
+
+    git(top, "worktree", "add", "--no-checkout", "-q", "-b", branch, str(root), "HEAD")
+    git(root, "read-tree", "HEAD")
+    parent = CheckpointStore(home, top)
+    base = parent.snapshot(f"base of branch {k}", f"{parent_session}/branch-{k}-base")  # keeps it referenced
+    CheckpointStore(home, root).seed(parent, base.id)
+    return ForkTree("worktree", root.resolve(), root.resolve(), top, branch)
 
 
 FULL_BELOW = 1 << 20

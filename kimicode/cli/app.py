@@ -384,6 +384,12 @@ def main(
         raise fail(str(exc)) from None
     if agent.resume_warning and not verbose:  # --verbose shows it as a notice
         typer.echo(f"kimicode: warning: {agent.resume_warning}", err=True)
+    if fork and fork_workspace != "shared":  # say where the fork works: its tree and branch
+        from kimicode.ui.toolbar import GitBranch
+
+        branch = GitBranch(agent.workspace).get()
+        typer.echo(f"kimicode: forked into session {agent.session_id}, working in its own tree {agent.workspace}"
+                   + (f" on branch {branch}" if branch else ""), err=True)
     printer = Printer(output_format.value, include_partial=include_partial, verbose=verbose)
     if flags is not None:  # --branches (cli/branches_cmd.py)
         from kimicode.cli.branches_cmd import run_branches

@@ -166,6 +166,11 @@ def enabled_plugins(home: Path) -> list[Plugin]:
     return [p for p in installed_plugins(home) if p.enabled]
 
 
+def plugin_servers(plugins: list[Plugin]) -> dict[str, tuple[dict[str, Any], str]]:
+    """The MCP servers of `plugins` as `load_server_configs(extra=...)` takes them: name -> (entry, source)."""
+    return {name: (entry, f"plugin {p.name}") for p in plugins for name, entry in p.mcp_servers().items()}
+
+
 def fetch_source(source: str, scratch: Path) -> Path:
     """A local folder for `source`: the folder itself, or a shallow clone of a git URL into `scratch`."""
     local = Path(source).expanduser()

@@ -115,7 +115,9 @@ class SessionLog:
 
     def _open(self) -> IO[str]:
         if self._fh is None:
-            private_dirs(self.directory, top=self.directory.parent)  # KIMICODE_HOME and sessions/: 0700
+            # KIMICODE_HOME and sessions/ made 0700 (only that layout: a log resumed from elsewhere
+            # leaves its directories as they are)
+            private_dirs(self.directory, top=self.directory.parent if self.directory.name == "sessions" else None)
             self.acquire()
             torn = _ends_without_newline(self.path)
             self._fh = private_open(self.path, "a")  # 0600, kept open for the session

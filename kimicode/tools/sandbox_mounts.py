@@ -63,7 +63,7 @@ def file_system_args(
     args += ["--dev", "/dev", "--proc", "/proc"]
     size = ["--size", str(tmp_bytes)] if tmp_bytes > 0 else []
     args += [*size, "--tmpfs", "/tmp", *size, "--tmpfs", "/var/tmp"]
-    if not contains(home, ws) and not any(contains(b, home) for b in bound):
+    if not contains(ws, home) and not any(contains(b, home) for b in bound):  # the workspace may be inside it
         args += [*size, "--tmpfs", home]
         for rel in TOOLCHAIN_HOME_PATHS:
             path = os.path.join(home, rel)

@@ -511,7 +511,9 @@ class Session:
         self.queued[:0], agent.extras.steering[:] = agent.extras.steering, []  # steered too late: sent next
         if finished is None or finished.status in ("interrupted", "error"):
             # interrupted or failed: what was queued goes back into the prompt, to be edited or sent (Enter)
-            self._typed_ahead = "\n\n".join([*self.queued, *([self._typed_ahead] if self._typed_ahead else [])])
+            failed = [text] if finished is not None and finished.error_kind in ("transient", "auth") else []
+            typed = [self._typed_ahead] if self._typed_ahead else []
+            self._typed_ahead = "\n\n".join([*failed, *self.queued, *typed])  # a refused message is not lost
             self.queued.clear()
         self.last_result = view.last_result or self.last_result
         if finished is not None and time.monotonic() - started >= self.notifier.after_seconds:

@@ -109,6 +109,9 @@ def show_recap(session: Session) -> None:
     agent = session.agent
     if session.forked_from is not None:
         head = f"Forked session {session.forked_from} into {agent.session_id}"
+        if session.options.fork and session.options.fork_workspace != "shared":  # `--fork --worktree`
+            branch = session.branch.get()
+            head += f", working in its own tree {session.workspace}" + (f" on branch {branch}" if branch else "")
     else:
         head = f"Resumed session {agent.session_id}"
     session.console.print()

@@ -59,10 +59,11 @@ TODO_SHOWN = 20
 """Tasks listed at most; the rest are counted."""
 
 ERROR_HINTS = {
-    "auth": "Run /login to paste a new key (checked at once), or fix KIMI_API_KEY and restart kimicode.",
+    "auth": "Run /login to paste a new key (checked at once), then Enter sends your message again.",
     "quota": "Then send your message again, or switch model with /model.",
     "context_length": "The conversation no longer fits the model's context: run /compact or /clear, then retry.",
-    "transient": "The service kept failing after retries; wait a moment and send your message again.",
+    "transient": "The service kept failing after retries: your message is back in the prompt (Enter sends it "
+                 "again); `kimicode doctor` checks the endpoint.",
     "bad_request": "The endpoint rejected the request; try /clear if it keeps happening, or check /model.",
     "protocol": "The endpoint sent something unexpected; send the message again or check --base-url.",
 }
