@@ -1,0 +1,28 @@
+"""Polish items of issue 23 left by the everyday pass: each test failed before its fix."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from prompt_toolkit.completion import CompleteEvent
+from prompt_toolkit.document import Document
+
+from kimicode.ui.completion import FileIndex, PromptCompleter
+
+
+def test_at_completion_waits_for_the_first_listing(tmp_path: Path) -> None:
+    """A mention typed in one burst right after start-up asked before the listing was done and got
+    nothing (prompt_toolkit does not ask again): the completer waits for the first listing."""
+    release = threading.Event()
+
+    def slow_lister(root: Path) -> list[str]:
+        release.wait(5)
+        return ["src/hello_world.py", "README.md"]
+
+    index = FileIndex(tmp_path, lister=slow_lister)
+    index.refresh()
+    completer = PromptCompleter(dict, index)
+    threading.Timer(0.2, release.set).start()
+    found = list(completer.get_completions(Document("explain @hel"), CompleteEvent(text_inserted=True)))
+    assert [c.text for c in found] == ["@src/hello_world.py"]
