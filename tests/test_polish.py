@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import re
 import threading
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
@@ -47,3 +52,25 @@ def test_streamed_markdown_has_one_blank_line_between_blocks_and_list_dots() -> 
             "Intro.", "", " x = 1", "", "After code.", "", " a  b", " ────", " 1  2", "", "After table.", "",
             " 1. first", " 2. second", "", "End.",
         ]
+
+
+def test_toolbar_says_the_window_is_not_known_until_it_is(
+    server: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the first request the toolbar showed the default window as if it were the model's."""
+    from rich.console import Console
+
+    from kimicode.ui.app import AgentOptions, Session
+
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+
+    def toolbar(**options: Any) -> str:
+        console = Console(file=io.StringIO(), width=120, color_system=None)
+        session = Session(AgentOptions(workspace=workspace, **options), console, plain=True)
+        return "".join(text for _, text in session.toolbar())
+
+    unknown = toolbar(model="some-local-model")
+    assert "(window not known yet)" in unknown and re.search(r"ctx ~[\d.]+k \(", unknown), unknown
+    assert "ctx ~" in toolbar(model="kimi-k3") and "/1.0M" in toolbar(model="kimi-k3")  # a known model's window
+    assert "/32.8k" in toolbar(model="some-local-model", context_window=32_768)  # --context-window
