@@ -26,3 +26,24 @@ def test_at_completion_waits_for_the_first_listing(tmp_path: Path) -> None:
     threading.Timer(0.2, release.set).start()
     found = list(completer.get_completions(Document("explain @hel"), CompleteEvent(text_inserted=True)))
     assert [c.text for c in found] == ["@src/hello_world.py"]
+
+
+def test_streamed_markdown_has_one_blank_line_between_blocks_and_list_dots() -> None:
+    """rich pads code blocks and puts blank rows around tables and lists, so two or three blank lines
+    piled up between streamed blocks; an ordered list showed `1` for `1.`."""
+    try:
+        from .test_ui_render import Term, stream_into
+    except ImportError:  # tests/ is not a package
+        from test_ui_render import Term, stream_into  # type: ignore[no-redef]
+
+    doc = (
+        "Intro.\n\n```python\nx = 1\n```\n\nAfter code.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+        "After table.\n\n1. first\n2. second\n\nEnd."
+    )
+    for sizes in ([len(doc)], [3]):
+        term = Term()
+        stream_into(term, doc, sizes)
+        assert term.text.split("\n") == [
+            "Intro.", "", " x = 1", "", "After code.", "", " a  b", " ────", " 1  2", "", "After table.", "",
+            " 1. first", " 2. second", "", "End.",
+        ]
