@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
