@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers import assert_valid_history
 
 from kimicode import Agent, ToolContext, UsageError, tool
 from kimicode.events import (
@@ -26,17 +27,6 @@ from kimicode.testing import FakeServer, Reply, ToolCall
 MakeAgent = Callable[..., Agent]
 HANG = 20.0  # seconds after which a test calls it a hang (the fake server answers in milliseconds)
 
-
-def assert_valid_history(messages: list[dict[str, Any]]) -> None:
-    """Every tool call has exactly one result, in order."""
-    pending: list[str] = []
-    for msg in messages:
-        if msg["role"] == "tool":
-            assert msg["tool_call_id"] == pending.pop(0)
-        else:
-            assert not pending, f"calls without results: {pending}"
-            pending = [c["id"] for c in msg.get("tool_calls") or ()]
-    assert not pending
 
 
 def hook_notices(events: list[Event]) -> list[Notice]:
