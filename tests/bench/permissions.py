@@ -33,6 +33,65 @@ from kimicode.tools.shell import BASH
 
 BASELINE_COMMIT = "01360cf"
 """The branch's starting point (main before issue 10)."""
+DECIDE_BASELINE_COMMIT = "2a4e278"
+"""main before the policy's fixed directories were resolved once per Policy (issue 22's sandbox and
+option parser landed, a decision took 2-17 ms)."""
+DECIDE_LINES = [
+    "git status", "git log | head", "cat a | grep b | wc -l", "sort x | head", "cd src && git log", "ls -la",
+    "cat README.md | grep -n foo | sort | head -20", "git diff --stat HEAD~3 -- src/",
+    " | ".join(["cat README.md", *["grep a"] * 19]),
+]
+"""Typical lines for the whole-decision comparison (the last one a pipeline of 20 commands)."""
+_DECIDE_SCRIPT = """
+import json, os, statistics, sys, tempfile, time
+from pathlib import Path
+from kimicode.permissions.engine import decide
+from kimicode.permissions.policy import Policy, load_rules
+from kimicode.tools.base import ToolContext
+from kimicode.tools.shell import BASH
+ws = Path(tempfile.mkdtemp()); (ws / "README.md").write_text("hi\\n"); (ws / "src").mkdir(); os.chdir(ws)
+ctx = ToolContext(workspace=ws)
+rules = load_rules((), allow=["bash(ls*)", "bash(cat*)", "bash(git diff*)", "bash(git status)"], deny=["bash(rm*)"])
+policy = Policy(rules, kimicode_home=ws / ".kc", user_home=ws / ".home", workspace=ws)
+out = {}
+for line in json.loads(sys.argv[1]):
+    verdict = decide(BASH, {"command": line}, "default", ctx, policy).verdict
+    times = []
+    for _ in range(int(sys.argv[2])):
+        t = time.perf_counter(); decide(BASH, {"command": line}, "default", ctx, policy)
+        times.append(time.perf_counter() - t)
+    out[line] = f"{statistics.median(times) * 1000:.2f} {verdict}"
+print(json.dumps(out))
+"""
+
+
+def _decide_table(runs: int) -> None:
+    """decide() on DECIDE_LINES with kimicode at DECIDE_BASELINE_COMMIT and with this tree, each in a
+    fresh interpreter (same machine, same lines, same policy)."""
+    import json
+
+    root = Path(__file__).resolve().parents[2]
+    columns: list[dict[str, str]] = []
+    with tempfile.TemporaryDirectory() as old_tree:
+        try:
+            archive = subprocess.run(["git", "archive", DECIDE_BASELINE_COMMIT, "kimicode", "prompts"], cwd=root,
+                                     capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", old_tree], input=archive, check=True)
+        except (OSError, subprocess.CalledProcessError):
+            print(f"(baseline {DECIDE_BASELINE_COMMIT} unavailable)")
+            return
+        for tree in (old_tree, str(root)):
+            env = {**os.environ, "PYTHONPATH": tree}
+            done = subprocess.run([sys.executable, "-c", _DECIDE_SCRIPT, json.dumps(DECIDE_LINES), str(runs * 10)],
+                                  env=env, stdout=subprocess.PIPE, text=True, check=True, cwd=tree)
+            columns.append(json.loads(done.stdout))
+    head = f"{'line':<44}{f'decide() ms @{DECIDE_BASELINE_COMMIT}':>24}{'decide() ms now':>20}"
+    print(head)
+    print("-" * len(head))
+    for line in DECIDE_LINES:
+        shown = line if len(line) <= 42 else f"pipeline of {line.count('|') + 1}"
+        print(f"{shown:<44}{columns[0][line]:>24}{columns[1][line]:>20}")
+    print()
 
 MB = 1 << 20
 LIMIT = 10.0
@@ -123,6 +182,7 @@ def _time(fn: Callable[[], Any], runs: int, limit: float = LIMIT) -> str:
 
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    _decide_table(runs)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
     old = _old_parser()
     with tempfile.TemporaryDirectory() as tmp:
