@@ -12,12 +12,13 @@ from kimicode.agent.modes import noted_mode
 from kimicode.testing import FakeServer
 
 
-def history_problems(messages: list[dict[str, Any]], *, system_first: bool = False) -> list[str]:
+def history_problems(messages: list[dict[str, Any]], *, system_first: bool = False,
+                     alternating: bool = False) -> list[str]:
     """What a strict chat-completions server would reject in `messages`, one sentence per problem: a tool
     result without its call (or twice), a message before every call of the assistant message before it has
-    its result, a call left without a result, two user messages in a row (but for the permission-mode note
-    that follows a prompt), an unknown role; with
-    `system_first`, a history that does not start with the system prompt."""
+    its result, a call left without a result, an unknown role; with `system_first`, a history that does not
+    start with the system prompt; with `alternating`, two user messages in a row (strict servers refuse them;
+    the permission-mode note that follows a prompt is the one allowed)."""
     problems: list[str] = []
     if system_first and (not messages or messages[0].get("role") != "system"):
         problems.append("the history does not start with the system prompt")
@@ -37,7 +38,7 @@ def history_problems(messages: list[dict[str, Any]], *, system_first: bool = Fal
             if open_calls:
                 problems.append(f"message {i} ({role}) comes before the results of {open_calls}")
                 open_calls = []
-            if role == "user" and previous == "user" and noted_mode(message) is None:  # a mode note may follow
+            if alternating and role == "user" and previous == "user" and noted_mode(message) is None:
                 problems.append(f"message {i}: two user messages in a row")
             if role == "assistant":
                 open_calls = [str(c.get("id")) for c in message.get("tool_calls") or ()]

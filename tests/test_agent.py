@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from helpers import assert_valid_history
+
 from kimicode import Agent, ToolContext, ToolError, tool
 from kimicode.agent.core import Approval, ApprovalRequest
 from kimicode.events import (
@@ -28,18 +30,6 @@ MakeAgent = Callable[..., Agent]
 def tool_results(messages: list[dict[str, Any]]) -> dict[str, str]:
     return {m["tool_call_id"]: m["content"] for m in messages if m.get("role") == "tool"}
 
-
-def assert_valid_history(messages: list[dict[str, Any]]) -> None:
-    """Every tool call has exactly one result, right after its assistant message."""
-    i = 0
-    while i < len(messages):
-        msg = messages[i]
-        if msg.get("role") == "assistant" and msg.get("tool_calls"):
-            ids = [tc["id"] for tc in msg["tool_calls"]]
-            following = [m.get("tool_call_id") for m in messages[i + 1 : i + 1 + len(ids)]]
-            assert following == ids, f"tool results {following} do not match calls {ids}"
-            i += len(ids)
-        i += 1
 
 
 def test_tool_loop_runs_real_tools_and_returns_the_answer(

@@ -77,6 +77,7 @@ def test_read_only_commands_run_and_secrets_still_ask(server: FakeServer, worksp
     (workspace / ".env").write_text("TOKEN=s3cret\n")
     os.link(workspace / ".env", workspace / "notes.txt")
     server.add(
+        # KIMICODE_BWRAP="": without the sandbox only the short list runs unasked (git status would ask)
         Reply(tool_calls=[ToolCall("bash", {"command": "cat README.md && ls -la"}),
                           ToolCall("bash", {"command": "cat .e*"}),
                           ToolCall("bash", {"command": "cat notes.txt"})]),

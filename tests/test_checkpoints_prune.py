@@ -32,7 +32,7 @@ def old_ref(store: CheckpointStore, ref: str, days: float, content: str = "old o
     path.unlink()
     store.snapshot("after")  # the private index no longer refers to old.txt's blob
     tree = store.git("rev-parse", f"{snap.id}^{{tree}}").decode().strip()
-    env = {**store._env(), "GIT_COMMITTER_DATE": f"@{int(time.time() - days * DAY)} +0000"}
+    env = {**store.git_env(), "GIT_COMMITTER_DATE": f"@{int(time.time() - days * DAY)} +0000"}
     commit = subprocess.run(["git", "commit-tree", tree, "-m", "old"], env=env, cwd=store.workspace,
                             capture_output=True, check=True).stdout.decode().strip()
     store.git("update-ref", f"refs/kimicode/{ref}", commit)
@@ -52,7 +52,7 @@ def refs(store: CheckpointStore) -> list[str]:
 
 
 def fsck(store: CheckpointStore) -> None:
-    proc = subprocess.run(["git", "fsck", "--strict", "--no-dangling"], env=store._env(), cwd=store.workspace,
+    proc = subprocess.run(["git", "fsck", "--strict", "--no-dangling"], env=store.git_env(), cwd=store.workspace,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import tiktoken
 import tiktoken.load
+from helpers import assert_valid_history as assert_valid
 
 from kimicode.context import tokens as tokens_mod
 from kimicode.context.accounting import TokenAccountant, image_tokens
@@ -83,20 +84,6 @@ def tool_turn(i: int, body: str, name: str = "read_file") -> list[dict[str, Any]
         {"role": "tool", "tool_call_id": call_id, "content": body},
     ]
 
-
-def assert_valid(messages: list[dict[str, Any]]) -> None:
-    """Every assistant tool call is followed by exactly its results; no orphan results."""
-    i = 0
-    while i < len(messages):
-        msg = messages[i]
-        if msg.get("role") == "tool":
-            raise AssertionError(f"orphan tool result at {i}")
-        if msg.get("role") == "assistant" and msg.get("tool_calls"):
-            ids = [c["id"] for c in msg["tool_calls"]]
-            got = [m.get("tool_call_id") for m in messages[i + 1 : i + 1 + len(ids)]]
-            assert got == ids, f"results {got} do not follow calls {ids}"
-            i += len(ids)
-        i += 1
 
 
 # -- tokenizers -------------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ def test_reinjected_after_compaction(make_agent: Callable[..., Any], server: Fak
     server.add(Reply(tool_calls=[ToolCall("todo_write", {"todos": PLAN})]), Reply(content="planned"))
     for i in range(4):
         server.add(Reply(content=f"answer {i} " + "padding words " * 400))
-    server.add(Reply(content="SUMMARY OF THE WORK"))
+    server.add(Reply(content="SUMMARY OF THE WORK: a plan, four steps."))  # a summary of at least 20 characters
     agent = make_agent()
     agent.run_sync("plan")
     for i in range(4):

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers import assert_valid_history
 
 from kimicode import Agent, ToolContext, UsageError, tool
 from kimicode.events import (
@@ -26,17 +27,6 @@ from kimicode.testing import FakeServer, Reply, ToolCall
 MakeAgent = Callable[..., Agent]
 HANG = 20.0  # seconds after which a test calls it a hang (the fake server answers in milliseconds)
 
-
-def assert_valid_history(messages: list[dict[str, Any]]) -> None:
-    """Every tool call has exactly one result, in order."""
-    pending: list[str] = []
-    for msg in messages:
-        if msg["role"] == "tool":
-            assert msg["tool_call_id"] == pending.pop(0)
-        else:
-            assert not pending, f"calls without results: {pending}"
-            pending = [c["id"] for c in msg.get("tool_calls") or ()]
-    assert not pending
 
 
 def hook_notices(events: list[Event]) -> list[Notice]:
@@ -99,14 +89,15 @@ def test_run_sync_with_a_hook_raising_on_turn_finished_returns(server: FakeServe
 
 
 def test_hook_that_raises_base_exception_subclass_of_exception_only(server: FakeServer, make_agent: MakeAgent) -> None:
-    """A hook raising SystemExit is not swallowed (only Exception is a hook error)."""
+    """A hook raising SystemExit is a hook error like any other (issue 24: whatever a hook raises stays in its
+    turn; before, SystemExit ended the program and every agent on its loop)."""
 
     def hook(event: Event) -> None:
         raise SystemExit(3)
 
     server.add(Reply(content="x"))
-    with pytest.raises(SystemExit):
-        make_agent(on_event=hook, persist=False).run_sync("hi")
+    result = make_agent(on_event=hook, persist=False).run_sync("hi")
+    assert result.status == "success" and result.hook_errors and "SystemExit" in result.hook_errors[0]
 
 
 @tool(kind="read")

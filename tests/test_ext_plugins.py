@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -144,3 +145,22 @@ def test_add_asks_in_a_terminal(
     assert "Install guard? [y/N]" in result.output and "hook.py ok" in result.output
     assert (tmp_path / "home" / "plugins" / "guard").is_dir() is installed
     assert result.exit_code == (0 if installed else 1)
+
+
+def test_a_plugins_mcp_server_starts_and_its_tools_reach_the_model(
+    make_agent: Callable[..., Any], server: FakeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    demo = Path(__file__).parent / "mcp" / "demo_server.py"
+    plugin = tmp_path / "src" / "demo"
+    (plugin / ".claude-plugin").mkdir(parents=True)
+    (plugin / ".claude-plugin" / "plugin.json").write_text('{"name": "demo"}')
+    shutil.copy(demo, plugin / "server.py")
+    (plugin / ".mcp.json").write_text(json.dumps(
+        {"mcpServers": {"demo": {"command": sys.executable, "args": ["${CLAUDE_PLUGIN_ROOT}/server.py"]}}}))
+    assert cli(["plugin", "add", str(plugin), "--yes"], capsys)[0] == 0
+    code, out, _ = cli(["mcp", "list", "--json"], capsys)
+    [row] = json.loads(out)["servers"]
+    assert code == 0 and row["name"] == "demo" and row["status"] == "ready"
+    server.add(Reply(content="ok"))
+    make_agent().run_sync("x")
+    assert any(t["function"]["name"].startswith("mcp__demo__") for t in server.requests[0].body["tools"])

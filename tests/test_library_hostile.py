@@ -13,43 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import lib_agent, valid_history
 
 import kimicode
 from kimicode import Agent, Approval, ApprovalRequest, ToolContext, tool
 from kimicode.events import Event, ToolCallStarted, TurnFinished
 from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
-
-
-def lib_agent(server: FakeServer, tmp_path: Path, **kw: Any) -> Agent:
-    """A hermetic library agent pointed at the fake server (as a harness builds one)."""
-    ws = tmp_path / "ws"
-    ws.mkdir(parents=True, exist_ok=True)
-    settings: dict[str, Any] = {
-        "base_url": server.base_url,
-        "api_key": "sk-test",
-        "workspace": ws,
-        "home": tmp_path / "home",
-        "retry_base_delay": 0.01,
-    }
-    settings.update(kw)
-    return Agent(**settings)
-
-
-def valid_history(messages: list[dict[str, Any]]) -> bool:
-    """Every tool call has exactly one result, after it, and no result lacks its call."""
-    open_calls: set[str] = set()
-    for message in messages:
-        if message["role"] == "assistant":
-            if open_calls:
-                return False
-            open_calls = {c["id"] for c in message.get("tool_calls") or ()}
-        elif message["role"] == "tool":
-            if message["tool_call_id"] not in open_calls:
-                return False
-            open_calls.discard(message["tool_call_id"])
-        elif open_calls:
-            return False
-    return not open_calls
 
 
 def tag_of(request: RecordedRequest) -> str:

@@ -350,3 +350,29 @@ def test_a_second_cut_points_at_the_complete_output_not_a_partial_copy(tmp_path:
     third = placeholder({"role": "tool", "tool_call_id": "c1", "content": second}, ("bash", "{}"), 900, spill_dir)
     assert str(saved) in second and str(saved) in third
     assert list(spill_dir.iterdir()) == [saved]  # no 3.5 KB / 40 KB partial copies
+
+
+@pytest.mark.parametrize("entry", [
+    "not a dict", {"fingerprint": "", "at": "yesterday", "correction": 1.0, "weight": 5},
+    {"fingerprint": "", "at": 0, "correction": 1.0, "weight": 5},  # too old
+    {"fingerprint": "", "at": 4e9, "correction": 1.0, "weight": 5},  # from the future
+    {"fingerprint": "", "at": None, "correction": float("nan"), "weight": 5},
+])
+def test_a_hostile_or_stale_calibration_file_is_ignored(entry: Any, tmp_path: Path) -> None:
+    from kimicode.context import calibration
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "calibration.json").write_text(json.dumps({"http://x/v1|m": entry}))
+    assert calibration.load(tmp_path, "http://x/v1", "m", "") is None
+
+
+@pytest.mark.parametrize("state", [
+    {"correction": float("nan"), "weight": 5}, {"correction": 50.0, "weight": 5}, {"correction": 1.0, "weight": -1},
+    {"correction": "1.0", "weight": 5}, {"correction": True, "weight": True}, {},
+])
+def test_a_restored_state_outside_the_bounds_is_refused(state: dict[str, Any]) -> None:
+    from kimicode.context.manager import ContextManager
+
+    ctx = ContextManager(window=8192, reserve=1024)
+    assert ctx.restore_calibration(state) is False and ctx.accountant.correction == 1.0
+    assert ctx.calibration_source == "none"

@@ -19,6 +19,8 @@ MAX_LINES = 600
 MAX_COMPLEXITY = 25
 
 KNOWN_CYCLES = {
+    "cli": "app, checkpoints_cmd, firstprompt, sessions: firstprompt reads the typer app it is part of; everyday "
+           "(issue 23)",
     "permissions": "bashcheck, engine, pathresolve, policy: optparse and sandbox (issue 22) are reshaping permissions/",
     "ui": "app, commands, launch, login, model_cmds, prompt: everyday (issue 23) owns ui/",
 }
@@ -169,3 +171,45 @@ def test_the_cycle_finder_finds_a_ring(tmp_path: Path) -> None:
     assert any(base == "kimicode.agent.builder" for base, _, _ in agent)
     assert any(base == "kimicode.agent.resume" for base, _, _ in agent)  # an import inside a method
     assert KNOWN_CYCLES.keys() <= package_cycles().keys()
+
+
+KNOWN_REACH_INS = {
+    "kimicode/ui/prompt.py": "everyday (issue 23): session._context_estimate",
+    "kimicode/ui/checkpoint_cmds.py": "everyday (issue 23): session._replaced",
+}
+"""Modules with a function outside a class that reads another object's private attribute."""
+
+
+def reach_ins(path: Path) -> list[str]:
+    """`obj._name` (not `self`/`cls`, not a dunder) in functions and code outside any class."""
+    tree = ast.parse(path.read_text(), str(path))
+    in_class = {id(n) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for n in ast.walk(c)}
+    bound = bound_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in in_class or not isinstance(node, ast.Attribute):
+            continue
+        name, owner = node.attr, node.value
+        if not name.startswith("_") or name.startswith("__"):
+            continue
+        if isinstance(owner, ast.Name) and (owner.id in ("self", "cls") or owner.id not in bound):
+            continue  # a module's private name (os._exit, sys._getframe): not an object's state
+        found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def bound_names(tree: ast.Module) -> set[str]:
+    """Names bound by assignment or as parameters anywhere in the module (objects, not imported modules)."""
+    names = {a.arg for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+             for a in (*f.args.args, *f.args.kwonlyargs, *f.args.posonlyargs)}
+    names |= {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign | ast.AnnAssign | ast.For | ast.With)
+              for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+    return names
+
+
+def test_no_function_outside_a_class_reads_another_objects_private_state() -> None:
+    found = {str(p.relative_to(ROOT)): hits for p in sorted(PACKAGE.rglob("*.py")) if (hits := reach_ins(p))}
+    assert set(found) == set(KNOWN_REACH_INS), (
+        f"{ {k: v for k, v in found.items() if k not in KNOWN_REACH_INS} }: give the object a method or a public "
+        f"name; fixed (drop from the list): {sorted(set(KNOWN_REACH_INS) - set(found))}"
+    )

@@ -16,6 +16,7 @@ from typing import Any
 import pexpect
 import pyte
 import pytest
+from helpers import assert_valid_history
 
 from kimicode.testing import FakeServer, Reply, ToolCall
 
@@ -133,19 +134,6 @@ def start(term_env: dict[str, str], workspace: Path) -> Iterator[Callable[..., T
 def roles(body: dict[str, Any]) -> list[str]:
     return [m["role"] for m in body["messages"]]
 
-
-def assert_valid_history(messages: list[dict[str, Any]]) -> None:
-    """Every assistant tool call is answered by a tool message before the next non-tool message."""
-    pending: set[str] = set()
-    for msg in messages:
-        if msg["role"] == "tool":
-            assert msg["tool_call_id"] in pending, msg
-            pending.discard(msg["tool_call_id"])
-            continue
-        assert not pending, f"tool calls without results before {msg['role']}: {pending}"
-        if msg["role"] == "assistant":
-            pending = {c["id"] for c in msg.get("tool_calls") or ()}
-    assert not pending
 
 
 def test_streamed_answer_renders_markdown_and_toolbar_context_changes(

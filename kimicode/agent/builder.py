@@ -64,12 +64,12 @@ def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool
     agent.scope = resolve_scope(o)
     config = agent.settings.config  # every section typed, with its defaults (kimicode/config/sections.py)
     agent.thinking = o.thinking or agent.model_config.reasoning_effort or config.defaults.thinking
-    agent.context_window, agent._window_source = resolve_window(
+    agent.context_window, agent.window_origin = resolve_window(
         o.context_window, agent.model_config.context_window, agent.endpoint.model, agent.profile.context_window
     )
     cfg = config.context  # [context]; the options win
     agent.max_completion_tokens = o.max_completion_tokens or agent.model_config.max_completion_tokens or cfg.max_tokens
-    agent._discovered = False  # asked even with a set window: the template and calibration come with the answer
+    agent.window_discovered = False  # asked even with a set window: the template and calibration come with the answer
     agent.home = o.home.expanduser() if o.home is not None else kimicode_home()
     agent.session_id = o.session_id or new_session_id()
     agent.log = SessionLog(agent.home / "sessions", agent.session_id) if o.persist else None

@@ -104,11 +104,11 @@ class Agent(Explorer):
     scope: Scope  # `strict` or `normal` (docs/models.md)
     thinking: str | None
     context_window: int
-    _window_source: str
+    window_origin: str  # where `context_window` came from (`window_source` adds "learnt")
     max_completion_tokens: int | None
     """The answer's token limit when set (option, model config, `[context] max_tokens`); else fitted. It
     reaches the request one way: `answer_reserve` -> the context's budget -> each request's limit."""
-    _discovered: bool
+    window_discovered: bool  # the server was asked for its window (once, at the first step)
     home: Path
     session_id: str
     log: SessionLog | None
@@ -149,14 +149,14 @@ class Agent(Explorer):
         self._client: ChatClient | None = None
         self._worker: asyncio.Task[Any] | None = None
         self._owner: weakref.ref[EventStream[Any]] | None = None  # the stream consuming `_worker`
-        self._interrupted = False
+        self.interrupted = False  # `interrupt()` stopped the running turn (not a library cancellation)
         self._turn_text = ""
         self.resume_warning: str | None = None
         """Set by `resume` when the session was recorded with another model (also sent as a Notice)."""
         self._notices: list[Notice] = []  # emitted at the start of the next turn
-        self._emit: Callable[[Event], None] | None = None
+        self.turn_emit: Callable[[Event], None] | None = None
         """The running turn's emit (subagents report through it)."""
-        self._denials: list[dict[str, Any]] = []
+        self.turn_denials: list[dict[str, Any]] = []
         """The running turn's permission denials (subagents add theirs)."""
         self.switches = ModelSwitches()
         """Which model wrote each assistant message, and a pending switch compaction (agent/switch.py)."""
@@ -200,7 +200,7 @@ class Agent(Explorer):
             self._client = make_client(self)
         return self._client
 
-    async def _ensure_client(self) -> ChatClient:
+    async def ensure_client(self) -> ChatClient:
         """The client, built in a worker thread the first time: importing `openai` and building its TLS
         context take a second or more, which must not stall the event loop (other agents, timers, the UI)."""
         if self._client is not None and not self._client.usable_here():
@@ -244,12 +244,12 @@ class Agent(Explorer):
             same_loop(worker)
             owner = self._owner() if self._owner is not None else None
             if owner is not None and owner is not stream and not owner.closed:
-                if owner.consumer is not asyncio.current_task():  # another task is consuming it
+                if owner.consumer is not asyncio.current_task() or owner.entered:  # still being consumed
                     raise errors.UsageError("a turn is already running on this agent")
                 owner.closed = True  # the task that consumed it moved on (`break` without `async with`)
             worker.cancel()  # its consumer left without closing it: stop it and let it clean up
             await asyncio.wait([worker])
-        self._interrupted = False
+        self.interrupted = False
 
     @structured_output  # run(prompt, output_type=Model): the answer must be JSON of it (agent/structured.py)
     async def run(self, prompt: str) -> RunResult:
@@ -346,10 +346,10 @@ class Agent(Explorer):
         self.endpoint, self.model_config = switch_model(self.settings, self.endpoint, model)
         self.options = self.options.replace(model=self.model_config.name)
         self.profile = profile_with(profile_for(self.endpoint.model), self.model_config)
-        self.context_window, self._window_source = resolve_window(
+        self.context_window, self.window_origin = resolve_window(
             None, self.model_config.context_window, self.endpoint.model, self.profile.context_window
         )
-        self._discovered = False
+        self.window_discovered = False
         self.context.forget_window()
         from kimicode.agent.ecosystem import refresh
 
@@ -417,7 +417,7 @@ class Agent(Explorer):
         return self._event_stream(lambda emit: self._compact(instructions, emit))
 
     async def _compact(self, instructions: str | None, emit: Emit) -> CompactionResult | None:
-        client = await self._ensure_client()
+        client = await self.ensure_client()
         self.context.set_window(self.context_window, self.answer_reserve)
         kinds = {t.name: t.kind for t in self.tools}
         result = await self.context.compact(
@@ -437,7 +437,7 @@ class Agent(Explorer):
         server's context-length error in this session)."""
         if self.context.server_limit and self.context.server_limit < self.context_window:
             return "learnt"
-        return self._window_source
+        return self.window_origin
 
     @property
     def answer_reserve(self) -> int:
@@ -455,7 +455,7 @@ class Agent(Explorer):
 
     def interrupt(self) -> None:
         """Stop the running turn (the stream or the running tools); history stays valid."""
-        self._interrupted = True
+        self.interrupted = True
         if self._worker is not None and not self._worker.done():
             self._worker.cancel()
 
@@ -466,7 +466,7 @@ class Agent(Explorer):
         worker = self._worker
         if worker is not None and not worker.done():
             same_loop(worker)
-            self._interrupted = True  # like interrupt(): a run() in flight returns `interrupted`
+            self.interrupted = True  # like interrupt(): a run() in flight returns `interrupted`
             worker.cancel()
             await asyncio.wait([worker])
         await hooking.session_end(self, "exit")  # SessionEnd hooks
@@ -479,7 +479,8 @@ class Agent(Explorer):
 
     # -- the turn ---------------------------------------------------------------------------------
 
-    def _commit(self, message: dict[str, Any], emit: Callable[[Event], None]) -> None:
+    def commit(self, message: dict[str, Any], emit: Callable[[Event], None]) -> None:
+        """The one way a message enters the history: the session log and the stream get it too."""
         message = utf8_safe(message)
         self.messages.append(message)
         self.switches.authorship.record(message, self.endpoint.model)
@@ -497,14 +498,14 @@ class Agent(Explorer):
             if emit is None:
                 self.messages.append(message)
             else:
-                self._commit(message, emit)
+                self.commit(message, emit)
         pending.clear()
 
     async def _turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
         steps = 0
         denials: list[dict[str, Any]] = []
-        self._denials = denials
-        self._emit = emit  # subagents (tools/task.py) report through the parent's stream
+        self.turn_denials = denials
+        self.turn_emit = emit  # subagents (tools/task.py) report through the parent's stream
         pending: list[dict[str, Any]] = []  # tool calls of the current step still without a result
         self._turn_text = ""
         emit(TurnStarted(prompt, self.session_id))
@@ -531,22 +532,22 @@ class Agent(Explorer):
                                             self.log, self.checkpoints.current if self.checkpoints else None)
             added = await hooking.prompt_submitted(self, prompt, emit)  # SessionStart, UserPromptSubmit hooks
             if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
-                self._commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
-            self._commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
+                self.commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
+            self.commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
             for extra in added:  # what those hooks add, after the prompt
-                self._commit(extra, emit)
+                self.commit(extra, emit)
             repeats = RepeatTracker(self.repeat_limit)
             while True:
                 if steps >= self.max_turns:
                     finish("max_turns", self.turn_text, f"stopped after reaching --max-turns {self.max_turns}")
                     return
                 if (note := note_needed(self.messages, self.permission_mode)) is not None:
-                    self._commit(note, emit)  # the mode changed (or a session starts in one): say so
+                    self.commit(note, emit)  # the mode changed (or a session starts in one): say so
                 steps += 1
                 emit(StepStarted(steps))
                 completion = await model_step(self, emit)
                 message = completion.message
-                self._commit(message, emit)
+                self.commit(message, emit)
                 calls = list(message.get("tool_calls") or ())
                 if completion.finish_reason == "content_filter":
                     blocked = "the provider's content filter blocked the response"
@@ -556,7 +557,7 @@ class Agent(Explorer):
                     if cut := truncation(self, completion.finish_reason):  # cut by a limit the user did not set
                         return finish("error", message.get("content") or "", cut, "truncated")
                     if (why := await hooking.stop_blocked(self, message.get("content") or "", emit)) is not None:
-                        self._commit({"role": "user", "content": f"[Stop hook] {why}"}, emit)  # back to work
+                        self.commit({"role": "user", "content": f"[Stop hook] {why}"}, emit)  # back to work
                         continue
                     if completion.finish_reason == "length":
                         emit(Notice("the answer was cut off at max_completion_tokens", "warning"))
@@ -573,7 +574,7 @@ class Agent(Explorer):
         except asyncio.CancelledError:
             self._answer_pending(pending, INTERRUPTED, emit)
             finish("interrupted", self.turn_text, "interrupted by user")
-            if not self._interrupted:
+            if not self.interrupted:
                 raise  # cancelled from outside (library cancellation): propagate
         except LLMError as err:
             finish("error", "", err.message, "transient" if err.transient else err.kind)  # no stale answer

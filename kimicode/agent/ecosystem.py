@@ -145,10 +145,10 @@ def _setup_mcp(agent: Agent, extras: Extras) -> None:
     """Create the MCP manager when servers are configured (the SDK is imported only when they start)."""
     if agent.options.config is None:
         return  # hermetic (no configuration asked for): the workspace's .mcp.json is not read either
+    from kimicode.extensions.plugins import plugin_servers
     from kimicode.mcp.config import load_server_configs
 
-    plugins = extras.found.plugins if extras.found is not None else []
-    servers = {name: (entry, f"plugin {p.name}") for p in plugins for name, entry in p.mcp_servers().items()}
+    servers = plugin_servers(extras.found.plugins if extras.found is not None else [])
     configs, problems = load_server_configs(agent.workspace, agent.settings, extra=servers)
     extras.notices.extend((f"MCP configuration: {p}", "warning") for p in problems)
     if not configs:

@@ -96,6 +96,7 @@ async def fire(agent: Agent, event: str, values: tuple[str, ...], emit: Emit | N
 def _refuse(agent: Agent, prep: Prepared, event: str, reason: str, denials: list[dict[str, Any]], emit: Emit) -> None:
     tool = prep.tool
     assert tool is not None
+    reason = agent.masker.mask(reason)  # a hook's stderr may carry a secret: events and the result show it
     prep.error = f"Blocked by a {event} hook: {reason}"
     denials.append({"tool_name": tool.name, "tool_use_id": prep.call_id, "tool_input": dict(prep.args),
                     "reason": f"{event} hook: {reason}"})

@@ -30,12 +30,12 @@ if TYPE_CHECKING:
 
 
 async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
-    await agent._ensure_client()  # imports the HTTP stack in a thread the first time
+    await agent.ensure_client()  # imports the HTTP stack in a thread the first time
     from kimicode.llm.client import Completion, StreamDelta, StreamRetry
 
     tools = agent.tools.schemas()
     kinds = {t.name: t.kind for t in agent.tools}
-    if not agent._discovered:
+    if not agent.window_discovered:
         await discover_window(agent, emit)
     agent.context.set_window(agent.context_window, agent.answer_reserve)
     if agent.context.server_counts:  # llama.cpp counts the first request exactly (its template may leave tools out)
@@ -65,8 +65,8 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
             break
         except asyncio.CancelledError:
             text = "".join(partial)
-            if text.strip() and agent._interrupted:
-                agent._commit(interrupted_answer(text), emit)
+            if text.strip() and agent.interrupted:
+                agent.commit(interrupted_answer(text), emit)
             raise
         except LLMError as err:  # too long for the server after all: learn its numbers, make room, retry
             if err.kind != "context_length" or attempt:
@@ -124,7 +124,7 @@ async def discover_window(agent: Agent, emit: Callable[[Event], None]) -> None:
     against this same server, and let a server that can count the first request count it."""
     from kimicode.llm.discovery import discover_server
 
-    agent._discovered = True
+    agent.window_discovered = True
     info = await discover_server(
         agent.endpoint.base_url, agent.endpoint.api_key, agent.endpoint.model, agent.home,
         headers=dict(agent.model_config.headers),
@@ -137,13 +137,13 @@ async def discover_window(agent: Agent, emit: Callable[[Event], None]) -> None:
     restore_calibration(agent, info.fingerprint, emit)
     agent.context.server_counts = info.counts and not info.cached
     found = info.window
-    if agent._window_source in ("flag", "config") or not found:
+    if agent.window_origin in ("flag", "config") or not found:
         return
     if agent.context.server_limit and agent.context.server_limit != found and not info.cached:
         agent.context.forget_window()  # learnt from an earlier server: this one says what it serves now
     stale = " (its last answer: it does not answer now)" if info.cached else ""
     if found != agent.context_window:
-        agent.context_window, agent._window_source = found, "server"
+        agent.context_window, agent.window_origin = found, "server"
         emit(Notice(f"context: the server reports a window of {found:,} tokens for {agent.endpoint.model}{stale}"))
         try:
             agent.context.set_window(found, agent.answer_reserve)
@@ -152,7 +152,7 @@ async def discover_window(agent: Agent, emit: Callable[[Event], None]) -> None:
                            "context_length") from None
         emit(ContextUpdated(agent.context.used, agent.context_window))
     else:
-        agent._window_source = "server"
+        agent.window_origin = "server"
 
 
 def restore_calibration(agent: Agent, fingerprint: str, emit: Callable[[Event], None]) -> None:

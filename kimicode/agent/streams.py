@@ -92,7 +92,10 @@ class EventStream(Coroutine[Any, Any, T]):
         """True once the consumer is done with the stream (finished, closed or left)."""
         self.consumer: asyncio.Task[Any] | None = None
         """The task that iterates the stream (set at the first event): when that same task starts other
-        work on the agent, it has left this stream, even without `async with` or `aclose()`."""
+        work on the agent outside an `async with` block of this stream, it has left the stream (a `break`
+        without `aclose()`)."""
+        self.entered = False
+        """Inside `async with stream:` (the consumer may come back to it)."""
 
     @property
     def hook_errors(self) -> list[str]:
@@ -151,9 +154,11 @@ class EventStream(Coroutine[Any, Any, T]):
 
     async def __aenter__(self) -> EventStream[T]:
         await self._start()
+        self.entered = True
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self.entered = False
         await self.aclose()
 
     async def result(self) -> T:

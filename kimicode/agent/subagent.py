@@ -167,13 +167,13 @@ class TaskRunner:
             elif isinstance(event, PermissionDenied):
                 denial = {"tool_name": event.name, "tool_use_id": event.call_id, "tool_input": dict(event.arguments),
                           "reason": event.reason, "parent_tool_use_id": parent_call_id}
-                parent._denials.append(denial)
+                parent.turn_denials.append(denial)
                 if parent.log is not None:
                     parent.log.append({"type": "subagent_denial", "description": description, **denial})
             else:
                 return
-            if parent._emit is not None:
-                parent._emit(SubagentEvent(parent_call_id, description, event))
+            if parent.turn_emit is not None:
+                parent.turn_emit(SubagentEvent(parent_call_id, description, event))
 
         return relay
 

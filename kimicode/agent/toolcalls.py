@@ -80,16 +80,16 @@ async def run_tools(
             result = {"role": "tool", "tool_call_id": prep.call_id, "content": content}
             if prep.name.startswith("$"):  # a server's built-in function (Moonshot's $web_search) wants its name
                 result["name"] = prep.name
-            agent._commit(result, emit)
+            agent.commit(result, emit)
             pending[:] = [c for c in pending if c.get("id") != prep.call_id]
         i += len(batch)
     attached = [(prep.call_id, prep.name, prep.images) for prep in prepared if prep.images]
     if attached:  # images cannot go in tool messages: one user message after the step's results
         from kimicode.tools.images import images_message
 
-        agent._commit(images_message(attached), emit)
+        agent.commit(images_message(attached), emit)
     while agent.extras.steering and not stop:  # typed by the user while the step ran (ecosystem.steer)
-        agent._commit({"role": "user", "content": agent.extras.steering.pop(0)}, emit)
+        agent.commit({"role": "user", "content": agent.extras.steering.pop(0)}, emit)
     return stop
 
 def prepare(agent: Agent, call: dict[str, Any], finish_reason: str | None) -> Prepared:

@@ -51,6 +51,11 @@ class ProcessGate:
                 return
             await asyncio.sleep(delay)
 
+
+    @property
+    def throttles(self) -> int:
+        """How many times a worker was told to slow down (429s), across the processes."""
+        return int(self._throttles.value)
     def throttled(self, delay: float) -> None:
         delay = min(max(delay, 0.0), self.max_delay)
         with self._until.get_lock():
@@ -209,4 +214,4 @@ async def run_processes(
             if proc.is_alive():
                 proc.kill()
         if limiter is not None:
-            limiter.throttles += gate._throttles.value
+            limiter.throttles += gate.throttles

@@ -14,6 +14,7 @@ shared by all sessions of the workspace; each snapshot is kept reachable by a re
 
 from __future__ import annotations
 
+import copy
 import errno
 import fcntl
 import hashlib
@@ -99,7 +100,14 @@ class CheckpointStore:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def _env(self) -> dict[str, str]:
+    def detached(self) -> CheckpointStore:
+        """A copy of this store that holds no lock handle (for another thread: git children must not inherit
+        a lock this one holds)."""
+        twin = copy.copy(self)
+        twin._lock_fd = None
+        return twin
+
+    def git_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         env.update(
             GIT_DIR=str(self.git_dir),
@@ -119,7 +127,7 @@ class CheckpointStore:
         """Run one git command against the private store; raises CheckpointError with git's message."""
         try:
             proc = subprocess.run(
-                ["git", *args], cwd=self.workspace, env=self._env(), input=input, capture_output=True, check=False,
+                ["git", *args], cwd=self.workspace, env=self.git_env(), input=input, capture_output=True, check=False,
                 pass_fds=self._held(),
             )
         except OSError as exc:
@@ -157,7 +165,7 @@ class CheckpointStore:
 
     def _init(self) -> None:
         if not (self.git_dir / "HEAD").exists():
-            env = {k: v for k, v in self._env().items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
+            env = {k: v for k, v in self.git_env().items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
             try:
                 subprocess.run(["git", "init", "--bare", "--quiet", "--shared=0600", str(self.git_dir)], env=env,
                                check=True, capture_output=True)  # --shared=0600: git keeps its files private
@@ -408,7 +416,7 @@ class CheckpointStore:
         """Write each file's content from the store into `staging` (one `cat-file --batch`)."""
         out: dict[str, Path] = {}
         try:
-            proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=self.workspace, env=self._env(),
+            proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=self.workspace, env=self.git_env(),
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                     pass_fds=self._held())
         except OSError as exc:
@@ -471,11 +479,11 @@ class CheckpointStore:
             return []
         dropped: list[str] = []
         with self.locked():
-            refs = self._refs()
+            refs = self.snapshot_refs()
             if max_age_days is not None:
                 cutoff = time.time() - max_age_days * 86400
                 old = [name for name, when in refs if when < cutoff]
-                self._drop(old)
+                self.drop_refs(old)
                 dropped += old
                 refs = [r for r in refs if r[0] not in old]
             self._gc()
@@ -483,13 +491,13 @@ class CheckpointStore:
                 if max_mb is None or self.size() <= max_mb * 1e6 or not refs:
                     break
                 oldest = [name for name, _ in refs[: max(1, len(refs) // 4)]]
-                self._drop(oldest)
+                self.drop_refs(oldest)
                 dropped += oldest
                 refs = refs[len(oldest):]
                 self._gc()
         return dropped
 
-    def _refs(self) -> list[tuple[str, int]]:
+    def snapshot_refs(self) -> list[tuple[str, int]]:
         """The snapshots' refs, oldest first."""
         out = self.git("for-each-ref", "--format=%(refname) %(committerdate:unix)", "refs/kimicode/")
         refs = []
@@ -498,7 +506,7 @@ class CheckpointStore:
             refs.append((name, int(when) if when.isdigit() else 0))
         return sorted(refs, key=lambda r: r[1])
 
-    def _drop(self, refs: Sequence[str]) -> None:
+    def drop_refs(self, refs: Sequence[str]) -> None:
         if refs:
             self.git("update-ref", "--stdin", input="".join(f"delete {r}\n" for r in refs).encode())
 

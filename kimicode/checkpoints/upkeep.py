@@ -17,7 +17,6 @@ stay, and git keeps reading objects a repack moved to its new pack.
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import os
 import shutil
@@ -92,8 +91,7 @@ def auto_prune(store: CheckpointStore, limits: Limits, sessions_dir: Path | None
     now = time.time() if now is None else now
     if not due(store, now):
         return None  # no store yet, or pruned less than a day ago: nothing is written
-    store = copy.copy(store)  # its own lock handle: git children must not inherit another thread's lock
-    store._lock_fd = None
+    store = store.detached()  # its own lock handle: git children must not inherit another thread's lock
     try:
         claim = private_open(store.dir / "prune.lock", "a")
     except OSError as exc:
@@ -123,7 +121,7 @@ def _prune(store: CheckpointStore, limits: Limits, sessions_dir: Path | None, ke
     """Every ref to drop is dropped before the one gc: a gc keeps what was unreferenced when it started
     if it is younger than `GRACE`, and its own new pack is, so a second gc would free nothing today."""
     with store.locked():
-        refs = store._refs()
+        refs = store.snapshot_refs()
         dropped: list[str] = []
         if limits.max_age_days is not None:
             cutoff = now - limits.max_age_days * 86400
@@ -131,7 +129,7 @@ def _prune(store: CheckpointStore, limits: Limits, sessions_dir: Path | None, ke
         if limits.max_store_mb is not None and store.size() > limits.max_store_mb * 1e6:
             dropped += [name for name, when in refs if name not in dropped and when < now - ORPHAN_AFTER
                         and _orphan(name, sessions_dir, keep)]
-        store._drop(dropped)
+        store.drop_refs(dropped)
         store.git("pack-refs", "--all", "--prune", check=False)
     gc(store)
     return dropped
@@ -152,7 +150,7 @@ def gc(store: CheckpointStore) -> None:
     cmd = [*([nice, "-n", "10"] if nice else []), "git", "-c", "gc.packRefs=false", "-c", "gc.reflogExpire=never",
            "-c", "gc.reflogExpireUnreachable=never", "gc", "--quiet", f"--prune={GRACE}"]
     try:
-        subprocess.run(cmd, cwd=store.workspace, env=store._env(), capture_output=True, check=False)
+        subprocess.run(cmd, cwd=store.workspace, env=store.git_env(), capture_output=True, check=False)
     except OSError:
         pass
 

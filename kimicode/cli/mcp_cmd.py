@@ -24,14 +24,15 @@ def list_servers(
     cwd: Annotated[Path | None, typer.Option("-C", "--cwd", help="Workspace directory (default: current).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Start each configured server, then show its status and tools (exit 1 if any failed)."""
+    """Start each configured server (plugins' too), then show its status and tools (exit 1 if any failed)."""
     from kimicode.cli.config_cmd import workspace_settings
     from kimicode.config.endpoint import kimicode_home
+    from kimicode.extensions.plugins import enabled_plugins, plugin_servers
     from kimicode.mcp.config import load_server_configs
 
     workspace, settings = workspace_settings(cwd)
     home = kimicode_home()
-    configs, problems = load_server_configs(workspace, settings)
+    configs, problems = load_server_configs(workspace, settings, extra=plugin_servers(enabled_plugins(home)))
     rows: list[dict[str, Any]] = []
     if configs:
         rows = asyncio.run(probe_servers(configs, workspace, home))

@@ -98,6 +98,11 @@ class Masker:
         self._pattern: re.Pattern[str] | None = None
         self.add(secrets)
 
+
+    @property
+    def pattern(self) -> re.Pattern[str] | None:
+        """The compiled alternation of the known secrets (None when there are none)."""
+        return self._pattern
     def add(self, secrets: Iterable[str]) -> None:
         """Mask these values too (values shorter than MIN_SECRET_LEN are ignored)."""
         new = {s for s in secrets if isinstance(s, str) and len(s.strip()) >= MIN_SECRET_LEN}
@@ -163,7 +168,7 @@ class StreamMasker:
         cut = len(data) - keep
         head, tail = data[:cut], data[cut:]
         # a secret straddling the cut: release it whole (masked)
-        pattern = self._masker._pattern
+        pattern = self._masker.pattern
         if pattern is not None:
             for m in pattern.finditer(data):
                 if m.start() < cut < m.end():

@@ -356,14 +356,15 @@ class TokenAccountant:
 
     def restore(self, state: Mapping[str, Any]) -> bool:
         """Start from what an earlier process learnt (`state`); False when it is not a usable state."""
-        correction, weight = state.get("correction"), state.get("weight")
-        if not isinstance(correction, int | float) or not isinstance(weight, int | float) or weight <= 0:
+        numbers = [state.get("correction"), state.get("weight")]
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers):
             return False
+        correction, weight = float(numbers[0]), float(numbers[1])  # type: ignore[arg-type]
         low, high = CORRECTION_BOUNDS
-        if not low <= correction <= high:
+        if not low <= correction <= high or not weight > 0:
             return False
-        self.correction = float(correction)
-        self._den = min(float(weight), 50_000.0)  # a restored factor weighs like a few requests' worth
+        self.correction = correction
+        self._den = min(weight, 50_000.0)  # a restored factor weighs like a few requests' worth
         self._num = self.correction * self._den
         self.tools_in_prompt = state.get("tools_in_prompt") is not False
         return True

@@ -157,6 +157,9 @@ def _interpret(run: _Run, verdict: Verdict) -> HookReport:
     def report(outcome: str, message: str = "") -> HookReport:
         return HookReport(event, spec.command, spec.source, outcome, run.exit_code, run.duration_ms, message)
 
+    if run.error is None and run.exit_code == 0 and run.stdout.startswith("{") and _json_answer(run.stdout) is None \
+            and spec.fails_closed:  # a guard's answer cut off (too long, a crash mid-write) is a failure
+        run.error = "its JSON answer could not be read (malformed, or over 256 KiB)"
     if run.error is not None or run.exit_code not in (0, 2):
         why = run.error or f"exit code {run.exit_code}" + (f": {_first_line(run.stderr)}" if run.stderr else "")
         if spec.fails_closed and event in BLOCKING_EVENTS:

@@ -70,7 +70,8 @@ class Plugin:
         unless `expand` is false."""
         servers: Any = self.manifest.get("mcpServers")
         if isinstance(servers, str):
-            data, _ = read_json(self.root / servers)
+            inside = _inside(self.root, self.root / servers)
+            data, _ = read_json(self.root / servers) if inside else (None, None)
             servers = (data or {}).get("mcpServers", data)
         if not isinstance(servers, dict):
             data, _ = read_json(self.root / ".mcp.json")
@@ -165,6 +166,11 @@ def enabled_plugins(home: Path) -> list[Plugin]:
     return [p for p in installed_plugins(home) if p.enabled]
 
 
+def plugin_servers(plugins: list[Plugin]) -> dict[str, tuple[dict[str, Any], str]]:
+    """The MCP servers of `plugins` as `load_server_configs(extra=...)` takes them: name -> (entry, source)."""
+    return {name: (entry, f"plugin {p.name}") for p in plugins for name, entry in p.mcp_servers().items()}
+
+
 def fetch_source(source: str, scratch: Path) -> Path:
     """A local folder for `source`: the folder itself, or a shallow clone of a git URL into `scratch`."""
     local = Path(source).expanduser()
@@ -200,8 +206,28 @@ def stage(source: str, scratch: Path) -> Plugin:
     if _size(root) > MAX_PLUGIN_BYTES:
         raise PluginError(f"{source}: larger than {MAX_PLUGIN_BYTES // (1024 * 1024)} MB; not a plugin")
     plugin = read_plugin(root)
+    _check_confined(plugin)
     plugin.source = source
     return plugin
+
+
+def _inside(root: Path, path: Path) -> bool:
+    real = os.path.realpath(root)
+    return os.path.commonpath([real, os.path.realpath(path)]) == real
+
+
+def _check_confined(plugin: Plugin) -> None:
+    """What `add` shows must be what runs: no link and no manifest path may lead outside the plugin (a
+    file there could be rewritten after the question was answered). PluginError otherwise."""
+    for dirpath, dirs, files in os.walk(plugin.root):
+        dirs[:] = [d for d in dirs if d != ".git"] if dirpath == str(plugin.root) else dirs
+        for name in (*dirs, *files):
+            path = Path(dirpath, name)
+            if path.is_symlink() and not _inside(plugin.root, path):
+                raise PluginError(f"{path}: a link to outside the plugin ({os.readlink(path)}); not installing it")
+    servers = plugin.manifest.get("mcpServers")
+    if isinstance(servers, str) and not _inside(plugin.root, plugin.root / servers):
+        raise PluginError(f"{plugin.root}: mcpServers {servers!r} is outside the plugin; not installing it")
 
 
 def install(home: Path, plugin: Plugin) -> Plugin:

@@ -72,6 +72,14 @@ def project_brings(workspace: Path) -> list[str]:
             if isinstance(servers, dict) else []
         if isinstance(data.get("providers"), dict):
             lines += [f"provider {n} (.kimicode/config.toml)" for n in data["providers"]]
+        notify = data.get("notify")
+        command = notify.get("command") if isinstance(notify, dict) else None
+        if isinstance(command, list) and command:  # run on every notification: a command like a hook's
+            lines.append(f".kimicode/config.toml notify command: {' '.join(map(str, command))}")
+        perms = data.get("permissions")
+        allow = perms.get("allow") if isinstance(perms, dict) else None
+        if isinstance(allow, list) and allow:
+            lines.append(f".kimicode/config.toml allows without asking: {', '.join(map(str, allow[:MAX_LISTED]))}")
     mcp, _ = read_json(workspace / ".mcp.json")
     servers = (mcp or {}).get("mcpServers")
     if isinstance(servers, dict):

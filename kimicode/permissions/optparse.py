@@ -113,6 +113,7 @@ class Parsed:
         return self.sub.innermost() if self.sub is not None else self
 
 
+_PREFIX_CACHE = 4096
 _LINE = re.compile(r"^(?P<names>[^!]*?)\s*(?:!(?P<effect>[a-z]+)\s*(?P<why>.*))?$")
 
 
@@ -211,6 +212,10 @@ class Spec:
     table: tuple[Option, ...] = field(init=False, repr=False, compare=False, default=())
     long: Mapping[str, Option] = field(init=False, repr=False, compare=False, default_factory=dict)
     short: Mapping[str, Option] = field(init=False, repr=False, compare=False, default_factory=dict)
+    prefixes: dict[str, tuple[Option | None, tuple[Option, ...]]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+    """Abbreviations already looked up (bounded: cleared past `_PREFIX_CACHE` entries)."""
 
     def lookup_long(self, key: str) -> tuple[Option | None, tuple[Option, ...]]:
         """The long option `key` names (exactly or by a unique prefix), and the candidates of an
@@ -218,11 +223,18 @@ class Spec:
         exact = self.long.get(key)
         if exact is not None or self.style == "go":
             return exact, ()
+        cached = self.prefixes.get(key)
+        if cached is not None:
+            return cached
         found = {id(o): o for k, o in self.long.items() if k.startswith(key)}
         options = sorted(found.values(), key=lambda o: (not o.effect, o.arg == ""))
-        if len(options) == 1:
-            return options[0], ()
-        return (options[0], tuple(options)) if options else (None, ())
+        answer: tuple[Option | None, tuple[Option, ...]] = (
+            (options[0], ()) if len(options) == 1 else (options[0], tuple(options)) if options else (None, ())
+        )
+        if len(self.prefixes) > _PREFIX_CACHE:
+            self.prefixes.clear()
+        self.prefixes[key] = answer
+        return answer
 
 
 def _take_long(spec: Spec, word: str, words: Sequence[str], i: int, out: Parsed) -> int:

@@ -28,6 +28,8 @@ from prompt_toolkit.document import Document
 
 MAX_FILES = 500_000
 LIST_TIMEOUT = 30.0
+FIRST_LISTING_WAIT = 5.0
+"""How long an `@` completion waits for the workspace's first listing (in the completion thread)."""
 
 
 def _list_with_ripgrep(root: str) -> list[str] | None:
@@ -234,6 +236,9 @@ class PromptCompleter(Completer):
             return
         word = match.group(1)
         query = word[2:] if word.startswith('@"') else word[1:]
+        # This runs in the completion thread: wait (briefly) for the first listing, or a mention typed
+        # right after start-up (or pasted in one burst) finds nothing and nothing asks again.
+        self.index.wait(FIRST_LISTING_WAIT)
         for path in self.index.search(query, 50):
             yield Completion(quote_path(path), start_position=-len(word), display=path)
 
