@@ -73,3 +73,22 @@ def test_toolbar_says_the_window_is_not_known_until_it_is(
     assert "(window not known yet)" in unknown and re.search(r"ctx ~[\d.]+k \(", unknown), unknown
     assert "ctx ~" in toolbar(model="kimi-k3") and "/1.0M" in toolbar(model="kimi-k3")  # a known model's window
     assert "/32.8k" in toolbar(model="some-local-model", context_window=32_768)  # --context-window
+
+
+def test_batch_bar_stops_the_terminal_echoing_ctrl_c_while_it_is_live() -> None:
+    """The `^C` echoed on the bar's line made rich draw the bar a second time on Ctrl-C."""
+    import os
+    import termios
+
+    from kimicode.cli.batch_progress import Progress
+
+    leader, follower = os.openpty()
+    err = os.fdopen(follower, "w", encoding="utf-8")
+    try:
+        assert termios.tcgetattr(follower)[3] & termios.ECHOCTL
+        with Progress(2, fmt="text", out=io.StringIO(), err=err):
+            assert not termios.tcgetattr(follower)[3] & termios.ECHOCTL
+        assert termios.tcgetattr(follower)[3] & termios.ECHOCTL  # put back afterwards
+    finally:
+        err.close()
+        os.close(leader)
