@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import re
 import threading
 from pathlib import Path
+from typing import Any
 
+import pytest
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
@@ -26,3 +30,65 @@ def test_at_completion_waits_for_the_first_listing(tmp_path: Path) -> None:
     threading.Timer(0.2, release.set).start()
     found = list(completer.get_completions(Document("explain @hel"), CompleteEvent(text_inserted=True)))
     assert [c.text for c in found] == ["@src/hello_world.py"]
+
+
+def test_streamed_markdown_has_one_blank_line_between_blocks_and_list_dots() -> None:
+    """rich pads code blocks and puts blank rows around tables and lists, so two or three blank lines
+    piled up between streamed blocks; an ordered list showed `1` for `1.`."""
+    try:
+        from .test_ui_render import Term, stream_into
+    except ImportError:  # tests/ is not a package
+        from test_ui_render import Term, stream_into  # type: ignore[no-redef]
+
+    doc = (
+        "Intro.\n\n```python\nx = 1\n```\n\nAfter code.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
+        "After table.\n\n1. first\n2. second\n\nEnd."
+    )
+    for sizes in ([len(doc)], [3]):
+        term = Term()
+        stream_into(term, doc, sizes)
+        assert term.text.split("\n") == [
+            "Intro.", "", " x = 1", "", "After code.", "", " a  b", " ────", " 1  2", "", "After table.", "",
+            " 1. first", " 2. second", "", "End.",
+        ]
+
+
+def test_toolbar_says_the_window_is_not_known_until_it_is(
+    server: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the first request the toolbar showed the default window as if it were the model's."""
+    from rich.console import Console
+
+    from kimicode.ui.app import AgentOptions, Session
+
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+
+    def toolbar(**options: Any) -> str:
+        console = Console(file=io.StringIO(), width=120, color_system=None)
+        session = Session(AgentOptions(workspace=workspace, **options), console, plain=True)
+        return "".join(text for _, text in session.toolbar())
+
+    unknown = toolbar(model="some-local-model")
+    assert "(window not known yet)" in unknown and re.search(r"ctx ~[\d.]+k \(", unknown), unknown
+    assert "ctx ~" in toolbar(model="kimi-k3") and "/1.0M" in toolbar(model="kimi-k3")  # a known model's window
+    assert "/32.8k" in toolbar(model="some-local-model", context_window=32_768)  # --context-window
+
+
+def test_batch_bar_stops_the_terminal_echoing_ctrl_c_while_it_is_live() -> None:
+    """The `^C` echoed on the bar's line made rich draw the bar a second time on Ctrl-C."""
+    import os
+    import termios
+
+    from kimicode.cli.batch_progress import Progress
+
+    leader, follower = os.openpty()
+    err = os.fdopen(follower, "w", encoding="utf-8")
+    try:
+        assert termios.tcgetattr(follower)[3] & termios.ECHOCTL
+        with Progress(2, fmt="text", out=io.StringIO(), err=err):
+            assert not termios.tcgetattr(follower)[3] & termios.ECHOCTL
+        assert termios.tcgetattr(follower)[3] & termios.ECHOCTL  # put back afterwards
+    finally:
+        err.close()
+        os.close(leader)

@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from kimicode.ui.live import live_width, trim_rows
-from kimicode.ui.render import BlockSplitter, LiveRegion, MarkdownStream, TextStream, markdown, render_ansi
+from kimicode.ui.render import (
+    BlockSplitter,
+    LiveRegion,
+    MarkdownStream,
+    TextStream,
+    markdown,
+    render_ansi,
+    trim_blank_rows,
+)
 
 DOC = """# Title
 
@@ -152,7 +160,7 @@ def reference(text: str, cols: int = 80) -> str:
     for i, block in enumerate(split_all(text, [len(text)])):
         if i:
             term.console.print()
-        term.console.print(markdown(block))
+        term.console.file.write(trim_blank_rows(render_ansi(term.console, markdown(block))))
     return term.text
 
 
@@ -223,10 +231,15 @@ def test_markdown_helper_renders_like_rich() -> None:
     console = Console(file=io.StringIO(), width=70, force_terminal=True, color_system="truecolor")
     from rich.markdown import Markdown
 
-    for source in (DOC, "plain", "| x |\n|---|\n| 1 |", "[link](http://example.com)"):
+    for source in ("# Title\n\n- one\n- two", "plain", "| x |\n|---|\n| 1 |", "[link](http://example.com)"):
         assert render_ansi(console, markdown(source)) == render_ansi(
             console, Markdown(source, code_theme="monokai", hyperlinks=False)
         )
+    # on purpose unlike rich: an ordered list keeps its `1.`, a code block has no padding rows
+    plain = Console(file=io.StringIO(), width=70)
+    rows = [row.rstrip() for row in render_ansi(plain, markdown("1. first\n2. second\n\n3) other\n")).splitlines()]
+    assert [row for row in rows if row] == [" 1. first", " 2. second", " 3) other"]
+    assert render_ansi(plain, markdown("```\ncode\n```")).rstrip() == " code"
 
 
 def test_random_documents_render_identically_when_streamed() -> None:

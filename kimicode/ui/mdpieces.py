@@ -14,10 +14,13 @@ import re
 from typing import Any, ClassVar
 
 from rich.console import Console, ConsoleOptions, RenderResult
-from rich.markdown import CodeBlock, ListElement, Markdown, MarkdownElement
+from rich.markdown import CodeBlock, ListElement, ListItem, Markdown, MarkdownElement
+from rich.segment import Segment
 from rich.syntax import Syntax
 
 CODE_THEME = "monokai"
+CODE_PADDING = (0, 1)
+"""A code block's padding: a column each side, no rows (the blank line between blocks is enough)."""
 
 FENCE_OPEN = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 LIST_ITEM = re.compile(r"^ {0,3}([-+*]|\d{1,9}([.)]))(?:[ \t]|$)")
@@ -105,22 +108,40 @@ class _OrderedList(ListElement):
     """
 
     last = 0
+    delimiter = "."
 
     @classmethod
     def create(cls, markdown: Markdown, token: Any) -> ListElement:
         element = cls(token.type, int(token.attrs.get("start", 1)))
         element.last = getattr(markdown, "fragment_last", 0)
+        element.delimiter = token.markup if token.markup in (".", ")") else "."
         if element.last:
             markdown.fragment_last = 0  # type: ignore[attr-defined]
         return element
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if self.list_type == "bullet_list_open" or not self.last:
+        if self.list_type == "bullet_list_open":
             yield from super().__rich_console__(console, options)
             return
         number = 1 if self.list_start is None else self.list_start
+        last = self.last or number + len(self.items)
         for index, item in enumerate(self.items):
-            yield from item.render_number(console, options, number + index, self.last)
+            yield from _render_number(item, console, options, number + index, last, self.delimiter)
+
+
+def _render_number(
+    item: ListItem, console: Console, options: ConsoleOptions, number: int, last: int, delimiter: str
+) -> RenderResult:
+    """rich's numbered item with the number's `1.` (or `1)`) kept: rich prints a bare `1`."""
+    width = len(str(last)) + 3
+    lines = console.render_lines(item.elements, options.update(width=options.max_width - width), style=item.style)
+    style = console.get_style("markdown.item.number", default="none")
+    numeral = Segment(f"{number}{delimiter}".rjust(width - 1) + " ", style)
+    padding = Segment(" " * width, style)
+    for index, line in enumerate(lines):
+        yield padding if index else numeral
+        yield from line
+        yield Segment("\n")
 
 
 class _CodeBlock(CodeBlock):
@@ -146,11 +167,10 @@ class _CodeBlock(CodeBlock):
         code = str(self.text).rstrip()
         lexer = _lexer(self.lexer_name) or self.lexer_name
         if self.lines is None:
-            yield Syntax(code, lexer, theme=self.theme, word_wrap=True, padding=1)
+            yield Syntax(code, lexer, theme=self.theme, word_wrap=True, padding=CODE_PADDING)
             return
-        first, last, top, bottom = self.lines
-        padding = (int(top), 1, int(bottom), 1)
-        yield Syntax(code, lexer, theme=self.theme, word_wrap=True, padding=padding, line_range=(first, last))
+        first, last, _top, _bottom = self.lines
+        yield Syntax(code, lexer, theme=self.theme, word_wrap=True, padding=CODE_PADDING, line_range=(first, last))
 
 
 @functools.lru_cache(maxsize=64)

@@ -47,6 +47,7 @@ __all__ = [
     "render_ansi",
     "ticker",
     "transient_line",
+    "trim_blank_rows",
 ]
 
 
@@ -55,6 +56,21 @@ def render_ansi(console: Console, renderable: RenderableType) -> str:
     with console.capture() as capture:
         console.print(renderable)
     return capture.get()
+
+
+def trim_blank_rows(text: str) -> str:
+    """A rendered block without the blank rows rich puts before and after tables and lists."""
+    rows = text.split("\n")
+    ending = rows.pop() if rows and not rows[-1] else None
+    blank = [not _ANSI_CODE.sub("", row).strip() for row in rows]
+    if all(blank):
+        return text
+    first = blank.index(False)
+    last = len(rows) - blank[::-1].index(False)
+    kept = rows[first:last]
+    if ending is not None:
+        kept.append(ending)
+    return "\n".join(kept)
 
 
 def ticker(console: Console, text: str, style: str = "dim") -> str:
@@ -348,6 +364,7 @@ class MarkdownStream:
     def _print(self, text: str, first: bool, list_piece: bool = False) -> bool:
         assert self.live is not None
         if first:
+            text = trim_blank_rows(text)  # rich's rows around tables and lists: one blank line between blocks
             if self._blocks:
                 text = "\n" + text
             self._blocks += 1

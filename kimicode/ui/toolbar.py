@@ -130,11 +130,13 @@ def toolbar_fragments(
     branch: str | None,
     cost: float | None = None,
     mcp: McpStatus | None = None,
+    window_known: bool = True,
 ) -> list[tuple[str, str]]:
     """Formatted-text fragments (style, text) for prompt_toolkit's bottom toolbar.
 
     `cost` (dollars, None when the model has no prices) and `mcp` (None without servers) are shown only
-    when known.
+    when known. `window_known` False: the window is a default guess (no flag, config, known model or server
+    answer yet), so it is said to be unknown rather than shown as if it were the model's.
     """
     used = stats.context_used if not stats.context_estimated else estimate
     window = window or stats.context_window or 1
@@ -147,6 +149,9 @@ def toolbar_fragments(
         ("class:toolbar.sep", " │ "),
         (ctx_style, f"ctx {prefix}{tokens(used)}/{tokens(window)} ({pct:.0f}%)"),
     ]
+    if not window_known:
+        out[-1] = ("", f"ctx {prefix}{tokens(used)}")
+        out.append(("class:toolbar.dim", " (window not known yet)"))
     if stats.last_prompt_tokens:
         share = 100 * stats.last_cached_tokens / stats.last_prompt_tokens
         out += [("class:toolbar.sep", " │ "), ("", f"cached {share:.0f}%")]

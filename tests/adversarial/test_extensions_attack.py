@@ -99,6 +99,35 @@ def test_a_hooks_allow_or_rewrite_never_beats_a_deny(
     assert not (workspace / "made").exists(), case
 
 
+def test_a_permission_request_hooks_allow_does_not_answer_a_users_ask_rule(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[permissions]\nask = ["bash(touch*)"]\n')
+    answer = {"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}}
+    hook_toml(home, "PermissionRequest", "*", script(tmp_path, "pr.py", f"print({json.dumps(json.dumps(answer))})"))
+    server.add(*bash("touch made"))
+    make_agent(permission_mode="default").run_sync("go")
+    assert not (workspace / "made").exists()
+
+
+def test_a_commands_allowed_tools_never_beat_a_deny_rule(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
+    from kimicode.extensions.slash import grant
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[permissions]\ndeny = ["bash(touch*)"]\n')
+    agent = make_agent(permission_mode="default")
+    agent.policy, added, _ = grant(agent.policy, ["Bash(*)", "Bash(touch:*)", "Write"], "/evil")
+    assert added
+    server.add(*bash("touch made"))
+    agent.run_sync("go")
+    assert not (workspace / "made").exists()
+
+
 def test_a_rewrite_that_does_not_fit_the_tool_is_refused(
     make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path
 ) -> None:
