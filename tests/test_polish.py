@@ -122,3 +122,34 @@ def test_init_previews_show_what_the_user_asked(server: Any, workspace: Path, mo
     assert prompt == "/init keep it short: write AGENTS.md for this repository"
     listed = [s for s in list_sessions(session.home) if s.id == session.agent.session_id]
     assert one_line(listed[0].first_prompt, 60).startswith("/init keep it short: write AGENTS.md")
+
+
+def test_the_spinner_times_the_running_command_not_the_turn() -> None:
+    """A turn 40 s in showed `(40s · …)` beside a command that had run 2 s, and when one of two parallel
+    calls finished the other's time started again from 0."""
+    try:
+        from .test_ui_render import Term
+    except ImportError:  # tests/ is not a package
+        from test_ui_render import Term  # type: ignore[no-redef]
+
+    from kimicode.events import ToolCallFinished, ToolCallStarted
+    from kimicode.ui.view import TurnView
+
+    now = [100.0]
+    term = Term(rows=30, cols=120)
+    view = TurnView(term.console, plain=False, show_reasoning=True, clock=lambda: now[0])
+    view.start()
+    now[0] += 40
+    view.handle(ToolCallStarted("a", "bash", {"command": "make test"}))
+    now[0] += 3
+    view.handle(ToolCallStarted("b", "bash", {"command": "make lint"}))
+    now[0] += 2
+    view.tick()
+    status = term.text
+    assert "running bash: make lint… 2s" in status and "45s" not in status, status
+    view.handle(ToolCallFinished("a", "bash", "ok", False))
+    now[0] += 1
+    view.tick()
+    status = term.text
+    assert "running bash: make lint… 3s" in status and "46s" not in status, status
+    view.close()
