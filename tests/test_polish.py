@@ -92,3 +92,33 @@ def test_batch_bar_stops_the_terminal_echoing_ctrl_c_while_it_is_live() -> None:
     finally:
         err.close()
         os.close(leader)
+
+
+def test_init_previews_show_what_the_user_asked(server: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session list, the resume recap and /rewind showed the start of the internal /init prompt."""
+    import asyncio
+
+    from rich.console import Console
+
+    from kimicode.session.store import list_sessions, one_line
+    from kimicode.testing import Reply
+    from kimicode.ui import commands
+    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.recap import last_exchange
+
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+    server.add(Reply(content="AGENTS.md written."))
+    session = Session(AgentOptions(workspace=workspace), Console(file=io.StringIO(), width=120), plain=True)
+
+    async def go() -> None:
+        await commands.dispatch(session, "/init keep it short")
+        await session.agent.aclose()
+
+    asyncio.run(go())
+    sent = server.requests[0].body["messages"][-1]["content"]
+    assert "Write an `AGENTS.md`" in sent and "keep it short" in sent  # the model still gets the instructions
+    prompt, _, _ = last_exchange(session.agent.messages)
+    assert prompt == "/init keep it short: write AGENTS.md for this repository"
+    listed = [s for s in list_sessions(session.home) if s.id == session.agent.session_id]
+    assert one_line(listed[0].first_prompt, 60).startswith("/init keep it short: write AGENTS.md")
