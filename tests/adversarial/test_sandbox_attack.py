@@ -265,3 +265,35 @@ def test_option_files_name_sensitive_files(
     leaked = [(c, o[:200]) for c, o in zip(OPTION_FILE_READS, out, strict=True) if "SECRET-" in o]
     _no_writes(repo)
     assert not leaked, leaked
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bwrap", ["bwrap", "missing"])
+def test_cli_accept_edits_files_that_run_later_ask_and_state_stays_private(
+    server: FakeServer, repo: Path, tmp_path: Path, bwrap: str
+) -> None:
+    from tests.adversarial.test_attacker_e2e import kimicode_command
+    autorun = [".git/hooks/pre-commit", ".vscode/settings.json", "evil.pth", "AGENTS.md", ".envrc",
+               ".github/workflows/x.yml", "sitecustomize.py", ".git/config", "bin/activate", ".npmrc"]
+    calls = [ToolCall("write_file", {"path": p, "content": "touch pwned\n"}) for p in autorun]
+    calls += [ToolCall("write_file", {"path": "ok.txt", "content": "fine\x00\n"}),
+              ToolCall("write_file", {"path": "a\x00b", "content": "x"})]
+    server.add(Reply(tool_calls=calls), Reply(content="done"))
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI", "MOONSHOT_", "OPENAI_"))}
+    env.update(KIMICODE_HOME=str(home), KIMI_API_KEY="sk-attack22", KIMI_BASE_URL=server.base_url,
+               KIMICODE_RETRY_BASE_DELAY="0.01", HOME=str(tmp_path / "userhome"))
+    if bwrap == "missing":
+        env["KIMICODE_BWRAP"] = ""
+    done = subprocess.run([*kimicode_command(), "-p", "go", "--output-format", "json", "--permission-mode",
+                           "accept-edits"], env=env, cwd=repo, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert "Traceback" not in done.stderr and done.returncode == 0, done.stderr
+    out = results(server)
+    assert all(o.startswith("Permission denied") for o in out[:len(autorun)]), out
+    assert "touch pwned" not in (repo / ".git" / "config").read_text()
+    assert not any((repo / p).exists() for p in autorun if not p.startswith(".git/"))
+    assert (repo / "ok.txt").exists() and "\x00" not in os.listdir(repo)[0]
+    loose = [str(p) for p in home.rglob("*") if p.stat().st_mode & 0o077]
+    assert not loose, loose
+    assert "sk-attack22" not in "".join(p.read_text(errors="replace") for p in home.rglob("*") if p.is_file())
