@@ -25,6 +25,19 @@ PNG = base64.b64decode(
 COMMANDS = {"sessions", "doctor", "login", "undo", "mcp", "config", "batch", "completion"}
 
 
+def main_value_options() -> set[str]:
+    """The main command's value-taking options, read from it as `kimicode` does."""
+    import typer
+
+    from kimicode.cli.app import app
+    from kimicode.cli.firstprompt import value_options
+
+    return value_options(typer.main.get_command(app))
+
+
+TAKES = main_value_options()
+
+
 def test_long_pastes_collapse_and_expand(workspace: Path) -> None:
     pastes = Pastes()
     short = "one\ntwo\n"
@@ -70,16 +83,16 @@ def test_the_clipboard_image_is_saved_privately(tmp_path: Path, monkeypatch: pyt
 
 
 def test_a_first_prompt_on_the_command_line() -> None:
-    assert first_prompt_args(["fix the bug"], COMMANDS) == [FIRST_PROMPT, "fix the bug"]
-    assert first_prompt_args(["--yolo", "-m", "kimi-k3", "fix", "it"], COMMANDS) == [
+    assert first_prompt_args(["fix the bug"], COMMANDS, TAKES) == [FIRST_PROMPT, "fix the bug"]
+    assert first_prompt_args(["--yolo", "-m", "kimi-k3", "fix", "it"], COMMANDS, TAKES) == [
         "--yolo", "-m", "kimi-k3", FIRST_PROMPT, "fix it"]
-    assert first_prompt_args(["-r", "abc123", "go on"], COMMANDS) == ["-r", "abc123", FIRST_PROMPT, "go on"]
-    assert first_prompt_args(["sessions", "list"], COMMANDS) == ["sessions", "list"]
-    assert first_prompt_args(["-v", "doctor"], COMMANDS) == ["-v", "doctor"]
-    assert first_prompt_args(["-p", "headless"], COMMANDS) == ["-p", "headless"]
-    assert first_prompt_args(["--", "doctr"], COMMANDS) == [FIRST_PROMPT, "doctr"]
+    assert first_prompt_args(["-r", "abc123", "go on"], COMMANDS, TAKES) == ["-r", "abc123", FIRST_PROMPT, "go on"]
+    assert first_prompt_args(["sessions", "list"], COMMANDS, TAKES) == ["sessions", "list"]
+    assert first_prompt_args(["-v", "doctor"], COMMANDS, TAKES) == ["-v", "doctor"]
+    assert first_prompt_args(["-p", "headless"], COMMANDS, TAKES) == ["-p", "headless"]
+    assert first_prompt_args(["--", "doctr"], COMMANDS, TAKES) == [FIRST_PROMPT, "doctr"]
     with pytest.raises(NotACommand, match="did you mean 'doctor'"):
-        first_prompt_args(["doctr"], COMMANDS)
+        first_prompt_args(["doctr"], COMMANDS, TAKES)
 
 
 def make_session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Any:

@@ -73,3 +73,83 @@ def test_toolbar_says_the_window_is_not_known_until_it_is(
     assert "(window not known yet)" in unknown and re.search(r"ctx ~[\d.]+k \(", unknown), unknown
     assert "ctx ~" in toolbar(model="kimi-k3") and "/1.0M" in toolbar(model="kimi-k3")  # a known model's window
     assert "/32.8k" in toolbar(model="some-local-model", context_window=32_768)  # --context-window
+
+
+def test_batch_bar_stops_the_terminal_echoing_ctrl_c_while_it_is_live() -> None:
+    """The `^C` echoed on the bar's line made rich draw the bar a second time on Ctrl-C."""
+    import os
+    import termios
+
+    from kimicode.cli.batch_progress import Progress
+
+    leader, follower = os.openpty()
+    err = os.fdopen(follower, "w", encoding="utf-8")
+    try:
+        assert termios.tcgetattr(follower)[3] & termios.ECHOCTL
+        with Progress(2, fmt="text", out=io.StringIO(), err=err):
+            assert not termios.tcgetattr(follower)[3] & termios.ECHOCTL
+        assert termios.tcgetattr(follower)[3] & termios.ECHOCTL  # put back afterwards
+    finally:
+        err.close()
+        os.close(leader)
+
+
+def test_init_previews_show_what_the_user_asked(server: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session list, the resume recap and /rewind showed the start of the internal /init prompt."""
+    import asyncio
+
+    from rich.console import Console
+
+    from kimicode.session.store import list_sessions, one_line
+    from kimicode.testing import Reply
+    from kimicode.ui import commands
+    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.recap import last_exchange
+
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
+    server.add(Reply(content="AGENTS.md written."))
+    session = Session(AgentOptions(workspace=workspace), Console(file=io.StringIO(), width=120), plain=True)
+
+    async def go() -> None:
+        await commands.dispatch(session, "/init keep it short")
+        await session.agent.aclose()
+
+    asyncio.run(go())
+    sent = server.requests[0].body["messages"][-1]["content"]
+    assert "Write an `AGENTS.md`" in sent and "keep it short" in sent  # the model still gets the instructions
+    prompt, _, _ = last_exchange(session.agent.messages)
+    assert prompt == "/init keep it short: write AGENTS.md for this repository"
+    listed = [s for s in list_sessions(session.home) if s.id == session.agent.session_id]
+    assert one_line(listed[0].first_prompt, 60).startswith("/init keep it short: write AGENTS.md")
+
+
+def test_the_spinner_times_the_running_command_not_the_turn() -> None:
+    """A turn 40 s in showed `(40s · …)` beside a command that had run 2 s, and when one of two parallel
+    calls finished the other's time started again from 0."""
+    try:
+        from .test_ui_render import Term
+    except ImportError:  # tests/ is not a package
+        from test_ui_render import Term  # type: ignore[no-redef]
+
+    from kimicode.events import ToolCallFinished, ToolCallStarted
+    from kimicode.ui.view import TurnView
+
+    now = [100.0]
+    term = Term(rows=30, cols=120)
+    view = TurnView(term.console, plain=False, show_reasoning=True, clock=lambda: now[0])
+    view.start()
+    now[0] += 40
+    view.handle(ToolCallStarted("a", "bash", {"command": "make test"}))
+    now[0] += 3
+    view.handle(ToolCallStarted("b", "bash", {"command": "make lint"}))
+    now[0] += 2
+    view.tick()
+    status = term.text
+    assert "running bash: make lint… 2s" in status and "45s" not in status, status
+    view.handle(ToolCallFinished("a", "bash", "ok", False))
+    now[0] += 1
+    view.tick()
+    status = term.text
+    assert "running bash: make lint… 3s" in status and "46s" not in status, status
+    view.close()

@@ -418,7 +418,16 @@ def test_export_markdown_json_and_text(server: FakeServer, make_agent: MakeAgent
 
 
 def test_resume_flag_may_stand_without_an_id() -> None:
-    from kimicode.cli.sessions import optional_resume_value as normalize
+    import typer
+
+    from kimicode.cli.app import app
+    from kimicode.cli.firstprompt import value_options
+    from kimicode.cli.sessions import optional_resume_value
+
+    takes = value_options(typer.main.get_command(app))
+
+    def normalize(argv: list[str]) -> list[str]:
+        return optional_resume_value(argv, takes)
 
     assert normalize(["-r"]) == ["--resume="]  # "pick one"
     assert normalize(["-r", "-p", "x"]) == ["--resume=", "-p", "x"]

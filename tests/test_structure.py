@@ -19,8 +19,6 @@ MAX_LINES = 600
 MAX_COMPLEXITY = 25
 
 KNOWN_CYCLES = {
-    "cli": "app, checkpoints_cmd, firstprompt, sessions: firstprompt reads the typer app it is part of; everyday "
-           "(issue 23)",
     "permissions": "bashcheck, engine, pathresolve, policy: optparse and sandbox (issue 22) are reshaping permissions/",
     "ui": "app, commands, launch, login, model_cmds, prompt: everyday (issue 23) owns ui/",
 }

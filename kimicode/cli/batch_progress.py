@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from kimicode.batch.results import TaskResult
@@ -27,6 +28,7 @@ class Progress:
         self.start = time.monotonic()
         self._bar: Any = None
         self._task_id: Any = None
+        self._echo: Callable[[], None] = lambda: None
 
     def __enter__(self) -> Progress:
         if self.fmt == "text" and self.err.isatty():
@@ -39,6 +41,7 @@ class Progress:
                 TextColumn("eta"), TimeRemainingColumn(),
                 console=Console(file=self.err), transient=False,
             )
+            self._echo = quiet_control_echo(self.err)
             self._bar.__enter__()
             self._task_id = self._bar.add_task(self.counts(), total=self.total)
         return self
@@ -46,6 +49,7 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.__exit__(None, None, None)
+            self._echo()
 
     def counts(self) -> str:
         cost = f" · ${self.cost:.4f}" if self.priced else ""
@@ -104,3 +108,32 @@ class Progress:
     def _line(self, obj: dict[str, Any]) -> None:
         self.out.write(json.dumps(obj, ensure_ascii=False) + "\n")
         self.out.flush()
+
+
+def quiet_control_echo(stream: IO[str]) -> Callable[[], None]:
+    """Stop the terminal echoing `^C` while the bar is live; returns what puts the setting back.
+
+    The echoed `^C` lands on the bar's line and can wrap it, so rich's redraw (cursor up one line per row
+    it drew) leaves the old bar above the new one: the bar showed twice after Ctrl-C.
+    """
+    try:
+        import termios
+
+        fd = stream.fileno()
+        saved = termios.tcgetattr(fd)
+    except (ImportError, OSError, ValueError, AttributeError):
+        return lambda: None
+    quiet = list(saved)
+    quiet[3] = saved[3] & ~termios.ECHOCTL
+    try:
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    except OSError:
+        return lambda: None
+
+    def restore() -> None:
+        try:
+            termios.tcsetattr(fd, termios.TCSANOW, saved)
+        except OSError:
+            pass
+
+    return restore

@@ -6,7 +6,6 @@ name (`kimicode doctr`) is refused as a typo instead of being sent to the model.
 from __future__ import annotations
 
 import difflib
-import functools
 from collections.abc import Collection
 from typing import Any
 
@@ -28,22 +27,10 @@ def value_options(command: Any) -> set[str]:
     return names - {"-r", "--resume"}  # its value is optional (sessions.optional_resume_value)
 
 
-@functools.cache
-def main_value_options() -> frozenset[str]:
-    """The value-taking options of `kimicode`'s main command (not -r/--resume, whose value is optional)."""
-    import typer
-
-    from kimicode.cli.app import app
-
-    return frozenset(value_options(typer.main.get_command(app)))
-
-
-def first_prompt_args(argv: list[str], commands: Collection[str], takes_value: Collection[str] | None = None,
-                      ) -> list[str]:
+def first_prompt_args(argv: list[str], commands: Collection[str], takes_value: Collection[str]) -> list[str]:
     """`argv` with the positional words of the main command (when the first is not a subcommand) moved
     into `--first-prompt`; unchanged when there are none or the first names a subcommand. `takes_value`:
-    the options whose next word is their value (default: read from the main command)."""
-    takes_value = main_value_options() if takes_value is None else takes_value
+    the options whose next word is their value (`value_options` of the main command)."""
     words: list[int] = []
     forced = None
     i = 0

@@ -32,14 +32,10 @@ sessions_app = typer.Typer(
 PICK = ""
 """The value of `-r/--resume` given without an id: pick one."""
 
-def optional_resume_value(argv: list[str], takes_value: Collection[str] | None = None) -> list[str]:
+def optional_resume_value(argv: list[str], takes_value: Collection[str]) -> list[str]:
     """Let `-r/--resume` stand without an id: `-r` followed by nothing or by another option means "pick".
-    `takes_value`: the main command's options whose next word is their value (default: read from the
-    command itself, so `--model -r` keeps `-r` as the model's value whatever options are added)."""
-    if takes_value is None:
-        from kimicode.cli.firstprompt import main_value_options
-
-        takes_value = main_value_options()
+    `takes_value`: the main command's options whose next word is their value (`firstprompt.value_options`,
+    read from the command itself, so `--model -r` keeps `-r` as the model's value whatever options are added)."""
     if not argv or not argv[0].startswith("-"):
         return list(argv)  # a subcommand (`kimicode sessions ...`): its arguments are its own
     out: list[str] = []

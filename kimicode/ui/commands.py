@@ -543,7 +543,10 @@ async def cmd_init(session: Session, arg: str) -> None:
         return
     if arg:
         prompt += f"\n\nAdditional instructions from the user: {arg}"
-    await session.run_turn(prompt, echo="/init: asking the agent to write AGENTS.md")
+    # what the user asked comes first, so previews (session list, recap, /rewind) show it, not the prompt
+    asked = f"/init {arg}".strip() + ": write AGENTS.md for this repository"
+    message = f"{asked}\n\n<command-instructions>\n{prompt}\n</command-instructions>"
+    await session.run_turn(message, echo="/init: asking the agent to write AGENTS.md")
 
 
 COMMANDS: dict[str, Command] = {

@@ -25,7 +25,8 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-_ATTACHED = re.compile(r"\n\n<(?:file|directory) path=\"", re.S)
+_ATTACHED = re.compile(r"\n\n<(?:(?:file|directory) path=\"|command-instructions>)", re.S)
+"""Where what the user typed ends: attached files, or a command's instructions (`/init`)."""
 
 
 def _is_prompt(msg: Mapping[str, Any]) -> bool:

@@ -194,7 +194,9 @@ class TurnView:
         line.append(f"{spin} ", style="cyan")
         line.append(phase, style="bold" if self._phase == "thinking" else "")
         total = now - self._turn_start
-        overall = f"{elapsed(total)} · " if total - (now - self._phase_since) >= 1 else ""
+        # while a tool runs, the time shown is the tool's own (the turn's total would read as the command's)
+        running = self._phase.startswith("running ")
+        overall = f"{elapsed(total)} · " if not running and total - (now - self._phase_since) >= 1 else ""
         room = live_width(self.console.size.width)  # a live row: short, so a resize cannot garble it
         for tail in (f"  ({overall}{self.hint})", f"  ({self.hint})", f"\n  ({overall}{self.hint})"):
             if line.cell_len + len(tail) <= room or tail.startswith("\n"):  # else on a row of its own
@@ -241,6 +243,11 @@ class TurnView:
             return False
         self.print(expanded_result(*self.last_result))
         return True
+
+    def _running(self, call: _Call) -> None:
+        """The status shows this running call, timed from its own start."""
+        self._set_phase(f"running {describe_call(call.name, call.args, 60)}")
+        self._phase_since = call.started
 
     def _set_phase(self, phase: str) -> None:
         if phase != self._phase:
@@ -424,7 +431,7 @@ class TurnView:
         self._section_break("tools")
         self._calls[ev.call_id] = _Call(ev.name, ev.arguments, self.clock())
         self._header(ev.name, ev.arguments, ev.call_id)
-        self._set_phase(f"running {describe_call(ev.name, ev.arguments, 60)}")
+        self._running(self._calls[ev.call_id])
         if self.live is not None:
             self.live.redraw()
 
@@ -467,8 +474,7 @@ class TurnView:
                 if lines:
                     self.print(Text("\n".join(f"    {line}" for line in lines), style="dim"))
         if self._calls:
-            name = next(iter(self._calls.values()))
-            self._set_phase(f"running {describe_call(name.name, name.args, 60)}")
+            self._running(next(iter(self._calls.values())))
         else:
             self._set_phase("waiting for the model")
         self._maybe_redraw()

@@ -80,7 +80,7 @@ _GREP = """
     -O --open-files-in-pager[=]   !exec opens the matching files in a program of the command line's choosing
     --no-index                    !search searches files git ignores, also outside the repository
     --no-exclude-standard         !search searches the files .gitignore excludes
-    --untracked                   # untracked but not ignored files: checked by the search roots below
+    --untracked                   !search searches untracked files (a .env git does not track)
     --textconv                    !exec runs the textconv programs of the configuration
     --recurse-submodules          !unsafe searches submodules, with their configuration
     -f=                           # patterns from a file (a path, checked)
