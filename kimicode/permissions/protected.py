@@ -75,8 +75,14 @@ def autorun_reason(path: Path) -> str | None:
 
 def protected_reason(path: Path) -> str | None:
     """Why writing `path` (resolved) needs approval even where edits are allowed, unless a rule names it:
-    git's internals (`.git/config` and hooks run code on the next `git` command) and the files other
+    git's internals (`.git/config` and hooks run code on the next `git` command), anything inside a
+    directory git takes for a bare repository and the `HEAD` file that makes one, and the files other
     programs run automatically (`AUTORUN_FILES`)."""
     if ".git" in path.parts:
         return "it is inside .git (git's configuration and hooks run code)"
+    if path.name == "HEAD":
+        return "a HEAD file makes its directory a git repository (whose config and hooks run code)"
+    for parent in path.parents:
+        if (parent / "HEAD").is_file() and (parent / "objects").is_dir() and (parent / "refs").is_dir():
+            return f"it is inside the git repository {parent} (a bare one: its config and hooks run code)"
     return autorun_reason(path)

@@ -297,3 +297,20 @@ def test_cli_accept_edits_files_that_run_later_ask_and_state_stays_private(
     loose = [str(p) for p in home.rglob("*") if p.stat().st_mode & 0o077]
     assert not loose, loose
     assert "sk-attack22" not in "".join(p.read_text(errors="replace") for p in home.rglob("*") if p.is_file())
+
+
+def test_accept_edits_asks_before_writing_a_bare_repository_inside_the_workspace(tmp_path: Path) -> None:
+    """A bare repository committed into the project (or built file by file) has a config and hooks that the
+    user's own git runs later: writing any of it asks, and so does the HEAD file that makes one."""
+    from kimicode.permissions.protected import protected_reason
+
+    bare = tmp_path / "vendor" / "lib"
+    (bare / "objects").mkdir(parents=True)
+    (bare / "refs").mkdir()
+    assert protected_reason(bare / "config") is None  # not a repository yet: no HEAD
+    assert protected_reason(bare / "HEAD") is not None  # the file that would make it one
+    (bare / "HEAD").write_text("ref: refs/heads/main\n")
+    for name in ("config", "hooks/pre-commit", "info/attributes", "objects/ab/cdef"):
+        reason = protected_reason(bare / name)
+        assert reason is not None and "bare" in reason, name
+    assert protected_reason(tmp_path / "vendor" / "README.md") is None  # beside it, an ordinary file
