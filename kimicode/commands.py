@@ -42,7 +42,7 @@ class CustomCommand:
     allowed_tools: tuple[str, ...] = ()
     """Claude Code's `allowed-tools`: permission rules that hold while this command's turn runs."""
     model: str = ""
-    """Claude Code's `model` (kept for faces that honour it)."""
+    """Claude Code's `model`: the model that answers this command's turn (the session's comes back after)."""
 
     def render(self, arguments: str) -> str:
         """The prompt for `/name arguments`."""

@@ -272,3 +272,41 @@ def test_slash_model_fresh_and_slash_prompt_in_the_terminal(
     assert summary_request["model"] == sent["model"] == "kimi-k3"
     assert "deepseek thought" not in json.dumps(sent)
     assert any("summary of the three questions" in str(m.get("content")) for m in sent["messages"])
+
+
+def test_a_custom_commands_model_answers_its_turn_only(
+    deepseek: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+    import io
+
+    from rich.console import Console
+
+    from kimicode.ui import commands
+    from kimicode.ui.app import AgentOptions as SessionOptions
+    from kimicode.ui.app import Session
+
+    home = tmp_path / "home"
+    (home / "commands").mkdir(parents=True)
+    (home / "commands" / "review.md").write_text("---\ndescription: review\nmodel: deepseek-reasoner\n---\n"
+                                                 "Review the diff.\n")
+    monkeypatch.setenv("KIMICODE_HOME", str(home))
+    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
+    monkeypatch.setenv("KIMI_BASE_URL", deepseek.base_url)
+    console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
+    session = Session(SessionOptions(workspace=workspace, model="kimi-k3", retry_base_delay=0.01), console,
+                      plain=True)
+    deepseek.add(Reply(reasoning="k3 first", content="one"), Reply(reasoning="ds review", content="looks fine"),
+                 Reply(content="three"))
+
+    async def go() -> None:
+        await session.run_turn("first")
+        await commands.dispatch(session, "/review")
+        assert session.agent.endpoint.model == "kimi-k3"  # back after the command's turn
+        await session.run_turn("third")
+        await session.agent.aclose()
+
+    asyncio.run(go())
+    assert [r.body["model"] for r in deepseek.requests] == ["kimi-k3", "deepseek-reasoner", "kimi-k3"]
+    # each way the switch policy applied: kimi-k3 does not get DeepSeek's reasoning as its own
+    assert "ds review" not in json.dumps(deepseek.requests[-1].body)

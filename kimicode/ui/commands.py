@@ -113,10 +113,15 @@ async def run_custom(session: Session, command: CustomCommand, arg: str) -> None
     agent.policy, added, problems = grant(agent.policy, command.allowed_tools, f"/{command.name}")
     for problem in problems:
         session.say(problem, "yellow")
+    back = agent.model_config.name if command.model and command.model != agent.endpoint.model else None
     try:
+        if back is not None:  # its `model` answers this turn only (a switch both ways, docs/models.md)
+            agent.set_model(command.model)
         await session.run_turn(prompt, echo=f"/{command.name}: {custom_echo(command, arg)}")
     finally:
         agent.policy = revoke(agent.policy, added)
+        if back is not None and not agent.busy:
+            agent.set_model(back)
 
 
 def custom_echo(command: CustomCommand, arg: str) -> str:
