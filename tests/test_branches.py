@@ -9,11 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kimicode import Agent
-from kimicode.branches import all_records
-from kimicode.testing import FakeServer, Reply
-from kimicode.testing.replies import ErrorReply
-from tests.branches_helpers import (
+from branches_helpers import (
     BUGGY,
     GOOD,
     GOOD_BIG,
@@ -25,6 +21,11 @@ from tests.branches_helpers import (
     git_project,
     write_turn,
 )
+
+from kimicode import Agent
+from kimicode.branches import all_records
+from kimicode.testing import FakeServer, Reply
+from kimicode.testing.replies import ErrorReply
 
 MakeAgent = Callable[..., Agent]
 

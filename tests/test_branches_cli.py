@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from branches_helpers import BUGGY, GOOD, GOOD_BIG, VERIFY, WRONG, Router, git, git_project, write_turn
 from typer.testing import CliRunner
 
 from kimicode.cli.app import app
 from kimicode.testing import FakeServer, Reply
-from tests.branches_helpers import BUGGY, GOOD, GOOD_BIG, VERIFY, WRONG, Router, git, git_project, write_turn
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from branches_helpers import GOOD, VERIFY, Router, git, git_project, write_turn
 
 from kimicode import Agent
 from kimicode.testing import FakeServer, Reply, ToolCall
-from tests.branches_helpers import GOOD, VERIFY, Router, git, git_project, write_turn
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from branches_helpers import GOOD, GOOD_BIG, VERIFY, WRONG, Router, git_project, write_turn
+from ray_cluster import LOOPBACK_ENV, LoopbackCluster
 
 from kimicode import Agent
 from kimicode.testing import FakeServer
-from tests.branches_helpers import GOOD, GOOD_BIG, VERIFY, WRONG, Router, git_project, write_turn
-from tests.ray_cluster import LOOPBACK_ENV, LoopbackCluster
 
 ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "kimicode[ray]"); CI installs it')
 pytestmark = pytest.mark.slow

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from branches_helpers import BUGGY, GOOD, GOOD_BIG, VERIFY, WRONG, Router, git_project, write_turn
 from rich.console import Console
 
 from kimicode.testing import FakeServer
-from tests.branches_helpers import BUGGY, GOOD, GOOD_BIG, VERIFY, WRONG, Router, git_project, write_turn
 
 
 @pytest.fixture

@@ -272,7 +272,7 @@ def test_option_files_name_sensitive_files(
 def test_cli_accept_edits_files_that_run_later_ask_and_state_stays_private(
     server: FakeServer, repo: Path, tmp_path: Path, bwrap: str
 ) -> None:
-    from tests.adversarial.test_attacker_e2e import kimicode_command
+    from test_attacker_e2e import kimicode_command
     autorun = [".git/hooks/pre-commit", ".vscode/settings.json", "evil.pth", "AGENTS.md", ".envrc",
                ".github/workflows/x.yml", "sitecustomize.py", ".git/config", "bin/activate", ".npmrc"]
     calls = [ToolCall("write_file", {"path": p, "content": "touch pwned\n"}) for p in autorun]
