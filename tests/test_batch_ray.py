@@ -4,6 +4,7 @@ results stream back, workspaces are prepared on the workers, a dead worker's tas
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -20,9 +21,22 @@ ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "kimi
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
+    # ray.init() sets RAY_AUTH_MODE=token in this process and leaves it: a later module's loopback cluster
+    # (tests/test_branches_ray.py, auth disabled) then had every actor creation cancelled. Keep the mode
+    # the same as that cluster's and put the environment back afterwards.
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 _node_ip_address="127.0.0.1")  # loopback only, never the machine's interface
+        yield
+    finally:
+        ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def collect(tasks: list[Any], server: FakeServer, tmp_path: Path, events: list[tuple[str, str, int]],
