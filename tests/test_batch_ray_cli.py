@@ -31,7 +31,9 @@ def test_cli_runs_a_batch_on_ray_and_resumes(
         # the workers read the endpoint and key from their environment, set before Ray starts them
         monkeypatch.setenv("KIMI_API_KEY", "sk-test")
         monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # as the loopback cluster of test_branches_ray.py
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 _node_ip_address="127.0.0.1")  # loopback only: the interface address would stay in this process
         try:
             args = ["batch", str(tasks), "-o", str(out), "--engine", "ray", "--concurrency", "4",
                     "--permission-mode", "yolo"]
