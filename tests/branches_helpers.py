@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from helpers import git
 
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.testing.replies import RecordedRequest
@@ -17,12 +17,6 @@ GOOD = "def add(a, b):\n    return a + b\n"
 GOOD_BIG = "def add(a, b):\n    # the sum of a and b\n    total = a + b\n    return total\n"
 WRONG = "def add(a, b):\n    return a * b\n"
 VERIFY = "python3 -c 'import app; assert app.add(2, 3) == 5'"
-
-
-def git(ws: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@x", GIT_COMMITTER_NAME="u", GIT_COMMITTER_EMAIL="u@x")
-    return subprocess.run(["git", *args], cwd=ws, env=env, check=True, capture_output=True, text=True).stdout
 
 
 def git_project(ws: Path) -> None:

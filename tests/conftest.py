@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -59,11 +57,3 @@ def make_agent(server: FakeServer, workspace: Path, tmp_path: Path) -> Callable[
 
     return make
 
-
-def kimicode_command() -> list[str]:
-    """The installed `kimicode` console script (next to this Python), else `python -m kimicode`."""
-    script = Path(sys.executable).parent / "kimicode"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("kimicode")
-    return [found] if found else [sys.executable, "-m", "kimicode"]

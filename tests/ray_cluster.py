@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from helpers import free_port
 
 LOOPBACK_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
@@ -30,12 +31,6 @@ sys.argv = ["ray", "start", "--address", sys.argv[1], "--node-ip-address", "127.
             "--disable-usage-stats"]
 main()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LoopbackCluster:

@@ -18,8 +18,7 @@ import pytest
 from acp import PROTOCOL_VERSION, RequestError, text_block
 from acp_editor import Editor, capabilities, kimicode_acp
 from acp_schema import check_exchange
-from conftest import kimicode_command
-from helpers import FIXTURES
+from helpers import FIXTURES, kimicode_command
 
 from kimicode.testing import FakeServer, Reply, ToolCall
 

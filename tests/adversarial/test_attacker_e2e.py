@@ -5,38 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import headless_json, sent_tool_results
 
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 
-def kimicode_command() -> list[str]:
-    """The installed `kimicode` script next to this Python (as tests/conftest.py finds it)."""
-    script = Path(sys.executable).parent / "kimicode"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("kimicode")
-    return [found] if found else [sys.executable, "-m", "kimicode"]
-
-
 def _cli(server: FakeServer, home: Path, cwd: Path, *args: str) -> tuple[int, dict[str, Any], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMICODE_HOME=str(home), KIMI_API_KEY="sk-cli", KIMI_BASE_URL=server.base_url,
-               KIMICODE_RETRY_BASE_DELAY="0.01", HOME=str(home.parent / "userhome"))
-    done = subprocess.run([*kimicode_command(), "-p", "go", "--output-format", "json", "--sandbox", "off", *args],
-                          env=env, cwd=cwd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert "Traceback" not in done.stderr, done.stderr
-    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}, done.stderr
-
-
-def _results(server: FakeServer) -> list[str]:
-    return [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
+    return headless_json(server, home, cwd, "--sandbox", "off", *args, prompt="go", HOME=str(home.parent / "userhome"))
 
 
 @pytest.mark.slow
@@ -64,7 +43,7 @@ def test_the_attacker_gets_nothing_through_ordinary_rules(server: FakeServer, wo
     code, result, _ = _cli(server, tmp_path / "home", workspace, "--allow", "bash(ls*)", "--allow", "bash(cat*)",
                            "--allow", "bash(git diff*)", "--allow", "bash(git status)")
     assert code == 0
-    outputs = _results(server)
+    outputs = sent_tool_results(server)
     assert len(outputs) == len(attacks)
     assert all(o.startswith("Permission denied") for o in outputs), outputs
     assert not any((workspace / f"pwned{i}").exists() for i in range(1, 9))

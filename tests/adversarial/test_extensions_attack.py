@@ -260,7 +260,7 @@ def test_an_untrusted_workspace_brings_nothing_to_a_library_run(
 def test_an_untrusted_workspace_brings_nothing_to_a_headless_run_and_is_not_asked(
     server: FakeServer, workspace: Path, tmp_path: Path
 ) -> None:
-    from conftest import kimicode_command  # type: ignore[import-not-found]
+    from helpers import kimicode_command
 
     marker = tmp_path / "PWNED"
     plant(workspace, marker)
@@ -354,7 +354,7 @@ def make_plugin(root: Path, manifest: dict[str, Any], hook: str | None = None) -
 
 
 def cli(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
-    from conftest import kimicode_command
+    from helpers import kimicode_command
 
     env = {**os.environ, "KIMICODE_HOME": str(home)}
     return subprocess.run([*kimicode_command(), *args], env=env, stdin=subprocess.DEVNULL,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_attacker_e2e import kimicode_command
+from helpers import command_env, kimicode_command
 
 from kimicode import Agent
 from kimicode.testing import FakeServer, Reply, ToolCall
@@ -64,13 +64,6 @@ def _attacks(ws: Path, outside: Path) -> list[str]:
     ]
 
 
-def _env(home: Path, server: FakeServer) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMICODE_HOME=str(home), KIMI_API_KEY="sk-cli", KIMI_BASE_URL=server.base_url, ATTACK_MARKER=MARKER,
-               KIMICODE_RETRY_BASE_DELAY="0.01", HOME=str(home.parent / "userhome"))
-    return env
-
-
 def _check(ws: Path, outside: Path, server: FakeServer) -> None:
     assert sorted(p.name for p in ws.glob("pwned*")) == []
     assert (outside / "keep.txt").exists() and sorted(p.name for p in outside.iterdir()) == ["keep.txt"]
@@ -94,8 +87,8 @@ def test_the_attacker_gets_nothing_through_options_on_the_command_line(
     done = subprocess.run(
         [*kimicode_command(), "-p", "go", "--output-format", "json", "--sandbox", sandbox,
          "--allow", "bash(pytest*)"],
-        env=_env(tmp_path / "home", server), cwd=workspace, capture_output=True, text=True, timeout=120,
-        stdin=subprocess.DEVNULL,
+        env=command_env(tmp_path / "home", server, ATTACK_MARKER=MARKER, HOME=str(tmp_path / "userhome")),
+        cwd=workspace, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 0, done.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import sent_tool_results
 
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.tools.sandbox import probe
@@ -31,14 +32,10 @@ SECRETS = {
 }
 
 
-def results(server: FakeServer) -> list[str]:
-    return [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
-
-
 def run(server: FakeServer, agent: Any, calls: list[ToolCall]) -> list[str]:
     server.add(Reply(tool_calls=calls), Reply(content="done"))
     assert agent.run_sync("go") is not None
-    out = results(server)
+    out = sent_tool_results(server)
     assert len(out) == len(calls)
     return out
 
@@ -272,7 +269,7 @@ def test_option_files_name_sensitive_files(
 def test_cli_accept_edits_files_that_run_later_ask_and_state_stays_private(
     server: FakeServer, repo: Path, tmp_path: Path, bwrap: str
 ) -> None:
-    from test_attacker_e2e import kimicode_command
+    from helpers import kimicode_command
     autorun = [".git/hooks/pre-commit", ".vscode/settings.json", "evil.pth", "AGENTS.md", ".envrc",
                ".github/workflows/x.yml", "sitecustomize.py", ".git/config", "bin/activate", ".npmrc"]
     calls = [ToolCall("write_file", {"path": p, "content": "touch pwned\n"}) for p in autorun]
@@ -289,7 +286,7 @@ def test_cli_accept_edits_files_that_run_later_ask_and_state_stays_private(
                            "accept-edits"], env=env, cwd=repo, capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)
     assert "Traceback" not in done.stderr and done.returncode == 0, done.stderr
-    out = results(server)
+    out = sent_tool_results(server)
     assert all(o.startswith("Permission denied") for o in out[:len(autorun)]), out
     assert "touch pwned" not in (repo / ".git" / "config").read_text()
     assert not any((repo / p).exists() for p in autorun if not p.startswith(".git/"))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, running
 
 import kimicode
 from kimicode import Agent, Approval, ApprovalRequest, ToolContext, ToolError, ToolResult, tool
@@ -159,7 +159,7 @@ def check_cancel(out: str, server: FakeServer, ws: Path) -> None:
     assert out == "stopped: interrupted by user\n"
     assert (ws / "child.pid").read_text().strip()  # it started; inside the sandbox its pid is the namespace's
     deadline = time.monotonic() + 5
-    while _running(b"sleep\x0030.25\x00"):  # the running command was killed with the turn
+    while running(b"sleep\x0030.25\x00"):  # the running command was killed with the turn
         assert time.monotonic() < deadline, "the command survived the cancellation"
         time.sleep(0.05)
     (log,) = (Path(os.environ["KIMICODE_HOME"]) / "sessions").glob("*.jsonl")
@@ -169,20 +169,6 @@ def check_cancel(out: str, server: FakeServer, ws: Path) -> None:
     assert [m["role"] for m in saved.messages] == ["system", "user", "user", "assistant", "tool"]
     assert saved.messages[2]["content"].startswith("[permission mode: ")
     assert [r["status"] for r in saved.records if r["type"] == "turn_end"] == ["interrupted"]
-
-
-def _running(cmdline: bytes) -> bool:
-    """Whether a live process has exactly this /proc cmdline (found by name: a sandboxed command's own
-    idea of its pid is its PID namespace's)."""
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and Path(f"/proc/{entry}/cmdline").read_bytes() == cmdline:
-                stat = Path(f"/proc/{entry}/stat").read_bytes()
-                if stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X"):
-                    return True
-        except OSError:
-            continue
-    return False
 
 
 def script_sessions(server: FakeServer, ws: Path) -> None:

@@ -12,21 +12,12 @@ from typing import Any
 
 import pydantic
 import pytest
+from helpers import lib_agent
 
 import kimicode
 from kimicode import Agent, AgentOptions, tool
 from kimicode.events import Event
 from kimicode.testing import ErrorReply, FakeServer, Reply, ToolCall
-
-
-def lib_agent(server: FakeServer, tmp_path: Path, **kw: Any) -> Agent:
-    ws = tmp_path / "ws"
-    ws.mkdir(parents=True, exist_ok=True)
-    settings: dict[str, Any] = {"base_url": server.base_url, "api_key": "sk-test", "workspace": ws,
-                                "home": tmp_path / "home", "retry_base_delay": 0.01}
-    settings.update(kw)
-    return Agent(**settings)
-
 
 # -- @tool on odd signatures -------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import stream_json_user
 from pydantic import BaseModel
 
 from kimicode.agent import structured
@@ -167,16 +168,12 @@ def test_cli_bad_schemas_are_usage_errors(cli: Callable[..., tuple[int, str, str
     assert code == 2 and message in err
 
 
-def user(text: str) -> str:
-    return json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n"
-
-
 def test_stream_input_three_messages_and_a_malformed_line(cli: Callable[..., tuple[int, str, str]],
                                                           server: FakeServer) -> None:
     server.add(Reply(content="one"), Reply(content="two"), Reply(content="three"))
-    lines = user("first") + "{broken json\n" + json.dumps({"type": "user", "message": "hi"}) + "\n" + \
+    lines = stream_json_user("first") + "{broken json\n" + json.dumps({"type": "user", "message": "hi"}) + "\n" + \
         json.dumps({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": "second"}]}}) \
-        + "\n\n" + user("third")
+        + "\n\n" + stream_json_user("third")
     code, out, err = cli("--input-format", "stream-json", "--output-format", "stream-json", stdin=lines)
     assert code == 0, err
     events = [json.loads(line) for line in out.splitlines()]
@@ -193,7 +190,7 @@ def test_stream_input_three_messages_and_a_malformed_line(cli: Callable[..., tup
 def test_stream_input_with_a_schema_and_bad_flags(cli: Callable[..., tuple[int, str, str]], server: FakeServer) -> None:
     server.add(Reply(content="nope"), Reply(content=GOOD))
     code, out, _ = cli("--input-format", "stream-json", "--output-format", "stream-json", "--json-schema",
-                       json.dumps(SCHEMA), stdin=user("release?"))
+                       json.dumps(SCHEMA), stdin=stream_json_user("release?"))
     result = [json.loads(line) for line in out.splitlines()][-1]
     assert code == 0 and result["structured_output"] == json.loads(GOOD) and result["attempts"] == 2
     code, _, err = cli("--input-format", "stream-json", stdin="")
@@ -225,7 +222,7 @@ def test_stream_input_stops_at_the_budget(cli: Callable[..., tuple[int, str, str
     server.add(Reply(content="one", usage=spend),
                *(Reply(tool_calls=[ToolCall("read_file", {"path": "a.txt"})], usage=spend) for _ in range(5)))
     code, out, _ = cli("--input-format", "stream-json", "--output-format", "stream-json", "--max-budget-usd", "2.5",
-                       stdin=user("first") + user("second") + user("never run"))
+                       stdin=stream_json_user("first") + stream_json_user("second") + stream_json_user("never run"))
     results = [json.loads(line) for line in out.splitlines() if '"type": "result"' in line]
     assert code == 4 and [r["status"] for r in results] == ["success", "budget"]
     assert len(server.requests) == 3

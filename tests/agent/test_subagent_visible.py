@@ -4,14 +4,13 @@ events and stream-json (with the parent call id), its session log and its `permi
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
+from helpers import command_env, kimicode_command
 
 from kimicode.events import Event, MessageCommitted, PermissionDenied, SubagentEvent
 from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
@@ -75,8 +74,7 @@ def test_stream_json_shows_the_subagent_with_its_parent_call_id(
 ) -> None:
     (workspace / "notes.md").write_text("the notes\n")
     server.add(*[attacker] * 4)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMICODE_HOME=str(tmp_path / "home"), KIMI_API_KEY="sk-sub-key-123", KIMI_BASE_URL=server.base_url)
+    env = command_env(tmp_path / "home", server, key="sk-sub-key-123")
     done = subprocess.run([*kimicode_command(), "-p", "go", "--output-format", "stream-json"], env=env,
                           cwd=workspace, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import tool_results
 
 from kimicode import Agent, ToolContext, tool
 from kimicode.events import ToolCallStarted
@@ -17,10 +18,6 @@ from kimicode.session.log import INTERRUPTED
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 MakeAgent = Callable[..., Agent]
-
-
-def tool_results(messages: list[dict[str, Any]]) -> list[str]:
-    return [m["content"] for m in messages if m["role"] == "tool"]
 
 
 def test_a_tool_timeout_is_reported_to_the_model_and_the_turn_goes_on(

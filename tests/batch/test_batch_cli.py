@@ -12,21 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
+from helpers import kimicode_command, run_app
 
 from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply
-
-
-def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run the kimicode app in this process; (exit code, stdout, stderr)."""
-    from kimicode.cli.app import app
-
-    try:
-        code = app(args=args, prog_name="kimicode", standalone_mode=False)
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return int(code or 0), out.out, out.err
 
 
 def by_prompt(req: RecordedRequest) -> Reply | ErrorReply:
@@ -55,7 +43,7 @@ def test_batch_resumes_skipping_finished_tasks(env: FakeServer, tmp_path: Path,
     tasks = tmp_path / "tasks.jsonl"
     write_tasks(tasks, [{"id": "a", "prompt": "one"}, "{oops", {"id": "b", "prompt": "fail"},
                         {"id": "c", "prompt": "three"}])
-    code, out, err = cli(["batch", str(tasks), "-o", "r.jsonl", "-j", "2"], capsys)
+    code, out, err = run_app(["batch", str(tasks), "-o", "r.jsonl", "-j", "2"], capsys)
     assert code == 1  # a task failed and a line was bad
     assert "skipped line 2: not valid JSON" in err
     lines = [json.loads(x) for x in Path("r.jsonl").read_text().splitlines()]
@@ -63,9 +51,9 @@ def test_batch_resumes_skipping_finished_tasks(env: FakeServer, tmp_path: Path,
     assert "3 tasks" in err and "success" in err and "slowest" in err
     first = len(env.requests)
 
-    code, out, err = cli(["batch", str(tasks), "-o", "r.jsonl"], capsys)
+    code, out, err = run_app(["batch", str(tasks), "-o", "r.jsonl"], capsys)
     assert "3 task(s) already finished" in err and len(env.requests) == first  # nothing re-run
-    code, out, err = cli(["batch", str(tasks), "-o", "r.jsonl", "--retry-failed", "--output-format",
+    code, out, err = run_app(["batch", str(tasks), "-o", "r.jsonl", "--retry-failed", "--output-format",
                           "stream-json"], capsys)
     events = [json.loads(x) for x in out.splitlines()]
     kinds = [e["type"] for e in events]
@@ -80,15 +68,15 @@ def test_batch_resumes_skipping_finished_tasks(env: FakeServer, tmp_path: Path,
 def test_batch_report_and_usage_errors(env: FakeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tasks = tmp_path / "tasks.jsonl"
     write_tasks(tasks, [{"id": "a", "prompt": "one"}])
-    assert cli(["batch", str(tasks), "-o", "r.jsonl"], capsys)[0] == 0
-    code, out, _ = cli(["batch", "report", "r.jsonl"], capsys)
+    assert run_app(["batch", str(tasks), "-o", "r.jsonl"], capsys)[0] == 0
+    code, out, _ = run_app(["batch", "report", "r.jsonl"], capsys)
     assert code == 0 and "1 tasks" in out and "success" in out
-    assert cli(["batch", "report", "missing.jsonl"], capsys)[0] == 2
-    code, _, err = cli(["batch", str(tasks)], capsys)
+    assert run_app(["batch", "report", "missing.jsonl"], capsys)[0] == 2
+    code, _, err = run_app(["batch", str(tasks)], capsys)
     assert code == 2 and "-o RESULTS.jsonl" in err
-    code, _, err = cli(["batch", "nope.jsonl", "-o", "r.jsonl"], capsys)
+    code, _, err = run_app(["batch", "nope.jsonl", "-o", "r.jsonl"], capsys)
     assert code == 2 and "no such tasks file" in err
-    code, _, err = cli(["batch", str(tasks), "-o", str(tasks)], capsys)
+    code, _, err = run_app(["batch", str(tasks), "-o", str(tasks)], capsys)
     assert code == 2 and "must not be the tasks file" in err
 
 

@@ -159,7 +159,7 @@ def test_ctrl_c_with_worker_processes_stops_them_and_says_how_to_resume(tmp_path
     import signal
     import subprocess
 
-    from conftest import kimicode_command
+    from helpers import kimicode_command
 
     def slow(req: RecordedRequest) -> Reply:
         p = prompt_of(req)

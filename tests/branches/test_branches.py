@@ -17,10 +17,10 @@ from branches_helpers import (
     WRONG,
     Router,
     dot_git_state,
-    git,
     git_project,
     write_turn,
 )
+from helpers import git
 
 from kimicode import Agent
 from kimicode.branches import all_records

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from branches_helpers import BUGGY, GOOD, GOOD_BIG, VERIFY, WRONG, Router, git, git_project, write_turn
+from branches_helpers import BUGGY, GOOD, GOOD_BIG, VERIFY, WRONG, Router, git_project, write_turn
+from helpers import git
 from typer.testing import CliRunner
 
 from kimicode.cli.app import app

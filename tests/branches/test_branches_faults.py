@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from branches_helpers import GOOD, VERIFY, Router, git, git_project, write_turn
-from helpers import ROOT
+from branches_helpers import GOOD, VERIFY, Router, git_project, write_turn
+from helpers import ROOT, git, tiny_fs_problem
 
 from kimicode import Agent
 from kimicode.testing import FakeServer, Reply, ToolCall
@@ -42,19 +41,9 @@ print(json.dumps({"branches": [b.to_dict() for b in ex.branches], "status": ex.s
 """
 
 
-def _tiny_fs_works(tmp: Path) -> str | None:
-    if shutil.which("bwrap") is None:
-        return "bubblewrap (bwrap) is not installed"
-    mnt = tmp / "probe"
-    mnt.mkdir()
-    proc = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--size", str(1 << 20), "--tmpfs", str(mnt),
-                           "sh", "-c", f"! head -c 2000000 /dev/zero > {mnt}/x"], capture_output=True, text=True)
-    return None if proc.returncode == 0 else f"bwrap cannot mount a sized tmpfs here: {proc.stderr.strip()}"
-
-
 def test_a_full_disk_while_creating_branches_fails_that_branch_cleanly(server: FakeServer, workspace: Path,
                                                                         tmp_path: Path) -> None:
-    why = _tiny_fs_works(tmp_path)
+    why = tiny_fs_problem(tmp_path)
     if why:
         pytest.skip(why)
     git_project(workspace)

@@ -3,41 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import io
 from pathlib import Path
 from typing import Any
 
 import pytest
 from branches_helpers import BUGGY, GOOD, GOOD_BIG, VERIFY, WRONG, Router, git_project, write_turn
-from rich.console import Console
+from ui_helpers import answers, plain_session
 
 from kimicode.testing import FakeServer
 
 
 @pytest.fixture
 def session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from kimicode.ui.app import AgentOptions, Session
-
-    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
-    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
-    console = Console(file=io.StringIO(), width=140, color_system=None, force_terminal=False)
-    return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="accept-edits"),
-                   console, plain=True)
-
-
-def answers(monkeypatch: pytest.MonkeyPatch, *values: str | None) -> list[str]:
-    from kimicode.ui import approvals
-
-    queue = list(values)
-    asked: list[str] = []
-
-    async def choose(question: str, options: list[Any]) -> str | None:
-        asked.append(question + " | " + " | ".join(o.label for o in options))
-        answer = queue.pop(0)
-        return answer(options) if callable(answer) else answer
-
-    monkeypatch.setattr(approvals, "choose", choose)
-    return asked
+    return plain_session(server, workspace, monkeypatch, width=140, permission_mode="accept-edits")
 
 
 def typed(monkeypatch: pytest.MonkeyPatch, session: Any, text: str) -> None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import git
 
 from kimicode import Agent
 from kimicode.checkpoints import CheckpointError
@@ -30,12 +30,6 @@ def bash(cmd: str) -> ToolCall:
 
 def script(server: FakeServer, *calls: ToolCall, answer: str = "done") -> None:
     server.add(*(Reply(tool_calls=[c]) for c in calls), Reply(content=answer))
-
-
-def git(ws: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@x", GIT_COMMITTER_NAME="u", GIT_COMMITTER_EMAIL="u@x")
-    return subprocess.run(["git", *args], cwd=ws, env=env, check=True, capture_output=True, text=True).stdout
 
 
 def tree_digest(root: Path) -> dict[str, str]:

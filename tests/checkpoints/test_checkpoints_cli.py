@@ -12,26 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import kimicode_command
-from typer.testing import CliRunner
+from helpers import bash_turn, invoke, kimicode_command
 
 from kimicode import Agent
 from kimicode.agent.modes import noted_mode
 from kimicode.checkpoints import CheckpointStore
-from kimicode.cli.app import app
 from kimicode.session.log import load
-from kimicode.testing import FakeServer, Reply, ToolCall
+from kimicode.testing import FakeServer
 
 MakeAgent = Callable[..., Agent]
-
-
-def turn(server: FakeServer, cmd: str) -> None:
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": cmd})]), Reply(content="done"))
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    res = CliRunner().invoke(app, list(args))
-    return res.exit_code, res.stdout, res.stderr
 
 
 def test_undo_from_the_shell_restores_files_and_cuts_the_log(
@@ -39,52 +28,52 @@ def test_undo_from_the_shell_restores_files_and_cuts_the_log(
 ) -> None:
     (workspace / "a.txt").write_text("original\n")
     agent = make_agent(permission_mode="yolo")
-    turn(server, "echo one > a.txt")
+    bash_turn(server, "echo one > a.txt")
     assert agent.run_sync("first").ok
     agent = Agent.resume(agent.session_id, base_url=server.base_url, api_key="k", home=agent.home,
                          permission_mode="yolo")
-    turn(server, "echo two > a.txt; echo new > b.txt")
+    bash_turn(server, "echo two > a.txt; echo new > b.txt")
     assert agent.run_sync("second").ok
     assert agent.log is not None
     path = agent.log.path
 
-    code, out, err = cli("undo", "--session", agent.session_id[:12])
+    code, out, err = invoke("undo", "--session", agent.session_id[:12])
     assert code == 0, err
     assert (workspace / "a.txt").read_text() == "one\n" and not (workspace / "b.txt").exists()
     assert "restored b.txt" in out and "restored a.txt" in out
     users = [m["content"] for m in load(path).messages if m["role"] == "user" and noted_mode(m) is None]
     assert users == ["first"]  # (the note telling the model it runs in yolo mode is not a prompt)
 
-    code, out, err = cli("sessions", "diff", agent.session_id, "--turn", "1", "--no-color")
+    code, out, err = invoke("sessions", "diff", agent.session_id, "--turn", "1", "--no-color")
     assert code == 0 and "-original" in out and "+one" in out and "\x1b[" not in out
-    code, out, _ = cli("sessions", "diff", agent.session_id, "--color")
+    code, out, _ = invoke("sessions", "diff", agent.session_id, "--color")
     assert "\x1b[" in out
 
     (workspace / "a.txt").write_text("the user's own fix\n")  # outside the agent
-    code, out, err = cli("undo", "--session", agent.session_id, "--turn", "1")
+    code, out, err = invoke("undo", "--session", agent.session_id, "--turn", "1")
     assert code == 1 and "a.txt" in err and "--force" in err
     assert (workspace / "a.txt").read_text() == "the user's own fix\n"
     prompts = [m["content"] for m in load(path).messages if m["role"] == "user" and noted_mode(m) is None]
     assert prompts == ["first"]  # nothing lost (the yolo-mode note is not a prompt)
-    code, out, err = cli("undo", "--session", agent.session_id, "--turn", "1", "--force")
+    code, out, err = invoke("undo", "--session", agent.session_id, "--turn", "1", "--force")
     assert code == 0, err
     assert (workspace / "a.txt").read_text() == "original\n"
     assert [m for m in load(path).messages if m["role"] == "user" and noted_mode(m) is None] == []
 
 
 def test_undo_errors_are_one_line_without_traceback(workspace: Path) -> None:
-    code, _, err = cli("undo", "--session", "nope-no-such")
+    code, _, err = invoke("undo", "--session", "nope-no-such")
     assert code == 1 and err.startswith("kimicode: ") and "Traceback" not in err
-    code, _, err = cli("undo", "--files-only", "--conversation-only", "--session", "x")
+    code, _, err = invoke("undo", "--files-only", "--conversation-only", "--session", "x")
     assert code == 2
-    code, _, err = cli("undo", "-C", str(workspace))
+    code, _, err = invoke("undo", "-C", str(workspace))
     assert code == 1 and "no saved session" in err
 
 
 @pytest.mark.slow
 def test_headless_json_result_has_changes_and_checkpoint(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     (workspace / "gone.txt").write_text("bye\n")
-    turn(server, "rm gone.txt; echo hi > hello.txt")
+    bash_turn(server, "rm gone.txt; echo hi > hello.txt")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "OPENAI_", "KIMICODE_"))}
     env.update(KIMICODE_HOME=str(tmp_path / "home"), KIMI_API_KEY="sk-x", KIMI_BASE_URL=server.base_url)
     out = subprocess.run([*kimicode_command(), "-p", "go", "--output-format", "json", "--permission-mode", "yolo"],
@@ -148,22 +137,22 @@ def test_sessions_rm_prunes_the_store_but_keeps_what_other_sessions_need(
 ) -> None:
     (workspace / "shared.txt").write_text("same content in both sessions\n")
     one = make_agent(permission_mode="yolo")
-    turn(server, "echo one-only > one.txt")
+    bash_turn(server, "echo one-only > one.txt")
     assert one.run_sync("one").ok
     two = make_agent(permission_mode="yolo")
-    turn(server, "echo two-only > two.txt")
+    bash_turn(server, "echo two-only > two.txt")
     r2 = two.run_sync("two")
     assert r2.ok and one.checkpoints is not None and two.checkpoints is not None
     store = one.checkpoints.store
     assert store.dir == two.checkpoints.store.dir  # one store per workspace: deduplicated across sessions
     one_after = one.checkpoints.entries[-1].after
     assert one_after and store.has(one_after)
-    code, out, err = cli("sessions", "rm", one.session_id)
+    code, out, err = invoke("sessions", "rm", one.session_id)
     assert one.session_id in out
     assert code == 0, err
     assert not store.has(one_after)  # pruned with its session
     assert r2.checkpoint and store.has(r2.checkpoint)  # the other session's checkpoints stay
-    code, _, err = cli("undo", "--session", two.session_id, "--files-only")
+    code, _, err = invoke("undo", "--session", two.session_id, "--files-only")
     assert code == 0, err
     assert not (workspace / "two.txt").exists() and (workspace / "one.txt").exists()
 

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, bash_turn, tiny_fs_problem
 
-from kimicode.testing import FakeServer, Reply, ToolCall
+from kimicode.testing import FakeServer
 
 COMMON = r"""
 import asyncio, json, os, sys
@@ -107,19 +106,8 @@ print(json.dumps(out))
 """
 
 
-def _tiny_fs_works(tmp: Path) -> str | None:
-    """None when bubblewrap can mount a size-limited tmpfs here, else why not."""
-    if shutil.which("bwrap") is None:
-        return "bubblewrap (bwrap) is not installed"
-    mnt = tmp / "probe"
-    mnt.mkdir()
-    proc = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--size", str(1 << 20), "--tmpfs", str(mnt),
-                           "sh", "-c", f"! head -c 2000000 /dev/zero > {mnt}/x"], capture_output=True, text=True)
-    return None if proc.returncode == 0 else f"bwrap cannot mount a sized tmpfs here: {proc.stderr.strip()}"
-
-
 def run_tiny(tmp: Path, mount: Path, size_mb: int, script: str, *args: str) -> dict[str, Any]:
-    why = _tiny_fs_works(tmp)
+    why = tiny_fs_problem(tmp)
     if why:
         pytest.skip(why)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -131,10 +119,6 @@ def run_tiny(tmp: Path, mount: Path, size_mb: int, script: str, *args: str) -> d
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
-
-
-def bash_turn(server: FakeServer, cmd: str) -> None:
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": cmd})]), Reply(content="done"))
 
 
 @pytest.mark.slow

@@ -8,24 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import bash_turn, git
 from typer.testing import CliRunner
 
 from kimicode import Agent
 from kimicode.cli.app import app
 from kimicode.session.store import session_info
-from kimicode.testing import FakeServer, Reply, ToolCall
+from kimicode.testing import FakeServer, Reply
 
 MakeAgent = Callable[..., Agent]
-
-
-def git(ws: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@x", GIT_COMMITTER_NAME="u", GIT_COMMITTER_EMAIL="u@x")
-    return subprocess.run(["git", *args], cwd=ws, env=env, check=True, capture_output=True, text=True).stdout
-
-
-def turn(server: FakeServer, cmd: str) -> None:
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": cmd})]), Reply(content="done"))
 
 
 def test_worktree_fork_runs_beside_the_original_without_touching_its_files(
@@ -54,7 +45,7 @@ def test_worktree_fork_runs_beside_the_original_without_touching_its_files(
     assert f"kimicode/fork-{child.session_id}" in git(workspace, "branch", "--list", "kimicode/*")
     assert git(workspace, "rev-parse", "--abbrev-ref", "HEAD") == branch_before
 
-    turn(server, "echo fork > a.txt; echo f > only-in-fork.txt; git add -A; "
+    bash_turn(server, "echo fork > a.txt; echo f > only-in-fork.txt; git add -A; "
                  "git -c user.name=a -c user.email=a@x commit -qm 'fork work'")
     assert child.run_sync("change in the fork").ok
     assert (workspace / "a.txt").read_text() == "uncommitted edit\n"
@@ -123,7 +114,7 @@ def test_slash_fork_switches_the_terminal_to_its_own_tree(
         assert session.agent.session_id == first
         await commands.dispatch(session, "/fork")
         assert session.agent.session_id != first and session.workspace != workspace
-        turn(server, "echo fork > f.txt")
+        bash_turn(server, "echo fork > f.txt")
         await session.run_turn("edit in the fork")
         await session.agent.aclose()
 
@@ -138,7 +129,7 @@ def test_slash_fork_switches_the_terminal_to_its_own_tree(
 def test_cli_fork_worktree(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     import json
 
-    from conftest import kimicode_command
+    from helpers import kimicode_command
 
     git(workspace, "init", "-q")
     (workspace / "a.txt").write_text("base\n")
@@ -155,7 +146,7 @@ def test_cli_fork_worktree(server: FakeServer, workspace: Path, tmp_path: Path) 
     assert run("-p", "hello").returncode == 0
     bad = run("-p", "x", "--worktree")
     assert bad.returncode == 2 and "--fork" in bad.stderr
-    turn(server, "echo forked > a.txt")
+    bash_turn(server, "echo forked > a.txt")
     out = run("-c", "--fork", "--worktree", "-p", "edit", "--permission-mode", "yolo", "--output-format", "json")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.splitlines()[-1])

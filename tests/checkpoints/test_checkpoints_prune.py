@@ -11,17 +11,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from helpers import bash_turn
+
 from kimicode import Agent
 from kimicode.checkpoints import CheckpointStore
 from kimicode.checkpoints.upkeep import STAMP, Limits, auto_prune, due
-from kimicode.testing import FakeServer, Reply, ToolCall
+from kimicode.testing import FakeServer
 
 MakeAgent = Callable[..., Agent]
 DAY = 86400.0
-
-
-def turn(server: FakeServer, cmd: str) -> None:
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": cmd})]), Reply(content="done"))
 
 
 def old_ref(store: CheckpointStore, ref: str, days: float, content: str = "old only\n") -> str:
@@ -70,7 +68,7 @@ def test_an_old_stamp_and_old_refs_are_pruned_when_a_session_opens(
 ) -> None:
     (workspace / "a.txt").write_text("a\n")
     first = make_agent(permission_mode="yolo")
-    turn(server, "echo one > a.txt")
+    bash_turn(server, "echo one > a.txt")
     assert first.run_sync("one").ok and first.checkpoints is not None
     store = first.checkpoints.store
     young = first.checkpoints.entries[-1].after
@@ -87,14 +85,14 @@ def test_an_old_stamp_and_old_refs_are_pruned_when_a_session_opens(
     assert "refs/kimicode/long-gone/1-before" not in refs(store)
     assert abs((store.dir / STAMP).stat().st_mtime - time.time()) < 60 and not due(store)
     fsck(store)
-    turn(server, "echo two > a.txt")
+    bash_turn(server, "echo two > a.txt")
     assert second.run_sync("two").ok  # the store still takes checkpoints
     assert (workspace / "a.txt").read_text() == "two\n"
 
 
 def test_a_fresh_stamp_is_not_run_again(server: FakeServer, make_agent: MakeAgent, workspace: Path) -> None:
     first = make_agent(permission_mode="yolo")
-    turn(server, "echo one > a.txt")
+    bash_turn(server, "echo one > a.txt")
     assert first.run_sync("one").ok and first.checkpoints is not None
     store = first.checkpoints.store
     old = old_ref(store, "long-gone/1-before", days=40)
@@ -188,7 +186,7 @@ def test_an_unwritable_store_warns_and_never_crashes(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:
     first = make_agent(permission_mode="yolo")
-    turn(server, "echo one > a.txt")
+    bash_turn(server, "echo one > a.txt")
     assert first.run_sync("one").ok and first.checkpoints is not None
     store = first.checkpoints.store
     (store.dir / STAMP).mkdir()  # the stamp cannot be written (works as root too)
@@ -198,7 +196,7 @@ def test_an_unwritable_store_warns_and_never_crashes(
     agent.checkpoints.pruning.join(60)
     notices: list[str] = []
     agent.on_event = lambda ev: notices.append(getattr(ev, "text", "")) if type(ev).__name__ == "Notice" else None
-    turn(server, "echo two > a.txt")
+    bash_turn(server, "echo two > a.txt")
     result = agent.run_sync("two")
     assert result.ok and result.checkpoint  # the turn and its checkpoint go on
     assert any("could not prune the checkpoint store" in n for n in notices), notices

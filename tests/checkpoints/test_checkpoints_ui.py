@@ -8,46 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import bash_turn
 from rich.console import Console
+from ui_helpers import answers, output, plain_session
 
-from kimicode.testing import FakeServer, Reply, ToolCall
+from kimicode.testing import FakeServer, Reply
 
 
 @pytest.fixture
 def session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from kimicode.ui.app import AgentOptions, Session
-
-    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
-    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
-    console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-    return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
-                   plain=True)
-
-
-def output(session: Any) -> str:
-    value: str = session.console.file.getvalue()
-    session.console.file.seek(0)
-    session.console.file.truncate()
-    return value
-
-
-def turn(server: FakeServer, cmd: str) -> None:
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": cmd})]), Reply(content="done"))
-
-
-def answers(monkeypatch: pytest.MonkeyPatch, *values: str | None) -> list[str]:
-    """Answer the one-keystroke menus in order (the menu itself needs a terminal); returns the questions."""
-    from kimicode.ui import approvals
-
-    queue = list(values)
-    asked: list[str] = []
-
-    async def choose(question: str, options: list[Any]) -> str | None:
-        asked.append(question + " | " + " | ".join(o.label for o in options))
-        return queue.pop(0)
-
-    monkeypatch.setattr(approvals, "choose", choose)
-    return asked
+    return plain_session(server, workspace, monkeypatch, permission_mode="yolo")
 
 
 def test_undo_diff_and_rewind_in_the_terminal(
@@ -62,9 +32,9 @@ def test_undo_diff_and_rewind_in_the_terminal(
         return output(session)
 
     async def turns() -> None:
-        turn(server, "echo one > a.txt")
+        bash_turn(server, "echo one > a.txt")
         await session.run_turn("first")
-        turn(server, "echo two > a.txt; echo b > b.txt")
+        bash_turn(server, "echo two > a.txt; echo b > b.txt")
         await session.run_turn("second")
 
     asyncio.run(turns())
@@ -151,7 +121,7 @@ def test_opening_a_terminal_session_stores_the_workspace_ahead_of_the_first_chan
     assert store.index.exists()
     assert store.git("for-each-ref", "refs/kimicode/") == b""  # warming is not a checkpoint
     (workspace / "f1.txt").write_text("typed in an editor after the warm-up\n")
-    turn(server, "echo changed > f2.txt")
+    bash_turn(server, "echo changed > f2.txt")
     asyncio.run(session.run_turn("change f2"))
     first = session.agent.checkpoints.last
     assert first is not None and first.before and first.changes.modified == ["f2.txt"]

@@ -9,25 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
-from test_checkpoints_cli import cli
-from test_checkpoints_ui import answers, output, turn
+from helpers import bash_turn, invoke
+from ui_helpers import answers, output, plain_session
 
 from kimicode.testing import FakeServer, Reply
 
 
 @pytest.fixture
 def session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A terminal Session on a plain console (as in test_checkpoints_ui.py), in yolo mode."""
-    import io
-
-    from kimicode.ui.app import AgentOptions, Session
-
-    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
-    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
-    console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-    return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
-                   plain=True)
+    """A terminal Session on a plain console, in yolo mode."""
+    return plain_session(server, workspace, monkeypatch, permission_mode="yolo")
 
 
 def run(session: Any, line: str) -> str:
@@ -45,7 +36,7 @@ def test_rewind_to_a_turn_without_file_changes_restores_the_later_turns_files(
     async def turns() -> None:
         server.add(Reply(content="just talking"))
         await session.run_turn("explain the code")  # turn 1: no files
-        turn(server, "echo one > a.txt; echo new > b.txt")
+        bash_turn(server, "echo one > a.txt; echo new > b.txt")
         await session.run_turn("change things")  # turn 2: files
         server.add(Reply(content="ok"))
         await session.run_turn("thanks")  # turn 3: no files
@@ -65,7 +56,7 @@ def test_rewind_after_a_files_only_undo_still_takes_the_turn_out(
     session: Any, server: FakeServer, workspace: Path, monkeypatch: Any
 ) -> None:
     async def turns() -> None:
-        turn(server, "echo one > a.txt")
+        bash_turn(server, "echo one > a.txt")
         await session.run_turn("first")
 
     asyncio.run(turns())
@@ -83,11 +74,11 @@ def test_rewind_after_a_files_only_undo_still_takes_the_turn_out(
 
 def test_kimicode_undo_of_a_restore_names_it(server: FakeServer, make_agent: Any, workspace: Path) -> None:
     agent = make_agent(permission_mode="yolo")
-    turn(server, "echo one > a.txt")
+    bash_turn(server, "echo one > a.txt")
     assert agent.run_sync("first").ok
-    code, _, err = cli("undo", "--session", agent.session_id, "--files-only")
+    code, _, err = invoke("undo", "--session", agent.session_id, "--files-only")
     assert code == 0 and "turn 1" in err and not (workspace / "a.txt").exists()
-    code, out, err = cli("undo", "--session", agent.session_id)
+    code, out, err = invoke("undo", "--session", agent.session_id)
     assert code == 0, err
     assert "restore 1 (undo of turn 1), so the files of turn 1 are back" in err
     assert (workspace / "a.txt").read_text() == "one\n" and "restored a.txt" in out

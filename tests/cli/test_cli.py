@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -11,22 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
+from helpers import TEST_KEY, assert_valid_history, command_env, kimicode_command
 
 from kimicode.testing import ErrorReply, FakeServer, Reply, ToolCall
 
 pytestmark = pytest.mark.slow
-
-
-def env_for(server: FakeServer | None, home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env["KIMICODE_HOME"] = str(home)
-    env["KIMICODE_RETRY_BASE_DELAY"] = "0.01"
-    if server is not None:
-        env["KIMI_API_KEY"] = "sk-cli-secret"
-        env["KIMI_BASE_URL"] = server.base_url
-    env.update(extra)
-    return env
 
 
 def run_cli(
@@ -40,9 +28,9 @@ def run_cli(
 
 
 def test_version_and_help(tmp_path: Path) -> None:
-    out = run_cli(["--version"], env_for(None, tmp_path), tmp_path)
+    out = run_cli(["--version"], command_env(tmp_path), tmp_path)
     assert out.returncode == 0 and out.stdout.startswith("kimicode ")
-    out = run_cli(["--help"], env_for(None, tmp_path), tmp_path)
+    out = run_cli(["--help"], command_env(tmp_path), tmp_path)
     assert out.returncode == 0
     for flag in ("--print", "--output-format", "--permission-mode", "--yolo", "--thinking", "--max-turns", "--cwd"):
         assert flag in out.stdout
@@ -50,7 +38,7 @@ def test_version_and_help(tmp_path: Path) -> None:
 
 def test_text_output_is_only_the_answer(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(Reply(reasoning="hmm", content="The answer is 42."))
-    out = run_cli(["-p", "question"], env_for(server, tmp_path / "home"), workspace)
+    out = run_cli(["-p", "question"], command_env(tmp_path / "home", server), workspace)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "The answer is 42.\n"
     assert server.requests[0].body["messages"][1] == {"role": "user", "content": "question"}
@@ -64,7 +52,7 @@ def test_stream_json_shows_every_message_as_stored(server: FakeServer, workspace
         Reply(reasoning="", content="done", usage={"prompt_tokens": 150, "completion_tokens": 5, "total_tokens": 155}),
     )
     out = run_cli(["-p", "read f", "--output-format", "stream-json", "--include-partial"],
-                  env_for(server, tmp_path / "home"), workspace)
+                  command_env(tmp_path / "home", server), workspace)
     assert out.returncode == 0, out.stderr
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert lines[0]["type"] == "init"
@@ -88,7 +76,7 @@ def test_stream_json_shows_every_message_as_stored(server: FakeServer, workspace
 
 def test_json_output_and_permission_denials(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch pwned"})]), Reply(content="denied, sorry"))
-    out = run_cli(["-p", "run it", "--output-format", "json"], env_for(server, tmp_path / "home"), workspace)
+    out = run_cli(["-p", "run it", "--output-format", "json"], command_env(tmp_path / "home", server), workspace)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["status"] == "success"
@@ -98,7 +86,7 @@ def test_json_output_and_permission_denials(server: FakeServer, workspace: Path,
 
 def test_yolo_runs_bash(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo made > made.txt"})]), Reply(content="ok"))
-    out = run_cli(["-p", "make", "--yolo"], env_for(server, tmp_path / "home"), workspace)
+    out = run_cli(["-p", "make", "--yolo"], command_env(tmp_path / "home", server), workspace)
     assert out.returncode == 0, out.stderr
     assert (workspace / "made.txt").read_text() == "made\n"
 
@@ -106,7 +94,7 @@ def test_yolo_runs_bash(server: FakeServer, workspace: Path, tmp_path: Path) -> 
 def test_cwd_flag_sets_the_workspace(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(Reply(content="ok"))
     out = run_cli(["-p", "x", "-C", str(workspace), "--output-format", "stream-json"],
-                  env_for(server, tmp_path / "home"), tmp_path)
+                  command_env(tmp_path / "home", server), tmp_path)
     assert json.loads(out.stdout.splitlines()[0])["cwd"] == str(workspace.resolve())
 
 
@@ -127,7 +115,7 @@ def test_exit_codes(
     server: FakeServer, workspace: Path, tmp_path: Path, script: list[Any], args: list[str], code: int, status: str
 ) -> None:
     server.add(*script)
-    out = run_cli(["-p", "x", "--output-format", "json", *args], env_for(server, tmp_path / "home"), workspace)
+    out = run_cli(["-p", "x", "--output-format", "json", *args], command_env(tmp_path / "home", server), workspace)
     assert out.returncode == code, out.stderr
     result = json.loads(out.stdout)
     assert result["status"] == status
@@ -136,7 +124,7 @@ def test_exit_codes(
 
 
 def test_missing_api_key_is_a_usage_error(tmp_path: Path) -> None:
-    out = run_cli(["-p", "x"], env_for(None, tmp_path), tmp_path)
+    out = run_cli(["-p", "x"], command_env(tmp_path), tmp_path)
     assert out.returncode == 2
     assert "KIMI_API_KEY" in out.stderr and "OPENAI_API_KEY" in out.stderr
     assert "Traceback" not in out.stderr
@@ -145,7 +133,7 @@ def test_missing_api_key_is_a_usage_error(tmp_path: Path) -> None:
 def test_bad_flags_are_usage_errors(tmp_path: Path) -> None:
     for args in (["--no-such-flag"], ["-p", "x", "--thinking", "extreme"], ["-p", "x", "--max-turns", "0"],
                  ["-p", "x", "-C", str(tmp_path / "missing")]):
-        out = run_cli(args, env_for(None, tmp_path, KIMI_API_KEY="k"), tmp_path)
+        out = run_cli(args, command_env(tmp_path, KIMI_API_KEY="k"), tmp_path)
         assert out.returncode == 2, (args, out.stderr)
         assert "Traceback" not in out.stderr
 
@@ -154,7 +142,7 @@ def test_unreachable_endpoint_exits_75(tmp_path: Path) -> None:
     dead = FakeServer().start()
     url = dead.base_url
     dead.stop()
-    env = env_for(None, tmp_path, KIMI_API_KEY="k", KIMI_BASE_URL=url)
+    env = command_env(tmp_path, KIMI_API_KEY="k", KIMI_BASE_URL=url)
     out = run_cli(["-p", "x", "--max-retries", "1"], env, tmp_path)
     assert out.returncode == 75
     assert "cannot reach" in out.stderr and "Traceback" not in out.stderr
@@ -162,7 +150,7 @@ def test_unreachable_endpoint_exits_75(tmp_path: Path) -> None:
 
 def test_prompt_from_stdin_and_piped_data(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(Reply(content="a"), Reply(content="b"))
-    env = env_for(server, tmp_path / "home")
+    env = command_env(tmp_path / "home", server)
     out = run_cli(["-p", "-"], env, workspace, input="prompt from stdin")
     assert out.returncode == 0, out.stderr
     out = run_cli(["-p", "summarise this"], env, workspace, input="piped log line")
@@ -174,7 +162,7 @@ def test_prompt_from_stdin_and_piped_data(server: FakeServer, workspace: Path, t
 def test_never_hangs_on_an_open_silent_stdin(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(Reply(content="fine"))
     start = time.monotonic()
-    proc = subprocess.Popen([*kimicode_command(), "-p", "x"], env=env_for(server, tmp_path / "home"), cwd=workspace,
+    proc = subprocess.Popen([*kimicode_command(), "-p", "x"], env=command_env(tmp_path / "home", server), cwd=workspace,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = _wait_with_open_stdin(proc)
@@ -214,7 +202,7 @@ def test_sigint_during_stream_exits_130_with_valid_history(
 ) -> None:
     server.add(Reply(content="slow " * 200, chunk_size=5, chunk_delay=0.05))
     home = tmp_path / "home"
-    proc = _start_and_wait_for(server, ["-p", "talk", "--output-format", "json"], env_for(server, home), workspace)
+    proc = _start_and_wait_for(server, ["-p", "talk", "--output-format", "json"], command_env(home, server), workspace)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=15)
@@ -226,6 +214,7 @@ def test_sigint_during_stream_exits_130_with_valid_history(
     messages = load(log).messages
     # the partial answer is kept, marked as interrupted (tests/agent/test_interrupted.py)
     assert [m["role"] for m in messages] == ["system", "user", "assistant"]
+    assert_valid_history(messages, system_first=True)
     assert messages[-1]["content"].startswith("slow slow")
     assert messages[-1]["content"].endswith("[interrupted by the user]")
 
@@ -238,7 +227,7 @@ def test_sigint_during_long_bash_kills_it_and_records_the_interruption(
     home = tmp_path / "home"
     proc = _start_and_wait_for(server, ["-p", "sleep", "--yolo", "--sandbox", "off", "--output-format",
                                         "stream-json"],  # unconfined: $! must be a host PID
-                               env_for(server, home), workspace)
+                               command_env(home, server), workspace)
     deadline = time.monotonic() + 15
     while not marker.exists() or not marker.read_text().strip():
         assert time.monotonic() < deadline, "the command never started"
@@ -261,12 +250,12 @@ def test_sigint_during_long_bash_kills_it_and_records_the_interruption(
 def test_api_key_never_reaches_disk(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "env"})]), Reply(content="ok"))
     home = tmp_path / "home"
-    out = run_cli(["-p", "x", "--yolo", "--output-format", "stream-json"], env_for(server, home), workspace)
+    out = run_cli(["-p", "x", "--yolo", "--output-format", "stream-json"], command_env(home, server), workspace)
     assert out.returncode == 0, out.stderr
-    assert "sk-cli-secret" not in out.stdout  # the child's `env` output does not contain it either
+    assert TEST_KEY not in out.stdout  # the child's `env` output does not contain it either
     for path in home.rglob("*"):
         if path.is_file():
-            assert b"sk-cli-secret" not in path.read_bytes(), path
+            assert TEST_KEY.encode() not in path.read_bytes(), path
 
 
 def test_untrusted_project_provider_is_ignored_with_a_warning(
@@ -279,7 +268,7 @@ def test_untrusted_project_provider_is_ignored_with_a_warning(
         '[models.kimi-k3]\nprovider = "evil"\n'
     )
     server.add(Reply(content="safe"))
-    out = run_cli(["-p", "x"], env_for(server, tmp_path / "home"), workspace)
+    out = run_cli(["-p", "x"], command_env(tmp_path / "home", server), workspace)
     assert "this workspace is not trusted: [providers] ignored" in out.stderr
     # either the model entry is rejected for naming an unknown provider, or the request went to the real server
     assert out.returncode in (0, 2), out.stderr
@@ -293,7 +282,7 @@ def test_untrusted_project_cannot_loosen_the_permission_mode(
     (workspace / ".kimicode").mkdir()
     (workspace / ".kimicode" / "config.toml").write_text('[defaults]\npermission_mode = "yolo"\n')
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch pwned"})]), Reply(content="ok"))
-    out = run_cli(["-p", "x", "--output-format", "json"], env_for(server, tmp_path / "home"), workspace)
+    out = run_cli(["-p", "x", "--output-format", "json"], command_env(tmp_path / "home", server), workspace)
     assert out.returncode == 0, out.stderr
     assert not (workspace / "pwned").exists()
     assert "permission_mode = 'yolo' ignored" in out.stderr
@@ -302,7 +291,7 @@ def test_untrusted_project_cannot_loosen_the_permission_mode(
     home = tmp_path / "home"
     (home / "config.toml").write_text(f"[trust]\nworkspaces = [{json.dumps(str(workspace))}]\n")
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch pwned"})]), Reply(content="ok"))
-    out = run_cli(["-p", "x"], env_for(server, home), workspace)
+    out = run_cli(["-p", "x"], command_env(home, server), workspace)
     assert out.returncode == 0, out.stderr
     assert (workspace / "pwned").exists()
 
@@ -310,11 +299,12 @@ def test_untrusted_project_cannot_loosen_the_permission_mode(
 def test_context_window_from_flag_and_config(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     server.add(Reply(content="a"), Reply(content="b"))
-    out = run_cli(["-p", "x", "--output-format", "json", "--context-window", "50000"], env_for(server, home), workspace)
+    out = run_cli(["-p", "x", "--output-format", "json", "--context-window", "50000"], command_env(home, server),
+                  workspace)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["context"]["window"] == 50000
     home.mkdir(exist_ok=True)
     (home / "config.toml").write_text('[models.kimi-k3]\ncontext_window = 70000\n[context]\ncompact_threshold = 0.5\n')
-    out = run_cli(["-p", "x", "--output-format", "json"], env_for(server, home), workspace)
+    out = run_cli(["-p", "x", "--output-format", "json"], command_env(home, server), workspace)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["context"]["window"] == 70000

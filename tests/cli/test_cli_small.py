@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import kimicode_command
+from helpers import command_env, kimicode_command
 
 from kimicode.cli.app import run_app
 from kimicode.testing import FakeServer, Reply
@@ -60,12 +59,6 @@ def test_other_usage_errors_and_help_keep_their_exit_codes(
     assert code == 1 and "no session 'nope'" in err
 
 
-def _env(server: FakeServer, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMICODE_HOME=str(home), KIMI_API_KEY="sk-term", KIMI_BASE_URL=server.base_url)
-    return env
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("sig", "code", "said"), [(signal.SIGTERM, 143, "terminated by SIGTERM"), (signal.SIGINT, 130, "interrupted")]
@@ -78,7 +71,7 @@ def test_sigterm_says_terminated_and_exits_143(
     for fmt in ("text", "json"):
         before = len(server.requests)
         proc = subprocess.Popen(
-            [*kimicode_command(), "-p", "talk", "--output-format", fmt], env=_env(server, tmp_path / "home"),
+            [*kimicode_command(), "-p", "talk", "--output-format", fmt], env=command_env(tmp_path / "home", server),
             cwd=workspace, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         server.wait_for_requests(before + 1, timeout=15)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
+from helpers import assert_valid_history, command_env, kimicode_command
 
 from kimicode.session.log import LoadedSession, load
 from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply, ScriptItem, ToolCall
@@ -27,14 +27,6 @@ from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply, Scr
 pytestmark = pytest.mark.slow
 
 FAST = ["--max-retries", "2", "--request-timeout", "2"]
-
-
-def cli_env(server: FakeServer, home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMICODE_HOME=str(home), KIMICODE_RETRY_BASE_DELAY="0.01", KIMI_API_KEY="sk-fault-key",
-               KIMI_BASE_URL=server.base_url)
-    env.update(extra)
-    return env
 
 
 @dataclass
@@ -57,7 +49,7 @@ def run(server: FakeServer, home: Path, cwd: Path, *args: str, env: dict[str, st
     start = time.monotonic()
     done = subprocess.run(
         [*(prefix or []), *kimicode_command(), "-p", "x", "--output-format", "stream-json", *args],
-        env=env or cli_env(server, home), cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        env=env or command_env(home, server), cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
         timeout=60,
     )
     seconds = time.monotonic() - start
@@ -76,14 +68,7 @@ def checked_log(home: Path, server: FakeServer) -> LoadedSession:
     assert loaded.repaired == 0, "the log left a tool call without a result"
     messages = loaded.messages
     assert [m["role"] for m in messages[:2]] == ["system", "user"]
-    i = 0
-    while i < len(messages):
-        calls = messages[i].get("tool_calls") or []
-        if calls:
-            answers = [m.get("tool_call_id") for m in messages[i + 1 : i + 1 + len(calls)]]
-            assert answers == [c["id"] for c in calls], "tool results do not follow their calls"
-            i += len(calls)
-        i += 1
+    assert_valid_history(messages, system_first=True)
     sent = server.requests[-1].body["messages"] if server.requests else []
     assert messages[: len(sent)] == sent, "the log does not hold what was sent"
     assert all(m["role"] == "assistant" for m in messages[len(sent) :])
@@ -217,7 +202,7 @@ def test_endpoint_faults(name: str, server: FakeServer, workspace: Path, tmp_pat
 
 def test_failures_are_explained_in_one_line_on_stderr(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(ErrorReply(401, "Invalid Authentication", "invalid_authentication_error"))
-    env = cli_env(server, tmp_path / "home", OPENAI_API_KEY="sk-openai", KIMI_API_KEY="",
+    env = command_env(tmp_path / "home", server, OPENAI_API_KEY="sk-openai", KIMI_API_KEY="",
                   OPENAI_BASE_URL=server.base_url)
     done = subprocess.run([*kimicode_command(), "-p", "x"], env=env, cwd=workspace, capture_output=True, text=True,
                           timeout=30, stdin=subprocess.DEVNULL)

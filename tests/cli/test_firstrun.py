@@ -4,7 +4,6 @@ config.toml (mode 0600) without ever being echoed, and kimicode then uses it (a 
 from __future__ import annotations
 
 import io
-import os
 import re
 import stat
 import tomllib
@@ -12,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import command_env
 
 from kimicode.cli.firstrun import check_key, ensure_key, first_run, store_key
 from kimicode.config.endpoint import ConfigError, MissingKeyError
@@ -159,11 +159,10 @@ def test_ensure_key_asks_only_when_there_is_none(
 @pytest.mark.slow
 def test_the_terminal_asks_and_never_echoes(tmp_path: Path, workspace: Path) -> None:
     pexpect = pytest.importorskip("pexpect")
-    from conftest import kimicode_command
+    from helpers import kimicode_command
 
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMICODE_HOME=str(home), TERM="xterm")
+    env = command_env(home, TERM="xterm")
     cmd = kimicode_command()
     child = pexpect.spawn(cmd[0], cmd[1:], env=env, cwd=str(workspace), encoding="utf-8", timeout=20,
                           dimensions=(30, 100))

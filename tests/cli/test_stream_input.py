@@ -9,16 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
-from test_cli import env_for
+from helpers import command_env, kimicode_command, stream_json_user
 
 from kimicode.testing import FakeServer, Reply
 
 pytestmark = pytest.mark.slow
-
-
-def user(text: str) -> str:
-    return json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n"
 
 
 def test_three_messages_an_interruption_and_a_malformed_line(server: FakeServer, workspace: Path,
@@ -27,7 +22,7 @@ def test_three_messages_an_interruption_and_a_malformed_line(server: FakeServer,
                Reply(content="a very long answer " * 200, chunk_size=5, chunk_delay=0.02),
                Reply(content="third answer"))
     proc = subprocess.Popen([*kimicode_command(), "--input-format", "stream-json", "--output-format", "stream-json",
-                             "--include-partial"], env=env_for(server, tmp_path / "home"), cwd=workspace,
+                             "--include-partial"], env=command_env(tmp_path / "home", server), cwd=workspace,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdin is not None and proc.stdout is not None
     seen: list[dict[str, Any]] = []
@@ -47,16 +42,16 @@ def test_three_messages_an_interruption_and_a_malformed_line(server: FakeServer,
         raise AssertionError(f"no {kind} line; stderr: {proc.stderr.read() if proc.stderr else ''}")
 
     try:
-        send(user("one"))
+        send(stream_json_user("one"))
         assert until("result")["result"] == "first answer"
         send("this is not json\n")
         assert "line 2: not JSON" in until("error")["error"]
-        send(user("two"))
+        send(stream_json_user("two"))
         until("delta")  # the long answer is streaming
         send(json.dumps({"type": "control_request", "request_id": "r1", "request": {"subtype": "interrupt"}}) + "\n")
         interrupted = until("result")
         assert interrupted["status"] == "interrupted"
-        send(user("three"))
+        send(stream_json_user("three"))
         third = until("result")
         assert third["status"] == "success" and third["result"] == "third answer"
         proc.stdin.close()

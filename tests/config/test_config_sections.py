@@ -9,17 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, write
 
 from kimicode.config.endpoint import ConfigError
 from kimicode.config.sections import STRICTNESS, Config, direction, reference
 from kimicode.config.settings import SCHEMA, load_settings
 from kimicode.testing import FakeServer, Reply
-
-
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
 
 
 def toml(value: Any) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import write
 from typer.testing import CliRunner
 
 from kimicode.cli.app import app
@@ -43,12 +44,6 @@ prices = {{ input = 2.0, cached_input = 0.5, output = 8.0 }}
 [models.plain]
 model = "kimi-k3-plain"
 """
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
+from helpers import command_env, kimicode_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -133,8 +133,7 @@ def test_headless_stream_json_and_log_never_show_the_key(server: FakeServer, wor
         Reply(tool_calls=[ToolCall("bash", {"command": "cat k; cat /proc/$PPID/environ | tr '\\0' '\\n'"})]),
         Reply(content="done"),
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMICODE_HOME=str(tmp_path / "home"), KIMI_API_KEY=key, KIMI_BASE_URL=server.base_url)
+    env = command_env(tmp_path / "home", server, key=key)
     done = subprocess.run(
         [*kimicode_command(), "-p", "x", "--output-format", "stream-json", "--yolo", "--sandbox", "off"],
         env=env, cwd=workspace, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,

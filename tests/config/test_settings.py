@@ -5,14 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import write
 
 from kimicode.config.endpoint import ConfigError
 from kimicode.config.settings import load_settings
-
-
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
 
 
 def test_project_overrides_user(tmp_path: Path) -> None:

@@ -6,14 +6,13 @@ import asyncio
 import base64
 import hashlib
 import json
-import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tiktoken
 import tiktoken.load
-from helpers import assert_valid_history as assert_valid
+from helpers import assert_valid_history, code_text
 
 from kimicode.context import tokens as tokens_mod
 from kimicode.context.accounting import TokenAccountant, image_tokens
@@ -38,17 +37,6 @@ from kimicode.context.tokens import (
 )
 from kimicode.llm.errors import LLMError
 from kimicode.session.replay import apply_record, replay
-
-WORDS = ["value", "return", "self", "config", "path", "the", "request", "token", "of", "and", "items", "count"]
-
-
-def text_of(n_lines: int, seed: int) -> str:
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(n_lines):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(4, 12))]
-        lines.append(f"    {words[0]}_{words[1]} = {rng.randint(0, 9999)}  # " + " ".join(words[2:]))
-    return "\n".join(lines)
 
 
 class SpyCounter:
@@ -174,7 +162,7 @@ def test_each_message_is_counted_once_and_requests_anchor_on_the_server() -> Non
     total_chars = len(json.dumps(tools, sort_keys=True)) + len("You are a test.")
     truth = 0
     for step in range(200):
-        body = text_of(5, step)
+        body = code_text(5, step)
         new = tool_turn(step, body)
         history.extend(new)
         total_chars += len(body) + 200
@@ -275,7 +263,7 @@ def test_token_cap_applies_to_dense_text_under_the_character_cap(tmp_path: Path)
 def test_prune_replaces_only_old_tool_results_and_saves_them(tmp_path: Path) -> None:
     acc = TokenAccountant(EstimateCounter())
     history: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"}]
-    bodies = [text_of(60, i) for i in range(10)]
+    bodies = [code_text(60, i) for i in range(10)]
     for i, body in enumerate(bodies):
         history.extend(tool_turn(i, body))
     assistants = [m for m in history if m["role"] == "assistant"]
@@ -293,7 +281,7 @@ def test_prune_replaces_only_old_tool_results_and_saves_them(tmp_path: Path) -> 
     saved = Path(first.split("saved at ", 1)[1].split(": read it", 1)[0])
     assert saved.read_text() == bodies[0]
     assert len(result.replaced) == 7 and result.freed > 0
-    assert_valid(history[1:])
+    assert_valid_history(history[1:])
     assert plan_prune(history, acc, keep_tokens=per_result * 3 + 10).indices == []  # nothing left to prune
 
 
@@ -319,7 +307,7 @@ def session(turns: int, lines: int = 40) -> list[dict[str, Any]]:
         {"role": "user", "content": "FIRST: fix the parser"},
     ]
     for i in range(turns):
-        history.extend(tool_turn(i, text_of(lines, i)))
+        history.extend(tool_turn(i, code_text(lines, i)))
         if i % 5 == 4:
             history.append({"role": "assistant", "reasoning_content": "ok", "content": f"Finished part {i}."})
             history.append({"role": "user", "content": f"now do part {i + 1}"})
@@ -341,7 +329,7 @@ def test_compaction_keeps_system_users_summary_and_recent_turns() -> None:
     assert len(summaries) == 1 and "## Done\n- step one" in summaries[0]["content"]
     tail = new[new.index(summaries[0]) + 1 :]
     assert tail and all(any(m is h for h in history) for m in tail)  # recent turns kept verbatim (same objects)
-    assert_valid(new[1:])
+    assert_valid_history(new[1:])
     assert acc.estimate_unanchored(new) <= budget.input_budget * 0.6
     transcript = summarizer.requests[0][1]["content"]
     assert '{"path": "src/mod0.py"}' in transcript  # the summariser sees tool-call arguments
@@ -408,7 +396,7 @@ def test_compaction_fits_even_when_the_last_turn_is_huge(tmp_path: Path) -> None
     acc = TokenAccountant(EstimateCounter())
     budget = Budget.make(30_000, 2_000)
     history = session(10)
-    history.extend(tool_turn(100, text_of(4_000, 7)))  # one tool result of several times the budget
+    history.extend(tool_turn(100, code_text(4_000, 7)))  # one tool result of several times the budget
     assert acc.estimate_unanchored(history) > budget.input_budget
     result = asyncio.run(
         compact_history(history, [], accountant=acc, budget=budget, summarize=FakeSummarizer(), spill_dir=tmp_path)
@@ -416,7 +404,7 @@ def test_compaction_fits_even_when_the_last_turn_is_huge(tmp_path: Path) -> None
     assert result is not None
     new = history[: result.start] + result.messages + history[result.end :]
     assert acc.estimate_unanchored(new) <= budget.input_budget * 0.6
-    assert_valid(new[1:])
+    assert_valid_history(new[1:])
     last = new[-1]
     assert last["role"] == "tool" and "cut when the context was compacted" in last["content"]
     saved = Path(last["content"].split("saved at ", 1)[1].split(" …]", 1)[0])
@@ -427,7 +415,7 @@ def test_long_user_messages_are_cut_with_a_marker_and_short_ones_kept() -> None:
     acc = TokenAccountant(EstimateCounter())
     budget = Budget.make(60_000, 4_000)
     history = session(20)
-    long_text = text_of(2_000, 3)
+    long_text = code_text(2_000, 3)
     history.insert(4, {"role": "user", "content": long_text})
     settings = CompactionSettings(user_message_tokens=1_000)
     result = asyncio.run(

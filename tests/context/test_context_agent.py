@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import code_text
 
 from kimicode import Agent, tool
 from kimicode.cli.headless import result_object
@@ -30,7 +31,6 @@ from kimicode.tools.files import READ_FILE
 
 MakeAgent = Callable[..., Agent]
 FIRST = "FIRST INSTRUCTION: refactor the parser, keep the public API, and never touch tests/legacy/."
-WORDS = ["value", "return", "self", "config", "path", "the", "request", "token", "of", "and", "items", "count"]
 _PIECE = re.compile(r"[A-Za-z]{1,8}|\d{1,3}|[^\sA-Za-z\d]{1,2}|\s+")
 
 
@@ -61,19 +61,10 @@ def request_tokens(body: dict[str, Any]) -> int:
     return (rule_tokens(json.dumps(tools, sort_keys=True)) if tools else 0) + sum(map(message_tokens, body["messages"]))
 
 
-def text_of(n_lines: int, seed: int) -> str:
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(n_lines):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(4, 12))]
-        lines.append(f"    {words[0]}_{words[1]} = {rng.randint(0, 9999)}  # " + " ".join(words[2:]))
-    return "\n".join(lines)
-
-
 @tool(kind="read")
 def produce(n: int, seed: int) -> str:
     """Produce n lines of code-like text."""
-    return text_of(n, seed)
+    return code_text(n, seed)
 
 
 Item = Reply | ErrorReply | Callable[[RecordedRequest], Reply | ErrorReply]
@@ -166,7 +157,7 @@ def test_counting_error_after_calibration_is_under_two_percent(server: FakeServe
     model = Model(server)
     rng = random.Random(5)
     for i in range(40):
-        model.main.append(step_reply(i, rng.randint(5, 60), reasoning=text_of(rng.randint(1, 4), 1000 + i)))
+        model.main.append(step_reply(i, rng.randint(5, 60), reasoning=code_text(rng.randint(1, 4), 1000 + i)))
     model.main.append(Reply(content="All parts read."))
     events: list[Event] = []
     agent = make_agent(tools=[produce], on_event=events.append, max_turns=100)
@@ -264,7 +255,7 @@ def test_pruning_fires_once_at_the_threshold_and_leaves_assistant_messages_alone
 
 def reasoning_heavy(i: int) -> Reply:
     """A step whose weight is in the assistant message (not prunable), so compaction has to act."""
-    return step_reply(i, 3, reasoning=f"Thinking about part {i}. " + text_of(25, 500 + i))
+    return step_reply(i, 3, reasoning=f"Thinking about part {i}. " + code_text(25, 500 + i))
 
 
 def test_compaction_triggers_at_the_threshold_and_keeps_intent(server: FakeServer, make_agent: MakeAgent) -> None:
@@ -366,7 +357,7 @@ def test_the_summary_request_itself_never_exceeds_the_budget(
         history.append(
             {
                 "role": "assistant",
-                "reasoning_content": text_of(6, i),
+                "reasoning_content": code_text(6, i),
                 "content": "",
                 "tool_calls": [
                     {
@@ -377,7 +368,7 @@ def test_the_summary_request_itself_never_exceeds_the_budget(
                 ],
             }
         )
-        history.append({"role": "tool", "tool_call_id": call_id, "content": text_of(40, i)})
+        history.append({"role": "tool", "tool_call_id": call_id, "content": code_text(40, i)})
     model = Model(server)
     model.main.append(Reply(content="resumed"))
     agent = make_agent(

@@ -7,14 +7,13 @@ import asyncio
 import json
 import random
 import re
-import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
+from helpers import free_port, kimicode_command
 
 from kimicode import Agent, tool
 from kimicode.config.endpoint import ConfigError, check_base_url, check_model, resolve_endpoint
@@ -228,12 +227,6 @@ def test_cli_bad_url_and_model_exit_2_with_one_clear_line(tmp_path: Path) -> Non
 
 
 # -- unreachable endpoints fail fast; a restart is retried ---------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_server_that_never_answered_is_retried_once(tmp_path: Path) -> None:

@@ -9,31 +9,18 @@ and `/props` like llama-server for window discovery.
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import produce
 
-from kimicode import Agent, AgentOptions, tool
+from kimicode import Agent, AgentOptions
 from kimicode.cli.headless import result_object
 from kimicode.context.budget import fit_reserve
 from kimicode.events import Event, Notice, TurnFinished
 from kimicode.session.log import iter_records
 from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
-
-WORDS = ["value", "return", "self", "config", "path", "request", "token", "items", "count", "parser"]
-
-
-@tool(kind="read")
-def produce(n: int, seed: int) -> str:
-    """Produce n lines of code-like text."""
-    rng = random.Random(seed)
-    return "\n".join(
-        f"{rng.choice(WORDS)}_{rng.choice(WORDS)} = {rng.randint(0, 9999)}  # "
-        + " ".join(rng.choice(WORDS) for _ in range(6))
-        for _ in range(n)
-    )
 
 
 class Script:

@@ -6,13 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from helpers import write
+
 from kimicode.commands import load_custom_commands
 from kimicode.testing import FakeServer, Reply
-
-
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
 
 
 def test_project_and_user_commands(tmp_path: Path, workspace: Path) -> None:

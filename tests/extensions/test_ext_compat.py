@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FIXTURES
+from helpers import FIXTURES, last_tool_result
 
 from kimicode.events import Event, HookRan, Notice, PermissionDenied
 from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
@@ -32,10 +32,6 @@ def add_plugin(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
     except SystemExit as exc:
         assert not exc.code, capsys.readouterr().err
     return capsys.readouterr().out
-
-
-def last_tool_result(req: RecordedRequest) -> str:
-    return next(m["content"] for m in reversed(req.body["messages"]) if m["role"] == "tool")
 
 
 def test_anthropics_skills_are_listed_then_read_on_demand(

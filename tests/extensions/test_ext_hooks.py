@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FIXTURES
+from helpers import FIXTURES, last_tool_result
 
 from kimicode.events import Event, HookRan, Notice, PermissionDenied
 from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
@@ -44,10 +44,6 @@ def bash_then_done(command: str) -> list[Any]:
     return [Reply(tool_calls=[ToolCall("bash", {"command": command}, id="call_1")]), Reply(content="done")]
 
 
-def tool_result(req: RecordedRequest) -> str:
-    return next(m["content"] for m in reversed(req.body["messages"]) if m["role"] == "tool")
-
-
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
@@ -69,7 +65,7 @@ def test_pre_tool_use_gets_claude_codes_payload_and_exit_2_blocks_with_stderr_to
     assert p["session_id"] == agent.session_id and p["cwd"] == str(workspace)
     assert p["permission_mode"] == "bypassPermissions" and p["transcript_path"].endswith(".jsonl")
     assert run["project_dir"] == str(workspace)
-    assert "refused by the test hook" in tool_result(server.requests[1])
+    assert "refused by the test hook" in last_tool_result(server.requests[1])
     [hook] = [e for e in events if isinstance(e, HookRan)]
     assert (hook.hook_event, hook.outcome, hook.exit_code, hook.call_id) == ("PreToolUse", "deny", 2, "call_1")
     assert any(isinstance(e, PermissionDenied) and "refused by the test hook" in e.reason for e in events)
@@ -100,7 +96,7 @@ def test_permission_decisions_in_json(
     agent.run_sync("go")
     assert (workspace / "made").exists() is runs_it
     if answer.get("permissionDecisionReason"):
-        assert "no touching" in tool_result(server.requests[1])
+        assert "no touching" in last_tool_result(server.requests[1])
 
 
 def test_updated_input_is_validated_and_judged_again(
@@ -126,7 +122,7 @@ def test_updated_input_that_does_not_fit_the_tool_refuses(
     server.add(*bash_then_done("touch made"))
     make_agent(permission_mode="yolo").run_sync("go")
     assert not (workspace / "made").exists()
-    assert "does not fit the tool" in tool_result(server.requests[1])
+    assert "does not fit the tool" in last_tool_result(server.requests[1])
 
 
 def test_edit_tools_get_claude_names_and_file_path(
@@ -181,7 +177,7 @@ def test_a_guard_that_times_out_fails_closed_and_one_that_was_not_written_to_blo
     events: list[Event] = []
     make_agent(permission_mode="yolo", on_event=events.append).run_sync("go")
     assert not (workspace / "made").exists()
-    assert "failed (timed out after 0.3 s); refused (fail closed)" in tool_result(server.requests[1])
+    assert "failed (timed out after 0.3 s); refused (fail closed)" in last_tool_result(server.requests[1])
     assert [e.outcome for e in events if isinstance(e, HookRan)] == ["refused"]
 
     (home / "config.toml").unlink()
@@ -202,7 +198,7 @@ def test_on_error_block_refuses_any_failure(
     server.add(*bash_then_done("touch made"))
     make_agent(permission_mode="yolo").run_sync("go")
     assert not (workspace / "made").exists()
-    assert "refused (fail closed)" in tool_result(server.requests[1])
+    assert "refused (fail closed)" in last_tool_result(server.requests[1])
 
 
 def test_on_error_continue_lets_a_guard_fail_open(
@@ -222,7 +218,7 @@ def test_post_tool_use_context_and_block_reason_reach_the_model(
     configure(home, "PostToolUse", ("Bash", hook_cmd(f"json:{out}"), {}))
     server.add(*bash_then_done("echo hi"))
     make_agent(permission_mode="yolo").run_sync("go")
-    seen = tool_result(server.requests[1])
+    seen = last_tool_result(server.requests[1])
     assert seen.startswith("hi") and "lint failed: fix it" in seen and "ran in CI mode" in seen
     [run] = runs(workspace)
     assert "hi" in run["payload"]["tool_response"]["content"]

@@ -13,22 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FIXTURES, MCP_DEMO
+from helpers import FIXTURES, MCP_DEMO, run_app
 
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 HOOK = FIXTURES / "hooks" / "hook.py"
-
-
-def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from kimicode.cli.app import app
-
-    try:
-        code = app(args=args, prog_name="kimicode", standalone_mode=False)
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return int(code or 0), out.out, out.err
 
 
 def make_plugin(root: Path, name: str = "guard") -> Path:
@@ -59,14 +48,14 @@ def test_add_shows_what_it_runs_then_installs_and_everything_it_brings_works(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     source = make_plugin(tmp_path / "src")
-    code, out, err = cli(["plugin", "add", str(source)], capsys)
+    code, out, err = run_app(["plugin", "add", str(source)], capsys)
     assert code == 1 and "pass --yes" in err  # no terminal to ask in: not installed
-    code, out, _ = cli(["plugin", "add", str(source), "--yes"], capsys)
+    code, out, _ = run_app(["plugin", "add", str(source), "--yes"], capsys)
     assert code == 0, out
     assert "Plugin guard 1.2.0: Guards the shell." in out
     assert "PreToolUse: " in out and "hook.py ok" in out and "tracker: ${CLAUDE_PLUGIN_ROOT}/bin/tracker --stdio" in out
     assert "/guard:check" in out and "triage" in out and "auditor" in out
-    code, out, _ = cli(["plugin", "list", "--json"], capsys)
+    code, out, _ = run_app(["plugin", "list", "--json"], capsys)
     [row] = json.loads(out)["plugins"]
     assert row["name"] == "guard" and row["enabled"] is True and row["source"] == str(source.resolve())
 
@@ -85,16 +74,16 @@ def test_add_shows_what_it_runs_then_installs_and_everything_it_brings_works(
     [run] = [json.loads(x) for x in (workspace / "hooks.jsonl").read_text().splitlines()]
     assert run["plugin_root"] == str(tmp_path / "home" / "plugins" / "guard")
 
-    assert cli(["plugin", "disable", "guard"], capsys)[0] == 0
+    assert run_app(["plugin", "disable", "guard"], capsys)[0] == 0
     assert "guard:check" not in load_commands(workspace, tmp_path / "home", trusted=False)
     assert "skill" not in make_agent().tools.names  # its skill went with it
-    assert cli(["plugin", "enable", "guard"], capsys)[0] == 0
+    assert run_app(["plugin", "enable", "guard"], capsys)[0] == 0
     assert "guard:check" in load_commands(workspace, tmp_path / "home", trusted=False)
-    code, _, err = cli(["plugin", "add", str(source), "--yes"], capsys)
+    code, _, err = run_app(["plugin", "add", str(source), "--yes"], capsys)
     assert code == 1 and "is installed" in err
-    assert cli(["plugin", "remove", "guard"], capsys)[0] == 0
+    assert run_app(["plugin", "remove", "guard"], capsys)[0] == 0
     assert not (tmp_path / "home" / "plugins" / "guard").exists()
-    code, _, err = cli(["plugin", "remove", "guard"], capsys)
+    code, _, err = run_app(["plugin", "remove", "guard"], capsys)
     assert code == 1 and "no plugin named guard" in err
 
 
@@ -104,7 +93,7 @@ def test_add_from_a_git_repository(tmp_path: Path, capsys: pytest.CaptureFixture
     subprocess.run(["git", "init", "-q", str(source)], check=True)
     subprocess.run([*git, "-C", str(source), "add", "-A"], check=True)
     subprocess.run([*git, "-C", str(source), "commit", "-qm", "x"], check=True)
-    code, _, err = cli(["plugin", "add", f"file://{source}", "--yes"], capsys)
+    code, _, err = run_app(["plugin", "add", f"file://{source}", "--yes"], capsys)
     assert code == 0, err
     installed = tmp_path / "home" / "plugins" / "gitplug"
     assert (installed / "commands" / "check.md").exists() and not (installed / ".git").exists()
@@ -120,15 +109,15 @@ def test_bad_plugins_are_refused_with_a_reason(
     plugin = tmp_path / "p"
     (plugin / ".claude-plugin").mkdir(parents=True)
     (plugin / ".claude-plugin" / "plugin.json").write_text(manifest)
-    code, _, err = cli(["plugin", "add", str(plugin), "--yes"], capsys)
+    code, _, err = run_app(["plugin", "add", str(plugin), "--yes"], capsys)
     assert code == 1 and problem in err and "Traceback" not in err
     assert not (tmp_path / "home" / "plugins").exists() or not any((tmp_path / "home" / "plugins").iterdir())
 
 
 def test_not_a_folder_nor_a_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = cli(["plugin", "add", str(tmp_path / "missing"), "--yes"], capsys)
+    code, _, err = run_app(["plugin", "add", str(tmp_path / "missing"), "--yes"], capsys)
     assert code == 1 and "not a folder, and not a git URL" in err
-    assert cli(["plugin", "list"], capsys)[1].startswith("No plugins installed")
+    assert run_app(["plugin", "list"], capsys)[1].startswith("No plugins installed")
 
 
 @pytest.mark.parametrize(("answer", "installed"), [("n\n", False), ("\n", False), ("y\n", True)])
@@ -158,8 +147,8 @@ def test_a_plugins_mcp_server_starts_and_its_tools_reach_the_model(
     shutil.copy(demo, plugin / "server.py")
     (plugin / ".mcp.json").write_text(json.dumps(
         {"mcpServers": {"demo": {"command": sys.executable, "args": ["${CLAUDE_PLUGIN_ROOT}/server.py"]}}}))
-    assert cli(["plugin", "add", str(plugin), "--yes"], capsys)[0] == 0
-    code, out, _ = cli(["mcp", "list", "--json"], capsys)
+    assert run_app(["plugin", "add", str(plugin), "--yes"], capsys)[0] == 0
+    code, out, _ = run_app(["mcp", "list", "--json"], capsys)
     [row] = json.loads(out)["servers"]
     assert code == 0 and row["name"] == "demo" and row["status"] == "ready"
     server.add(Reply(content="ok"))

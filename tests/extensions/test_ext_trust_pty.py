@@ -4,20 +4,15 @@ asked once before the session, the answer used by that very session and remember
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import pexpect
 import pytest
+from helpers import command_env, kimicode_command
 
 from kimicode.testing import FakeServer, Reply
-
-try:
-    from .conftest import kimicode_command
-except ImportError:  # tests/ is not a package
-    from conftest import kimicode_command  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +28,7 @@ def project(ws: Path) -> None:
 
 
 def spawn(ws: Path, home: Path, server: FakeServer) -> pexpect.spawn:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMI_API_KEY="sk-ui-test", KIMI_BASE_URL=server.base_url, KIMICODE_HOME=str(home),
-               TERM="dumb", CLAUDE_CONFIG_DIR=str(home.parent / "claude-home"))
+    env = command_env(home, server, TERM="dumb", CLAUDE_CONFIG_DIR=str(home.parent / "claude-home"))
     cmd = kimicode_command()
     return pexpect.spawn(cmd[0], cmd[1:], env=env, cwd=str(ws), dimensions=(30, 110), encoding="utf-8",
                          timeout=20)

@@ -3,31 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
+from ui_helpers import output, plain_session
 
 from kimicode.testing import FakeServer, Reply
 
 
 def session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from kimicode.ui.app import AgentOptions, Session
-
-    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
-    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
-    console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-    return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01), console, plain=True)
-
-
-def output(s: Any) -> str:
-    value: str = s.console.file.getvalue()
-    s.console.file.seek(0)
-    s.console.file.truncate()
-    return value
+    return plain_session(server, workspace, monkeypatch)
 
 
 def test_skills_are_listed_and_started_with_their_name(

@@ -8,15 +8,15 @@ The servers are `kimicode.testing.FakeServer` dialects (see docs/servers.md for 
 from __future__ import annotations
 
 import asyncio
-import random
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import assert_valid_history, produce
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kimicode import Agent, tool
+from kimicode import Agent
 from kimicode.events import Event, Notice
 from kimicode.llm.client import ChatClient, ClientConfig, LLMError
 from kimicode.llm.overflow import context_overflow
@@ -36,7 +36,6 @@ DIALECTS = [
 ]
 REFUSING = [d for d in DIALECTS if not get_dialect(d).truncates]
 REASONING = 'Let me look.\n  Indented — ünïcode ✓, a "quote", a tab\tand trailing space '
-WORDS = ["value", "return", "self", "config", "path", "request", "token", "items", "count", "parser"]
 
 
 def agent_for(server: FakeServer, workspace: Path, home: Path, **kwargs: Any) -> Agent:
@@ -149,17 +148,6 @@ def test_context_errors_are_recognised_with_their_window(name: str) -> None:
     assert found.prompt_estimate(100) in (prompt, None)
 
 
-@tool(kind="read")
-def produce(n: int, seed: int) -> str:
-    """Produce n lines of code-like text."""
-    rng = random.Random(seed)
-    return "\n".join(
-        f"{rng.choice(WORDS)}_{rng.choice(WORDS)} = {rng.randint(0, 9999)}  # "
-        + " ".join(rng.choice(WORDS) for _ in range(6))
-        for _ in range(n)
-    )
-
-
 class Script:
     """Main requests get tool calls, then a final answer; summary requests (no tools) get a summary."""
 
@@ -253,14 +241,7 @@ def test_a_server_sending_empty_tool_call_ids_still_pairs_results(workspace: Pat
         history = server.requests[-1].body["messages"]
     assert result.status == "success", result.error
     assert server.tool_call_ids == ["", "", ""]
-    pending: list[str] = []
-    for msg in history:
-        if msg["role"] == "assistant" and msg.get("tool_calls"):
-            pending = [c["id"] for c in msg["tool_calls"]]
-            assert all(pending) and len(set(pending)) == len(pending)
-        elif msg["role"] == "tool":
-            assert msg["tool_call_id"] == pending.pop(0)
-    assert pending == []
+    assert_valid_history(history)  # every call got an id of its own, and its result names it
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import subprocess
 import threading
@@ -14,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
-from helpers import FIXTURES
+from helpers import FIXTURES, command_env, kimicode_command
 
 from kimicode import Agent
 from kimicode.llm.discovery import (
@@ -156,9 +154,8 @@ def test_the_agent_uses_the_servers_window_unless_a_flag_or_config_says_otherwis
 
 @pytest.mark.slow
 def test_cli_max_tokens_and_window_source_in_the_json_result(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
     with FakeServer() as server:
-        env.update(KIMICODE_HOME=str(tmp_path / "home"), KIMI_API_KEY="sk-x", KIMI_BASE_URL=server.base_url)
+        env = command_env(tmp_path / "home", server)
         server.add(Reply(content="done"))
         run = subprocess.run(
             [*kimicode_command(), "-p", "hi", "--model", "local-gguf", "--context-window", "16384",

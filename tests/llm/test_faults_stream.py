@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
+from helpers import split_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kimicode.llm.accumulate import StreamAccumulator, usage_numbers
 
 USAGE = {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150, "cached_tokens": 64}
-
-
-def _split(text: str, cuts: list[int]) -> list[str]:
-    points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
-    return [text[a:b] for a, b in itertools.pairwise(points) if b > a]
 
 
 def _choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -47,14 +42,14 @@ def test_interleaved_tool_calls_and_usage_anywhere_give_the_same_message(
     fragments may share a chunk, and usage may come in its own chunk (`choices` [], null or missing),
     inside the finish choice, or both: the message and usage are always the same."""
     chunks: list[dict[str, Any]] = [{"choices": [_choice({"role": "assistant", "content": ""})]}]
-    chunks += [{"choices": [_choice({"reasoning_content": p})]} for p in _split(reasoning, cuts)]
-    chunks += [{"choices": [_choice({"content": p})]} for p in _split(content, cuts)]
+    chunks += [{"choices": [_choice({"reasoning_content": p})]} for p in split_at(reasoning, cuts)]
+    chunks += [{"choices": [_choice({"content": p})]} for p in split_at(content, cuts)]
     # each call: a first fragment with id and name, then its argument pieces; calls interleave freely
     streams: list[list[dict[str, Any]]] = []
     for i, (name, args) in enumerate(calls):
         frags = [{"index": i, "id": f"functions.{name}:{i}", "type": "function",
                   "function": {"name": name, "arguments": ""}}]
-        frags += [{"index": i, "function": {"arguments": p}} for p in _split(args, cuts)]
+        frags += [{"index": i, "function": {"arguments": p}} for p in split_at(args, cuts)]
         streams.append(frags)
     merged: list[dict[str, Any]] = []
     while any(streams):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import time
 from typing import Any
 
 import pytest
+from helpers import split_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,11 +93,6 @@ def test_accumulator_tolerates_usage_chunks_without_choices_and_legacy_usage() -
     assert usage_numbers(acc.usage) == (7, 2, 5)
 
 
-def _split(text: str, cuts: list[int]) -> list[str]:
-    points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
-    return [text[a:b] for a, b in itertools.pairwise(points) if b > a]
-
-
 @settings(max_examples=150, deadline=None)
 @given(
     reasoning=st.text(max_size=40),
@@ -111,14 +106,14 @@ def test_any_split_of_a_stream_gives_the_same_message(
 ) -> None:
     """Property: however the server fragments the text, the assembled message is identical."""
     chunks: list[dict[str, Any]] = [{"choices": [{"index": 0, "delta": {"role": "assistant", field: ""}}]}]
-    for piece in _split(reasoning, cuts):
+    for piece in split_at(reasoning, cuts):
         chunks.append({"choices": [{"index": 0, "delta": {field: piece}}]})
-    for piece in _split(content, cuts):
+    for piece in split_at(content, cuts):
         chunks.append({"choices": [{"index": 0, "delta": {"content": piece}}]})
     for i, arg in enumerate(args):
         chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
             {"index": i, "id": f"functions.t:{i}", "type": "function", "function": {"name": "t", "arguments": ""}}]}}]})
-        for piece in _split(arg, cuts):
+        for piece in split_at(arg, cuts):
             chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
                 {"index": i, "function": {"arguments": piece}}]}}]})
     acc = StreamAccumulator()

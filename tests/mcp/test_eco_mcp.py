@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import MCP_DEMO, ROOT
+from helpers import MCP_DEMO, ROOT, free_port
 from typer.testing import CliRunner
 
 from kimicode.cli.app import app
@@ -142,15 +142,9 @@ def test_tool_names() -> None:
     assert len(long) == 64 and long != tool_name("s" * 40, "t" * 41)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def http_server() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, DEMO, "http", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 20

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
+from helpers import command_env, kimicode_command
 
 from kimicode.testing import FakeServer, Reply, ToolCall
 
@@ -19,9 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def run(server: FakeServer, workspace: Path, home: Path, *flags: str) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMICODE_HOME=str(home), KIMI_API_KEY="sk-e2e", KIMI_BASE_URL=server.base_url, KIMICODE_BWRAP="",
-               HOME=str(home.parent / "userhome"), KIMICODE_RETRY_BASE_DELAY="0.01")
+    env = command_env(home, server, KIMICODE_BWRAP="", HOME=str(home.parent / "userhome"))
     done = subprocess.run([*kimicode_command(), "-p", "go", "--output-format", "json", *flags], env=env,
                           cwd=workspace, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.stdout, done.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import tool_results
 
 from kimicode.agent.core import Approval, ApprovalRequest
 from kimicode.config.endpoint import ConfigError
@@ -17,10 +18,6 @@ from kimicode.permissions.pathresolve import PathChanged, open_dir_nofollow
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 MakeAgent = Callable[..., Any]
-
-
-def _tool_results(messages: list[dict[str, Any]]) -> list[str]:
-    return [m["content"] for m in messages if m["role"] == "tool"]
 
 
 @pytest.mark.parametrize("tool", ["write_file", "edit_file", "apply_patch"])
@@ -47,7 +44,7 @@ def test_a_link_swapped_in_while_the_prompt_is_open_refuses_the_write(
     model = "gpt-5.1" if tool == "apply_patch" else "kimi-k3"
     result = make_agent(approve=approve, model=model).run_sync("go")
     assert (outside / "app.py").read_text() == "old\n"
-    (refused,) = _tool_results(result.messages)
+    (refused,) = tool_results(result.messages)
     assert "approved path changed" in refused
     assert result.permission_denials and result.permission_denials[0]["tool_name"] == tool
 

@@ -9,7 +9,6 @@ user and the model must be told what the sandbox blocked.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
+from helpers import headless_json, sent_tool_results
 
 from kimicode.events import Notice
 from kimicode.permissions.engine import decide
@@ -32,17 +31,13 @@ STATUS = probe()
 needs_bwrap = pytest.mark.skipif(not STATUS.available, reason=f"bubblewrap cannot run here: {STATUS.reason}")
 
 
-def results(server: FakeServer) -> list[str]:
-    return [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
-
-
 def run_calls(server: FakeServer, make_agent: MakeAgent, commands: list[str], **opts: Any) -> tuple[list[str], Any]:
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": c, "timeout": 20}) for c in commands]),
                Reply(content="ok"))
     seen: list[Any] = []
     agent = make_agent(on_event=seen.append, **opts)
     agent.run_sync("x")
-    return results(server), [e for e in seen if isinstance(e, Notice)]
+    return sent_tool_results(server), [e for e in seen if isinstance(e, Notice)]
 
 
 @pytest.fixture
@@ -199,7 +194,7 @@ def test_a_forks_own_worktree_is_writable_by_its_agent(
                                  ToolCall("bash", {"command": "echo 'gitdir: /tmp' > .git"})]),
                Reply(content="ok"))
     fork.run_sync("y")
-    commit, config, repoint = results(server)
+    commit, config, repoint = sent_tool_results(server)
     assert commit.startswith("2\n") and commit.endswith("[exit code: 0]"), commit
     assert "Read-only file system" in config
     assert "Read-only file system" in repoint and (fork.workspace / ".git").read_text().startswith("gitdir: /")
@@ -220,7 +215,7 @@ def test_a_fork_bomb_leaves_kimicode_answering(server: FakeServer, make_agent: M
     first = agent.run_sync("bomb")
     second = agent.run_sync("again")
     assert first.result == "after the bomb" and second.result == "done"
-    assert "still-here\n[exit code: 0]" in results(server)[-1]
+    assert "still-here\n[exit code: 0]" in sent_tool_results(server)[-1]
     assert not [p for p in Path("/sys/fs/cgroup/pids").glob(f"kimicode-{os.getpid()}-*")]  # cleaned up
 
 
@@ -249,17 +244,6 @@ def test_filling_the_disk_and_memory_hit_the_limits(
 # -- through `kimicode -p`, with and without bubblewrap ------------------------------------------------------
 
 
-def cli(server: FakeServer, kc_home: Path, cwd: Path, user: Path, *args: str, **env_extra: str) -> tuple[
-        int, dict[str, Any], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMICODE_HOME=str(kc_home), KIMICODE_RETRY_BASE_DELAY="0.01", KIMI_API_KEY="sk-sandbox-key",
-               KIMI_BASE_URL=server.base_url, HOME=str(user), **env_extra)
-    done = subprocess.run([*kimicode_command(), "-p", "x", "--output-format", "json", *args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
-    assert "Traceback" not in done.stderr, done.stderr
-    return done.returncode, json.loads(done.stdout), done.stderr
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("bwrap", ["present", "missing"])
 def test_headless_attacker_default_mode(
@@ -277,8 +261,8 @@ def test_headless_attacker_default_mode(
     ]
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": c}) for c in steps]), Reply(content="ok"))
     extra = {"KIMICODE_BWRAP": ""} if bwrap == "missing" else {}
-    _, result, stderr = cli(server, tmp_path / "kc", workspace, home, **extra)
-    texts = results(server)
+    _, result, stderr = headless_json(server, tmp_path / "kc", workspace, timeout=90, HOME=str(home), **extra)
+    texts = sent_tool_results(server)
     assert "PRIVATE-KEY-MATERIAL" not in texts[0] and "CODEX-TOKEN" not in texts[1]
     assert texts[0].startswith("Permission denied") and texts[1].startswith("Permission denied")
     assert texts[2] == "hello\n[exit code: 0]" and texts[4].endswith("[exit code: 0]")
@@ -300,8 +284,8 @@ def test_headless_yolo_reports_a_blocked_path_on_stderr(
                                  ToolCall("bash", {"command": "echo x > a.txt && git add a.txt && "
                                                               "git commit -qm m && echo committed"})]),
                Reply(content="ok"))
-    code, _, stderr = cli(server, tmp_path / "kc", workspace, home, "--yolo")
-    hook, commit = results(server)
+    code, _, stderr = headless_json(server, tmp_path / "kc", workspace, "--yolo", timeout=90, HOME=str(home))
+    hook, commit = sent_tool_results(server)
     assert code == 0 and "committed" in commit
     lines = [line for line in stderr.splitlines() if "sandbox blocked" in line]
     assert len(lines) == 1 and ".git/hooks" in lines[0] and "pre-commit" in lines[0]

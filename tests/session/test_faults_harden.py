@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
+from helpers import command_env, kimicode_command, sent_tool_results
 
 from kimicode import Agent
 from kimicode.session.lock import SessionBusyError, SessionLock
@@ -24,17 +24,6 @@ from kimicode.tools.registry import MAX_ARGUMENT_DEPTH, parse_arguments
 
 MakeAgent = Callable[..., Any]
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux (/proc, FIFOs, prctl)")
-
-
-def tool_results(server: FakeServer) -> list[str]:
-    return [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
-
-
-def cli_env(server: FakeServer, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMICODE_HOME=str(home), KIMI_API_KEY="sk-faults-key", KIMI_BASE_URL=server.base_url,
-               KIMICODE_RETRY_BASE_DELAY="0.01")
-    return env
 
 
 # -- special files never block -------------------------------------------------------------------------
@@ -53,7 +42,7 @@ def test_read_file_refuses_a_fifo_a_device_and_an_image_named_fifo_without_block
     result = make_agent().run_sync("read them")
     assert time.monotonic() - started < 20
     assert result.status == "success"
-    texts = tool_results(server)
+    texts = sent_tool_results(server)
     assert len(texts) == 3
     assert all("not a regular file" in t for t in texts), texts
 
@@ -66,7 +55,7 @@ def test_deeply_nested_arguments_are_an_error_the_model_sees(server: FakeServer,
     server.add(Reply(tool_calls=[ToolCall("read_file", deep)]), Reply(content="sorry"))
     result = make_agent().run_sync("x")
     assert result.status == "success" and result.result == "sorry"
-    (text,) = tool_results(server)
+    (text,) = sent_tool_results(server)
     assert "nested 5001 levels deep" in text and str(MAX_ARGUMENT_DEPTH) in text
 
 
@@ -165,7 +154,7 @@ def test_the_command_line_refuses_a_busy_session_with_exit_2(
 ) -> None:
     home = tmp_path / "home"
     server.add(Reply(content="first"))
-    env = cli_env(server, home)
+    env = command_env(home, server)
     done = subprocess.run([*kimicode_command(), "-p", "x", "--output-format", "json"], env=env, cwd=workspace,
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     sid = json.loads(done.stdout)["session_id"]
@@ -220,7 +209,7 @@ def test_an_unwritable_home_gives_exit_2_and_stream_json_ends_with_its_result(
     home.write_text("not a directory")
     server.add(Reply(content="hi"))
     done = subprocess.run([*kimicode_command(), "-p", "x", "--output-format", "stream-json"],
-                          env=cli_env(server, home), cwd=workspace, capture_output=True, text=True, timeout=60,
+                          env=command_env(home, server), cwd=workspace, capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
@@ -250,7 +239,7 @@ def test_setsid_background_jobs_do_not_outlive_kimicode(
     cmd = f"setsid sleep {marker} >/dev/null 2>&1 & echo PID=$!; nohup sleep {marker} >/dev/null 2>&1 & echo PID=$!"
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": cmd})]), Reply(content="done"))
     done = subprocess.run([*kimicode_command(), "-p", "x", "--yolo", "--sandbox", sandbox, "--output-format", "json"],
-                          env=cli_env(server, tmp_path / "home"), cwd=workspace, capture_output=True, text=True,
+                          env=command_env(tmp_path / "home", server), cwd=workspace, capture_output=True, text=True,
                           timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     time.sleep(0.3)
@@ -269,7 +258,7 @@ def test_a_command_nested_too_deeply_to_check_is_refused_and_the_run_goes_on(
     result = make_agent(permission_mode="yolo", allow=["bash(echo*)"], deny=["bash(rm*)"], sandbox="off").run_sync("x")
     assert result.status == "success" and result.result == "ok"
     assert not (workspace / "pwned").exists()
-    (text,) = tool_results(server)
+    (text,) = sent_tool_results(server)
     assert "nested too deeply" in text or "Permission" in text or "denied" in text.lower()
 
 

@@ -10,7 +10,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from conftest import kimicode_command
+from helpers import command_env, kimicode_command
 
 from kimicode.testing import FakeServer, Reply, ToolCall
 
@@ -30,9 +30,7 @@ def test_everything_a_run_leaves_in_kimicode_home_is_private(tmp_path: Path) -> 
                               ToolCall("bash", {"command": "seq 1 100000"})]),  # spills its output
             Reply(content="done"),
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-        env.update(KIMICODE_HOME=str(home), KIMI_API_KEY="sk-modes-key", KIMI_BASE_URL=server.base_url,
-                   KIMICODE_RETRY_BASE_DELAY="0.01")
+        env = command_env(home, server, key="sk-modes-key")
         done = subprocess.run([*kimicode_command(), "-p", "x", "--yolo", "--output-format", "json"], cwd=ws, env=env,
                               capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr

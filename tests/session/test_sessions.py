@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import assert_valid_history
 
 from kimicode import Agent, tool
 from kimicode.events import Event, Notice, TurnFinished
@@ -147,6 +148,7 @@ def test_a_repair_in_the_middle_is_logged_as_a_compaction_that_replays_exactly(
     agent = Agent.resume("20250101", **opts)
     assert agent.session_id == "20250101-000000-aaaaaa"
     assert [m["role"] for m in agent.messages] == ["system", "user", "assistant", "tool", "user", "assistant"]
+    assert_valid_history(agent.messages, system_first=True)
     assert types(agent)[-2:] == ["compaction", "settings"]
     assert replay(iter_records(log.path)) == agent.messages
     agent.run_sync("three")

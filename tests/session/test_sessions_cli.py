@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import kimicode_command
+from helpers import TEST_KEY, command_env, kimicode_command
 
 from kimicode import Agent
 from kimicode.session.log import load
@@ -19,14 +19,6 @@ from kimicode.testing import FakeServer, Reply, ToolCall
 
 pytestmark = pytest.mark.slow
 MakeAgent = Callable[..., Agent]
-
-
-def env_for(home: Path, server: FakeServer | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMICODE_HOME=str(home), KIMICODE_RETRY_BASE_DELAY="0.01", KIMI_API_KEY="sk-cli-sessions-secret")
-    if server is not None:
-        env["KIMI_BASE_URL"] = server.base_url
-    return env
 
 
 def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -44,7 +36,7 @@ def result_of(out: subprocess.CompletedProcess[str]) -> dict[str, object]:
 
 def test_continue_resume_and_fork_with_print(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = env_for(home, server)
+    env = command_env(home, server)
     server.add(
         Reply(reasoning="k3", tool_calls=[ToolCall("glob", {"pattern": "*"})]),
         Reply(content="first answer"),
@@ -83,11 +75,11 @@ def test_continue_resume_and_fork_with_print(server: FakeServer, workspace: Path
     assert server.requests[5].body["model"] == "kimi-k3-mini"
     for path in home.rglob("*"):
         if path.is_file():
-            assert b"sk-cli-sessions-secret" not in path.read_bytes()
+            assert TEST_KEY.encode() not in path.read_bytes()
 
 
 def test_resume_flag_errors_are_one_line_usage_errors(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
-    env = env_for(tmp_path / "home", server)
+    env = command_env(tmp_path / "home", server)
     cases = {
         ("-c", "-p", "x"): "no session to continue",
         ("--fork", "-p", "x"): "--fork needs -c/--continue or -r/--resume",
@@ -104,7 +96,7 @@ def test_resume_flag_errors_are_one_line_usage_errors(server: FakeServer, worksp
 
 def test_sessions_subcommands(server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = env_for(home, server)
+    env = command_env(home, server)
     server.add(Reply(content="the answer"), Reply(content="other"))
     sid = make_agent().run_sync("what is it?").session_id  # sessions made in process, in the same home
     other = make_agent().run_sync("another task").session_id
@@ -149,7 +141,7 @@ def test_resume_without_an_id_in_a_terminal_opens_a_picker(
     server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    env = env_for(home, server)
+    env = command_env(home, server)
     server.add(Reply(content="a"), Reply(content="b"), Reply(content="picked"))
     older = make_agent().run_sync("older task").session_id
     make_agent().run_sync("newer task")

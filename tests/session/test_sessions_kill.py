@@ -4,7 +4,6 @@ the next request carries a valid history holding everything committed before the
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -12,8 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import kimicode_command
-from helpers import history_problems
+from helpers import TEST_KEY, command_env, history_problems, kimicode_command
 
 from kimicode.agent.interrupted import NO_ANSWER
 from kimicode.session.log import INTERRUPTED, iter_records, load
@@ -51,17 +49,6 @@ class Looper:
         )
 
 
-def env_for(server: FakeServer, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(
-        KIMICODE_HOME=str(home),
-        KIMICODE_RETRY_BASE_DELAY="0.01",
-        KIMI_API_KEY="sk-kill-test-secret",
-        KIMI_BASE_URL=server.base_url,
-    )
-    return env
-
-
 def wait_for_file(path: Path, timeout: float = 15) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -76,7 +63,7 @@ def test_kill_9_at_many_points_always_resumes_to_a_valid_history(
     looper = Looper(workspace)
     server.add(*[looper] * 400)
     home = tmp_path / "home"
-    env = env_for(server, home)
+    env = command_env(home, server)
 
     def start(args: list[str]) -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -158,7 +145,7 @@ def test_kill_9_at_many_points_always_resumes_to_a_valid_history(
     unreadable = [line for line in lines if not _parses(line)]
     assert len(unreadable) == 1 and unreadable[0].endswith('"content": "hal')  # only the torn one
     assert "open tool calls" in landed and "after a user message" in landed  # mid-tool and mid-stream kills
-    assert b"sk-kill-test-secret" not in b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file())
+    assert TEST_KEY.encode() not in b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file())
 
 
 def _parses(line: str) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import Callable
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
+from helpers import TEST_KEY, headless_json, kimicode_command, sent_tool_results
 
 from kimicode.events import Notice
 from kimicode.testing import FakeServer, Reply, ToolCall
@@ -20,20 +19,6 @@ from kimicode.tools.shell import BASH
 MakeAgent = Callable[..., Any]
 
 
-def cli(server: FakeServer, home: Path, cwd: Path, *args: str, **env_extra: str) -> tuple[int, dict[str, Any], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMICODE_HOME=str(home), KIMICODE_RETRY_BASE_DELAY="0.01", KIMI_API_KEY="sk-sandbox-key",
-               KIMI_BASE_URL=server.base_url, **env_extra)
-    done = subprocess.run([*kimicode_command(), "-p", "x", "--output-format", "json", *args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert "Traceback" not in done.stderr, done.stderr
-    return done.returncode, json.loads(done.stdout), done.stderr
-
-
-def tool_results(server: FakeServer) -> list[str]:
-    return [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
-
-
 # -- without bwrap: say so once, then the permission rules apply -----------------------------------------
 
 
@@ -41,7 +26,7 @@ def test_missing_bwrap_is_reported_once_and_the_policy_applies(
     server: FakeServer, workspace: Path, tmp_path: Path
 ) -> None:
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch made"})]), Reply(content="ok"))
-    code, result, stderr = cli(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
+    code, result, stderr = headless_json(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
                                KIMICODE_BWRAP="")
     assert code == 0 and result["status"] == "success"
     assert stderr.count("sandbox is not available") == 1
@@ -57,11 +42,11 @@ def test_a_bwrap_that_cannot_create_namespaces_counts_as_unavailable(
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo hi"})]), Reply(content="ok"))
-    code, _, stderr = cli(server, tmp_path / "home", workspace, "--sandbox", "workspace-write", "--yolo",
+    code, _, stderr = headless_json(server, tmp_path / "home", workspace, "--sandbox", "workspace-write", "--yolo",
                           KIMICODE_BWRAP=str(fake))
     assert code == 0
     assert "cannot create its namespaces here (bwrap: No permissions to create new namespace)" in stderr
-    assert tool_results(server) == ["hi\n[exit code: 0]"]  # yolo, unconfined: it ran
+    assert sent_tool_results(server) == ["hi\n[exit code: 0]"]  # yolo, unconfined: it ran
 
 
 def test_the_agent_emits_the_fallback_notice_and_keeps_plain_bash(
@@ -144,16 +129,16 @@ def test_the_sandbox_confines_commands(server: FakeServer, workspace: Path, tmp_
         f"touch {host_tmp} && ls {host_tmp}",
         "cat ~/.ssh/id_rsa",
         f"echo > /dev/tcp/127.0.0.1/{port}",
-        "env | grep -c sk-sandbox-key",
+        f"env | grep -c {TEST_KEY}",
         "sleep 60",
     ]
     calls = [ToolCall("bash", {"command": c, "timeout": 1} if c == "sleep 60" else {"command": c}) for c in steps]
     server.add(Reply(tool_calls=calls), Reply(content="ok"))
-    code, result, stderr = cli(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
+    code, result, stderr = headless_json(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
                                HOME=str(home))
     assert code == 0 and result["permission_denials"] == []  # default mode: ran
     assert "sandbox blocked: writing " in stderr and ".ssh/id_rsa is not visible in the sandbox" in stderr
-    inside, out, git, tmp, key, net, env, sleep = tool_results(server)
+    inside, out, git, tmp, key, net, env, sleep = sent_tool_results(server)
     assert inside == "in\n[exit code: 0]" and (workspace / "in.txt").read_text() == "in\n"
     assert not outside.exists() and "exit code: 0" in out  # written to the sandbox's private /var/tmp
     assert "Read-only file system" in git and not (workspace / ".git" / "hooks-evil").exists()
@@ -169,14 +154,15 @@ def test_sandbox_network_can_be_allowed(server: FakeServer, workspace: Path, tmp
     port = server.base_url.split(":")[2].split("/")[0]
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo up"})]),
                Reply(content="ok"))
-    code, _, _ = cli(server, tmp_path / "home", workspace, "--sandbox", "workspace-write", "--sandbox-network")
-    assert code == 0 and tool_results(server) == ["up\n[exit code: 0]"]
+    code, _, _ = headless_json(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
+                               "--sandbox-network")
+    assert code == 0 and sent_tool_results(server) == ["up\n[exit code: 0]"]
 
 
 @needs_bwrap
 def test_plan_mode_still_asks_inside_the_sandbox(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch made"})]), Reply(content="ok"))
-    code, result, _ = cli(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
+    code, result, _ = headless_json(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
                           "--permission-mode", "plan")
     assert code == 0 and [d["tool_name"] for d in result["permission_denials"]] == ["bash"]
     assert not (workspace / "made").exists()

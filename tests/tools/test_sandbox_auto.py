@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import running, sent_tool_results
 
 from kimicode.events import Notice
 from kimicode.testing import FakeServer, Reply, ToolCall
@@ -18,10 +19,6 @@ from kimicode.tools.sandbox import probe
 MakeAgent = Callable[..., Any]
 STATUS = probe()
 needs_bwrap = pytest.mark.skipif(not STATUS.available, reason=f"bubblewrap cannot run here: {STATUS.reason}")
-
-
-def results(server: FakeServer) -> list[str]:
-    return [m["content"] for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
 
 
 def outside_path(tag: str) -> Path:
@@ -51,7 +48,7 @@ def test_yolo_commands_cannot_write_outside_or_reach_the_network(
     agent = make_agent(permission_mode="yolo")
     assert agent.sandbox is not None and agent.sandbox.auto and not agent.policy.sandboxed
     agent.run_sync("x")
-    direct, nested, net, inside = results(server)
+    direct, nested, net, inside = sent_tool_results(server)
     assert not outside.exists()
     assert "pwned" not in direct and "pwned" not in nested  # written to the sandbox's private /var/tmp
     assert "connected" not in net and "[exit code: 1]" in net
@@ -87,7 +84,7 @@ def test_host_unix_sockets_are_out_of_reach(
     finally:
         listener.close()
         path.unlink(missing_ok=True)
-    (text,) = results(server)
+    (text,) = sent_tool_results(server)
     assert "CONNECTED" not in text and "[exit code: 1]" in text
 
 
@@ -100,7 +97,7 @@ def test_a_command_admitted_by_a_rule_runs_confined(
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"touch {outside}"})]), Reply(content="ok"))
     make_agent(allow=["bash(touch*)"], permission_mode="accept-edits").run_sync("x")
     assert not outside.exists()  # touched in the sandbox's private /var/tmp, or refused
-    (text,) = results(server)
+    (text,) = sent_tool_results(server)
     assert "[exit code: 0]" in text or "denied" in text.lower() or "not allowed" in text.lower()
 
 
@@ -159,7 +156,7 @@ def test_auto_without_bwrap_says_so_once_and_runs_as_before(
                Reply(content="again"))
     agent.run_sync("x")
     agent.run_sync("y")
-    assert results(server) == ["hi\n[exit code: 0]"]
+    assert sent_tool_results(server) == ["hi\n[exit code: 0]"]
     assert sum("sandbox is not available" in e.text for e in events if isinstance(e, Notice)) == 1
 
 
@@ -185,26 +182,12 @@ def test_nothing_a_sandboxed_command_starts_outlives_it(
     cmd = f"trap '' TERM; setsid sleep {marker} & (nohup sleep {marker} &) ; sleep 60"
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": cmd, "timeout": 1})]), Reply(content="ok"))
     make_agent(permission_mode="yolo").run_sync("x")
-    (text,) = results(server)
+    (text,) = sent_tool_results(server)
     assert "timed out after 1 s" in text
     deadline = time.monotonic() + 5
-    while _running(f"sleep\x00{marker}\x00".encode()):
+    while running(f"sleep\x00{marker}\x00".encode()):
         assert time.monotonic() < deadline, "a sandboxed background job survived its command"
         time.sleep(0.05)
-
-
-def _running(cmdline: bytes) -> list[int]:
-    """Live processes with exactly this /proc cmdline."""
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and Path(f"/proc/{entry}/cmdline").read_bytes() == cmdline:
-                stat = Path(f"/proc/{entry}/stat").read_bytes()
-                if stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 @needs_bwrap
@@ -229,7 +212,7 @@ def test_other_sessions_logs_are_hidden_and_this_sessions_spill_is_not(
         Reply(content="ok"),
     )
     agent.run_sync("x")
-    other, listing, spill, planted = results(server)
+    other, listing, spill, planted = sent_tool_results(server)
     assert "another project" not in other and "No such file" in other
     assert "other.jsonl" not in listing
     assert spill == "spilled output\n[exit code: 0]"

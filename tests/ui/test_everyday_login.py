@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
+from helpers import kimicode_command
 from rich.console import Console
 
 from kimicode.cli.firstrun import first_run

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from ui_helpers import plain_session
 
 from kimicode.cli.firstprompt import FIRST_PROMPT, NotACommand, first_prompt_args
 from kimicode.testing import FakeServer, Reply, ToolCall
@@ -96,12 +97,7 @@ def test_a_first_prompt_on_the_command_line() -> None:
 
 
 def make_session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from kimicode.ui.app import AgentOptions, Session
-
-    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
-    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
-    console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-    return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01), console, plain=True)
+    return plain_session(server, workspace, monkeypatch)
 
 
 def test_bang_command_output_goes_with_the_next_message(
@@ -218,7 +214,7 @@ def test_shell_completion_scripts_complete_commands_and_choices(tmp_path: Path) 
     import shutil
     import subprocess
 
-    from conftest import kimicode_command
+    from helpers import kimicode_command
 
     kc = kimicode_command()
     scripts = {shell: subprocess.run([*kc, "completion", shell], capture_output=True, text=True, timeout=60)
@@ -291,7 +287,7 @@ def test_add_dir_lets_the_tools_write_there_as_in_the_workspace(
 ) -> None:
     import subprocess
 
-    from conftest import kimicode_command
+    from helpers import kimicode_command
 
     other = tmp_path / "shared-lib"
     other.mkdir()
@@ -373,7 +369,7 @@ def test_help_one_liners_are_whole(capsys: pytest.CaptureFixture[str], monkeypat
 
 
 def test_the_retry_status_counts_down() -> None:
-    from test_ui_render import Term
+    from terminals import Term
 
     from kimicode.events import Retrying
     from kimicode.ui.view import TurnView

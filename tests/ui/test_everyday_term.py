@@ -11,15 +11,14 @@ for the harness). Few and lean: each test covers several habits of one session.
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kimicode_command
-from test_ui_resize import Tmux
+from helpers import kimicode_command, terminal_env
+from terminals import Tmux
 
 from kimicode.testing import FakeServer, Reply, ToolCall
 
@@ -35,11 +34,7 @@ PNG = base64.b64decode(
 
 @pytest.fixture
 def kc(server: FakeServer, tmp_path: Path, workspace: Path) -> Iterator[Callable[..., Tmux]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(KIMI_API_KEY="sk-ui-test", KIMI_BASE_URL=server.base_url, KIMICODE_HOME=str(tmp_path / "home"),
-               TERM="xterm-256color", KIMICODE_RETRY_BASE_DELAY="0.01")
-    env.pop("NO_COLOR", None)
-    env.pop("TMUX", None)
+    env = terminal_env(tmp_path / "home", server)
     opened: list[Tmux] = []
 
     def start(*args: str, at_prompt: bool = True) -> Tmux:

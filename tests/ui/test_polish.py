@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
+from terminals import Term, stream_into
 
 from kimicode.ui.completion import FileIndex, PromptCompleter
 
@@ -35,11 +36,6 @@ def test_at_completion_waits_for_the_first_listing(tmp_path: Path) -> None:
 def test_streamed_markdown_has_one_blank_line_between_blocks_and_list_dots() -> None:
     """rich pads code blocks and puts blank rows around tables and lists, so two or three blank lines
     piled up between streamed blocks; an ordered list showed `1` for `1.`."""
-    try:
-        from .test_ui_render import Term, stream_into
-    except ImportError:  # tests/ is not a package
-        from test_ui_render import Term, stream_into  # type: ignore[no-redef]
-
     doc = (
         "Intro.\n\n```python\nx = 1\n```\n\nAfter code.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
         "After table.\n\n1. first\n2. second\n\nEnd."
@@ -127,11 +123,6 @@ def test_init_previews_show_what_the_user_asked(server: Any, workspace: Path, mo
 def test_the_spinner_times_the_running_command_not_the_turn() -> None:
     """A turn 40 s in showed `(40s · …)` beside a command that had run 2 s, and when one of two parallel
     calls finished the other's time started again from 0."""
-    try:
-        from .test_ui_render import Term
-    except ImportError:  # tests/ is not a package
-        from test_ui_render import Term  # type: ignore[no-redef]
-
     from kimicode.events import ToolCallFinished, ToolCallStarted
     from kimicode.ui.view import TurnView
 

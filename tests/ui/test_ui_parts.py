@@ -18,6 +18,7 @@ import pytest
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 from rich.console import Console
+from ui_helpers import output, plain_session
 
 from kimicode.agent.core import Approval, ApprovalRequest
 from kimicode.config.ui import UISettings
@@ -640,23 +641,7 @@ def test_turn_view_interruption_closes_running_calls() -> None:
 def session_factory(
     server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> Callable[[], Any]:
-    from kimicode.ui.app import AgentOptions, Session
-
-    monkeypatch.setenv("KIMI_API_KEY", "sk-test")
-    monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
-
-    def make() -> Any:
-        console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-        return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01), console, plain=True)
-
-    return make
-
-
-def output(session: Any) -> str:
-    value: str = session.console.file.getvalue()
-    session.console.file.seek(0)
-    session.console.file.truncate()
-    return value
+    return lambda: plain_session(server, workspace, monkeypatch)
 
 
 def test_slash_commands(session_factory: Callable[[], Any], tmp_path: Path) -> None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
@@ -14,16 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pexpect
-import pyte
 import pytest
-from helpers import MCP_DEMO, assert_valid_history
+from helpers import MCP_DEMO, assert_valid_history, terminal_env
+from terminals import Terminal
 
 from kimicode.testing import FakeServer, Reply, ToolCall
-
-try:
-    from .conftest import kimicode_command
-except ImportError:  # tests/ is not a package
-    from conftest import kimicode_command  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.slow
 
@@ -32,88 +26,9 @@ INTERRUPTED = "interrupted by user"
 DEMO_MCP = str(MCP_DEMO)
 
 
-class Terminal:
-    """A pseudo-terminal running kimicode, with a pyte screen that answers cursor-position queries."""
-
-    def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
-        owner = self
-        self.plain = env.get("TERM") == "dumb"
-
-        class Screen(pyte.Screen):  # type: ignore[misc]
-            def write_process_input(self, data: str) -> None:
-                owner.child.send(data)  # prompt_toolkit asks where the cursor is; answer like a terminal
-
-        self.screen = Screen(COLS, ROWS)
-        self.stream = pyte.ByteStream(self.screen)
-        self.raw = b""
-        cmd = kimicode_command()
-        self.child = pexpect.spawn(cmd[0], [*cmd[1:], *args], env=env, cwd=str(cwd), dimensions=(ROWS, COLS))
-
-    def pump(self, timeout: float = 0.05) -> bool:
-        """Read what is available; False at end of output."""
-        try:
-            data = self.child.read_nonblocking(65536, timeout=timeout)
-        except pexpect.TIMEOUT:
-            return True
-        except pexpect.EOF:
-            return False
-        self.raw += data
-        self.stream.feed(data)
-        return True
-
-    @property
-    def text(self) -> str:
-        return "\n".join(line.rstrip() for line in self.screen.display)
-
-    def wait_for(self, what: str | Callable[[], bool], timeout: float = 15) -> str:
-        check = (lambda: what in self.text) if isinstance(what, str) else what
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            alive = self.pump()
-            if check():
-                return self.text
-            if not alive:
-                break
-        raise AssertionError(f"timed out waiting for {what!r}; the screen shows:\n{self.text}")
-
-    def at_prompt(self) -> bool:
-        """The cursor sits on an empty input line and no turn is running."""
-        row = self.screen.display[self.screen.cursor.y].rstrip()
-        if self.plain:
-            return row == ">"
-        return row == "›" and "esc to interrupt" not in self.text and "⏵" in self.toolbar()
-
-    def wait_prompt(self, timeout: float = 15) -> str:
-        return self.wait_for(self.at_prompt, timeout)
-
-    def type(self, text: str) -> None:
-        self.child.send(text)
-
-    def send_message(self, text: str) -> None:
-        self.type(text)
-        self.wait_for(lambda: text.splitlines()[-1] in self.text, 5)
-        self.type("\r")
-
-    def toolbar(self) -> str:
-        return self.screen.display[-1]
-
-    def close(self) -> None:
-        if self.child.isalive():
-            self.child.terminate(force=True)
-
-
 @pytest.fixture
 def term_env(server: FakeServer, tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(
-        KIMI_API_KEY="sk-ui-test",
-        KIMI_BASE_URL=server.base_url,
-        KIMICODE_HOME=str(tmp_path / "home"),
-        KIMICODE_RETRY_BASE_DELAY="0.01",
-        TERM="xterm-256color",
-    )
-    env.pop("NO_COLOR", None)
-    return env
+    return terminal_env(tmp_path / "home", server)
 
 
 @pytest.fixture
@@ -121,7 +36,7 @@ def start(term_env: dict[str, str], workspace: Path) -> Iterator[Callable[..., T
     terms: list[Terminal] = []
 
     def run(*args: str, **env: str) -> Terminal:
-        term = Terminal(list(args), {**term_env, **env}, workspace)
+        term = Terminal(list(args), {**term_env, **env}, workspace, COLS, ROWS)
         terms.append(term)
         term.wait_prompt()
         return term

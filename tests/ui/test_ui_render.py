@@ -5,11 +5,11 @@ from __future__ import annotations
 import io
 import random
 
-import pyte
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
+from terminals import Term, stream_into
 
 from kimicode.ui.live import live_width, trim_rows
 from kimicode.ui.render import (
@@ -112,46 +112,6 @@ def test_open_block_is_cropped_keeping_the_fence() -> None:
     s.feed("```py\n" + "".join(f"line{i}\n" for i in range(100)))
     tail = s.open_block(max_lines=5).splitlines()
     assert tail[0] == "```py" and tail[-1] == "line99" and len(tail) == 5
-
-
-class Term:
-    """A pyte screen fed by a rich console that behaves like a colour terminal."""
-
-    def __init__(self, rows: int = 200, cols: int = 80) -> None:
-        self.screen = pyte.Screen(cols, rows)
-        self.stream = pyte.Stream(self.screen)
-        outer = self
-
-        class File(io.StringIO):
-            def write(self, s: str) -> int:
-                outer.stream.feed(s.replace("\n", "\r\n"))  # the terminal driver's ONLCR
-                outer.written += s
-                return len(s)
-
-        self.written = ""
-        self.file = File()
-        self.console = Console(
-            file=self.file, width=cols, height=rows, force_terminal=True, color_system="truecolor", legacy_windows=False
-        )
-
-    @property
-    def text(self) -> str:
-        return "\n".join(line.rstrip() for line in self.screen.display).rstrip()
-
-
-def stream_into(term: Term, text: str, sizes: list[int], interval: float = 0.0) -> MarkdownStream:
-    md = MarkdownStream(term.console, None, min_interval=interval)
-    md.live = LiveRegion(term.file, lambda: term.screen.lines, lambda: [md.live_text(), "status line\n"])
-    i = 0
-    k = 0
-    while i < len(text):
-        n = sizes[k % len(sizes)]
-        md.feed(text[i : i + n])
-        i += n
-        k += 1
-    md.finish()
-    md.live.clear()
-    return md
 
 
 def reference(text: str, cols: int = 80) -> str:

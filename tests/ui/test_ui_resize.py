@@ -5,24 +5,17 @@ behind, and no cursor-position report ever shows up as text."""
 
 from __future__ import annotations
 
-import os
 import re
-import shlex
 import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import kimicode_command, terminal_env
+from terminals import Tmux
 
 from kimicode.testing import FakeServer, Reply, ToolCall
-
-try:
-    from .conftest import kimicode_command
-except ImportError:  # tests/ is not a package
-    from conftest import kimicode_command  # type: ignore[no-redef]
 
 pytestmark = [
     pytest.mark.slow,
@@ -41,67 +34,9 @@ def long_list(n: int = ITEMS) -> str:
     return f"Here is the list you asked for, one item per line:\n\n{items}\n\nDone-END."
 
 
-class Tmux:
-    """A tmux server of its own (its own socket and configuration) running one command in one pane."""
-
-    def __init__(self, command: list[str], env: dict[str, str], cwd: Path, cols: int = 120, rows: int = 40) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="kc-tmux-"))  # short: a socket path has a length limit
-        self.socket = str(self.dir / "sock")
-        conf = self.dir / "tmux.conf"
-        conf.write_text("set -g history-limit 100000\nset -g status off\nset -g remain-on-exit on\n")
-        script = self.dir / "run.sh"
-        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-        script.write_text(f"#!/bin/sh\n{exports}cd {shlex.quote(str(cwd))}\nexec {shlex.join(command)}\n")
-        script.chmod(0o755)
-        self.run("-f", str(conf), "new-session", "-d", "-s", "k", "-x", str(cols), "-y", str(rows), str(script))
-        self.rows = rows
-
-    def run(self, *args: str) -> str:
-        done = subprocess.run(["tmux", "-S", self.socket, *args], capture_output=True, text=True, timeout=10)
-        return done.stdout
-
-    def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-t", "k")
-
-    def history(self) -> str:
-        """Everything: the scrollback and the screen, wrapped lines joined."""
-        return self.run("capture-pane", "-p", "-J", "-S", "-", "-t", "k")
-
-    def resize(self, cols: int) -> None:
-        self.run("resize-window", "-t", "k", "-x", str(cols), "-y", str(self.rows))
-
-    def keys(self, *keys: str) -> None:
-        self.run("send-keys", "-t", "k", *keys)
-
-    def wait(self, check: str | Callable[[str], bool], timeout: float = 20) -> str:
-        test = (lambda screen: check in screen) if isinstance(check, str) else check
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if test(screen):
-                return screen
-            time.sleep(0.02)
-        raise AssertionError(f"timed out waiting for {check!r}; the screen shows:\n{self.screen()}")
-
-    def at_prompt(self, screen: str) -> bool:
-        return "esc to interrupt" not in screen and "⏵" in screen and "\n›" in "\n" + screen
-
-    def close(self) -> None:
-        self.run("kill-server")
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture
 def tmux(server: FakeServer, tmp_path: Path, workspace: Path) -> Iterator[Callable[..., Tmux]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    env.update(
-        KIMI_API_KEY="sk-ui-test",
-        KIMI_BASE_URL=server.base_url,
-        KIMICODE_HOME=str(tmp_path / "home"),
-        TERM="xterm-256color",
-    )
-    env.pop("NO_COLOR", None)
-    env.pop("TMUX", None)
+    env = terminal_env(tmp_path / "home", server)
     opened: list[Tmux] = []
 
     def start(*args: str) -> Tmux:

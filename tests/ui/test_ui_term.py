@@ -5,7 +5,6 @@ at more than one width."""
 from __future__ import annotations
 
 import io
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -13,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pexpect
-import pyte
 import pytest
+from helpers import terminal_env
 from rich.console import Console
+from terminals import Terminal
 
 from kimicode.agent.core import ApprovalRequest
 from kimicode.commands import CustomCommand
@@ -27,13 +27,6 @@ from kimicode.ui.app import endpoint_host
 from kimicode.ui.approvals import options_for, preview
 from kimicode.ui.commands import custom_echo
 from kimicode.ui.view import TurnView
-
-try:
-    from .conftest import kimicode_command
-    from .test_ui_pty import Terminal
-except ImportError:  # tests/ is not a package
-    from conftest import kimicode_command  # type: ignore[no-redef]
-    from test_ui_pty import Terminal  # type: ignore[no-redef]
 
 BOX = re.compile("[\u2500-\u257f]")
 """Box-drawing characters (─│┌┐└┘╭╮╰╯...)."""
@@ -128,22 +121,8 @@ def test_a_diff_shown_in_the_question_is_not_printed_again() -> None:
 # -- in a pseudo-terminal ----------------------------------------------------------------------
 
 
-class Term(Terminal):  # type: ignore[misc]
-    """`Terminal` at a chosen width; the prompt is recognised without the toolbar (it is cut when narrow)."""
-
-    def __init__(self, args: list[str], env: dict[str, str], cwd: Path, cols: int, rows: int = 30) -> None:
-        owner = self
-        self.plain = env.get("TERM") == "dumb"
-
-        class Screen(pyte.Screen):  # type: ignore[misc]
-            def write_process_input(self, data: str) -> None:
-                owner.child.send(data)
-
-        self.screen = Screen(cols, rows)
-        self.stream = pyte.ByteStream(self.screen)
-        self.raw = b""
-        cmd = kimicode_command()
-        self.child = pexpect.spawn(cmd[0], [*cmd[1:], *args], env=env, cwd=str(cwd), dimensions=(rows, cols))
+class SizedTerminal(Terminal):
+    """A `Terminal` whose prompt is recognised without the toolbar (it is cut when narrow)."""
 
     def at_prompt(self) -> bool:
         row = self.screen.display[self.screen.cursor.y].rstrip()
@@ -157,24 +136,15 @@ class Term(Terminal):  # type: ignore[misc]
 
 @pytest.fixture
 def env(server: FakeServer, tmp_path: Path) -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
-    out.update(
-        KIMI_API_KEY="sk-ui-test",
-        KIMI_BASE_URL=server.base_url,
-        KIMICODE_HOME=str(tmp_path / "home"),
-        KIMICODE_RETRY_BASE_DELAY="0.01",
-        TERM="xterm-256color",
-    )
-    out.pop("NO_COLOR", None)
-    return out
+    return terminal_env(tmp_path / "home", server)
 
 
 @pytest.fixture
-def open_term(env: dict[str, str], workspace: Path) -> Iterator[Callable[..., Term]]:
-    terms: list[Term] = []
+def open_term(env: dict[str, str], workspace: Path) -> Iterator[Callable[..., SizedTerminal]]:
+    terms: list[SizedTerminal] = []
 
-    def run(*args: str, cols: int = 100, **extra: str) -> Term:
-        term = Term(list(args), {**env, **extra}, workspace, cols)
+    def run(*args: str, cols: int = 100, **extra: str) -> SizedTerminal:
+        term = SizedTerminal(list(args), {**env, **extra}, workspace, cols)
         terms.append(term)
         term.wait_prompt()
         return term
@@ -187,7 +157,7 @@ def open_term(env: dict[str, str], workspace: Path) -> Iterator[Callable[..., Te
 @pytest.mark.slow
 @pytest.mark.parametrize("cols", [100, 40])
 def test_banner_compact_thinking_context_and_the_exit_hint(
-    open_term: Callable[..., Term], server: FakeServer, cols: int
+    open_term: Callable[..., SizedTerminal], server: FakeServer, cols: int
 ) -> None:
     server.add(Reply(content="hello back"))
     term = open_term(cols=cols)
@@ -215,14 +185,14 @@ def test_banner_compact_thinking_context_and_the_exit_hint(
     assert len(logs) == 1 and f"kimicode -r {logs[0].stem}" in term.history().replace("\n", "")
 
 
-def term_home(term: Term) -> str:
+def term_home(term: SizedTerminal) -> str:
     env = term.child.env
     assert env is not None
     return str(env["KIMICODE_HOME"])
 
 
 @pytest.mark.slow
-def test_no_resume_hint_for_a_session_without_a_prompt(open_term: Callable[..., Term]) -> None:
+def test_no_resume_hint_for_a_session_without_a_prompt(open_term: Callable[..., SizedTerminal]) -> None:
     term = open_term()
     term.type("\x04")
     while term.pump(0.2):
@@ -232,7 +202,7 @@ def test_no_resume_hint_for_a_session_without_a_prompt(open_term: Callable[..., 
 
 @pytest.mark.slow
 def test_plain_terminal_asks_without_box_characters(
-    open_term: Callable[..., Term], server: FakeServer, workspace: Path
+    open_term: Callable[..., SizedTerminal], server: FakeServer, workspace: Path
 ) -> None:
     (workspace / "f.txt").write_text("one\n\nthree\n")
     server.add(
@@ -254,7 +224,7 @@ def test_plain_terminal_asks_without_box_characters(
 @pytest.mark.slow
 @pytest.mark.parametrize("cols", [100, 50])
 def test_a_running_command_streams_its_tail_and_ctrl_o_expands_it(
-    open_term: Callable[..., Term], server: FakeServer, cols: int
+    open_term: Callable[..., SizedTerminal], server: FakeServer, cols: int
 ) -> None:
     script = "for i in $(seq 1 12); do echo out-$i.; done; sleep 1.5; echo $((6*7))-last."
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": script})]), Reply(content="all done"))
@@ -275,7 +245,7 @@ def test_a_running_command_streams_its_tail_and_ctrl_o_expands_it(
 
 @pytest.mark.slow
 def test_an_interrupted_answer_stays_and_a_resumed_session_shows_it(
-    open_term: Callable[..., Term], server: FakeServer
+    open_term: Callable[..., SizedTerminal], server: FakeServer
 ) -> None:
     words = " ".join(f"w{i}" for i in range(600))
     server.add(Reply(content=words, chunk_size=4, chunk_delay=0.02), Reply(content="continued"))
@@ -309,7 +279,7 @@ def test_an_interrupted_answer_stays_and_a_resumed_session_shows_it(
 @pytest.mark.slow
 @pytest.mark.parametrize("cols", [100, 45])
 def test_typing_while_the_agent_works_echoes_and_enter_queues(
-    open_term: Callable[..., Term], server: FakeServer, cols: int
+    open_term: Callable[..., SizedTerminal], server: FakeServer, cols: int
 ) -> None:
     slow = Reply(content=" ".join(f"v{i}" for i in range(150)), chunk_size=4, chunk_delay=0.02)
     server.add(slow, Reply(content="first queued answered"), Reply(content="/help was not sent"))
@@ -333,7 +303,7 @@ def test_typing_while_the_agent_works_echoes_and_enter_queues(
 
 @pytest.mark.slow
 def test_esc_then_enter_interrupts_and_sends_the_queued_message_now(
-    open_term: Callable[..., Term], server: FakeServer
+    open_term: Callable[..., SizedTerminal], server: FakeServer
 ) -> None:
     server.add(
         Reply(content=" ".join(f"u{i}" for i in range(400)), chunk_size=4, chunk_delay=0.02),
@@ -357,7 +327,7 @@ def test_esc_then_enter_interrupts_and_sends_the_queued_message_now(
 @pytest.mark.slow
 @pytest.mark.parametrize("cols", [100, 50])
 def test_plan_mode_is_told_and_an_approved_plan_is_carried_out(
-    open_term: Callable[..., Term], server: FakeServer, workspace: Path, cols: int
+    open_term: Callable[..., SizedTerminal], server: FakeServer, workspace: Path, cols: int
 ) -> None:
     (workspace / "f.txt").write_text("old\n")
     edit = ToolCall("edit_file", {"path": "f.txt", "old_string": "old", "new_string": "new"})
@@ -392,7 +362,7 @@ def test_plan_mode_is_told_and_an_approved_plan_is_carried_out(
 
 
 @pytest.mark.slow
-def test_keeping_on_planning_changes_nothing(open_term: Callable[..., Term], server: FakeServer) -> None:
+def test_keeping_on_planning_changes_nothing(open_term: Callable[..., SizedTerminal], server: FakeServer) -> None:
     server.add(Reply(content="1. a plan"), Reply(content="1. a better plan"))
     term = open_term("--permission-mode", "plan")
     term.send_message("plan it")
@@ -425,7 +395,7 @@ def test_resume_picker_arrows_filter_and_interactive_first(
     make_agent(origin="headless").run_sync("headless one-shot run")
     make_agent(origin="interactive").run_sync("beta interactive chat")
     server.add(Reply(content="picked beta"))
-    term = Term(["-r"], env, workspace, cols)
+    term = SizedTerminal(["-r"], env, workspace, cols)
     try:
         screen = term.wait_for("Resume which session?")
         flat = screen.replace("\n", " ")
@@ -453,7 +423,7 @@ def test_resume_picker_arrows_filter_and_interactive_first(
 def test_resume_picker_esc_cancels(env: dict[str, str], server: FakeServer, workspace: Path, make_agent: Any) -> None:
     server.add(Reply(content="x"))
     make_agent(origin="interactive").run_sync("only one")
-    term = Term(["-r"], env, workspace, 80)
+    term = SizedTerminal(["-r"], env, workspace, 80)
     term.wait_for("Resume which session?")
     term.type("\x1b")
     term.child.expect(pexpect.EOF, timeout=10)
