@@ -322,7 +322,7 @@ def main(
 
             if not ensure_key(workspace, kimicode_home(), model=model, base_url=base_url, out=sys.stderr):
                 raise typer.Exit(2)  # no key: first_run said what to set
-            from kimicode.ui.app import run_interactive
+            from kimicode.ui.launch import run_interactive
 
             raise typer.Exit(
                 run_interactive(

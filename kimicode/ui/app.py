@@ -37,18 +37,11 @@ from kimicode.session.store import SessionError, latest_session
 from kimicode.ui import commands
 from kimicode.ui.approvals import Approver, SessionRules
 from kimicode.ui.completion import FileIndex, expand_mentions
+from kimicode.ui.console import endpoint_host, make_console, plain_output, report_internal_error
 from kimicode.ui.keys import KeyListener
-from kimicode.ui.launch import (
-    AgentOptions,
-    SessionOptions,
-    endpoint_host,
-    make_console,
-    plain_output,
-    report_internal_error,
-    run_interactive,
-)
 from kimicode.ui.live import live_width
 from kimicode.ui.notify import Notifier
+from kimicode.ui.options import AgentOptions, SessionOptions
 from kimicode.ui.paste import Pastes, attach_image
 from kimicode.ui.recap import opening_banner, resume_hint, show_recap
 from kimicode.ui.render import transient_line
@@ -59,7 +52,6 @@ from kimicode.ui.view import TurnView, expanded_result
 
 __all__ = [
     "LATEST", "AgentOptions", "Session", "SessionOptions", "endpoint_host", "make_console", "plain_output",
-    "run_interactive",
 ]
 
 if TYPE_CHECKING:

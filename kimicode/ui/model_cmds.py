@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from kimicode.config.endpoint import ConfigError
 from kimicode.errors import KimicodeError
+from kimicode.ui.console import endpoint_host
 from kimicode.ui.format import tokens
-from kimicode.ui.launch import endpoint_host
 
 if TYPE_CHECKING:
     from kimicode.ui.app import Session
