@@ -19,19 +19,9 @@ MAX_LINES = 600
 MAX_COMPLEXITY = 25
 
 KNOWN_CYCLES = {
-    "permissions": "bashcheck, engine, pathresolve, policy: optparse and sandbox (issue 22) are reshaping permissions/",
     "ui": "app, commands, launch, login, model_cmds, prompt: everyday (issue 23) owns ui/",
 }
 """Packages whose modules still import each other in a ring (counting imports inside functions)."""
-
-KNOWN_PRIVATE_IMPORTS = {
-    ("kimicode.permissions.bashcheck", "_path_rule_hit"),
-    ("kimicode.permissions.bashcheck", "_rule_text"),
-    ("kimicode.permissions.bashcheck", "_shown"),
-    ("kimicode.permissions.bashcheck", "_specific_allow"),
-    ("kimicode.permissions.pathresolve", "_paths"),
-}
-"""(importing module, name): permissions/ internals, with optparse (issue 22)."""
 
 KNOWN_COMPLEX = {
     "kimicode/cli/app.py:main": "everyday (issue 23): the command's flag handling",
@@ -133,9 +123,9 @@ def test_no_underscore_name_is_imported_across_modules() -> None:
         for base, item, _ in imports_of(path):
             if item and item.startswith("_") and not item.startswith("__") and base.startswith("kimicode"):
                 found.add((module_name(path), item))
-    assert found == KNOWN_PRIVATE_IMPORTS, (
-        f"new: {sorted(found - KNOWN_PRIVATE_IMPORTS)}; fixed (drop from the list): "
-        f"{sorted(KNOWN_PRIVATE_IMPORTS - found)}. A name used by another module is public: drop its underscore"
+    assert not found, (
+        f"{sorted(found)}: a name used by another module is public (drop its underscore), or the code belongs in "
+        "one module"
     )
 
 
