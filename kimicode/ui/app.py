@@ -197,6 +197,17 @@ class Session:
             await old.aclose()
         self.start_mcp()
 
+    async def continue_in(self, child: Agent) -> None:
+        """Make `child` (a fork of the session's agent, maybe in its own working tree) the session's agent,
+        and close the old one (/fork, a /model switch that forks)."""
+        old = self.agent
+        self.agent, self.forked_from = child, old.session_id
+        self.workspace = self.approver.workspace = child.workspace
+        self.index, self.branch = FileIndex(child.workspace), GitBranch(child.workspace)
+        self._replaced()
+        with contextlib.suppress(Exception):
+            await old.aclose()
+
     def custom_commands(self) -> dict[str, CustomCommand]:
         """The custom slash commands (kimicode's and Claude Code's folders, plugins', skills), re-read every
         few seconds so a file added during the session shows up."""
@@ -301,7 +312,8 @@ class Session:
             self._shown_notices.add(text)
             self.say(f"! {text}", style)
 
-    def _context_estimate(self) -> int:
+    def context_estimate(self) -> int:
+        """Tokens the conversation holds now (the toolbar's figure), counted again only when it changed."""
         messages = self.agent.messages
         if len(messages) != self._estimate_len:
             self._estimate_len = len(messages)
