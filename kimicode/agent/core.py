@@ -474,12 +474,12 @@ class Agent(Explorer):
     def commit(self, message: dict[str, Any], emit: Callable[[Event], None]) -> None:
         """The one way a message enters the history: the session log and the stream get it too."""
         message = utf8_safe(message)
+        if self.log:  # first: a message the log refused is not in the history either (one copy of each result)
+            self.log.message(message, self.endpoint.model)
         self.messages.append(message)
         self.switches.authorship.record(message, self.endpoint.model)
         if message.get("role") == "assistant" and message.get("content"):
             self._turn_text = str(message["content"])
-        if self.log:
-            self.log.message(message, self.endpoint.model)
         emit(MessageCommitted(message))
 
     def _answer_pending(self, pending: list[dict[str, Any]], content: str, emit: Emit | None) -> None:
