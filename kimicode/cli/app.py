@@ -311,8 +311,8 @@ def main(
         raise fail("--output-schema and --json-schema apply to headless runs: add -p PROMPT")
     from kimicode.agent.options import AgentOptions
 
-    try:  # the configuration files are read (and checked) before anything starts
-        AgentOptions.from_workspace(workspace, trust=trust_workspace, **settings)
+    try:  # the configuration files are read (and checked) once, before anything starts
+        checked = AgentOptions.from_workspace(workspace, trust=trust_workspace, **settings)
     except (ConfigError, ValueError, TypeError) as exc:
         raise fail(str(exc)) from None
     if prompt is None:
@@ -322,7 +322,7 @@ def main(
 
             if not ensure_key(workspace, kimicode_home(), model=model, base_url=base_url, out=sys.stderr):
                 raise typer.Exit(2)  # no key: first_run said what to set
-            from kimicode.ui.app import run_interactive
+            from kimicode.ui.launch import run_interactive
 
             raise typer.Exit(
                 run_interactive(
@@ -362,13 +362,14 @@ def main(
 
     def options_for(where: Path) -> AgentOptions:
         """The run's options in `where` (the session's own workspace when resuming without -C)."""
-        config = None
-        if trust_workspace or mcp_config is not None:
+        config = checked.config if where.expanduser().resolve() == checked.workspace else None
+        if config is None:  # another workspace (a resumed session's own): its files, read once too
             from kimicode.config.endpoint import kimicode_home
+            from kimicode.config.settings import load_settings
 
-            config = ci_settings(where.resolve(), kimicode_home(), trust=trust_workspace, mcp_config=mcp_config)
-        extra: dict[str, Any] = {"config": config} if config is not None else {}
-        return AgentOptions.from_workspace(where, headless=True, **settings, **extra)
+            config = load_settings(where.expanduser().resolve(), kimicode_home(), trust=trust_workspace)
+        return AgentOptions.from_workspace(where, headless=True, **settings,
+                                           config=ci_settings(config, mcp_config=mcp_config))
 
     from kimicode.agent.core import Agent
     from kimicode.cli.headless import Printer, run_headless

@@ -24,13 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kimicode.permissions import gitsafe, pathresolve
-from kimicode.permissions.engine import (
-    Decision,
-    _path_rule_hit,
-    _rule_text,
-    _shown,
-    _specific_allow,
-)
+from kimicode.permissions.decision import Decision, path_rule_hit, rule_text, shown_path, specific_allow
 from kimicode.permissions.hints import combined_refusal, show_word, suggest_rule
 from kimicode.permissions.policy import Policy, Rule
 from kimicode.permissions.programs import SHELLS, Analysis, analyze, embedded, module_form, out_paths, unwrap
@@ -113,24 +107,24 @@ def _deny_one(
     forms = _deny_forms(cmd)
     for rule in deny:
         if rule.pattern is None or any(rule.matches_command(form) for form in forms):
-            return Decision("deny", f"`{cmd.text}` is denied by the rule {_rule_text(rule)}", by_rule=True)
+            return Decision("deny", f"`{cmd.text}` is denied by the rule {rule_text(rule)}", by_rule=True)
     for redirect, path in _redirect_paths(cmd, ctx, policy):
         rule_list = edit_deny if redirect.kind == "write" else read_deny if redirect.kind == "read" else []
         if path is None and rule_list:
             return Decision("ask", f"cannot tell whether the redirection to {redirect.target.raw!r} is denied "
                                    "by the rules: its target is computed or cannot be resolved")
-        hit = _path_rule_hit(rule_list, [path], ctx) if path is not None else None
+        hit = path_rule_hit(rule_list, [path], ctx) if path is not None else None
         if hit is not None and path is not None:
             return Decision(
-                "deny", f"the redirection to {_shown(path, ctx)} is denied by the rule {_rule_text(hit)}",
+                "deny", f"the redirection to {shown_path(path, ctx)} is denied by the rule {rule_text(hit)}",
                 by_rule=True,
             )
     if read_deny:
         for path in _argument_paths(cmd, ctx, policy, expand_globs=True):
-            hit = _path_rule_hit([r for r in read_deny if r.pattern is not None], [path], ctx)
+            hit = path_rule_hit([r for r in read_deny if r.pattern is not None], [path], ctx)
             if hit is not None:
-                return Decision("deny", f"`{cmd.text}` names {_shown(path, ctx)}, denied by the rule "
-                                f"{_rule_text(hit)}", by_rule=True)
+                return Decision("deny", f"`{cmd.text}` names {shown_path(path, ctx)}, denied by the rule "
+                                f"{rule_text(hit)}", by_rule=True)
     return None
 
 
@@ -140,7 +134,7 @@ def _ask_step(everything: Sequence[SimpleCommand], ask: Sequence[Rule]) -> Decis
         forms = _deny_forms(cmd)
         for rule in ask:
             if rule.pattern is None or any(rule.matches_command(form) for form in forms):
-                return Decision("ask", f"the rule {_rule_text(rule)} asks before `{cmd.text}`", by_rule=True)
+                return Decision("ask", f"the rule {rule_text(rule)} asks before `{cmd.text}`", by_rule=True)
     return None
 
 
@@ -230,7 +224,7 @@ unrestricted: bool) -> Decision | None:
     foreign = gitsafe.foreign_repository(base, ctx.workspace)
     if foreign is None:
         return None
-    return Decision("ask", f"`{cmd.text}` runs git in {_shown(foreign, ctx)}, a repository other than the "
+    return Decision("ask", f"`{cmd.text}` runs git in {shown_path(foreign, ctx)}, a repository other than the "
                            "workspace's: its own configuration can run programs (as with `git -C`)")
 
 
@@ -256,16 +250,18 @@ def _path_problems(
             return Decision("ask", f"`{cmd.text}`: {exc}")
         for path in paths:
             why = policy.sensitive(path)
-            if why and not _specific_allow(read_allow, path, ctx):
-                return Decision("ask", f"`{cmd.text}` names {_shown(path, ctx)}, which is sensitive: {why}",
-                                f"read({_shown(path, ctx)})")
+            if why and not specific_allow(read_allow, path, ctx):
+                return Decision("ask", f"`{cmd.text}` names {shown_path(path, ctx)}, which is sensitive: {why}",
+                                f"read({shown_path(path, ctx)})")
     written = _written_problem(cmd, analysis, base, mode, ctx, policy, edit_allow)
     if written is not None:
         return written
     for root in _search_roots(analysis, base, policy):
-        found = sensitive_below(root, policy, lambda p: _specific_allow(read_allow, p, ctx), lambda p: _shown(p, ctx))
+        found = sensitive_below(
+            root, policy, lambda p: specific_allow(read_allow, p, ctx), lambda p: shown_path(p, ctx)
+        )
         if found is not None:
-            return Decision("ask", f"`{cmd.text}` searches {_shown(root, ctx)}, which holds {found}")
+            return Decision("ask", f"`{cmd.text}` searches {shown_path(root, ctx)}, which holds {found}")
     for redirect in cmd.redirects:
         problem = _redirect_check(cmd, redirect, base, mode, ctx, policy, edit_allow, read_allow)
         if problem is not None:
@@ -307,8 +303,8 @@ def _written_problem(
             if resolved.problem is not None:
                 return Decision("ask", f"`{cmd.text}`: {resolved.problem}")
             path = resolved.path
-            shown = _shown(path, ctx)
-            if _specific_allow(edit_allow, path, ctx) and mode != "plan":
+            shown = shown_path(path, ctx)
+            if specific_allow(edit_allow, path, ctx) and mode != "plan":
                 continue
             why = (policy.config(path) or policy.write_care(path)
                    or ("nothing is changed in plan mode" if mode == "plan" else "")
@@ -528,16 +524,16 @@ def _redirect_problem(
     target = redirect.target.raw
     if path is None:
         return f"the redirection target {target!r} is computed, so it cannot be checked"
-    shown = _shown(path, ctx)
+    shown = shown_path(path, ctx)
     if redirect.kind == "read":
         why = policy.sensitive(path)
-        if why and not _specific_allow(read_allow, path, ctx):
+        if why and not specific_allow(read_allow, path, ctx):
             return f"it reads {shown}, which is sensitive: {why}"
         return None
     why = policy.config(path)
     if why:
         return f"it writes {shown}: {why}"
-    if _specific_allow(edit_allow, path, ctx) and mode != "plan":
+    if specific_allow(edit_allow, path, ctx) and mode != "plan":
         return None
     if mode == "plan":
         return f"it writes {shown}, and nothing is changed in plan mode"

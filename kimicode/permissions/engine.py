@@ -28,34 +28,23 @@ from __future__ import annotations
 import os
 import shlex
 import stat
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from kimicode.config.choices import PERMISSION_MODES, PermissionMode
+from kimicode.permissions.bashcheck import decide_bash
+from kimicode.permissions.decision import Decision, path_rule_hit, rule_text, shown_path, specific_allow
+from kimicode.permissions.pathresolve import call_paths, resolve
 from kimicode.permissions.policy import Policy, Rule, RuleAction, Rules, glob_may_match_sensitive
+from kimicode.permissions.shellparse import ShellParseError, parse
 from kimicode.permissions.subjects import Place, ToolLike
+from kimicode.permissions.unsandboxed import short_list_admits
 
 MODES = PERMISSION_MODES
 
 __all__ = ["MODES", "Decision", "PermissionMode", "decide", "denial_message", "read_only_command", "target_path"]
-
-
-@dataclass(frozen=True)
-class Decision:
-    """`allow` runs, `ask` needs the user's (or the approval callback's) yes, `deny` never runs."""
-
-    verdict: Literal["allow", "ask", "deny"]
-    reason: str = ""
-    suggestion: str = ""
-    """A rule that would allow this call (`bash(npm test)`), offered in headless denials; one per line when
-    several parts of a command line need one (`npm ci && npm test`)."""
-    by_rule: bool = False
-    """True when a user's rule (not the mode) decided."""
-    profile: Literal["read-only", "workspace-write"] = "workspace-write"
-    """For an allowed bash call: the sandbox it runs in. `read-only` when the read-only allowance alone
-    admits it (no rule, no mode, no write redirection); see kimicode.tools.sandbox."""
 
 
 def target_path(tool: ToolLike, args: Mapping[str, Any], ctx: Place) -> str | None:
@@ -83,61 +72,18 @@ def decide(
 # -- helpers ----------------------------------------------------------------------------------------
 
 
-def _paths(tool: ToolLike, args: Mapping[str, Any], ctx: Place) -> list[Path]:
-    """The resolved paths a file tool works on (a read tool without one works on the workspace)."""
-    raw: list[str] = []
-    for key in ("path", "file_path"):
-        value = args.get(key)
-        if isinstance(value, str) and value.strip():
-            raw.append(value)
-    many = args.get("paths")
-    if isinstance(many, list):
-        raw.extend(v for v in many if isinstance(v, str) and v.strip())
-    if tool.paths is not None:  # apply_patch: every file the patch touches
-        raw.extend(p for p in tool.paths(args) if p.strip())
-    if not raw and tool.kind == "read":
-        raw.append(".")
-    return [ctx.resolve(p) for p in raw]
-
-
-def _shown(path: Path, ctx: Place) -> str:
-    """A path for messages and suggested rules: workspace-relative inside it, else absolute."""
-    root = Path(os.path.realpath(ctx.workspace))
-    if path != root and root in path.parents:
-        return str(path.relative_to(root))
-    return str(path)
-
-
-def _rule_text(rule: Rule) -> str:
-    return f"`{rule.raw}`" + (f" ({rule.source})" if rule.source else "")
-
-
-def _path_rule_hit(rules: Sequence[Rule], paths: Sequence[Path], ctx: Place) -> Rule | None:
-    """The first rule matching any of `paths` (a rule without a pattern matches everything)."""
-    for rule in rules:
-        if rule.pattern is None or any(rule.matches_path(p, ctx.workspace) for p in paths):
-            return rule
-    return None
-
-
-def _specific_allow(rules: Sequence[Rule], path: Path, ctx: Place) -> bool:
-    """True when an allow rule *with a path pattern* names `path` (a bare tool name is not enough for
-    secrets, `.git` or places outside the workspace)."""
-    return any(r.pattern is not None and r.matches_path(path, ctx.workspace) for r in rules)
-
-
 def _inside(path: Path, ctx: Place) -> bool:
     return ctx.is_inside(path)
 
 
 def _rule_gate(tool: ToolLike, rules: Rules, paths: list[Path], ctx: Place) -> Decision | None:
     """A deny rule refuses, an ask rule asks, for any of the paths a file tool touches (any mode)."""
-    hit = _path_rule_hit(rules.for_tool("deny", tool.name, tool.kind), paths, ctx)
+    hit = path_rule_hit(rules.for_tool("deny", tool.name, tool.kind), paths, ctx)
     if hit is not None:
-        return Decision("deny", f"{tool.name} is denied by the rule {_rule_text(hit)}", by_rule=True)
-    hit = _path_rule_hit(rules.for_tool("ask", tool.name, tool.kind), paths, ctx)
+        return Decision("deny", f"{tool.name} is denied by the rule {rule_text(hit)}", by_rule=True)
+    hit = path_rule_hit(rules.for_tool("ask", tool.name, tool.kind), paths, ctx)
     if hit is not None:
-        return Decision("ask", f"the rule {_rule_text(hit)} asks before {tool.name}", by_rule=True)
+        return Decision("ask", f"the rule {rule_text(hit)} asks before {tool.name}", by_rule=True)
     return None
 
 
@@ -146,7 +92,7 @@ def _rule_gate(tool: ToolLike, rules: Rules, paths: list[Path], ctx: Place) -> D
 
 def _decide_read(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, policy: Policy) -> Decision:
     rules = policy.rules
-    paths = _paths(tool, args, ctx)
+    paths = call_paths(tool, args, ctx)
     gated = _rule_gate(tool, rules, paths, ctx)
     if gated is not None:
         return gated
@@ -155,23 +101,23 @@ def _decide_read(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place,
     allow = rules.for_tool("allow", tool.name, tool.kind)
     for path in paths:
         why = policy.sensitive(path)
-        if why and not _specific_allow(allow, path, ctx):
-            shown = _shown(path, ctx)
+        if why and not specific_allow(allow, path, ctx):
+            shown = shown_path(path, ctx)
             return Decision(
                 "ask", f"{tool.name} would read {shown}, which is sensitive: {why}", f"read({shown})"
             )
     if tool.name == "grep":  # it reads every (non-hidden) file below a directory
         for path in paths:
             twin = _linked_secret_below(path, policy)
-            if twin is not None and not _specific_allow(allow, twin, ctx):
-                shown = _shown(twin, ctx)
+            if twin is not None and not specific_allow(allow, twin, ctx):
+                shown = shown_path(twin, ctx)
                 return Decision("ask", f"{tool.name} would read {shown}, which is sensitive: "
                                 f"{policy.sensitive(twin)}", f"read({shown})")
     glob = args.get("glob")
     if (
         isinstance(glob, str)
         and glob_may_match_sensitive(glob)
-        and not all(_specific_allow(allow, p, ctx) for p in paths)
+        and not all(specific_allow(allow, p, ctx) for p in paths)
     ):
         return Decision("ask", f"{tool.name} with glob {glob!r} would search files that usually hold secrets")
     return Decision("allow")
@@ -210,7 +156,7 @@ def _linked_secret_below(root: Path, policy: Policy) -> Path | None:
 
 def _decide_edit(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, policy: Policy) -> Decision:
     rules = policy.rules
-    paths = _paths(tool, args, ctx)
+    paths = call_paths(tool, args, ctx)
     gated = _rule_gate(tool, rules, paths, ctx)
     if gated is not None:
         return gated
@@ -219,24 +165,24 @@ def _decide_edit(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place,
     for path in paths:
         why = policy.config(path)
         if why:
-            return Decision("ask", f"{tool.name} would write {_shown(path, ctx)}: {why}")
+            return Decision("ask", f"{tool.name} would write {shown_path(path, ctx)}: {why}")
     if mode == "plan":
         return Decision("deny", f"{tool.name} changes files, and nothing is changed in plan mode")
     allow = rules.for_tool("allow", tool.name, tool.kind)
     if not paths:
         return Decision("ask", f"{tool.name} changes files (no path to check)")
-    if all(_specific_allow(allow, p, ctx) for p in paths):
+    if all(specific_allow(allow, p, ctx) for p in paths):
         return Decision("allow")
     for path in paths:
-        shown = _shown(path, ctx)
+        shown = shown_path(path, ctx)
         why = policy.write_care(path)
-        if why and not _specific_allow(allow, path, ctx):
+        if why and not specific_allow(allow, path, ctx):
             return Decision("ask", f"{tool.name} would write {shown}: {why}", f"edit({shown})")
-        if not _inside(path, ctx) and not _specific_allow(allow, path, ctx):
+        if not _inside(path, ctx) and not specific_allow(allow, path, ctx):
             return Decision("ask", f"{tool.name} would write outside the workspace ({path})", f"edit({path})")
     if mode == "accept-edits" or any(r.pattern is None for r in allow):
         return Decision("allow")
-    shown = _shown(paths[0], ctx)
+    shown = shown_path(paths[0], ctx)
     return Decision("ask", f"{tool.name} changes files (permission mode {mode!r})", f"edit({shown})")
 
 
@@ -255,10 +201,10 @@ def _decide_other(tool: ToolLike, mode: str, policy: Policy, args: Mapping[str, 
 
     deny = hits("deny")
     if deny:
-        return Decision("deny", f"{tool.name} is denied by the rule {_rule_text(deny[0])}", by_rule=True)
+        return Decision("deny", f"{tool.name} is denied by the rule {rule_text(deny[0])}", by_rule=True)
     ask = hits("ask")
     if ask:
-        return Decision("ask", f"the rule {_rule_text(ask[0])} asks before {tool.name}", by_rule=True)
+        return Decision("ask", f"the rule {rule_text(ask[0])} asks before {tool.name}", by_rule=True)
     if mode == "yolo" or tool.kind != "execute" or hits("allow"):
         return Decision("allow")
     action = (
@@ -276,10 +222,6 @@ def _decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place,
     """The bash decision; an allowed line is checked again as plan mode without any allow rule or
     sandbox: when that still allows it, the read-only allowance alone admits it and it runs in the
     read-only sandbox (whatever gap the program table has, the command cannot write)."""
-    import dataclasses
-
-    from kimicode.permissions.bashcheck import decide_bash
-
     decision = decide_bash(tool, args, mode, ctx, policy)
     if decision.verdict != "allow":
         return decision
@@ -290,16 +232,13 @@ def _decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place,
                    "(docs/permissions.md, \"Without bubblewrap\")")
             return Decision("ask", why, _suggest_rule(unlisted))
     if decide_bash(tool, args, "plan", ctx, policy.read_only_view()).verdict == "allow":
-        return dataclasses.replace(decision, profile="read-only")
+        return replace(decision, profile="read-only")
     return decision
 
 
 def _off_short_list(args: Mapping[str, Any], policy: Policy) -> str | None:
     """The first simple command of the line that no allow rule names and that is not on the short list
     of `kimicode.permissions.unsandboxed`, or None."""
-    from kimicode.permissions.shellparse import ShellParseError, parse
-    from kimicode.permissions.unsandboxed import short_list_admits
-
     allow = policy.rules.for_tool("allow", "bash", "execute")
     if any(r.pattern is None for r in allow):
         return None
@@ -330,8 +269,6 @@ class _Workspace:
     workspace: Path
 
     def resolve(self, path: str) -> Path:
-        from kimicode.permissions.pathresolve import resolve
-
         return resolve(path, self.workspace).path
 
     def is_inside(self, path: Path) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kimicode.permissions.engine import Decision
+from kimicode.permissions.decision import Decision
 from kimicode.permissions.shellparse import SimpleCommand
 
 

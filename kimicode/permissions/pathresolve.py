@@ -39,6 +39,7 @@ __all__ = [
     "PathChanged",
     "Resolved",
     "approved_paths",
+    "call_paths",
     "expand_glob",
     "hard_link_twin",
     "invalid_path_reason",
@@ -252,15 +253,30 @@ def hard_link_twin(
     return None
 
 
+def call_paths(tool: ToolLike, args: Mapping[str, Any], ctx: Place) -> list[Path]:
+    """The resolved paths a file tool works on (a read tool without one works on the workspace)."""
+    raw: list[str] = []
+    for key in ("path", "file_path"):
+        value = args.get(key)
+        if isinstance(value, str) and value.strip():
+            raw.append(value)
+    many = args.get("paths")
+    if isinstance(many, list):
+        raw.extend(v for v in many if isinstance(v, str) and v.strip())
+    if tool.paths is not None:  # apply_patch: every file the patch touches
+        raw.extend(p for p in tool.paths(args) if p.strip())
+    if not raw and tool.kind == "read":
+        raw.append(".")
+    return [ctx.resolve(p) for p in raw]
+
+
 def approved_paths(tool: ToolLike, args: Mapping[str, Any], ctx: Place) -> list[Path]:
     """The resolved files a file tool's call touches, as the permission engine sees them (empty for
     other tools). The agent takes them before asking and again after the yes: if they differ (a
     symbolic link was swapped in while the prompt was open), the call is refused."""
     if tool.kind not in ("edit", "read"):
         return []
-    from kimicode.permissions.engine import _paths
-
-    return _paths(tool, args, ctx)
+    return call_paths(tool, args, ctx)
 
 
 class PathChanged(OSError):

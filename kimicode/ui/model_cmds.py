@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from kimicode.config.endpoint import ConfigError
 from kimicode.errors import KimicodeError
+from kimicode.ui.console import endpoint_host
 from kimicode.ui.format import tokens
-from kimicode.ui.launch import endpoint_host
 
 if TYPE_CHECKING:
     from kimicode.ui.app import Session
@@ -107,15 +107,13 @@ async def cmd_model(session: Session, arg: str) -> None:
 async def model_fresh(session: Session, name: str) -> None:
     """`/model NAME --fresh`: a fork of the conversation on model NAME, compacted into a summary before its
     first answer; the original session is left as it is."""
-    from kimicode.ui.checkpoint_cmds import continue_in
-
     old = session.agent
     try:
         child = old.fork(model=name, on_switch="compact")
     except (KimicodeError, ValueError, RuntimeError, OSError) as exc:
         session.say(f"Could not fork: {exc}", "red")
         return
-    await continue_in(session, child)
+    await session.continue_in(child)
     session.say(f"Continuing in {child.session_id} on {name}, which starts from a summary of this conversation "
                 f"at your next message. `kimicode -r {old.session_id}` goes back to the original.", "green")
 
