@@ -255,6 +255,8 @@ def _print(printer: Printer, result: dict[str, Any], exploration: Any) -> None:
         per = result.get("cost_usd_per_verified")
         cost = f"; total ${result['cost_usd']:.4f}" if result.get("cost_usd") is not None else ""
         cost += f", ${per:.4f} per verified branch" if per is not None else ""
+        if exploration.record.notice:
+            printer.err.write(f"kimicode: note: {exploration.record.notice}\n")
         printer.err.write(f"kimicode: exploration {exploration.id}: {what}: {exploration.reason}{cost}\n")
         printer.err.flush()
     printer.result(result)
@@ -348,7 +350,9 @@ def show_command(
             continue
         typer.echo(f"branch {b.id} of exploration {rec.id} ({one_line(rec.prompt, 60)})")
         typer.echo(f"  {branch_line(b)}")
-        typer.echo(f"  session {b.session_id}  workspace {b.workspace}")
+        where = (f"an overlay: `kimicode branches open {b.id}` puts its files in a worktree"
+                 if (b.tree or {}).get("kind") == "overlay" else f"workspace {b.workspace}")
+        typer.echo(f"  session {b.session_id}  {where}")
         if b.verify_output:
             typer.echo(f"  verify ({rec.verify}), last lines:")
             for line in b.verify_output.rstrip().splitlines()[-15:]:
@@ -359,6 +363,27 @@ def show_command(
             except UsageError as exc:
                 text = f"({exc})\n"
             typer.echo(text or "  (no changes)")
+
+
+@branches_app.command("open")
+def open_command(
+    ident: Annotated[str, typer.Argument(metavar="ID", help="The branch whose files to open.")],
+) -> None:
+    """Print the directory holding a branch's files. A branch whose workspace is an overlay (its changed
+    files only, seen by its own process) gets a git worktree on branch kimicode/branch-<session>-<k> (a
+    plain directory outside git), made now from its last checkpoint; `kimicode branches rm` removes it."""
+    from kimicode.branches.exploration import open_branch
+    from kimicode.checkpoints.store import CheckpointError
+    from kimicode.errors import UsageError
+
+    rec, branch = _find(ident)
+    if branch is None:
+        raise _fail(f"{ident} is an exploration; name one of its branches: "
+                    + ", ".join(b.id for b in rec.branches), 2)
+    try:
+        typer.echo(str(open_branch(_home(), rec, branch)))
+    except (CheckpointError, UsageError, OSError) as exc:
+        raise _fail(f"cannot open branch {branch.id}: {exc}") from None
 
 
 @branches_app.command("apply")
