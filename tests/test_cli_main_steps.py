@@ -5,8 +5,8 @@ resume the agent and say where a fork works."""
 from __future__ import annotations
 
 import io
-import os
 import json
+import os
 import sys
 from pathlib import Path
 
