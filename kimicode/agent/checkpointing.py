@@ -15,6 +15,9 @@ from kimicode.events import Event, Notice
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
+    from kimicode.agent.options import AgentOptions
+    from kimicode.agent.parts import Resolved
+    from kimicode.session.log import SessionLog
 
 
 @dataclass
@@ -31,22 +34,23 @@ class RewindResult:
     """What was undone, in words: `turn 2`, or `restore 1 (undo of turn 2), so the files of turn 2 are back`."""
 
 
-def open_checkpoints(agent: Agent) -> SessionCheckpoints | None:
+def open_checkpoints(r: Resolved, o: AgentOptions, log: SessionLog | None,
+                     warn: Callable[[str], None]) -> SessionCheckpoints | None:
     """The session's checkpoints, unless `[checkpoints] enabled = false`; finishes an interrupted restore
     and starts the automatic prune (`[checkpoints] auto_prune`, on unless the library is hermetic)."""
-    cfg = agent.settings.config.checkpoints
+    cfg = r.settings.config.checkpoints
     if not cfg.enabled:
         return None
-    cps = SessionCheckpoints.open(agent.home, agent.workspace, agent.session_id, agent.log, cfg)
+    cps = SessionCheckpoints.open(r.home, r.workspace, r.session_id, log, cfg)
     try:
         note = cps.store.recover()
     except (CheckpointError, OSError) as exc:
         note = f"an interrupted checkpoint restore could not be finished: {exc}"
     if note:
-        agent.notify(note, "warning")
+        warn(note)
     auto = cfg.auto_prune
-    if auto is True or (auto is None and agent.options.config is not None):
-        cps.auto_prune(cfg, agent.home / "sessions", lambda text: agent.notify(text, "warning"))
+    if auto is True or (auto is None and o.config is not None):
+        cps.auto_prune(cfg, r.home / "sessions", warn)
     return cps
 
 

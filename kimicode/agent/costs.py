@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from kimicode.config.pricing import model_prices
 from kimicode.config.settings import estimate_cost
 
 if TYPE_CHECKING:
@@ -14,9 +13,7 @@ if TYPE_CHECKING:
 
 def agent_prices(agent: Agent) -> tuple[Mapping[str, float], str]:
     """The agent's `prices=` option, else `model_prices` for its current model and endpoint."""
-    if agent.options.prices is not None:
-        return agent.options.prices, "option"
-    return model_prices(agent.model_config.prices, agent.endpoint.model, agent.endpoint.base_url)
+    return agent.parts.resolved.prices(agent.options)
 
 
 def usage_cost(agent: Agent, usage: Mapping[str, int]) -> float | None:

@@ -97,8 +97,8 @@ def install(agent: Agent, default_tools: bool) -> Extras:
     for t in list(agent.tools):
         if t.name.startswith("mcp__") and is_bound(t):
             agent.tools.remove(t.name)  # this agent starts its own MCP connections
-    log_path = agent.log.path if agent.log is not None and agent.log.path.exists() else None
-    extras = Extras(default_tools=default_tools, todos=TodoList.from_history(agent.messages, log_path))
+    records = agent.log.records() if agent.log is not None else []
+    extras = Extras(default_tools=default_tools, todos=TodoList.from_history(agent.messages, records))
     agent.extras = extras
     extras.compactions_seen = agent.context.compactions
     log = agent.log

@@ -59,7 +59,7 @@ def payload(agent: Agent, event: str, **fields: Any) -> dict[str, Any]:
     log = agent.log
     return {
         "session_id": agent.session_id,
-        "transcript_path": str(log.path) if log is not None else "",
+        "transcript_path": str(log.transcript or "") if log is not None else "",
         "cwd": str(agent.workspace),
         "hook_event_name": event,
         "permission_mode": CLAUDE_MODES.get(agent.permission_mode, agent.permission_mode),

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kimicode import errors
-from kimicode.agent.builder import switch_policy
+from kimicode.agent.builder import check_collaborators, switch_policy
 from kimicode.agent.options import AgentOptions, derived_options
 from kimicode.agent.switch import replay_authors
 from kimicode.config.choices import EFFORTS
+from kimicode.session.log import LoadedSession, load_records
 from kimicode.session.store import SessionError, load_session
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def model_warning(session_id: str, recorded: str, current: str) -> str:
     )
 
 
-COLLABORATORS = ("tools", "extra_tools", "approve", "on_event")
+COLLABORATORS = ("tools", "extra_tools", "approve", "on_event", "client", "session_store")
 """Agent arguments that are not settings: passed to the constructor as they are."""
 
 
@@ -46,6 +47,19 @@ def split_arguments(kwargs: dict[str, Any], base: AgentOptions, where: str) -> t
             raise TypeError(f"{where} takes {name} from the session; do not pass {name}=")
     collaborators = {k: kwargs.pop(k) for k in COLLABORATORS if k in kwargs}
     return base.replace(**kwargs), collaborators
+
+
+def load_stored(store: Any, home: Any, session_id: str) -> LoadedSession:
+    """The session `session_id` from the caller's store (its exact id), else from `KIMICODE_HOME/sessions`
+    (the id or a unique prefix of it)."""
+    if store is None:
+        return load_session(home, session_id)
+    check_collaborators(None, store)
+    records = store.load(session_id)
+    if not records:
+        raise SessionError(f"no session {session_id!r} in the session store {type(store).__name__}: "
+                           "give an id the store has records for")
+    return load_records(session_id, list(records))
 
 
 def resume_agent(
@@ -70,7 +84,7 @@ def resume_agent(
     explicit_workspace = kwargs.pop("workspace", None)
     given = options if isinstance(options, AgentOptions) else None
     home = kwargs.get("home", given.home if given is not None else None)
-    loaded = load_session(home, session_id)
+    loaded = load_stored(kwargs.get("session_store"), home, session_id)
     logged = loaded.settings  # what the session log recorded (not configuration)
     recorded = logged.get("workspace")
     workspace = Path(explicit_workspace) if explicit_workspace is not None else None
@@ -167,6 +181,8 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
         "tools": None if agent.extras.default_tools else list(agent.tools),
         "approve": agent.approve,
         "on_event": agent.on_event,
+        "client": agent.parts.client.given,  # the caller's own client and store serve the fork too
+        "session_store": agent.log.store if agent.log is not None else None,
     }
     opts, given = split_arguments(overrides, base, "fork()")
     collaborators.update(given)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     await agent.ensure_client()  # imports the HTTP stack in a thread the first time
-    from kimicode.llm.client import Completion, StreamDelta, StreamRetry
+    from kimicode.llm.protocol import Completion, StreamDelta, StreamRetry
 
     tools = agent.tools.schemas()
     kinds = {t.name: t.kind for t in agent.tools}

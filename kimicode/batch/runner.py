@@ -130,7 +130,11 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
     except (ConfigError, ValueError, TypeError) as exc:
         return failed("error", str(exc), "config", workspace=str(ws))
     if gate is not None:
-        agent.client.config.gate = gate
+        from kimicode.llm.client import ChatClient
+
+        client = agent.client  # kimicode's own (a batch passes no client of its own)
+        assert isinstance(client, ChatClient)
+        client.config.gate = gate
     budget = task.budget_usd if task.budget_usd is not None else opts.budget_usd
     if budget is not None:
         from kimicode.agent.costs import agent_prices

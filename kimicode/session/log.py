@@ -47,6 +47,7 @@ from kimicode.safeio import private_dirs, private_open
 if TYPE_CHECKING:
     from kimicode.config.redact import Masker
     from kimicode.session.lock import SessionLock
+    from kimicode.session.protocol import SessionStore
 
 SCHEMA_VERSION = 1
 INTERRUPTED = "interrupted by user"
@@ -78,10 +79,12 @@ class SessionLog:
     `-c` or clutter the listings. A log that already exists (a resumed session) is appended to at once.
     """
 
-    def __init__(self, directory: Path, session_id: str) -> None:
+    def __init__(self, directory: Path, session_id: str, store: SessionStore | None = None) -> None:
         self.session_id = session_id
         self.directory = directory
         self.path = directory / f"{session_id}.jsonl"
+        self.store = store
+        """The caller's own store (`Agent(session_store=...)`): the records go there instead of `path`."""
         self._fh: IO[str] | None = None
         self.masker: Masker | None = None
         """Set by the Agent: every record is written with known secrets masked."""
@@ -89,7 +92,8 @@ class SessionLog:
         """Held while this process writes the log (kimicode.session.lock); taken on first write."""
         self.failed: str | None = None
         """Why writing failed (then nothing more is written; the turn ends with this error)."""
-        self._held: list[str] | None = None if self.path.exists() else []
+        saved = self.path.exists() if store is None else bool(store.load(session_id))
+        self._held: list[str] | None = None if saved else []
         """Lines waiting for the first user message (None once the file is written)."""
         self._pending: list[concurrent.futures.Future[None]] = []
         """Background fsyncs (and the closing one) not known to be finished."""
@@ -106,9 +110,23 @@ class SessionLog:
         """Where full copies of capped tool outputs go (readable by the model with read_file)."""
         return self.directory / self.session_id
 
+    @property
+    def transcript(self) -> Path | None:
+        """The log's file (for hooks' `transcript_path`), None when the records go to a caller's store."""
+        return self.path if self.store is None else None
+
+    def records(self) -> list[dict[str, Any]]:
+        """The records written so far (none while a new session's records are held before its prompt)."""
+        if self._held is not None:
+            return []
+        if self.store is not None:
+            return list(self.store.load(self.session_id))
+        return list(iter_records(self.path)) if self.path.exists() else []
+
     def acquire(self) -> None:
-        """Take the session's lock now (resume does, so a busy session is refused before any work)."""
-        if self.lock is None:
+        """Take the session's lock now (resume does, so a busy session is refused before any work); a
+        caller's own store keeps its sessions apart itself."""
+        if self.lock is None and self.store is None:
             from kimicode.session.lock import SessionLock
 
             self.lock = SessionLock.acquire(self.directory, self.session_id)
@@ -137,6 +155,8 @@ class SessionLog:
             self._write(line, record)
         except OSError as exc:
             self.failed = (
+                f"the session store could not keep a record of session {self.session_id}: {exc}"
+                if self.store is not None else
                 f"cannot write the session log {self.path}: {exc.strerror or exc}. "
                 "Check that KIMICODE_HOME is writable and its disk is not full (KIMICODE_HOME=... picks another)"
             )
@@ -148,13 +168,19 @@ class SessionLog:
             message = record.get("message")
             if record.get("type") != "message" or not isinstance(message, dict) or message.get("role") != "user":
                 return
-            held, self._held = self._held, None
-            fh = self._open()
-            fh.write("".join(h + "\n" for h in held))
-            fh.flush()
+            lines, self._held = self._held, None
+        else:
+            lines = [line]
+        self._put(lines)
+
+    def _put(self, lines: list[str]) -> None:
+        """Write whole records: to the caller's store (as the masked dicts), else to the file."""
+        if self.store is not None:
+            for line in lines:
+                self.store.append(self.session_id, json.loads(line))
             return
         fh = self._open()
-        fh.write(line + "\n")
+        fh.write("".join(h + "\n" for h in lines))
         fh.flush()
 
     def keep(self) -> None:
@@ -164,9 +190,7 @@ class SessionLog:
             return
         held, self._held = self._held, None
         try:
-            fh = self._open()
-            fh.write("".join(h + "\n" for h in held))
-            fh.flush()
+            self._put(held)
         except OSError as exc:
             self.failed = f"cannot write the session log {self.path}: {exc.strerror or exc}"
             raise SessionWriteError(self.failed) from None
@@ -368,17 +392,20 @@ def repair_history(messages: list[dict[str, Any]]) -> int:
 
 def load(path: Path) -> LoadedSession:
     """Read a session log back into a valid history (for resume), replaying prunes and compactions."""
+    return load_records(path.stem, list(iter_records(path)))
+
+
+def load_records(session_id: str, records: list[dict[str, Any]]) -> LoadedSession:
+    """A session's records (from its file, or from a caller's store) as a valid history."""
     from kimicode.session.replay import replay
 
-    records = list(iter_records(path))
     newest = max((r["v"] for r in records if isinstance(r.get("v"), int) and not isinstance(r["v"], bool)), default=0)
     if newest > SCHEMA_VERSION:
         raise NewerLogError(
-            f"session {path.stem} was written by a newer kimicode (log version {newest}; this kimicode reads "
+            f"session {session_id} was written by a newer kimicode (log version {newest}; this kimicode reads "
             f"version {SCHEMA_VERSION}): upgrade kimicode to resume it (pip install -U kimicode)"
         )
     replayed = replay(records)
     messages = list(replayed)
     repaired = repair_history(messages)
-    return LoadedSession(path.stem, records, messages, repaired, replayed)
-
+    return LoadedSession(session_id, records, messages, repaired, replayed)
