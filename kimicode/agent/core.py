@@ -511,8 +511,12 @@ class Agent(Explorer):
             end_turn(self, emit)  # the turn's checkpoint (none when they are off)
             info = turn_error(error, kind or status)  # with the status and retry-after of a model error
             if self.log:
-                self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
-                self.log.sync()
+                try:  # raising here (inside an `except` below) would escape run() itself
+                    self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
+                    self.log.sync()
+                except SessionWriteError as err:
+                    if info is None:  # the turn's own failure, if any, is the one reported
+                        status, result, kind, info = "error", "", "session_log", turn_error(str(err), "session_log")
             emit(TurnFinished(status, result, steps, info, kind, tuple(denials)))
 
         if self.checkpoints is not None:
