@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,36 +237,27 @@ def tool_values(tool: str) -> tuple[str, ...]:
     return names_of(tool)
 
 
-def _toml_hooks(path: Path) -> Any:
-    text = read_text(path)
-    if text is None or "hooks" not in text:
-        return None
-    try:
-        return tomllib.loads(text).get("hooks")
-    except tomllib.TOMLDecodeError:
-        return None  # the settings loader already refused a broken file
-
-
 def load_hooks(
     workspace: Path,
-    config_files: list[Path],
+    config_files: Mapping[Path, Mapping[str, Any]],
     config_hooks: Any,
     *,
     trusted: bool,
     plugins: Sequence[tuple[str, Path]] = (),
 ) -> HookSet:
-    """Every hook: kimicode's config files (`config_files`; the project's only when trusted; or the
-    already-merged `config_hooks` when the settings came from no file), Claude Code's settings files, and
-    each enabled plugin's `hooks/hooks.json` (`plugins` as (name, folder)). Raises HookConfigError."""
+    """Every hook: kimicode's config files (`config_files`: each file's tables as the configuration loader
+    read them, `Settings.parsed`; the project's only when trusted; or the already-merged `config_hooks` when
+    the settings came from no file), Claude Code's settings files, and each enabled plugin's
+    `hooks/hooks.json` (`plugins` as (name, folder)). Raises HookConfigError."""
     found = HookSet()
     project_config = workspace / ".kimicode" / "config.toml"
     tables: list[tuple[Any, str, Scope, Path | None]] = []
     if config_files:
-        for path in config_files:
+        for path, read in config_files.items():
             is_project = path == project_config
             if is_project and not trusted:
                 continue
-            tables.append((_toml_hooks(path), str(path), "project" if is_project else "user", None))
+            tables.append((read.get("hooks"), str(path), "project" if is_project else "user", None))
     else:
         tables.append((config_hooks, "the configuration", "user", None))
     for path, scope in claude_settings_files(workspace, trusted=trusted):
