@@ -32,18 +32,20 @@ atexit.register(lambda: open(os.environ["COUNT_FILE"], "w").write(json.dumps(_se
 '''
 
 
-def run(tmp_path: Path, server: FakeServer, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, int]]:
+def run(tmp_path: Path, server: FakeServer, *args: str, extra: str = "") -> tuple[
+    subprocess.CompletedProcess[str], dict[str, int]
+]:
     hooks = tmp_path / "hooks"
     hooks.mkdir(exist_ok=True)
     (hooks / "sitecustomize.py").write_text(COUNTER)
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     (home / "config.toml").write_text('# marker:user\n[context]\nmax_tokens = 1000\n'
-                                      '[permissions]\ndeny = ["bash(rm *)"]\n')
+                                      '[permissions]\ndeny = ["bash(rm *)"]\n' + extra)
     ws = tmp_path / "ws"
     (ws / ".kimicode").mkdir(parents=True, exist_ok=True)
     (ws / ".kimicode" / "config.toml").write_text('# marker:project\n[agent]\nscope = "normal"\n'
-                                                  '[permissions]\nask = ["bash(curl *)"]\n')
+                                                  '[permissions]\nask = ["bash(curl *)"]\n' + extra)
     count = tmp_path / "count.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI", "OPENAI", "MOONSHOT"))}
     env.update(KIMICODE_HOME=str(home), OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test",
@@ -54,14 +56,16 @@ def run(tmp_path: Path, server: FakeServer, *args: str) -> tuple[subprocess.Comp
     return proc, json.loads(count.read_text())
 
 
-@pytest.mark.parametrize("args", [(), ("--trust-workspace",), ("--mcp-config", "MCP")])
+@pytest.mark.parametrize("args", [(), ("--trust-workspace",), ("--mcp-config", "MCP"), ("--trust-workspace", "HOOKS")])
 def test_a_headless_run_parses_each_config_file_once(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """With hooks in both files too: the hooks come from the one reading (they were read again)."""
     if "MCP" in args:
         mcp = tmp_path / "mcp.json"
         mcp.write_text(json.dumps({"mcpServers": {}}))
         args = ("--mcp-config", str(mcp))
+    extra = '[[hooks]]\nevent = "Stop"\ncommand = "true"\n' if "HOOKS" in args else ""
     with FakeServer(script=[Reply(content="hello")]) as server:
-        proc, seen = run(tmp_path, server, *args)
+        proc, seen = run(tmp_path, server, *(a for a in args if a != "HOOKS"), extra=extra)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "hello"
     assert seen == {"user": 1, "project": 1}

@@ -19,8 +19,7 @@ from kimicode import errors
 from kimicode.agent import hooking
 from kimicode.agent.builder import build_parts, check_callbacks, check_collaborators, switch_policy
 from kimicode.agent.checkpointing import end_turn
-from kimicode.agent.costs import usage_cost
-from kimicode.agent.ecosystem import after_compaction, close_extras, install, start_extras, user_content
+from kimicode.agent.ecosystem import after_compaction, choose_edit_tool, install
 from kimicode.agent.interrupted import NO_ANSWER
 from kimicode.agent.modes import note_needed
 from kimicode.agent.options import AgentOptions, OptionAttribute
@@ -272,8 +271,8 @@ class Agent(Explorer):
             context={"used": self.context.used, "window": self.context_window},
             turn_usage=turn_usage,
             hook_errors=list(events.hook_errors),
-            cost=usage_cost(self, turn_usage),
-            total_cost=usage_cost(self, self.usage),
+            cost=self.parts.resolved.cost(self.options, turn_usage),
+            total_cost=self.parts.resolved.cost(self.options, self.usage),
             **(self.checkpoints.last_turn_fields() if self.checkpoints is not None else {}),
         )
 
@@ -348,11 +347,10 @@ class Agent(Explorer):
         self.context_window, self.window_origin = resolve_window(
             None, self.model_config.context_window, self.endpoint.model, self.profile.context_window
         )
-        self.window_discovered = False
+        self.window_discovered = self.parts.client.given is not None  # a caller's client: no server to ask
         self.context.forget_window()
-        from kimicode.agent.ecosystem import refresh
-
-        refresh(self)  # e.g. apply_patch instead of edit_file for GPT models
+        if self.extras.default_tools:  # e.g. apply_patch instead of edit_file for GPT models
+            choose_edit_tool(self.tools, self.model_config)
         self.reset_client()
         if old == self.endpoint.model:
             return self.record_settings("model")
@@ -464,7 +462,7 @@ class Agent(Explorer):
             worker.cancel()
             await asyncio.wait([worker])
         await hooking.session_end(self, "exit")  # SessionEnd hooks
-        await close_extras(self)
+        await self.extras.aclose()
         await self.parts.client.aclose()
         if self.log:
             self.log.close()
@@ -508,7 +506,7 @@ class Agent(Explorer):
         def finish(
             status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None
         ) -> None:
-            end_turn(self, emit)  # the turn's checkpoint (none when they are off)
+            end_turn(self.checkpoints, emit)  # the turn's checkpoint (none when they are off)
             info = turn_error(error, kind or status)  # with the status and retry-after of a model error
             if self.log:
                 self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
@@ -518,14 +516,14 @@ class Agent(Explorer):
         if self.checkpoints is not None:
             self.checkpoints.begin_turn(prompt, len(self.messages))  # the user message goes at this index
         try:
-            await start_extras(self, emit)  # MCP servers (bounded by their startup timeout)
+            await self.extras.start(self.tools, emit)  # MCP servers (bounded by their startup timeout)
             if self.switches.compact_pending:  # the `compact` switch policy: summarise before the new model answers
                 await self.switches.compact(lambda: self._compact(None, emit), self.messages, self.endpoint.model,
                                             self.log, self.checkpoints.current if self.checkpoints else None)
             added = await hooking.prompt_submitted(self, prompt, emit)  # SessionStart, UserPromptSubmit hooks
             if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
                 self.commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
-            self.commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
+            self.commit({"role": "user", "content": self.extras.user_content(prompt)}, emit)  # + images
             for extra in added:  # what those hooks add, after the prompt
                 self.commit(extra, emit)
             repeats = RepeatTracker(self.repeat_limit)
@@ -546,7 +544,7 @@ class Agent(Explorer):
                     finish("error", message.get("content") or "", blocked, "content_filter")
                     return
                 if not calls:
-                    if cut := truncation(self, completion.finish_reason):  # cut by a limit the user did not set
+                    if cut := truncation(self.context, completion.finish_reason):  # cut by a limit the user did not set
                         return finish("error", message.get("content") or "", cut, "truncated")
                     if (why := await hooking.stop_blocked(self, message.get("content") or "", emit)) is not None:
                         self.commit({"role": "user", "content": f"[Stop hook] {why}"}, emit)  # back to work

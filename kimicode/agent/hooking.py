@@ -41,7 +41,7 @@ def load(agent: Agent) -> Hooks | None:
     from kimicode.extensions.plugins import enabled_plugins
 
     try:
-        hookset = load_hooks(agent.workspace, list(settings.sources), settings.config.hooks,
+        hookset = load_hooks(agent.workspace, {p: settings.parsed[p] for p in settings.sources}, settings.config.hooks,
                              trusted=settings.trusted, plugins=[(p.name, p.root) for p in enabled_plugins(agent.home)])
     except HookConfigError as exc:
         raise ConfigError(str(exc)) from None

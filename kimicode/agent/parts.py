@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from kimicode.config.redact import Masker
     from kimicode.config.settings import ModelConfig, Settings
     from kimicode.context.manager import ContextManager
+    from kimicode.events import Event
     from kimicode.llm.client import ClientConfig
     from kimicode.llm.profiles import ModelProfile
     from kimicode.llm.protocol import ModelClient
@@ -105,6 +106,13 @@ class Resolved:
             return o.prices, "option"
         return model_prices(self.model_config.prices, self.endpoint.model, self.endpoint.base_url)
 
+    def cost(self, o: AgentOptions, usage: Mapping[str, int]) -> float | None:
+        """Dollars for `usage` at the current prices (cached tokens at the cached price), None when unpriced."""
+        from kimicode.config.settings import estimate_cost
+
+        prices, _ = self.prices(o)
+        return estimate_cost(usage, prices) if prices else None
+
 
 class ModelClients:
     """The agent's model client: the caller's own (`Agent(client=...)`, used as it is, never replaced),
@@ -183,6 +191,110 @@ class Parts:
     """The server was asked for its window (once, at the first step; a caller's own client: never)."""
     warnings: list[str] = field(default_factory=list)
     """What building found to warn about (ignored config keys, no sandbox): the first turn's Notices."""
+
+    # -- the window and the token estimate's calibration (the model step calls these) -----------------
+
+    async def discover_window(self, emit: Callable[[Event], None]) -> None:
+        """Ask the server about its window and template once per process (bounded; its last real answer is
+        cached under KIMICODE_HOME); a flag or config window wins. Then start from the calibration learnt
+        against this same server, and let a server that can count the first request count it."""
+        from kimicode.events import ContextUpdated, Notice
+        from kimicode.llm.discovery import discover_server
+        from kimicode.llm.errors import LLMError
+
+        r, context = self.resolved, self.context
+        self.window_discovered = True
+        info = await discover_server(
+            r.endpoint.base_url, r.endpoint.api_key, r.endpoint.model, r.home, headers=dict(r.model_config.headers),
+        )
+        if info is None:
+            self.restore_calibration("", emit)
+            return
+        if info.tools_rendered is False:
+            context.accountant.tools_in_prompt = False  # /props: the chat template leaves tools out
+        self.restore_calibration(info.fingerprint, emit)
+        context.server_counts = info.counts and not info.cached
+        found = info.window
+        if r.window_origin in ("flag", "config") or not found:
+            return
+        if context.server_limit and context.server_limit != found and not info.cached:
+            context.forget_window()  # learnt from an earlier server: this one says what it serves now
+        stale = " (its last answer: it does not answer now)" if info.cached else ""
+        if found != r.context_window:
+            r.context_window, r.window_origin = found, "server"
+            emit(Notice(f"context: the server reports a window of {found:,} tokens for {r.endpoint.model}{stale}"))
+            try:
+                context.set_window(found, r.answer_reserve)
+            except ValueError as exc:  # e.g. a 1k window, or --max-tokens larger than the server's window
+                raise LLMError(f"the server serves {r.endpoint.model} with a {found:,}-token window: {exc}",
+                               "context_length") from None
+            emit(ContextUpdated(context.used, r.context_window))
+        else:
+            r.window_origin = "server"
+
+    def restore_calibration(self, fingerprint: str, emit: Callable[[Event], None]) -> None:
+        """Start from the calibration of this session (resume, -c, fork) or of this endpoint and model, when it
+        was learnt against the same server (fingerprint); say so when the server changed since."""
+        from kimicode.context import calibration
+        from kimicode.events import Notice
+
+        ctx, r = self.context, self.resolved
+        ctx.fingerprint = fingerprint
+        recorded = ctx.calibration_record
+        if recorded is not None and recorded.get("fingerprint") == fingerprint and ctx.restore_calibration(recorded):
+            return
+        stored = calibration.load(r.home, r.endpoint.base_url, r.endpoint.model, fingerprint)
+        if stored is not None and ctx.restore_calibration(stored):
+            return
+        if recorded is not None and fingerprint and recorded.get("fingerprint") not in (None, fingerprint):
+            ctx.forget_window()
+            emit(Notice("context: the server changed since this session last ran (another model file, window or "
+                        "build): the token estimate is calibrated again from its counts"))
+
+    async def count_first_request(self, tools: list[dict[str, Any]]) -> None:
+        """llama.cpp renders and counts the request before it is sent: the estimate starts exact (its chat
+        template may leave the tool definitions out, which no estimate can know)."""
+        from kimicode.llm.discovery import count_request
+
+        ctx, endpoint = self.context, self.resolved.endpoint
+        ctx.server_counts = False
+        counted = await count_request(endpoint.base_url, endpoint.api_key, self.messages, tools,
+                                      headers=dict(self.resolved.model_config.headers))
+        if counted:
+            ctx.accountant.observe(self.messages, tools, counted, ctx.estimate(self.messages, tools))
+            ctx.calibration_source = "probe"
+
+    def restore_window(self, records: list[dict[str, Any]], *, record: bool = False) -> None:
+        """Keep the window a server showed in this session (its last `context_window` record) and the
+        calibration learnt, unless the model or endpoint changed since (resume; `record`: a fork's new log
+        records the window again)."""
+        from kimicode.context.calibration import from_records
+
+        learnt: int | None = None
+        for rec in records:
+            if rec.get("type") == "settings" and rec.get("reason") == "model":
+                learnt = None  # learnt for another model
+            elif rec.get("type") == "context_window" and isinstance(rec.get("window"), int):
+                learnt = rec["window"]
+        settings = [r for r in records if r.get("type") in ("meta", "settings")]
+        endpoint = self.resolved.endpoint
+        same = not settings or (
+            settings[-1].get("model") in (None, endpoint.model)
+            and settings[-1].get("base_url") in (None, endpoint.base_url)
+        )
+        if learnt and same:
+            self.context.learn_window(learnt, record=record)
+        if same:
+            self.context.calibration_record = from_records(records)
+
+    def save_calibration(self) -> None:
+        """Keep what calibration learnt: in the session log when it changed, and per endpoint and model."""
+        from kimicode.context import calibration
+
+        state = self.context.record_calibration()
+        if state is not None and self.context.accountant.calibrated:
+            r = self.resolved
+            calibration.save(r.home, r.endpoint.base_url, r.endpoint.model, state)
 
 
 class HasParts(Protocol):

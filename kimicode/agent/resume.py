@@ -139,31 +139,9 @@ def resume_agent(
             else f"session {loaded.session_id} was recorded with model {recorded_model}. {what}"
         )
         agent.notify(agent.resume_warning, "warning")
-    restore_window(agent, loaded.records, record=fork)
+    agent.parts.restore_window(loaded.records, record=fork)
     agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())
     return agent
-
-
-def restore_window(agent: Agent, records: list[dict[str, Any]], *, record: bool = False) -> None:
-    """Keep the window a server showed in this session (its last `context_window` record), unless the
-    model or endpoint changed since it was learnt."""
-    learnt: int | None = None
-    for rec in records:
-        if rec.get("type") == "settings" and rec.get("reason") == "model":
-            learnt = None  # learnt for another model
-        elif rec.get("type") == "context_window" and isinstance(rec.get("window"), int):
-            learnt = rec["window"]
-    settings = [r for r in records if r.get("type") in ("meta", "settings")]
-    same = not settings or (
-        settings[-1].get("model") in (None, agent.endpoint.model)
-        and settings[-1].get("base_url") in (None, agent.endpoint.base_url)
-    )
-    if learnt and same:
-        agent.context.learn_window(learnt, record=record)
-    if same:
-        from kimicode.context.calibration import from_records
-
-        agent.context.calibration_record = from_records(records)
 
 
 def fork_agent(agent: Agent, **overrides: Any) -> Agent:

@@ -79,8 +79,6 @@ class Session:
         self.plain = plain
         self.home = kimicode_home()
         self.settings = UISettings.load(self.home)
-        self.notifier = Notifier.load(self.home)
-        """Turn ends and approval questions, told to a user looking elsewhere (ui/notify.py)."""
         self.rules = SessionRules()
         self.stats = Stats()
         self.exit_requested = False
@@ -117,6 +115,9 @@ class Session:
         """How the session opened: `new`, `resumed` or `forked` (from `options.resume`)."""
         self.forked_from: str | None = None
         self.agent = self._open_agent()
+        self.notifier = Notifier.from_config(self.agent.settings.config.notify)
+        """Turn ends and approval questions, told to a user looking elsewhere (ui/notify.py), as the
+        configuration read once for the first agent says."""
         self._warm_checkpoints()
         self.workspace = self.agent.workspace
         self.approver.workspace = self.workspace
