@@ -1,9 +1,9 @@
 """What an Agent adds around the built-in tools: the edit tool its model prefers, tools bound to the agent
 (todo_write, task, image-aware read_file), web_fetch, and the MCP servers of the configuration.
 
-Kept out of `core.py` so the turn loop stays small: the builder calls `install` once for a new agent,
-`refresh` when its model changes, `start_extras` before each turn (MCP startup, attached images),
-`after_compaction` after the context was compacted, and `close_extras` when it is closed.
+Kept out of `core.py` so the turn loop stays small: the agent calls `install` once when it is made,
+`choose_edit_tool` when its model changes, `Extras.start` before each turn (MCP startup, queued notices),
+`after_compaction` after the context was compacted, and `Extras.aclose` when it is closed.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from kimicode.tools.base import Tool
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
+    from kimicode.config.settings import ModelConfig, Settings
     from kimicode.events import Event
     from kimicode.extensions.discover import Found
     from kimicode.extensions.hookrun import Hooks
     from kimicode.mcp.manager import McpManager
+    from kimicode.tools.registry import ToolRegistry
     from kimicode.tools.todo import TodoList
 
 
@@ -54,26 +56,53 @@ class Extras:
     found: Found | None = None
     """Enabled plugins, skills and subagent definitions (None for a hermetic agent)."""
 
+    def user_content(self, prompt: str) -> str | list[dict[str, Any]]:
+        """The content of a turn's user message: the prompt, plus the attached images (which are consumed)."""
+        from kimicode.tools.images import user_content as build
 
-def _swap(agent: Agent, old: str, new: Tool) -> None:
-    """Replace tool `old` by `new` at the same position (the tool order is part of the cached prefix)."""
-    tools = [new if t.name == old else t for t in agent.tools]
-    for t in list(agent.tools):
-        agent.tools.remove(t.name)
-    for t in tools:
-        agent.tools.add(t)
+        images, self.pending_images = self.pending_images, []
+        return build(prompt, images)
+
+    async def start(self, tools: ToolRegistry, emit: Callable[[Event], None]) -> None:
+        """Before a turn: wait for the MCP servers (each bounded by its startup timeout), add their tools
+        to `tools` once, and report what failed and what was queued."""
+        from kimicode.events import Notice
+
+        await self.start_mcp(tools)
+        for text, level in self.notices:
+            emit(Notice(text, "warning" if level == "warning" else "info"))
+        self.notices.clear()
+
+    async def start_mcp(self, tools: ToolRegistry) -> None:
+        """Wait for the MCP servers and add their tools to `tools` once; failures are queued as notices."""
+        manager = self.mcp
+        if manager is None:
+            return
+        await manager.start()
+        if not self.mcp_tools_added:
+            self.mcp_tools_added = True
+            for tool in manager.tools():
+                if tools.get(tool.name) is None:
+                    tools.add(tool)
+            self.notices.extend((p, "warning") for p in manager.problems())
+
+    async def aclose(self) -> None:
+        """Stop the MCP servers (they start again if the agent runs another turn)."""
+        if self.mcp is not None:
+            await self.mcp.aclose()
 
 
-def _choose_edit_tool(agent: Agent) -> None:
+def choose_edit_tool(tools: ToolRegistry, model: ModelConfig) -> None:
+    """Offer the edit tool `model` prefers: apply_patch (GPT models) or edit_file, in the same place."""
     from kimicode.tools.files import EDIT_FILE
     from kimicode.tools.patch import APPLY_PATCH
 
-    names = agent.tools.names
-    if prefers_apply_patch(agent.model_config):
+    names = tools.names
+    if prefers_apply_patch(model):
         if "edit_file" in names and "apply_patch" not in names:
-            _swap(agent, "edit_file", APPLY_PATCH)
+            tools.replace("edit_file", APPLY_PATCH)
     elif "apply_patch" in names and "edit_file" not in names:
-        _swap(agent, "apply_patch", EDIT_FILE)
+        tools.replace("apply_patch", EDIT_FILE)
 
 
 BOUND_NAMES = ("todo_write", "task", "read_file")
@@ -97,8 +126,8 @@ def install(agent: Agent, default_tools: bool) -> Extras:
     for t in list(agent.tools):
         if t.name.startswith("mcp__") and is_bound(t):
             agent.tools.remove(t.name)  # this agent starts its own MCP connections
-    log_path = agent.log.path if agent.log is not None and agent.log.path.exists() else None
-    extras = Extras(default_tools=default_tools, todos=TodoList.from_history(agent.messages, log_path))
+    records = agent.log.records() if agent.log is not None else []
+    extras = Extras(default_tools=default_tools, todos=TodoList.from_history(agent.messages, records))
     agent.extras = extras
     extras.compactions_seen = agent.context.compactions
     log = agent.log
@@ -114,9 +143,9 @@ def install(agent: Agent, default_tools: bool) -> Extras:
         watch_compaction(agent)  # PreCompact hooks
     _discover(agent, extras)
     if default_tools:
-        _choose_edit_tool(agent)
-        agent.tools.add(_web_fetch(agent))
-        if (search := _web_search(agent)) is not None:
+        choose_edit_tool(agent.tools, agent.model_config)
+        agent.tools.add(_web_fetch(agent.settings))
+        if (search := _web_search(agent.settings, agent.endpoint.base_url, extras.notices)) is not None:
             agent.tools.add(search)
         agent.tools.add(extras.todos.tool())
         from kimicode.agent.subagent import TaskRunner
@@ -164,39 +193,10 @@ def _setup_mcp(agent: Agent, extras: Extras) -> None:
     )
 
 
-async def start_extras(agent: Agent, emit: Callable[[Event], None]) -> None:
-    """Before a turn: wait for the MCP servers (each bounded by its startup timeout), add their tools
-    once, and report what failed."""
-    from kimicode.events import Notice
-
-    extras = agent.extras
-    await start_mcp(agent)
-    for text, level in extras.notices:
-        emit(Notice(text, "warning" if level == "warning" else "info"))
-    extras.notices.clear()
-
-
 async def start_mcp(agent: Agent) -> None:
-    """Wait for the MCP servers (each bounded by its startup timeout) and add their tools once; failures
-    are queued as notices for the next turn. Faces may call it early, e.g. before printing the tool list."""
-    extras = agent.extras
-    manager = extras.mcp
-    if manager is None:
-        return
-    await manager.start()
-    if not extras.mcp_tools_added:
-        extras.mcp_tools_added = True
-        for tool in manager.tools():
-            if agent.tools.get(tool.name) is None:
-                agent.tools.add(tool)
-        extras.notices.extend((p, "warning") for p in manager.problems())
-
-
-async def close_extras(agent: Agent) -> None:
-    """Stop the MCP servers (they start again if the agent runs another turn)."""
-    manager = agent.extras.mcp
-    if manager is not None:
-        await manager.aclose()
+    """Wait for the agent's MCP servers and add their tools (faces call it early, e.g. before printing the
+    tool list): `Extras.start_mcp`."""
+    await agent.extras.start_mcp(agent.tools)
 
 
 def attach_image(agent: Agent, path: str | Path) -> None:
@@ -220,39 +220,30 @@ def steer(agent: Agent, text: str) -> None:
     agent.extras.steering.append(text)
 
 
-def user_content(agent: Agent, prompt: str) -> str | list[dict[str, Any]]:
-    """The content of the turn's user message: the prompt, plus the attached images (which are consumed)."""
-    from kimicode.tools.images import user_content as build
-
-    images = list(agent.extras.pending_images)
-    agent.extras.pending_images.clear()
-    return build(prompt, images)
-
-
-def _web_fetch(agent: Agent) -> Tool:
+def _web_fetch(settings: Settings) -> Tool:
     from kimicode.tools.web import web_fetch_tool
 
-    web = agent.settings.config.web_fetch
+    web = settings.config.web_fetch
     return web_fetch_tool(web.max_chars, web.max_redirects, web.timeout)
 
 
-def _web_search(agent: Agent) -> Tool | None:
+def _web_search(settings: Settings, base_url: str, notices: list[tuple[str, str]]) -> Tool | None:
     """`[web_search]`: Moonshot's built-in `$web_search` on Moonshot's endpoint (`auto`) or when named, a
     configured provider's `web_search` tool, or none (tools/websearch.py)."""
     from urllib.parse import urlsplit
 
     from kimicode.tools.websearch import MOONSHOT_PRICE, Provider, moonshot_web_search, provider_web_search
 
-    search = agent.settings.config.web_search
+    search = settings.config.web_search
     name = search.provider
-    host = urlsplit(agent.endpoint.base_url).hostname or ""
+    host = urlsplit(base_url).hostname or ""
     if name == "moonshot" or (name == "auto" and host.endswith(("moonshot.ai", "moonshot.cn"))):
         price = search.price_per_search
         return moonshot_web_search(price if price is not None else MOONSHOT_PRICE)
     try:
         provider = Provider.from_settings(search.model_dump(exclude_none=True)) if name != "auto" else None
     except ValueError as exc:
-        agent.notify(f"{exc}: no web_search tool", "warning")
+        notices.append((f"{exc}: no web_search tool", "warning"))
         return None
     return provider_web_search(provider) if provider is not None else None
 
@@ -279,12 +270,6 @@ def _install_vision(agent: Agent) -> None:
 
     reader = VisionReader(inner, lambda: agent.profile.supports_images, lambda: agent.endpoint.model, limits)
     agent.tools.add(reader.tool())
-
-
-def refresh(agent: Agent) -> None:
-    """After a model change: offer the edit tool the new model prefers."""
-    if agent.extras.default_tools:
-        _choose_edit_tool(agent)
 
 
 TODO_HEADER = "Current task list (kept with todo_write; it survived the compaction):"

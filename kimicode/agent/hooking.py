@@ -41,7 +41,7 @@ def load(agent: Agent) -> Hooks | None:
     from kimicode.extensions.plugins import enabled_plugins
 
     try:
-        hookset = load_hooks(agent.workspace, list(settings.sources), settings.config.hooks,
+        hookset = load_hooks(agent.workspace, {p: settings.parsed[p] for p in settings.sources}, settings.config.hooks,
                              trusted=settings.trusted, plugins=[(p.name, p.root) for p in enabled_plugins(agent.home)])
     except HookConfigError as exc:
         raise ConfigError(str(exc)) from None
@@ -59,7 +59,7 @@ def payload(agent: Agent, event: str, **fields: Any) -> dict[str, Any]:
     log = agent.log
     return {
         "session_id": agent.session_id,
-        "transcript_path": str(log.path) if log is not None else "",
+        "transcript_path": str(log.transcript or "") if log is not None else "",
         "cwd": str(agent.workspace),
         "hook_event_name": event,
         "permission_mode": CLAUDE_MODES.get(agent.permission_mode, agent.permission_mode),

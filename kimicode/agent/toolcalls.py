@@ -70,11 +70,13 @@ async def run_tools(
         # Permission decisions (and approvals) happen before anything in the batch runs.
         for prep in batch:
             await authorize(agent, prep, denials, emit)
-        if agent.checkpoints is not None:
+        if (cps := agent.checkpoints) is not None:
             from kimicode.agent.checkpointing import before_change, may_change
 
-            if any(p.error is None and p.tool is not None and may_change(agent, p.tool, p.args) for p in batch):
-                await before_change(agent, emit)  # a snapshot before the turn's first change
+            default = agent.settings.config.subagents.tools
+            if any(p.error is None and p.tool is not None and may_change(p.tool, p.args, agent.tools, default)
+                   for p in batch):
+                await before_change(cps, emit)  # a snapshot before the turn's first change
         results = await asyncio.gather(*(execute(agent, prep, emit) for prep in batch))
         for prep, content in zip(batch, results, strict=True):
             result = {"role": "tool", "tool_call_id": prep.call_id, "content": content}

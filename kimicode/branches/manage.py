@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from kimicode.branches.overlay import remove_base, remove_overlay_tree
 from kimicode.branches.record import Branch, ExplorationRecord, all_records, remove_record
 from kimicode.branches.trees import remove_branch_tree
 from kimicode.checkpoints.store import CheckpointError, store_dir
@@ -17,8 +18,9 @@ from kimicode.session.store import SessionError, delete_session
 def remove_branch(home: Path, rec: ExplorationRecord, b: Branch) -> list[str]:
     """Remove one branch entirely; returns what was done, one line each (the record is saved without it)."""
     done: list[str] = []
+    overlay = bool(b.tree and b.tree.get("kind") == "overlay")
     try:
-        done.append(remove_branch_tree(b.tree))
+        done.append(remove_overlay_tree(home, b.tree or {}) if overlay else remove_branch_tree(b.tree))
     except (CheckpointError, OSError) as exc:
         done.append(f"could not remove branch {b.id}'s workspace: {exc}")
     if b.workspace:
@@ -30,6 +32,12 @@ def remove_branch(home: Path, rec: ExplorationRecord, b: Branch) -> list[str]:
         except (SessionError, OSError):
             pass
     rec.branches = [x for x in rec.branches if x.id != b.id]
+    base = (b.tree or {}).get("base") if overlay else None
+    if base and not any((x.tree or {}).get("base") == base for x in rec.branches):
+        try:
+            done.append(remove_base(home, b.tree or {}) or "")
+        except (CheckpointError, OSError) as exc:
+            done.append(f"could not remove exploration {rec.id}'s snapshot: {exc}")
     if rec.chosen == b.id:
         rec.chosen = None
     if rec.branches:

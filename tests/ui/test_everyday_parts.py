@@ -263,8 +263,18 @@ def test_notifications_bell_osc9_and_a_command(
     out = io.StringIO()
     Notifier(terminal="osc9").notify("turn-finished", "done", out)
     assert out.getvalue() == "\x1bPtmux;\x1b\x1b]9;done\x07\x1b\\"
-    bad = Notifier.from_table({"terminal": "loud", "after_seconds": -1, "command": 3})
-    assert bad.terminal == "auto" and bad.problem is not None and "terminal must be" in bad.problem
+    from kimicode.config.endpoint import ConfigError
+    from kimicode.config.settings import load_settings
+
+    (tmp_path / "home").mkdir(exist_ok=True)
+    for bad, said in (('terminal = "loud"', "notify.terminal: must be one of auto, bell, osc9, off"),
+                      ("after_seconds = -1", "notify.after_seconds: input should be greater than or equal to 0")):
+        (tmp_path / "home" / "config.toml").write_text(f"[notify]\n{bad}\n")
+        with pytest.raises(ConfigError, match=said):  # the one reading of the file refuses it, naming the line
+            load_settings(workspace, tmp_path / "home")
+    (tmp_path / "home" / "config.toml").write_text('[notify]\ncommand = ["notify-send", "kc"]\n')
+    assert Notifier.from_config(load_settings(workspace, tmp_path / "home").config.notify) == Notifier(
+        "auto", ("notify-send", "kc"), 10.0)
 
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)

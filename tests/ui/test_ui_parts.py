@@ -814,7 +814,8 @@ def test_opening_on_the_latest_session_or_a_fork_with_rules(
     server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from kimicode import Agent
-    from kimicode.ui.app import LATEST, AgentOptions, Session, run_interactive
+    from kimicode.ui.app import LATEST, AgentOptions, Session
+    from kimicode.ui.launch import run_interactive
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
