@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     await agent.ensure_client()  # imports the HTTP stack in a thread the first time
-    from kimicode.llm.protocol import Completion, StreamDelta, StreamRetry
+    from kimicode.llm.protocol import Completion, StreamDelta, StreamRetry, checked_stream
 
     tools = agent.tools.schemas()
     kinds = {t.name: t.kind for t in agent.tools}
@@ -49,7 +49,10 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     for attempt in range(2):
         try:
             limit = agent.context.completion_tokens(est)  # prompt + max_tokens never over the window
-            async for ev in agent.client.stream(agent.messages, tools, max_completion_tokens=limit):
+            events = agent.client.stream(agent.messages, tools, max_completion_tokens=limit)
+            if parts.client.given is not None:  # a caller's own client: what it yields is checked
+                events = checked_stream(events, type(parts.client.given).__name__)
+            async for ev in events:
                 if isinstance(ev, StreamDelta):
                     if ev.kind == "reasoning":
                         emit(ReasoningDelta(ev.text))

@@ -68,3 +68,52 @@ class ModelClient(Protocol):
     ) -> AsyncIterator[StreamEvent]: ...
 
     async def aclose(self) -> None: ...
+
+
+async def checked_stream(events: Any, who: str) -> AsyncIterator[StreamEvent]:
+    """A caller's client's stream, checked as it goes: anything but the three records, a `Completion` that
+    is not an assistant message, or an end without one becomes an `LLMError` (kind `protocol`) naming what
+    was wrong, so the turn ends with that error and a valid history instead of an internal one."""
+    from kimicode.llm.errors import LLMError
+
+    if not hasattr(events, "__aiter__"):
+        raise LLMError(f"{who}.stream() must return an async iterator (write it as an `async def` generator), "
+                       f"not {type(events).__name__}", "protocol")
+    done = False
+    async for event in events:
+        if isinstance(event, Completion):
+            if (problem := message_problem(event.message)) is not None:
+                raise LLMError(f"{who}.stream() gave a Completion whose message {problem}", "protocol")
+            done = True
+        elif not isinstance(event, StreamDelta | StreamRetry):
+            raise LLMError(f"{who}.stream() yielded a {type(event).__name__}; it yields StreamDelta and "
+                           "StreamRetry records and last one Completion (kimicode.Completion)", "protocol")
+        yield event
+    if not done:
+        raise LLMError(f"{who}.stream() ended without a Completion (kimicode.Completion)", "protocol")
+
+
+def message_problem(message: Any) -> str | None:
+    """What makes `message` unfit to be stored and sent back as an assistant message, or None: it must be
+    a JSON-serialisable dict with role `assistant`, and each tool call must have a string `id`, and a
+    `function` with a string `name` and its `arguments` as a JSON string."""
+    import json
+
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return f"is not an assistant message (a dict with role 'assistant'): {message!r:.200}"
+    try:
+        json.dumps(message)
+    except (TypeError, ValueError) as exc:
+        return f"is not JSON ({exc})"
+    calls = message.get("tool_calls")
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        return "has tool_calls that are not a list"
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(call.get("id"), str):
+            return f"has a tool call without a string id and a function: {call!r:.200}"
+        if not isinstance(function.get("name"), str) or not isinstance(function.get("arguments"), str):
+            return f"has a tool call whose function lacks a string name and arguments (a JSON string): {call!r:.200}"
+    return None
