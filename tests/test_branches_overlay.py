@@ -17,8 +17,10 @@ from branches_helpers import BUGGY, GOOD, VERIFY, WRONG, Router, git, git_projec
 
 from kimicode import Agent
 from kimicode.branches.explore import resume_exploration
+from kimicode.branches.manage import remove_exploration
 from kimicode.branches.overlay import unavailable
 from kimicode.branches.record import load_record
+from kimicode.checkpoints.store import store_dir
 from kimicode.errors import UsageError
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.testing.replies import RecordedRequest
@@ -97,6 +99,30 @@ def test_a_branch_holds_only_what_it_changed_and_nothing_below_it_is_written(
     base = Path(str(one.tree and one.tree["base"])) / "tree"
     assert (base / "app.py").read_text() == BUGGY and (base / "notes.txt").is_file()
     assert not (Path(str(one.workspace)) / "app.py").exists()  # outside the branches' process: empty
+    # removing the exploration takes everything back: directories, the opened worktree and its git branch
+    home = Path(str(parent.home))
+    stores = {p.name for p in (home / "checkpoints").iterdir()}
+    assert remove_exploration(home, load_record(home, ex.id))[-1] == f"removed exploration {ex.id}"
+    assert list((home / "worktrees").iterdir()) == []
+    assert git(workspace, "branch", "--list", "kimicode/*") == "" and "open" not in git(workspace, "worktree", "list")
+    assert {p.name for p in (home / "checkpoints").iterdir()} == stores - {
+        store_dir(home.resolve(), p).name for p in (base, Path(str(one.workspace)), Path(str(two.workspace)), opened)}
+    after = digest(workspace)
+    packed = workspace / ".git" / "packed-refs"  # `git branch -D` leaves this file, with no ref in it
+    assert {k: v for k, v in after.items() if k != ".git/packed-refs"} == before
+    assert not packed.exists() or "kimicode" not in packed.read_text()
+
+
+def test_an_overlay_branch_outside_git(server: FakeServer, make_agent: MakeAgent, workspace: Path) -> None:
+    (workspace / "app.py").write_text(BUGGY)
+    parent = make_agent(permission_mode="accept-edits")
+    Router(server, {"1": write_turn(GOOD)})
+    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY))
+    b = ex.branches[0]
+    assert b.tree is not None and b.tree["kind"] == "overlay" and b.tree["repo"] is None
+    assert ex.applied is b and (workspace / "app.py").read_text() == GOOD
+    opened = ex.open(b)  # a plain directory holding the branch's files
+    assert (opened / "app.py").read_text() == GOOD and not (opened / ".git").exists()
 
 
 def test_the_fallback_to_worktrees_says_why(server: FakeServer, make_agent: MakeAgent, workspace: Path,

@@ -178,14 +178,6 @@ def undo_in_log(path: Path, cps: Any, turn: int | None, *, files: bool, conversa
     return result
 
 
-def checkpoint_summary(changes: Any) -> str:
-    """`3 files changed (1 added, 2 modified)` for notices and listings."""
-    added, modified, deleted = (len(changes.get(k) or []) for k in ("added", "modified", "deleted"))
-    total = added + modified + deleted
-    parts = [f"{n} {what}" for n, what in ((added, "added"), (modified, "modified"), (deleted, "deleted")) if n]
-    return f"{total} file{'s' if total != 1 else ''} changed" + (f" ({', '.join(parts)})" if parts else "")
-
-
 def forget_session(home: Path, log_path: Path) -> str | None:
     """Before `sessions rm`: drop the session's checkpoints from its workspace's store and prune the store
     (objects no other session needs, and refs older than `[checkpoints] max_age_days`, 30 by default).

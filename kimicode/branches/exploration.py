@@ -148,8 +148,8 @@ def open_branch(home: Path, rec: ExplorationRecord, b: Branch) -> Path:
     snapshot = b.after or b.before or _base_commit(tree)
     if not snapshot:
         raise UsageError(f"branch {b.id} has no checkpoint to open")
-    path, made = open_tree(home, tree, snapshot)
-    if made:
+    path, _made = open_tree(home, tree, snapshot)
+    if not tree.get("opened"):  # recorded, so that `kimicode branches rm` removes it with its git branch
         tree["opened"] = str(Path(str(tree["root"])) / "open")
         b.tree = tree
         rec.save(home)

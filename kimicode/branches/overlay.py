@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -75,7 +74,7 @@ def rmtree(path: Path) -> None:
 
 def unavailable(home: Path, workspace: Path) -> str | None:
     """Why branch workspaces cannot be overlays here (None: they can). The system is probed once per
-    process (a throwaway child mounts a tiny overlay in a namespace of its own: ~50 ms)."""
+    process and file system (a throwaway child mounts a tiny overlay in a namespace of its own: ~50 ms)."""
     value = os.environ.get(OVERLAY_ENV, "").strip().lower()
     if value in OFF_VALUES:
         return f"{OVERLAY_ENV}={value} turns overlay workspaces off"
@@ -85,14 +84,14 @@ def unavailable(home: Path, workspace: Path) -> str | None:
     workspace = workspace.resolve()
     if home == workspace or workspace in home.parents:
         return f"KIMICODE_HOME ({home}) is inside the workspace, and an overlay cannot sit on top of itself"
-    key = str(home)
+    trees = private_dirs(home / "worktrees", top=home)
+    key = str(os.stat(trees).st_dev)  # what decides: the kernel, and the file system the upper directories are on
     if key not in _probed:
-        _probed[key] = _probe(home)
+        _probed[key] = _probe(trees)
     return _probed[key]
 
 
-def _probe(home: Path) -> str | None:
-    trees = private_dirs(home / "worktrees", top=home)
+def _probe(trees: Path) -> str | None:
     scratch = Path(tempfile.mkdtemp(prefix=".probe-", dir=trees))
     try:
         proc = subprocess.run([sys.executable, "-c", _PROBE, str(scratch), json.dumps(sys.path)],
@@ -239,24 +238,3 @@ def _git(cwd: Path, *args: str) -> None:
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
         raise CheckpointError(f"git {args[0]} failed: {lines[-1] if lines else proc.returncode}")
-
-
-def is_whiteout(path: Path) -> bool:
-    """An overlayfs whiteout (a 0/0 character device) in an upper directory: a deleted file."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
-
-
-def upper_usage(tree: dict[str, Any]) -> int:
-    """Bytes the branch's upper directory holds (what the branch costs on disk besides its checkpoints)."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(Path(str(tree["root"])) / "upper"):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except OSError:
-                pass
-    return total
