@@ -375,13 +375,13 @@ class Misbehaving:
 
 
 @pytest.mark.parametrize(("way", "said"), [
-    ("list", "must return an async iterator"),
-    ("dict", "yielded a dict"),
+    ("list", "not an async iterator"),
+    ("dict", "yielded dict"),
     ("no-completion", "ended without a Completion"),
-    ("user-role", "is not an assistant message"),
-    ("not-json", "is not JSON"),
-    ("dict-arguments", "arguments (a JSON string)"),
-    ("no-id", "without a string id"),
+    ("user-role", "not 'assistant'"),
+    ("not-json", "not JSON"),
+    ("dict-arguments", "not a JSON string"),
+    ("no-id", "has no id"),
 ])
 def test_a_client_that_breaks_the_protocol_ends_the_turn_with_a_clear_error(way: str, said: str,
                                                                           tmp_path: Path) -> None:
@@ -389,7 +389,7 @@ def test_a_client_that_breaks_the_protocol_ends_the_turn_with_a_clear_error(way:
     agent = Agent(client=Misbehaving(way), session_store=store, tools=[add], **home_of(tmp_path))
     result = agent.run_sync("go")
     assert result.status == "error" and result.error_kind == "protocol", (result.error_kind, result.error)
-    assert said in str(result.error) and "Misbehaving.stream()" in str(result.error)
+    assert said in str(result.error)
     assert_valid_history(agent.messages, system_first=True)
     logged = [r["message"] for r in store.sessions[agent.session_id] if r["type"] == "message"]
     assert logged == agent.messages  # the store holds what the history holds, nothing half-made

@@ -124,6 +124,9 @@ class ModelClients:
         self.given = given
         """The caller's client, or None when kimicode makes its own."""
         self.current: ModelClient | None = given
+        self.borrowed = False
+        """The caller's client came from the agent this one was made from (a fork, a subagent): that agent
+        (the one the caller gave it to) closes it, not this one."""
 
     def get(self) -> ModelClient:
         """The client, made now if needed (in the calling thread: `ready` makes it off the event loop)."""
@@ -155,9 +158,10 @@ class ModelClients:
             pass  # no loop running: the pool is released with the object
 
     async def aclose(self) -> None:
-        """Close the client (the caller's too: `agent.aclose()` releases everything the agent uses)."""
+        """Close the client (the caller's too: `agent.aclose()` releases everything the agent uses), unless it
+        is `borrowed`: a subagent closing its parent's client would break the parent's next request."""
         client, self.current = self.current, self.given
-        if client is not None:
+        if client is not None and not (self.borrowed and client is self.given):
             await client.aclose()
 
 

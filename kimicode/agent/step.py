@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     await agent.ensure_client()  # imports the HTTP stack in a thread the first time
-    from kimicode.llm.protocol import Completion, StreamDelta, StreamRetry, checked_stream
+    from kimicode.llm.checked import checked_stream
+    from kimicode.llm.protocol import Completion, StreamDelta, StreamRetry
 
     tools = agent.tools.schemas()
     kinds = {t.name: t.kind for t in agent.tools}
@@ -49,10 +50,8 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     for attempt in range(2):
         try:
             limit = agent.context.completion_tokens(est)  # prompt + max_tokens never over the window
-            events = agent.client.stream(agent.messages, tools, max_completion_tokens=limit)
-            if parts.client.given is not None:  # a caller's own client: what it yields is checked
-                events = checked_stream(events, type(parts.client.given).__name__)
-            async for ev in events:
+            # checked: a caller's own client may yield anything (kimicode/llm/checked.py)
+            async for ev in checked_stream(agent.client.stream(agent.messages, tools, max_completion_tokens=limit)):
                 if isinstance(ev, StreamDelta):
                     if ev.kind == "reasoning":
                         emit(ReasoningDelta(ev.text))
@@ -64,8 +63,11 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
                 elif isinstance(ev, StreamRetry):
                     partial.clear()  # the retried request starts the answer over
                     emit(Retrying(ev.attempt, ev.max_retries, ev.delay, ev.error))
-                else:
+                elif isinstance(ev, Completion):
                     completion = ev
+            if completion is None:
+                raise LLMError("the model client's stream ended without a Completion (the assistant message)",
+                               "protocol")
             break
         except asyncio.CancelledError:
             text = "".join(partial)
@@ -80,7 +82,7 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
             tools = agent.context.fit_tools(agent.messages, agent.tools.schemas(), emit)  # the window may be smaller
             est = agent.context.estimate(agent.messages, tools)
             emit(ContextUpdated(est, agent.context.budget.window))
-    assert completion is not None
+    assert completion is not None  # the loop breaks only with one
     prompt_t, completion_t, cached_t = usage_numbers(completion.usage)
     agent.usage["prompt_tokens"] += prompt_t
     agent.usage["completion_tokens"] += completion_t

@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from kimicode.errors import SessionError
 from kimicode.safeio import private_dirs, private_open
 
 if TYPE_CHECKING:
@@ -124,12 +125,16 @@ class SessionLog:
         return list(iter_records(self.path)) if self.path.exists() else []
 
     def acquire(self) -> None:
-        """Take the session's lock now (resume does, so a busy session is refused before any work); a
-        caller's own store keeps its sessions apart itself."""
-        if self.lock is None and self.store is None:
+        """Take the session's lock now (resume does, so a busy session is refused before any work). For a
+        caller's own store the lock is this process's only (two agents here writing one session of the same
+        store would mix their conversations); across processes the store keeps its sessions apart itself."""
+        if self.lock is None:
             from kimicode.session.lock import SessionLock
 
-            self.lock = SessionLock.acquire(self.directory, self.session_id)
+            if self.store is None:
+                self.lock = SessionLock.acquire(self.directory, self.session_id)
+            else:
+                self.lock = SessionLock.in_process(f"store:{id(self.store)}:{self.session_id}", self.session_id)
 
     def _open(self) -> IO[str]:
         if self._fh is None:
@@ -145,19 +150,21 @@ class SessionLog:
 
     def append(self, record: dict[str, Any]) -> None:
         """Write one record and flush it to the OS (held in memory until the session has a prompt)."""
+        if self.masker is not None:  # the values, not the JSON text: a secret with a `"` or `\` is escaped there
+            record = self.masker.mask_data(record)
         line = json.dumps({"v": SCHEMA_VERSION, "ts": round(time.time(), 3), **record}, ensure_ascii=False)
-        if self.masker is not None:
-            line = self.masker.mask(line)
         if self.failed is not None:
             return  # already reported; nothing more can be written
         self._raise_if_sync_failed()
         try:
             self._write(line, record)
-        except OSError as exc:
+        except Exception as exc:  # a caller's store may fail with anything (sqlite3.OperationalError...)
+            if isinstance(exc, SessionError) or (self.store is None and not isinstance(exc, OSError)):
+                raise  # a busy session (session/lock.py) is said as it is
             self.failed = (
                 f"the session store could not keep a record of session {self.session_id}: {exc}"
                 if self.store is not None else
-                f"cannot write the session log {self.path}: {exc.strerror or exc}. "
+                f"cannot write the session log {self.path}: {getattr(exc, 'strerror', None) or exc}. "
                 "Check that KIMICODE_HOME is writable and its disk is not full (KIMICODE_HOME=... picks another)"
             )
             raise SessionWriteError(self.failed) from None
@@ -176,6 +183,7 @@ class SessionLog:
     def _put(self, lines: list[str]) -> None:
         """Write whole records: to the caller's store (as the masked dicts), else to the file."""
         if self.store is not None:
+            self.acquire()  # one writer per session of a store in this process, as for the files
             for line in lines:
                 self.store.append(self.session_id, json.loads(line))
             return
@@ -191,8 +199,10 @@ class SessionLog:
         held, self._held = self._held, None
         try:
             self._put(held)
-        except OSError as exc:
-            self.failed = f"cannot write the session log {self.path}: {exc.strerror or exc}"
+        except Exception as exc:  # a caller's store may fail with anything
+            if isinstance(exc, SessionError) or (self.store is None and not isinstance(exc, OSError)):
+                raise
+            self.failed = f"cannot write the session log {self.path}: {getattr(exc, 'strerror', None) or exc}"
             raise SessionWriteError(self.failed) from None
 
     def message(self, message: dict[str, Any], model: str | None = None) -> None:
