@@ -16,12 +16,12 @@ from kimicode.testing import FakeServer
 
 @pytest.fixture
 def session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     console = Console(file=io.StringIO(), width=140, color_system=None, force_terminal=False)
-    return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="accept-edits"),
+    return Session(SessionOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="accept-edits"),
                    console, plain=True)
 
 

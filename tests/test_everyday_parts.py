@@ -96,12 +96,12 @@ def test_a_first_prompt_on_the_command_line() -> None:
 
 
 def make_session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-    return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01), console, plain=True)
+    return Session(SessionOptions(workspace=workspace, retry_base_delay=0.01), console, plain=True)
 
 
 def test_bang_command_output_goes_with_the_next_message(
@@ -454,7 +454,7 @@ def test_a_closed_port_keeps_the_message_and_suggests_doctor(
     from prompt_toolkit.input import create_pipe_input
     from prompt_toolkit.output import DummyOutput
 
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -462,7 +462,7 @@ def test_a_closed_port_keeps_the_message_and_suggests_doctor(
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", f"http://127.0.0.1:{port}/v1")
     console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-    session = Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, max_retries=1), console, plain=True)
+    session = Session(SessionOptions(workspace=workspace, retry_base_delay=0.01, max_retries=1), console, plain=True)
     finished = asyncio.run(session.run_turn("my important message"))
     assert finished is not None and finished.status == "error"
     assert "kimicode doctor" in console.file.getvalue()  # type: ignore[attr-defined]

@@ -21,12 +21,12 @@ def session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
     """A terminal Session on a plain console (as in test_checkpoints_ui.py), in yolo mode."""
     import io
 
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-    return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
+    return Session(SessionOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
                    plain=True)
 
 

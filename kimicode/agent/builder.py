@@ -9,6 +9,7 @@ Nothing here talks to the network or writes a file: the session log is created b
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -150,6 +151,7 @@ def resolve(o: AgentOptions, *, own_client: bool = False) -> Resolved:
         context_window=window, window_origin=origin,
         max_completion_tokens=(o.max_completion_tokens or model_config.max_completion_tokens
                                or config.context.max_tokens),
+        own_client=own_client,
     )
 
 
@@ -309,3 +311,6 @@ def check_collaborators(client: Any, session_store: Any) -> None:
             raise TypeError(f"{what} must implement kimicode.{protocol}: {described} (got {got})")
     if client is not None and not is_async_callable(client.aclose):
         raise TypeError(f"client.aclose must be a coroutine function (async def) (got {client.aclose!r})")
+    if client is not None and inspect.iscoroutinefunction(client.stream):  # `async def` without `yield`
+        raise TypeError("client.stream must be an async generator (`async def stream(...)` that yields the events) "
+                        "or a function returning an async iterator, not a coroutine function")

@@ -491,6 +491,16 @@ class Agent(Explorer):
                 self.commit(message, emit)
         pending.clear()
 
+    def _log_turn_end(self, status: str, steps: int) -> str | None:
+        """Log the turn's end; why the log refused it (raising in `finish`, inside an `except`, escaped run())."""
+        try:
+            if self.log:
+                self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
+                self.log.sync()
+        except SessionWriteError as err:
+            return str(err)
+        return None
+
     async def _turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
         steps = 0
         denials: list[dict[str, Any]] = []
@@ -508,9 +518,8 @@ class Agent(Explorer):
         ) -> None:
             end_turn(self.checkpoints, emit)  # the turn's checkpoint (none when they are off)
             info = turn_error(error, kind or status)  # with the status and retry-after of a model error
-            if self.log:
-                self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
-                self.log.sync()
+            if (refused := self._log_turn_end(status, steps)) and info is None:  # else the turn's own failure
+                status, result, kind, info = "error", "", "session_log", turn_error(refused, "session_log")
             emit(TurnFinished(status, result, steps, info, kind, tuple(denials)))
 
         if self.checkpoints is not None:

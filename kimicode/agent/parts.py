@@ -58,6 +58,8 @@ class Resolved:
     max_completion_tokens: int | None
     """The answer's token limit when set (option, model config, `[context] max_tokens`); else fitted. It
     reaches the request one way: `answer_reserve` -> the context's budget -> each request's limit."""
+    own_client: bool = False
+    """The caller's client sends the requests (`Agent(client=...)`): the endpoint above is not where they go."""
 
     @property
     def answer_reserve(self) -> int:
@@ -104,7 +106,10 @@ class Resolved:
 
         if o.prices is not None:
             return o.prices, "option"
-        return model_prices(self.model_config.prices, self.endpoint.model, self.endpoint.base_url)
+        found, source = model_prices(self.model_config.prices, self.endpoint.model, self.endpoint.base_url)
+        if self.own_client and source == "builtin":  # a list price of an API the caller's client may not use
+            return {}, ""
+        return found, source
 
     def cost(self, o: AgentOptions, usage: Mapping[str, int]) -> float | None:
         """Dollars for `usage` at the current prices (cached tokens at the cached price), None when unpriced."""
@@ -124,6 +129,9 @@ class ModelClients:
         self.given = given
         """The caller's client, or None when kimicode makes its own."""
         self.current: ModelClient | None = given
+        self.borrowed = False
+        """The caller's client came from the agent this one was made from (a fork, a subagent): that agent
+        (the one the caller gave it to) closes it, not this one."""
 
     def get(self) -> ModelClient:
         """The client, made now if needed (in the calling thread: `ready` makes it off the event loop)."""
@@ -155,9 +163,10 @@ class ModelClients:
             pass  # no loop running: the pool is released with the object
 
     async def aclose(self) -> None:
-        """Close the client (the caller's too: `agent.aclose()` releases everything the agent uses)."""
+        """Close the client (the caller's too: `agent.aclose()` releases everything the agent uses), unless it
+        is `borrowed`: a subagent closing its parent's client would break the parent's next request."""
         client, self.current = self.current, self.given
-        if client is not None:
+        if client is not None and not (self.borrowed and client is self.given):
             await client.aclose()
 
 

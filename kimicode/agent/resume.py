@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +59,35 @@ def load_stored(store: Any, home: Any, session_id: str) -> LoadedSession:
     if not records:
         raise SessionError(f"no session {session_id!r} in the session store {type(store).__name__}: "
                            "give an id the store has records for")
-    return load_records(session_id, list(records))
+    return load_records(session_id, stored_records(store, session_id, records))
+
+
+def stored_records(store: Any, session_id: str, records: Any) -> list[dict[str, Any]]:
+    """What a caller's `store.load(session_id)` returned, when it is a session kimicode can continue: a list
+    of the dict records `append` was given whose messages make a history; else a SessionError naming the
+    store and what is wrong (not an AttributeError from deep inside the replay)."""
+    from kimicode.agent.history import check_history
+    from kimicode.session.log import repair_history
+    from kimicode.session.replay import replay
+
+    where = f"the session store {type(store).__name__} returned for session {session_id!r}"
+    if isinstance(records, str | bytes | dict) or not isinstance(records, Iterable):
+        raise SessionError(f"{where} a {type(records).__name__}: load() returns the list of records append() got")
+    records = list(records)
+    for i, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise SessionError(f"{where} a {type(record).__name__} as record {i}: records are the dicts append() got")
+    history = replay(records)
+    for i, message in enumerate(history):
+        calls = message.get("tool_calls")
+        if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+            raise SessionError(f"{where} a history whose message {i} has tool_calls that are not a list of calls")
+    repair_history(history)  # what resuming does to calls a crash left open
+    try:
+        check_history(history)
+    except errors.UsageError as exc:
+        raise SessionError(f"{where} records that do not make a valid history: {exc}") from None
+    return copy.deepcopy(records)  # the agent's history is its own: neither changes the other
 
 
 def resume_agent(
@@ -171,6 +199,7 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
         session_id, tree = fork_tree(tree_kind, agent.workspace, agent.home)
         opts = opts.replace(session_id=session_id, workspace=tree.workspace if tree is not None else agent.workspace)
     child = type(agent)(opts, messages=copy.deepcopy(agent.messages), **collaborators)
+    child.parts.client.borrowed = "client" not in given  # the parent's client: closed by the parent, not the fork
     child.switches.authorship.adopt(child.messages, [agent.switches.authorship.author(m) for m in agent.messages])
     if "tools" not in given:  # the parent's tools as they are now (added, removed), in its order
         own = {t.name: t for t in child.tools}

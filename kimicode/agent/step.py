@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     await agent.ensure_client()  # imports the HTTP stack in a thread the first time
+    from kimicode.llm.checked import checked_stream
     from kimicode.llm.protocol import Completion, StreamDelta, StreamRetry
 
     tools = agent.tools.schemas()
@@ -49,7 +50,8 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     for attempt in range(2):
         try:
             limit = agent.context.completion_tokens(est)  # prompt + max_tokens never over the window
-            async for ev in agent.client.stream(agent.messages, tools, max_completion_tokens=limit):
+            # checked: a caller's own client may yield anything (kimicode/llm/checked.py)
+            async for ev in checked_stream(agent.client.stream(agent.messages, tools, max_completion_tokens=limit)):
                 if isinstance(ev, StreamDelta):
                     if ev.kind == "reasoning":
                         emit(ReasoningDelta(ev.text))
@@ -61,8 +63,11 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
                 elif isinstance(ev, StreamRetry):
                     partial.clear()  # the retried request starts the answer over
                     emit(Retrying(ev.attempt, ev.max_retries, ev.delay, ev.error))
-                else:
+                elif isinstance(ev, Completion):
                     completion = ev
+            if completion is None:
+                raise LLMError("the model client's stream ended without a Completion (the assistant message)",
+                               "protocol")
             break
         except asyncio.CancelledError:
             text = "".join(partial)
@@ -77,7 +82,7 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
             tools = agent.context.fit_tools(agent.messages, agent.tools.schemas(), emit)  # the window may be smaller
             est = agent.context.estimate(agent.messages, tools)
             emit(ContextUpdated(est, agent.context.budget.window))
-    assert completion is not None
+    assert completion is not None  # the loop breaks only with one
     prompt_t, completion_t, cached_t = usage_numbers(completion.usage)
     agent.usage["prompt_tokens"] += prompt_t
     agent.usage["completion_tokens"] += completion_t

@@ -52,10 +52,6 @@ class BatchOptions:
     """More Agent keyword arguments for every task (library use: tools, context_window, ...)."""
 
 
-class BudgetExceeded(Exception):
-    """Internal: the task's cost passed its budget."""
-
-
 def watch_budget(agent: Any, budget: float | None) -> list[float]:
     """Interrupt `agent` once its cost passes `budget`; the returned list gets the cost when that happens."""
     hit: list[float] = []

@@ -84,11 +84,38 @@ def unavailable(home: Path, workspace: Path) -> str | None:
     workspace = workspace.resolve()
     if home == workspace or workspace in home.parents:
         return f"KIMICODE_HOME ({home}) is inside the workspace, and an overlay cannot sit on top of itself"
+    why = git_outside(workspace)
+    if why is not None:
+        return why
     trees = private_dirs(home / "worktrees", top=home)
     key = str(os.stat(trees).st_dev)  # what decides: the kernel, and the file system the upper directories are on
     if key not in _probed:
         _probed[key] = _probe(trees)
     return _probed[key]
+
+
+def git_outside(workspace: Path) -> str | None:
+    """Why the workspace's git repository lies outside the overlay (None: it is inside, or there is none).
+
+    A linked worktree's or a `--separate-git-dir` checkout's `.git` is a file naming a directory elsewhere:
+    a branch's `git commit` or `git checkout` would write that directory (the user's real branches, HEAD
+    and index) through no overlay at all, so such a workspace gets worktree branches instead."""
+    if not os.path.lexists(workspace / ".git"):
+        return None  # no repository here; or the workspace is a subdirectory of one, which a branch never sees
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    try:
+        proc = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir"],
+                              cwd=workspace, env=env, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    for line in proc.stdout.splitlines():
+        where = Path(line).resolve()
+        if not where.is_relative_to(workspace):
+            return (f"the workspace's git repository is outside it ({where}: a linked worktree or a separate "
+                    "git directory), which an overlay cannot keep a branch's git from writing")
+    return None
 
 
 def _probe(trees: Path) -> str | None:

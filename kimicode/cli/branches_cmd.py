@@ -27,6 +27,7 @@ from kimicode.cli.headless import (
     EXIT_TERMINATED,
     EXIT_USAGE,
     Printer,
+    on_stop_signals,
     one_line,
 )
 
@@ -151,7 +152,6 @@ async def run_branches(agent: Any, prompt: str | None, printer: Printer, flags: 
     from kimicode.branches.explore import explore, resume_exploration
     from kimicode.errors import UsageError
 
-    loop = asyncio.get_running_loop()
     start = time.monotonic()
     stopped: list[signal.Signals] = []
     printer.init(agent)
@@ -178,11 +178,7 @@ async def run_branches(agent: Any, prompt: str | None, printer: Printer, flags: 
             raise SystemExit(EXIT_TERMINATED if sig == signal.SIGTERM else EXIT_INTERRUPTED)
         task.cancel()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-        except (NotImplementedError, RuntimeError):
-            pass
+    release = on_stop_signals(on_signal)
     try:
         exploration = await task
     except asyncio.CancelledError:
@@ -193,11 +189,7 @@ async def run_branches(agent: Any, prompt: str | None, printer: Printer, flags: 
         typer.echo(f"kimicode: {exc}", err=True)
         return EXIT_USAGE
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError):
-                pass
+        release()
     error = await _maybe_apply(exploration, printer, flags)
     await agent.aclose()
     result = result_object(agent, exploration, int((time.monotonic() - start) * 1000), error)

@@ -27,10 +27,6 @@ from kimicode.config.endpoint import (
 )
 from kimicode.config.sections import Config, schema_of
 
-# A schema value is a type name, a tuple of allowed literal values, or a nested dict. The key "*" stands
-# for any table name (providers.NAME, models.NAME, ...).
-Schema = Mapping[str, Any]
-
 SCHEMA: dict[str, Any] = schema_of(Config)
 """What the file validator checks, derived from the typed sections (kimicode/config/sections.py)."""
 

@@ -415,11 +415,12 @@ class ContextManager:
         return result
 
     async def _summarize(self, client: ModelClient, request: list[dict[str, Any]]) -> tuple[str, int]:
+        from kimicode.llm.checked import checked_stream
         from kimicode.llm.protocol import Completion
 
         completion: Completion | None = None
         limit = self.completion_tokens(self.accountant.estimate_unanchored(request))
-        async for event in client.stream(request, (), max_completion_tokens=limit):
+        async for event in checked_stream(client.stream(request, (), max_completion_tokens=limit)):
             if isinstance(event, Completion):
                 completion = event
         if completion is None:

@@ -23,14 +23,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kimicode.extensions.places import Scope, claude_settings_files, read_json, read_text
-from kimicode.extensions.toolnames import names_of
 
 EVENTS = (
     "SessionStart", "SessionEnd", "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure",
     "PermissionRequest", "Notification", "Stop", "SubagentStop", "PreCompact",
 )
 """The events kimicode runs hooks for (Claude Code's names)."""
-TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest"})
 DEFAULT_TIMEOUT = 60.0
 """Seconds a hook may run unless it says `timeout` (Claude Code's default)."""
 OnError = Literal["block", "continue"]
@@ -230,11 +228,6 @@ def _parse_group(
             pattern,
         ))
     return out
-
-
-def tool_values(tool: str) -> tuple[str, ...]:
-    """What a tool event's matcher is tried against."""
-    return names_of(tool)
 
 
 def load_hooks(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -121,70 +120,6 @@ def _set_declined(home: Path, workspace: Path, on: bool) -> None:
     here = str(workspace.expanduser().resolve())
     listed = [p for p in declined(home) if p != here] + ([here] if on else [])
     _write_private(_declined_path(home), json.dumps({"declined": listed}, indent=2) + "\n")
-
-
-_TRUST_HEADER = re.compile(r"^\s*\[\s*trust\s*\]\s*(#.*)?$", re.MULTILINE)
-_ANY_HEADER = re.compile(r"^\s*\[", re.MULTILINE)
-_WORKSPACES = re.compile(r"^\s*workspaces\s*=\s*\[", re.MULTILINE)
-
-
-def _array_end(text: str, start: int) -> int:
-    """The index just after the `]` closing the TOML array opening at `start` (strings and comments
-    skipped); -1 when there is none."""
-    depth, i, quote = 0, start, ""
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\" and quote == '"':
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "#":
-            nl = text.find("\n", i)
-            i = len(text) if nl < 0 else nl
-            continue
-        elif ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return -1
-
-
-def toml_string(value: str) -> str:
-    """A TOML basic string (quotes, backslashes and control characters escaped; the rest as it is)."""
-    out = []
-    for ch in value:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif (ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def _with_workspaces(text: str, listed: list[str]) -> str:
-    """`text` with `[trust] workspaces` set to `listed` (comments and the rest kept)."""
-    value = "[" + ", ".join(toml_string(p) for p in listed) + "]"
-    header = _TRUST_HEADER.search(text)
-    if header is None:
-        sep = "" if not text or text.endswith("\n") else "\n"
-        return f"{text}{sep}{chr(10) if text.strip() else ''}[trust]\nworkspaces = {value}\n"
-    nxt = _ANY_HEADER.search(text, header.end())
-    end = nxt.start() if nxt is not None else len(text)
-    found = _WORKSPACES.search(text, header.end(), end)
-    if found is None:
-        return text[: header.end()] + f"\nworkspaces = {value}" + text[header.end():]
-    open_at = text.index("[", found.start())
-    close = _array_end(text, open_at)
-    if close < 0:
-        raise ValueError("unterminated array")
-    return text[:open_at] + value + text[close:]
 
 
 def _resolved(entry: str) -> str:

@@ -37,11 +37,11 @@ from kimicode.session.store import SessionError, latest_session
 from kimicode.ui import commands
 from kimicode.ui.approvals import Approver, SessionRules
 from kimicode.ui.completion import FileIndex, expand_mentions
-from kimicode.ui.console import endpoint_host, make_console, plain_output, report_internal_error
+from kimicode.ui.console import endpoint_host, report_internal_error
 from kimicode.ui.keys import KeyListener
 from kimicode.ui.live import live_width
 from kimicode.ui.notify import Notifier
-from kimicode.ui.options import AgentOptions, SessionOptions
+from kimicode.ui.options import SessionOptions
 from kimicode.ui.paste import Pastes, attach_image
 from kimicode.ui.recap import opening_banner, resume_hint, show_recap
 from kimicode.ui.render import transient_line
@@ -50,9 +50,7 @@ from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, mcp_counts, mcp_fai
 from kimicode.ui.typeahead import input_footer, offer_plan, steer
 from kimicode.ui.view import TurnView, expanded_result
 
-__all__ = [
-    "LATEST", "AgentOptions", "Session", "SessionOptions", "endpoint_host", "make_console", "plain_output",
-]
+__all__ = ["LATEST", "Session", "SessionOptions"]
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession

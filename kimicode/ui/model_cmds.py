@@ -122,7 +122,5 @@ async def cmd_prompt(session: Session, arg: str) -> None:
     """`/prompt`: the system prompt and tool definitions the model gets, with token counts."""
     from kimicode.agent.sysprompt import PromptReport
 
-    agent = session.agent
-    system = agent.messages[0].get("content", "") if agent.messages else ""
-    report = PromptReport.of(str(system), agent.tools.schemas(), agent.context.accountant.text_tokens)
+    report = PromptReport.of_agent(session.agent)
     session.console.print(report.text(), highlight=False, markup=False)

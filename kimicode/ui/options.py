@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AgentOptions", "SessionOptions"]
+__all__ = ["SessionOptions"]
 
 
 class SessionOptions:
@@ -39,6 +39,3 @@ class SessionOptions:
         """Sent as the first message once the session is open (`kimicode "PROMPT"`)."""
         self.settings: dict[str, Any] = dict(settings)
 
-
-AgentOptions = SessionOptions
-"""The name this class had before kimicode.agent.options.AgentOptions existed."""
