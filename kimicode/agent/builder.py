@@ -151,6 +151,7 @@ def resolve(o: AgentOptions, *, own_client: bool = False) -> Resolved:
         context_window=window, window_origin=origin,
         max_completion_tokens=(o.max_completion_tokens or model_config.max_completion_tokens
                                or config.context.max_tokens),
+        own_client=own_client,
     )
 
 

@@ -68,6 +68,8 @@ def may_change(tool: Any, args: Mapping[str, Any], tools: ToolRegistry, subagent
 
 async def before_change(cps: SessionCheckpoints, emit: Callable[[Event], None]) -> None:
     """A snapshot before the turn's first change (in a thread: it reads the workspace)."""
+    if cps.log is not None:  # what the thread logs goes to a caller's store on this loop (session/log.py)
+        cps.log.loop = asyncio.get_running_loop()
     warning = await asyncio.to_thread(cps.before_change)
     if warning:
         emit(Notice(warning, "warning"))
@@ -137,6 +139,8 @@ async def rewind(agent: Agent, turn: int | None, *, files: bool, conversation: b
     cps = agent.checkpoints
     if cps is None:
         raise CheckpointError("checkpoints are disabled ([checkpoints] enabled = false)")
+    if cps.log is not None:  # what the thread logs goes to a caller's store on this loop (session/log.py)
+        cps.log.loop = asyncio.get_running_loop()
     result, entry = await asyncio.to_thread(
         rewind_core, cps, agent.messages, turn, files=files, conversation=conversation, force=force
     )

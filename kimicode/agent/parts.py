@@ -58,6 +58,8 @@ class Resolved:
     max_completion_tokens: int | None
     """The answer's token limit when set (option, model config, `[context] max_tokens`); else fitted. It
     reaches the request one way: `answer_reserve` -> the context's budget -> each request's limit."""
+    own_client: bool = False
+    """The caller's client sends the requests (`Agent(client=...)`): the endpoint above is not where they go."""
 
     @property
     def answer_reserve(self) -> int:
@@ -104,7 +106,10 @@ class Resolved:
 
         if o.prices is not None:
             return o.prices, "option"
-        return model_prices(self.model_config.prices, self.endpoint.model, self.endpoint.base_url)
+        found, source = model_prices(self.model_config.prices, self.endpoint.model, self.endpoint.base_url)
+        if self.own_client and source == "builtin":  # a list price of an API the caller's client may not use
+            return {}, ""
+        return found, source
 
     def cost(self, o: AgentOptions, usage: Mapping[str, int]) -> float | None:
         """Dollars for `usage` at the current prices (cached tokens at the cached price), None when unpriced."""

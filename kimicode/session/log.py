@@ -46,6 +46,8 @@ from kimicode.errors import SessionError
 from kimicode.safeio import private_dirs, private_open
 
 if TYPE_CHECKING:
+    import asyncio
+
     from kimicode.config.redact import Masker
     from kimicode.session.lock import SessionLock
     from kimicode.session.protocol import SessionStore
@@ -91,6 +93,8 @@ class SessionLog:
         """Set by the Agent: every record is written with known secrets masked."""
         self.lock: SessionLock | None = None
         """Held while this process writes the log (kimicode.session.lock); taken on first write."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The event loop a caller's store was last called on (records made off it are handed to it)."""
         self.failed: str | None = None
         """Why writing failed (then nothing more is written; the turn ends with this error)."""
         saved = self.path.exists() if store is None else bool(store.load(session_id))
@@ -183,6 +187,8 @@ class SessionLog:
     def _put(self, lines: list[str]) -> None:
         """Write whole records: to the caller's store (as the masked dicts), else to the file."""
         if self.store is not None:
+            if self._off_the_loop(lines):
+                return
             self.acquire()  # one writer per session of a store in this process, as for the files
             for line in lines:
                 self.store.append(self.session_id, json.loads(line))
@@ -190,6 +196,29 @@ class SessionLog:
         fh = self._open()
         fh.write("".join(h + "\n" for h in lines))
         fh.flush()
+
+    def _off_the_loop(self, lines: list[str]) -> bool:
+        """A caller's store is called on the event loop only (a sqlite3 connection refuses other threads, and a
+        store need not be thread-safe): records made in a worker thread (a checkpoint's snapshot, a rewind) are
+        handed to the loop the agent runs on, ahead of the work waiting for that thread. True when handed."""
+        import asyncio
+
+        try:
+            self.loop = asyncio.get_running_loop()
+            return False
+        except RuntimeError:
+            loop = self.loop
+        if loop is None or not loop.is_running():
+            return False  # no loop (sync code between runs): called here
+
+        def put() -> None:
+            try:
+                self._put(lines)
+            except Exception as exc:  # reported by the next write, as a failed fsync is
+                self._sync_error = f"the session store could not keep a record of session {self.session_id}: {exc}"
+
+        loop.call_soon_threadsafe(put)
+        return True
 
     def keep(self) -> None:
         """Write the held records now, before any prompt: the session is used (an exploration's branches
