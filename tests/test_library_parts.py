@@ -335,3 +335,61 @@ def test_build_parts_needs_no_agent(tmp_path: Path) -> None:
     assert parts.messages[0]["role"] == "system" and parts.log is None
     assert parts.policy.workspace == (tmp_path / "ws").resolve()
     assert parts.context.budget.window == parts.resolved.context_window
+
+
+# -- a caller's client that breaks the protocol: the turn ends with a protocol error, the history valid -----
+
+
+class Misbehaving:
+    """Each request answers with one of the ways a hand-written client gets the protocol wrong."""
+
+    def __init__(self, way: str) -> None:
+        self.way = way
+
+    def stream(self, messages: Any, tools: Any = (), *, max_completion_tokens: Any = None) -> Any:
+        done = Completion({"role": "assistant", "content": "ok"}, "stop", None)
+        if self.way == "list":
+            return [done]  # a plain list, not an async iterator
+
+        async def events() -> AsyncIterator[Any]:
+            if self.way == "dict":
+                yield {"role": "assistant", "content": "a dict, not a Completion"}
+            elif self.way == "no-completion":
+                yield StreamDelta("content", "and then nothing")
+            elif self.way == "user-role":
+                yield Completion({"role": "user", "content": "x"}, "stop", None)
+            elif self.way == "not-json":
+                yield Completion({"role": "assistant", "content": {1, 2}}, "stop", None)
+            elif self.way == "dict-arguments":
+                yield Completion({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 1}}}]},
+                    "tool_calls", None)
+            elif self.way == "no-id":
+                yield Completion({"role": "assistant", "content": None, "tool_calls": [
+                    {"type": "function", "function": {"name": "add", "arguments": "{}"}}]}, "tool_calls", None)
+
+        return events()
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("way", "said"), [
+    ("list", "not an async iterator"),
+    ("dict", "yielded dict"),
+    ("no-completion", "ended without a Completion"),
+    ("user-role", "not 'assistant'"),
+    ("not-json", "not JSON"),
+    ("dict-arguments", "not a JSON string"),
+    ("no-id", "has no id"),
+])
+def test_a_client_that_breaks_the_protocol_ends_the_turn_with_a_clear_error(way: str, said: str,
+                                                                          tmp_path: Path) -> None:
+    store = MemoryStore()
+    agent = Agent(client=Misbehaving(way), session_store=store, tools=[add], **home_of(tmp_path))
+    result = agent.run_sync("go")
+    assert result.status == "error" and result.error_kind == "protocol", (result.error_kind, result.error)
+    assert said in str(result.error)
+    assert_valid_history(agent.messages, system_first=True)
+    logged = [r["message"] for r in store.sessions[agent.session_id] if r["type"] == "message"]
+    assert logged == agent.messages  # the store holds what the history holds, nothing half-made

@@ -18,6 +18,7 @@ from kimicode.tools.base import Tool
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
+    from kimicode.agent.hooking import AgentHooks
     from kimicode.config.settings import ModelConfig, Settings
     from kimicode.events import Event
     from kimicode.extensions.discover import Found
@@ -45,16 +46,17 @@ class Extras:
     steering: list[str] = field(default_factory=list)
     """Messages for the running turn (`steer`): sent after the current step's tool results, then emptied;
     what the turn ends before sending stays here (the terminal sends it as the next prompt)."""
-    hooks: Hooks | None = None
-    """The configured hooks (agent/hooking.py); None when there are none."""
-    hook_stop: str | None = None
-    """Set when a hook answered `continue: false`: the turn ends with this reason."""
     subagent: bool = False
     """A task subagent: its Stop hooks are SubagentStop, and it has no session hooks."""
-    session_started: bool = False
-    stop_blocks: int = 0
     found: Found | None = None
     """Enabled plugins, skills and subagent definitions (None for a hermetic agent)."""
+    hooking: AgentHooks = field(init=False)
+    """The agent's hooks and their state (agent/hooking.py); set by `install`."""
+
+    @property
+    def hooks(self) -> Hooks | None:
+        """The configured hooks; None when there are none."""
+        return self.hooking.hooks
 
     def user_content(self, prompt: str) -> str | list[dict[str, Any]]:
         """The content of a turn's user message: the prompt, plus the attached images (which are consumed)."""
@@ -134,13 +136,11 @@ def install(agent: Agent, default_tools: bool) -> Extras:
     if log is not None:
         extras.todos.record = lambda items: log.append({"type": "todos", "items": items})
     _install_vision(agent)
-    from kimicode.agent.hooking import load as load_hooks
+    from kimicode.agent.hooking import AgentHooks, load
 
-    extras.hooks = load_hooks(agent)
-    if extras.hooks is not None:
-        from kimicode.agent.hooking import watch_compaction
-
-        watch_compaction(agent)  # PreCompact hooks
+    hooks = load(agent.options.config, agent.workspace, agent.home, agent.endpoint.api_key,
+                 lambda text: agent.notify(text, "warning"))
+    extras.hooking = AgentHooks(agent, hooks)
     _discover(agent, extras)
     if default_tools:
         choose_edit_tool(agent.tools, agent.model_config)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import pickle
 import signal
@@ -28,6 +29,10 @@ from kimicode.events import StepStarted
 _BOOT = ("import json, sys\nsys.path[:] = json.loads(sys.argv.pop(1))\n"
          "from kimicode.branches.child import main\nsys.exit(main())\n")
 STDERR_TAIL = 2000
+OUTCOME = ("status", "turn_status", "error", "verified", "verify_exit", "verify_timed_out", "verify_output",
+           "changes", "changed_lines", "before", "after", "cost_usd", "usage", "steps", "started_at", "finished_at")
+"""What the branches' process reports of a branch; its identity (id, number, session, workspace, tree, model)
+is the parent's own record, whatever a line says."""
 STOP_GRACE = 15.0
 """Seconds the child gets to interrupt and save its branches before it is killed."""
 
@@ -127,6 +132,8 @@ class OverlayEngine:
             message = json.loads(line)
         except ValueError:
             return None
+        if not isinstance(message, dict):
+            return None
         if "fatal" in message:
             self._stderr += f"\n{message['fatal']}".encode()
             return None
@@ -134,9 +141,13 @@ class OverlayEngine:
             if self.on_event is not None and message.get("id") in pending:
                 self.on_event(record.branch(message["id"]), StepStarted(int(message["step"])))
             return None
-        update = Branch.from_dict(message.get("branch") or {})
-        if update.id not in pending:
+        data = message.get("branch")
+        if not isinstance(data, dict) or data.get("id") not in pending:
             return None
+        update = copy.copy(pending[data["id"]])  # who the branch is (session, workspace, tree) stays ours
+        for name in OUTCOME:
+            if name in data:
+                setattr(update, name, data[name])
         if update.finished:
             del pending[update.id]
         return update
