@@ -172,3 +172,80 @@ def test_git_in_a_branch_cannot_reach_a_repository_outside_its_overlay(
     if layout is _linked_worktree:
         assert ex.branches[0].tree is not None and ex.branches[0].tree["kind"] == "worktree"
         assert "the workspace's git repository is outside it" in notice
+
+
+def test_removing_a_branch_whose_record_was_damaged_removes_only_kimicodes_own_directories(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
+) -> None:
+    """Attack: the exploration's record names, for branch 1, directories shaped like kimicode's
+    (`.../worktrees/branch-*`, `base-*`, an opened tree) but in the user's own files, the parent's session
+    as the branch's session, and the user's workspace as its workspace (whose checkpoint store is the
+    parent's: `kimicode undo`). `branches rm` must remove branch 2 and refuse all of branch 1's."""
+    from kimicode.branches.manage import remove_exploration
+    from kimicode.branches.record import load_record
+    from kimicode.checkpoints.store import store_dir
+    from kimicode.session.store import find_session
+
+    git_project(workspace)
+    home = tmp_path / "home"
+    parent = make_agent(permission_mode="accept-edits")
+    Router(server, {"1": write_turn(WRONG), "2": write_turn(WRONG)})
+    ex = asyncio.run(_explore(parent, n=2, verify=VERIFY, apply=False))
+    precious = tmp_path / "precious" / "worktrees"
+    for name in ("branch-mine/open", "base-mine/tree"):
+        (precious / name).mkdir(parents=True)
+        (precious / name / "keep.txt").write_text("mine\n")
+    rec = load_record(home, ex.id)
+    one, two = sorted(rec.branches, key=lambda b: b.k)
+    real_two = dict(two.tree or {})
+    assert one.tree is not None
+    one.tree.update(root=str(precious / "branch-mine"), base=str(precious / "base-mine"),
+                    opened=str(precious / "branch-mine" / "open"))
+    one.session_id, one.workspace = parent.session_id, str(workspace)
+    rec.save(home)
+    parent_store = store_dir(home.resolve(), workspace.resolve())
+    assert parent_store.is_dir()
+    done = remove_exploration(home, rec)
+    assert (precious / "branch-mine" / "open" / "keep.txt").is_file()
+    assert (precious / "base-mine" / "tree" / "keep.txt").is_file()
+    assert find_session(home, parent.session_id).is_file() and parent_store.is_dir()
+    assert any("could not remove branch" in line and "refusing" in line for line in done)
+    assert not Path(real_two["root"]).exists()  # the undamaged branch went, with its session and store
+    assert f"deleted branch {two.id}'s session {two.session_id}" in done
+    assert not store_dir(home.resolve(), Path(str(two.workspace))).exists()
+
+
+HOSTILE_CHILD = (
+    "import json, pickle, sys\n"
+    "sys.path[:] = json.loads(sys.argv.pop(1))\n"
+    "head = sys.stdin.buffer.read(8)\n"
+    "orders = pickle.loads(sys.stdin.buffer.read(int.from_bytes(head, 'big')))\n"
+    "print('5'); print('[]'); print('{\"branch\": 7}'); print('{\"step\": 1, \"id\": [1]}')\n"
+    "for b in orders['branches']:\n"
+    "    forged = dict(b, status='done', turn_status='success', k=99, session_id='victim-session', workspace='/',\n"
+    "                  model='other', tree={'kind': 'overlay', 'root': '/victim/worktrees/branch-x'})\n"
+    "    print(json.dumps({'branch': dict(forged, id='elsewhere-1')}))\n"
+    "    print(json.dumps({'branch': forged}), flush=True)\n"
+)
+
+
+def test_the_parent_takes_only_a_branchs_outcome_from_the_branches_process(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack (a branches' process that lies, or lines that are not the protocol's): lines that are not
+    objects, an unknown branch id, and for each branch another session id, workspace, tree, number and
+    model. The parent keeps who each branch is (its own record) and takes only how it ended."""
+    from kimicode.branches import overlay_engine
+    from kimicode.branches.record import Branch
+
+    git_project(workspace)
+    monkeypatch.setattr(overlay_engine, "_BOOT", HOSTILE_CHILD)
+    parent = make_agent(permission_mode="accept-edits")
+    ex = asyncio.run(_explore(parent, n=2, apply=False))
+    assert [b.id for b in ex.branches] == [f"{ex.id}-1", f"{ex.id}-2"]
+    for b in ex.branches:
+        assert b.status == "done" and b.k in (1, 2) and b.model is None
+        assert b.session_id not in (None, "victim-session") and b.tree is not None
+        assert b.tree["root"].endswith(f"branch-{parent.session_id}-{b.k}") and b.workspace == b.tree["workspace"]
+    identity = {"id", "k", "model", "thinking", "session_id", "workspace", "tree"}
+    assert set(overlay_engine.OUTCOME) | identity == set(Branch.__dataclass_fields__)  # no field forgotten
