@@ -33,6 +33,8 @@ if TYPE_CHECKING:
         TurnError,
         UsageError,
     )
+    from kimicode.llm.protocol import Completion, ModelClient, StreamDelta, StreamEvent, StreamRetry
+    from kimicode.session.protocol import SessionStore
     from kimicode.session.store import SessionInfo, list_sessions
     from kimicode.tools.base import Tool, ToolContext, ToolResult
     from kimicode.tools.decorator import tool
@@ -45,10 +47,12 @@ __all__ = [
     "AuthError",
     "BadRequestError",
     "CheckpointError",
+    "Completion",
     "ConfigError",
     "ContextLengthError",
     "ErrorInfo",
     "KimicodeError",
+    "ModelClient",
     "ModelError",
     "ProtocolError",
     "QuotaError",
@@ -57,6 +61,10 @@ __all__ = [
     "ServerUnavailableError",
     "SessionError",
     "SessionInfo",
+    "SessionStore",
+    "StreamDelta",
+    "StreamEvent",
+    "StreamRetry",
     "Tool",
     "ToolContext",
     "ToolError",
@@ -79,6 +87,12 @@ _LAZY = {
     "SessionError": "kimicode.errors",
     "SessionInfo": "kimicode.session.store",
     "list_sessions": "kimicode.session.store",
+    "ModelClient": "kimicode.llm.protocol",
+    "Completion": "kimicode.llm.protocol",
+    "StreamDelta": "kimicode.llm.protocol",
+    "StreamEvent": "kimicode.llm.protocol",
+    "StreamRetry": "kimicode.llm.protocol",
+    "SessionStore": "kimicode.session.protocol",
     "read_only_command": "kimicode.permissions.engine",
     "Tool": "kimicode.tools.base",
     "ToolContext": "kimicode.tools.base",

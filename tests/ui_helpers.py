@@ -18,14 +18,14 @@ from kimicode.testing import FakeServer
 def plain_session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch, *, width: int = 120,
                   **options: Any) -> Any:
     """A terminal `Session` on a plain console (no colours, no terminal) against the fake server, with fast
-    retries; `options` are more `AgentOptions` (e.g. `permission_mode="yolo"`). The key and endpoint come from
+    retries; `options` are more `SessionOptions` (e.g. `permission_mode="yolo"`). The key and endpoint come from
     the environment, as a user's terminal session gets them."""
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
-    return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, **options), console, plain=True)
+    return Session(SessionOptions(workspace=workspace, retry_base_delay=0.01, **options), console, plain=True)
 
 
 def output(session: Any) -> str:

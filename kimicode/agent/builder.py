@@ -1,26 +1,25 @@
-"""Turn `AgentOptions` plus the resolved configuration into a ready Agent: endpoint and model profile,
-tools, permission engine and sandbox, context manager, session log, system prompt, extras.
+"""Turn `AgentOptions` plus the resolved configuration into an agent's parts (agent/parts.py): the
+resolved settings (endpoint and model profile, window, answer limit), tools, permission engine and sandbox,
+context manager, session log, system prompt, checkpoints. `Agent` holds what `build_parts` returns.
 
 Nothing here talks to the network or writes a file: the session log is created by its first record
-(a turn), and the HTTP client (`make_client`) is built on first use, off the event loop.
+(a turn), and kimicode's HTTP client is made on first use, off the event loop (`parts.ModelClients`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kimicode.agent.parts import ModelClients, Parts, Resolved
 from kimicode.agent.sysprompt import PromptParts, build_system_prompt
-from kimicode.config.choices import (
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_SCOPE,
-    Scope,
-    SwitchPolicy,
-)
-from kimicode.config.endpoint import kimicode_home
+from kimicode.config.choices import DEFAULT_SCOPE, Scope, SwitchPolicy
+from kimicode.config.endpoint import MissingKeyError, kimicode_home
 from kimicode.config.settings import ModelConfig, Settings, resolve_model
 from kimicode.context.manager import ContextManager, ContextSettings
 from kimicode.context.output import set_spill_limit
@@ -32,55 +31,54 @@ from kimicode.tools.registry import ToolRegistry, builtin_tools
 from kimicode.tools.workers import is_async_callable
 
 if TYPE_CHECKING:
-    from kimicode.agent.core import Agent
     from kimicode.agent.options import AgentOptions
-    from kimicode.llm.client import ChatClient
+    from kimicode.config.redact import Masker
+    from kimicode.llm.protocol import ModelClient
+    from kimicode.permissions.policy import Policy
+    from kimicode.session.protocol import SessionStore
+    from kimicode.tools.sandbox import Sandbox
 
 
-def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool],
-          messages: list[dict[str, Any]] | None) -> None:
-    """Set up every part of `agent` from `agent.options` (its collaborators are already stored)."""
+def build_parts(
+    options: AgentOptions,
+    *,
+    tools: Iterable[Tool] | None = None,
+    extra_tools: Iterable[Tool] = (),
+    messages: list[dict[str, Any]] | None = None,
+    client: ModelClient | None = None,
+    session_store: SessionStore | None = None,
+) -> Parts:
+    """Every part of an agent made from `options` (its extras, bound to the agent, come later: `install`).
+
+    `client` is the caller's own model client (else kimicode's, made on first use), `session_store` the
+    caller's own place for the session's records (else `KIMICODE_HOME/sessions`, unless `persist=False`)."""
     if messages is not None:
         from kimicode.agent.history import check_history
 
         check_history(messages)  # a clear error now, not a server's 400 at the first request
-    o = agent.options
-    agent.settings = o.config if o.config is not None else Settings()  # hermetic: no file read
-    agent.endpoint, agent.model_config = resolve_model(agent.settings, model=o.model, base_url=o.base_url,
-                                                       api_key=o.api_key)
-    agent.profile = profile_with(profile_for(agent.endpoint.model), agent.model_config)
-    agent.workspace = o.workspace.expanduser().resolve()
-    if not agent.workspace.is_dir():
-        raise ValueError(f"workspace is not a directory: {agent.workspace}")
+    o = options
+    r = resolve(o, own_client=client is not None)
+    config = r.settings.config  # every section typed, with its defaults (kimicode/config/sections.py)
     given = None if tools is None else _tool_list(tools, "tools")
     if given is not None:
         names = [t.name for t in given]
         if dupes := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(f"tools= has more than one tool named {', '.join(map(repr, dupes))} (names are unique)")
-    agent.tools = ToolRegistry(builtin_tools() if given is None else given)
+    registry = ToolRegistry(builtin_tools() if given is None else given)
     for t in _tool_list(extra_tools, "extra_tools"):
-        agent.tools.add(t)
-    agent.origin = o.origin or ("headless" if o.headless else "library")
-    agent.scope = resolve_scope(o)
-    config = agent.settings.config  # every section typed, with its defaults (kimicode/config/sections.py)
-    agent.thinking = o.thinking or agent.model_config.reasoning_effort or config.defaults.thinking
-    agent.context_window, agent.window_origin = resolve_window(
-        o.context_window, agent.model_config.context_window, agent.endpoint.model, agent.profile.context_window
-    )
+        registry.add(t)
+    log = None
+    if o.persist or session_store is not None:
+        log = SessionLog(r.home / "sessions", r.session_id, store=session_store)
+    spill = log.spill_dir if log else None
+    ctx = ToolContext(workspace=r.workspace, session_dir=spill, extra_dirs=o.add_dirs)
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
     cfg = config.context  # [context]; the options win
-    agent.max_completion_tokens = o.max_completion_tokens or agent.model_config.max_completion_tokens or cfg.max_tokens
-    agent.window_discovered = False  # asked even with a set window: the template and calibration come with the answer
-    agent.home = o.home.expanduser() if o.home is not None else kimicode_home()
-    agent.session_id = o.session_id or new_session_id()
-    agent.log = SessionLog(agent.home / "sessions", agent.session_id) if o.persist else None
-    spill = agent.log.spill_dir if agent.log else None
-    agent.ctx = ToolContext(workspace=agent.workspace, session_dir=spill, extra_dirs=o.add_dirs)
-    agent.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
     if spill is not None:  # bound the disk the session's saved tool outputs may use
         set_spill_limit(spill, cfg.spill_max_bytes)
-    agent.context = ContextManager(
-        window=agent.context_window,
-        reserve=agent.answer_reserve,
+    context = ContextManager(
+        window=r.context_window,
+        reserve=r.answer_reserve,
         tokenizer_path=o.tokenizer_path or cfg.tokenizer,
         settings=ContextSettings(
             prune_threshold=_first(o.prune_threshold, cfg.prune_threshold),
@@ -90,38 +88,93 @@ def build(agent: Agent, tools: Iterable[Tool] | None, extra_tools: Iterable[Tool
             tool_output_chars=o.tool_output_cap,
         ),
         spill_dir=spill,
-        log=agent.log,
-        usage=agent.usage,
-        reserve_explicit=agent.max_completion_tokens is not None,
+        log=log,
+        usage=usage,
+        reserve_explicit=r.max_completion_tokens is not None,
     )
-    for text in agent.settings.ignored:
-        agent.notify(text, "warning")
-    confine(agent)
-    if messages is not None:
-        agent.messages = messages
-        if agent.log and not agent.log.path.exists():  # a new log for a given history (fork, library)
-            log_meta(agent)
-            for msg in messages:
-                agent.log.message(msg)
-    else:
-        agent.messages = [{"role": "system", "content": system_prompt(agent)}]
-        log_meta(agent)
-        if agent.log:
-            agent.log.message(agent.messages[0])
-    from kimicode.agent.ecosystem import install
-
-    agent.extras = install(agent, default_tools=tools is None)
+    warnings = list(r.settings.ignored)
+    fence = confine(o, r, registry, ctx, log, warnings)
+    o = fence.options
+    if messages is None:
+        messages = [{"role": "system", "content": system_prompt(o, r)}]
+        if log:
+            log.append({"type": "meta", "session_id": r.session_id, **r.record(o.permission_mode)})
+            log.message(messages[0])
+    elif log and not log.saved:  # a new log for a given history (fork, library)
+        log.append({"type": "meta", "session_id": r.session_id, **r.record(o.permission_mode)})
+        for msg in messages:
+            log.message(msg)
+    parts = Parts(
+        resolved=r, options=o, tools=registry, log=log, ctx=ctx, usage=usage, context=context,
+        policy=fence.policy, sandbox=fence.sandbox, sandbox_warning=fence.sandbox_warning, masker=fence.masker,
+        messages=messages, client=ModelClients(lambda: _chat_client(parts), client),
+        window_discovered=client is not None,  # a caller's client: no server of ours to ask
+        warnings=warnings,
+    )
     from kimicode.agent.checkpointing import open_checkpoints
 
-    agent.checkpoints = open_checkpoints(agent)
+    parts.checkpoints = open_checkpoints(r, o, log, warnings.append)
+    return parts
+
+
+def _chat_client(parts: Parts) -> ModelClient:
+    from kimicode.llm.client import ChatClient
+
+    return ChatClient(parts.resolved.client_config(parts.options))
+
+
+def resolve(o: AgentOptions, *, own_client: bool = False) -> Resolved:
+    """The settings `o` resolves to with its configuration: endpoint and model, profile, window, answer
+    limit, workspace, home and session id. With a caller's own client (`own_client`) no API key is needed."""
+    settings = o.config if o.config is not None else Settings()  # hermetic: no file read
+    try:
+        endpoint, model_config = resolve_model(settings, model=o.model, base_url=o.base_url, api_key=o.api_key)
+    except MissingKeyError:
+        if not own_client:
+            raise
+        endpoint, model_config = resolve_model(settings, model=o.model, base_url=o.base_url, api_key="-")
+        endpoint = dataclasses.replace(endpoint, api_key="", key_source="the caller's client")
+    profile = profile_with(profile_for(endpoint.model), model_config)
+    workspace = o.workspace.expanduser().resolve()
+    if not workspace.is_dir():
+        raise ValueError(f"workspace is not a directory: {workspace}")
+    config = settings.config
+    window, origin = resolve_window(o.context_window, model_config.context_window, endpoint.model,
+                                    profile.context_window)
+    return Resolved(
+        settings=settings, endpoint=endpoint, model_config=model_config, profile=profile, workspace=workspace,
+        home=o.home.expanduser() if o.home is not None else kimicode_home(),
+        session_id=o.session_id or new_session_id(),
+        origin=o.origin or ("headless" if o.headless else "library"),
+        scope=resolve_scope(o),
+        thinking=o.thinking or model_config.reasoning_effort or config.defaults.thinking,
+        context_window=window, window_origin=origin,
+        max_completion_tokens=(o.max_completion_tokens or model_config.max_completion_tokens
+                               or config.context.max_tokens),
+        own_client=own_client,
+    )
 
 
 def _first(*values: Any) -> Any:
     return next(v for v in values if v is not None)
 
 
-def confine(agent: Agent) -> None:
-    """Permission rules (fixed for the session), the OS sandbox for bash, and a secret-free child env."""
+@dataclass(frozen=True)
+class Confinement:
+    """What `confine` sets up: the permission engine, the sandbox, the masker, and the options with the
+    session's rules fixed."""
+
+    options: AgentOptions
+    policy: Policy
+    sandbox: Sandbox | None
+    sandbox_warning: str | None
+    masker: Masker
+
+
+def confine(o: AgentOptions, r: Resolved, tools: ToolRegistry, ctx: ToolContext, log: SessionLog | None,
+            warnings: list[str]) -> Confinement:
+    """Permission rules (fixed for the session), the OS sandbox for bash (the registry's own bash is
+    replaced by a sandboxed one), and a secret-free, masked environment for the tools (`ctx`)."""
     from kimicode.config.redact import Masker, known_secrets
     from kimicode.config.settings import config_paths
     from kimicode.permissions.policy import Policy, secret_env_names, session_rules
@@ -129,61 +182,57 @@ def confine(agent: Agent) -> None:
     from kimicode.tools.sandbox import setup_sandbox
     from kimicode.tools.shell import BASH, bash_tool, scrub_env
 
-    o = agent.options
     ignored: list[str] = []  # what an untrusted project's config may not loosen
-    project_file = config_paths(agent.workspace, agent.home)[1]
+    project_file = config_paths(r.workspace, r.home)[1]
     rules = o.rules
     if rules is None:
-        rules = session_rules(agent.settings, project_file=project_file, allow=o.allow, deny=o.deny, ask=o.ask,
+        rules = session_rules(r.settings, project_file=project_file, allow=o.allow, deny=o.deny, ask=o.ask,
                               ignored=ignored)
-        agent.options = o.replace(rules=rules)  # forks, resumes and subagents keep exactly these rules
-    agent.sandbox, agent.sandbox_warning = setup_sandbox(
-        o.sandbox, o.sandbox_network, agent.settings, agent.workspace, agent.home,
-        project_file=project_file, ignored=ignored, session_dir=agent.log.spill_dir if agent.log else None,
+        o = o.replace(rules=rules)  # forks, resumes and subagents keep exactly these rules
+    sandbox, sandbox_warning = setup_sandbox(
+        o.sandbox, o.sandbox_network, r.settings, r.workspace, r.home,
+        project_file=project_file, ignored=ignored, session_dir=log.spill_dir if log else None,
     )
-    for text in ignored:
-        agent.notify(text, "warning")
-    sandboxed = False
-    ours = agent.tools.get("bash") is BASH
-    if agent.sandbox is not None and ours:
-        sandboxed = not agent.sandbox.auto  # auto confines what runs unasked; it changes no decision
-    agent.policy = Policy(
-        rules, kimicode_home=agent.home, sandboxed=sandboxed, workspace=agent.workspace,
-        session_dir=agent.ctx.session_dir, read_only_sandbox=agent.sandbox is not None, extra_dirs=o.add_dirs,
+    warnings.extend(ignored)
+    ours = tools.get("bash") is BASH
+    sandboxed = sandbox is not None and ours and not sandbox.auto  # auto confines what runs unasked only
+    policy = Policy(
+        rules, kimicode_home=r.home, sandboxed=sandboxed, workspace=r.workspace,
+        session_dir=ctx.session_dir, read_only_sandbox=sandbox is not None, extra_dirs=o.add_dirs,
     )
-    if agent.sandbox is not None:  # the places read(...) rules open are visible in the sandbox too
-        agent.sandbox = dataclasses.replace(agent.sandbox, visible=(*agent.policy.read_rule_roots(), *o.add_dirs))
+    if sandbox is not None:  # the places read(...) rules open are visible in the sandbox too
+        sandbox = dataclasses.replace(sandbox, visible=(*policy.read_rule_roots(), *o.add_dirs))
         if ours:
-            agent.tools.add(bash_tool(agent.sandbox))
-    agent.ctx.env = scrub_env(
+            tools.add(bash_tool(sandbox))
+    ctx.env = scrub_env(
         os.environ,
-        names=secret_env_names(agent.settings, agent.endpoint.key_source),
-        values=(agent.endpoint.api_key,),
+        names=secret_env_names(r.settings, r.endpoint.key_source),
+        values=(r.endpoint.api_key,) if r.endpoint.api_key else (),
     )
     harden_process()  # children cannot read the key under /proc/<pid>/environ
-    agent.masker = Masker(known_secrets(os.environ, api_key=agent.endpoint.api_key, settings=agent.settings))
-    if agent.log is not None:
-        agent.log.masker = agent.masker
-    agent.ctx.mask = agent.masker  # command output is masked as it is read
-    if agent.sandbox_warning:
-        agent.notify(agent.sandbox_warning, "warning")
+    masker = Masker(known_secrets(os.environ, api_key=r.endpoint.api_key, settings=r.settings))
+    if log is not None:
+        log.masker = masker
+    ctx.mask = masker  # command output is masked as it is read
+    if sandbox_warning:
+        warnings.append(sandbox_warning)
+    return Confinement(o, policy, sandbox, sandbox_warning, masker)
 
 
-def prompt_parts(agent: Agent) -> PromptParts:
-    """What the system prompt of `agent` is built from: `system_prompt` (it replaces kimicode's prompt),
-    the model profile's addition, the scope, the AGENTS.md files when `project_instructions`, and
+def prompt_parts(o: AgentOptions, r: Resolved) -> PromptParts:
+    """What the system prompt is built from: `system_prompt` (it replaces kimicode's prompt), the model
+    profile's addition, the scope, the AGENTS.md files when `project_instructions`, and
     `append_system_prompt` (kimicode/agent/sysprompt.py gives the order)."""
-    o = agent.options
     instructions = None
     if o.system_prompt is None and o.project_instructions:
         from kimicode.config.agentsmd import project_instructions
 
-        instructions = project_instructions(agent.workspace, agent.home) or None
+        instructions = project_instructions(r.workspace, r.home) or None
     return PromptParts(
-        workspace=agent.workspace,
-        scope=agent.scope,
+        workspace=r.workspace,
+        scope=r.scope,
         headless=o.headless,
-        profile_addition=agent.profile.prompt_addition,
+        profile_addition=r.profile.prompt_addition,
         custom=o.system_prompt,
         instructions=instructions,
         append="\n\n".join(filter(None, [o.append_system_prompt, _added_dirs(o.add_dirs)])) or None,
@@ -198,9 +247,9 @@ def _added_dirs(dirs: tuple[Path, ...]) -> str:
             "absolute paths for them): " + ", ".join(str(d) for d in dirs) + ".")
 
 
-def system_prompt(agent: Agent) -> str:
-    """The system prompt `agent` starts a session with."""
-    return build_system_prompt(prompt_parts(agent))
+def system_prompt(o: AgentOptions, r: Resolved) -> str:
+    """The system prompt a session with these options and settings starts with."""
+    return build_system_prompt(prompt_parts(o, r))
 
 
 def resolve_scope(o: AgentOptions) -> Scope:
@@ -219,50 +268,6 @@ def switch_policy(o: AgentOptions, mc: ModelConfig, profile: ModelProfile) -> Sw
         return mc.on_switch
     configured = o.config.config.model.on_switch if o.config is not None else None
     return configured if configured is not None else profile.on_switch
-
-
-def settings_record(agent: Agent) -> dict[str, Any]:
-    """The settings a session log records (its `meta` record, and a `settings` record on each change)."""
-    return {
-        "model": agent.endpoint.model,
-        "base_url": agent.endpoint.base_url,
-        "workspace": str(agent.workspace),
-        "permission_mode": agent.permission_mode,
-        "thinking": agent.thinking,
-        "origin": agent.origin,
-    }
-
-
-def log_meta(agent: Agent) -> None:
-    if agent.log:
-        agent.log.append({"type": "meta", "session_id": agent.session_id, **settings_record(agent)})
-
-
-def make_client(agent: Agent) -> ChatClient:
-    """The model client for the agent's current endpoint, model and effort."""
-    from kimicode.llm.client import ChatClient, ClientConfig
-
-    o = agent.options
-    return ChatClient(
-        ClientConfig(
-            base_url=agent.endpoint.base_url,
-            api_key=agent.endpoint.api_key,
-            model=agent.endpoint.model,
-            profile=agent.profile,
-            effort=agent.thinking,
-            session_id=agent.session_id,
-            max_retries=o.max_retries,
-            retries_explicit=o.max_retries != DEFAULT_MAX_RETRIES,
-            tool_choice=o.tool_choice or agent.model_config.tool_choice,
-            retry_base_delay=o.retry_base_delay,
-            timeout=o.request_timeout,
-            reasoning_field=agent.model_config.reasoning_field,
-            extra_body={"response_format": dict(o.response_format)} if o.response_format else {},
-            extra_headers=dict(agent.model_config.headers),
-            key_source=agent.endpoint.key_source,
-            url_source=agent.endpoint.url_source,
-        )
-    )
 
 
 def _tool_list(tools: Any, where: str) -> list[Tool]:
@@ -285,3 +290,27 @@ def check_callbacks(approve: Any, on_event: Any) -> None:
     if on_event is not None and is_async_callable(on_event):
         raise TypeError("on_event must be a plain function: an async hook would never be awaited "
                         "(use `async for event in agent.stream(...)` for async handling)")
+
+
+def check_collaborators(client: Any, session_store: Any) -> None:
+    """TypeError now for a `client=` or `session_store=` that lacks what the agent calls (it would fail
+    mid-turn): the protocols are `kimicode.ModelClient` and `kimicode.SessionStore`."""
+    needs = {
+        "client": ("ModelClient", ("stream", "aclose"), "stream(messages, tools, *, max_completion_tokens) "
+                   "yielding StreamDelta/StreamRetry/Completion, and async aclose()"),
+        "session_store": ("SessionStore", ("append", "load"), "append(session_id, record) and load(session_id)"),
+    }
+    for what, value in (("client", client), ("session_store", session_store)):
+        if value is None:
+            continue
+        protocol, methods, described = needs[what]
+        missing = [m for m in methods if isinstance(value, type) or not callable(getattr(value, m, None))]
+        if missing:
+            got = f"the class {value.__name__}; pass an instance" if isinstance(value, type) else (
+                f"{type(value).__name__}, without {' or '.join(missing)}")
+            raise TypeError(f"{what} must implement kimicode.{protocol}: {described} (got {got})")
+    if client is not None and not is_async_callable(client.aclose):
+        raise TypeError(f"client.aclose must be a coroutine function (async def) (got {client.aclose!r})")
+    if client is not None and inspect.iscoroutinefunction(client.stream):  # `async def` without `yield`
+        raise TypeError("client.stream must be an async generator (`async def stream(...)` that yields the events) "
+                        "or a function returning an async iterator, not a coroutine function")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +15,10 @@ from kimicode.events import Event, Notice
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
+    from kimicode.agent.options import AgentOptions
+    from kimicode.agent.parts import Resolved
+    from kimicode.session.log import SessionLog
+    from kimicode.tools.registry import ToolRegistry
 
 
 @dataclass
@@ -31,46 +35,48 @@ class RewindResult:
     """What was undone, in words: `turn 2`, or `restore 1 (undo of turn 2), so the files of turn 2 are back`."""
 
 
-def open_checkpoints(agent: Agent) -> SessionCheckpoints | None:
+def open_checkpoints(r: Resolved, o: AgentOptions, log: SessionLog | None,
+                     warn: Callable[[str], None]) -> SessionCheckpoints | None:
     """The session's checkpoints, unless `[checkpoints] enabled = false`; finishes an interrupted restore
     and starts the automatic prune (`[checkpoints] auto_prune`, on unless the library is hermetic)."""
-    cfg = agent.settings.config.checkpoints
+    cfg = r.settings.config.checkpoints
     if not cfg.enabled:
         return None
-    cps = SessionCheckpoints.open(agent.home, agent.workspace, agent.session_id, agent.log, cfg)
+    cps = SessionCheckpoints.open(r.home, r.workspace, r.session_id, log, cfg)
     try:
         note = cps.store.recover()
     except (CheckpointError, OSError) as exc:
         note = f"an interrupted checkpoint restore could not be finished: {exc}"
     if note:
-        agent.notify(note, "warning")
+        warn(note)
     auto = cfg.auto_prune
-    if auto is True or (auto is None and agent.options.config is not None):
-        cps.auto_prune(cfg, agent.home / "sessions", lambda text: agent.notify(text, "warning"))
+    if auto is True or (auto is None and o.config is not None):
+        cps.auto_prune(cfg, r.home / "sessions", warn)
     return cps
 
 
-def may_change(agent: Agent, tool: Any, args: Mapping[str, Any]) -> bool:
-    """Whether a call can change the workspace: edit and execute tools, and a subagent given one."""
+def may_change(tool: Any, args: Mapping[str, Any], tools: ToolRegistry, subagent_tools: Sequence[str] | None) -> bool:
+    """Whether a call can change the workspace: edit and execute tools, and a subagent given one (the tools
+    it names, else `subagent_tools`, the configured default)."""
     if tool.kind in ("edit", "execute"):
         return True
     if tool.name == "task":
-        names = args.get("tools") or agent.settings.config.subagents.tools or ()
-        return any(
-            (t := agent.tools.get(str(n))) is not None and t.kind in ("edit", "execute") for n in names
-        )
+        names = args.get("tools") or subagent_tools or ()
+        return any((t := tools.get(str(n))) is not None and t.kind in ("edit", "execute") for n in names)
     return False
 
 
-async def before_change(agent: Agent, emit: Callable[[Event], None]) -> None:
-    assert agent.checkpoints is not None
-    warning = await asyncio.to_thread(agent.checkpoints.before_change)
+async def before_change(cps: SessionCheckpoints, emit: Callable[[Event], None]) -> None:
+    """A snapshot before the turn's first change (in a thread: it reads the workspace)."""
+    if cps.log is not None:  # what the thread logs goes to a caller's store on this loop (session/log.py)
+        cps.log.loop = asyncio.get_running_loop()
+    warning = await asyncio.to_thread(cps.before_change)
     if warning:
         emit(Notice(warning, "warning"))
 
 
-def end_turn(agent: Agent, emit: Callable[[Event], None]) -> None:
-    cps = agent.checkpoints
+def end_turn(cps: SessionCheckpoints | None, emit: Callable[[Event], None]) -> None:
+    """The turn's checkpoint (none when they are off); a new warning of the store is emitted."""
     if cps is None:
         return
     had = cps.warning
@@ -133,6 +139,8 @@ async def rewind(agent: Agent, turn: int | None, *, files: bool, conversation: b
     cps = agent.checkpoints
     if cps is None:
         raise CheckpointError("checkpoints are disabled ([checkpoints] enabled = false)")
+    if cps.log is not None:  # what the thread logs goes to a caller's store on this loop (session/log.py)
+        cps.log.loop = asyncio.get_running_loop()
     result, entry = await asyncio.to_thread(
         rewind_core, cps, agent.messages, turn, files=files, conversation=conversation, force=force
     )
@@ -172,14 +180,6 @@ def undo_in_log(path: Path, cps: Any, turn: int | None, *, files: bool, conversa
         if cps.log is not None:
             cps.log.close()
     return result
-
-
-def checkpoint_summary(changes: Any) -> str:
-    """`3 files changed (1 added, 2 modified)` for notices and listings."""
-    added, modified, deleted = (len(changes.get(k) or []) for k in ("added", "modified", "deleted"))
-    total = added + modified + deleted
-    parts = [f"{n} {what}" for n, what in ((added, "added"), (modified, "modified"), (deleted, "deleted")) if n]
-    return f"{total} file{'s' if total != 1 else ''} changed" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def forget_session(home: Path, log_path: Path) -> str | None:

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from kimicode import errors
 from kimicode.agent import hooking
-from kimicode.agent.builder import build, check_callbacks, make_client, settings_record, switch_policy
+from kimicode.agent.builder import build_parts, check_callbacks, check_collaborators, switch_policy
 from kimicode.agent.checkpointing import end_turn
-from kimicode.agent.costs import usage_cost
-from kimicode.agent.ecosystem import after_compaction, close_extras, start_extras, user_content
+from kimicode.agent.ecosystem import after_compaction, choose_edit_tool, install
 from kimicode.agent.interrupted import NO_ANSWER
 from kimicode.agent.modes import note_needed
 from kimicode.agent.options import AgentOptions, OptionAttribute
 from kimicode.agent.outgoing import masked_event, utf8_safe
+from kimicode.agent.parts import Part, Parts, Setting
 from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult, turn_error
 from kimicode.agent.step import model_step, truncation
 from kimicode.agent.streams import same_loop
@@ -32,7 +32,7 @@ from kimicode.agent.structured import structured_output
 from kimicode.agent.switch import ModelSwitches, switch_notice
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
 from kimicode.branches.api import Explorer
-from kimicode.config.choices import EFFORTS, PERMISSION_MODES, SWITCH_POLICIES, Scope, SwitchPolicy, check_choice
+from kimicode.config.choices import EFFORTS, PERMISSION_MODES, SWITCH_POLICIES, SwitchPolicy, check_choice
 from kimicode.config.settings import switch_model
 from kimicode.context.accounting import Breakdown
 from kimicode.context.compact import CompactionResult
@@ -55,14 +55,16 @@ if TYPE_CHECKING:
     from kimicode.agent.ecosystem import Extras
     from kimicode.agent.streams import Emit, EventStream
     from kimicode.checkpoints.session import SessionCheckpoints
+    from kimicode.config.choices import Scope
     from kimicode.config.endpoint import Endpoint
     from kimicode.config.redact import Masker
     from kimicode.config.settings import ModelConfig, Settings
     from kimicode.context.manager import ContextManager
-    from kimicode.llm.client import ChatClient
     from kimicode.llm.profiles import ModelProfile
+    from kimicode.llm.protocol import ModelClient
     from kimicode.permissions.policy import Policy
     from kimicode.session.log import SessionLog
+    from kimicode.session.protocol import SessionStore
     from kimicode.tools.base import Tool, ToolContext
     from kimicode.tools.registry import ToolRegistry
     from kimicode.tools.sandbox import Sandbox
@@ -92,40 +94,36 @@ class Agent(Explorer):
     tool_output_cap = OptionAttribute[int]()
     headless = OptionAttribute[bool]()
 
-    # set by the builder (agent/builder.py)
-    settings: Settings
-    endpoint: Endpoint
-    model_config: ModelConfig
-    profile: ModelProfile
-    workspace: Path
-    tools: ToolRegistry
-    origin: str
-    """Which face runs the session (`interactive`, `headless`, `library`), recorded in the log for listings."""
-    scope: Scope  # `strict` or `normal` (docs/models.md)
-    thinking: str | None
-    context_window: int
-    window_origin: str  # where `context_window` came from (`window_source` adds "learnt")
-    max_completion_tokens: int | None
-    """The answer's token limit when set (option, model config, `[context] max_tokens`); else fitted. It
-    reaches the request one way: `answer_reserve` -> the context's budget -> each request's limit."""
-    window_discovered: bool  # the server was asked for its window (once, at the first step)
-    home: Path
-    session_id: str
-    log: SessionLog | None
-    ctx: ToolContext
-    usage: dict[str, int]
-    context: ContextManager
-    policy: Policy
-    sandbox: Sandbox | None
-    sandbox_warning: str | None
-    """Why a requested sandbox is not used (also sent once as a Notice)."""
-    masker: Masker
-    """Masks every known secret in tool results, the session log, notices and errors."""
-    messages: list[dict[str, Any]]
-    extras: Extras
-    """Edit-tool choice, todo list, subagents, image-aware read_file, web_fetch, MCP (agent/ecosystem.py)."""
-    checkpoints: SessionCheckpoints | None
-    """This session's workspace checkpoints (None when disabled in `[checkpoints]`); see docs/checkpoints.md."""
+    # the parts (agent/parts.py), made by agent/builder.py: `agent.context` is `agent.parts.context`
+    options: Part[AgentOptions] = Part()
+    """The settings; `set_model`, `set_thinking` and `set_permission_mode` keep them current."""
+    tools: Part[ToolRegistry] = Part()
+    log: Part[SessionLog | None] = Part()
+    ctx: Part[ToolContext] = Part()
+    usage: Part[dict[str, int]] = Part()
+    context: Part[ContextManager] = Part()
+    policy: Part[Policy] = Part()
+    sandbox: Part[Sandbox | None] = Part()
+    sandbox_warning: Part[str | None] = Part()
+    masker: Part[Masker] = Part()
+    messages: Part[list[dict[str, Any]]] = Part()
+    extras: Part[Extras] = Part()
+    checkpoints: Part[SessionCheckpoints | None] = Part()
+    window_discovered: Part[bool] = Part()
+    # the resolved settings (`agent.endpoint` is `agent.parts.resolved.endpoint`)
+    settings: Setting[Settings] = Setting()
+    endpoint: Setting[Endpoint] = Setting()
+    model_config: Setting[ModelConfig] = Setting()
+    profile: Setting[ModelProfile] = Setting()
+    workspace: Setting[Path] = Setting()
+    home: Setting[Path] = Setting()
+    session_id: Setting[str] = Setting()
+    origin: Setting[str] = Setting()
+    scope: Setting[Scope] = Setting()
+    thinking: Setting[str | None] = Setting()
+    context_window: Setting[int] = Setting()
+    window_origin: Setting[str] = Setting()
+    max_completion_tokens: Setting[int | None] = Setting()
 
     def __init__(
         self,
@@ -136,17 +134,17 @@ class Agent(Explorer):
         approve: ApproveFn | None = None,
         on_event: Callable[[Event], None] | None = None,
         messages: list[dict[str, Any]] | None = None,
+        client: ModelClient | None = None,
+        session_store: SessionStore | None = None,
         **settings: Any,
     ) -> None:
         if options is not None and not isinstance(options, AgentOptions):
             raise TypeError(f"Agent() takes an AgentOptions as its only positional argument (got {options!r})")
         base = options if options is not None else AgentOptions()
-        self.options: AgentOptions = base.replace(**settings) if settings else base
-        """The settings; `set_model`, `set_thinking` and `set_permission_mode` keep them current."""
         check_callbacks(approve, on_event)
+        check_collaborators(client, session_store)
         self.approve = approve
         self.on_event = on_event
-        self._client: ChatClient | None = None
         self._worker: asyncio.Task[Any] | None = None
         self._owner: weakref.ref[EventStream[Any]] | None = None  # the stream consuming `_worker`
         self.interrupted = False  # `interrupt()` stopped the running turn (not a library cancellation)
@@ -160,7 +158,13 @@ class Agent(Explorer):
         """The running turn's permission denials (subagents add theirs)."""
         self.switches = ModelSwitches()
         """Which model wrote each assistant message, and a pending switch compaction (agent/switch.py)."""
-        build(self, tools, extra_tools, messages)
+        self.parts: Parts = build_parts(base.replace(**settings) if settings else base, tools=tools,
+                                        extra_tools=extra_tools, messages=messages, client=client,
+                                        session_store=session_store)
+        """What the agent is made of (agent/parts.py); its attributes above are these parts."""
+        for text in self.parts.warnings:
+            self.notify(text, "warning")
+        self.extras = install(self, default_tools=tools is None)
 
     # -- settings ---------------------------------------------------------------------------------
 
@@ -191,23 +195,17 @@ class Agent(Explorer):
         """Record the model and settings in effect from now on (resume, fork, a change of model, effort or
         permission mode) in the session log."""
         if self.log:
-            self.log.append({"type": "settings", "reason": reason, **settings_record(self), **extra})
+            self.log.append({"type": "settings", "reason": reason, **self.parts.resolved.record(self.permission_mode),
+                             **extra})
 
     @property
-    def client(self) -> ChatClient:
-        """The model client, created on first use (importing the HTTP stack is not free)."""
-        if self._client is None:
-            self._client = make_client(self)
-        return self._client
+    def client(self) -> ModelClient:
+        """The model client: the caller's own (`client=`), else kimicode's, made on first use."""
+        return self.parts.client.get()
 
-    async def ensure_client(self) -> ChatClient:
-        """The client, built in a worker thread the first time: importing `openai` and building its TLS
-        context take a second or more, which must not stall the event loop (other agents, timers, the UI)."""
-        if self._client is not None and not self._client.usable_here():
-            self._client = None  # its connections belong to an earlier event loop (a second asyncio.run)
-        if self._client is None:
-            await asyncio.to_thread(lambda: self.client)
-        return self.client
+    async def ensure_client(self) -> ModelClient:
+        """The client, made in a worker thread the first time (importing the HTTP stack is not free)."""
+        return await self.parts.client.ready()
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -273,8 +271,8 @@ class Agent(Explorer):
             context={"used": self.context.used, "window": self.context_window},
             turn_usage=turn_usage,
             hook_errors=list(events.hook_errors),
-            cost=usage_cost(self, turn_usage),
-            total_cost=usage_cost(self, self.usage),
+            cost=self.parts.resolved.cost(self.options, turn_usage),
+            total_cost=self.parts.resolved.cost(self.options, self.usage),
             **(self.checkpoints.last_turn_fields() if self.checkpoints is not None else {}),
         )
 
@@ -349,11 +347,10 @@ class Agent(Explorer):
         self.context_window, self.window_origin = resolve_window(
             None, self.model_config.context_window, self.endpoint.model, self.profile.context_window
         )
-        self.window_discovered = False
+        self.window_discovered = self.parts.client.given is not None  # a caller's client: no server to ask
         self.context.forget_window()
-        from kimicode.agent.ecosystem import refresh
-
-        refresh(self)  # e.g. apply_patch instead of edit_file for GPT models
+        if self.extras.default_tools:  # e.g. apply_patch instead of edit_file for GPT models
+            choose_edit_tool(self.tools, self.model_config)
         self.reset_client()
         if old == self.endpoint.model:
             return self.record_settings("model")
@@ -398,14 +395,9 @@ class Agent(Explorer):
         self.policy = self.policy.without_session_rules()
 
     def reset_client(self) -> None:
-        """Drop the model client; the next request builds one for the current endpoint, key and options."""
-        if self._client is not None:
-            client = self._client
-            self._client = None
-            try:
-                asyncio.get_running_loop().create_task(client.aclose())
-            except RuntimeError:
-                pass  # no loop running: the pool is released with the object
+        """Drop kimicode's model client; the next request makes one for the current endpoint, key and
+        options (a caller's own client stays)."""
+        self.parts.client.reset()
 
     def compact(self, instructions: str | None = None) -> EventStream[CompactionResult | None]:
         """Summarise the older history now (`/compact`); `instructions` tell the summariser what to keep.
@@ -442,7 +434,7 @@ class Agent(Explorer):
     @property
     def answer_reserve(self) -> int:
         """Tokens reserved for the answer: `max_completion_tokens`, else the model profile's (the one fallback)."""
-        return self.max_completion_tokens or self.profile.max_completion_tokens
+        return self.parts.resolved.answer_reserve
 
     @property
     def effective_window(self) -> int:
@@ -469,11 +461,9 @@ class Agent(Explorer):
             self.interrupted = True  # like interrupt(): a run() in flight returns `interrupted`
             worker.cancel()
             await asyncio.wait([worker])
-        await hooking.session_end(self, "exit")  # SessionEnd hooks
-        await close_extras(self)
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self.extras.hooking.session_end("exit")  # SessionEnd hooks
+        await self.extras.aclose()
+        await self.parts.client.aclose()
         if self.log:
             self.log.close()
 
@@ -482,12 +472,12 @@ class Agent(Explorer):
     def commit(self, message: dict[str, Any], emit: Callable[[Event], None]) -> None:
         """The one way a message enters the history: the session log and the stream get it too."""
         message = utf8_safe(message)
+        if self.log:  # first: a message the log refused is not in the history either (one copy of each result)
+            self.log.message(message, self.endpoint.model)
         self.messages.append(message)
         self.switches.authorship.record(message, self.endpoint.model)
         if message.get("role") == "assistant" and message.get("content"):
             self._turn_text = str(message["content"])
-        if self.log:
-            self.log.message(message, self.endpoint.model)
         emit(MessageCommitted(message))
 
     def _answer_pending(self, pending: list[dict[str, Any]], content: str, emit: Emit | None) -> None:
@@ -500,6 +490,16 @@ class Agent(Explorer):
             else:
                 self.commit(message, emit)
         pending.clear()
+
+    def _log_turn_end(self, status: str, steps: int) -> str | None:
+        """Log the turn's end; why the log refused it (raising in `finish`, inside an `except`, escaped run())."""
+        try:
+            if self.log:
+                self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
+                self.log.sync()
+        except SessionWriteError as err:
+            return str(err)
+        return None
 
     async def _turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
         steps = 0
@@ -516,24 +516,23 @@ class Agent(Explorer):
         def finish(
             status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None
         ) -> None:
-            end_turn(self, emit)  # the turn's checkpoint (none when they are off)
+            end_turn(self.checkpoints, emit)  # the turn's checkpoint (none when they are off)
             info = turn_error(error, kind or status)  # with the status and retry-after of a model error
-            if self.log:
-                self.log.append({"type": "turn_end", "status": status, "steps": steps, "usage": dict(self.usage)})
-                self.log.sync()
+            if (refused := self._log_turn_end(status, steps)) and info is None:  # else the turn's own failure
+                status, result, kind, info = "error", "", "session_log", turn_error(refused, "session_log")
             emit(TurnFinished(status, result, steps, info, kind, tuple(denials)))
 
         if self.checkpoints is not None:
             self.checkpoints.begin_turn(prompt, len(self.messages))  # the user message goes at this index
         try:
-            await start_extras(self, emit)  # MCP servers (bounded by their startup timeout)
+            await self.extras.start(self.tools, emit)  # MCP servers (bounded by their startup timeout)
             if self.switches.compact_pending:  # the `compact` switch policy: summarise before the new model answers
                 await self.switches.compact(lambda: self._compact(None, emit), self.messages, self.endpoint.model,
                                             self.log, self.checkpoints.current if self.checkpoints else None)
-            added = await hooking.prompt_submitted(self, prompt, emit)  # SessionStart, UserPromptSubmit hooks
+            added = await self.extras.hooking.prompt_submitted(prompt, emit)  # SessionStart, UserPromptSubmit hooks
             if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
                 self.commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
-            self.commit({"role": "user", "content": user_content(self, prompt)}, emit)  # + attached images
+            self.commit({"role": "user", "content": self.extras.user_content(prompt)}, emit)  # + images
             for extra in added:  # what those hooks add, after the prompt
                 self.commit(extra, emit)
             repeats = RepeatTracker(self.repeat_limit)
@@ -554,9 +553,9 @@ class Agent(Explorer):
                     finish("error", message.get("content") or "", blocked, "content_filter")
                     return
                 if not calls:
-                    if cut := truncation(self, completion.finish_reason):  # cut by a limit the user did not set
+                    if cut := truncation(self.context, completion.finish_reason):  # cut by a limit the user did not set
                         return finish("error", message.get("content") or "", cut, "truncated")
-                    if (why := await hooking.stop_blocked(self, message.get("content") or "", emit)) is not None:
+                    if (why := await self.extras.hooking.stop_blocked(message.get("content") or "", emit)) is not None:
                         self.commit({"role": "user", "content": f"[Stop hook] {why}"}, emit)  # back to work
                         continue
                     if completion.finish_reason == "length":
@@ -568,7 +567,7 @@ class Agent(Explorer):
                 if stop:
                     finish("repeat_limit", self.turn_text, stop)
                     return
-                hooking.check_stop(self)  # a hook answered `continue: false`: raises HookStop
+                self.extras.hooking.check_stop()  # a hook answered `continue: false`: raises HookStop
         except hooking.HookStop as stop:
             finish("error", self.turn_text, str(stop), stop.kind)
         except asyncio.CancelledError:

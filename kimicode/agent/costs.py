@@ -5,27 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from kimicode.config.pricing import model_prices
-from kimicode.config.settings import estimate_cost
-
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
 
 
 def agent_prices(agent: Agent) -> tuple[Mapping[str, float], str]:
     """The agent's `prices=` option, else `model_prices` for its current model and endpoint."""
-    if agent.options.prices is not None:
-        return agent.options.prices, "option"
-    return model_prices(agent.model_config.prices, agent.endpoint.model, agent.endpoint.base_url)
-
-
-def usage_cost(agent: Agent, usage: Mapping[str, int]) -> float | None:
-    """Dollars for `usage` at the agent's current prices, None when unpriced."""
-    prices, _ = agent_prices(agent)
-    return estimate_cost(usage, prices) if prices else None
+    return agent.parts.resolved.prices(agent.options)
 
 
 def session_cost(agent: Agent) -> float | None:
     """Dollars spent so far in the agent's session (cached tokens at the cached price), None when unpriced."""
-    prices, _ = agent_prices(agent)
-    return estimate_cost(agent.usage, prices) if prices else None
+    return agent.parts.resolved.cost(agent.options, agent.usage)

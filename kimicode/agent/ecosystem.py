@@ -1,9 +1,9 @@
 """What an Agent adds around the built-in tools: the edit tool its model prefers, tools bound to the agent
 (todo_write, task, image-aware read_file), web_fetch, and the MCP servers of the configuration.
 
-Kept out of `core.py` so the turn loop stays small: the builder calls `install` once for a new agent,
-`refresh` when its model changes, `start_extras` before each turn (MCP startup, attached images),
-`after_compaction` after the context was compacted, and `close_extras` when it is closed.
+Kept out of `core.py` so the turn loop stays small: the agent calls `install` once when it is made,
+`choose_edit_tool` when its model changes, `Extras.start` before each turn (MCP startup, queued notices),
+`after_compaction` after the context was compacted, and `Extras.aclose` when it is closed.
 """
 
 from __future__ import annotations
@@ -18,10 +18,14 @@ from kimicode.tools.base import Tool
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
+    from kimicode.agent.hooking import AgentHooks
+    from kimicode.agent.parts import Resolved
+    from kimicode.config.settings import ModelConfig, Settings
     from kimicode.events import Event
     from kimicode.extensions.discover import Found
     from kimicode.extensions.hookrun import Hooks
     from kimicode.mcp.manager import McpManager
+    from kimicode.tools.registry import ToolRegistry
     from kimicode.tools.todo import TodoList
 
 
@@ -43,37 +47,65 @@ class Extras:
     steering: list[str] = field(default_factory=list)
     """Messages for the running turn (`steer`): sent after the current step's tool results, then emptied;
     what the turn ends before sending stays here (the terminal sends it as the next prompt)."""
-    hooks: Hooks | None = None
-    """The configured hooks (agent/hooking.py); None when there are none."""
-    hook_stop: str | None = None
-    """Set when a hook answered `continue: false`: the turn ends with this reason."""
     subagent: bool = False
     """A task subagent: its Stop hooks are SubagentStop, and it has no session hooks."""
-    session_started: bool = False
-    stop_blocks: int = 0
     found: Found | None = None
     """Enabled plugins, skills and subagent definitions (None for a hermetic agent)."""
+    hooking: AgentHooks = field(init=False)
+    """The agent's hooks and their state (agent/hooking.py); set by `install`."""
+
+    @property
+    def hooks(self) -> Hooks | None:
+        """The configured hooks; None when there are none."""
+        return self.hooking.hooks
+
+    def user_content(self, prompt: str) -> str | list[dict[str, Any]]:
+        """The content of a turn's user message: the prompt, plus the attached images (which are consumed)."""
+        from kimicode.tools.images import user_content as build
+
+        images, self.pending_images = self.pending_images, []
+        return build(prompt, images)
+
+    async def start(self, tools: ToolRegistry, emit: Callable[[Event], None]) -> None:
+        """Before a turn: wait for the MCP servers (each bounded by its startup timeout), add their tools
+        to `tools` once, and report what failed and what was queued."""
+        from kimicode.events import Notice
+
+        await self.start_mcp(tools)
+        for text, level in self.notices:
+            emit(Notice(text, "warning" if level == "warning" else "info"))
+        self.notices.clear()
+
+    async def start_mcp(self, tools: ToolRegistry) -> None:
+        """Wait for the MCP servers and add their tools to `tools` once; failures are queued as notices."""
+        manager = self.mcp
+        if manager is None:
+            return
+        await manager.start()
+        if not self.mcp_tools_added:
+            self.mcp_tools_added = True
+            for tool in manager.tools():
+                if tools.get(tool.name) is None:
+                    tools.add(tool)
+            self.notices.extend((p, "warning") for p in manager.problems())
+
+    async def aclose(self) -> None:
+        """Stop the MCP servers (they start again if the agent runs another turn)."""
+        if self.mcp is not None:
+            await self.mcp.aclose()
 
 
-def _swap(agent: Agent, old: str, new: Tool) -> None:
-    """Replace tool `old` by `new` at the same position (the tool order is part of the cached prefix)."""
-    tools = [new if t.name == old else t for t in agent.tools]
-    for t in list(agent.tools):
-        agent.tools.remove(t.name)
-    for t in tools:
-        agent.tools.add(t)
-
-
-def _choose_edit_tool(agent: Agent) -> None:
+def choose_edit_tool(tools: ToolRegistry, model: ModelConfig) -> None:
+    """Offer the edit tool `model` prefers: apply_patch (GPT models) or edit_file, in the same place."""
     from kimicode.tools.files import EDIT_FILE
     from kimicode.tools.patch import APPLY_PATCH
 
-    names = agent.tools.names
-    if prefers_apply_patch(agent.model_config):
+    names = tools.names
+    if prefers_apply_patch(model):
         if "edit_file" in names and "apply_patch" not in names:
-            _swap(agent, "edit_file", APPLY_PATCH)
+            tools.replace("edit_file", APPLY_PATCH)
     elif "apply_patch" in names and "edit_file" not in names:
-        _swap(agent, "apply_patch", EDIT_FILE)
+        tools.replace("apply_patch", EDIT_FILE)
 
 
 BOUND_NAMES = ("todo_write", "task", "read_file")
@@ -97,26 +129,24 @@ def install(agent: Agent, default_tools: bool) -> Extras:
     for t in list(agent.tools):
         if t.name.startswith("mcp__") and is_bound(t):
             agent.tools.remove(t.name)  # this agent starts its own MCP connections
-    log_path = agent.log.path if agent.log is not None and agent.log.path.exists() else None
-    extras = Extras(default_tools=default_tools, todos=TodoList.from_history(agent.messages, log_path))
+    records = agent.log.records() if agent.log is not None else []
+    extras = Extras(default_tools=default_tools, todos=TodoList.from_history(agent.messages, records))
     agent.extras = extras
     extras.compactions_seen = agent.context.compactions
     log = agent.log
     if log is not None:
         extras.todos.record = lambda items: log.append({"type": "todos", "items": items})
-    _install_vision(agent)
-    from kimicode.agent.hooking import load as load_hooks
+    _install_vision(agent.tools, agent.parts.resolved)
+    from kimicode.agent.hooking import AgentHooks, load
 
-    extras.hooks = load_hooks(agent)
-    if extras.hooks is not None:
-        from kimicode.agent.hooking import watch_compaction
-
-        watch_compaction(agent)  # PreCompact hooks
-    _discover(agent, extras)
+    hooks = load(agent.options.config, agent.workspace, agent.home, agent.endpoint.api_key,
+                 lambda text: agent.notify(text, "warning"))
+    extras.hooking = AgentHooks(agent, hooks)
+    _discover(agent.options.config, agent.parts.resolved, extras)
     if default_tools:
-        _choose_edit_tool(agent)
-        agent.tools.add(_web_fetch(agent))
-        if (search := _web_search(agent)) is not None:
+        choose_edit_tool(agent.tools, agent.model_config)
+        agent.tools.add(_web_fetch(agent.settings))
+        if (search := _web_search(agent.settings, agent.endpoint.base_url, extras.notices)) is not None:
             agent.tools.add(search)
         agent.tools.add(extras.todos.tool())
         from kimicode.agent.subagent import TaskRunner
@@ -126,30 +156,29 @@ def install(agent: Agent, default_tools: bool) -> Extras:
             from kimicode.extensions.skills import skill_tool
 
             agent.tools.add(skill_tool(extras.found.skills))
-        _setup_mcp(agent, extras)
+        _setup_mcp(agent.options.config, agent.parts.resolved, extras)
     return extras
 
 
-def _discover(agent: Agent, extras: Extras) -> None:
+def _discover(settings: Settings | None, r: Resolved, extras: Extras) -> None:
     """Plugins, skills and subagent definitions (kimicode/extensions), for agents with a configuration."""
-    settings = agent.options.config
     if settings is None:
         return
     from kimicode.extensions.discover import discover
 
-    extras.found = discover(agent.workspace, agent.home, trusted=settings.trusted)
+    extras.found = discover(r.workspace, r.home, trusted=settings.trusted)
     extras.notices.extend((p, "warning") for p in extras.found.problems)
 
 
-def _setup_mcp(agent: Agent, extras: Extras) -> None:
+def _setup_mcp(config: Settings | None, r: Resolved, extras: Extras) -> None:
     """Create the MCP manager when servers are configured (the SDK is imported only when they start)."""
-    if agent.options.config is None:
+    if config is None:
         return  # hermetic (no configuration asked for): the workspace's .mcp.json is not read either
     from kimicode.extensions.plugins import plugin_servers
     from kimicode.mcp.config import load_server_configs
 
     servers = plugin_servers(extras.found.plugins if extras.found is not None else [])
-    configs, problems = load_server_configs(agent.workspace, agent.settings, extra=servers)
+    configs, problems = load_server_configs(r.workspace, r.settings, extra=servers)
     extras.notices.extend((f"MCP configuration: {p}", "warning") for p in problems)
     if not configs:
         return
@@ -157,46 +186,17 @@ def _setup_mcp(agent: Agent, extras: Extras) -> None:
 
     extras.mcp = McpManager(
         configs,
-        agent.workspace,
-        log_dir=agent.home / "logs",
-        tool_timeout=agent.settings.config.mcp.tool_timeout,
-        supports_images=lambda: agent.profile.supports_images,
+        r.workspace,
+        log_dir=r.home / "logs",
+        tool_timeout=r.settings.config.mcp.tool_timeout,
+        supports_images=lambda: r.profile.supports_images,  # the model's now (`r` follows set_model)
     )
 
 
-async def start_extras(agent: Agent, emit: Callable[[Event], None]) -> None:
-    """Before a turn: wait for the MCP servers (each bounded by its startup timeout), add their tools
-    once, and report what failed."""
-    from kimicode.events import Notice
-
-    extras = agent.extras
-    await start_mcp(agent)
-    for text, level in extras.notices:
-        emit(Notice(text, "warning" if level == "warning" else "info"))
-    extras.notices.clear()
-
-
 async def start_mcp(agent: Agent) -> None:
-    """Wait for the MCP servers (each bounded by its startup timeout) and add their tools once; failures
-    are queued as notices for the next turn. Faces may call it early, e.g. before printing the tool list."""
-    extras = agent.extras
-    manager = extras.mcp
-    if manager is None:
-        return
-    await manager.start()
-    if not extras.mcp_tools_added:
-        extras.mcp_tools_added = True
-        for tool in manager.tools():
-            if agent.tools.get(tool.name) is None:
-                agent.tools.add(tool)
-        extras.notices.extend((p, "warning") for p in manager.problems())
-
-
-async def close_extras(agent: Agent) -> None:
-    """Stop the MCP servers (they start again if the agent runs another turn)."""
-    manager = agent.extras.mcp
-    if manager is not None:
-        await manager.aclose()
+    """Wait for the agent's MCP servers and add their tools (faces call it early, e.g. before printing the
+    tool list): `Extras.start_mcp`."""
+    await agent.extras.start_mcp(agent.tools)
 
 
 def attach_image(agent: Agent, path: str | Path) -> None:
@@ -220,49 +220,40 @@ def steer(agent: Agent, text: str) -> None:
     agent.extras.steering.append(text)
 
 
-def user_content(agent: Agent, prompt: str) -> str | list[dict[str, Any]]:
-    """The content of the turn's user message: the prompt, plus the attached images (which are consumed)."""
-    from kimicode.tools.images import user_content as build
-
-    images = list(agent.extras.pending_images)
-    agent.extras.pending_images.clear()
-    return build(prompt, images)
-
-
-def _web_fetch(agent: Agent) -> Tool:
+def _web_fetch(settings: Settings) -> Tool:
     from kimicode.tools.web import web_fetch_tool
 
-    web = agent.settings.config.web_fetch
+    web = settings.config.web_fetch
     return web_fetch_tool(web.max_chars, web.max_redirects, web.timeout)
 
 
-def _web_search(agent: Agent) -> Tool | None:
+def _web_search(settings: Settings, base_url: str, notices: list[tuple[str, str]]) -> Tool | None:
     """`[web_search]`: Moonshot's built-in `$web_search` on Moonshot's endpoint (`auto`) or when named, a
     configured provider's `web_search` tool, or none (tools/websearch.py)."""
     from urllib.parse import urlsplit
 
     from kimicode.tools.websearch import MOONSHOT_PRICE, Provider, moonshot_web_search, provider_web_search
 
-    search = agent.settings.config.web_search
+    search = settings.config.web_search
     name = search.provider
-    host = urlsplit(agent.endpoint.base_url).hostname or ""
+    host = urlsplit(base_url).hostname or ""
     if name == "moonshot" or (name == "auto" and host.endswith(("moonshot.ai", "moonshot.cn"))):
         price = search.price_per_search
         return moonshot_web_search(price if price is not None else MOONSHOT_PRICE)
     try:
         provider = Provider.from_settings(search.model_dump(exclude_none=True)) if name != "auto" else None
     except ValueError as exc:
-        agent.notify(f"{exc}: no web_search tool", "warning")
+        notices.append((f"{exc}: no web_search tool", "warning"))
         return None
     return provider_web_search(provider) if provider is not None else None
 
 
-def _install_vision(agent: Agent) -> None:
+def _install_vision(tools: ToolRegistry, r: Resolved) -> None:
     """Make read_file send images to models that see them (the built-in read_file, or a fork's copy)."""
     from kimicode.tools.files import READ_FILE
     from kimicode.tools.images import VisionReader
 
-    current = agent.tools.get("read_file")
+    current = tools.get("read_file")
     if current is None:
         return
     owner = getattr(current.fn, "__self__", None)
@@ -272,19 +263,13 @@ def _install_vision(agent: Agent) -> None:
         inner = current
     else:
         return  # the user's own read_file
-    images = agent.settings.config.images
+    images = r.settings.config.images
 
     def limits() -> tuple[int, int]:
         return images.max_side, images.max_bytes
 
-    reader = VisionReader(inner, lambda: agent.profile.supports_images, lambda: agent.endpoint.model, limits)
-    agent.tools.add(reader.tool())
-
-
-def refresh(agent: Agent) -> None:
-    """After a model change: offer the edit tool the new model prefers."""
-    if agent.extras.default_tools:
-        _choose_edit_tool(agent)
+    reader = VisionReader(inner, lambda: r.profile.supports_images, lambda: r.endpoint.model, limits)
+    tools.add(reader.tool())
 
 
 TODO_HEADER = "Current task list (kept with todo_write; it survived the compaction):"

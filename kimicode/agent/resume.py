@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kimicode import errors
-from kimicode.agent.builder import switch_policy
+from kimicode.agent.builder import check_collaborators, switch_policy
 from kimicode.agent.options import AgentOptions, derived_options
 from kimicode.agent.switch import replay_authors
 from kimicode.config.choices import EFFORTS
+from kimicode.session.log import LoadedSession, load_records
 from kimicode.session.store import SessionError, load_session
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def model_warning(session_id: str, recorded: str, current: str) -> str:
     )
 
 
-COLLABORATORS = ("tools", "extra_tools", "approve", "on_event")
+COLLABORATORS = ("tools", "extra_tools", "approve", "on_event", "client", "session_store")
 """Agent arguments that are not settings: passed to the constructor as they are."""
 
 
@@ -46,6 +47,47 @@ def split_arguments(kwargs: dict[str, Any], base: AgentOptions, where: str) -> t
             raise TypeError(f"{where} takes {name} from the session; do not pass {name}=")
     collaborators = {k: kwargs.pop(k) for k in COLLABORATORS if k in kwargs}
     return base.replace(**kwargs), collaborators
+
+
+def load_stored(store: Any, home: Any, session_id: str) -> LoadedSession:
+    """The session `session_id` from the caller's store (its exact id), else from `KIMICODE_HOME/sessions`
+    (the id or a unique prefix of it)."""
+    if store is None:
+        return load_session(home, session_id)
+    check_collaborators(None, store)
+    records = store.load(session_id)
+    if not records:
+        raise SessionError(f"no session {session_id!r} in the session store {type(store).__name__}: "
+                           "give an id the store has records for")
+    return load_records(session_id, stored_records(store, session_id, records))
+
+
+def stored_records(store: Any, session_id: str, records: Any) -> list[dict[str, Any]]:
+    """What a caller's `store.load(session_id)` returned, when it is a session kimicode can continue: a list
+    of the dict records `append` was given whose messages make a history; else a SessionError naming the
+    store and what is wrong (not an AttributeError from deep inside the replay)."""
+    from kimicode.agent.history import check_history
+    from kimicode.session.log import repair_history
+    from kimicode.session.replay import replay
+
+    where = f"the session store {type(store).__name__} returned for session {session_id!r}"
+    if isinstance(records, str | bytes | dict) or not isinstance(records, Iterable):
+        raise SessionError(f"{where} a {type(records).__name__}: load() returns the list of records append() got")
+    records = list(records)
+    for i, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise SessionError(f"{where} a {type(record).__name__} as record {i}: records are the dicts append() got")
+    history = replay(records)
+    for i, message in enumerate(history):
+        calls = message.get("tool_calls")
+        if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+            raise SessionError(f"{where} a history whose message {i} has tool_calls that are not a list of calls")
+    repair_history(history)  # what resuming does to calls a crash left open
+    try:
+        check_history(history)
+    except errors.UsageError as exc:
+        raise SessionError(f"{where} records that do not make a valid history: {exc}") from None
+    return copy.deepcopy(records)  # the agent's history is its own: neither changes the other
 
 
 def resume_agent(
@@ -70,7 +112,7 @@ def resume_agent(
     explicit_workspace = kwargs.pop("workspace", None)
     given = options if isinstance(options, AgentOptions) else None
     home = kwargs.get("home", given.home if given is not None else None)
-    loaded = load_session(home, session_id)
+    loaded = load_stored(kwargs.get("session_store"), home, session_id)
     logged = loaded.settings  # what the session log recorded (not configuration)
     recorded = logged.get("workspace")
     workspace = Path(explicit_workspace) if explicit_workspace is not None else None
@@ -125,31 +167,9 @@ def resume_agent(
             else f"session {loaded.session_id} was recorded with model {recorded_model}. {what}"
         )
         agent.notify(agent.resume_warning, "warning")
-    restore_window(agent, loaded.records, record=fork)
+    agent.parts.restore_window(loaded.records, record=fork)
     agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())
     return agent
-
-
-def restore_window(agent: Agent, records: list[dict[str, Any]], *, record: bool = False) -> None:
-    """Keep the window a server showed in this session (its last `context_window` record), unless the
-    model or endpoint changed since it was learnt."""
-    learnt: int | None = None
-    for rec in records:
-        if rec.get("type") == "settings" and rec.get("reason") == "model":
-            learnt = None  # learnt for another model
-        elif rec.get("type") == "context_window" and isinstance(rec.get("window"), int):
-            learnt = rec["window"]
-    settings = [r for r in records if r.get("type") in ("meta", "settings")]
-    same = not settings or (
-        settings[-1].get("model") in (None, agent.endpoint.model)
-        and settings[-1].get("base_url") in (None, agent.endpoint.base_url)
-    )
-    if learnt and same:
-        agent.context.learn_window(learnt, record=record)
-    if same:
-        from kimicode.context.calibration import from_records
-
-        agent.context.calibration_record = from_records(records)
 
 
 def fork_agent(agent: Agent, **overrides: Any) -> Agent:
@@ -167,6 +187,8 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
         "tools": None if agent.extras.default_tools else list(agent.tools),
         "approve": agent.approve,
         "on_event": agent.on_event,
+        "client": agent.parts.client.given,  # the caller's own client and store serve the fork too
+        "session_store": agent.log.store if agent.log is not None else None,
     }
     opts, given = split_arguments(overrides, base, "fork()")
     collaborators.update(given)
@@ -177,6 +199,7 @@ def fork_agent(agent: Agent, **overrides: Any) -> Agent:
         session_id, tree = fork_tree(tree_kind, agent.workspace, agent.home)
         opts = opts.replace(session_id=session_id, workspace=tree.workspace if tree is not None else agent.workspace)
     child = type(agent)(opts, messages=copy.deepcopy(agent.messages), **collaborators)
+    child.parts.client.borrowed = "client" not in given  # the parent's client: closed by the parent, not the fork
     child.switches.authorship.adopt(child.messages, [agent.switches.authorship.author(m) for m in agent.messages])
     if "tools" not in given:  # the parent's tools as they are now (added, removed), in its order
         own = {t.name: t for t in child.tools}

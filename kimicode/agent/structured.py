@@ -255,7 +255,6 @@ async def structured_run(agent: Agent, prompt: str, output_type: Any) -> RunResu
     messages, usage, cost and time, and `output` (the validated value) or the status `invalid_output`."""
     import time
 
-    from kimicode.agent.costs import usage_cost
 
     spec = output_type if isinstance(output_type, OutputSpec) else OutputSpec.of(output_type)
     start = time.monotonic()
@@ -266,7 +265,7 @@ async def structured_run(agent: Agent, prompt: str, output_type: Any) -> RunResu
     result.hook_errors = [e for r in outcome.turns for e in r.hook_errors]
     result.num_turns = sum(r.num_turns for r in outcome.turns)
     result.turn_usage = {k: v - before.get(k, 0) for k, v in agent.usage.items()}
-    result.cost = usage_cost(agent, result.turn_usage)
+    result.cost = agent.parts.resolved.cost(agent.options, result.turn_usage)
     result.duration_ms = int((time.monotonic() - start) * 1000)
     if outcome.valid:
         result.output = outcome.value

@@ -123,7 +123,9 @@ class TaskRunner:
         options = derived_options(  # the parent's settings (rules and sandbox included) but its own history
             p, model=model, append_system_prompt=instructions, max_turns=max_turns, persist=False,
         )
-        child = type(p)(options, tools=self.child_tools(names), approve=p.approve)  # an Agent, as the parent
+        child = type(p)(options, tools=self.child_tools(names), approve=p.approve,  # an Agent, as the parent
+                        client=p.parts.client.given)  # the caller's own client serves its subagents too
+        child.parts.client.borrowed = True  # the parent closes the caller's client, not the subagent
         if p.context.server_limit:  # a window the server showed holds for the subagent too
             child.context.learn_window(p.context.server_limit, record=False)
         child.extras.subagent = True  # its Stop hooks are SubagentStop; no session hooks

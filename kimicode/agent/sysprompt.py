@@ -15,10 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kimicode.config.choices import Scope
 from kimicode.prompts import load_prompt
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
 
 ENVIRONMENT_HEADING = "# Environment"
 """Where the per-workspace part begins: everything before it is the same in every workspace."""
@@ -118,6 +121,13 @@ class PromptReport:
             stable_tokens=count(stable_prefix(system)),
             tool_tokens=tuple(count(json.dumps(t, ensure_ascii=False)) for t in tools),
         )
+
+    @classmethod
+    def of_agent(cls, agent: Agent) -> PromptReport:
+        """What `agent`'s next request sends: its system message and tool definitions, counted by its context
+        manager (`kimicode prompt show` and `/prompt` both show this)."""
+        system = agent.messages[0].get("content", "") if agent.messages else ""
+        return cls.of(str(system), agent.tools.schemas(), agent.context.accountant.text_tokens)
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data (`--json`): the exact system text and tool definitions."""

@@ -70,11 +70,13 @@ async def run_tools(
         # Permission decisions (and approvals) happen before anything in the batch runs.
         for prep in batch:
             await authorize(agent, prep, denials, emit)
-        if agent.checkpoints is not None:
+        if (cps := agent.checkpoints) is not None:
             from kimicode.agent.checkpointing import before_change, may_change
 
-            if any(p.error is None and p.tool is not None and may_change(agent, p.tool, p.args) for p in batch):
-                await before_change(agent, emit)  # a snapshot before the turn's first change
+            default = agent.settings.config.subagents.tools
+            if any(p.error is None and p.tool is not None and may_change(p.tool, p.args, agent.tools, default)
+                   for p in batch):
+                await before_change(cps, emit)  # a snapshot before the turn's first change
         results = await asyncio.gather(*(execute(agent, prep, emit) for prep in batch))
         for prep, content in zip(batch, results, strict=True):
             result = {"role": "tool", "tool_call_id": prep.call_id, "content": content}
@@ -138,9 +140,7 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
         )
         return
     if agent.extras.hooks is not None:  # PreToolUse / PermissionRequest hooks (agent/hooking.py)
-        from kimicode.agent.hooking import before_tool
-
-        judged = await before_tool(agent, prep, decision, denials, emit)
+        judged = await agent.extras.hooking.before_tool(prep, decision, denials, emit)
         if judged is None:
             return  # a hook refused it
         decision = judged
@@ -158,9 +158,8 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
         )
         before = approved_paths(tool, prep.args, agent.ctx)
         if agent.extras.hooks is not None:
-            from kimicode.agent.hooking import notify
-
-            await notify(agent, f"kimicode needs your permission to use {tool.name}", "permission_prompt", emit)
+            await agent.extras.hooking.notify(f"kimicode needs your permission to use {tool.name}",
+                                              "permission_prompt", emit)
         answer, failure = await ask(agent, request)
         if failure is not None:  # a broken callback refuses (fails closed); the turn goes on
             reason = failure
@@ -270,9 +269,7 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
     if prep.warning:
         content += prep.warning
     if agent.extras.hooks is not None:  # PostToolUse hooks may add to what the model sees
-        from kimicode.agent.hooking import after_tool
-
-        content = await after_tool(agent, prep, content, result.is_error, emit)
+        content = await agent.extras.hooking.after_tool(prep, content, result.is_error, emit)
     emit(
         ToolCallFinished(
             prep.call_id,

@@ -52,10 +52,6 @@ class BatchOptions:
     """More Agent keyword arguments for every task (library use: tools, context_window, ...)."""
 
 
-class BudgetExceeded(Exception):
-    """Internal: the task's cost passed its budget."""
-
-
 def watch_budget(agent: Any, budget: float | None) -> list[float]:
     """Interrupt `agent` once its cost passes `budget`; the returned list gets the cost when that happens."""
     hit: list[float] = []
@@ -130,7 +126,11 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
     except (ConfigError, ValueError, TypeError) as exc:
         return failed("error", str(exc), "config", workspace=str(ws))
     if gate is not None:
-        agent.client.config.gate = gate
+        from kimicode.llm.client import ChatClient
+
+        client = agent.client  # kimicode's own (a batch passes no client of its own)
+        assert isinstance(client, ChatClient)
+        client.config.gate = gate
     budget = task.budget_usd if task.budget_usd is not None else opts.budget_usd
     if budget is not None:
         from kimicode.agent.costs import agent_prices

@@ -72,6 +72,11 @@ class Exploration:
         b = self.record.branch(branch) if isinstance(branch, str) else branch
         return branch_diff(Path(self.parent.home), b, color=color)
 
+    def open(self, branch: Branch | str) -> Path:
+        """The branch's files in a real directory (see `open_branch`)."""
+        b = self.record.branch(branch) if isinstance(branch, str) else branch
+        return open_branch(Path(self.parent.home), self.record, b)
+
     def answer(self, branch: Branch | str) -> str:
         """The branch's last answer (its final assistant text), "" when it has none."""
         b = self.record.branch(branch) if isinstance(branch, str) else branch
@@ -99,6 +104,7 @@ class Exploration:
             "verify": self.record.verify,
             "cost_usd_total": round(total, 6) if total is not None else None,
             "cost_usd_per_verified": round(per, 6) if per is not None else None,
+            "notice": self.record.notice,
         }
 
     async def apply(self, branch: Branch | str | None = None, *, force: bool = False) -> Branch:
@@ -125,6 +131,36 @@ def branch_diff(home: Path, b: Branch, color: bool = False) -> str:
     if not store.has(b.after):
         raise UsageError(f"branch {b.id}'s checkpoints are gone (its workspace store was pruned or removed)")
     return store.diff(b.before, b.after, color=color)
+
+
+def open_branch(home: Path, rec: ExplorationRecord, b: Branch) -> Path:
+    """Where to look at a branch's files. A worktree or copy branch: its workspace. An overlay branch (whose
+    workspace is empty outside the branches' process): a git worktree on branch `kimicode/branch-<session>-<k>`
+    (a plain directory outside git) holding its last checkpoint, made on the first call
+    (kimicode/branches/overlay.py `open_tree`); `kimicode branches rm` removes it with the branch."""
+    from kimicode.branches.overlay import open_tree
+
+    tree = b.tree or {}
+    if tree.get("kind") != "overlay":
+        if not b.workspace or not Path(b.workspace).is_dir():
+            raise UsageError(f"branch {b.id} has no workspace")
+        return Path(b.workspace)
+    snapshot = b.after or b.before or _base_commit(tree)
+    if not snapshot:
+        raise UsageError(f"branch {b.id} has no checkpoint to open")
+    path, _made = open_tree(home, tree, snapshot)
+    if not tree.get("opened"):  # recorded, so that `kimicode branches rm` removes it with its git branch
+        tree["opened"] = str(Path(str(tree["root"])) / "open")
+        b.tree = tree
+        rec.save(home)
+    return path
+
+
+def _base_commit(tree: dict[str, Any]) -> str | None:
+    try:
+        return (Path(str(tree.get("base") or "")) / "commit").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _branch_messages(home: Path, rec: ExplorationRecord, b: Branch) -> list[dict[str, Any]]:

@@ -22,11 +22,13 @@ from kimicode.branches.choose import PICKS, choose, judge_prompt, parse_verdict
 from kimicode.branches.exploration import Exploration
 from kimicode.branches.record import Branch, ExplorationRecord, new_exploration_id, next_k
 from kimicode.branches.run import Job, run_branch
-from kimicode.branches.trees import TreeError, create_tree
+from kimicode.branches.trees import TreeError, create_overlay, create_tree
 from kimicode.errors import UsageError
 
 MAX_BRANCHES = 16
-WORKSPACE_KINDS = ("worktree", "copy")
+WORKSPACE_KINDS = ("auto", "overlay", "worktree", "copy")
+"""`auto`: an overlay holding only the branch's changes where the system allows it (Linux user namespaces,
+kimicode/branches/overlay.py), else a git worktree (a copy outside git), with a notice saying why."""
 
 OnUpdate = Callable[[Branch], None]
 OnEvent = Callable[[Branch, Any], None]
@@ -92,7 +94,7 @@ async def explore(
     judge_model: str | None = None,
     apply: bool = True,
     timeout: float | None = None,
-    workspace: str = "worktree",
+    workspace: str = "auto",
     engine: Engine | None = None,
     on_update: OnUpdate | None = None,
     on_event: OnEvent | None = None,
@@ -135,7 +137,8 @@ async def _run(parent: Any, rec: ExplorationRecord, job: Job, *, workspace: str,
         if hooks.on_update is not None:
             hooks.on_update(b)
 
-    todo = [b for b in rec.branches if not b.finished]
+    workspace, engine = _choose_engine(parent, rec, workspace, engine, hooks)
+    todo = [b for b in rec.branches if not b.finished or b.status == "crashed"]  # a resume retries a crash
     agents: dict[str, Any] = {}
 
     async def open_branch(b: Branch) -> Any:
@@ -148,16 +151,27 @@ async def _run(parent: Any, rec: ExplorationRecord, job: Job, *, workspace: str,
     try:
         if engine is None:
             await _run_local(todo, open_branch, job, changed)
+        elif workspace == "overlay":
+            await _run_overlay(parent, rec, job, todo, open_branch, changed, engine)
         else:
+            start = getattr(engine, "start", None)
+            if start is not None:
+                await start(parent)  # the overlay engine's process starts while the branches fork
             for b in todo:
                 agent = await open_branch(b)
                 if agent is not None:
                     await agent.aclose()  # the workers resume the branches from their logs
             runnable = [b for b in todo if b.id in agents]
-            async for done in engine.run(parent, rec, job, runnable):
-                mine = rec.branch(done.id)
-                mine.__dict__.update(done.__dict__)
-                changed(mine)
+            updates = engine.run(parent, rec, job, runnable)
+            try:
+                async for done in updates:
+                    mine = rec.branch(done.id)
+                    mine.__dict__.update(done.__dict__)
+                    changed(mine)
+            finally:
+                close = getattr(updates, "aclose", None)
+                if close is not None:
+                    await close()  # the overlay engine stops its process (and lets it save its branches)
     except BaseException:
         rec.status = "interrupted"
         for b in rec.branches:
@@ -180,16 +194,99 @@ def _open_branch(parent: Any, rec: ExplorationRecord, b: Branch, workspace: str,
         return type(parent).resume(b.session_id, options=parent.options, workspace=b.workspace,
                                    **collaborators, **_variant(parent, b))
     try:
-        tree = create_tree(Path(parent.workspace), Path(parent.home), rec.parent_session, b.k, workspace)
+        if workspace == "overlay" and b.tree is not None:
+            tree = b.tree  # made ahead, before any fork (see _run_overlay)
+        elif workspace == "overlay":
+            tree = create_overlay(Path(parent.workspace), Path(parent.home), rec.parent_session, b.k, rec.id)
+        else:
+            tree = create_tree(Path(parent.workspace), Path(parent.home), rec.parent_session, b.k,
+                               workspace).record()
     except TreeError as exc:
         b.status, b.error = "error", str(exc)
         return None
-    child = parent.fork(workspace=tree.workspace, **collaborators, **_variant(parent, b))
-    child.record_settings("branch", fork_tree=tree.record(), exploration=rec.id, branch=b.id)
+    child = parent.fork(workspace=Path(tree["workspace"]), **collaborators, **_variant(parent, b))
+    child.record_settings("branch", fork_tree=tree, exploration=rec.id, branch=b.id)
     if child.log is not None:
         child.log.keep()  # on disk now: a Ray worker, or a resume, opens the branch from its log
-    b.session_id, b.workspace, b.tree = child.session_id, str(tree.workspace), tree.record()
+    b.session_id, b.workspace, b.tree = child.session_id, str(tree["workspace"]), tree
     return child
+
+
+async def _run_overlay(parent: Any, rec: ExplorationRecord, job: Job, todo: Sequence[Branch],
+                       open_branch: Callable[[Branch], Awaitable[Any]], changed: OnUpdate, engine: Any) -> None:
+    """The overlay engine's run: every branch's directories first (cheap: the first one writes the
+    exploration's snapshot), mounted at once by the child; then each branch is forked and handed over as
+    soon as it is, so it runs while the next one forks."""
+    await engine.start(parent)  # its Python start overlaps the directories and the forks
+    for b in todo:
+        if b.tree is None:
+            try:
+                b.tree = await asyncio.to_thread(create_overlay, Path(parent.workspace), Path(parent.home),
+                                                 rec.parent_session, b.k, rec.id)
+                b.workspace = str(b.tree["workspace"])
+            except TreeError as exc:
+                b.status, b.error = "error", str(exc)
+                changed(b)
+    await engine.begin(parent, job, [b for b in todo if b.tree is not None and b.status != "error"])
+
+    async def feed() -> None:
+        try:
+            for b in todo:
+                agent = await open_branch(b) if b.status != "error" else None
+                if agent is not None:
+                    await agent.aclose()  # the child resumes the branch from its log
+                    engine.add(b)
+        finally:
+            engine.end()
+
+    feeder = asyncio.create_task(feed())
+    updates = engine.updates(rec)
+    try:
+        async for done in updates:
+            mine = rec.branch(done.id)
+            mine.__dict__.update(done.__dict__)
+            changed(mine)
+        await feeder
+    finally:
+        feeder.cancel()
+        await updates.aclose()  # stops the child (it saves its branches as interrupted)
+
+
+def _choose_engine(parent: Any, rec: ExplorationRecord, workspace: str, engine: Engine | None,
+                   hooks: Hooks) -> tuple[str, Engine | None]:
+    """Overlay workspaces (run by the overlay engine) where possible; else worktrees, saying why once."""
+    if engine is not None and workspace == "overlay":
+        raise UsageError("branches with overlay workspaces run on this machine only (not on Ray)")
+    if engine is not None or workspace in ("worktree", "copy"):
+        return ("worktree" if workspace in ("auto", "overlay") else workspace), engine
+    why = overlay_unavailable(parent, hooks)
+    if why is None:
+        from kimicode.branches.overlay_engine import OverlayEngine
+
+        return "overlay", OverlayEngine(on_event=hooks.on_event)
+    if workspace == "overlay":
+        raise UsageError(f"the branches' workspaces cannot be overlays here: {why}")
+    rec.notice = f"each branch is a full checkout of the workspace: {why}"
+    with contextlib.suppress(Exception):
+        parent.notify(rec.notice, "warning")
+    return "worktree", None
+
+
+def overlay_unavailable(parent: Any, hooks: Hooks) -> str | None:
+    """Why this exploration's branches cannot run as overlays in their own process (None: they can)."""
+    from kimicode.branches.overlay import unavailable
+    from kimicode.branches.overlay_engine import picklable_options
+
+    if hooks.approve is not None:
+        return "the branches may ask for approvals (an approval function was given), which they do in this process"
+    why = unavailable(Path(parent.home), Path(parent.workspace))
+    if why is not None:
+        return why
+    try:
+        picklable_options(parent)
+    except Exception as exc:  # pickle raises several kinds
+        return f"the session's options cannot be sent to the branches' process ({type(exc).__name__}: {exc})"
+    return None
 
 
 def _variant(parent: Any, b: Branch) -> dict[str, Any]:
@@ -290,7 +387,7 @@ async def resume_exploration(parent: Any, rec: ExplorationRecord, *, engine: Eng
         raise UsageError(f"exploration {rec.id} is finished: branch {rec.applied} was applied")
     rec.status = "running"
     job = Job(rec.prompt, rec.verify, rec.verify_timeout, rec.base_messages, rec.parent_session, timeout)
-    kind = next((str(b.tree.get("kind")) for b in rec.branches if b.tree), "worktree")
+    kind = next((str(b.tree.get("kind")) for b in rec.branches if b.tree), "auto")
     hooks = Hooks(on_update, on_event, parent.approve if approve is INHERIT else approve)
-    return await _run(parent, rec, job, workspace=kind if kind in WORKSPACE_KINDS else "worktree", engine=engine,
+    return await _run(parent, rec, job, workspace=kind if kind in WORKSPACE_KINDS else "auto", engine=engine,
                       hooks=hooks, judge_model=judge_model, apply=apply)

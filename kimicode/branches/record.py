@@ -114,6 +114,8 @@ class ExplorationRecord:
     applied_turn: int | None = None
     """The parent's checkpoint turn that applied the chosen branch (undone by `kimicode undo`)."""
     judge_cost_usd: float | None = None
+    notice: str | None = None
+    """Why the branches are full checkouts instead of overlays (None when they are overlays, or asked for)."""
     created_at: float = field(default_factory=time.time)
     branches: list[Branch] = field(default_factory=list)
 

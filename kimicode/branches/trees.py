@@ -44,6 +44,20 @@ def create_tree(workspace: Path, home: Path, parent_session: str, k: int, kind: 
         raise TreeError(f"could not create branch {k}'s workspace: {why}") from exc
 
 
+def create_overlay(workspace: Path, home: Path, parent_session: str, k: int, exploration_id: str) -> dict[str, Any]:
+    """Make branch `k`'s overlay directories (kimicode/branches/overlay.py); returns the tree's record.
+
+    Raises TreeError, having removed whatever was half made, when it cannot (a full disk)."""
+    from kimicode.branches.overlay import create_overlay_tree
+
+    root = Path(home).expanduser().resolve() / "worktrees"
+    try:
+        return create_overlay_tree(workspace, home, parent_session, k, exploration_id,
+                                   git_branch_name(parent_session, k))
+    except (CheckpointError, OSError) as exc:
+        raise TreeError(f"could not create branch {k}'s workspace: {_plain(exc, root)}") from exc
+
+
 def _seeded_worktree(top: Path, home: Path, root: Path, branch: str, parent_session: str, k: int) -> ForkTree:
     """A worktree whose files are written once, from the parent's checkpoint of the workspace as it is now
     (uncommitted and untracked files included, ignored ones not), into a branch checkpoint store that

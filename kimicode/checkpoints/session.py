@@ -118,10 +118,8 @@ class SessionCheckpoints:
         store = CheckpointStore(home, workspace, max_file_bytes=int(settings.max_file_mb * 1024 * 1024))
         entries: list[Entry] = []
         turns = 0
-        if log is not None and log.path.exists():
-            from kimicode.session.log import iter_records
-
-            records = list(iter_records(log.path))
+        records = log.records() if log is not None else []
+        if records:
             entries = entries_from_records(records)
             turns = sum(1 for r in records if r.get("type") == "turn_end")
         cps = cls(store, session_id, log, entries)

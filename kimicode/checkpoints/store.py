@@ -227,14 +227,19 @@ class CheckpointStore:
                 self._clean_failed()
                 raise CheckpointError(self._full() if _is_full(exc) else str(exc)) from exc
 
-    def seed(self, source: CheckpointStore, commit: str) -> None:
+    def seed(self, source: CheckpointStore, commit: str, *, index: Path | None = None) -> None:
         """Fill this store's (empty) workspace with snapshot `commit` of `source`, borrowing `source`'s
         objects (git alternates) instead of copying them: each file is written once, with its stat data
         in this store's index, so this store's first snapshot only hashes what changed since. For a
-        branch's new worktree (kimicode/branches/trees.py); `source` must keep `commit` referenced."""
+        branch's new worktree (kimicode/branches/trees.py); `source` must keep `commit` referenced.
+        With `index` (an index of `commit` whose stat data the workspace's files already match: an
+        overlay over them, kimicode/branches/overlay.py), that index is copied and no file is written."""
         with self.locked():
             self._init()
             private_write(self.git_dir / "objects" / "info" / "alternates", f"{source.git_dir / 'objects'}\n")
+            if index is not None:
+                private_write(self.index, index.read_bytes())
+                return
             self.git("read-tree", commit)
             self.git("checkout-index", "-a", "-f", "-u")
 

@@ -7,7 +7,7 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -29,6 +29,10 @@ from kimicode.config.choices import (
     SCOPES,
     SWITCH_POLICIES,
 )
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
+    from kimicode.agent.options import AgentOptions
 
 app = typer.Typer(
     name="kimicode",
@@ -237,58 +241,31 @@ def main(
     ] = None,
     first_prompt: Annotated[str | None, typer.Option("--first-prompt", hidden=True)] = None,
 ) -> None:
-    """Run kimicode."""
+    """Run kimicode: check the flags, then open the terminal session or run the task headless."""
     if ctx.invoked_subcommand is not None:
         return
-    from kimicode.cli.stdin import read_all_stdin, read_piped_stdin
-    from kimicode.config.endpoint import ConfigError
-
-    workspace = (cwd or Path.cwd()).expanduser()
-    if not workspace.is_dir():
-        raise fail(f"-C/--cwd: not a directory: {workspace}")
-    from kimicode.cli.sessions import resume_target
-
+    workspace = _workspace(cwd)
     if worktree and not fork:
         raise fail("--worktree goes with --fork (-c --fork --worktree, or -r ID --fork --worktree)")
     fork_workspace = "worktree" if worktree else "shared"
-    try:
-        target = resume_target(continue_=continue_, resume=resume, fork=fork, workspace=workspace)
-    except ValueError as exc:
-        raise fail(str(exc)) from None
-    raw_delay = os.environ.get("KIMICODE_RETRY_BASE_DELAY")
-    try:
-        retry_base_delay = float(raw_delay) if raw_delay is not None else None
-    except ValueError:
-        raise fail("KIMICODE_RETRY_BASE_DELAY must be a number of seconds") from None
+    target = _resume_target(continue_=continue_, resume=resume, fork=fork, workspace=workspace)
     from kimicode.cli.options import flag_settings
 
     settings = flag_settings(  # the Agent settings both faces take from the flags (cli/options.py)
         ctx, model=model, base_url=base_url, permission_mode=permission_mode.value, yolo=yolo,
         thinking=thinking.value if thinking else None, max_turns=max_turns, max_retries=max_retries,
-        request_timeout=request_timeout, retry_base_delay=retry_base_delay, context_window=context_window,
+        request_timeout=request_timeout, retry_base_delay=_retry_base_delay(), context_window=context_window,
         max_tokens=max_tokens, allow=allow, deny=deny, sandbox=sandbox.value if sandbox is not None else None,
         sandbox_network=sandbox_network, scope=scope.value if scope else None,
         on_switch=on_switch.value if on_switch else None, tool_choice=tool_choice,
     )
-    if add_dir:
-        missing = [str(d) for d in add_dir if not d.expanduser().is_dir()]
-        if missing:
-            raise fail(f"--add-dir: not a directory: {', '.join(missing)}")
-        settings["add_dirs"] = tuple(add_dir)
-    from kimicode.cli.ci_flags import FlagError, check_budget, ci_settings, read_system_prompt
-
+    settings.update(_added_dirs(add_dir))
     streaming = input_format is InputFormat.stream_json  # the messages come from stdin (cli/structured_io.py)
-    if streaming and (prompt not in (None, "-") or output_format is not OutputFormat.stream_json):
-        raise fail("--input-format stream-json reads the messages from stdin: use it with --output-format "
-                   "stream-json and without a -p prompt")
-    prompt = "-" if streaming else prompt
-    headless_only = (system_prompt_file, append_system_prompt, max_budget_usd, mcp_config)
-    if prompt is not None and first_prompt is not None:
-        raise fail(f"two prompts: -p {prompt!r} and {first_prompt!r} (kimicode \"PROMPT\" opens a session with it; "
-                   "-p runs it headless)")
-    if prompt is None and (any(v is not None for v in headless_only) or no_session_persistence or trust_workspace):
-        raise fail("--max-budget-usd, --system-prompt-file, --append-system-prompt, --no-session-persistence, "
-                   "--trust-workspace and --mcp-config apply to headless runs: add -p PROMPT")
+    headless_flags = (system_prompt_file, append_system_prompt, max_budget_usd, mcp_config)
+    prompt = _headless_prompt(
+        prompt, first_prompt, streaming=streaming, output_format=output_format,
+        headless_flags=any(v is not None for v in headless_flags) or no_session_persistence or trust_workspace,
+    )
     from kimicode.cli.branches_cmd import branch_flags
 
     try:
@@ -299,97 +276,22 @@ def main(
         raise fail(str(exc)) from None
     if prompt is None and flags is not None:
         raise fail("--branches applies to headless runs: add -p PROMPT (in the terminal: /branches N)")
-    from kimicode.cli.structured_io import output_spec
-
-    try:
-        spec = output_spec(output_schema, json_schema)
-    except FlagError as exc:
-        raise fail(str(exc)) from None
-    if (spec is not None or streaming) and flags is not None:
-        raise fail("--branches does not take --output-schema, --json-schema or --input-format stream-json")
-    if spec is not None and prompt is None:
-        raise fail("--output-schema and --json-schema apply to headless runs: add -p PROMPT")
-    from kimicode.agent.options import AgentOptions
-
-    try:  # the configuration files are read (and checked) before anything starts
-        AgentOptions.from_workspace(workspace, trust=trust_workspace, **settings)
-    except (ConfigError, ValueError, TypeError) as exc:
-        raise fail(str(exc)) from None
+    spec = _output_spec(output_schema, json_schema, headless=prompt is not None, streaming=streaming,
+                        branching=flags is not None)
+    checked = _checked_options(workspace, trust_workspace, settings)
     if prompt is None:
-        if sys.stdin.isatty() and sys.stdout.isatty():
-            from kimicode.cli.firstrun import ensure_key
-            from kimicode.config.endpoint import kimicode_home
-
-            if not ensure_key(workspace, kimicode_home(), model=model, base_url=base_url, out=sys.stderr):
-                raise typer.Exit(2)  # no key: first_run said what to set
-            from kimicode.ui.app import run_interactive
-
-            raise typer.Exit(
-                run_interactive(
-                    resume=target,
-                    fork=fork,
-                    fork_workspace=fork_workspace,
-                    # without -C a resumed session keeps its own workspace
-                    workspace=workspace if cwd is not None or target is None else None,
-                    first_prompt=first_prompt,
-                    **settings,
-                )
-            )
-        if first_prompt is not None:
-            raise fail('kimicode "PROMPT" opens an interactive session, which needs a terminal: '
-                       "run it headless with -p PROMPT")
-        raise fail("no prompt: pass -p PROMPT (or -p - to read it from stdin)")
-    if streaming:
-        pass  # the messages are read as the run goes (cli/structured_io.py)
-    elif prompt == "-":
-        prompt = read_all_stdin()
-    else:
-        piped = read_piped_stdin()
-        if piped.strip():
-            prompt = f"{prompt}\n\n{piped}"
-    if not prompt.strip() and not streaming:
-        raise fail("the prompt is empty")
-
-    try:  # the CI flags (cli/ci_flags.py), for headless runs
-        if system_prompt_file is not None:
-            settings["system_prompt"] = read_system_prompt(system_prompt_file)
-        if append_system_prompt:
-            settings["append_system_prompt"] = append_system_prompt
-        if no_session_persistence:
-            settings["persist"] = False
-    except FlagError as exc:
-        raise fail(str(exc)) from None
-
-    def options_for(where: Path) -> AgentOptions:
-        """The run's options in `where` (the session's own workspace when resuming without -C)."""
-        config = None
-        if trust_workspace or mcp_config is not None:
-            from kimicode.config.endpoint import kimicode_home
-
-            config = ci_settings(where.resolve(), kimicode_home(), trust=trust_workspace, mcp_config=mcp_config)
-        extra: dict[str, Any] = {"config": config} if config is not None else {}
-        return AgentOptions.from_workspace(where, headless=True, **settings, **extra)
-
-    from kimicode.agent.core import Agent
+        _open_terminal(workspace, own_workspace=cwd is None and target is not None, model=model, base_url=base_url,
+                       resume=target, fork=fork, fork_workspace=fork_workspace, first_prompt=first_prompt,
+                       settings=settings)
+    prompt = _whole_prompt(prompt, streaming)
+    settings.update(_ci_settings(system_prompt_file, append_system_prompt, no_session_persistence))
+    agent = _open_agent(
+        checked, settings, workspace, own_workspace=cwd is None, target=target, fork=fork,
+        fork_workspace=fork_workspace, trust=trust_workspace, mcp_config=mcp_config, budget=max_budget_usd,
+    )
+    _say_where(agent, forked_apart=fork and fork_workspace != "shared", verbose=verbose)
     from kimicode.cli.headless import Printer, run_headless
 
-    try:
-        if target is None:
-            agent = Agent(options_for(workspace))
-        else:
-            agent = Agent.resume(target, fork=fork, fork_workspace=fork_workspace, options=options_for,
-                                 **({"workspace": workspace} if cwd is not None else {}))
-        check_budget(agent, max_budget_usd)
-    except (ConfigError, FlagError, ValueError, TypeError) as exc:
-        raise fail(str(exc)) from None
-    if agent.resume_warning and not verbose:  # --verbose shows it as a notice
-        typer.echo(f"kimicode: warning: {agent.resume_warning}", err=True)
-    if fork and fork_workspace != "shared":  # say where the fork works: its tree and branch
-        from kimicode.ui.toolbar import GitBranch
-
-        branch = GitBranch(agent.workspace).get()
-        typer.echo(f"kimicode: forked into session {agent.session_id}, working in its own tree {agent.workspace}"
-                   + (f" on branch {branch}" if branch else ""), err=True)
     printer = Printer(output_format.value, include_partial=include_partial, verbose=verbose)
     if flags is not None:  # --branches (cli/branches_cmd.py)
         from kimicode.cli.branches_cmd import run_branches
@@ -399,9 +301,200 @@ def main(
         from kimicode.cli.structured_io import run_stream_input
 
         raise typer.Exit(asyncio.run(run_stream_input(agent, printer, spec=spec, budget=max_budget_usd)))
-    code = asyncio.run(run_headless(agent, prompt, printer, budget=max_budget_usd, spec=spec))
-    raise typer.Exit(code)
+    raise typer.Exit(asyncio.run(run_headless(agent, prompt, printer, budget=max_budget_usd, spec=spec)))
 
+
+# -- main's steps, in the order it takes them --------------------------------------------------------------
+
+
+def _workspace(cwd: Path | None) -> Path:
+    """The workspace: -C/--cwd, else the current directory; it must be a directory."""
+    workspace = (cwd or Path.cwd()).expanduser()
+    if not workspace.is_dir():
+        raise fail(f"-C/--cwd: not a directory: {workspace}")
+    return workspace
+
+
+def _resume_target(*, continue_: bool, resume: str | None, fork: bool, workspace: Path) -> str | None:
+    """The session -c/-r name (an id), or None for a new one."""
+    from kimicode.cli.sessions import resume_target
+
+    try:
+        return resume_target(continue_=continue_, resume=resume, fork=fork, workspace=workspace)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
+def _retry_base_delay() -> float | None:
+    """KIMICODE_RETRY_BASE_DELAY, seconds before the first retry (the tests make retries quick with it)."""
+    raw = os.environ.get("KIMICODE_RETRY_BASE_DELAY")
+    try:
+        return float(raw) if raw is not None else None
+    except ValueError:
+        raise fail("KIMICODE_RETRY_BASE_DELAY must be a number of seconds") from None
+
+
+def _added_dirs(add_dir: list[Path] | None) -> dict[str, Any]:
+    """`--add-dir`: the directories as a setting; each must exist."""
+    if not add_dir:
+        return {}
+    missing = [str(d) for d in add_dir if not d.expanduser().is_dir()]
+    if missing:
+        raise fail(f"--add-dir: not a directory: {', '.join(missing)}")
+    return {"add_dirs": tuple(add_dir)}
+
+
+def _headless_prompt(
+    prompt: str | None, first_prompt: str | None, *, streaming: bool, output_format: OutputFormat,
+    headless_flags: bool,
+) -> str | None:
+    """The -p prompt (`-`: read from stdin, which stream-json input always is), None for the terminal face;
+    flags that only a headless run takes need one."""
+    if streaming and (prompt not in (None, "-") or output_format is not OutputFormat.stream_json):
+        raise fail("--input-format stream-json reads the messages from stdin: use it with --output-format "
+                   "stream-json and without a -p prompt")
+    prompt = "-" if streaming else prompt
+    if prompt is not None and first_prompt is not None:
+        raise fail(f"two prompts: -p {prompt!r} and {first_prompt!r} (kimicode \"PROMPT\" opens a session with it; "
+                   "-p runs it headless)")
+    if prompt is None and headless_flags:
+        raise fail("--max-budget-usd, --system-prompt-file, --append-system-prompt, --no-session-persistence, "
+                   "--trust-workspace and --mcp-config apply to headless runs: add -p PROMPT")
+    return prompt
+
+
+def _output_spec(
+    output_schema: Path | None, json_schema: str | None, *, headless: bool, streaming: bool, branching: bool
+) -> Any:
+    """The structured output's schema (--output-schema / --json-schema), or None; only a headless run takes
+    one, and --branches takes neither it nor stream-json input."""
+    from kimicode.cli.ci_flags import FlagError
+    from kimicode.cli.structured_io import output_spec
+
+    try:
+        spec = output_spec(output_schema, json_schema)
+    except FlagError as exc:
+        raise fail(str(exc)) from None
+    if (spec is not None or streaming) and branching:
+        raise fail("--branches does not take --output-schema, --json-schema or --input-format stream-json")
+    if spec is not None and not headless:
+        raise fail("--output-schema and --json-schema apply to headless runs: add -p PROMPT")
+    return spec
+
+
+
+def _checked_options(workspace: Path, trust: bool, settings: dict[str, Any]) -> AgentOptions:
+    """The options in the workspace: the configuration files are read (and checked) once, before anything
+    starts."""
+    from kimicode.agent.options import AgentOptions
+    from kimicode.config.endpoint import ConfigError
+
+    try:
+        return AgentOptions.from_workspace(workspace, trust=trust, **settings)
+    except (ConfigError, ValueError, TypeError) as exc:
+        raise fail(str(exc)) from None
+
+
+def _open_terminal(
+    workspace: Path, *, own_workspace: bool, model: str | None, base_url: str | None, first_prompt: str | None,
+    settings: dict[str, Any], **session: Any,
+) -> NoReturn:
+    """No -p: the interactive session, in a terminal (the first run asks for a key); elsewhere a usage
+    error. `own_workspace`: a session resumed without -C keeps its own workspace."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        if first_prompt is not None:
+            raise fail('kimicode "PROMPT" opens an interactive session, which needs a terminal: '
+                       "run it headless with -p PROMPT")
+        raise fail("no prompt: pass -p PROMPT (or -p - to read it from stdin)")
+    from kimicode.cli.firstrun import ensure_key
+    from kimicode.config.endpoint import kimicode_home
+
+    if not ensure_key(workspace, kimicode_home(), model=model, base_url=base_url, out=sys.stderr):
+        raise typer.Exit(2)  # no key: first_run said what to set
+    from kimicode.ui.launch import run_interactive
+
+    raise typer.Exit(run_interactive(workspace=None if own_workspace else workspace, first_prompt=first_prompt,
+                                     **session, **settings))
+
+
+def _whole_prompt(prompt: str, streaming: bool) -> str:
+    """The task: `-p -` reads stdin to its end; `-p TEXT` takes what is already piped in after it; stream-json
+    input is read as the run goes (cli/structured_io.py)."""
+    if streaming:
+        return prompt
+    from kimicode.cli.stdin import read_all_stdin, read_piped_stdin
+
+    if prompt == "-":
+        prompt = read_all_stdin()
+    else:
+        piped = read_piped_stdin()
+        if piped.strip():
+            prompt = f"{prompt}\n\n{piped}"
+    if not prompt.strip():
+        raise fail("the prompt is empty")
+    return prompt
+
+
+def _ci_settings(system_prompt_file: Path | None, append_system_prompt: str | None, no_persistence: bool) -> dict[
+    str, Any
+]:
+    """The CI flags' settings (cli/ci_flags.py), for headless runs."""
+    from kimicode.cli.ci_flags import FlagError, read_system_prompt
+
+    settings: dict[str, Any] = {"persist": False} if no_persistence else {}
+    if append_system_prompt:
+        settings["append_system_prompt"] = append_system_prompt
+    if system_prompt_file is not None:
+        try:
+            settings["system_prompt"] = read_system_prompt(system_prompt_file)
+        except FlagError as exc:
+            raise fail(str(exc)) from None
+    return settings
+
+
+def _open_agent(
+    checked: AgentOptions, settings: dict[str, Any], workspace: Path, *, own_workspace: bool, target: str | None,
+    fork: bool, fork_workspace: str, trust: bool, mcp_config: Path | None, budget: float | None,
+) -> Agent:
+    """The headless run's agent: a new one in `workspace`, or the session -c/-r names (in `workspace`, or in
+    its own when `own_workspace`: no -C), refused when --max-budget-usd cannot be kept."""
+    from kimicode.agent.core import Agent
+    from kimicode.agent.options import AgentOptions
+    from kimicode.cli.ci_flags import FlagError, check_budget, ci_settings
+    from kimicode.config.endpoint import ConfigError, kimicode_home
+    from kimicode.config.settings import load_settings
+
+    def options_for(place: Path) -> AgentOptions:
+        """The run's options in `place` (the session's own workspace when resuming without -C)."""
+        config = checked.config if place.expanduser().resolve() == checked.workspace else None
+        if config is None:  # another workspace (a resumed session's own): its files, read once too
+            config = load_settings(place.expanduser().resolve(), kimicode_home(), trust=trust)
+        return AgentOptions.from_workspace(place, headless=True, **settings,
+                                           config=ci_settings(config, mcp_config=mcp_config))
+
+    try:
+        if target is None:
+            agent = Agent(options_for(workspace))
+        else:
+            where = {} if own_workspace else {"workspace": workspace}
+            agent = Agent.resume(target, fork=fork, fork_workspace=fork_workspace, options=options_for, **where)
+        check_budget(agent, budget)
+    except (ConfigError, FlagError, ValueError, TypeError) as exc:
+        raise fail(str(exc)) from None
+    return agent
+
+
+def _say_where(agent: Agent, *, forked_apart: bool, verbose: bool) -> None:
+    """On stderr: what resuming warned of (--verbose shows it as a notice), and where a fork in its own tree
+    works (its tree and branch)."""
+    if agent.resume_warning and not verbose:
+        typer.echo(f"kimicode: warning: {agent.resume_warning}", err=True)
+    if forked_apart:
+        from kimicode.ui.toolbar import GitBranch
+
+        branch = GitBranch(agent.workspace).get()
+        typer.echo(f"kimicode: forked into session {agent.session_id}, working in its own tree {agent.workspace}"
+                   + (f" on branch {branch}" if branch else ""), err=True)
 
 from kimicode.cli.checkpoints_cmd import undo_command  # noqa: E402 - also adds `sessions diff`
 from kimicode.cli.completion_cmd import answering_completion, completion_command  # noqa: E402

@@ -58,13 +58,6 @@ class Progress:
             f" · {self.tokens / 1000:.1f}k tokens{cost}"
         )
 
-    def eta(self) -> float | None:
-        """Seconds to the estimated finish, from the pace so far."""
-        if not self.done:
-            return None
-        elapsed = time.monotonic() - self.start
-        return elapsed / self.done * (self.total - self.done)
-
     def event(self, kind: str, task: Task, attempt: int) -> None:
         """Called by the engine when a task starts or is retried."""
         self.running.add(task.id)

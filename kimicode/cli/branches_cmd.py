@@ -27,6 +27,7 @@ from kimicode.cli.headless import (
     EXIT_TERMINATED,
     EXIT_USAGE,
     Printer,
+    on_stop_signals,
     one_line,
 )
 
@@ -151,7 +152,6 @@ async def run_branches(agent: Any, prompt: str | None, printer: Printer, flags: 
     from kimicode.branches.explore import explore, resume_exploration
     from kimicode.errors import UsageError
 
-    loop = asyncio.get_running_loop()
     start = time.monotonic()
     stopped: list[signal.Signals] = []
     printer.init(agent)
@@ -178,11 +178,7 @@ async def run_branches(agent: Any, prompt: str | None, printer: Printer, flags: 
             raise SystemExit(EXIT_TERMINATED if sig == signal.SIGTERM else EXIT_INTERRUPTED)
         task.cancel()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-        except (NotImplementedError, RuntimeError):
-            pass
+    release = on_stop_signals(on_signal)
     try:
         exploration = await task
     except asyncio.CancelledError:
@@ -193,11 +189,7 @@ async def run_branches(agent: Any, prompt: str | None, printer: Printer, flags: 
         typer.echo(f"kimicode: {exc}", err=True)
         return EXIT_USAGE
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError):
-                pass
+        release()
     error = await _maybe_apply(exploration, printer, flags)
     await agent.aclose()
     result = result_object(agent, exploration, int((time.monotonic() - start) * 1000), error)
@@ -255,6 +247,8 @@ def _print(printer: Printer, result: dict[str, Any], exploration: Any) -> None:
         per = result.get("cost_usd_per_verified")
         cost = f"; total ${result['cost_usd']:.4f}" if result.get("cost_usd") is not None else ""
         cost += f", ${per:.4f} per verified branch" if per is not None else ""
+        if exploration.record.notice:
+            printer.err.write(f"kimicode: note: {exploration.record.notice}\n")
         printer.err.write(f"kimicode: exploration {exploration.id}: {what}: {exploration.reason}{cost}\n")
         printer.err.flush()
     printer.result(result)
@@ -348,7 +342,9 @@ def show_command(
             continue
         typer.echo(f"branch {b.id} of exploration {rec.id} ({one_line(rec.prompt, 60)})")
         typer.echo(f"  {branch_line(b)}")
-        typer.echo(f"  session {b.session_id}  workspace {b.workspace}")
+        where = (f"an overlay: `kimicode branches open {b.id}` puts its files in a worktree"
+                 if (b.tree or {}).get("kind") == "overlay" else f"workspace {b.workspace}")
+        typer.echo(f"  session {b.session_id}  {where}")
         if b.verify_output:
             typer.echo(f"  verify ({rec.verify}), last lines:")
             for line in b.verify_output.rstrip().splitlines()[-15:]:
@@ -359,6 +355,27 @@ def show_command(
             except UsageError as exc:
                 text = f"({exc})\n"
             typer.echo(text or "  (no changes)")
+
+
+@branches_app.command("open")
+def open_command(
+    ident: Annotated[str, typer.Argument(metavar="ID", help="The branch whose files to open.")],
+) -> None:
+    """Print the directory holding a branch's files. A branch whose workspace is an overlay (its changed
+    files only, seen by its own process) gets a git worktree on branch kimicode/branch-<session>-<k> (a
+    plain directory outside git), made now from its last checkpoint; `kimicode branches rm` removes it."""
+    from kimicode.branches.exploration import open_branch
+    from kimicode.checkpoints.store import CheckpointError
+    from kimicode.errors import UsageError
+
+    rec, branch = _find(ident)
+    if branch is None:
+        raise _fail(f"{ident} is an exploration; name one of its branches: "
+                    + ", ".join(b.id for b in rec.branches), 2)
+    try:
+        typer.echo(str(open_branch(_home(), rec, branch)))
+    except (CheckpointError, UsageError, OSError) as exc:
+        raise _fail(f"cannot open branch {branch.id}: {exc}") from None
 
 
 @branches_app.command("apply")

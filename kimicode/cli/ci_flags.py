@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kimicode.config.settings import Settings, load_settings
+from kimicode.config.settings import Settings
 
 
 class FlagError(ValueError):
@@ -35,17 +35,15 @@ def read_mcp_config(path: Path) -> dict[str, dict[str, Any]]:
     return {str(name): dict(entry) for name, entry in servers.items()}
 
 
-def ci_settings(workspace: Path, home: Path, *, trust: bool, mcp_config: Path | None) -> Settings:
-    """The configuration with the workspace trusted (`--trust-workspace`) and the `--mcp-config` servers added.
+def ci_settings(settings: Settings, *, mcp_config: Path | None) -> Settings:
+    """`settings` (read once, with `--trust-workspace` applied) plus the `--mcp-config` servers, as a copy.
 
     The servers of an `--mcp-config` file are started even in an untrusted workspace: the user named the
     file on the command line, which is the trust a repository's own `.mcp.json` lacks.
     """
-    settings = load_settings(workspace, home, trust=trust)
-    if mcp_config is not None:
-        servers = read_mcp_config(mcp_config)
-        settings.update({"mcp_servers": servers})
-    return settings
+    if mcp_config is None:
+        return settings
+    return settings.with_changes({"mcp_servers": read_mcp_config(mcp_config)})
 
 
 def read_system_prompt(path: Path) -> str:

@@ -8,7 +8,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 from kimicode.agent.core import Agent
@@ -366,6 +366,27 @@ async def turn_result(agent: Agent, text: str, printer: Printer, spec: OutputSpe
     return result, finished, add_structured(result, outcome) if outcome is not None else None
 
 
+def on_stop_signals(handler: Callable[[signal.Signals], None]) -> Callable[[], None]:
+    """Ctrl-C (SIGINT) and SIGTERM call `handler(sig)` on the running loop instead of raising (where the loop
+    takes signal handlers); returns the function that gives them back, for a `finally`."""
+    loop = asyncio.get_running_loop()
+    stops = (signal.SIGINT, signal.SIGTERM)
+    for sig in stops:
+        try:
+            loop.add_signal_handler(sig, handler, sig)
+        except (NotImplementedError, RuntimeError):
+            pass
+
+    def release() -> None:
+        for sig in stops:
+            try:
+                loop.remove_signal_handler(sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+    return release
+
+
 async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: float | None = None,
                        spec: OutputSpec | None = None) -> int:
     """Run one task to completion; Ctrl-C (exit 130) and SIGTERM (exit 143) interrupt it cleanly.
@@ -379,7 +400,6 @@ async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: f
 
         over = watch_budget(agent, budget)
     start = time.monotonic()
-    loop = asyncio.get_running_loop()
     hits = 0
     terminated = False
 
@@ -392,11 +412,7 @@ async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: f
         terminated = sig == signal.SIGTERM
         agent.interrupt()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-        except (NotImplementedError, RuntimeError):
-            pass
+    release = on_stop_signals(on_signal)
     from kimicode.agent.ecosystem import start_mcp
 
     await start_mcp(agent)  # so the init message lists the MCP servers' tools
@@ -404,11 +420,7 @@ async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: f
     try:
         result, finished, invalid = await turn_result(agent, prompt, printer, spec, start)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError):
-                pass
+        release()
         await agent.aclose()
     if over and finished.status == "interrupted":
         result["status"] = "budget"

@@ -45,6 +45,5 @@ def show(
     except (ConfigError, ValueError, TypeError) as exc:
         typer.echo(f"kimicode: {exc}", err=True)
         raise typer.Exit(2) from None
-    system = agent.messages[0].get("content", "") if agent.messages else ""
-    report = PromptReport.of(str(system), agent.tools.schemas(), agent.context.accountant.text_tokens)
+    report = PromptReport.of_agent(agent)
     typer.echo(json.dumps(report.as_dict(), ensure_ascii=False) if as_json else report.text())

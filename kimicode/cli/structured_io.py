@@ -115,6 +115,7 @@ async def run_stream_input(agent: Agent, printer: Printer, *, spec: OutputSpec |
         EXIT_OK,
         EXIT_TERMINATED,
         exit_code_for,
+        on_stop_signals,
         turn_result,
     )
 
@@ -143,11 +144,7 @@ async def run_stream_input(agent: Agent, printer: Printer, *, spec: OutputSpec |
         stopped.append(sig)
         agent.interrupt()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, on_signal, sig)
-        except (NotImplementedError, RuntimeError):
-            pass
+    release = on_stop_signals(on_signal)
     code = EXIT_OK
     await start_mcp(agent)
     printer.init(agent)
@@ -193,11 +190,7 @@ async def run_stream_input(agent: Agent, printer: Printer, *, spec: OutputSpec |
             if over:  # the budget is spent: no further message runs
                 break
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError):
-                pass
+        release()
         await agent.aclose()
     if stopped:
         return EXIT_TERMINATED if stopped[-1] == signal.SIGTERM else EXIT_INTERRUPTED

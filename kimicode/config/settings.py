@@ -27,10 +27,6 @@ from kimicode.config.endpoint import (
 )
 from kimicode.config.sections import Config, schema_of
 
-# A schema value is a type name, a tuple of allowed literal values, or a nested dict. The key "*" stands
-# for any table name (providers.NAME, models.NAME, ...).
-Schema = Mapping[str, Any]
-
 SCHEMA: dict[str, Any] = schema_of(Config)
 """What the file validator checks, derived from the typed sections (kimicode/config/sections.py)."""
 
@@ -45,6 +41,9 @@ class Settings:
     """Whether the workspace's own config applies whole (else only what kimicode/config/trust.py allows)."""
     ignored: list[str] = field(default_factory=list)
     """Notices about the project's settings: what was ignored (the workspace is not trusted), what loosens."""
+    parsed: dict[Path, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)
+    """Each source file's own tables as read (before merging): the permission rules join the files' lists
+    instead of replacing them, and take them from here rather than reading the files again."""
     _resolved: Config | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -62,6 +61,12 @@ class Settings:
         """Merge `changes` (tables of settings) into these settings, e.g. `{"checkpoints": {"enabled": False}}`."""
         self.data = merge(self.data, changes)
         self._resolved = None
+
+    def with_changes(self, changes: Mapping[str, Any]) -> Settings:
+        """A copy of these settings with `changes` merged in (these stay as they are)."""
+        copy = replace(self, _resolved=None)
+        copy.update(changes)
+        return copy
 
     def get(self, dotted: str, default: Any = None) -> Any:
         """`settings.get("models.kimi-k3.context_window")`; dots separate tables."""
@@ -114,9 +119,11 @@ def load_settings(workspace: Path, home: Path, *, trust: bool = False, project: 
     if user_path.is_file():
         settings.data = parse_file(user_path)
         settings.sources.append(user_path)
+        settings.parsed[user_path] = settings.data
     settings.trusted = trust or is_trusted(workspace, settings.data)
     if project and project_path.is_file():
         data = parse_file(project_path)
+        settings.parsed[project_path] = dict(data)
         data.pop("trust", None)  # a project cannot trust itself
         if data.pop("auth", None) is not None:  # keys belong in the user's own file (mode 0600), never a repo
             settings.ignored.append(f"{project_path}: [auth] ignored: an API key is only read from {user_path}")

@@ -81,9 +81,6 @@ class Budget:
     def compact_at(self) -> int:
         return int(self.input_budget * self.compact_threshold)
 
-    def fits(self, tokens: int) -> bool:
-        return tokens <= self.input_budget
-
 
 def parse_overflow(message: str, reserve: int) -> tuple[int | None, int | None]:
     """(input tokens the server counted, the server's window) from a context-length error message.

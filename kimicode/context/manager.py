@@ -26,7 +26,7 @@ from kimicode.llm.errors import LLMError
 from kimicode.llm.overflow import ContextOverflow, context_overflow
 
 if TYPE_CHECKING:
-    from kimicode.llm.client import ChatClient
+    from kimicode.llm.protocol import ModelClient
 
 Emit = Callable[[Event], None]
 
@@ -277,7 +277,7 @@ class ContextManager:
         self,
         messages: list[dict[str, Any]],
         tools: Sequence[Mapping[str, Any]],
-        client: ChatClient,
+        client: ModelClient,
         emit: Emit,
         tool_kinds: Mapping[str, str] | None = None,
     ) -> int:
@@ -350,7 +350,7 @@ class ContextManager:
         self,
         messages: list[dict[str, Any]],
         tools: Sequence[Mapping[str, Any]],
-        client: ChatClient,
+        client: ModelClient,
         emit: Emit,
         *,
         instructions: str | None = None,
@@ -414,12 +414,13 @@ class ContextManager:
         emit(Notice(result.describe(), "warning" if result.fallback else "info"))
         return result
 
-    async def _summarize(self, client: ChatClient, request: list[dict[str, Any]]) -> tuple[str, int]:
-        from kimicode.llm.client import Completion
+    async def _summarize(self, client: ModelClient, request: list[dict[str, Any]]) -> tuple[str, int]:
+        from kimicode.llm.checked import checked_stream
+        from kimicode.llm.protocol import Completion
 
         completion: Completion | None = None
         limit = self.completion_tokens(self.accountant.estimate_unanchored(request))
-        async for event in client.stream(request, (), max_completion_tokens=limit):
+        async for event in checked_stream(client.stream(request, (), max_completion_tokens=limit)):
             if isinstance(event, Completion):
                 completion = event
         if completion is None:
@@ -436,7 +437,7 @@ class ContextManager:
         error: LLMError,
         messages: list[dict[str, Any]],
         tools: Sequence[Mapping[str, Any]],
-        client: ChatClient,
+        client: ModelClient,
         emit: Emit,
         tool_kinds: Mapping[str, str] | None = None,
     ) -> bool:

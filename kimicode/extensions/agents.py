@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimicode.extensions.frontmatter import FrontMatterError, names, split, text
-from kimicode.extensions.places import Place, Scope, read_text
+from kimicode.extensions.frontmatter import names, read_split, text
+from kimicode.extensions.places import Place, Scope
 from kimicode.extensions.toolnames import CLAUDE_NAMES
 
 NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,80}$")
@@ -66,13 +66,7 @@ class AgentSet:
 
 
 def read_agent(path: Path, scope: Scope, plugin: str = "") -> AgentDef:
-    raw = read_text(path)
-    if raw is None:
-        raise ValueError(f"{path}: cannot read the file")
-    try:
-        meta, body = split(raw)
-    except FrontMatterError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    meta, body = read_split(path)
     name = text(meta.get("name")) or path.stem
     if plugin:
         name = f"{plugin}:{name}"

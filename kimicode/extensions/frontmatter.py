@@ -3,7 +3,10 @@ commands carry it in Claude Code's formats."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from kimicode.extensions.places import read_text
 
 
 class FrontMatterError(ValueError):
@@ -50,3 +53,15 @@ def names(value: Any) -> list[str]:
 def text(value: Any) -> str:
     """A one-line string from a front matter value (folded, trimmed)."""
     return " ".join(str(value).split()) if value is not None else ""
+
+
+def read_split(path: Path) -> tuple[dict[str, Any], str]:
+    """`path`'s (front matter, body); ValueError naming the file when it cannot be read or its front matter
+    is broken (a skill's SKILL.md, a subagent's file)."""
+    raw = read_text(path)
+    if raw is None:
+        raise ValueError(f"{path}: cannot read the file")
+    try:
+        return split(raw)
+    except FrontMatterError as exc:
+        raise ValueError(f"{path}: {exc}") from None

@@ -17,21 +17,18 @@ from __future__ import annotations
 
 import re
 import shlex
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from kimicode.extensions.places import Scope, claude_settings_files, read_json, read_text
-from kimicode.extensions.toolnames import names_of
 
 EVENTS = (
     "SessionStart", "SessionEnd", "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure",
     "PermissionRequest", "Notification", "Stop", "SubagentStop", "PreCompact",
 )
 """The events kimicode runs hooks for (Claude Code's names)."""
-TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest"})
 DEFAULT_TIMEOUT = 60.0
 """Seconds a hook may run unless it says `timeout` (Claude Code's default)."""
 OnError = Literal["block", "continue"]
@@ -233,41 +230,27 @@ def _parse_group(
     return out
 
 
-def tool_values(tool: str) -> tuple[str, ...]:
-    """What a tool event's matcher is tried against."""
-    return names_of(tool)
-
-
-def _toml_hooks(path: Path) -> Any:
-    text = read_text(path)
-    if text is None or "hooks" not in text:
-        return None
-    try:
-        return tomllib.loads(text).get("hooks")
-    except tomllib.TOMLDecodeError:
-        return None  # the settings loader already refused a broken file
-
-
 def load_hooks(
     workspace: Path,
-    config_files: list[Path],
+    config_files: Mapping[Path, Mapping[str, Any]],
     config_hooks: Any,
     *,
     trusted: bool,
     plugins: Sequence[tuple[str, Path]] = (),
 ) -> HookSet:
-    """Every hook: kimicode's config files (`config_files`; the project's only when trusted; or the
-    already-merged `config_hooks` when the settings came from no file), Claude Code's settings files, and
-    each enabled plugin's `hooks/hooks.json` (`plugins` as (name, folder)). Raises HookConfigError."""
+    """Every hook: kimicode's config files (`config_files`: each file's tables as the configuration loader
+    read them, `Settings.parsed`; the project's only when trusted; or the already-merged `config_hooks` when
+    the settings came from no file), Claude Code's settings files, and each enabled plugin's
+    `hooks/hooks.json` (`plugins` as (name, folder)). Raises HookConfigError."""
     found = HookSet()
     project_config = workspace / ".kimicode" / "config.toml"
     tables: list[tuple[Any, str, Scope, Path | None]] = []
     if config_files:
-        for path in config_files:
+        for path, read in config_files.items():
             is_project = path == project_config
             if is_project and not trusted:
                 continue
-            tables.append((_toml_hooks(path), str(path), "project" if is_project else "user", None))
+            tables.append((read.get("hooks"), str(path), "project" if is_project else "user", None))
     else:
         tables.append((config_hooks, "the configuration", "user", None))
     for path, scope in claude_settings_files(workspace, trusted=trusted):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kimicode.extensions.frontmatter import FrontMatterError, names, split, text
+from kimicode.extensions.frontmatter import names, read_split, text
 from kimicode.extensions.places import Place, Scope, read_text
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 
@@ -86,13 +86,7 @@ class SkillSet:
 def read_skill(folder: Path, scope: Scope, plugin: str = "") -> Skill:
     """The skill in `folder` (ValueError naming the file when it cannot be used)."""
     path = folder / SKILL_FILE
-    raw = read_text(path)
-    if raw is None:
-        raise ValueError(f"{path}: cannot read the file")
-    try:
-        meta, body = split(raw)
-    except FrontMatterError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    meta, body = read_split(path)
     name = text(meta.get("name")) or folder.name
     description = text(meta.get("description"))
     if not description:

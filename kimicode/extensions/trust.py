@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from kimicode.config.endpoint import ConfigError
-from kimicode.extensions.places import read_json, read_text
+from kimicode.config.trustlist import project_tables, read_trust_list
+from kimicode.extensions.places import read_json
 
 DECLINED_FILE = "trust.json"
 MAX_LISTED = 8
@@ -59,13 +58,8 @@ def _folder_items(workspace: Path, kind: str, pattern: str) -> list[str]:
 def project_brings(workspace: Path) -> list[str]:
     """One line per thing the workspace would run or add once trusted (empty: nothing to ask about)."""
     lines: list[str] = []
-    config = workspace / ".kimicode" / "config.toml"
-    text = read_text(config)
-    if text is not None:
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError:
-            data = {}
+    data = project_tables(workspace)
+    if data:
         lines += [f".kimicode/config.toml {line}" for line in _commands_of(data.get("hooks"))]
         servers = data.get("mcp_servers")
         lines += [_server_line(n, e) + " (.kimicode/config.toml)" for n, e in (servers or {}).items()] \
@@ -128,70 +122,6 @@ def _set_declined(home: Path, workspace: Path, on: bool) -> None:
     _write_private(_declined_path(home), json.dumps({"declined": listed}, indent=2) + "\n")
 
 
-_TRUST_HEADER = re.compile(r"^\s*\[\s*trust\s*\]\s*(#.*)?$", re.MULTILINE)
-_ANY_HEADER = re.compile(r"^\s*\[", re.MULTILINE)
-_WORKSPACES = re.compile(r"^\s*workspaces\s*=\s*\[", re.MULTILINE)
-
-
-def _array_end(text: str, start: int) -> int:
-    """The index just after the `]` closing the TOML array opening at `start` (strings and comments
-    skipped); -1 when there is none."""
-    depth, i, quote = 0, start, ""
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\" and quote == '"':
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "#":
-            nl = text.find("\n", i)
-            i = len(text) if nl < 0 else nl
-            continue
-        elif ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return -1
-
-
-def toml_string(value: str) -> str:
-    """A TOML basic string (quotes, backslashes and control characters escaped; the rest as it is)."""
-    out = []
-    for ch in value:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif (ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def _with_workspaces(text: str, listed: list[str]) -> str:
-    """`text` with `[trust] workspaces` set to `listed` (comments and the rest kept)."""
-    value = "[" + ", ".join(toml_string(p) for p in listed) + "]"
-    header = _TRUST_HEADER.search(text)
-    if header is None:
-        sep = "" if not text or text.endswith("\n") else "\n"
-        return f"{text}{sep}{chr(10) if text.strip() else ''}[trust]\nworkspaces = {value}\n"
-    nxt = _ANY_HEADER.search(text, header.end())
-    end = nxt.start() if nxt is not None else len(text)
-    found = _WORKSPACES.search(text, header.end(), end)
-    if found is None:
-        return text[: header.end()] + f"\nworkspaces = {value}" + text[header.end():]
-    open_at = text.index("[", found.start())
-    close = _array_end(text, open_at)
-    if close < 0:
-        raise ValueError("unterminated array")
-    return text[:open_at] + value + text[close:]
-
-
 def _resolved(entry: str) -> str:
     try:
         return str(Path(entry).expanduser().resolve())
@@ -206,33 +136,17 @@ def set_trusted(home: Path, workspace: Path, trusted: bool) -> Path:
     here = str(workspace.expanduser().resolve())
     if path.is_symlink():
         raise ConfigError(f"{path} is a symbolic link; not rewriting it: add the workspace to [trust] yourself")
-    text = (read_text(path) or "") if path.exists() else ""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML ({exc}); fix it first") from None
-    trust = data.get("trust")
-    current = trust.get("workspaces", []) if isinstance(trust, dict) else []
-    listed = [str(p) for p in current] if isinstance(current, list) else []
-    before = list(listed)
+    trust_list = read_trust_list(path)
+    listed = before = trust_list.listed
     if trusted and here not in listed:
-        listed.append(here)
+        listed = [*listed, here]
     elif not trusted:
         listed = [p for p in listed if _resolved(p) != here]
     if listed == before:  # nothing to change in the file (a no, or already listed)
         _set_declined(home, workspace, not trusted)
         return path
-    try:
-        new = _with_workspaces(text, listed)
-        ok = tomllib.loads(new).get("trust", {}).get("workspaces") == listed
-        rest_same = {k: v for k, v in tomllib.loads(new).items() if k != "trust"} == \
-            {k: v for k, v in data.items() if k != "trust"}
-    except (ValueError, tomllib.TOMLDecodeError):
-        ok = rest_same = False
-    if not (ok and rest_same):
-        raise ConfigError(f"{path}: could not change [trust] workspaces safely; edit it yourself "
-                          f"(workspaces = {json.dumps(listed)})")
-    if new != text:
+    new = trust_list.rewritten(listed)
+    if new != trust_list.text:
         _write_private(path, new)
     _set_declined(home, workspace, not trusted)
     return path

@@ -27,38 +27,7 @@ from kimicode.llm.accumulate import REASONING_FIELDS, StreamAccumulator
 from kimicode.llm.errors import LLMError, classify_status, parse_retry_after
 from kimicode.llm.overflow import context_overflow
 from kimicode.llm.profiles import ModelProfile, profile_for
-
-
-@dataclass(frozen=True)
-class StreamDelta:
-    """Streamed text: kind is `reasoning`, `content` or `tool_arguments` (index = tool call index)."""
-
-    kind: str
-    text: str
-    index: int = 0
-
-
-@dataclass(frozen=True)
-class StreamRetry:
-    """The request failed transiently and will be retried: discard any partial output shown so far."""
-
-    attempt: int
-    max_retries: int
-    delay: float
-    error: str
-
-
-@dataclass(frozen=True)
-class Completion:
-    """A finished model step: the assistant message exactly as it will be stored and sent back."""
-
-    message: dict[str, Any]
-    finish_reason: str | None
-    usage: dict[str, Any] | None
-    request_bytes: int = 0
-
-
-StreamEvent = StreamDelta | StreamRetry | Completion
+from kimicode.llm.protocol import Completion, StreamDelta, StreamEvent, StreamRetry
 
 
 @dataclass

@@ -227,12 +227,6 @@ def cached_info(home: Path, base_url: str, model: str) -> ServerInfo | None:
     return ServerInfo.from_json(entry)
 
 
-def cached_window(home: Path, base_url: str, model: str) -> tuple[bool, int | None]:
-    """(whether a cached answer exists, the window it holds)."""
-    info = cached_info(home, base_url, model)
-    return (info is not None, info.window if info else None)
-
-
 async def _get_json(client: Any, url: str) -> Any:
     response = await client.get(url)
     if response.status_code != 200:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kimicode.config.endpoint import ConfigError
 from kimicode.config.endpoint import kimicode_home as default_kimicode_home
@@ -244,13 +244,13 @@ class Rules:
 def load_rules(
     config_files: Iterable[Path],
     *,
-    allow: Iterable[str] = (),
-    deny: Iterable[str] = (),
-    ask: Iterable[str] = (),
+    allow: Iterable[str] = (), deny: Iterable[str] = (), ask: Iterable[str] = (),
     untrusted: Collection[Path] = (),
     ignored: list[str] | None = None,
+    parsed: Mapping[Path, Mapping[str, Any]] | None = None,
 ) -> Rules:
-    """Rules from the `[permissions]` tables of `config_files` (those that exist) plus the flags.
+    """Rules from the `[permissions]` tables of `config_files` (those that exist; `parsed`: those read
+    already, as `Settings.parsed`) plus the flags.
 
     Unlike other settings, the lists of the files are joined, not replaced: a project file cannot drop
     a user's `deny` rule. The `allow` rules of an `untrusted` file are skipped (its `deny` and `ask`
@@ -261,9 +261,10 @@ def load_rules(
 
     lists: dict[str, list[Rule]] = {"allow": [], "deny": [], "ask": []}
     for path in config_files:
-        if not path.is_file():
+        data = parsed.get(path) if parsed else None  # read already: not again
+        if data is None and not path.is_file():
             continue
-        table = parse_file(path).get("permissions", {})
+        table = (data if data is not None else parse_file(path)).get("permissions", {})
         for action in ("allow", "deny", "ask"):
             texts = table.get(action, [])
             if action == "allow" and texts and path in untrusted:
@@ -298,7 +299,8 @@ def session_rules(
     """
     if settings.sources:
         untrusted = [project_file] if project_file is not None and not settings.trusted else []
-        return load_rules(settings.sources, allow=allow, deny=deny, ask=ask, untrusted=untrusted, ignored=ignored)
+        return load_rules(settings.sources, allow=allow, deny=deny, ask=ask, untrusted=untrusted,
+                          ignored=ignored, parsed=settings.parsed)
     table = settings.config.permissions
     base = Rules(
         *(

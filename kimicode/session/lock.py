@@ -59,11 +59,7 @@ class SessionLock:
         key = os.path.realpath(path)
         with _held_lock:  # a POSIX lock is per process: a second agent here would get it again
             if key in _held:
-                raise SessionBusyError(
-                    f"session {session_id} is in use by another agent in this process: two writers would mix "
-                    "their conversations. Close the other one (aclose()), or continue a copy with "
-                    "Agent.resume(..., fork=True)"
-                )
+                raise _busy_here(session_id)
             _held.add(key)
         try:
             return cls._take(path, key, session_id)
@@ -71,6 +67,16 @@ class SessionLock:
             with _held_lock:
                 _held.discard(key)
             raise
+
+    @classmethod
+    def in_process(cls, key: str, session_id: str) -> SessionLock:
+        """The lock of a session kept elsewhere than in a file (a caller's `SessionStore`), named by `key`:
+        only agents of this process are kept apart (the store does it across processes)."""
+        with _held_lock:
+            if key in _held:
+                raise _busy_here(session_id)
+            _held.add(key)
+        return cls(Path(key), None, key)
 
     @classmethod
     def _take(cls, path: Path, key: str, session_id: str) -> SessionLock:
@@ -112,6 +118,14 @@ class SessionLock:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit the module may be half torn down
             self.release()  # an agent dropped without aclose() must not keep its session locked
+
+
+def _busy_here(session_id: str) -> SessionBusyError:
+    return SessionBusyError(
+        f"session {session_id} is in use by another agent in this process: two writers would mix "
+        "their conversations. Close the other one (aclose()), or continue a copy with "
+        "Agent.resume(..., fork=True)"
+    )
 
 
 def _read_holder(fd: int) -> int | None:

@@ -42,11 +42,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from kimicode.errors import SessionError
 from kimicode.safeio import private_dirs, private_open
 
 if TYPE_CHECKING:
+    import asyncio
+
     from kimicode.config.redact import Masker
     from kimicode.session.lock import SessionLock
+    from kimicode.session.protocol import SessionStore
 
 SCHEMA_VERSION = 1
 INTERRUPTED = "interrupted by user"
@@ -78,18 +82,23 @@ class SessionLog:
     `-c` or clutter the listings. A log that already exists (a resumed session) is appended to at once.
     """
 
-    def __init__(self, directory: Path, session_id: str) -> None:
+    def __init__(self, directory: Path, session_id: str, store: SessionStore | None = None) -> None:
         self.session_id = session_id
         self.directory = directory
         self.path = directory / f"{session_id}.jsonl"
+        self.store = store
+        """The caller's own store (`Agent(session_store=...)`): the records go there instead of `path`."""
         self._fh: IO[str] | None = None
         self.masker: Masker | None = None
         """Set by the Agent: every record is written with known secrets masked."""
         self.lock: SessionLock | None = None
         """Held while this process writes the log (kimicode.session.lock); taken on first write."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The event loop a caller's store was last called on (records made off it are handed to it)."""
         self.failed: str | None = None
         """Why writing failed (then nothing more is written; the turn ends with this error)."""
-        self._held: list[str] | None = None if self.path.exists() else []
+        saved = self.path.exists() if store is None else bool(store.load(session_id))
+        self._held: list[str] | None = None if saved else []
         """Lines waiting for the first user message (None once the file is written)."""
         self._pending: list[concurrent.futures.Future[None]] = []
         """Background fsyncs (and the closing one) not known to be finished."""
@@ -106,12 +115,30 @@ class SessionLog:
         """Where full copies of capped tool outputs go (readable by the model with read_file)."""
         return self.directory / self.session_id
 
+    @property
+    def transcript(self) -> Path | None:
+        """The log's file (for hooks' `transcript_path`), None when the records go to a caller's store."""
+        return self.path if self.store is None else None
+
+    def records(self) -> list[dict[str, Any]]:
+        """The records written so far (none while a new session's records are held before its prompt)."""
+        if self._held is not None:
+            return []
+        if self.store is not None:
+            return list(self.store.load(self.session_id))
+        return list(iter_records(self.path)) if self.path.exists() else []
+
     def acquire(self) -> None:
-        """Take the session's lock now (resume does, so a busy session is refused before any work)."""
+        """Take the session's lock now (resume does, so a busy session is refused before any work). For a
+        caller's own store the lock is this process's only (two agents here writing one session of the same
+        store would mix their conversations); across processes the store keeps its sessions apart itself."""
         if self.lock is None:
             from kimicode.session.lock import SessionLock
 
-            self.lock = SessionLock.acquire(self.directory, self.session_id)
+            if self.store is None:
+                self.lock = SessionLock.acquire(self.directory, self.session_id)
+            else:
+                self.lock = SessionLock.in_process(f"store:{id(self.store)}:{self.session_id}", self.session_id)
 
     def _open(self) -> IO[str]:
         if self._fh is None:
@@ -127,17 +154,21 @@ class SessionLog:
 
     def append(self, record: dict[str, Any]) -> None:
         """Write one record and flush it to the OS (held in memory until the session has a prompt)."""
+        if self.masker is not None:  # the values, not the JSON text: a secret with a `"` or `\` is escaped there
+            record = self.masker.mask_data(record)
         line = json.dumps({"v": SCHEMA_VERSION, "ts": round(time.time(), 3), **record}, ensure_ascii=False)
-        if self.masker is not None:
-            line = self.masker.mask(line)
         if self.failed is not None:
             return  # already reported; nothing more can be written
         self._raise_if_sync_failed()
         try:
             self._write(line, record)
-        except OSError as exc:
+        except Exception as exc:  # a caller's store may fail with anything (sqlite3.OperationalError...)
+            if isinstance(exc, SessionError) or (self.store is None and not isinstance(exc, OSError)):
+                raise  # a busy session (session/lock.py) is said as it is
             self.failed = (
-                f"cannot write the session log {self.path}: {exc.strerror or exc}. "
+                f"the session store could not keep a record of session {self.session_id}: {exc}"
+                if self.store is not None else
+                f"cannot write the session log {self.path}: {getattr(exc, 'strerror', None) or exc}. "
                 "Check that KIMICODE_HOME is writable and its disk is not full (KIMICODE_HOME=... picks another)"
             )
             raise SessionWriteError(self.failed) from None
@@ -148,14 +179,46 @@ class SessionLog:
             message = record.get("message")
             if record.get("type") != "message" or not isinstance(message, dict) or message.get("role") != "user":
                 return
-            held, self._held = self._held, None
-            fh = self._open()
-            fh.write("".join(h + "\n" for h in held))
-            fh.flush()
+            lines, self._held = self._held, None
+        else:
+            lines = [line]
+        self._put(lines)
+
+    def _put(self, lines: list[str]) -> None:
+        """Write whole records: to the caller's store (as the masked dicts), else to the file."""
+        if self.store is not None:
+            if self._off_the_loop(lines):
+                return
+            self.acquire()  # one writer per session of a store in this process, as for the files
+            for line in lines:
+                self.store.append(self.session_id, json.loads(line))
             return
         fh = self._open()
-        fh.write(line + "\n")
+        fh.write("".join(h + "\n" for h in lines))
         fh.flush()
+
+    def _off_the_loop(self, lines: list[str]) -> bool:
+        """A caller's store is called on the event loop only (a sqlite3 connection refuses other threads, and a
+        store need not be thread-safe): records made in a worker thread (a checkpoint's snapshot, a rewind) are
+        handed to the loop the agent runs on, ahead of the work waiting for that thread. True when handed."""
+        import asyncio
+
+        try:
+            self.loop = asyncio.get_running_loop()
+            return False
+        except RuntimeError:
+            loop = self.loop
+        if loop is None or not loop.is_running():
+            return False  # no loop (sync code between runs): called here
+
+        def put() -> None:
+            try:
+                self._put(lines)
+            except Exception as exc:  # reported by the next write, as a failed fsync is
+                self._sync_error = f"the session store could not keep a record of session {self.session_id}: {exc}"
+
+        loop.call_soon_threadsafe(put)
+        return True
 
     def keep(self) -> None:
         """Write the held records now, before any prompt: the session is used (an exploration's branches
@@ -164,11 +227,11 @@ class SessionLog:
             return
         held, self._held = self._held, None
         try:
-            fh = self._open()
-            fh.write("".join(h + "\n" for h in held))
-            fh.flush()
-        except OSError as exc:
-            self.failed = f"cannot write the session log {self.path}: {exc.strerror or exc}"
+            self._put(held)
+        except Exception as exc:  # a caller's store may fail with anything
+            if isinstance(exc, SessionError) or (self.store is None and not isinstance(exc, OSError)):
+                raise
+            self.failed = f"cannot write the session log {self.path}: {getattr(exc, 'strerror', None) or exc}"
             raise SessionWriteError(self.failed) from None
 
     def message(self, message: dict[str, Any], model: str | None = None) -> None:
@@ -368,17 +431,20 @@ def repair_history(messages: list[dict[str, Any]]) -> int:
 
 def load(path: Path) -> LoadedSession:
     """Read a session log back into a valid history (for resume), replaying prunes and compactions."""
+    return load_records(path.stem, list(iter_records(path)))
+
+
+def load_records(session_id: str, records: list[dict[str, Any]]) -> LoadedSession:
+    """A session's records (from its file, or from a caller's store) as a valid history."""
     from kimicode.session.replay import replay
 
-    records = list(iter_records(path))
     newest = max((r["v"] for r in records if isinstance(r.get("v"), int) and not isinstance(r["v"], bool)), default=0)
     if newest > SCHEMA_VERSION:
         raise NewerLogError(
-            f"session {path.stem} was written by a newer kimicode (log version {newest}; this kimicode reads "
+            f"session {session_id} was written by a newer kimicode (log version {newest}; this kimicode reads "
             f"version {SCHEMA_VERSION}): upgrade kimicode to resume it (pip install -U kimicode)"
         )
     replayed = replay(records)
     messages = list(replayed)
     repaired = repair_history(messages)
-    return LoadedSession(path.stem, records, messages, repaired, replayed)
-
+    return LoadedSession(session_id, records, messages, repaired, replayed)

@@ -94,74 +94,107 @@ def _strip_envelope(text: str) -> list[str]:
 
 
 def parse_patch(text: str) -> list[FileOp]:
-    """Parse the envelope into file operations; raise PatchError naming the patch line of any problem."""
-    lines = _strip_envelope(text)
+    """Parse the envelope into file operations; raise PatchError naming the patch line of any problem.
+
+    Line by line: a file header opens an operation, `*** Move to:` renames the one being updated, and the
+    other lines belong to the open operation as its kind reads them (`_BODY`)."""
     ops: list[FileOp] = []
     op: FileOp | None = None
     hunk: Hunk | None = None
-    for i in range(1, len(lines) - 1):
-        raw = lines[i]
-        n = i + 1
-        if raw.startswith((ADD, UPDATE, DELETE)):
-            kind: Literal["add", "update", "delete"] = (
-                "add" if raw.startswith(ADD) else "update" if raw.startswith(UPDATE) else "delete"
-            )
-            path = raw.split(": ", 1)[1].strip()
-            if not path:
-                raise PatchError(f"patch line {n}: the file path is missing")
-            op = FileOp(kind, path, line=n)
+    for n, raw in enumerate(_strip_envelope(text)[1:-1], start=2):  # n: the line of the patch
+        header = _file_header(raw, n)
+        if header is not None:
+            op, hunk = header, None
             ops.append(op)
-            hunk = None
-            continue
-        if op is None:
-            if not raw.strip():
-                continue
-            raise PatchError(
-                f"patch line {n}: expected `{ADD}`, `{UPDATE}` or `{DELETE}` followed by a path, got {raw[:80]!r}"
-            )
-        if raw.startswith(MOVE):
-            if op.kind != "update" or op.hunks or op.move_to is not None:
-                raise PatchError(f"patch line {n}: `{MOVE.strip()}` must directly follow `{UPDATE.strip()}`")
-            op.move_to = raw[len(MOVE) :].strip()
-            if not op.move_to:
-                raise PatchError(f"patch line {n}: the destination path is missing")
-            continue
-        if op.kind == "delete":
+        elif op is None:
             if raw.strip():
-                raise PatchError(f"patch line {n}: `{DELETE.strip()}` takes no content, got {raw[:80]!r}")
-            continue
-        if op.kind == "add":
-            if not raw.startswith("+"):
-                raise PatchError(f"patch line {n}: every line of an added file must start with '+', got {raw[:80]!r}")
-            op.add_lines.append(raw[1:])
-            continue
-        # update
-        if raw.startswith("@@"):
-            ctx = raw[2:].strip()
-            if hunk is None or hunk.lines:
-                hunk = Hunk(line=n)
-                op.hunks.append(hunk)
-            if ctx:
-                hunk.contexts.append(ctx)
-            continue
-        if raw.strip() == EOF_MARK:
-            if hunk is None or not hunk.lines:
-                raise PatchError(f"patch line {n}: `{EOF_MARK}` must end a hunk")
-            hunk.at_eof = True
-            hunk = None
-            continue
-        if hunk is None:
+                raise PatchError(f"patch line {n}: expected `{ADD}`, `{UPDATE}` or `{DELETE}` followed by a path, "
+                                 f"got {raw[:80]!r}")
+        elif raw.startswith(MOVE):
+            _move_to(op, raw, n)
+        else:
+            hunk = _BODY[op.kind](op, hunk, raw, n)
+    _check_ops(ops)
+    return ops
+
+
+def _file_header(raw: str, n: int) -> FileOp | None:
+    """The operation a `*** Add File:`, `*** Update File:` or `*** Delete File:` line opens, else None."""
+    kind: Literal["add", "update", "delete"]
+    if raw.startswith(ADD):
+        kind = "add"
+    elif raw.startswith(UPDATE):
+        kind = "update"
+    elif raw.startswith(DELETE):
+        kind = "delete"
+    else:
+        return None
+    path = raw.split(": ", 1)[1].strip()
+    if not path:
+        raise PatchError(f"patch line {n}: the file path is missing")
+    return FileOp(kind, path, line=n)
+
+
+def _move_to(op: FileOp, raw: str, n: int) -> None:
+    """`*** Move to: path`, only right after `*** Update File:`."""
+    if op.kind != "update" or op.hunks or op.move_to is not None:
+        raise PatchError(f"patch line {n}: `{MOVE.strip()}` must directly follow `{UPDATE.strip()}`")
+    op.move_to = raw[len(MOVE) :].strip()
+    if not op.move_to:
+        raise PatchError(f"patch line {n}: the destination path is missing")
+
+
+def _delete_line(op: FileOp, hunk: Hunk | None, raw: str, n: int) -> Hunk | None:
+    """A deleted file's section holds nothing but blank lines."""
+    if raw.strip():
+        raise PatchError(f"patch line {n}: `{DELETE.strip()}` takes no content, got {raw[:80]!r}")
+    return hunk
+
+
+def _add_line(op: FileOp, hunk: Hunk | None, raw: str, n: int) -> Hunk | None:
+    """An added file's line: `+` and the text."""
+    if not raw.startswith("+"):
+        raise PatchError(f"patch line {n}: every line of an added file must start with '+', got {raw[:80]!r}")
+    op.add_lines.append(raw[1:])
+    return hunk
+
+
+def _update_line(op: FileOp, hunk: Hunk | None, raw: str, n: int) -> Hunk | None:
+    """An updated file's line; returns the hunk now open. `@@ context` opens a hunk (or narrows the search of
+    one with no lines yet), `*** End of File` closes one that must match at the file's end, and the rest are
+    the open hunk's lines (opening one when none is)."""
+    if raw.startswith("@@"):
+        if hunk is None or hunk.lines:
             hunk = Hunk(line=n)
             op.hunks.append(hunk)
-        if not raw:
-            hunk.lines.append((" ", ""))  # an empty context line whose leading space was lost
-        elif raw[0] in " -+":
-            hunk.lines.append((raw[0], raw[1:]))
-        else:
-            raise PatchError(
-                f"patch line {n}: a hunk line must start with ' ' (context), '-' (remove) or '+' (add), "
-                f"got {raw[:80]!r}"
-            )
+        if context := raw[2:].strip():
+            hunk.contexts.append(context)
+        return hunk
+    if raw.strip() == EOF_MARK:
+        if hunk is None or not hunk.lines:
+            raise PatchError(f"patch line {n}: `{EOF_MARK}` must end a hunk")
+        hunk.at_eof = True
+        return None
+    if hunk is None:
+        hunk = Hunk(line=n)
+        op.hunks.append(hunk)
+    if not raw:
+        hunk.lines.append((" ", ""))  # an empty context line whose leading space was lost
+    elif raw[0] in " -+":
+        hunk.lines.append((raw[0], raw[1:]))
+    else:
+        raise PatchError(
+            f"patch line {n}: a hunk line must start with ' ' (context), '-' (remove) or '+' (add), got {raw[:80]!r}"
+        )
+    return hunk
+
+
+_BODY = {"add": _add_line, "update": _update_line, "delete": _delete_line}
+"""How each kind of operation reads the lines of its section."""
+
+
+def _check_ops(ops: Sequence[FileOp]) -> None:
+    """A patch changes something: at least one operation, every update with a change, no hunk of context only."""
     if not ops:
         raise PatchError("the patch contains no file operations")
     for op in ops:
@@ -170,7 +203,6 @@ def parse_patch(text: str) -> list[FileOp]:
         for h in op.hunks:
             if h.lines and all(k == " " for k, _ in h.lines):
                 raise PatchError(f"patch line {h.line}: the hunk has only context lines, no '-' or '+' lines")
-    return ops
 
 
 def patch_paths(text: str) -> list[str]:

@@ -44,6 +44,11 @@ class ToolRegistry:
         """Remove a tool; unknown names are ignored."""
         self._tools.pop(name, None)
 
+    def replace(self, old: str, new: Tool) -> None:
+        """Put `new` where the tool `old` is, keeping the order (it is part of the cached prompt prefix)."""
+        self._tools = {(new.name if name == old else name): (new if name == old else t)
+                       for name, t in self._tools.items()}
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from kimicode.prompts import load_prompt
@@ -59,13 +58,13 @@ class TodoList:
             self.record(self.as_dicts())
 
     @classmethod
-    def from_history(cls, messages: Sequence[Mapping[str, Any]], log_path: Path | None = None) -> TodoList:
-        """The list as the last successful change left it: from the session log if it has one, else from
-        the last todo_write call in `messages` whose result was not an error."""
-        if log_path is not None:
-            found = _from_log(log_path)
-            if found is not None:
-                return cls(found)
+    def from_history(cls, messages: Sequence[Mapping[str, Any]],
+                     records: Iterable[Mapping[str, Any]] = ()) -> TodoList:
+        """The list as the last successful change left it: from the session log's records if it has one,
+        else from the last todo_write call in `messages` whose result was not an error."""
+        found = _from_records(records)
+        if found is not None:
+            return cls(found)
         results = {
             str(m.get("tool_call_id")): str(m.get("content") or "")
             for m in messages
@@ -129,17 +128,15 @@ def parse_items(raw: Any) -> list[TodoItem]:
     return items
 
 
-def _from_log(path: Path) -> list[TodoItem] | None:
+def _from_records(records: Iterable[Mapping[str, Any]]) -> list[TodoItem] | None:
     """The items of the last `{"type": "todos"}` record of a session log, or None."""
+    last: Any = None
+    for record in records:
+        if record.get("type") == "todos":
+            last = record.get("items")
     try:
-        from kimicode.session.log import iter_records
-
-        last: Any = None
-        for record in iter_records(path):
-            if record.get("type") == "todos":
-                last = record.get("items")
         return parse_items(last) if last is not None else None
-    except (OSError, ValueError, ToolError):
+    except (ValueError, ToolError):
         return None
 
 

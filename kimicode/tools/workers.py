@@ -36,11 +36,6 @@ _lock = threading.Lock()
 _alive = 0
 
 
-def alive() -> int:
-    """How many of these threads are alive now (running or abandoned)."""
-    return _alive
-
-
 async def run_blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """`fn(*args, **kwargs)` in a daemon thread of its own, awaited without blocking the event loop.
 

@@ -37,18 +37,11 @@ from kimicode.session.store import SessionError, latest_session
 from kimicode.ui import commands
 from kimicode.ui.approvals import Approver, SessionRules
 from kimicode.ui.completion import FileIndex, expand_mentions
+from kimicode.ui.console import endpoint_host, report_internal_error
 from kimicode.ui.keys import KeyListener
-from kimicode.ui.launch import (
-    AgentOptions,
-    SessionOptions,
-    endpoint_host,
-    make_console,
-    plain_output,
-    report_internal_error,
-    run_interactive,
-)
 from kimicode.ui.live import live_width
 from kimicode.ui.notify import Notifier
+from kimicode.ui.options import SessionOptions
 from kimicode.ui.paste import Pastes, attach_image
 from kimicode.ui.recap import opening_banner, resume_hint, show_recap
 from kimicode.ui.render import transient_line
@@ -57,10 +50,7 @@ from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, mcp_counts, mcp_fai
 from kimicode.ui.typeahead import input_footer, offer_plan, steer
 from kimicode.ui.view import TurnView, expanded_result
 
-__all__ = [
-    "LATEST", "AgentOptions", "Session", "SessionOptions", "endpoint_host", "make_console", "plain_output",
-    "run_interactive",
-]
+__all__ = ["LATEST", "Session", "SessionOptions"]
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
@@ -87,8 +77,6 @@ class Session:
         self.plain = plain
         self.home = kimicode_home()
         self.settings = UISettings.load(self.home)
-        self.notifier = Notifier.load(self.home)
-        """Turn ends and approval questions, told to a user looking elsewhere (ui/notify.py)."""
         self.rules = SessionRules()
         self.stats = Stats()
         self.exit_requested = False
@@ -125,6 +113,9 @@ class Session:
         """How the session opened: `new`, `resumed` or `forked` (from `options.resume`)."""
         self.forked_from: str | None = None
         self.agent = self._open_agent()
+        self.notifier = Notifier.from_config(self.agent.settings.config.notify)
+        """Turn ends and approval questions, told to a user looking elsewhere (ui/notify.py), as the
+        configuration read once for the first agent says."""
         self._warm_checkpoints()
         self.workspace = self.agent.workspace
         self.approver.workspace = self.workspace
@@ -204,6 +195,17 @@ class Session:
         with contextlib.suppress(Exception):
             await old.aclose()
         self.start_mcp()
+
+    async def continue_in(self, child: Agent) -> None:
+        """Make `child` (a fork of the session's agent, maybe in its own working tree) the session's agent,
+        and close the old one (/fork, a /model switch that forks)."""
+        old = self.agent
+        self.agent, self.forked_from = child, old.session_id
+        self.workspace = self.approver.workspace = child.workspace
+        self.index, self.branch = FileIndex(child.workspace), GitBranch(child.workspace)
+        self._replaced()
+        with contextlib.suppress(Exception):
+            await old.aclose()
 
     def custom_commands(self) -> dict[str, CustomCommand]:
         """The custom slash commands (kimicode's and Claude Code's folders, plugins', skills), re-read every
@@ -309,7 +311,8 @@ class Session:
             self._shown_notices.add(text)
             self.say(f"! {text}", style)
 
-    def _context_estimate(self) -> int:
+    def context_estimate(self) -> int:
+        """Tokens the conversation holds now (the toolbar's figure), counted again only when it changed."""
         messages = self.agent.messages
         if len(messages) != self._estimate_len:
             self._estimate_len = len(messages)

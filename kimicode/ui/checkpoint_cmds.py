@@ -14,7 +14,6 @@ from kimicode.checkpoints.store import CheckpointError
 from kimicode.session.store import one_line
 
 if TYPE_CHECKING:
-    from kimicode.agent.core import Agent
     from kimicode.ui.app import Session
 
 _WHAT = {"both": (True, True), "files": (True, False), "conversation": (False, True)}
@@ -150,25 +149,6 @@ async def cmd_diff(session: Session, arg: str) -> None:
     session.console.print(Text.from_ansi(text), highlight=False)
 
 
-async def continue_in(session: Session, child: Agent) -> None:
-    """Make `child` (a fork of the session's agent) the session's agent, and close the old one."""
-    import contextlib
-
-    from kimicode.ui.completion import FileIndex
-    from kimicode.ui.toolbar import GitBranch
-
-    old = session.agent
-    session.agent = child
-    session.forked_from = old.session_id
-    session.workspace = child.workspace
-    session.approver.workspace = child.workspace
-    session.index = FileIndex(child.workspace)
-    session.branch = GitBranch(child.workspace)
-    session._replaced()
-    with contextlib.suppress(Exception):
-        await old.aclose()
-
-
 async def cmd_fork(session: Session, arg: str) -> None:
     """Continue in a fork of this conversation, by default in its own working tree."""
     from kimicode.checkpoints.forks import MODES
@@ -183,7 +163,7 @@ async def cmd_fork(session: Session, arg: str) -> None:
     except (CheckpointError, ValueError, RuntimeError, OSError) as exc:
         session.say(f"Could not fork: {exc}", "red")
         return
-    await continue_in(session, child)
+    await session.continue_in(child)
     where = "the same working tree" if mode == "shared" else f"its own working tree {child.workspace}"
     session.say(f"Forked {old.session_id} into {child.session_id}, working in {where}. "
                 f"`kimicode -r {old.session_id}` goes back to the original.", "green")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from kimicode.config.endpoint import KEY_VARIABLES, ConfigError
 from kimicode.config.keystore import check_key, store_key
-from kimicode.ui.launch import endpoint_host
+from kimicode.ui.console import endpoint_host
 
 if TYPE_CHECKING:
     from kimicode.ui.app import Session

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from kimicode.config.endpoint import ConfigError
 from kimicode.errors import KimicodeError
+from kimicode.ui.console import endpoint_host
 from kimicode.ui.format import tokens
-from kimicode.ui.launch import endpoint_host
 
 if TYPE_CHECKING:
     from kimicode.ui.app import Session
@@ -107,15 +107,13 @@ async def cmd_model(session: Session, arg: str) -> None:
 async def model_fresh(session: Session, name: str) -> None:
     """`/model NAME --fresh`: a fork of the conversation on model NAME, compacted into a summary before its
     first answer; the original session is left as it is."""
-    from kimicode.ui.checkpoint_cmds import continue_in
-
     old = session.agent
     try:
         child = old.fork(model=name, on_switch="compact")
     except (KimicodeError, ValueError, RuntimeError, OSError) as exc:
         session.say(f"Could not fork: {exc}", "red")
         return
-    await continue_in(session, child)
+    await session.continue_in(child)
     session.say(f"Continuing in {child.session_id} on {name}, which starts from a summary of this conversation "
                 f"at your next message. `kimicode -r {old.session_id}` goes back to the original.", "green")
 
@@ -124,7 +122,5 @@ async def cmd_prompt(session: Session, arg: str) -> None:
     """`/prompt`: the system prompt and tool definitions the model gets, with token counts."""
     from kimicode.agent.sysprompt import PromptReport
 
-    agent = session.agent
-    system = agent.messages[0].get("content", "") if agent.messages else ""
-    report = PromptReport.of(str(system), agent.tools.schemas(), agent.context.accountant.text_tokens)
+    report = PromptReport.of_agent(session.agent)
     session.console.print(report.text(), highlight=False, markup=False)

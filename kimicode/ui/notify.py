@@ -2,8 +2,9 @@
 
 The terminal is told by default: a desktop notification through OSC 9 where the terminal shows one
 (iTerm2, WezTerm, Ghostty, Windows Terminal), else the bell (which most terminals and tmux turn into an
-alert). `[notify]` in the user's own `KIMICODE_HOME/config.toml` (a project's configuration cannot run
-programs) changes that, as Codex's `notify` does:
+alert). `[notify]` in the user's own `KIMICODE_HOME/config.toml` changes that, as Codex's `notify` does (a
+project's `.kimicode/config.toml` only once the workspace is trusted, as its hooks; the trust question names its
+command):
 
     [notify]
     terminal = "auto"          # auto, bell, osc9 or off
@@ -16,61 +17,29 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from kimicode.config.sections import Notify
 from kimicode.termsafe import sanitize
 
-TERMINALS = ("auto", "bell", "osc9", "off")
 OSC9_TERMINALS = ("iTerm.app", "WezTerm", "ghostty")
 """`TERM_PROGRAM` values of terminals that show OSC 9 as a desktop notification."""
 
 
 @dataclass
 class Notifier:
-    """How to notify (see the module doc); `problem` says what in `[notify]` was ignored and why."""
+    """How to notify (see the module doc), from the typed `[notify]` section (kimicode/config/sections.py)."""
 
     terminal: str = "auto"
     command: tuple[str, ...] = ()
     after_seconds: float = 10.0
-    problem: str | None = None
 
     @classmethod
-    def load(cls, home: Path) -> Notifier:
-        """`[notify]` of `home/config.toml` (defaults when there is none; a bad value is reported and ignored)."""
-        try:
-            table = tomllib.loads((home / "config.toml").read_text(encoding="utf-8")).get("notify")
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            return cls()
-        return cls.from_table(table if isinstance(table, Mapping) else {})
-
-    @classmethod
-    def from_table(cls, table: Mapping[str, Any]) -> Notifier:
-        out = cls()
-        problems: list[str] = []
-        terminal = table.get("terminal", "auto")
-        if terminal in TERMINALS:
-            out.terminal = terminal
-        else:
-            problems.append(f"terminal must be one of {', '.join(TERMINALS)} (got {terminal!r})")
-        command = table.get("command")
-        if isinstance(command, str) and command.strip():
-            out.command = (command,)
-        elif isinstance(command, list) and command and all(isinstance(c, str) and c for c in command):
-            out.command = tuple(command)
-        elif command is not None:
-            problems.append("command must be a program and its arguments, e.g. [\"notify-send\", \"kimicode\"]")
-        after = table.get("after_seconds", 10)
-        if isinstance(after, int | float) and not isinstance(after, bool) and after >= 0:
-            out.after_seconds = float(after)
-        else:
-            problems.append(f"after_seconds must be a number of seconds (got {after!r})")
-        if problems:
-            out.problem = "[notify] in config.toml: " + "; ".join(problems) + " (ignored)"
-        return out
+    def from_config(cls, notify: Notify) -> Notifier:
+        """The resolved `[notify]` section; the configuration loader has checked its values already."""
+        return cls(notify.terminal, tuple(notify.command or ()), notify.after_seconds)
 
     def channel(self, env: Mapping[str, str] | None = None) -> str:
         """The terminal channel in use: `bell`, `osc9` or `off`."""

@@ -135,7 +135,7 @@ def toolbar(session: Session) -> StyleAndTextTuples:
                 stats=session.stats,
                 window=agent.effective_window,
                 window_known=agent.window_source != "default",
-                estimate=session._context_estimate(),
+                estimate=session.context_estimate(),
                 mode=agent.permission_mode,
                 workspace=session.workspace,
                 branch=session.branch.get(),

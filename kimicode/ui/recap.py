@@ -102,7 +102,6 @@ def opening_banner(session: Session, version: str, where: str) -> None:
         show_recap(session)
     session.note_once(agent.sandbox_warning)
     session.note_once(agent.resume_warning)
-    session.note_once(session.notifier.problem)
 
 
 def show_recap(session: Session) -> None:

@@ -91,7 +91,7 @@ def ticker(console: Console, text: str, style: str = "dim") -> str:
 class BlockSplitter:
     """Split streamed Markdown into complete top-level blocks.
 
-    `feed()` returns the blocks completed by the new text; `open_block()` is the source of the block still
+    `feed()` returns the blocks completed by the new text; `open_lines()` are the lines of the block still
     being written. Completed lines are scanned once, so the total cost is linear in the text. A block ends
     at a blank line (unless the next line continues a list), right after a top-level closing code fence,
     and right after a heading line; blank lines inside a fence never split it.
@@ -132,21 +132,6 @@ class BlockSplitter:
         self._fence = None
         self._blank_pending = False
         return done
-
-    def open_block(self, max_lines: int | None = None) -> str:
-        """The source of the block being written (with the partial last line), at most its last `max_lines`.
-
-        When cropped inside a code fence the opening fence line is kept so the tail still renders as code.
-        """
-        lines = self._lines
-        if max_lines is not None and len(lines) > max_lines:
-            tail = lines[-max_lines:]
-            if self._fence is not None and lines and FENCE_OPEN.match(lines[0]):
-                tail = [lines[0], *tail[1:]]
-            lines = tail
-        if self._partial:
-            return "\n".join([*lines, self._partial]) if lines else self._partial
-        return "\n".join(lines)
 
     def open_lines(self) -> tuple[list[str], str]:
         """The complete lines of the block being written, and its partial last line."""

@@ -239,6 +239,19 @@ def check_sync_tools(out: str, server: FakeServer, ws: Path) -> None:
     ]
 
 
+def script_own_parts(server: FakeServer, ws: Path) -> None:
+    pass  # the example brings its own client: nothing is asked of the server
+
+
+def check_own_parts(out: str, server: FakeServer, ws: Path) -> None:
+    answer, kinds, resumed = out.splitlines()
+    assert answer == "2 + 3 = 5" and resumed == "5 messages read back from the store"
+    records = kinds.split()
+    assert records[:3] == ["meta", "message", "message"] and records[-1] == "turn_end"
+    assert records.count("message") == 5 and "usage" in records
+    assert server.requests == [] and server.other_requests == []
+
+
 SCENARIOS: dict[str, tuple[Callable[[FakeServer, Path], None], Callable[[str, FakeServer, Path], None]]] = {
     "quickstart": (script_quickstart, check_quickstart),
     "options": (script_options, check_options),
@@ -251,6 +264,7 @@ SCENARIOS: dict[str, tuple[Callable[[FakeServer, Path], None], Callable[[str, Fa
     "hooks": (script_hooks, check_hooks),
     "errors": (script_errors, check_errors),
     "sync-tools": (script_sync_tools, check_sync_tools),
+    "own-parts": (script_own_parts, check_own_parts),
 }
 
 

@@ -238,8 +238,7 @@ def test_slash_model_fresh_and_slash_prompt_in_the_terminal(
     from rich.console import Console
 
     from kimicode.ui import commands
-    from kimicode.ui.app import AgentOptions as SessionOptions
-    from kimicode.ui.app import Session
+    from kimicode.ui.app import Session, SessionOptions
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("OPENAI_BASE_URL", deepseek.base_url)
@@ -283,8 +282,7 @@ def test_a_custom_commands_model_answers_its_turn_only(
     from rich.console import Console
 
     from kimicode.ui import commands
-    from kimicode.ui.app import AgentOptions as SessionOptions
-    from kimicode.ui.app import Session
+    from kimicode.ui.app import Session, SessionOptions
 
     home = tmp_path / "home"
     (home / "commands").mkdir(parents=True)

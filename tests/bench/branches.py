@@ -2,16 +2,18 @@
 
     python tests/bench/branches.py [--delay 1.0] [--files 10000] [--quick]
 
-1. Wall time of an exploration for N = 1, 2, 4, 8 branches at a realistic request delay (`--delay`, default
+1. Wall time of an exploration for N = 1, 2, 4, 8 overlay branches (and worktree branches, the fallback,
+   measured right after each at the same load) at a realistic request delay (`--delay`, default
    1.0 s per model request: a kimi-k3 tool step takes ~1-3 s). The parent session has read a 40 KB file
    first (its history is the shared prefix); each branch then makes 3 tool steps (read, write, run a
    command) and answers: 4 requests, then the verify command. The fake server runs in its own process and
    simulates a prefix cache: a request's cached tokens are the bytes it shares with the longest earlier
    request under the same prompt cache key (bytes / 4). Target: N = 4 within 1.3x of one branch.
 2. Creating one branch of a git repository of `--files` source-like files (about 4 KB each, some
-   uncommitted changes): the time, and the extra disk (the worktree and its checkpoint store, after the
-   branch's first checkpoint), beside `git worktree add` alone and `cp -a` of the tree. Target: under 1 s;
-   extra disk: the changed files only.
+   uncommitted changes), as an overlay and as a worktree: the time, the branch's first checkpoint after it
+   changed one file, and the extra disk (its workspace, its checkpoint store; an overlay exploration also
+   writes one snapshot shared by its branches), beside `git worktree add` alone and `cp -a` of the tree.
+   Target: under 1 s; extra disk per branch: the changed files only.
 3. The cached share of the branches' prompt tokens (from 1).
 Each timing is the median of 3 runs (creation) or one run per N (wall time).
 """
@@ -137,13 +139,65 @@ async def explore_once(ws: Path, home: Path, url: str, n: int) -> dict[str, Any]
             "min_share": min(shares)}
 
 
-def wall_times(url: str, tmp: Path, levels: list[int]) -> dict[int, dict[str, Any]]:
-    out: dict[int, dict[str, Any]] = {}
+def wall_times(url: str, tmp: Path, levels: list[int]) -> dict[tuple[str, int], dict[str, Any]]:
+    """Each N with overlay branches and, right after it (same load), with worktrees (the fallback)."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    ws, home = tmp / "warm" / "ws", tmp / "warm" / "home"
+    project(ws, 20)
+    asyncio.run(explore_once(ws, home, url, 1))  # imports and the overlay probe, paid once per process
     for n in levels:
-        ws, home = tmp / f"wall{n}" / "ws", tmp / f"wall{n}" / "home"
-        project(ws, 200)
-        out[n] = asyncio.run(explore_once(ws, home, url, n))
+        for kind in ("overlay", "worktree"):
+            ws, home = tmp / f"wall{n}{kind}" / "ws", tmp / f"wall{n}{kind}" / "home"
+            project(ws, 200)
+            os.environ["KIMICODE_BRANCH_OVERLAY"] = "1" if kind == "overlay" else "0"
+            out[kind, n] = asyncio.run(explore_once(ws, home, url, n))
+    os.environ.pop("KIMICODE_BRANCH_OVERLAY", None)
     return out
+
+
+BRANCH_STEP = r"""
+import json, sys, time
+from pathlib import Path
+from kimicode.branches import userns
+spec, home = json.loads(sys.argv[1]), Path(sys.argv[2])
+userns.enter()
+userns.mount_overlay(spec["target"], spec["lowers"], spec["upper"], spec["work"])
+userns.lock()
+from kimicode.checkpoints.store import CheckpointStore
+(Path(spec["target"]) / "app.py").write_text("def add(a, b):\n    return a + b\n")
+t = time.monotonic()
+CheckpointStore(home, Path(spec["target"])).snapshot("the branch's first checkpoint")
+print(time.monotonic() - t)
+"""
+"""One overlay branch's first step, in a namespace as the branches' process makes it: change a file, checkpoint."""
+
+
+def overlay_creation(ws: Path, home: Path, runs: int) -> dict[str, list[float]]:
+    """The overlay branch (the default on Linux): its creation (the first branch of an exploration also
+    writes the exploration's snapshot), its first checkpoint after changing one file, and its disk."""
+    import json
+
+    from kimicode.branches.overlay import mount_spec
+    from kimicode.branches.trees import create_overlay
+    from kimicode.checkpoints.store import store_dir
+
+    figures: dict[str, list[float]] = {k: [] for k in ("first", "next", "first_cp", "upper", "store", "base")}
+    for r in range(runs):
+        os.sync()
+        t = time.monotonic()
+        tree = create_overlay(ws, home, f"ov{r}", 1, f"bench{r}")
+        figures["first"].append(time.monotonic() - t)
+        t = time.monotonic()
+        create_overlay(ws, home, f"ov{r}", 2, f"bench{r}")
+        figures["next"].append(time.monotonic() - t)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        out = subprocess.run([sys.executable, "-c", BRANCH_STEP, json.dumps(mount_spec(tree)), str(home)], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        figures["first_cp"].append(float(out.strip().splitlines()[-1]))
+        figures["upper"].append(du(Path(tree["root"])))
+        figures["store"].append(du(store_dir(home.resolve(), Path(tree["workspace"]))))
+        figures["base"].append(du(Path(tree["base"])))
+    return figures
 
 
 def creation(tmp: Path, files: int, runs: int = 3) -> dict[str, list[float]]:
@@ -161,6 +215,7 @@ def creation(tmp: Path, files: int, runs: int = 3) -> dict[str, list[float]]:
         t = time.monotonic()
         tree = create_tree(ws, home, f"bench{r}", 1)
         figures["create"].append(time.monotonic() - t)
+        (tree.workspace / "app.py").write_text("def add(a, b):\n    return a + b\n")
         t = time.monotonic()
         store = CheckpointStore(home, tree.workspace)
         store.snapshot("the branch's first checkpoint")
@@ -178,6 +233,7 @@ def creation(tmp: Path, files: int, runs: int = 3) -> dict[str, list[float]]:
         subprocess.run(["cp", "-a", str(ws), str(tmp / "big" / f"copy{r}")], check=True)
         figures["cp_a"].append(time.monotonic() - t)
     figures["workspace"] = [float(du(ws) - du(ws / ".git"))]
+    figures.update({f"ov_{k}": v for k, v in overlay_creation(ws, home, runs).items()})
     return figures
 
 
@@ -200,23 +256,34 @@ def main() -> None:
     try:
         print(f"load average before: {os.getloadavg()[0]:.1f}")
         walls = wall_times(url, tmp, levels)
-        base = walls[1]["wall"]
-        print(f"\n## wall time of an exploration ({args.delay:g} s per model request, 4 requests + verify per branch)")
-        print(f"{'branches':>9} {'wall s':>8} {'x one branch':>13} {'verified':>9} {'cached share':>13}")
-        for n, f in walls.items():
-            print(f"{n:>9} {f['wall']:>8.2f} {f['wall'] / base:>13.2f} {f['verified']:>9} "
+        print(f"\n## wall time of an exploration ({args.delay:g} s per model request, 4 requests + verify per branch;"
+              " overlay branches, and worktrees right after at the same load)")
+        print(f"{'branches':>9} {'overlay s':>10} {'x one':>6} {'worktree s':>11} {'x one':>6} {'verified':>9} "
+              f"{'cached share':>13}")
+        for n in levels:
+            f, w = walls["overlay", n], walls["worktree", n]
+            print(f"{n:>9} {f['wall']:>10.2f} {f['wall'] / walls['overlay', 1]['wall']:>6.2f} {w['wall']:>11.2f} "
+                  f"{w['wall'] / walls['worktree', 1]['wall']:>6.2f} {f['verified']:>9} "
                   f"{f['share']:>12.0%} (min {f['min_share']:.0%})")
         figs = creation(tmp, files, 1 if args.quick else 3)
         med = {k: statistics.median(v) for k, v in figs.items()}
         mb = 1024 * 1024
         print(f"\n## one branch of a {files}-file repository ({med['workspace'] / mb:.0f} MB of files; median of "
-              f"{len(figs['create'])})")
-        print(f"{'create the branch (worktree + carried-over changes)':<56} {med['create']:>8.3f} s")
-        print(f"{'  baseline: git worktree add alone':<56} {med['worktree_add']:>8.3f} s")
-        print(f"{'  baseline: cp -a of the workspace':<56} {med['cp_a']:>8.3f} s")
-        print(f"{'the branch first checkpoint (at its first change)':<56} {med['first_cp']:>8.3f} s")
-        print(f"{'extra disk: the worktree':<56} {med['disk_tree'] / mb:>8.1f} MB")
-        print(f"{'extra disk: its checkpoint store':<56} {med['disk_store'] / mb:>8.1f} MB")
+              f"{len(figs['create'])}; the branch changes one file)")
+        print(f"{'':<52} {'overlay':>10} {'worktree':>10}")
+        row = "{:<52} {:>10} {:>10}"
+        print(row.format("create the first branch of an exploration", f"{med['ov_first']:.3f} s",
+                         f"{med['create']:.3f} s"))
+        print(row.format("create each further branch", f"{med['ov_next']:.3f} s", f"{med['create']:.3f} s"))
+        print(row.format("the branch's first checkpoint (one file changed)", f"{med['ov_first_cp']:.3f} s",
+                         f"{med['first_cp']:.3f} s"))
+        print(row.format("extra disk per branch: its workspace", f"{med['ov_upper'] / mb:.2f} MB",
+                         f"{med['disk_tree'] / mb:.1f} MB"))
+        print(row.format("extra disk per branch: its checkpoint store", f"{med['ov_store'] / mb:.2f} MB",
+                         f"{med['disk_store'] / mb:.1f} MB"))
+        print(row.format("extra disk per exploration: the shared snapshot", f"{med['ov_base'] / mb:.1f} MB", "-"))
+        print(f"{'  baseline: git worktree add alone':<52} {med['worktree_add']:>10.3f} s")
+        print(f"{'  baseline: cp -a of the workspace':<52} {med['cp_a']:>10.3f} s")
         print(f"load average after: {os.getloadavg()[0]:.1f}")
     finally:
         stop.set()

@@ -56,12 +56,16 @@ def test_explore_applies_the_verified_branch_and_undo_takes_it_back(
     assert ex.status == "done" and ex.applied is ex.chosen
     assert (workspace / "app.py").read_text() == GOOD
     assert (workspace / "notes.txt").read_text() == "uncommitted\n"  # untouched by the apply
-    for b in ex.branches:  # the others are kept, each with its own tree and branch
-        assert Path(str(b.workspace)).is_dir()
-        assert f"kimicode/branch-{parent.session_id}-{b.k}" in git(workspace, "branch", "--list", "kimicode/*")
-    assert (Path(str(by_k[1].workspace)) / "app.py").read_text() == WRONG
-    assert (Path(str(by_k[1].workspace)) / "notes.txt").read_text() == "uncommitted\n"
-    assert not (Path(str(by_k[1].workspace)) / "secret.env").exists()
+    for b in ex.branches:  # the others are kept: each an overlay holding what it changed, nothing else
+        assert b.tree is not None and b.tree["kind"] == "overlay"
+        assert [p.name for p in (Path(b.tree["root"]) / "upper").rglob("*")] == ["app.py"]
+    assert git(workspace, "branch", "--list", "kimicode/*") == ""  # no git branch until a branch is opened
+    opened = ex.open(by_k[1])  # a worktree on the documented branch, with the branch's files
+    assert f"kimicode/branch-{parent.session_id}-1" in git(workspace, "branch", "--list", "kimicode/*")
+    assert git(opened, "rev-parse", "--abbrev-ref", "HEAD").strip() == f"kimicode/branch-{parent.session_id}-1"
+    assert (opened / "app.py").read_text() == WRONG
+    assert (opened / "notes.txt").read_text() == "uncommitted\n"
+    assert not (opened / "secret.env").exists()
     assert dot_git_state(workspace) == state  # the user's .git: only the documented branches were added
     # all branches shared the parent's prompt cache key
     keys = {r.body.get("prompt_cache_key") for rs in router.by_branch.values() for r in rs}
@@ -138,7 +142,7 @@ def test_apply_never_leaves_the_workspace_and_records_are_listed(
     (workspace / "app.py").write_text(BUGGY)  # not a git repository: branches are copies
     parent = make_agent(permission_mode="accept-edits")
     Router(server, {"1": write_turn(GOOD), "2": write_turn(GOOD_BIG)})
-    ex = asyncio.run(_explore(parent, n=2, verify=VERIFY, apply=False))
+    ex = asyncio.run(_explore(parent, n=2, verify=VERIFY, apply=False, workspace="copy"))
     assert ex.chosen is not None and ex.applied is None
     assert (workspace / "app.py").read_text() == BUGGY
     assert all(b.tree and b.tree["kind"] == "copy" for b in ex.branches)
@@ -158,7 +162,7 @@ def test_a_branch_store_borrows_the_parent_stores_objects(server: FakeServer, ma
     (workspace / "link").symlink_to("app.py")
     parent = make_agent(permission_mode="accept-edits")
     Router(server, {"1": write_turn(GOOD)})
-    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY, apply=False))
+    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY, apply=False, workspace="worktree"))
     b = ex.branches[0]
     tree = Path(str(b.workspace))
     assert (tree / "m1.py").read_text() == "uncommitted\n" and not (tree / "m2.py").exists()

@@ -124,6 +124,20 @@ def test_flags_are_checked(env: None, workspace: Path) -> None:
     assert out.exit_code == 2
 
 
+def _branch_processes(home: Path) -> list[int]:
+    """Processes running overlay branches for KIMICODE_HOME `home`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"kimicode.branches.child" in cmdline and f"KIMICODE_HOME={home}".encode() in environ:
+            found.append(int(pid))
+    return found
+
+
 @pytest.mark.slow
 def test_ctrl_c_mid_exploration_then_resume(env: None, workspace: Path, tmp_path: Path) -> None:
     git_project(workspace)
@@ -151,6 +165,8 @@ def test_ctrl_c_mid_exploration_then_resume(env: None, workspace: Path, tmp_path
         rec = json.loads((home / "branches" / f"{result['exploration']}.json").read_text())
         states = {b["k"]: b["status"] for b in rec["branches"]}
         assert states == {1: "verified", 2: "interrupted"} and rec["status"] == "interrupted"
+        assert {b["tree"]["kind"] for b in rec["branches"]} == {"overlay"}
+        assert _branch_processes(home) == []  # the branches' process was stopped with kimicode
         assert (workspace / "app.py").read_text() == BUGGY
         resume = [sys.executable, "-m", "kimicode", "branches", "resume", result["exploration"],
                   "--output-format", "json", "--permission-mode", "accept-edits"]

@@ -53,14 +53,15 @@ def test_a_full_disk_while_creating_branches_fails_that_branch_cleanly(server: F
     home = tmp_path / "home"
     (home / "worktrees").mkdir(parents=True)
     Router(server, {"1": write_turn(GOOD), "2": write_turn(GOOD)})
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "KIMICODE_BRANCH_OVERLAY": "0"}  # worktrees: each needs a checkout (overlays: test_branches_overlay)
     proc = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--size", str(4 << 20), "--tmpfs", str(home / "worktrees"),
                            sys.executable, "-c", FULL_DISK, str(workspace), str(home), server.base_url, VERIFY],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     states = {b["k"]: (b["status"], b["error"]) for b in out["branches"]}
-    assert states[1][0] == "verified"
+    assert states[1][0] == "verified", out["branches"][0]
     assert states[2][0] == "error" and "is full" in str(states[2][1])
     assert out["status"] == "done"
     assert out["left"] == ["branch-" + out["branches"][0]["tree"]["branch"].split("branch-", 1)[1], "filler"]

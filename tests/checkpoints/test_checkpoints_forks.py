@@ -97,13 +97,13 @@ def test_slash_fork_switches_the_terminal_to_its_own_tree(
     from rich.console import Console
 
     from kimicode.ui import commands
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     (workspace / "f.txt").write_text("orig\n")
     console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
-    session = Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
+    session = Session(SessionOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
                       plain=True)
     server.add(Reply(content="hi"))
 

@@ -105,14 +105,14 @@ def test_opening_a_terminal_session_stores_the_workspace_ahead_of_the_first_chan
     import time
 
     from kimicode.ui import commands
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
 
     for i in range(300):
         (workspace / f"f{i}.txt").write_text(f"{i}\n")
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-    session = Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
+    session = Session(SessionOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
                       plain=True)
     store = session.agent.checkpoints.store
     deadline = time.monotonic() + 30
@@ -134,7 +134,7 @@ def test_opening_a_terminal_session_stores_the_workspace_ahead_of_the_first_chan
     other = tmp_path / "other"
     other.mkdir()
     (other / "x.txt").write_text("x\n")
-    cold = Session(AgentOptions(workspace=other, retry_base_delay=0.01), console, plain=True)
+    cold = Session(SessionOptions(workspace=other, retry_base_delay=0.01), console, plain=True)
     time.sleep(0.3)
     assert cold.agent.checkpoints is not None and not cold.agent.checkpoints.store.dir.exists()
     asyncio.run(cold.agent.aclose())

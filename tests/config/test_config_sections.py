@@ -210,29 +210,53 @@ def test_the_documented_table_is_the_declarations() -> None:
 # -- nothing outside config/ reads a table --------------------------------------------------------------------------
 
 
-def test_no_configuration_table_is_read_outside_the_config_package() -> None:
-    """`settings.get("a.b")`, `settings.table("a")` and `settings.data` belong to kimicode/config/: the rest reads
-    the typed sections (`settings.config.context.max_tokens`), so each default and bound is written once."""
+TOML_PARSERS = ("tomllib", "tomli", "toml", "tomlkit", "rtoml", "pytomlpp")
+
+
+def config_reads(package: Path) -> list[str]:
+    """Where a module outside `package`/config reads configuration itself: a table (`settings.table("a")`,
+    `settings.data`, `settings.get("a.b")`) or the files (a TOML parser imported: the configuration files are
+    parsed once, in kimicode/config/, and read from `Settings`)."""
     offenders = []
-    for path in sorted((ROOT / "kimicode").rglob("*.py")):
-        rel = path.relative_to(ROOT / "kimicode")
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
         if rel.parts[0] == "config":
             continue
+        recorded = rel.parts[0] == "session"  # a session log's recorded settings are its own tables
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not isinstance(node, ast.Attribute):
+            if recorded and not isinstance(node, ast.Import | ast.ImportFrom):
                 continue
-            owner = node.value
-            owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
-            if owner_name in ("settings", "config") and node.attr in ("table", "data"):
-                offenders.append(f"{rel}:{node.lineno} {owner_name}.{node.attr}")
-    for path in sorted((ROOT / "kimicode").rglob("*.py")):  # settings.get("context.max_tokens") and the like
-        rel = path.relative_to(ROOT / "kimicode")
-        if rel.parts[0] == "config":
-            continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            if isinstance(node, ast.Attribute):
+                owner = node.value
+                owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+                if owner_name in ("settings", "config") and node.attr in ("table", "data"):
+                    offenders.append(f"{rel}:{node.lineno} {owner_name}.{node.attr}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
                     and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
                     and node.args[0].value.split(".")[0] in SCHEMA and "." in node.args[0].value):
                 offenders.append(f"{rel}:{node.lineno} .get({node.args[0].value!r})")
-    offenders = [o for o in offenders if not o.startswith("session/")]  # a session log's recorded settings
-    assert offenders == []
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                offenders += [f"{rel}:{node.lineno} import {n}" for n in names if n.split(".")[0] in TOML_PARSERS]
+    return offenders
+
+
+def test_no_configuration_table_is_read_outside_the_config_package() -> None:
+    """`settings.get("a.b")`, `settings.table("a")` and `settings.data` belong to kimicode/config/: the rest reads
+    the typed sections (`settings.config.context.max_tokens`), so each default and bound is written once; and
+    no module outside it parses a configuration file again (ui/notify.py, the hooks and the trust question did)."""
+    assert config_reads(ROOT / "kimicode") == []
+
+
+def test_the_config_read_check_finds_each_kind(tmp_path: Path) -> None:
+    write(tmp_path / "config" / "settings.py", "import tomllib\n")  # the one place that parses
+    write(tmp_path / "ui" / "notify.py", "import tomllib\ndef f(home):\n    return tomllib.loads(home.read_text())\n")
+    write(tmp_path / "ui" / "other.py", "from tomli import loads\nimport tomlkit.api as t\n")
+    write(tmp_path / "session" / "replay.py", "import tomllib\ndef f(settings):\n    return settings.data\n")
+    write(tmp_path / "agent" / "x.py", "def f(settings):\n    return settings.table('context'), "
+                                       "settings.config.data, settings.get('context.max_tokens')\n")
+    assert sorted(config_reads(tmp_path)) == [
+        "agent/x.py:2 .get('context.max_tokens')", "agent/x.py:2 config.data", "agent/x.py:2 settings.table",
+        "session/replay.py:1 import tomllib", "ui/notify.py:1 import tomllib", "ui/other.py:1 import tomli",
+        "ui/other.py:2 import tomlkit.api",
+    ]

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from kimicode.config.endpoint import ConfigError
 from kimicode.config.settings import is_trusted, load_settings
-from kimicode.extensions.trust import project_brings, set_trusted, toml_string, was_declined
+from kimicode.config.trustlist import toml_string
+from kimicode.extensions.trust import project_brings, set_trusted, was_declined
 from kimicode.ui.trust_cmds import ask_trust
 
 

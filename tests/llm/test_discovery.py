@@ -209,14 +209,14 @@ def test_slash_context_says_where_the_window_came_from(
     from rich.console import Console
 
     from kimicode.ui import commands
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     ws = tmp_path / "ws"
     ws.mkdir()
     console = Console(file=io.StringIO(), width=160, color_system=None, force_terminal=False)
-    session = Session(AgentOptions(workspace=ws, context_window=50_000, max_completion_tokens=3000), console,
+    session = Session(SessionOptions(workspace=ws, context_window=50_000, max_completion_tokens=3000), console,
                       plain=True)
     asyncio.run(commands.dispatch(session, "/context"))
     text = console.file.getvalue()  # type: ignore[attr-defined]

@@ -187,7 +187,7 @@ def test_the_terminal_session_saves_nothing_until_a_prompt_and_clear_exit_leaves
     from rich.console import Console
 
     from kimicode.ui import commands
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
@@ -195,7 +195,7 @@ def test_the_terminal_session_saves_nothing_until_a_prompt_and_clear_exit_leaves
 
     def session() -> Session:
         console = Console(file=io.StringIO(), width=100, color_system=None, force_terminal=False)
-        return Session(AgentOptions(workspace=workspace, retry_base_delay=0.01), console, plain=True)
+        return Session(SessionOptions(workspace=workspace, retry_base_delay=0.01), console, plain=True)
 
     async def open_and_quit() -> None:
         s = session()

@@ -123,6 +123,16 @@ def test_end_of_file_anchor_and_pure_insertions(ctx: ToolContext, workspace: Pat
         (patch("*** Frobnicate: a"), "patch line 2: expected"),
         (patch("*** Update File: a", " only context"), "only context lines"),
         (patch(), "no file operations"),
+        (patch("*** Add File: "), "patch line 2: the file path is missing"),
+        (patch("*** Update File: a", "*** Move to: "), "patch line 3: the destination path is missing"),
+        (patch("*** Add File: a", "*** Move to: b"), "patch line 3: `*** Move to:` must directly follow"),
+        (patch("*** Update File: a", "-x", "+y", "*** Move to: b"), "patch line 5: `*** Move to:` must directly"),
+        (patch("*** Update File: a", "*** Move to: b", "*** Move to: c"), "patch line 4: `*** Move to:` must"),
+        (patch("*** Delete File: a", "-x"), "patch line 3: `*** Delete File:` takes no content"),
+        (patch("*** Update File: a", "*** End of File"), "patch line 3: `*** End of File` must end a hunk"),
+        (patch("*** Update File: a", "@@ x", "*** End of File"), "patch line 4: `*** End of File` must end a hunk"),
+        (patch("*** Update File: a", "@@ x"), "patch line 2: `*** Update File: a` has no changes"),
+        (patch("*** Update File: a", "@@", "-x", "@@", " y"), "patch line 5: the hunk has only context lines"),
     ],
 )
 def test_parse_errors_name_the_line(text: str, needle: str) -> None:
@@ -130,6 +140,24 @@ def test_parse_errors_name_the_line(text: str, needle: str) -> None:
         parse_patch(text)
     assert needle in str(info.value)
     assert patch_paths(text) == []
+
+
+def test_the_parsed_operations_follow_the_grammar() -> None:
+    """Blank lines before the first file, `@@` contexts narrowing one hunk, a lost leading space, the end-of-file
+    mark closing a hunk, a move, and a delete with blank lines."""
+    ops = parse_patch(patch(
+        "", "*** Update File: a.py", "*** Move to: b.py", "@@ class A", "@@ def f", " x", "", "-y", "+z",
+        "*** End of File", " p", "+q", "@@", "-r", "*** Add File: new.txt", "+1", "+", "*** Delete File: old.txt", "",
+    ))
+    assert [(op.kind, op.path, op.move_to, op.line) for op in ops] == [
+        ("update", "a.py", "b.py", 3), ("add", "new.txt", None, 16), ("delete", "old.txt", None, 19)]
+    first, second, third = ops[0].hunks
+    assert (first.contexts, first.lines, first.at_eof, first.line) == (
+        ["class A", "def f"], [(" ", "x"), (" ", ""), ("-", "y"), ("+", "z")], True, 5)
+    assert (second.contexts, second.lines, second.at_eof, second.line) == ([], [(" ", "p"), ("+", "q")], False, 12)
+    assert (third.contexts, third.lines, third.line) == ([], [("-", "r")], 14)
+    assert ops[1].add_lines == ["1", ""] and ops[2].hunks == []
+    assert patch_paths(patch("*** Update File: a.py", "*** Move to: b.py")) == ["a.py", "b.py"]  # a pure move
 
 
 def test_refuses_stale_files_existing_targets_and_out_of_order_hunks(ctx: ToolContext, workspace: Path) -> None:

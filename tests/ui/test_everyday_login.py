@@ -67,13 +67,13 @@ def test_slash_login_replaces_a_refused_key_without_a_restart(
     server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from kimicode.ui import commands, login
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
 
     server.api_keys = {GOOD}
     monkeypatch.setenv("KIMI_API_KEY", BAD)
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-    session = Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, max_retries=0), console, plain=True)
+    session = Session(SessionOptions(workspace=workspace, retry_base_delay=0.01, max_retries=0), console, plain=True)
 
     def said() -> str:
         value: str = console.file.getvalue()  # type: ignore[attr-defined]

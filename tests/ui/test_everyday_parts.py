@@ -259,8 +259,18 @@ def test_notifications_bell_osc9_and_a_command(
     out = io.StringIO()
     Notifier(terminal="osc9").notify("turn-finished", "done", out)
     assert out.getvalue() == "\x1bPtmux;\x1b\x1b]9;done\x07\x1b\\"
-    bad = Notifier.from_table({"terminal": "loud", "after_seconds": -1, "command": 3})
-    assert bad.terminal == "auto" and bad.problem is not None and "terminal must be" in bad.problem
+    from kimicode.config.endpoint import ConfigError
+    from kimicode.config.settings import load_settings
+
+    (tmp_path / "home").mkdir(exist_ok=True)
+    for bad, said in (('terminal = "loud"', "notify.terminal: must be one of auto, bell, osc9, off"),
+                      ("after_seconds = -1", "notify.after_seconds: input should be greater than or equal to 0")):
+        (tmp_path / "home" / "config.toml").write_text(f"[notify]\n{bad}\n")
+        with pytest.raises(ConfigError, match=said):  # the one reading of the file refuses it, naming the line
+            load_settings(workspace, tmp_path / "home")
+    (tmp_path / "home" / "config.toml").write_text('[notify]\ncommand = ["notify-send", "kc"]\n')
+    assert Notifier.from_config(load_settings(workspace, tmp_path / "home").config.notify) == Notifier(
+        "auto", ("notify-send", "kc"), 10.0)
 
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
@@ -440,7 +450,7 @@ def test_a_closed_port_keeps_the_message_and_suggests_doctor(
     from prompt_toolkit.input import create_pipe_input
     from prompt_toolkit.output import DummyOutput
 
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -448,7 +458,7 @@ def test_a_closed_port_keeps_the_message_and_suggests_doctor(
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", f"http://127.0.0.1:{port}/v1")
     console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-    session = Session(AgentOptions(workspace=workspace, retry_base_delay=0.01, max_retries=1), console, plain=True)
+    session = Session(SessionOptions(workspace=workspace, retry_base_delay=0.01, max_retries=1), console, plain=True)
     finished = asyncio.run(session.run_turn("my important message"))
     assert finished is not None and finished.status == "error"
     assert "kimicode doctor" in console.file.getvalue()  # type: ignore[attr-defined]

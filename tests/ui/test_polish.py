@@ -55,14 +55,14 @@ def test_toolbar_says_the_window_is_not_known_until_it_is(
     """Before the first request the toolbar showed the default window as if it were the model's."""
     from rich.console import Console
 
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
 
     def toolbar(**options: Any) -> str:
         console = Console(file=io.StringIO(), width=120, color_system=None)
-        session = Session(AgentOptions(workspace=workspace, **options), console, plain=True)
+        session = Session(SessionOptions(workspace=workspace, **options), console, plain=True)
         return "".join(text for _, text in session.toolbar())
 
     unknown = toolbar(model="some-local-model")
@@ -99,13 +99,13 @@ def test_init_previews_show_what_the_user_asked(server: Any, workspace: Path, mo
     from kimicode.session.store import list_sessions, one_line
     from kimicode.testing import Reply
     from kimicode.ui import commands
-    from kimicode.ui.app import AgentOptions, Session
+    from kimicode.ui.app import Session, SessionOptions
     from kimicode.ui.recap import last_exchange
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     server.add(Reply(content="AGENTS.md written."))
-    session = Session(AgentOptions(workspace=workspace), Console(file=io.StringIO(), width=120), plain=True)
+    session = Session(SessionOptions(workspace=workspace), Console(file=io.StringIO(), width=120), plain=True)
 
     async def go() -> None:
         await commands.dispatch(session, "/init keep it short")

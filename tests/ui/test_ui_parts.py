@@ -799,14 +799,15 @@ def test_opening_on_the_latest_session_or_a_fork_with_rules(
     server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from kimicode import Agent
-    from kimicode.ui.app import LATEST, AgentOptions, Session, run_interactive
+    from kimicode.ui.app import LATEST, Session, SessionOptions
+    from kimicode.ui.launch import run_interactive
 
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
 
     def open_session(**options: Any) -> Any:
         console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-        return Session(AgentOptions(retry_base_delay=0.01, **options), console, plain=True)
+        return Session(SessionOptions(retry_base_delay=0.01, **options), console, plain=True)
 
     with pytest.raises(SessionError, match="no session to continue in"):
         open_session(workspace=workspace, resume=LATEST)

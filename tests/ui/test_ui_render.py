@@ -86,7 +86,7 @@ def test_blocks_complete_as_soon_as_known() -> None:
     assert s.feed("ing\nSome text") == ["# Heading"]  # a heading ends at its newline
     assert s.feed(" more\n\n") == ["Some text more"]  # a paragraph ends at a blank line
     assert s.feed("```\ncode\n") == []
-    assert s.open_block() == "```\ncode"
+    assert s.open_lines() == (["```", "code"], "")
     assert s.feed("```\n") == ["```\ncode\n```"]  # a closing top-level fence ends the block at once
     assert not s.has_open_block
 
@@ -107,11 +107,6 @@ def test_fence_interrupting_a_paragraph_and_tilde_fences() -> None:
     assert split_all("text\n~~~\na\n\nb\n~~~\nafter\n", [3]) == ["text", "~~~\na\n\nb\n~~~", "after"]
 
 
-def test_open_block_is_cropped_keeping_the_fence() -> None:
-    s = BlockSplitter()
-    s.feed("```py\n" + "".join(f"line{i}\n" for i in range(100)))
-    tail = s.open_block(max_lines=5).splitlines()
-    assert tail[0] == "```py" and tail[-1] == "line99" and len(tail) == 5
 
 
 def reference(text: str, cols: int = 80) -> str:

@@ -23,9 +23,9 @@ from kimicode.events import ToolCallFinished, ToolCallStarted
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.tools.base import ToolContext
 from kimicode.tools.files import preview_edit
-from kimicode.ui.app import endpoint_host
 from kimicode.ui.approvals import options_for, preview
 from kimicode.ui.commands import custom_echo
+from kimicode.ui.console import endpoint_host
 from kimicode.ui.view import TurnView
 
 BOX = re.compile("[\u2500-\u257f]")
