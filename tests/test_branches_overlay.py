@@ -121,8 +121,18 @@ def test_an_overlay_branch_outside_git(server: FakeServer, make_agent: MakeAgent
     b = ex.branches[0]
     assert b.tree is not None and b.tree["kind"] == "overlay" and b.tree["repo"] is None
     assert ex.applied is b and (workspace / "app.py").read_text() == GOOD
-    opened = ex.open(b)  # a plain directory holding the branch's files
+    from typer.testing import CliRunner
+
+    from kimicode.cli.app import app
+
+    env = {"KIMICODE_HOME": str(parent.home)}
+    shown = CliRunner().invoke(app, ["branches", "show", b.id, "--no-diff"], env=env)
+    assert shown.exit_code == 0 and f"an overlay: `kimicode branches open {b.id}`" in shown.output
+    out = CliRunner().invoke(app, ["branches", "open", b.id], env=env)
+    assert out.exit_code == 0, out.output
+    opened = Path(out.output.strip())  # a plain directory holding the branch's files
     assert (opened / "app.py").read_text() == GOOD and not (opened / ".git").exists()
+    assert ex.open(b) == opened  # made once
 
 
 def test_the_fallback_to_worktrees_says_why(server: FakeServer, make_agent: MakeAgent, workspace: Path,
