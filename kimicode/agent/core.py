@@ -461,7 +461,7 @@ class Agent(Explorer):
             self.interrupted = True  # like interrupt(): a run() in flight returns `interrupted`
             worker.cancel()
             await asyncio.wait([worker])
-        await hooking.session_end(self, "exit")  # SessionEnd hooks
+        await self.extras.hooking.session_end("exit")  # SessionEnd hooks
         await self.extras.aclose()
         await self.parts.client.aclose()
         if self.log:
@@ -529,7 +529,7 @@ class Agent(Explorer):
             if self.switches.compact_pending:  # the `compact` switch policy: summarise before the new model answers
                 await self.switches.compact(lambda: self._compact(None, emit), self.messages, self.endpoint.model,
                                             self.log, self.checkpoints.current if self.checkpoints else None)
-            added = await hooking.prompt_submitted(self, prompt, emit)  # SessionStart, UserPromptSubmit hooks
+            added = await self.extras.hooking.prompt_submitted(prompt, emit)  # SessionStart, UserPromptSubmit hooks
             if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
                 self.commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
             self.commit({"role": "user", "content": self.extras.user_content(prompt)}, emit)  # + images
@@ -555,7 +555,7 @@ class Agent(Explorer):
                 if not calls:
                     if cut := truncation(self.context, completion.finish_reason):  # cut by a limit the user did not set
                         return finish("error", message.get("content") or "", cut, "truncated")
-                    if (why := await hooking.stop_blocked(self, message.get("content") or "", emit)) is not None:
+                    if (why := await self.extras.hooking.stop_blocked(message.get("content") or "", emit)) is not None:
                         self.commit({"role": "user", "content": f"[Stop hook] {why}"}, emit)  # back to work
                         continue
                     if completion.finish_reason == "length":
@@ -567,7 +567,7 @@ class Agent(Explorer):
                 if stop:
                     finish("repeat_limit", self.turn_text, stop)
                     return
-                hooking.check_stop(self)  # a hook answered `continue: false`: raises HookStop
+                self.extras.hooking.check_stop()  # a hook answered `continue: false`: raises HookStop
         except hooking.HookStop as stop:
             finish("error", self.turn_text, str(stop), stop.kind)
         except asyncio.CancelledError:

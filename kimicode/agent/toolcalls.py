@@ -140,9 +140,7 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
         )
         return
     if agent.extras.hooks is not None:  # PreToolUse / PermissionRequest hooks (agent/hooking.py)
-        from kimicode.agent.hooking import before_tool
-
-        judged = await before_tool(agent, prep, decision, denials, emit)
+        judged = await agent.extras.hooking.before_tool(prep, decision, denials, emit)
         if judged is None:
             return  # a hook refused it
         decision = judged
@@ -160,9 +158,8 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
         )
         before = approved_paths(tool, prep.args, agent.ctx)
         if agent.extras.hooks is not None:
-            from kimicode.agent.hooking import notify
-
-            await notify(agent, f"kimicode needs your permission to use {tool.name}", "permission_prompt", emit)
+            await agent.extras.hooking.notify(f"kimicode needs your permission to use {tool.name}",
+                                              "permission_prompt", emit)
         answer, failure = await ask(agent, request)
         if failure is not None:  # a broken callback refuses (fails closed); the turn goes on
             reason = failure
@@ -272,9 +269,7 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
     if prep.warning:
         content += prep.warning
     if agent.extras.hooks is not None:  # PostToolUse hooks may add to what the model sees
-        from kimicode.agent.hooking import after_tool
-
-        content = await after_tool(agent, prep, content, result.is_error, emit)
+        content = await agent.extras.hooking.after_tool(prep, content, result.is_error, emit)
     emit(
         ToolCallFinished(
             prep.call_id,

@@ -186,16 +186,18 @@ def mount_spec(tree: dict[str, Any]) -> dict[str, Any]:
             "upper": str(root / "upper"), "work": str(root / "work")}
 
 
-def _checked_root(tree: dict[str, Any], key: str, prefix: str) -> Path:
+def _checked_root(home: Path, tree: dict[str, Any], key: str, prefix: str) -> Path:
+    """The record's directory `key`, only if it is one of kimicode's own: `KIMICODE_HOME/worktrees/<prefix>*`
+    (the record is data: a damaged one must not point a removal at the user's files)."""
     path = Path(str(tree.get(key) or ""))
-    if not path.is_absolute() or path.parent.name != "worktrees" or not path.name.startswith(prefix):
+    if path.parent != Path(home).expanduser().resolve() / "worktrees" or not path.name.startswith(prefix):
         raise CheckpointError(f"refusing to remove {path}: not a kimicode branch's directory")
     return path
 
 
 def remove_overlay_tree(home: Path, tree: dict[str, Any]) -> str:
     """Remove an overlay branch's directories (and its opened worktree and git branch, if any)."""
-    root = _checked_root(tree, "root", "branch-")
+    root = _checked_root(home, tree, "root", "branch-")
     done = f"removed the branch workspace {root}"
     opened = tree.get("opened")
     if isinstance(opened, str) and opened:
@@ -220,7 +222,7 @@ def remove_base(home: Path, tree: dict[str, Any]) -> str | None:
     """Remove an exploration's snapshot directory (when its last overlay branch goes)."""
     if not tree.get("base"):
         return None
-    base = _checked_root(tree, "base", "base-")
+    base = _checked_root(home, tree, "base", "base-")
     shutil.rmtree(store_dir(Path(home).expanduser().resolve(), base / "tree"), ignore_errors=True)
     rmtree(base)
     return f"removed the exploration's snapshot {base}"
@@ -233,7 +235,7 @@ def open_tree(home: Path, tree: dict[str, Any], snapshot: str) -> tuple[Path, bo
     elsewhere a plain directory. Returns the directory (the workspace part of it) and whether it was
     made now (False: it was open already)."""
     home = Path(home).expanduser().resolve()
-    root = _checked_root(tree, "root", "branch-")
+    root = _checked_root(home, tree, "root", "branch-")
     opened = root / "open"
     live = Path(str(tree["live"]))
     repo = Path(str(tree["repo"])) if tree.get("repo") else None

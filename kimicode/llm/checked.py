@@ -11,6 +11,7 @@ kind, so it is reported, and a `context_length` one recovered from, as kimicode'
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -51,6 +52,10 @@ def message_problem(message: Any) -> str | None:
         return f"Completion.message is a {type(message).__name__}, not a dict"
     if message.get("role") != "assistant":
         return f"its role is {message.get('role')!r}, not 'assistant'"
+    try:
+        json.dumps(message)  # it is stored and sent as JSON
+    except (TypeError, ValueError) as exc:
+        return f"it is not JSON ({exc})"
     calls = message.get("tool_calls")
     if calls is None:
         return None
