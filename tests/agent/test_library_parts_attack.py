@@ -468,3 +468,50 @@ def test_every_message_record_is_the_wire_object_reasoning_byte_for_byte(server:
     assert "reasoning_content" in assistants[1] and assistants[1]["reasoning_content"] == ""
     assert "reasoning_content" in assistants[2]
     assert problems(agent) == []
+
+
+class Adapter:
+    """A caller's client translating to another API in place: it takes the system prompt out, drops the
+    reasoning and renames each tool's `parameters` (what an Anthropic adapter written in a hurry does)."""
+
+    def __init__(self) -> None:
+        self.received: list[list[str]] = []
+
+    async def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] = [], *,  # noqa: B006
+                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+        self.received.append([m["role"] for m in messages])
+        if messages and messages[0]["role"] == "system":
+            messages.pop(0)
+        for message in messages:
+            message.pop("reasoning_content", None)
+        for schema in tools:
+            schema["function"]["input_schema"] = schema["function"].pop("parameters", None)
+            for prop in (schema["function"]["input_schema"] or {}).get("properties", {}).values():
+                prop.pop("description", None)  # nested: these dicts were the tools' own
+        yield Completion({"role": "assistant", "content": "ok", "reasoning_content": "because"}, "stop", None)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_client_that_changes_what_it_is_given_changes_neither_the_history_nor_any_tool(tmp_path: Path) -> None:
+    """hole: the client was handed the agent's own history list and the tools' schemas: an adapter popping the
+    system prompt and the reasoning from them took both out of the history (the next request, and the
+    history a resume would replay, differed), and renaming a schema's key in place would change the
+    built-in tools of every agent in the process."""
+    client = Adapter()
+    agent = Agent(client=client, **places(tmp_path))
+    other = Agent(client=Scripted(OK), **places(tmp_path / "other"))
+    schemas = copy.deepcopy(other.tools.schemas())
+    assert any("description" in p for s in schemas for p in s["function"].get("parameters", {}).get(
+        "properties", {}).values())
+
+    async def main() -> None:
+        await agent.run("one")
+        await agent.run("two")
+
+    asyncio.run(main())
+    assert client.received == [["system", "user"], ["system", "user", "assistant", "user"]]
+    assert problems(agent) == []
+    assert [m.get("reasoning_content") for m in agent.messages if m["role"] == "assistant"] == ["because"] * 2
+    assert other.tools.schemas() == schemas == agent.tools.schemas()  # the built-in tools are every agent's

@@ -74,12 +74,14 @@ def route(request: RecordedRequest) -> Reply:
     return Reply(content=f"{messages[-1]['content']} (my key is {key})")
 
 
-def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(server: FakeServer,
+@pytest.mark.parametrize("one_store", [False, True], ids=["a-store-each", "one-store-for-all"])
+def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(one_store: bool, server: FakeServer,
                                                                            tmp_path: Path) -> None:
     server.add(*(route for _ in range(AGENTS * 4)))
     home = tmp_path / "home"  # one KIMICODE_HOME, as a harness running many agents has
     calls: list[list[str]] = [[] for _ in range(AGENTS)]
-    stores = [MemoryStore() for _ in range(AGENTS)]
+    shared = MemoryStore()  # one database for every session, as a service has
+    stores = [shared if one_store else MemoryStore() for _ in range(AGENTS)]
     keys = [f"sk-agent-{i:02d}-{'x' * 24}" for i in range(AGENTS)]
     agents = []
     for i in range(AGENTS):
@@ -106,7 +108,7 @@ def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(serv
         assert a.result == f"noted by {i}: task-{i}-a (my key is ***)"  # the key masked in the result
         assert b.result == f"noted by {i}: task-{i}-b (my key is ***)"
         assert calls[i] == [f"task-{i}-a", f"task-{i}-b"]  # its own tool, called for its own prompts only
-        assert list(stores[i].sessions) == [agent.session_id]
+        assert agent.session_id in stores[i].sessions and (one_store or len(stores[i].sessions) == 1)
         records = stores[i].sessions[agent.session_id]
         assert [r["message"] for r in records if r["type"] == "message"] == [
             json.loads(json.dumps(m).replace(keys[i], "***")) for m in agent.messages]
@@ -120,6 +122,7 @@ def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(serv
         assert len({id(p) for p in parts}) == AGENTS, name
     assert len({id(a.parts.resolved) for a in agents}) == AGENTS
     assert len({a.session_id for a in agents}) == AGENTS
+    assert sum(len(store.sessions) for store in {id(s): s for s in stores}.values()) == AGENTS
 
 
 def test_what_one_agent_changes_stays_in_that_agent(tmp_path: Path) -> None:
