@@ -4,13 +4,14 @@ Started once per exploration by `kimicode.branches.overlay_engine.OverlayEngine`
 Python start costs more than a branch's creation). It enters a user and mount namespace first, while it
 has one thread, then imports the agent (the parent's Agent class, `module:qualname`, is its argument)
 while the parent forks the branches, then reads its orders (a pickle from the parent on stdin,
-length-prefixed): the mounts, the branches, the job and the session's options. It mounts the overlays,
-locks them (kimicode/branches/userns.py), and runs all branches on one event loop as the local engine
-does (one rate limiter, one HTTP pool, the parent's prompt cache key), each resumed from its session log
-with its workspace at the mounted path. It writes JSON lines to its stdout, nothing else: `{"branch":
-{...}}` at every state change, `{"step": n, "id": ...}` when a branch starts a model request, `{"fatal":
-"..."}` when it cannot start. Its stdin closing (the parent gone) or SIGTERM/SIGINT interrupts the
-branches, which are saved as such.
+length-prefixed): the mounts, the job and the session's options. It mounts the overlays, locks them
+(kimicode/branches/userns.py), then takes the branches one by one as the parent forks them (`{"branch":
+...}`, then `{"end": true}`) and runs them all on one event loop as the local engine does (one rate
+limiter, one HTTP pool, the parent's prompt cache key), each resumed from its session log with its
+workspace at the mounted path, each started as soon as it arrives. It writes JSON lines to its stdout,
+nothing else: `{"branch": {...}}` at every state change, `{"step": n, "id": ...}` when a branch starts a
+model request, `{"fatal": "..."}` when it cannot start. Its stdin closing (the parent gone) or
+SIGTERM/SIGINT interrupts the branches, which are saved as such.
 """
 
 from __future__ import annotations
@@ -27,14 +28,23 @@ def _emit(out: IO[str], message: dict[str, Any]) -> None:
     out.flush()
 
 
-def _read_orders(stream: IO[bytes]) -> Any:
+def _read_exactly(fd: int, n: int) -> bytes:
+    """`n` bytes from `fd`, unbuffered (what follows is read by the event loop)."""
+    data = b""
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            raise EOFError("the parent closed the pipe")
+        data += chunk
+    return data
+
+
+def read_message(fd: int) -> Any:
+    """One length-prefixed pickle from the parent process (our own bytes, over a private pipe)."""
     import pickle
 
-    head = stream.read(8)
-    if len(head) != 8:
-        raise EOFError("no orders from the parent")
-    data = stream.read(int.from_bytes(head, "big"))
-    return pickle.loads(data)  # written by the parent process, over a private pipe
+    size = int.from_bytes(_read_exactly(fd, 8), "big")
+    return pickle.loads(_read_exactly(fd, size))
 
 
 def main() -> int:
@@ -53,7 +63,7 @@ def main() -> int:
         importlib.import_module(name)  # now, while the parent forks the branches
 
     try:
-        orders = _read_orders(sys.stdin.buffer)
+        orders = read_message(sys.stdin.fileno())
     except (EOFError, OSError, ValueError) as exc:
         _emit(out, {"fatal": f"cannot read the orders: {exc}"})
         return 3

@@ -151,6 +151,8 @@ async def _run(parent: Any, rec: ExplorationRecord, job: Job, *, workspace: str,
     try:
         if engine is None:
             await _run_local(todo, open_branch, job, changed)
+        elif workspace == "overlay":
+            await _run_overlay(parent, rec, job, todo, open_branch, changed, engine)
         else:
             start = getattr(engine, "start", None)
             if start is not None:
@@ -192,7 +194,9 @@ def _open_branch(parent: Any, rec: ExplorationRecord, b: Branch, workspace: str,
         return type(parent).resume(b.session_id, options=parent.options, workspace=b.workspace,
                                    **collaborators, **_variant(parent, b))
     try:
-        if workspace == "overlay":
+        if workspace == "overlay" and b.tree is not None:
+            tree = b.tree  # made ahead, before any fork (see _run_overlay)
+        elif workspace == "overlay":
             tree = create_overlay(Path(parent.workspace), Path(parent.home), rec.parent_session, b.k, rec.id)
         else:
             tree = create_tree(Path(parent.workspace), Path(parent.home), rec.parent_session, b.k,
@@ -206,6 +210,46 @@ def _open_branch(parent: Any, rec: ExplorationRecord, b: Branch, workspace: str,
         child.log.keep()  # on disk now: a Ray worker, or a resume, opens the branch from its log
     b.session_id, b.workspace, b.tree = child.session_id, str(tree["workspace"]), tree
     return child
+
+
+async def _run_overlay(parent: Any, rec: ExplorationRecord, job: Job, todo: Sequence[Branch],
+                       open_branch: Callable[[Branch], Awaitable[Any]], changed: OnUpdate, engine: Any) -> None:
+    """The overlay engine's run: every branch's directories first (cheap: the first one writes the
+    exploration's snapshot), mounted at once by the child; then each branch is forked and handed over as
+    soon as it is, so it runs while the next one forks."""
+    await engine.start(parent)  # its Python start overlaps the directories and the forks
+    for b in todo:
+        if b.tree is None:
+            try:
+                b.tree = await asyncio.to_thread(create_overlay, Path(parent.workspace), Path(parent.home),
+                                                 rec.parent_session, b.k, rec.id)
+                b.workspace = str(b.tree["workspace"])
+            except TreeError as exc:
+                b.status, b.error = "error", str(exc)
+                changed(b)
+    await engine.begin(parent, job, [b for b in todo if b.tree is not None and b.status != "error"])
+
+    async def feed() -> None:
+        try:
+            for b in todo:
+                agent = await open_branch(b) if b.status != "error" else None
+                if agent is not None:
+                    await agent.aclose()  # the child resumes the branch from its log
+                    engine.add(b)
+        finally:
+            engine.end()
+
+    feeder = asyncio.create_task(feed())
+    updates = engine.updates(rec)
+    try:
+        async for done in updates:
+            mine = rec.branch(done.id)
+            mine.__dict__.update(done.__dict__)
+            changed(mine)
+        await feeder
+    finally:
+        feeder.cancel()
+        await updates.aclose()  # stops the child (it saves its branches as interrupted)
 
 
 def _choose_engine(parent: Any, rec: ExplorationRecord, workspace: str, engine: Engine | None,

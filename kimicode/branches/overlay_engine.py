@@ -76,31 +76,56 @@ class OverlayEngine:
             self._stderr += chunk
             del self._stderr[:-STDERR_TAIL]
 
-    async def run(self, parent: Any, record: ExplorationRecord, job: Job,
-                  branches: Sequence[Branch]) -> AsyncIterator[Branch]:
-        await self.start(parent)
+    def _send(self, message: dict[str, Any]) -> None:
         proc = self._proc
-        assert proc is not None and proc.stdin is not None and proc.stdout is not None
-        orders = {"options": picklable_options(parent), "job": job,
-                  "branches": [b.to_dict() for b in branches],
-                  "mounts": {b.id: mount_spec(b.tree or {}) for b in branches}}
-        data = pickle.dumps(orders)
-        pending = {b.id: b for b in branches}
+        assert proc is not None and proc.stdin is not None
+        data = pickle.dumps(message)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
+            proc.stdin.write(len(data).to_bytes(8, "big") + data)
+
+    async def begin(self, parent: Any, job: Job, branches: Sequence[Branch]) -> None:
+        """Give the child the job, the options and every branch's mount (the trees exist; the forks may not)."""
+        await self.start(parent)
+        self._pending: dict[str, Branch] = {}
+        self._send({"options": picklable_options(parent), "job": job,
+                    "mounts": {b.id: mount_spec(b.tree or {}) for b in branches}})
+
+    def add(self, b: Branch) -> None:
+        """Hand the child a forked branch: it resumes it from its log and runs it at once."""
+        self._pending[b.id] = b
+        self._send({"branch": b.to_dict()})
+
+    def end(self) -> None:
+        """No more branches."""
+        self._send({"end": True})
+
+    async def updates(self, record: ExplorationRecord) -> AsyncIterator[Branch]:
+        """The branches' state changes until the child exits (then those unfinished are `crashed`);
+        closing this iterator stops the child (it saves its branches as interrupted)."""
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
         try:
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                proc.stdin.write(len(data).to_bytes(8, "big") + data)
-                await proc.stdin.drain()
             async for line in proc.stdout:
-                update = self._read(line, record, pending)
+                update = self._read(line, record, self._pending)
                 if update is not None:
                     yield update
             code = await proc.wait()
             if self._stderr_task is not None:
                 await self._stderr_task
-            for b in list(pending.values()):
+            for b in list(self._pending.values()):
                 yield self._crashed(b, code)
         finally:
             await self._stop(proc)
+
+    async def run(self, parent: Any, record: ExplorationRecord, job: Job,
+                  branches: Sequence[Branch]) -> AsyncIterator[Branch]:
+        """`Engine.run`: every branch forked already (explore.py feeds forks one by one instead)."""
+        await self.begin(parent, job, branches)
+        for b in branches:
+            self.add(b)
+        self.end()
+        async for update in self.updates(record):
+            yield update
 
     def _read(self, line: bytes, record: ExplorationRecord, pending: dict[str, Branch]) -> Branch | None:
         try:

@@ -2,16 +2,18 @@
 
     python tests/bench/branches.py [--delay 1.0] [--files 10000] [--quick]
 
-1. Wall time of an exploration for N = 1, 2, 4, 8 branches at a realistic request delay (`--delay`, default
+1. Wall time of an exploration for N = 1, 2, 4, 8 overlay branches (and worktree branches, the fallback,
+   measured right after each at the same load) at a realistic request delay (`--delay`, default
    1.0 s per model request: a kimi-k3 tool step takes ~1-3 s). The parent session has read a 40 KB file
    first (its history is the shared prefix); each branch then makes 3 tool steps (read, write, run a
    command) and answers: 4 requests, then the verify command. The fake server runs in its own process and
    simulates a prefix cache: a request's cached tokens are the bytes it shares with the longest earlier
    request under the same prompt cache key (bytes / 4). Target: N = 4 within 1.3x of one branch.
 2. Creating one branch of a git repository of `--files` source-like files (about 4 KB each, some
-   uncommitted changes): the time, and the extra disk (the worktree and its checkpoint store, after the
-   branch's first checkpoint), beside `git worktree add` alone and `cp -a` of the tree. Target: under 1 s;
-   extra disk: the changed files only.
+   uncommitted changes), as an overlay and as a worktree: the time, the branch's first checkpoint after it
+   changed one file, and the extra disk (its workspace, its checkpoint store; an overlay exploration also
+   writes one snapshot shared by its branches), beside `git worktree add` alone and `cp -a` of the tree.
+   Target: under 1 s; extra disk per branch: the changed files only.
 3. The cached share of the branches' prompt tokens (from 1).
 Each timing is the median of 3 runs (creation) or one run per N (wall time).
 """
@@ -137,15 +139,19 @@ async def explore_once(ws: Path, home: Path, url: str, n: int) -> dict[str, Any]
             "min_share": min(shares)}
 
 
-def wall_times(url: str, tmp: Path, levels: list[int]) -> dict[int, dict[str, Any]]:
-    out: dict[int, dict[str, Any]] = {}
+def wall_times(url: str, tmp: Path, levels: list[int]) -> dict[tuple[str, int], dict[str, Any]]:
+    """Each N with overlay branches and, right after it (same load), with worktrees (the fallback)."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
     ws, home = tmp / "warm" / "ws", tmp / "warm" / "home"
     project(ws, 20)
     asyncio.run(explore_once(ws, home, url, 1))  # imports and the overlay probe, paid once per process
     for n in levels:
-        ws, home = tmp / f"wall{n}" / "ws", tmp / f"wall{n}" / "home"
-        project(ws, 200)
-        out[n] = asyncio.run(explore_once(ws, home, url, n))
+        for kind in ("overlay", "worktree"):
+            ws, home = tmp / f"wall{n}{kind}" / "ws", tmp / f"wall{n}{kind}" / "home"
+            project(ws, 200)
+            os.environ["KIMICODE_BRANCH_OVERLAY"] = "1" if kind == "overlay" else "0"
+            out[kind, n] = asyncio.run(explore_once(ws, home, url, n))
+    os.environ.pop("KIMICODE_BRANCH_OVERLAY", None)
     return out
 
 
@@ -250,11 +256,14 @@ def main() -> None:
     try:
         print(f"load average before: {os.getloadavg()[0]:.1f}")
         walls = wall_times(url, tmp, levels)
-        base = walls[1]["wall"]
-        print(f"\n## wall time of an exploration ({args.delay:g} s per model request, 4 requests + verify per branch)")
-        print(f"{'branches':>9} {'wall s':>8} {'x one branch':>13} {'verified':>9} {'cached share':>13}")
-        for n, f in walls.items():
-            print(f"{n:>9} {f['wall']:>8.2f} {f['wall'] / base:>13.2f} {f['verified']:>9} "
+        print(f"\n## wall time of an exploration ({args.delay:g} s per model request, 4 requests + verify per branch;"
+              " overlay branches, and worktrees right after at the same load)")
+        print(f"{'branches':>9} {'overlay s':>10} {'x one':>6} {'worktree s':>11} {'x one':>6} {'verified':>9} "
+              f"{'cached share':>13}")
+        for n in levels:
+            f, w = walls["overlay", n], walls["worktree", n]
+            print(f"{n:>9} {f['wall']:>10.2f} {f['wall'] / walls['overlay', 1]['wall']:>6.2f} {w['wall']:>11.2f} "
+                  f"{w['wall'] / walls['worktree', 1]['wall']:>6.2f} {f['verified']:>9} "
                   f"{f['share']:>12.0%} (min {f['min_share']:.0%})")
         figs = creation(tmp, files, 1 if args.quick else 3)
         med = {k: statistics.median(v) for k, v in figs.items()}
