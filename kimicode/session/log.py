@@ -162,6 +162,8 @@ class SessionLog:
         if self.masker is not None:  # the values, not the JSON text: a secret with a `"` or `\` is escaped there
             record = self.masker.mask_data(record)
         line = json.dumps({"v": SCHEMA_VERSION, "ts": round(time.time(), 3), **record}, ensure_ascii=False)
+        if not line.isascii() and not _encodable(line):  # a file name that is not UTF-8 (a lone surrogate):
+            line = json.dumps({"v": SCHEMA_VERSION, "ts": round(time.time(), 3), **record})  # escaped, round-trips
         if self.failed is not None:
             return  # already reported; nothing more can be written
         self._raise_if_sync_failed()
@@ -463,3 +465,11 @@ def load_records(session_id: str, records: list[dict[str, Any]]) -> LoadedSessio
     messages = list(replayed)
     repaired = repair_history(messages)
     return LoadedSession(session_id, records, messages, repaired, replayed)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
