@@ -285,6 +285,6 @@ def test_a_store_that_cannot_be_read_is_a_session_error(tmp_path: Path) -> None:
 
     for make in (lambda: Agent(client=Scripted(), session_store=Down(), workspace=tmp_path),
                  lambda: Agent.resume("s1", client=Scripted(), session_store=Down(), workspace=tmp_path)):
-        with pytest.raises(kimicode.SessionError, match="the session store Down could not read session .*"
-                                                        "OperationalError: unable to open database file"):
+        with pytest.raises(kimicode.SessionError, match=r"the session store Down could not read session .*"
+                                                        r"OperationalError: unable to open database file"):
             make()
