@@ -110,6 +110,14 @@ async def _no_completion(messages: Any) -> list[Any]:
     return [StreamDelta("content", "half an answer")]
 
 
+class Usage:
+    prompt_tokens = 10
+
+
+async def _sdk_usage(messages: Any) -> list[Any]:
+    return [Completion(OK, "stop", Usage())]  # type: ignore[arg-type]
+
+
 async def _garbage(messages: Any) -> list[Any]:
     return ["not an event"]
 
@@ -126,6 +134,8 @@ async def _garbage(messages: Any) -> list[Any]:
     ({"role": "assistant", "content": None, "tool_calls": "abc"}, "tool_calls is a str"),
     ({"role": "assistant", "content": None, "tool_calls": [{"id": "x", "type": "function"}]}, "no function name"),
     (_no_completion, "ended without a Completion"),
+    # hole: the SDK's usage object passed as it is (not a dict): "internal error: AttributeError"
+    (_sdk_usage, "Completion.usage as a Usage, not a dict"),
     (_garbage, "yielded str 'not an event'"),
 ])
 def test_a_malformed_answer_from_a_callers_client_is_a_protocol_error_and_the_history_stays_valid(
