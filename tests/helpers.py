@@ -1,4 +1,7 @@
-"""Helpers shared by the tests (importable as `helpers`: pytest puts tests/ on the path for conftest.py).
+"""Helpers shared by the tests (importable as `helpers` from every directory of tests/: pyproject's
+`[tool.pytest.ini_options] pythonpath` puts tests/ on the path).
+
+The repository's places, named once (tests live one or two directories down, so none computes them itself).
 
 One history-validity checker for every test: what a chat-completions server refuses, said as problems."""
 
@@ -10,6 +13,14 @@ from typing import Any
 from kimicode import Agent
 from kimicode.agent.modes import noted_mode
 from kimicode.testing import FakeServer
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository's root (pyproject.toml, README.md, docs/, kimicode/)."""
+TESTS = ROOT / "tests"
+FIXTURES = TESTS / "fixtures"
+"""Recorded streams, ACP exchanges, hooks, prompt snapshots, third-party setups."""
+MCP_DEMO = TESTS / "mcp" / "demo_server.py"
+"""A real stdio MCP server written with the official SDK, for the tests that start one."""
 
 
 def history_problems(messages: list[dict[str, Any]], *, system_first: bool = False,

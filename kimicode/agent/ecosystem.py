@@ -19,6 +19,7 @@ from kimicode.tools.base import Tool
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
     from kimicode.agent.hooking import AgentHooks
+    from kimicode.agent.parts import Resolved
     from kimicode.config.settings import ModelConfig, Settings
     from kimicode.events import Event
     from kimicode.extensions.discover import Found
@@ -135,13 +136,13 @@ def install(agent: Agent, default_tools: bool) -> Extras:
     log = agent.log
     if log is not None:
         extras.todos.record = lambda items: log.append({"type": "todos", "items": items})
-    _install_vision(agent)
+    _install_vision(agent.tools, agent.parts.resolved)
     from kimicode.agent.hooking import AgentHooks, load
 
     hooks = load(agent.options.config, agent.workspace, agent.home, agent.endpoint.api_key,
                  lambda text: agent.notify(text, "warning"))
     extras.hooking = AgentHooks(agent, hooks)
-    _discover(agent, extras)
+    _discover(agent.options.config, agent.parts.resolved, extras)
     if default_tools:
         choose_edit_tool(agent.tools, agent.model_config)
         agent.tools.add(_web_fetch(agent.settings))
@@ -155,30 +156,29 @@ def install(agent: Agent, default_tools: bool) -> Extras:
             from kimicode.extensions.skills import skill_tool
 
             agent.tools.add(skill_tool(extras.found.skills))
-        _setup_mcp(agent, extras)
+        _setup_mcp(agent.options.config, agent.parts.resolved, extras)
     return extras
 
 
-def _discover(agent: Agent, extras: Extras) -> None:
+def _discover(settings: Settings | None, r: Resolved, extras: Extras) -> None:
     """Plugins, skills and subagent definitions (kimicode/extensions), for agents with a configuration."""
-    settings = agent.options.config
     if settings is None:
         return
     from kimicode.extensions.discover import discover
 
-    extras.found = discover(agent.workspace, agent.home, trusted=settings.trusted)
+    extras.found = discover(r.workspace, r.home, trusted=settings.trusted)
     extras.notices.extend((p, "warning") for p in extras.found.problems)
 
 
-def _setup_mcp(agent: Agent, extras: Extras) -> None:
+def _setup_mcp(config: Settings | None, r: Resolved, extras: Extras) -> None:
     """Create the MCP manager when servers are configured (the SDK is imported only when they start)."""
-    if agent.options.config is None:
+    if config is None:
         return  # hermetic (no configuration asked for): the workspace's .mcp.json is not read either
     from kimicode.extensions.plugins import plugin_servers
     from kimicode.mcp.config import load_server_configs
 
     servers = plugin_servers(extras.found.plugins if extras.found is not None else [])
-    configs, problems = load_server_configs(agent.workspace, agent.settings, extra=servers)
+    configs, problems = load_server_configs(r.workspace, r.settings, extra=servers)
     extras.notices.extend((f"MCP configuration: {p}", "warning") for p in problems)
     if not configs:
         return
@@ -186,10 +186,10 @@ def _setup_mcp(agent: Agent, extras: Extras) -> None:
 
     extras.mcp = McpManager(
         configs,
-        agent.workspace,
-        log_dir=agent.home / "logs",
-        tool_timeout=agent.settings.config.mcp.tool_timeout,
-        supports_images=lambda: agent.profile.supports_images,
+        r.workspace,
+        log_dir=r.home / "logs",
+        tool_timeout=r.settings.config.mcp.tool_timeout,
+        supports_images=lambda: r.profile.supports_images,  # the model's now (`r` follows set_model)
     )
 
 
@@ -248,12 +248,12 @@ def _web_search(settings: Settings, base_url: str, notices: list[tuple[str, str]
     return provider_web_search(provider) if provider is not None else None
 
 
-def _install_vision(agent: Agent) -> None:
+def _install_vision(tools: ToolRegistry, r: Resolved) -> None:
     """Make read_file send images to models that see them (the built-in read_file, or a fork's copy)."""
     from kimicode.tools.files import READ_FILE
     from kimicode.tools.images import VisionReader
 
-    current = agent.tools.get("read_file")
+    current = tools.get("read_file")
     if current is None:
         return
     owner = getattr(current.fn, "__self__", None)
@@ -263,13 +263,13 @@ def _install_vision(agent: Agent) -> None:
         inner = current
     else:
         return  # the user's own read_file
-    images = agent.settings.config.images
+    images = r.settings.config.images
 
     def limits() -> tuple[int, int]:
         return images.max_side, images.max_bytes
 
-    reader = VisionReader(inner, lambda: agent.profile.supports_images, lambda: agent.endpoint.model, limits)
-    agent.tools.add(reader.tool())
+    reader = VisionReader(inner, lambda: r.profile.supports_images, lambda: r.endpoint.model, limits)
+    tools.add(reader.tool())
 
 
 TODO_HEADER = "Current task list (kept with todo_write; it survived the compaction):"

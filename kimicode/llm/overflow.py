@@ -4,7 +4,7 @@ Each OpenAI-compatible server words this error differently, puts it under a diff
 type, and some (llama.cpp, and Ollama or LM Studio which embed it) add the numbers as fields. One
 public function, `context_overflow`, turns any of them into a `ContextOverflow` carrying whatever numbers
 the server gave: its window, the prompt tokens it counted, the completion asked for. The wordings and
-where each one comes from are listed in `tests/test_overflow.py`.
+where each one comes from are listed in `tests/llm/test_overflow.py`.
 """
 
 from __future__ import annotations

@@ -384,7 +384,7 @@ OLLAMA = Dialect(
 
 
 # Ollama versions whose /v1 endpoint refuses instead of truncating (ollama/ollama#16712, as cited by
-# tests/test_overflow.py): 400 api_error whose message is the llama.cpp runner's own JSON error.
+# tests/llm/test_overflow.py): 400 api_error whose message is the llama.cpp runner's own JSON error.
 def _ollama_refusal(p: int, c: int, w: int) -> ErrorReply:
     inner = LLAMACPP.context(p, 0, w).body_bytes().decode()
     return ErrorReply(400, body=openai_style(inner, "api_error", None))
