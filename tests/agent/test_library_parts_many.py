@@ -250,3 +250,41 @@ def test_cost_and_prices_with_a_callers_client(tmp_path: Path) -> None:
     unpriced = Agent(client=Scripted({"role": "assistant", "content": "a"}), workspace=tmp_path,
                      home=tmp_path / "home").run_sync("one")
     assert unpriced.cost is None  # no price known for a client of the caller's: no made-up figure
+
+
+class FailsToClose(Scripted):
+    async def aclose(self) -> None:
+        raise RuntimeError("the caller's connection pool failed to close")
+
+
+def test_a_client_that_fails_to_close_loses_no_result_and_leaves_no_session_locked(tmp_path: Path) -> None:
+    """hole: `run_sync` raised the client's close error, losing the RunResult of a turn that happened, and
+    `aclose()` stopped before closing the session log: the session stayed locked ("in use by another agent in
+    this process") and could not be resumed."""
+    store = MemoryStore()
+    agent = Agent(client=FailsToClose({"role": "assistant", "content": "done"}), session_store=store,
+                  workspace=tmp_path, home=tmp_path / "home")
+    with pytest.warns(RuntimeWarning, match="closing the agent after run_sync failed: RuntimeError"):
+        result = agent.run_sync("go")
+    assert (result.status, result.result) == ("success", "done")
+    later = Agent.resume(agent.session_id, session_store=store, client=FailsToClose(), workspace=tmp_path,
+                         home=tmp_path / "home")
+    assert later.messages == agent.messages
+    with pytest.raises(RuntimeError, match="failed to close"):  # a direct aclose() still says so
+        asyncio.run(later.aclose())
+    assert later.log is not None and later.log.lock is None  # released all the same
+
+
+def test_a_store_that_cannot_be_read_is_a_session_error(tmp_path: Path) -> None:
+    """hole: a store whose `load` raised (its database down) made `Agent(...)` and `Agent.resume(...)` raise
+    that raw exception (sqlite3.OperationalError, OSError) instead of a kimicode.SessionError naming the store."""
+
+    class Down(MemoryStore):
+        def load(self, session_id: str) -> list[dict[str, Any]]:
+            raise sqlite3.OperationalError("unable to open database file")
+
+    for make in (lambda: Agent(client=Scripted(), session_store=Down(), workspace=tmp_path),
+                 lambda: Agent.resume("s1", client=Scripted(), session_store=Down(), workspace=tmp_path)):
+        with pytest.raises(kimicode.SessionError, match=r"the session store Down could not read session .*"
+                                                        r"OperationalError: unable to open database file"):
+            make()
