@@ -15,7 +15,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["NotRegularFileError", "kind_of", "private_dirs", "private_open", "private_write", "read_regular"]
+__all__ = [
+    "NotRegularFileError", "kind_of", "private_dirs", "private_open", "private_write", "read_regular",
+    "read_small_text",
+]
 
 PRIVATE_FILE = 0o600
 PRIVATE_DIR = 0o700
@@ -57,6 +60,17 @@ def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> byte
             return fh.read() if limit is None else fh.read(limit)
     finally:
         os.close(fd)
+
+
+def read_small_text(path: str | os.PathLike[str], limit: int) -> str | None:
+    """The text of the regular file at `path` (undecodable bytes replaced), or None when it is missing,
+    unreadable, not a regular file (never blocking on a FIFO) or larger than `limit` bytes."""
+    try:
+        if os.stat(path).st_size > limit:
+            return None
+        return read_regular(path, limit).decode("utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 def private_dirs(path: str | os.PathLike[str], top: str | os.PathLike[str] | None = None) -> Path:

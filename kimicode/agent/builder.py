@@ -314,3 +314,26 @@ def check_collaborators(client: Any, session_store: Any) -> None:
     if client is not None and inspect.iscoroutinefunction(client.stream):  # `async def` without `yield`
         raise TypeError("client.stream must be an async generator (`async def stream(...)` that yields the events) "
                         "or a function returning an async iterator, not a coroutine function")
+    calls: list[tuple[str, Any, str, tuple[Any, ...], dict[str, Any]]] = [
+        ("client.stream", client, "stream", ([], []), {"max_completion_tokens": None}),
+        ("session_store.append", session_store, "append", ("id", {}), {}),
+        ("session_store.load", session_store, "load", ("id",), {}),
+    ]
+    for name, value, method, args, kwargs in calls:  # the calls the agent makes, tried on the signature only
+        if value is not None:
+            _check_signature(name, getattr(value, method), args, kwargs)
+
+
+def _check_signature(name: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """TypeError naming `name` when `fn` cannot be called as the agent calls it (another Agent passed as a
+    client, a store's `append(record)` without the session id)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # no signature to read (a builtin): the call itself will tell
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        shown = ", ".join([*("..." for _ in args), *(f"{k}=..." for k in kwargs)])
+        raise TypeError(f"{name} cannot be called as the agent calls it, {name.split('.')[-1]}({shown}): "
+                        f"{exc} (its signature is {signature})") from None

@@ -19,6 +19,7 @@ from kimicode import errors
 from kimicode.agent import hooking
 from kimicode.agent.builder import build_parts, check_callbacks, check_collaborators, switch_policy
 from kimicode.agent.checkpointing import end_turn
+from kimicode.agent.closing import close_after_run
 from kimicode.agent.ecosystem import after_compaction, choose_edit_tool, install
 from kimicode.agent.interrupted import NO_ANSWER
 from kimicode.agent.modes import note_needed
@@ -296,7 +297,7 @@ class Agent(Explorer):
         try:
             return await self.run(prompt)
         finally:
-            await self.aclose()
+            await close_after_run(self)  # a failure to close is a warning: the turn's result is not lost
 
     @classmethod
     def resume(cls, session_id: str, *, fork: bool = False, **kwargs: Any) -> Agent:
@@ -462,10 +463,12 @@ class Agent(Explorer):
             worker.cancel()
             await asyncio.wait([worker])
         await self.extras.hooking.session_end("exit")  # SessionEnd hooks
-        await self.extras.aclose()
-        await self.parts.client.aclose()
-        if self.log:
-            self.log.close()
+        try:
+            await self.extras.aclose()
+            await self.parts.client.aclose()
+        finally:  # a client (the caller's) failing to close must not leave the session log open and locked
+            if self.log:
+                self.log.close()
 
     # -- the turn ---------------------------------------------------------------------------------
 

@@ -142,10 +142,8 @@ class ModelClients:
     async def ready(self) -> ModelClient:
         """The client, made in a worker thread the first time: importing `openai` and building its TLS
         context take a second or more, which must not stall the event loop (other agents, timers, the UI)."""
-        from kimicode.llm.client import ChatClient
-
-        current = self.current
-        if self.given is None and isinstance(current, ChatClient) and not current.usable_here():
+        usable = getattr(self.current, "usable_here", None)  # not `isinstance(.., ChatClient)`: that import
+        if self.given is None and usable is not None and not usable():  # is the one to make in the thread
             self.current = None  # its connections belong to an earlier event loop (a second asyncio.run)
         if self.current is None:
             await asyncio.to_thread(self.get)

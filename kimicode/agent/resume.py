@@ -17,7 +17,7 @@ from kimicode.agent.builder import check_collaborators, switch_policy
 from kimicode.agent.options import AgentOptions, derived_options
 from kimicode.agent.switch import replay_authors
 from kimicode.config.choices import EFFORTS
-from kimicode.session.log import LoadedSession, load_records
+from kimicode.session.log import LoadedSession, load_records, stored_records
 from kimicode.session.store import SessionError, load_session
 
 if TYPE_CHECKING:
@@ -55,14 +55,14 @@ def load_stored(store: Any, home: Any, session_id: str) -> LoadedSession:
     if store is None:
         return load_session(home, session_id)
     check_collaborators(None, store)
-    records = store.load(session_id)
+    records = stored_records(store, session_id)
     if not records:
         raise SessionError(f"no session {session_id!r} in the session store {type(store).__name__}: "
                            "give an id the store has records for")
-    return load_records(session_id, stored_records(store, session_id, records))
+    return load_records(session_id, checked_records(store, session_id, records))
 
 
-def stored_records(store: Any, session_id: str, records: Any) -> list[dict[str, Any]]:
+def checked_records(store: Any, session_id: str, records: Any) -> list[dict[str, Any]]:
     """What a caller's `store.load(session_id)` returned, when it is a session kimicode can continue: a list
     of the dict records `append` was given whose messages make a history; else a SessionError naming the
     store and what is wrong (not an AttributeError from deep inside the replay)."""

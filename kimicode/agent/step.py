@@ -7,6 +7,7 @@ the message, then runs the step's tool calls (agent/toolcalls.py).
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -50,8 +51,11 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     for attempt in range(2):
         try:
             limit = agent.context.completion_tokens(est)  # prompt + max_tokens never over the window
+            sent, schemas = agent.messages, tools
+            if agent.parts.client.given is not None:  # a caller's client gets copies: what it changes (an adapter
+                sent, schemas = copy.deepcopy((sent, schemas))  # taking the system prompt out) stays its own
             # checked: a caller's own client may yield anything (kimicode/llm/checked.py)
-            async for ev in checked_stream(agent.client.stream(agent.messages, tools, max_completion_tokens=limit)):
+            async for ev in checked_stream(agent.client.stream(sent, schemas, max_completion_tokens=limit)):
                 if isinstance(ev, StreamDelta):
                     if ev.kind == "reasoning":
                         emit(ReasoningDelta(ev.text))

@@ -24,7 +24,7 @@ from typing import IO, Any
 def _emit(out: IO[str], message: dict[str, Any]) -> None:
     import json
 
-    out.write(json.dumps(message, ensure_ascii=False) + "\n")
+    out.write(json.dumps(message) + "\n")  # ASCII: a file name that is not UTF-8 (a lone surrogate) travels too
     out.flush()
 
 

@@ -143,7 +143,7 @@ class ExplorationRecord:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = folder / f"{self.id}.json"
         tmp = folder / f".{self.id}.{os.getpid()}.tmp"
-        data = json.dumps(self.to_dict(), ensure_ascii=False, indent=1).encode()
+        data = json.dumps(self.to_dict(), indent=1).encode()  # ASCII: file names that are not UTF-8 round-trip
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             with os.fdopen(fd, "wb") as fh:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kimicode.config.endpoint import ConfigError
-from kimicode.safeio import read_regular
+from kimicode.safeio import read_small_text
 
 __all__ = ["TrustList", "project_tables", "read_trust_list", "toml_string"]
 
@@ -50,7 +50,7 @@ class TrustList:
 def read_trust_list(path: Path) -> TrustList:
     """`path` (your config.toml; absent: empty) and its `[trust] workspaces`; ConfigError for a file that is
     not TOML (fix it first)."""
-    text = (_text(path) or "") if path.exists() else ""
+    text = (read_small_text(path, MAX_CONFIG_BYTES) or "") if path.exists() else ""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -63,21 +63,11 @@ def read_trust_list(path: Path) -> TrustList:
 def project_tables(workspace: Path) -> dict[str, Any]:
     """The tables of the workspace's `.kimicode/config.toml` as written, before anything is filtered or
     checked (the trust question lists what it would bring); empty when it is absent or not TOML."""
-    text = _text(workspace / ".kimicode" / "config.toml")
+    text = read_small_text(workspace / ".kimicode" / "config.toml", MAX_CONFIG_BYTES)
     try:
         return tomllib.loads(text) if text is not None else {}
     except tomllib.TOMLDecodeError:
         return {}
-
-
-def _text(path: Path) -> str | None:
-    """A small regular file's text (never blocking on a FIFO), or None."""
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            return None
-        return read_regular(path, MAX_CONFIG_BYTES).decode("utf-8", errors="replace")
-    except OSError:
-        return None
 
 
 _TRUST_HEADER = re.compile(r"^\s*\[\s*trust\s*\]\s*(#.*)?$", re.MULTILINE)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kimicode.safeio import read_regular
+from kimicode.safeio import read_small_text
 
 Scope = Literal["user", "project", "plugin"]
 MAX_FILE_BYTES = 1024 * 1024
@@ -61,12 +61,7 @@ def folders(
 def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str | None:
     """A small regular file's text (never blocking on a FIFO), or None when it is missing, too big or
     unreadable."""
-    try:
-        if path.stat().st_size > limit:
-            return None
-        return read_regular(path, limit).decode("utf-8", errors="replace")
-    except OSError:
-        return None
+    return read_small_text(path, limit)
 
 
 def read_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:

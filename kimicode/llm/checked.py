@@ -36,6 +36,9 @@ async def checked_stream(events: Any) -> AsyncIterator[StreamEvent]:
             elif isinstance(event, Completion):
                 if (problem := message_problem(event.message)) is not None:
                     raise _refuse(f"returned an assistant message that cannot join the history: {problem}")
+                if event.usage is not None and not isinstance(event.usage, dict):  # e.g. the SDK's CompletionUsage
+                    raise _refuse(f"returned Completion.usage as a {type(event.usage).__name__}, not a dict "
+                                  "(or None): give the usage object's fields as a dict (`.model_dump()`)")
                 yield event
             else:
                 raise _refuse(f"yielded {type(event).__name__} {str(event)[:80]!r}; stream() yields "

@@ -97,7 +97,7 @@ class SessionLog:
         """The event loop a caller's store was last called on (records made off it are handed to it)."""
         self.failed: str | None = None
         """Why writing failed (then nothing more is written; the turn ends with this error)."""
-        saved = self.path.exists() if store is None else bool(store.load(session_id))
+        saved = self.path.exists() if store is None else bool(self._stored())
         self._held: list[str] | None = None if saved else []
         """Lines waiting for the first user message (None once the file is written)."""
         self._pending: list[concurrent.futures.Future[None]] = []
@@ -125,8 +125,13 @@ class SessionLog:
         if self._held is not None:
             return []
         if self.store is not None:
-            return list(self.store.load(self.session_id))
+            return list(self._stored())
         return list(iter_records(self.path)) if self.path.exists() else []
+
+    def _stored(self) -> Any:
+        """What the caller's store's `load` returns for this session; a SessionError when it fails."""
+        assert self.store is not None
+        return stored_records(self.store, self.session_id)
 
     def acquire(self) -> None:
         """Take the session's lock now (resume does, so a busy session is refused before any work). For a
@@ -157,6 +162,8 @@ class SessionLog:
         if self.masker is not None:  # the values, not the JSON text: a secret with a `"` or `\` is escaped there
             record = self.masker.mask_data(record)
         line = json.dumps({"v": SCHEMA_VERSION, "ts": round(time.time(), 3), **record}, ensure_ascii=False)
+        if not line.isascii() and not _encodable(line):  # a file name that is not UTF-8 (a lone surrogate):
+            line = json.dumps({"v": SCHEMA_VERSION, "ts": round(time.time(), 3), **record})  # escaped, round-trips
         if self.failed is not None:
             return  # already reported; nothing more can be written
         self._raise_if_sync_failed()
@@ -385,6 +392,16 @@ class LoadedSession:
         return [{"type": "compaction", "reason": "repair", "start": same, "end": len(old), "messages": new[same:]}]
 
 
+def stored_records(store: SessionStore, session_id: str) -> Any:
+    """`store.load(session_id)`, whatever it returns; a SessionError naming the store when it raises (a
+    database that is down is the caller's environment, not a bug of kimicode's to show as a traceback)."""
+    try:
+        return store.load(session_id)
+    except Exception as exc:
+        raise SessionError(f"the session store {type(store).__name__} could not read session {session_id}: "
+                           f"{type(exc).__name__}: {exc}") from exc
+
+
 def iter_records(path: Path) -> Iterator[dict[str, Any]]:
     """Records of a log, skipping a torn or corrupt line instead of failing."""
     with open(path, encoding="utf-8", errors="replace") as fh:
@@ -448,3 +465,11 @@ def load_records(session_id: str, records: list[dict[str, Any]]) -> LoadedSessio
     messages = list(replayed)
     repaired = repair_history(messages)
     return LoadedSession(session_id, records, messages, repaired, replayed)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

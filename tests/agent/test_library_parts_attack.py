@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import re
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -110,6 +111,14 @@ async def _no_completion(messages: Any) -> list[Any]:
     return [StreamDelta("content", "half an answer")]
 
 
+class Usage:
+    prompt_tokens = 10
+
+
+async def _sdk_usage(messages: Any) -> list[Any]:
+    return [Completion(OK, "stop", Usage())]  # type: ignore[arg-type]
+
+
 async def _garbage(messages: Any) -> list[Any]:
     return ["not an event"]
 
@@ -126,6 +135,8 @@ async def _garbage(messages: Any) -> list[Any]:
     ({"role": "assistant", "content": None, "tool_calls": "abc"}, "tool_calls is a str"),
     ({"role": "assistant", "content": None, "tool_calls": [{"id": "x", "type": "function"}]}, "no function name"),
     (_no_completion, "ended without a Completion"),
+    # hole: the SDK's usage object passed as it is (not a dict): "internal error: AttributeError"
+    (_sdk_usage, "Completion.usage as a Usage, not a dict"),
     (_garbage, "yielded str 'not an event'"),
 ])
 def test_a_malformed_answer_from_a_callers_client_is_a_protocol_error_and_the_history_stays_valid(
@@ -468,3 +479,81 @@ def test_every_message_record_is_the_wire_object_reasoning_byte_for_byte(server:
     assert "reasoning_content" in assistants[1] and assistants[1]["reasoning_content"] == ""
     assert "reasoning_content" in assistants[2]
     assert problems(agent) == []
+
+
+class Adapter:
+    """A caller's client translating to another API in place: it takes the system prompt out, drops the
+    reasoning and renames each tool's `parameters` (what an Anthropic adapter written in a hurry does)."""
+
+    def __init__(self) -> None:
+        self.received: list[list[str]] = []
+
+    async def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] = [], *,  # noqa: B006
+                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+        self.received.append([m["role"] for m in messages])
+        if messages and messages[0]["role"] == "system":
+            messages.pop(0)
+        for message in messages:
+            message.pop("reasoning_content", None)
+        for schema in tools:
+            schema["function"]["input_schema"] = schema["function"].pop("parameters", None)
+            for prop in (schema["function"]["input_schema"] or {}).get("properties", {}).values():
+                prop.pop("description", None)  # nested: these dicts were the tools' own
+        yield Completion({"role": "assistant", "content": "ok", "reasoning_content": "because"}, "stop", None)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_client_that_changes_what_it_is_given_changes_neither_the_history_nor_any_tool(tmp_path: Path) -> None:
+    """hole: the client was handed the agent's own history list and the tools' schemas: an adapter popping the
+    system prompt and the reasoning from them took both out of the history (the next request, and the
+    history a resume would replay, differed), and renaming a schema's key in place would change the
+    built-in tools of every agent in the process."""
+    client = Adapter()
+    agent = Agent(client=client, **places(tmp_path))
+    other = Agent(client=Scripted(OK), **places(tmp_path / "other"))
+    schemas = copy.deepcopy(other.tools.schemas())
+    assert any("description" in p for s in schemas for p in s["function"].get("parameters", {}).get(
+        "properties", {}).values())
+
+    async def main() -> None:
+        await agent.run("one")
+        await agent.run("two")
+
+    asyncio.run(main())
+    assert client.received == [["system", "user"], ["system", "user", "assistant", "user"]]
+    assert problems(agent) == []
+    assert [m.get("reasoning_content") for m in agent.messages if m["role"] == "assistant"] == ["because"] * 2
+    assert other.tools.schemas() == schemas == agent.tools.schemas()  # the built-in tools are every agent's
+
+
+def _shaped(kind: str, **methods: Any) -> Any:
+    base: dict[str, Any] = {"aclose": Scripted.aclose} if kind == "client" else {"load": MemoryStore.load}
+    return type(f"My{kind.title()}", (), {**base, **methods})()
+
+
+@pytest.mark.parametrize(("kwargs", "said"), [
+    # hole: each passed the construction check (the methods exist) and failed at the first request or record
+    ({"client": "agent"}, "client.stream cannot be called as the agent calls it"),  # another Agent as a client
+    ({"client": _shaped("client", stream=lambda self, messages: None)}, "too many positional arguments"),
+    ({"client": _shaped("client", stream=lambda self, messages, tools, max_tokens=None: None)},
+     "unexpected keyword argument 'max_completion_tokens'"),
+    ({"session_store": _shaped("store", append=lambda self, record: None)}, "session_store.append cannot be called"),
+    ({"session_store": _shaped("store", append=MemoryStore.append, load=lambda self: [])}, "session_store.load"),
+])
+def test_a_collaborator_that_cannot_be_called_as_the_agent_calls_it_is_refused_when_made(
+    kwargs: dict[str, Any], said: str, tmp_path: Path
+) -> None:
+    if kwargs.get("client") == "agent":
+        kwargs = {"client": Agent(client=Scripted(), **places(tmp_path / "inner"))}
+    with pytest.raises(TypeError, match=re.escape(said)):
+        Agent(**kwargs, **places(tmp_path))
+
+
+def test_a_client_taking_anything_is_accepted(tmp_path: Path) -> None:
+    class Loose(Scripted):
+        def stream(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            return Scripted.stream(self, *args, **kwargs)
+
+    assert Agent(client=Loose(OK), **places(tmp_path)).run_sync("hi").result == "fine"

@@ -74,12 +74,14 @@ def route(request: RecordedRequest) -> Reply:
     return Reply(content=f"{messages[-1]['content']} (my key is {key})")
 
 
-def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(server: FakeServer,
+@pytest.mark.parametrize("one_store", [False, True], ids=["a-store-each", "one-store-for-all"])
+def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(one_store: bool, server: FakeServer,
                                                                            tmp_path: Path) -> None:
     server.add(*(route for _ in range(AGENTS * 4)))
     home = tmp_path / "home"  # one KIMICODE_HOME, as a harness running many agents has
     calls: list[list[str]] = [[] for _ in range(AGENTS)]
-    stores = [MemoryStore() for _ in range(AGENTS)]
+    shared = MemoryStore()  # one database for every session, as a service has
+    stores = [shared if one_store else MemoryStore() for _ in range(AGENTS)]
     keys = [f"sk-agent-{i:02d}-{'x' * 24}" for i in range(AGENTS)]
     agents = []
     for i in range(AGENTS):
@@ -106,7 +108,7 @@ def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(serv
         assert a.result == f"noted by {i}: task-{i}-a (my key is ***)"  # the key masked in the result
         assert b.result == f"noted by {i}: task-{i}-b (my key is ***)"
         assert calls[i] == [f"task-{i}-a", f"task-{i}-b"]  # its own tool, called for its own prompts only
-        assert list(stores[i].sessions) == [agent.session_id]
+        assert agent.session_id in stores[i].sessions and (one_store or len(stores[i].sessions) == 1)
         records = stores[i].sessions[agent.session_id]
         assert [r["message"] for r in records if r["type"] == "message"] == [
             json.loads(json.dumps(m).replace(keys[i], "***")) for m in agent.messages]
@@ -120,6 +122,7 @@ def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(serv
         assert len({id(p) for p in parts}) == AGENTS, name
     assert len({id(a.parts.resolved) for a in agents}) == AGENTS
     assert len({a.session_id for a in agents}) == AGENTS
+    assert sum(len(store.sessions) for store in {id(s): s for s in stores}.values()) == AGENTS
 
 
 def test_what_one_agent_changes_stays_in_that_agent(tmp_path: Path) -> None:
@@ -247,3 +250,41 @@ def test_cost_and_prices_with_a_callers_client(tmp_path: Path) -> None:
     unpriced = Agent(client=Scripted({"role": "assistant", "content": "a"}), workspace=tmp_path,
                      home=tmp_path / "home").run_sync("one")
     assert unpriced.cost is None  # no price known for a client of the caller's: no made-up figure
+
+
+class FailsToClose(Scripted):
+    async def aclose(self) -> None:
+        raise RuntimeError("the caller's connection pool failed to close")
+
+
+def test_a_client_that_fails_to_close_loses_no_result_and_leaves_no_session_locked(tmp_path: Path) -> None:
+    """hole: `run_sync` raised the client's close error, losing the RunResult of a turn that happened, and
+    `aclose()` stopped before closing the session log: the session stayed locked ("in use by another agent in
+    this process") and could not be resumed."""
+    store = MemoryStore()
+    agent = Agent(client=FailsToClose({"role": "assistant", "content": "done"}), session_store=store,
+                  workspace=tmp_path, home=tmp_path / "home")
+    with pytest.warns(RuntimeWarning, match="closing the agent after run_sync failed: RuntimeError"):
+        result = agent.run_sync("go")
+    assert (result.status, result.result) == ("success", "done")
+    later = Agent.resume(agent.session_id, session_store=store, client=FailsToClose(), workspace=tmp_path,
+                         home=tmp_path / "home")
+    assert later.messages == agent.messages
+    with pytest.raises(RuntimeError, match="failed to close"):  # a direct aclose() still says so
+        asyncio.run(later.aclose())
+    assert later.log is not None and later.log.lock is None  # released all the same
+
+
+def test_a_store_that_cannot_be_read_is_a_session_error(tmp_path: Path) -> None:
+    """hole: a store whose `load` raised (its database down) made `Agent(...)` and `Agent.resume(...)` raise
+    that raw exception (sqlite3.OperationalError, OSError) instead of a kimicode.SessionError naming the store."""
+
+    class Down(MemoryStore):
+        def load(self, session_id: str) -> list[dict[str, Any]]:
+            raise sqlite3.OperationalError("unable to open database file")
+
+    for make in (lambda: Agent(client=Scripted(), session_store=Down(), workspace=tmp_path),
+                 lambda: Agent.resume("s1", client=Scripted(), session_store=Down(), workspace=tmp_path)):
+        with pytest.raises(kimicode.SessionError, match=r"the session store Down could not read session .*"
+                                                        r"OperationalError: unable to open database file"):
+            make()

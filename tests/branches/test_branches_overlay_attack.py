@@ -218,10 +218,13 @@ def test_removing_a_branch_whose_record_was_damaged_removes_only_kimicodes_own_d
 HOSTILE_CHILD = (
     "import json, pickle, sys\n"
     "sys.path[:] = json.loads(sys.argv.pop(1))\n"
-    "head = sys.stdin.buffer.read(8)\n"
-    "orders = pickle.loads(sys.stdin.buffer.read(int.from_bytes(head, 'big')))\n"
-    "print('5'); print('[]'); print('{\"branch\": 7}'); print('{\"step\": 1, \"id\": [1]}')\n"
-    "for b in orders['branches']:\n"
+    "def read():\n"
+    "    head = sys.stdin.buffer.read(8)\n"
+    "    return pickle.loads(sys.stdin.buffer.read(int.from_bytes(head, 'big'))) if len(head) == 8 else {'end': 1}\n"
+    "orders = read()\n"
+    "print('5'); print('[]'); print('{\"branch\": 7}'); print('{\"step\": 1, \"id\": [1]}', flush=True)\n"
+    "while 'end' not in (message := read()):\n"
+    "    b = message['branch']\n"
     "    forged = dict(b, status='done', turn_status='success', k=99, session_id='victim-session', workspace='/',\n"
     "                  model='other', tree={'kind': 'overlay', 'root': '/victim/worktrees/branch-x'})\n"
     "    print(json.dumps({'branch': dict(forged, id='elsewhere-1')}))\n"
@@ -249,3 +252,54 @@ def test_the_parent_takes_only_a_branchs_outcome_from_the_branches_process(
         assert b.tree["root"].endswith(f"branch-{parent.session_id}-{b.k}") and b.workspace == b.tree["workspace"]
     identity = {"id", "k", "model", "thinking", "session_id", "workspace", "tree"}
     assert set(overlay_engine.OUTCOME) | identity == set(Branch.__dataclass_fields__)  # no field forgotten
+
+
+ODD_FILES = (
+    "mkfifo pipe; printf 'x' > \"$(printf 'new\\nline')\"; printf 'y' > \"$(printf 'bad\\377name')\"; "
+    "echo s > suid.sh; chmod 4755 suid.sh; rm notes.txt; mkdir notes.txt; echo in > notes.txt/inner; "
+    "rm .gitignore; ln -s /etc/passwd .gitignore; mkdir -p deep && ln -s /etc deep/etc; "
+    "env > env.txt; cat /proc/$PPID/environ > parent-env.txt 2>&1; tr '\\0' ' ' < /proc/$PPID/cmdline > cmd.txt"
+)
+
+
+@pytest.mark.parametrize("overlay", ["1", "0"])
+def test_odd_files_a_branch_makes_are_applied_as_files_and_links_never_followed(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    overlay: str,
+) -> None:
+    """Attack: the branch leaves a fifo (would `apply`, `show` or `open` hang reading it?), names with a
+    newline and invalid UTF-8, a setuid file, a file replaced by a directory, a file replaced by a link to
+    /etc/passwd, a link to /etc; and looks for the key in its environment, its parent's and its argv.
+    Before the fix the invalid UTF-8 name ended the branch's turn with an internal error (its checkpoint
+    record could not be logged), and the branches' process could not report it (a crash)."""
+    from kimicode.branches.exploration import Exploration
+    from kimicode.branches.record import load_record
+
+    key = "sk-live-0123456789abcdef"
+    monkeypatch.setenv("MOONSHOT_API_KEY", key)
+    monkeypatch.setenv("KIMICODE_BRANCH_OVERLAY", overlay)
+    git_project(workspace)
+    parent = make_agent(permission_mode="yolo", sandbox="off", api_key=key)
+    Router(server, {"1": [bash(ODD_FILES), *write_turn(WRONG)]})
+    ex = asyncio.run(_explore(parent, n=1, apply=False))
+    b = ex.branches[0]
+    assert b.status == "done", b.error
+    diff = ex.diff(b)
+    assert "notes.txt/inner" in diff and "suid.sh" in diff
+    opened = ex.open(b)
+    for name in ("env.txt", "parent-env.txt", "cmd.txt"):
+        assert key not in (opened / name).read_text(errors="replace"), name
+    again = Agent.resume(ex.record.parent_session, home=tmp_path / "home", base_url=server.base_url, api_key=key)
+
+    async def apply() -> None:
+        try:
+            await Exploration(load_record(tmp_path / "home", ex.id), again).apply(b.id)
+        finally:
+            await again.aclose()
+
+    asyncio.run(apply())
+    assert (workspace / "notes.txt" / "inner").read_text() == "in\n"
+    assert os.readlink(workspace / ".gitignore") == "/etc/passwd" and os.readlink(workspace / "deep" / "etc") == "/etc"
+    assert (workspace / "new\nline").read_text() == "x" and (workspace / os.fsdecode(b"bad\xffname")).read_text() == "y"
+    assert not (workspace / "pipe").exists()  # a fifo is not a file a checkpoint keeps
+    assert not os.stat(workspace / "suid.sh").st_mode & 0o6000  # no setuid bit carried into the workspace
