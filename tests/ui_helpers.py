@@ -36,6 +36,12 @@ def output(session: Any) -> str:
     return value
 
 
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63fccfc0500f000485"
+    "018084a98c210000000049454e44ae426082"
+)
+"""A 1x1 PNG (image attachments and pastes)."""
+
 Answer = str | None | Callable[[list[Any]], str | None]
 
 

@@ -163,8 +163,6 @@ class Agent(Explorer):
                                         extra_tools=extra_tools, messages=messages, client=client,
                                         session_store=session_store)
         """What the agent is made of (agent/parts.py); its attributes above are these parts."""
-        for text in self.parts.warnings:
-            self.notify(text, "warning")
         self.extras = install(self, default_tools=tools is None)
 
     # -- settings ---------------------------------------------------------------------------------
@@ -512,7 +510,8 @@ class Agent(Explorer):
         pending: list[dict[str, Any]] = []  # tool calls of the current step still without a result
         self._turn_text = ""
         emit(TurnStarted(prompt, self.session_id))
-        for notice in self._notices:  # e.g. the resumed session was recorded with another model
+        late = [Notice(text, "warning") for text in self.parts.take_warnings()]  # building, background threads
+        for notice in [*late, *self._notices]:  # e.g. the resumed session was recorded with another model
             emit(notice)
         self._notices.clear()
 

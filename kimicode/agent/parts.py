@@ -197,7 +197,16 @@ class Parts:
     window_discovered: bool = False
     """The server was asked for its window (once, at the first step; a caller's own client: never)."""
     warnings: list[str] = field(default_factory=list)
-    """What building found to warn about (ignored config keys, no sandbox): the first turn's Notices."""
+    """What building found to warn about (ignored config keys, no sandbox), and what a background thread of
+    the parts reports later (the automatic checkpoint prune): each turn's start takes them as Notices."""
+
+    def take_warnings(self) -> list[str]:
+        """The warnings not yet taken, removed (a background thread may append while this runs: `pop`
+        takes each one exactly once)."""
+        taken: list[str] = []
+        while self.warnings:
+            taken.append(self.warnings.pop(0))
+        return taken
 
     # -- the window and the token estimate's calibration (the model step calls these) -----------------
 

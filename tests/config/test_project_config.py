@@ -135,7 +135,7 @@ def test_a_project_tokenizer_device_never_hangs_start_up(
 ) -> None:
     project(workspace, '[context]\ntokenizer = "/dev/zero"\n')
     agent = _in_thread(lambda: make_agent())
-    assert any("context.tokenizer ignored" in n.text for n in agent._notices)
+    assert any("context.tokenizer ignored" in text for text in agent.parts.warnings)  # the first turn's Notices
 
 
 # -- reads that never block -------------------------------------------------------------------------------

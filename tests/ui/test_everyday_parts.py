@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import io
 import json
 import os
@@ -14,15 +13,12 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from ui_helpers import plain_session
+from ui_helpers import PNG, plain_session
 
 from kimicode.cli.firstprompt import FIRST_PROMPT, NotACommand, first_prompt_args
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.ui.paste import Pastes, clipboard_image, image_path
 
-PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
-)
 COMMANDS = {"sessions", "doctor", "login", "undo", "mcp", "config", "batch", "completion"}
 
 

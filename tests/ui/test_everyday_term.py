@@ -10,7 +10,6 @@ for the harness). Few and lean: each test covers several habits of one session.
 
 from __future__ import annotations
 
-import base64
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 from helpers import kimicode_command, terminal_env
 from terminals import Tmux
+from ui_helpers import PNG
 
 from kimicode.testing import FakeServer, Reply, ToolCall
 
@@ -27,9 +27,6 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)"),
 ]
 
-PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
-)
 
 
 @pytest.fixture
