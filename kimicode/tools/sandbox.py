@@ -149,7 +149,7 @@ class Sandbox:
         kc_home = os.path.realpath(self.kimicode_home) if self.kimicode_home is not None else None
         args += file_system_args(
             ws, writable=profile == "workspace-write", home=home, tmp_bytes=tmp_bytes,
-            extra=[os.path.realpath(p) for p in self.visible], spill=spill, kimicode_home=kc_home,
+            extra=[*(os.path.realpath(p) for p in self.visible), *_own_programs()], spill=spill, kimicode_home=kc_home,
         )
         if self.network:
             args += [a for keep in _RESOLVER_DIRS if os.path.isdir(keep) for a in ("--ro-bind", keep, keep)]
@@ -158,6 +158,13 @@ class Sandbox:
         args += _socket_masks(ws)
         args += ["--chdir", ws, "--", *rlimit_prefix(self.limits), *argv]
         return args
+
+
+def _own_programs() -> list[str]:
+    """Programs kimicode ships beside its Python (the ripgrep wheel's `rg`), shown read-only at their own
+    path: a command that runs `rg` with kimicode's environment on PATH finds it inside the sandbox too."""
+    rg = os.path.join(os.path.dirname(sys.executable), "rg")
+    return [rg] if os.path.isfile(rg) else []
 
 
 def _home_credentials(home: str) -> list[str]:
