@@ -192,7 +192,7 @@ def _open_branch(parent: Any, rec: ExplorationRecord, b: Branch, workspace: str,
     collaborators = {"approve": hooks.approve, "on_event": hooks.for_branch(b)}  # never the parent's hook
     if b.session_id and b.workspace and Path(b.workspace).is_dir():
         return type(parent).resume(b.session_id, options=parent.options, workspace=b.workspace,
-                                   **collaborators, **_variant(parent, b))
+                                   **collaborators, **own_parts(parent), **_variant(parent, b))
     try:
         if workspace == "overlay" and b.tree is not None:
             tree = b.tree  # made ahead, before any fork (see _run_overlay)
@@ -257,6 +257,9 @@ def _choose_engine(parent: Any, rec: ExplorationRecord, workspace: str, engine: 
     """Overlay workspaces (run by the overlay engine) where possible; else worktrees, saying why once."""
     if engine is not None and workspace == "overlay":
         raise UsageError("branches with overlay workspaces run on this machine only (not on Ray)")
+    if engine is not None and own_parts(parent):
+        raise UsageError("branches of an agent given its own model client or session store run in this process "
+                         "(not on another engine): those objects cannot travel")
     if engine is not None or workspace in ("worktree", "copy"):
         return ("worktree" if workspace in ("auto", "overlay") else workspace), engine
     why = overlay_unavailable(parent, hooks)
@@ -279,6 +282,8 @@ def overlay_unavailable(parent: Any, hooks: Hooks) -> str | None:
 
     if hooks.approve is not None:
         return "the branches may ask for approvals (an approval function was given), which they do in this process"
+    if own_parts(parent):
+        return "the session uses the caller's own model client or session store, which live in this process"
     why = unavailable(Path(parent.home), Path(parent.workspace))
     if why is not None:
         return why
@@ -287,6 +292,14 @@ def overlay_unavailable(parent: Any, hooks: Hooks) -> str | None:
     except Exception as exc:  # pickle raises several kinds
         return f"the session's options cannot be sent to the branches' process ({type(exc).__name__}: {exc})"
     return None
+
+
+def own_parts(parent: Any) -> dict[str, Any]:
+    """The caller's own client and session store of `parent` (`Agent(client=, session_store=)`), which serve
+    its branches too: {} when kimicode made both."""
+    store = parent.log.store if parent.log is not None else None
+    given = {"client": parent.parts.client.given, "session_store": store}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _variant(parent: Any, b: Branch) -> dict[str, Any]:

@@ -46,7 +46,10 @@ class Job:
 
 
 def prepare_client(agent: Any, branch: Branch, job: Job, gate: Any) -> None:
-    """Share the rate gate and the parent's cache key; call inside the context whose HTTP pool is shared."""
+    """Share the rate gate and the parent's cache key; call inside the context whose HTTP pool is shared.
+    A caller's own client (`Agent(client=...)`) is left as it is: its requests, limits and caching are its own."""
+    if agent.parts.client.given is not None:
+        return
     config = agent.client.config
     config.gate = gate
     config.session_id = job.cache_key
