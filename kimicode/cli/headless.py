@@ -63,6 +63,27 @@ def exit_code_for(event: TurnFinished) -> int:
     return EXIT_FAILURE
 
 
+class SafeText:
+    """A text stream that writes a lone surrogate (a file name that is not UTF-8, decoded by `os.fsdecode`)
+    as its `\\udcXX` escape instead of failing: in a JSON line that is the string's own escape, read back
+    as the same name; in plain text it shows which byte it was."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except UnicodeEncodeError:
+            return self.stream.write(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+
 class Printer:
     """Turns events into the chosen output format."""
 
@@ -78,8 +99,8 @@ class Printer:
         self.fmt = fmt
         self.include_partial = include_partial
         self.verbose = verbose
-        self.out = out or sys.stdout
-        self.err = err or sys.stderr
+        self.out = SafeText(out or sys.stdout)
+        self.err = SafeText(err or sys.stderr)
         self._in_reasoning = False
         self.denials: list[PermissionDenied] = []
         self.permission_mode = "default"
@@ -233,7 +254,7 @@ class Printer:
             self.err.flush()
 
 
-def _isatty(stream: IO[str]) -> bool:
+def _isatty(stream: IO[str] | SafeText) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):

@@ -17,7 +17,7 @@ from helpers import git
 from typer.testing import CliRunner
 
 from kimicode.cli.app import app
-from kimicode.testing import FakeServer, Reply
+from kimicode.testing import FakeServer, Reply, ToolCall
 
 
 @pytest.fixture
@@ -196,3 +196,18 @@ def test_costs_per_branch_per_verified_and_in_total(env: None, server: FakeServe
     assert result["cost_usd_total"] == pytest.approx(sum(costs), abs=1e-5)
     assert result["cost_usd_per_verified"] == pytest.approx(sum(costs) / 2, abs=1e-5)
     assert result["cost_usd"] == result["cost_usd_total"]
+
+
+def test_headless_json_with_a_file_name_that_is_not_utf8(env: None, server: FakeServer, workspace: Path) -> None:
+    """A branch that makes a file whose name is not UTF-8 (`caf\\xe9.txt`, Latin-1): the json result is still
+    one valid line, the name escaped as the session log writes it, and the file is applied byte for byte."""
+    git_project(workspace)
+    make = Reply(tool_calls=[ToolCall("bash", {"command": "printf 'latin\\n' > \"$(printf 'caf\\351.txt')\""})])
+    Router(server, {"1": [make, *write_turn(GOOD)], "2": write_turn(WRONG)})
+    code, result, err = run_cli(server, workspace, "--branches", "2", "--verify", VERIFY, "--permission-mode", "yolo")
+    assert code == 0, err
+    assert result["applied"] is not None and result["changes"]["modified"] == ["app.py"]
+    (added,) = result["changes"]["added"]
+    assert os.fsencode(added) == b"caf\xe9.txt"
+    assert (workspace / os.fsdecode(b"caf\xe9.txt")).read_bytes() == b"latin\n"
+    assert (workspace / "app.py").read_text() == GOOD

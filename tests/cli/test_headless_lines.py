@@ -114,3 +114,22 @@ def test_hostile_text_cannot_break_the_line() -> None:
     assert "--allow web_fetch" in no_suggestion
     assert retry_line(Retrying(1, 5, 0.5, "a\n\nb")) == "kimicode: retry 1/5 in 0.5s after: a b"
     assert one_line("\t\x00  ") == "\\x00"  # issue 10: what cannot be shown is shown escaped, not hidden
+
+
+def test_a_name_that_is_not_utf8_is_escaped_never_a_crash() -> None:
+    """`os.fsdecode(b"caf\\xe9")` holds a lone surrogate, which a strict UTF-8 stdout refuses: a JSON line
+    carries it as its `\\udce9` escape (read back as the same name), a text line shows the escape."""
+    import json
+    import os
+
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict") for _ in range(2))
+    name = os.fsdecode(b"caf\xe9.txt")
+    printer = Printer("stream-json", out=out, err=err)
+    printer.line({"type": "x", "added": [name], "plain": "é"})
+    printer.err.write(f"kimicode: warning: could not read {name}\n")
+    printer.err.flush()
+    out.seek(0)
+    err.seek(0)
+    back = json.loads(out.buffer.read().decode("utf-8"))
+    assert back["added"] == [name] and os.fsencode(back["added"][0]) == b"caf\xe9.txt" and back["plain"] == "é"
+    assert err.buffer.read().decode("utf-8") == "kimicode: warning: could not read caf\\udce9.txt\n"
