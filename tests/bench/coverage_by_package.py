@@ -5,10 +5,11 @@
 
 Runs pytest under `coverage run --source=kimicode` (the `coverage` package from the dev extra), then prints
 one row per package (kimicode/agent/, kimicode/tools/, ...; the top-level modules as `kimicode/*.py`):
-statements, statements never run, and the share run, with the total last. Only code that ran in the
-pytest process counts: what a test runs in a child process (`kimicode -p` end to end, the branches'
-process, the ACP agent) is not measured, so those packages read lower than what the tests exercise.
-No test mocks what it measures: a line counts only when a real test ran it.
+statements, statements never run, and the share run, with the total last. Child processes count too
+(`kimicode -p` end to end, the branches' process, the ACP agent), except those a test starts with an
+environment of its own making (the variable that tells coverage to measure is not there). No test mocks
+what it measures: a line counts only when a real test ran it. `python tests/bench/coverage_by_package.py
+tests` measures the whole suite (slow tier and the real llama.cpp server included).
 """
 
 from __future__ import annotations
@@ -22,11 +23,35 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / ".coverage"
 
 
+RC = """\
+[run]
+source = kimicode
+parallel = true
+sigterm = true
+patch = subprocess, _exit, execv
+"""
+"""Child processes are measured too (`patch = subprocess`: `kimicode -p` end to end, the branches' process,
+the ACP agent), and so is a process that ends with `os._exit` (the branches' process does)."""
+
+
 def run_tests(args: list[str]) -> int:
-    """pytest under coverage; its exit code (a failing test still leaves figures worth printing)."""
-    cmd = [sys.executable, "-m", "coverage", "run", f"--data-file={DATA}", "--source=kimicode",
-           "-m", "pytest", "-p", "no:cacheprovider", *(args or ["-m", "not slow"])]
-    return subprocess.call(cmd, cwd=ROOT)
+    """pytest under coverage, then every process's data combined; pytest's exit code (a failing test still
+    leaves figures worth printing)."""
+    import tempfile
+
+    for old in ROOT.glob(".coverage*"):
+        old.unlink()
+    with tempfile.NamedTemporaryFile("w", suffix=".coveragerc", delete=False) as rc:
+        rc.write(RC)
+    try:
+        cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc.name}", f"--data-file={DATA}",
+               "-m", "pytest", "-p", "no:cacheprovider", *(args or ["-m", "not slow"])]
+        code = subprocess.call(cmd, cwd=ROOT)
+        subprocess.call([sys.executable, "-m", "coverage", "combine", f"--rcfile={rc.name}",
+                         f"--data-file={DATA}", "-q"], cwd=ROOT)
+    finally:
+        Path(rc.name).unlink()
+    return code
 
 
 def by_package() -> dict[str, tuple[int, int]]:
