@@ -3,7 +3,8 @@
 Implements `kimicode.branches.explore.Engine`. `start()` starts the child (kimicode/branches/child.py)
 as the exploration begins, so that its Python start and imports overlap the branches' forking; `run()`
 sends it its orders and turns its JSON lines back into branch updates (every state change, so the
-terminal's table and the stream-json lines work as with in-process branches) and step events. If the
+terminal's table and the stream-json lines work as with in-process branches), step events and notices
+(what the child could not set up, e.g. its PID namespace: kimicode/branches/pidns.py). If the
 child dies, the branches it had not finished are `crashed`, with its exit status and the last lines it
 wrote to stderr; an exploration left so is resumed with `kimicode branches resume`. Cancelling `run()`
 (Ctrl-C) asks the child to interrupt its branches (SIGTERM) and waits for it to save them.
@@ -53,8 +54,10 @@ def agent_class_path(parent: Any) -> str:
 class OverlayEngine:
     """Runs branches whose trees are overlays (kimicode/branches/overlay.py) in one namespaced child."""
 
-    def __init__(self, on_event: Callable[[Branch, Any], None] | None = None) -> None:
+    def __init__(self, on_event: Callable[[Branch, Any], None] | None = None,
+                 on_notice: Callable[[str], None] | None = None) -> None:
         self.on_event = on_event
+        self.on_notice = on_notice
         self._proc: asyncio.subprocess.Process | None = None
         self._stderr: bytearray = bytearray()
         self._stderr_task: asyncio.Task[None] | None = None
@@ -136,6 +139,10 @@ class OverlayEngine:
             return None
         if "fatal" in message:
             self._stderr += f"\n{message['fatal']}".encode()
+            return None
+        if "notice" in message:
+            if self.on_notice is not None:
+                self.on_notice(str(message["notice"]))
             return None
         if "step" in message:
             if self.on_event is not None and message.get("id") in pending:
