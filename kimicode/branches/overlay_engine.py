@@ -34,6 +34,8 @@ OUTCOME = ("status", "turn_status", "error", "verified", "verify_exit", "verify_
            "changes", "changed_lines", "before", "after", "cost_usd", "usage", "steps", "started_at", "finished_at")
 """What the branches' process reports of a branch; its identity (id, number, session, workspace, tree, model)
 is the parent's own record, whatever a line says."""
+STOPPED = 130
+"""The child's exit code when it stopped its branches (SIGTERM, SIGINT, its stdin closed) and saved them."""
 STOP_GRACE = 15.0
 """Seconds the child gets to interrupt and save its branches before it is killed."""
 
@@ -90,6 +92,7 @@ class OverlayEngine:
         """Give the child the job, the options and every branch's mount (the trees exist; the forks may not)."""
         await self.start(parent)
         self._pending: dict[str, Branch] = {}
+        self._last: dict[str, Branch] = {}
         self._send({"options": picklable_options(parent), "job": job,
                     "mounts": {b.id: mount_spec(b.tree or {}) for b in branches}})
 
@@ -116,7 +119,11 @@ class OverlayEngine:
             if self._stderr_task is not None:
                 await self._stderr_task
             for b in list(self._pending.values()):
-                yield self._crashed(b, code)
+                last = self._last.get(b.id)
+                if code == STOPPED and last is not None and last.status == "interrupted":
+                    yield last  # stopped (SIGTERM, whoever sent it) and saved as such: not a crash
+                else:
+                    yield self._crashed(b, code)
         finally:
             await self._stop(proc)
 
@@ -157,6 +164,7 @@ class OverlayEngine:
                 setattr(update, name, data[name])
         if update.finished:
             del pending[update.id]
+        self._last[update.id] = update
         return update
 
     def _crashed(self, b: Branch, code: int) -> Branch:
