@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -198,21 +199,26 @@ def test_a_branch_sees_its_own_proc_and_the_bash_timeout_still_kills(
     out.mkdir()
     parent = make_agent(permission_mode="yolo", sandbox="off")
     look = (f"tr '\\0' ' ' < /proc/1/cmdline > {out}/init.txt; ls /proc > {out}/proc.txt; echo $$ > {out}/shell.txt; "
-            f"cut -d' ' -f5 /proc/$$/stat > {out}/pgrp.txt")
+            f"cut -d' ' -f5 /proc/$$/stat > {out}/pgrp.txt; setsid sleep 0.1 </dev/null >/dev/null 2>&1 &")
+    # shell builtins only (no child of its own to catch unreaped): the orphaned `sleep 0.1` was reaped by PID 1
+    zombies = (f"for s in /proc/[0-9]*/stat; do read -r l < \"$s\" && case \"${{l##*) }}\" in Z*) echo \"$l\";; esac; "
+               f"done > {out}/zombies.txt")
     seen: list[str] = []
 
-    def done(request: RecordedRequest) -> Reply:
+    def timed_out(request: RecordedRequest) -> Reply:
         seen.append(json.dumps(request.body["messages"][-1]))
-        return Reply(content="done")
+        return bash(zombies)
 
     # a command that ignores SIGTERM: the timeout kill waits for the group (read from /proc), then SIGKILLs it
-    Router(server, {"1": [bash(look), bash(f"trap '' TERM; exec -a {token} sleep 300", timeout=1), done]})
+    Router(server, {"1": [bash(look), bash(f"trap '' TERM; exec -a {token} sleep 300", timeout=1), timed_out,
+                          Reply(content="done")]})
     ex = asyncio.run(_explore(parent, n=1))
     assert ex.branches[0].status == "done", ex.branches[0].error
     assert "kimicode.branches.child" in (out / "init.txt").read_text()  # PID 1: the branches' own init
     shell = (out / "shell.txt").read_text().strip()
     assert shell in (out / "proc.txt").read_text().split()  # the shell's pid as this /proc numbers it
     assert (out / "pgrp.txt").read_text().strip() == shell  # and its process group (the bash tool's session)
+    assert (out / "zombies.txt").read_text() == ""
     assert "timed out after 1 s" in seen[0]
     assert gone(token)
 
@@ -271,3 +277,16 @@ def test_a_closed_stdin_ends_the_branches_process() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap to mask a file of /proc")
+def test_without_a_proc_of_its_own_the_branches_process_runs_as_before_and_says_why() -> None:
+    """A partly masked /proc (as containers have) refuses a new procfs: no PID namespace then, a notice."""
+    argv = ["bwrap", "--dev-bind", "/", "/", "--unshare-user", "--unshare-pid", "--proc", "/proc",
+            "--ro-bind", "/dev/null", "/proc/version", "--",
+            sys.executable, "-c", _BOOT, json.dumps(sys.path), "kimicode:Agent"]
+    done = subprocess.run(argv, input=b"", capture_output=True, timeout=GONE_WITHIN * 2, check=False)
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert done.returncode == 3, done.stderr  # it went on, and found its stdin closed
+    assert "no PID namespace (cannot mount a /proc of its own" in lines[0]["notice"]
+    assert "cannot read the orders" in lines[1]["fatal"]
