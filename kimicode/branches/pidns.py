@@ -60,14 +60,13 @@ def _probe(libc: ctypes.CDLL) -> str | None:
     pid = os.fork()
     if pid == 0:  # the probe: a PID and mount namespace of its own, and a process in it that mounts /proc
         os.close(read_end)
-        why = None
         if libc.unshare(CLONE_NEWPID | CLONE_NEWNS) != 0:
-            why = _error("cannot create a PID namespace")
+            _tell(write_end, _error("cannot create a PID namespace"))
         elif (inner := os.fork()) == 0:
-            os._exit(_report(write_end, _mount_proc(libc)))
+            _tell(write_end, _mount_proc(libc))
         else:
             os.waitpid(inner, 0)
-        os._exit(_report(write_end, why))
+        os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as fh:
         why = fh.read().decode("utf-8", "replace")
@@ -75,11 +74,10 @@ def _probe(libc: ctypes.CDLL) -> str | None:
     return why or None
 
 
-def _report(fd: int, why: str | None) -> int:
+def _tell(fd: int, why: str | None) -> None:
     if why:
         with contextlib.suppress(OSError):
             os.write(fd, why.encode())
-    return 0
 
 
 def start(close: Iterable[int] = ()) -> str | None:
@@ -87,7 +85,7 @@ def start(close: Iterable[int] = ()) -> str | None:
     same process. Returns None, or a notice saying what is missing. `close`: descriptors the waiter and
     the init must not keep (the protocol's own)."""
     if not sys.platform.startswith("linux"):
-        return f"PID namespaces need Linux (this is {sys.platform})"
+        return f"what a branch starts may outlive the branches' process: no PID namespace on {sys.platform}"
     libc = _libc()
     try:
         why = _probe(libc)
@@ -120,7 +118,8 @@ def start(close: Iterable[int] = ()) -> str | None:
     os.close(lifeline)
     os.close(status_out)
     for sig, handler in defaults.items():
-        signal.signal(sig, handler)
+        if handler is not None:  # None: set outside Python, and never changed here
+            signal.signal(sig, handler)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     return None if why is None else f"the branches' PID namespace has no /proc of its own ({why})"
 
