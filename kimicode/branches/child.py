@@ -2,16 +2,19 @@
 
 Started once per exploration by `kimicode.branches.overlay_engine.OverlayEngine` (not once per branch: a
 Python start costs more than a branch's creation). It enters a user and mount namespace first, while it
-has one thread, then imports the agent (the parent's Agent class, `module:qualname`, is its argument)
-while the parent forks the branches, then reads its orders (a pickle from the parent on stdin,
-length-prefixed): the mounts, the job and the session's options. It mounts the overlays, locks them
+has one thread, then a PID namespace (kimicode/branches/pidns.py): the process the parent started stays
+outside as a waiter and the rest runs in a forked worker, so that nothing a branch starts outlives the
+process, by construction. The worker imports the agent (the parent's Agent class, `module:qualname`, is
+its argument) while the parent forks the branches, then reads its orders (a pickle from the parent on
+stdin, length-prefixed): the mounts, the job and the session's options. It mounts the overlays, locks them
 (kimicode/branches/userns.py), then takes the branches one by one as the parent forks them (`{"branch":
 ...}`, then `{"end": true}`) and runs them all on one event loop as the local engine does (one rate
 limiter, one HTTP pool, the parent's prompt cache key), each resumed from its session log with its
 workspace at the mounted path, each started as soon as it arrives. It writes JSON lines to its stdout,
 nothing else: `{"branch": {...}}` at every state change, `{"step": n, "id": ...}` when a branch starts a
-model request, `{"fatal": "..."}` when it cannot start. Its stdin closing (the parent gone) or
-SIGTERM/SIGINT interrupts the branches, which are saved as such.
+model request, `{"notice": "..."}` when it runs without a PID namespace (and why), `{"fatal": "..."}`
+when it cannot start. Its stdin closing (the parent gone) or SIGTERM/SIGINT (the waiter forwards them)
+interrupts the branches, which are saved as such (exit 130).
 """
 
 from __future__ import annotations
@@ -57,6 +60,15 @@ def main() -> int:
     except OSError as exc:
         _emit(out, {"fatal": f"cannot make the branches' namespace: {exc.strerror or exc}"})
         return 3
+    from kimicode.branches import pidns
+
+    try:
+        notice = pidns.start(close=(out.fileno(),))  # from here on: the worker of a PID namespace of its own
+    except OSError as exc:
+        _emit(out, {"fatal": f"cannot start the branches' PID namespace: {exc.strerror or exc}"})
+        return 3
+    if notice is not None:
+        _emit(out, {"notice": notice})
     import importlib
 
     for name in ("kimicode.branches.child_run", "kimicode.llm.client", sys.argv[1].partition(":")[0]):

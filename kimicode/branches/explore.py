@@ -266,13 +266,19 @@ def _choose_engine(parent: Any, rec: ExplorationRecord, workspace: str, engine: 
     if why is None:
         from kimicode.branches.overlay_engine import OverlayEngine
 
-        return "overlay", OverlayEngine(on_event=hooks.on_event)
+        return "overlay", OverlayEngine(on_event=hooks.on_event, on_notice=lambda text: _notice(parent, rec, text))
     if workspace == "overlay":
         raise UsageError(f"the branches' workspaces cannot be overlays here: {why}")
-    rec.notice = f"each branch is a full checkout of the workspace: {why}"
-    with contextlib.suppress(Exception):
-        parent.notify(rec.notice, "warning")
+    _notice(parent, rec, f"each branch is a full checkout of the workspace: {why}")
     return "worktree", None
+
+
+def _notice(parent: Any, rec: ExplorationRecord, text: str) -> None:
+    """Tell the user (a warning) and keep it in the exploration's record."""
+    if text not in (rec.notice or ""):  # a resume says it again
+        rec.notice = f"{rec.notice}; {text}" if rec.notice else text
+    with contextlib.suppress(Exception):
+        parent.notify(text, "warning")
 
 
 def overlay_unavailable(parent: Any, hooks: Hooks) -> str | None:

@@ -3,7 +3,8 @@
 Implements `kimicode.branches.explore.Engine`. `start()` starts the child (kimicode/branches/child.py)
 as the exploration begins, so that its Python start and imports overlap the branches' forking; `run()`
 sends it its orders and turns its JSON lines back into branch updates (every state change, so the
-terminal's table and the stream-json lines work as with in-process branches) and step events. If the
+terminal's table and the stream-json lines work as with in-process branches), step events and notices
+(what the child could not set up, e.g. its PID namespace: kimicode/branches/pidns.py). If the
 child dies, the branches it had not finished are `crashed`, with its exit status and the last lines it
 wrote to stderr; an exploration left so is resumed with `kimicode branches resume`. Cancelling `run()`
 (Ctrl-C) asks the child to interrupt its branches (SIGTERM) and waits for it to save them.
@@ -33,6 +34,8 @@ OUTCOME = ("status", "turn_status", "error", "verified", "verify_exit", "verify_
            "changes", "changed_lines", "before", "after", "cost_usd", "usage", "steps", "started_at", "finished_at")
 """What the branches' process reports of a branch; its identity (id, number, session, workspace, tree, model)
 is the parent's own record, whatever a line says."""
+STOPPED = 130
+"""The child's exit code when it stopped its branches (SIGTERM, SIGINT, its stdin closed) and saved them."""
 STOP_GRACE = 15.0
 """Seconds the child gets to interrupt and save its branches before it is killed."""
 
@@ -53,8 +56,10 @@ def agent_class_path(parent: Any) -> str:
 class OverlayEngine:
     """Runs branches whose trees are overlays (kimicode/branches/overlay.py) in one namespaced child."""
 
-    def __init__(self, on_event: Callable[[Branch, Any], None] | None = None) -> None:
+    def __init__(self, on_event: Callable[[Branch, Any], None] | None = None,
+                 on_notice: Callable[[str], None] | None = None) -> None:
         self.on_event = on_event
+        self.on_notice = on_notice
         self._proc: asyncio.subprocess.Process | None = None
         self._stderr: bytearray = bytearray()
         self._stderr_task: asyncio.Task[None] | None = None
@@ -87,6 +92,7 @@ class OverlayEngine:
         """Give the child the job, the options and every branch's mount (the trees exist; the forks may not)."""
         await self.start(parent)
         self._pending: dict[str, Branch] = {}
+        self._last: dict[str, Branch] = {}
         self._send({"options": picklable_options(parent), "job": job,
                     "mounts": {b.id: mount_spec(b.tree or {}) for b in branches}})
 
@@ -113,7 +119,11 @@ class OverlayEngine:
             if self._stderr_task is not None:
                 await self._stderr_task
             for b in list(self._pending.values()):
-                yield self._crashed(b, code)
+                last = self._last.get(b.id)
+                if code == STOPPED and last is not None and last.status == "interrupted":
+                    yield last  # stopped (SIGTERM, whoever sent it) and saved as such: not a crash
+                else:
+                    yield self._crashed(b, code)
         finally:
             await self._stop(proc)
 
@@ -137,6 +147,10 @@ class OverlayEngine:
         if "fatal" in message:
             self._stderr += f"\n{message['fatal']}".encode()
             return None
+        if "notice" in message:
+            if self.on_notice is not None:
+                self.on_notice(str(message["notice"]))
+            return None
         if "step" in message:
             if self.on_event is not None and message.get("id") in pending:
                 self.on_event(record.branch(message["id"]), StepStarted(int(message["step"])))
@@ -150,6 +164,7 @@ class OverlayEngine:
                 setattr(update, name, data[name])
         if update.finished:
             del pending[update.id]
+        self._last[update.id] = update
         return update
 
     def _crashed(self, b: Branch, code: int) -> Branch:

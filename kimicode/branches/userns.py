@@ -3,7 +3,8 @@
 A branch's workspace (kimicode/branches/overlay.py) is an overlayfs mount: the exploration's snapshot and
 the live workspace below, the branch's own directory above (its changed files only). Mounting needs no
 privilege inside a user namespace of one's own (Linux 5.11+, `userxattr`), and the mounts exist only in
-that namespace's processes: the branches' process (kimicode/branches/child.py) and what it starts.
+that namespace's processes: the branches' process (kimicode/branches/child.py) and what it starts, all
+in a PID namespace made right after `enter()` (kimicode/branches/pidns.py), so none outlives it.
 
 The process maps its own uid and gid to themselves (not to root, as `unshare -r` would): the files keep
 their owners, so a checkpoint index written outside matches the stat data seen inside, and the commands

@@ -57,7 +57,7 @@ def save(home: Path, base_url: str, model: str, state: Mapping[str, Any]) -> Non
         data = dict(newest[-200:])
     try:
         private_dirs(path.parent)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
         private_write(tmp, json.dumps(data, indent=1, sort_keys=True))  # 0600 like everything in KIMICODE_HOME
         tmp.replace(path)
     except OSError:

@@ -210,7 +210,7 @@ def _write_cache(home: Path, key: str, info: ServerInfo) -> None:
     data[key] = {**info.as_json(), "at": time.time()}
     try:
         private_dirs(path.parent)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
         private_write(tmp, json.dumps(data, indent=1, sort_keys=True))
         tmp.replace(path)
     except OSError:

@@ -118,7 +118,7 @@ def _own_cgroups() -> dict[str, str]:
 def _writable_dir(path: Path) -> bool:
     if not path.is_dir() or not os.access(path, os.W_OK):
         return False
-    probe = path / f"kimicode-probe-{os.getpid()}"
+    probe = path / f"kimicode-probe-{os.getpid()}-{os.urandom(4).hex()}"
     try:
         probe.mkdir()
     except OSError:
@@ -159,7 +159,8 @@ class Cgroups:
         """A fresh cgroup per controller with the limits written; `prefix` moves the command into them.
         `release()` (blocking: run it in a thread) kills whatever is left in them and removes them."""
         made: list[Path] = []
-        name = f"kimicode-{os.getpid()}-{next(self._counter)}"
+        # random too: a pid is unique only in its PID namespace (the branches' process has its own)
+        name = f"kimicode-{os.getpid()}-{next(self._counter)}-{os.urandom(4).hex()}"
         for controller, (base, version) in self.parents.items():
             path = base / name
             try:
