@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from kimicode.config.choices import PERMISSION_MODES, PermissionMode
-from kimicode.permissions.bashcheck import decide_bash
 from kimicode.permissions.decision import Decision, path_rule_hit, rule_text, shown_path, specific_allow
 from kimicode.permissions.pathresolve import call_paths, resolve
 from kimicode.permissions.policy import Policy, Rule, RuleAction, Rules, glob_may_match_sensitive
@@ -221,7 +220,10 @@ def _decide_other(tool: ToolLike, mode: str, policy: Policy, args: Mapping[str, 
 def _decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, policy: Policy) -> Decision:
     """The bash decision; an allowed line is checked again as plan mode without any allow rule or
     sandbox: when that still allows it, the read-only allowance alone admits it and it runs in the
-    read-only sandbox (whatever gap the program table has, the command cannot write)."""
+    read-only sandbox (whatever gap the program table has, the command cannot write). The program
+    tables load on the first bash call (a run without one never pays for them)."""
+    from kimicode.permissions.bashcheck import decide_bash
+
     decision = decide_bash(tool, args, mode, ctx, policy)
     if decision.verdict != "allow":
         return decision

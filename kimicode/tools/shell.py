@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from kimicode.context.output import in_use, make_room, spill_limit
-from kimicode.permissions.gitsafe import read_only_git_env
 from kimicode.prompts import load_prompt
 from kimicode.safeio import private_dirs, private_open
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
@@ -418,6 +417,8 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
         )
     env = dict(ctx.env) if ctx.env is not None else scrub_env(os.environ)
     env.update(SHELL_ENV)
+    from kimicode.permissions.gitsafe import read_only_git_env  # the program tables: on the first command
+
     env.update(read_only_git_env(command))  # read-only git runs without the programs a repository names
     confined = sandbox is not None and not (sandbox.auto and ctx.approved) and ctx.commands is None
     profile = ctx.sandbox_profile
