@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -287,3 +288,21 @@ def produce(n: int, seed: int) -> str:
         + " ".join(rng.choice(PRODUCE_WORDS) for _ in range(6))
         for _ in range(n)
     )
+
+
+class MemoryStore:
+    """A caller's session store (`kimicode.SessionStore`): every record in a dict; `fail(record)` true makes
+    `append` raise `error` (a store that is down)."""
+
+    def __init__(self, fail: Callable[[dict[str, Any]], bool] | None = None,
+                 error: type[Exception] = OSError) -> None:
+        self.sessions: dict[str, list[dict[str, Any]]] = {}
+        self.fail, self.error = fail, error
+
+    def append(self, session_id: str, record: dict[str, Any]) -> None:
+        if self.fail is not None and self.fail(record):
+            raise self.error("the store is down")
+        self.sessions.setdefault(session_id, []).append(record)
+
+    def load(self, session_id: str) -> list[dict[str, Any]]:
+        return list(self.sessions.get(session_id, []))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import assert_valid_history
+from helpers import MemoryStore, assert_valid_history
 
 import kimicode
 from kimicode import Agent, Completion, StreamDelta, StreamEvent, tool
@@ -80,18 +80,6 @@ def call(name: str, args: dict[str, Any], call_id: str) -> dict[str, Any]:
     return {"role": "assistant", "content": None, "tool_calls": [
         {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
 
-
-class MemoryStore:
-    """A caller's session store: every record in a dict."""
-
-    def __init__(self) -> None:
-        self.sessions: dict[str, list[dict[str, Any]]] = {}
-
-    def append(self, session_id: str, record: dict[str, Any]) -> None:
-        self.sessions.setdefault(session_id, []).append(record)
-
-    def load(self, session_id: str) -> list[dict[str, Any]]:
-        return list(self.sessions.get(session_id, []))
 
 
 @tool

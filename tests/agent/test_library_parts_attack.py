@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import history_problems
+from helpers import MemoryStore, history_problems
 
 import kimicode
 from kimicode import Agent, Completion, StreamDelta, StreamEvent, tool
@@ -67,20 +67,6 @@ class Scripted:
     async def aclose(self) -> None:
         self.closes += 1  # run_sync closes the agent, this client included, after each turn
 
-
-class MemoryStore:
-    def __init__(self, fail: Callable[[dict[str, Any]], bool] | None = None,
-                 error: type[Exception] = OSError) -> None:
-        self.sessions: dict[str, list[dict[str, Any]]] = {}
-        self.fail, self.error = fail, error
-
-    def append(self, session_id: str, record: dict[str, Any]) -> None:
-        if self.fail is not None and self.fail(record):
-            raise self.error("the store is down")
-        self.sessions.setdefault(session_id, []).append(record)
-
-    def load(self, session_id: str) -> list[dict[str, Any]]:
-        return list(self.sessions.get(session_id, []))
 
 
 def call(*ids: str | None, args: Any = '{"a": 1, "b": 2}', name: Any = "add") -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import history_problems
+from helpers import MemoryStore, history_problems
 
 import kimicode
 from kimicode import Agent, Completion, StreamDelta, StreamEvent, tool
@@ -30,16 +30,6 @@ def no_endpoint_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in KEY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
 
-
-class MemoryStore:
-    def __init__(self) -> None:
-        self.sessions: dict[str, list[dict[str, Any]]] = {}
-
-    def append(self, session_id: str, record: dict[str, Any]) -> None:
-        self.sessions.setdefault(session_id, []).append(record)
-
-    def load(self, session_id: str) -> list[dict[str, Any]]:
-        return list(self.sessions.get(session_id, []))
 
 
 def strings(value: Any) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from branches_helpers import BUGGY, GOOD, VERIFY, WRONG, git_project
+from helpers import MemoryStore
 
 from kimicode import Agent, Completion, StreamEvent, UsageError
 from kimicode.branches import all_records, load_record
@@ -56,18 +57,6 @@ def test_explore_with_the_callers_client(workspace: Path, tmp_path: Path) -> Non
     assert ex.applied is not None and (workspace / "app.py").read_text() == GOOD
     assert client.requests == 4
 
-
-class MemoryStore:
-    """A session store of the caller's: the records in a dict."""
-
-    def __init__(self) -> None:
-        self.sessions: dict[str, list[dict[str, Any]]] = {}
-
-    def append(self, session_id: str, record: dict[str, Any]) -> None:
-        self.sessions.setdefault(session_id, []).append(record)
-
-    def load(self, session_id: str) -> list[dict[str, Any]]:
-        return list(self.sessions.get(session_id, []))
 
 
 class HangingClient(FixingClient):
