@@ -6,6 +6,10 @@ nor makes an exploration report a success."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,8 @@ from kimicode.branches.overlay import unavailable
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 MakeAgent = Callable[..., Agent]
+GONE_WITHIN = 30.0
+"""Seconds a killed process tree gets to disappear (polled: a bound for a loaded machine, not a speed)."""
 
 
 @pytest.fixture(autouse=True)
@@ -90,3 +96,70 @@ def test_signalling_the_namespaces_init_never_reports_a_success(
         assert b.status == "interrupted", b
     else:  # the init lived on: the branch ran to its end, and its verify failed
         assert b.status == "failed" and "verify exited with 1" in str(b.error), b
+
+
+def named(prefix: str) -> list[int]:
+    """Live processes whose argv[0] starts with `prefix`, in any namespace."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            argv0 = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0", 1)[0]
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if argv0.startswith(prefix.encode()) and state not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+def branches_process() -> int:
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"kimicode.branches.child" in cmdline:
+            return int(entry)
+    raise AssertionError("no branches' process")
+
+
+ESCAPES = {  # ways a command may try to outlive whoever started it
+    "nested-pidns": "unshare --user --map-root-user --pid --fork --mount-proc bash -c 'exec -a {n} sleep 300'",
+    "double-fork": "( ( setsid bash -c 'exec -a {n} sleep 300' & ) & )",
+    "nohup": "nohup bash -c 'exec -a {n} sleep 300'",
+    "ignores-all": "bash -c 'trap \"\" HUP TERM INT; exec -a {n} sleep 300'",
+    "new-subreaper": ("python3 -c 'import ctypes,os,sys; ctypes.CDLL(None).prctl(36,1,0,0,0); "
+                      "os.fork() or os.execvp(\"bash\", [\"bash\", \"-c\", sys.argv[1]]); os.wait()' "
+                      "'( exec -a {n} sleep 300 & )'"),
+}
+
+
+def test_no_escape_outlives_a_killed_branches_process_with_the_sandbox_off(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
+    token = f"kimicode-escape-{uuid.uuid4().hex[:10]}"
+    names = [f"{token}-{k}" for k in ESCAPES]
+    line = " ".join(f"{cmd.format(n=f'{token}-{k}')} </dev/null >/dev/null 2>&1 &" for k, cmd in ESCAPES.items())
+    git_project(workspace)
+    parent = make_agent(permission_mode="yolo", sandbox="off")
+
+    def kill(_request: Any) -> Reply:  # the branch's next request: its command line returned
+        deadline = time.monotonic() + 60
+        while not all(named(n) for n in names):
+            assert time.monotonic() < deadline, [n for n in names if not named(n)]
+            time.sleep(0.05)
+        os.kill(branches_process(), signal.SIGKILL)
+        return Reply(content="never delivered")
+
+    try:
+        Router(server, {"1": [bash(line), kill]})
+        ex = asyncio.run(_explore(parent, n=1))
+        assert ex.branches[0].status == "crashed"
+        deadline = time.monotonic() + GONE_WITHIN
+        while left := [n for n in names if named(n)]:
+            assert time.monotonic() < deadline, f"outlived the branches' process: {left}"
+            time.sleep(0.1)
+    finally:
+        for pid in named(token):
+            os.kill(pid, signal.SIGKILL)
