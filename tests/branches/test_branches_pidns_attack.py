@@ -163,3 +163,59 @@ def test_no_escape_outlives_a_killed_branches_process_with_the_sandbox_off(
     finally:
         for pid in named(token):
             os.kill(pid, signal.SIGKILL)
+
+
+WATCHER = '''import os, sys, time
+good, wrong = (open(p).read() for p in sys.argv[1:3])
+mark = ("VERIFY" + "-MARK").encode()
+def verifying():
+    for e in os.listdir("/proc"):
+        try:
+            if mark in open(f"/proc/{e}/cmdline", "rb").read():
+                return True
+        except OSError:
+            pass
+    return False
+deadline = time.monotonic() + 120
+while not verifying():
+    if time.monotonic() > deadline:
+        sys.exit(1)
+    time.sleep(0.001)
+open("/tmp/att/wlog", "a").write(os.getcwd() + " " + repr(good) + "\\n")
+open("app.py", "w").write(good)  # while the verify command runs
+while verifying():
+    time.sleep(0.001)
+open("app.py", "w").write(wrong)  # and back once it is over
+'''
+TAMPER_VERIFY = "sleep 2; python3 -c 'import app; assert app.add(2, 3) == 5' && : VERIFY-MARK"
+"""A verify command a leftover can see running (its bash does not exec its last command: the marker)."""
+
+
+def _tamper(server: FakeServer, parent: Agent, tmp_path: Path) -> Any:
+    script = tmp_path / "watcher.py"
+    script.write_text(WATCHER)
+    wrong = "def add(a, b):\n    return 0\n"
+    (tmp_path / "wrong").write_text(wrong)
+    (tmp_path / "good").write_text("def add(a, b):\n    return a + b\n")
+    start = f"setsid python3 {script} {tmp_path}/good {tmp_path}/wrong </dev/null >/dev/null 2>&1 &"
+    Router(server, {"1": [bash(start), *write_turn(wrong)]})
+    return asyncio.run(_explore(parent, n=1, verify=TAMPER_VERIFY))
+
+
+def test_a_sandboxed_leftover_cannot_fix_the_workspace_only_while_the_verify_command_runs(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
+) -> None:
+    git_project(workspace)
+    parent = make_agent(permission_mode="accept-edits", sandbox="workspace-write", allow=("bash(*)",))
+    b = _tamper(server, parent, tmp_path).branches[0]
+    assert not b.verified and b.status == "failed", b
+
+
+def test_with_the_sandbox_off_a_leftover_cannot_fix_the_workspace_only_while_the_verify_command_runs(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
+) -> None:
+    git_project(workspace)
+    parent = make_agent(permission_mode="yolo", sandbox="off")
+    b = _tamper(server, parent, tmp_path).branches[0]
+    assert not b.verified and b.status == "failed", b  # the leftover was killed before the verify command
+    assert b.verify_exit == 1, b
