@@ -191,7 +191,7 @@ TAMPER_VERIFY = "sleep 2; python3 -c 'import app; assert app.add(2, 3) == 5' && 
 """A verify command a leftover can see running (its bash does not exec its last command: the marker)."""
 
 
-def _tamper(server: FakeServer, parent: Agent, tmp_path: Path) -> Any:
+def _tamper(server: FakeServer, parent: Agent, tmp_path: Path, **kw: Any) -> Any:
     script = tmp_path / "watcher.py"
     script.write_text(WATCHER)
     wrong = "def add(a, b):\n    return 0\n"
@@ -199,7 +199,7 @@ def _tamper(server: FakeServer, parent: Agent, tmp_path: Path) -> Any:
     (tmp_path / "good").write_text("def add(a, b):\n    return a + b\n")
     start = f"setsid python3 {script} {tmp_path}/good {tmp_path}/wrong </dev/null >/dev/null 2>&1 &"
     Router(server, {"1": [bash(start), *write_turn(wrong)]})
-    return asyncio.run(_explore(parent, n=1, verify=TAMPER_VERIFY))
+    return asyncio.run(_explore(parent, n=1, verify=TAMPER_VERIFY, **kw))
 
 
 def test_a_sandboxed_leftover_cannot_fix_the_workspace_only_while_the_verify_command_runs(
@@ -219,3 +219,15 @@ def test_with_the_sandbox_off_a_leftover_cannot_fix_the_workspace_only_while_the
     b = _tamper(server, parent, tmp_path).branches[0]
     assert not b.verified and b.status == "failed", b  # the leftover was killed before the verify command
     assert b.verify_exit == 1, b
+
+
+
+@pytest.mark.xfail(strict=True, reason="left: worktree branches have no PID namespace whose leftovers can be "
+                   "killed before the verify command (with --sandbox off; the sandbox kills them per command)")
+def test_with_worktree_branches_and_the_sandbox_off_a_leftover_can_fix_the_workspace_while_verify_runs(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
+) -> None:
+    git_project(workspace)
+    parent = make_agent(permission_mode="yolo", sandbox="off")
+    b = _tamper(server, parent, tmp_path, workspace="worktree").branches[0]
+    assert not b.verified and b.status == "failed", b
