@@ -112,3 +112,32 @@ def test_a_judge_model_with_the_callers_client_never_leaves_this_process(workspa
     ex = asyncio.run(_explore(parent, n=2, verify=VERIFY, judge_model="judge-model"))
     assert ex.applied is not None and (workspace / "app.py").read_text() == GOOD
     assert client.requests > 4 and "the judge failed" not in str(ex.record.reason), ex.record.reason
+
+
+def test_apply_later_and_after_a_restart_with_the_callers_client_and_store(workspace: Path, tmp_path: Path) -> None:
+    from kimicode.branches import load_record
+    from kimicode.branches.exploration import Exploration
+
+    git_project(workspace)
+    home = tmp_path / "home"
+    parent = Agent(client=Client(fail=1), workspace=workspace, home=home, permission_mode="accept-edits")
+    ex = asyncio.run(_explore(parent, n=2, verify=VERIFY, apply=False))
+    good = next(b for b in ex.branches if b.status == "verified")
+    bad = next(b for b in ex.branches if b.status != "verified")
+    assert ex.applied is None and (workspace / "app.py").read_text() != GOOD
+
+    later = Agent.resume(parent.session_id, client=Client(), workspace=workspace, home=home,
+                         permission_mode="accept-edits")
+
+    async def apply() -> None:
+        try:
+            again = Exploration(load_record(home, ex.record.id), later, {})
+            with pytest.raises(UsageError, match="did not finish its turn"):
+                await again.apply(bad)
+            assert (workspace / "app.py").read_text() != GOOD
+            await again.apply(good)
+        finally:
+            await later.aclose()
+
+    asyncio.run(apply())
+    assert (workspace / "app.py").read_text() == GOOD
