@@ -6,6 +6,7 @@ nor makes an exploration report a success."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -231,3 +232,28 @@ def test_with_worktree_branches_and_the_sandbox_off_a_leftover_can_fix_the_works
     parent = make_agent(permission_mode="yolo", sandbox="off")
     b = _tamper(server, parent, tmp_path, workspace="worktree").branches[0]
     assert not b.verified and b.status == "failed", b
+
+
+def test_a_sandboxed_command_sees_no_process_of_kimicode(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
+    """With the sandbox on, bwrap's own PID namespace and /proc: neither the worker nor the init is there."""
+    git_project(workspace)
+    parent = make_agent(permission_mode="accept-edits", sandbox="workspace-write", allow=("bash(*)",))
+    look = ("for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done > seen.txt; "
+            "cat /proc/2/environ /proc/1/environ 2>/dev/null | tr '\\0' '\\n' >> seen.txt; echo end >> seen.txt")
+    seen: list[str] = []
+
+    def report(request: Any) -> Reply:
+        seen.append(json.dumps(request.body["messages"][-1]))
+        return Reply(tool_calls=[ToolCall("read_file", {"path": "seen.txt"})])
+
+    def read(request: Any) -> Reply:
+        seen.append(request.body["messages"][-1]["content"])
+        return Reply(content="done")
+
+    Router(server, {"1": [bash(look), report, read]})
+    ex = asyncio.run(_explore(parent, n=1))
+    assert ex.branches[0].status == "done", ex.branches[0].error
+    assert "end" in seen[-1] and "kimicode.branches.child" not in seen[-1], seen[-1]
+    assert "sk-test-secret-key" not in seen[-1]
