@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -257,3 +258,34 @@ def test_a_sandboxed_command_sees_no_process_of_kimicode(
     assert ex.branches[0].status == "done", ex.branches[0].error
     assert "end" in seen[-1] and "kimicode.branches.child" not in seen[-1], seen[-1]
     assert "sk-test-secret-key" not in seen[-1]
+
+
+def test_a_sigterm_during_the_verify_command_interrupts_never_verifies(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
+    token = f"kimicode-verify-{uuid.uuid4().hex[:10]}"
+    git_project(workspace)
+    parent = make_agent(permission_mode="yolo", sandbox="off")
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while not named(token):
+            assert time.monotonic() < deadline, "the verify command never started"
+            time.sleep(0.05)
+        os.kill(branches_process(), signal.SIGTERM)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        Router(server, {"1": write_turn("def add(a, b):\n    return a + b\n")})
+        ex = asyncio.run(_explore(parent, n=1, verify=f"bash -c 'exec -a {token} sleep 300'; true"))
+        watcher.join(5)
+        b = ex.branches[0]
+        assert not b.verified and b.status == "interrupted", b
+        deadline = time.monotonic() + GONE_WITHIN
+        while named(token):
+            assert time.monotonic() < deadline, "the verify command outlived the interrupted branches"
+            time.sleep(0.1)
+    finally:
+        for pid in named(token):
+            os.kill(pid, signal.SIGKILL)
