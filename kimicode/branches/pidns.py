@@ -37,6 +37,8 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x2, 0x4, 0x8
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
+_own_init: list[bool] = []
+"""Set in the worker when its namespace has its init and a /proc of its own (`end_leftovers` acts then only)."""
 
 
 def _libc() -> ctypes.CDLL:
@@ -121,7 +123,46 @@ def start(close: Iterable[int] = ()) -> str | None:
         if handler is not None:  # None: set outside Python, and never changed here
             signal.signal(sig, handler)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    if why is None:
+        _own_init.append(True)
     return None if why is None else f"the branches' PID namespace has no /proc of its own ({why})"
+
+
+def _adopted() -> list[int]:
+    """The live processes whose parent is this namespace's init, the worker (this process) left out."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                state, ppid = fh.read().rsplit(b")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        if ppid == b"1" and state not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+def end_leftovers(patience: float = 5.0) -> int:
+    """SIGKILL what the branches' commands left running (`setsid … &`, double forks: the init adopted them),
+    and what those leave in turn, until none is left or `patience` seconds have passed; the worker's own
+    children (commands still running) are not touched. Called before a branch's verify command, so that
+    no leftover of a sandbox-off command can change the workspace only while it runs. A no-op outside
+    a PID namespace of the branches' own (the local engine, a fallback): PID 1 is someone else's there.
+    Returns how many processes were signalled."""
+    if not _own_init:
+        return 0
+    import time
+
+    deadline, count = time.monotonic() + patience, 0
+    while (found := _adopted()) and time.monotonic() < deadline:
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        count += len(found)
+        time.sleep(0.01)  # the init reaps them; their children are adopted in turn
+    return count
 
 
 def _forward_to(pid: int) -> None:

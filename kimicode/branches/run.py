@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimicode.branches.pidns import end_leftovers
 from kimicode.branches.record import Branch
 from kimicode.branches.verify import run_verify, verify_sandbox
 from kimicode.checkpoints.store import CheckpointError, CheckpointStore
@@ -81,6 +82,20 @@ def measure_changes(agent: Any, branch: Branch) -> None:
     branch.changed_lines = changed_lines(store, before, after)
 
 
+def changed_since_turn(agent: Any, branch: Branch) -> str | None:
+    """Why the branch cannot be verified when its workspace no longer is what its turn left (`branch.after`):
+    a process the turn left changed it afterwards (the verify command would judge other files than those
+    the branch offers). None when it is the same, or when there is no snapshot to compare."""
+    cps = agent.checkpoints
+    if cps is None or branch.after is None:
+        return None
+    store: CheckpointStore = cps.store
+    now = store.snapshot("before verify")
+    if not store.changes(branch.after, now.id):
+        return None
+    return "not verified: the workspace changed after the branch's turn ended (a process it left running?)"
+
+
 def changed_lines(store: CheckpointStore, before: str, after: str) -> int:
     """Lines added plus removed between two snapshots (a binary file counts as one line)."""
     out = store.git("diff", "--numstat", "--no-renames", before, after).decode("utf-8", "replace")
@@ -110,9 +125,13 @@ async def run_branch(agent: Any, branch: Branch, job: Job, gate: Any,
         except TimeoutError:
             branch.turn_status, branch.error = "timeout", f"the branch's turn took longer than {job.timeout:g} s"
         branch.usage, branch.cost_usd = dict(agent.usage), branch_cost(agent)
+        if job.verify:  # nothing a command left may change the workspace from here on (sandbox off too)
+            await asyncio.to_thread(end_leftovers)
         await asyncio.to_thread(measure_changes, agent, branch)
         if branch.turn_status != "success":
             branch.status = "interrupted" if branch.turn_status == "interrupted" else "error"
+        elif job.verify and (why := await asyncio.to_thread(changed_since_turn, agent, branch)):
+            branch.status, branch.error = "failed", why
         elif job.verify:
             branch.status = "verifying"
             changed(branch)

@@ -64,9 +64,10 @@ def exit_code_for(event: TurnFinished) -> int:
 
 
 class SafeText:
-    """A text stream that writes a lone surrogate (a file name that is not UTF-8, decoded by `os.fsdecode`)
-    as its `\\udcXX` escape instead of failing: in a JSON line that is the string's own escape, read back
-    as the same name; in plain text it shows which byte it was."""
+    """A text stream that writes what its encoding cannot (a lone surrogate: a file name that is not UTF-8,
+    decoded by `os.fsdecode`; any non-ASCII character on an `ascii` stream) as `\\uXXXX` escapes (a UTF-16
+    pair above U+FFFF) instead of failing: in a JSON line that is the string's own escape, read back as
+    the same text; in plain text it shows which character (or byte) it was."""
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
@@ -75,7 +76,7 @@ class SafeText:
         try:
             return self.stream.write(text)
         except UnicodeEncodeError:
-            return self.stream.write(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+            return self.stream.write(_escaped(text, getattr(self.stream, "encoding", None) or "utf-8"))
 
     def flush(self) -> None:
         self.stream.flush()
@@ -252,6 +253,24 @@ class Printer:
         if self.denials:
             self.err.write(denial_summary(self.denials, self.permission_mode) + "\n")
             self.err.flush()
+
+
+def _escaped(text: str, encoding: str) -> str:
+    """`text` with each character `encoding` cannot encode as its JSON escape (`\\uXXXX`)."""
+    out = []
+    for ch in text:
+        try:
+            ch.encode(encoding)
+        except UnicodeEncodeError:
+            code = ord(ch)
+            if code > 0xFFFF:
+                code -= 0x10000
+                out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+            else:
+                out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def _isatty(stream: IO[str] | SafeText) -> bool:

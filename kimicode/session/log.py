@@ -238,7 +238,9 @@ class SessionLog:
         except Exception as exc:  # a caller's store may fail with anything
             if isinstance(exc, SessionError) or (self.store is None and not isinstance(exc, OSError)):
                 raise
-            self.failed = f"cannot write the session log {self.path}: {getattr(exc, 'strerror', None) or exc}"
+            self.failed = (f"the session store could not keep a record of session {self.session_id}: {exc}"
+                           if self.store is not None else
+                           f"cannot write the session log {self.path}: {getattr(exc, 'strerror', None) or exc}")
             raise SessionWriteError(self.failed) from None
 
     def message(self, message: dict[str, Any], model: str | None = None) -> None:
