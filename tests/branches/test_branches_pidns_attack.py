@@ -223,18 +223,6 @@ def test_with_the_sandbox_off_a_leftover_cannot_fix_the_workspace_only_while_the
     assert b.verify_exit == 1, b
 
 
-
-@pytest.mark.xfail(strict=True, reason="left: worktree branches have no PID namespace whose leftovers can be "
-                   "killed before the verify command (with --sandbox off; the sandbox kills them per command)")
-def test_with_worktree_branches_and_the_sandbox_off_a_leftover_can_fix_the_workspace_while_verify_runs(
-    server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
-) -> None:
-    git_project(workspace)
-    parent = make_agent(permission_mode="yolo", sandbox="off")
-    b = _tamper(server, parent, tmp_path, workspace="worktree").branches[0]
-    assert not b.verified and b.status == "failed", b
-
-
 def test_a_sandboxed_command_sees_no_process_of_kimicode(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:
