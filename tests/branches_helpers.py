@@ -60,3 +60,16 @@ class Router:
             self.by_branch.setdefault(key, []).append(request)
             item = self.queues[key].pop(0)
         return item(request) if callable(item) else item
+
+
+def bash(command: str) -> Reply:
+    """The model runs `command` with the bash tool."""
+    return Reply(tool_calls=[ToolCall("bash", {"command": command})])
+
+
+async def explore_and_close(parent: Any, **kw: Any) -> Any:
+    """`parent.explore("fix add", ...)`, then the parent closed whatever happened."""
+    try:
+        return await parent.explore("fix add", **kw)
+    finally:
+        await parent.aclose()

@@ -17,6 +17,7 @@ from branches_helpers import (
     WRONG,
     Router,
     dot_git_state,
+    explore_and_close,
     git_project,
     write_turn,
 )
@@ -103,7 +104,7 @@ def test_no_branch_verified_applies_nothing(server: FakeServer, make_agent: Make
     git_project(workspace)
     parent = make_agent(permission_mode="accept-edits")
     Router(server, {"1": write_turn(WRONG), "2": write_turn(WRONG)})
-    ex = asyncio.run(_explore(parent, n=2, verify=VERIFY))
+    ex = asyncio.run(explore_and_close(parent, n=2, verify=VERIFY))
     assert ex.status == "no_verified" and ex.chosen is None and ex.applied is None
     assert (workspace / "app.py").read_text() == BUGGY
     assert ex.to_dict()["cost_usd_per_verified"] is None
@@ -120,7 +121,7 @@ def test_verify_that_hangs_times_out_and_a_crashed_branch_does_not_stop_the_othe
         "2": [ErrorReply(400, "the model rejected the request", "invalid_request_error")],  # its turn fails
         "3": write_turn(GOOD),
     })
-    ex = asyncio.run(_explore(parent, n=3, verify=VERIFY, verify_timeout=1.5))
+    ex = asyncio.run(explore_and_close(parent, n=3, verify=VERIFY, verify_timeout=1.5))
     by_k = {b.k: b for b in ex.branches}
     assert by_k[1].status == "failed" and by_k[1].verify_timed_out and by_k[1].verify_exit is None
     assert "timed out" in by_k[1].verify_output
@@ -129,12 +130,6 @@ def test_verify_that_hangs_times_out_and_a_crashed_branch_does_not_stop_the_othe
     assert (workspace / "app.py").read_text() == GOOD
 
 
-async def _explore(parent: Agent, **kw: Any) -> Any:
-    try:
-        return await parent.explore("fix add", **kw)
-    finally:
-        await parent.aclose()
-
 
 def test_apply_never_leaves_the_workspace_and_records_are_listed(
     server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
@@ -142,7 +137,7 @@ def test_apply_never_leaves_the_workspace_and_records_are_listed(
     (workspace / "app.py").write_text(BUGGY)  # not a git repository: branches are copies
     parent = make_agent(permission_mode="accept-edits")
     Router(server, {"1": write_turn(GOOD), "2": write_turn(GOOD_BIG)})
-    ex = asyncio.run(_explore(parent, n=2, verify=VERIFY, apply=False, workspace="copy"))
+    ex = asyncio.run(explore_and_close(parent, n=2, verify=VERIFY, apply=False, workspace="copy"))
     assert ex.chosen is not None and ex.applied is None
     assert (workspace / "app.py").read_text() == BUGGY
     assert all(b.tree and b.tree["kind"] == "copy" for b in ex.branches)
@@ -162,7 +157,7 @@ def test_a_branch_store_borrows_the_parent_stores_objects(server: FakeServer, ma
     (workspace / "link").symlink_to("app.py")
     parent = make_agent(permission_mode="accept-edits")
     Router(server, {"1": write_turn(GOOD)})
-    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY, apply=False, workspace="worktree"))
+    ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY, apply=False, workspace="worktree"))
     b = ex.branches[0]
     tree = Path(str(b.workspace))
     assert (tree / "m1.py").read_text() == "uncommitted\n" and not (tree / "m2.py").exists()

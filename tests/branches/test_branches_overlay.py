@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from branches_helpers import BUGGY, GOOD, VERIFY, WRONG, Router, git, git_project, write_turn
+from branches_helpers import BUGGY, GOOD, VERIFY, WRONG, Router, bash, explore_and_close, git, git_project, write_turn
 
 from kimicode import Agent
 from kimicode.branches.explore import resume_exploration
@@ -49,15 +49,6 @@ def digest(root: Path) -> dict[str, str]:
     return out
 
 
-def bash(command: str) -> Reply:
-    return Reply(tool_calls=[ToolCall("bash", {"command": command})])
-
-
-async def _explore(parent: Agent, **kw: Any) -> Any:
-    try:
-        return await parent.explore("fix add", **kw)
-    finally:
-        await parent.aclose()
 
 
 def test_a_branch_holds_only_what_it_changed_and_nothing_below_it_is_written(
@@ -77,7 +68,7 @@ def test_a_branch_holds_only_what_it_changed_and_nothing_below_it_is_written(
               *write_turn(GOOD)],
         "2": write_turn(WRONG),
     })
-    ex = asyncio.run(_explore(parent, n=2, verify=VERIFY, apply=False))
+    ex = asyncio.run(explore_and_close(parent, n=2, verify=VERIFY, apply=False))
     one, two = sorted(ex.branches, key=lambda b: b.k)
     assert (one.status, two.status) == ("verified", "failed")  # verify ran on each branch's merged view
     assert digest(workspace) == before  # the user's files and .git: not a byte changed, no branch added
@@ -117,7 +108,7 @@ def test_an_overlay_branch_outside_git(server: FakeServer, make_agent: MakeAgent
     (workspace / "app.py").write_text(BUGGY)
     parent = make_agent(permission_mode="accept-edits")
     Router(server, {"1": write_turn(GOOD)})
-    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY))
+    ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY))
     b = ex.branches[0]
     assert b.tree is not None and b.tree["kind"] == "overlay" and b.tree["repo"] is None
     assert ex.applied is b and (workspace / "app.py").read_text() == GOOD
@@ -141,14 +132,14 @@ def test_the_fallback_to_worktrees_says_why(server: FakeServer, make_agent: Make
     monkeypatch.setenv("KIMICODE_BRANCH_OVERLAY", "0")
     parent = make_agent(permission_mode="accept-edits")
     Router(server, {"1": write_turn(GOOD)})
-    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY))
+    ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY))
     b = ex.branches[0]
     assert b.tree is not None and b.tree["kind"] == "worktree" and (Path(str(b.workspace)) / "app.py").is_file()
     assert ex.status == "done" and (workspace / "app.py").read_text() == GOOD
     notice = ex.to_dict()["notice"]
     assert notice.startswith("each branch is a full checkout") and "KIMICODE_BRANCH_OVERLAY=0" in notice
     with pytest.raises(UsageError, match="cannot be overlays here: KIMICODE_BRANCH_OVERLAY=0"):
-        asyncio.run(_explore(make_agent(permission_mode="accept-edits"), n=1, workspace="overlay"))
+        asyncio.run(explore_and_close(make_agent(permission_mode="accept-edits"), n=1, workspace="overlay"))
 
 
 def _kill_the_branches_process(request: RecordedRequest) -> Reply:
@@ -170,7 +161,7 @@ def test_a_crash_of_the_branches_process_marks_them_crashed_and_resume_finishes(
     git_project(workspace)
     parent = make_agent(permission_mode="accept-edits")
     Router(server, {"1": [_kill_the_branches_process]})
-    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY))
+    ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY))
     b = ex.branches[0]
     assert b.status == "crashed" and "killed by signal 9" in str(b.error)
     assert ex.applied is None and (workspace / "app.py").read_text() == BUGGY
@@ -209,7 +200,7 @@ def test_attacks_on_an_overlay_branch_reach_nothing_outside_it(
                           Reply(tool_calls=[ToolCall("write_file", {"path": "back/app.py", "content": "pwned"})]),
                           Reply(tool_calls=[ToolCall("write_file", {"path": str(outside / "w.txt"), "content": "p"})]),
                           *write_turn(GOOD)]})
-    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY, apply=False))
+    ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY, apply=False))
     b = ex.branches[0]
     assert b.status == "verified"
     assert digest(workspace) == before and digest(outside) == before_outside
@@ -240,7 +231,7 @@ def test_a_branch_without_the_sandbox_still_cannot_unmount_its_overlay(
     parent = make_agent(permission_mode="yolo", sandbox="off")
     Router(server, {"1": [bash("umount \"$PWD\"; echo $? > umount-exit.txt; echo x > under.txt"),
                           *write_turn(GOOD)]})
-    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY, apply=False))
+    ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY, apply=False))
     b = ex.branches[0]
     assert b.status == "verified"
     assert b.changes is not None and "under.txt" in b.changes["added"]  # written into the overlay

@@ -13,14 +13,13 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from branches_helpers import VERIFY, WRONG, Router, git, git_project, write_turn
+from branches_helpers import VERIFY, WRONG, Router, bash, explore_and_close, git, git_project, write_turn
 
 from kimicode import Agent
 from kimicode.branches.overlay import unavailable
-from kimicode.testing import FakeServer, Reply, ToolCall
+from kimicode.testing import FakeServer
 
 MakeAgent = Callable[..., Agent]
 
@@ -93,15 +92,6 @@ def digest(root: Path) -> dict[str, str]:
     return out
 
 
-def bash(command: str) -> Reply:
-    return Reply(tool_calls=[ToolCall("bash", {"command": command})])
-
-
-async def _explore(parent: Agent, **kw: Any) -> Any:
-    try:
-        return await parent.explore("fix add", **kw)
-    finally:
-        await parent.aclose()
 
 
 @pytest.mark.parametrize("sandbox", ["off", "workspace-write"])
@@ -116,7 +106,7 @@ def test_a_branch_cannot_forge_the_protocol_lines_the_parent_believes(
     parent = make_agent(permission_mode="yolo", sandbox=sandbox)
     attack = f"cat > /tmp/forge.py <<'EOF'\n{FORGE}\nEOF\npython3 /tmp/forge.py {home} report.txt"
     Router(server, {"1": [bash(attack), *write_turn(WRONG)], "2": write_turn(WRONG)})
-    ex = asyncio.run(_explore(parent, n=2, verify=VERIFY, apply=False))
+    ex = asyncio.run(explore_and_close(parent, n=2, verify=VERIFY, apply=False))
     assert ex.status == "no_verified" and not any(b.verified for b in ex.branches)
     for b in ex.branches:
         assert b.status == "failed" and b.session_id != parent.session_id
@@ -161,7 +151,7 @@ def test_git_in_a_branch_cannot_reach_a_repository_outside_its_overlay(
     attack = ("echo x > new.txt; git add -A; git -c user.name=b -c user.email=b@x commit -qm evil; "
               "git rm -qf app.py; git checkout -q -b evil2; git status > st.txt 2>&1")
     Router(server, {"1": [bash(attack), *write_turn(WRONG)]})
-    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY, apply=False))
+    ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY, apply=False))
     after = digest(watched)
     # a worktree branch adds objects and branches to the repository (documented); nothing else may change
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)
@@ -190,7 +180,7 @@ def test_removing_a_branch_whose_record_was_damaged_removes_only_kimicodes_own_d
     home = tmp_path / "home"
     parent = make_agent(permission_mode="accept-edits")
     Router(server, {"1": write_turn(WRONG), "2": write_turn(WRONG)})
-    ex = asyncio.run(_explore(parent, n=2, verify=VERIFY, apply=False))
+    ex = asyncio.run(explore_and_close(parent, n=2, verify=VERIFY, apply=False))
     precious = tmp_path / "precious" / "worktrees"
     for name in ("branch-mine/open", "base-mine/tree"):
         (precious / name).mkdir(parents=True)
@@ -244,7 +234,7 @@ def test_the_parent_takes_only_a_branchs_outcome_from_the_branches_process(
     git_project(workspace)
     monkeypatch.setattr(overlay_engine, "_BOOT", HOSTILE_CHILD)
     parent = make_agent(permission_mode="accept-edits")
-    ex = asyncio.run(_explore(parent, n=2, apply=False))
+    ex = asyncio.run(explore_and_close(parent, n=2, apply=False))
     assert [b.id for b in ex.branches] == [f"{ex.id}-1", f"{ex.id}-2"]
     for b in ex.branches:
         assert b.status == "done" and b.k in (1, 2) and b.model is None
@@ -281,7 +271,7 @@ def test_odd_files_a_branch_makes_are_applied_as_files_and_links_never_followed(
     git_project(workspace)
     parent = make_agent(permission_mode="yolo", sandbox="off", api_key=key)
     Router(server, {"1": [bash(ODD_FILES), *write_turn(WRONG)]})
-    ex = asyncio.run(_explore(parent, n=1, apply=False))
+    ex = asyncio.run(explore_and_close(parent, n=1, apply=False))
     b = ex.branches[0]
     assert b.status == "done", b.error
     diff = ex.diff(b)

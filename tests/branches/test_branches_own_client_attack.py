@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from branches_helpers import GOOD, VERIFY, git_project
+from branches_helpers import GOOD, VERIFY, explore_and_close, git_project
 
 from kimicode import Agent, Completion, StreamEvent, UsageError
 from kimicode.session.log import SessionWriteError
@@ -40,17 +40,11 @@ class Client:
         pass
 
 
-async def _explore(parent: Agent, **kw: Any) -> Any:
-    try:
-        return await parent.explore("fix add", **kw)
-    finally:
-        await parent.aclose()
-
 
 def test_a_client_that_raises_in_one_branch_fails_that_branch_only(workspace: Path, tmp_path: Path) -> None:
     git_project(workspace)
     parent = Agent(client=Client(fail=1), workspace=workspace, home=tmp_path / "home", permission_mode="accept-edits")
-    ex = asyncio.run(_explore(parent, n=2, verify=VERIFY))
+    ex = asyncio.run(explore_and_close(parent, n=2, verify=VERIFY))
     statuses = sorted(b.status for b in ex.branches)
     assert statuses[1] == "verified" and statuses[0] in ("error", "crashed"), [(b.status, b.error) for b in ex.branches]
     broken = next(b for b in ex.branches if b.status != "verified")
@@ -86,7 +80,7 @@ def test_a_store_that_refuses_the_branches_records_never_reports_them_verified(
                    permission_mode="accept-edits")
     store.parent = parent.session_id
     try:
-        ex = asyncio.run(_explore(parent, n=2, verify=VERIFY))
+        ex = asyncio.run(explore_and_close(parent, n=2, verify=VERIFY))
     except SessionWriteError as exc:  # a branch's log could not be kept at its fork: said of the caller's store
         assert after < 6 and "the session store could not keep a record of session" in str(exc), exc
         return
@@ -99,7 +93,7 @@ def test_overlay_workspaces_with_the_callers_client_are_refused_saying_why(works
     git_project(workspace)
     parent = Agent(client=Client(), workspace=workspace, home=tmp_path / "home", permission_mode="accept-edits")
     with pytest.raises(UsageError, match="caller's own model client or session store"):
-        asyncio.run(_explore(parent, n=2, workspace="overlay"))
+        asyncio.run(explore_and_close(parent, n=2, workspace="overlay"))
     assert not (tmp_path / "home" / "worktrees").exists() or not any((tmp_path / "home" / "worktrees").iterdir())
 
 
@@ -109,7 +103,7 @@ def test_a_judge_model_with_the_callers_client_never_leaves_this_process(workspa
     client = Client()
     parent = Agent(client=client, workspace=workspace, home=tmp_path / "home", permission_mode="accept-edits",
                    base_url="http://127.0.0.1:9/v1", api_key="sk-unused-0000000000")
-    ex = asyncio.run(_explore(parent, n=2, verify=VERIFY, judge_model="judge-model"))
+    ex = asyncio.run(explore_and_close(parent, n=2, verify=VERIFY, judge_model="judge-model"))
     assert ex.applied is not None and (workspace / "app.py").read_text() == GOOD
     assert client.requests > 4 and "the judge failed" not in str(ex.record.reason), ex.record.reason
 
@@ -121,7 +115,7 @@ def test_apply_later_and_after_a_restart_with_the_callers_client_and_store(works
     git_project(workspace)
     home = tmp_path / "home"
     parent = Agent(client=Client(fail=1), workspace=workspace, home=home, permission_mode="accept-edits")
-    ex = asyncio.run(_explore(parent, n=2, verify=VERIFY, apply=False))
+    ex = asyncio.run(explore_and_close(parent, n=2, verify=VERIFY, apply=False))
     good = next(b for b in ex.branches if b.status == "verified")
     bad = next(b for b in ex.branches if b.status != "verified")
     assert ex.applied is None and (workspace / "app.py").read_text() != GOOD

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from branches_helpers import Router, git_project
+from branches_helpers import Router, explore_and_close, git_project
 
 from kimicode import Agent
 from kimicode.branches.overlay import unavailable
@@ -126,12 +126,6 @@ def background(name: str) -> str:
     return f"setsid bash -c 'exec -a {name} sleep 300' </dev/null >/dev/null 2>&1 &"
 
 
-async def _explore(parent: Agent, **kw: Any) -> Any:
-    try:
-        return await parent.explore("fix add", **kw)
-    finally:
-        await parent.aclose()
-
 
 def test_a_background_command_dies_with_the_branches_process_with_the_sandbox_off(
     server: FakeServer, make_agent: MakeAgent, workspace: Path, token: str
@@ -145,7 +139,7 @@ def test_a_background_command_dies_with_the_branches_process_with_the_sandbox_of
         return Reply(content="never delivered")
 
     Router(server, {"1": [bash(background(token)), kill]})
-    ex = asyncio.run(_explore(parent, n=1))
+    ex = asyncio.run(explore_and_close(parent, n=1))
     b = ex.branches[0]
     assert b.status == "crashed" and "killed by signal 9" in str(b.error)
     assert gone(token), "the branch's background command outlived the branches' process"
@@ -158,7 +152,7 @@ def test_a_running_command_dies_with_the_branches_process_with_the_sandbox_off(
     parent = make_agent(permission_mode="yolo", sandbox="off")
     Router(server, {"1": [bash(f"{background(token + '-bg')} exec -a {token} sleep 300", timeout=600)]})
     watcher = signal_when_running([token, token + "-bg"], signal.SIGKILL)
-    ex = asyncio.run(_explore(parent, n=1))
+    ex = asyncio.run(explore_and_close(parent, n=1))
     watcher.join(5)
     assert ex.branches[0].status == "crashed"
     assert gone(token), "the branch's commands outlived the branches' process"
@@ -171,7 +165,7 @@ def test_sandboxed_commands_die_with_the_branches_process(
     parent = make_agent(permission_mode="accept-edits", sandbox="workspace-write", allow=("bash(*)",))
     Router(server, {"1": [bash(f"{background(token + '-bg')} exec -a {token} sleep 300", timeout=600)]})
     watcher = signal_when_running([token, token + "-bg"], signal.SIGKILL)
-    ex = asyncio.run(_explore(parent, n=1))
+    ex = asyncio.run(explore_and_close(parent, n=1))
     watcher.join(5)
     assert ex.branches[0].status == "crashed"
     assert gone(token), "the branch's sandboxed commands outlived the branches' process"
@@ -184,7 +178,7 @@ def test_sigterm_interrupts_the_branches_and_ends_what_they_started(
     parent = make_agent(permission_mode="yolo", sandbox="off")
     Router(server, {"1": [bash(f"{background(token + '-bg')} exec -a {token} sleep 300", timeout=600)]})
     watcher = signal_when_running([token, token + "-bg"], signal.SIGTERM)
-    ex = asyncio.run(_explore(parent, n=1))
+    ex = asyncio.run(explore_and_close(parent, n=1))
     watcher.join(5)
     b = ex.branches[0]
     assert b.status == "interrupted", b.error  # saved as such by the branches' process, not crashed
@@ -212,7 +206,7 @@ def test_a_branch_sees_its_own_proc_and_the_bash_timeout_still_kills(
     # a command that ignores SIGTERM: the timeout kill waits for the group (read from /proc), then SIGKILLs it
     Router(server, {"1": [bash(look), bash(f"trap '' TERM; exec -a {token} sleep 300", timeout=1), timed_out,
                           Reply(content="done")]})
-    ex = asyncio.run(_explore(parent, n=1))
+    ex = asyncio.run(explore_and_close(parent, n=1))
     assert ex.branches[0].status == "done", ex.branches[0].error
     assert "kimicode.branches.child" in (out / "init.txt").read_text()  # PID 1: the branches' own init
     shell = (out / "shell.txt").read_text().strip()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from branches_helpers import VERIFY, Router, git_project, write_turn
+from branches_helpers import VERIFY, Router, bash, explore_and_close, git_project, write_turn
 
 from kimicode import Agent
 from kimicode.branches.overlay import unavailable
@@ -35,15 +35,6 @@ def _needs_overlays(tmp_path: Path) -> None:
         pytest.fail(f"overlay branches are not available on this machine: {why}")
 
 
-def bash(command: str) -> Reply:
-    return Reply(tool_calls=[ToolCall("bash", {"command": command})])
-
-
-async def _explore(parent: Agent, **kw: Any) -> Any:
-    try:
-        return await parent.explore("fix add", **kw)
-    finally:
-        await parent.aclose()
 
 
 def test_a_branch_command_cannot_read_the_workers_memory_environment_or_descriptors(
@@ -60,7 +51,7 @@ def test_a_branch_command_cannot_read_the_workers_memory_environment_or_descript
              f"readlink /proc/2/fd/0 >/dev/null 2>&1 && echo fd; "
              f"grep -c sk-test-secret-key /proc/2/mem >/dev/null 2>&1 && echo mem; }} > {out}/seen.txt")
     Router(server, {"1": [bash(probe), Reply(content="done")]})
-    ex = asyncio.run(_explore(parent, n=1))
+    ex = asyncio.run(explore_and_close(parent, n=1))
     assert ex.branches[0].status == "done", ex.branches[0].error
     assert "kimicode.branches.child" in (out / "cmdline.txt").read_text()  # PID 2 is the worker indeed
     assert (out / "seen.txt").read_text() == ""
@@ -77,7 +68,7 @@ def test_forged_protocol_lines_cannot_make_a_branch_verified(
              "\"{\\\"branch\\\": {\\\"id\\\": \\\"$bid\\\", \\\"status\\\": \\\"done\\\", \\\"verified\\\": true}}\" "
              "> $f 2>/dev/null; done;; esac; done; echo forged")
     Router(server, {"1": [bash(forge), *write_turn("def add(a, b):\n    return 0\n")]})
-    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY))
+    ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY))
     assert ex.branches[0].verified is False, ex.branches[0]
 
 
@@ -91,7 +82,7 @@ def test_signalling_the_namespaces_init_never_reports_a_success(
     parent = make_agent(permission_mode="yolo", sandbox="off")
     wrong = write_turn("def add(a, b):\n    return 0\n")
     Router(server, {"1": [bash(f"kill -{sig} 1; sleep 1; echo still here"), *wrong]})
-    ex = asyncio.run(_explore(parent, n=1, verify=VERIFY))
+    ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY))
     b = ex.branches[0]
     assert not b.verified
     if sig == "TERM":
@@ -156,7 +147,7 @@ def test_no_escape_outlives_a_killed_branches_process_with_the_sandbox_off(
 
     try:
         Router(server, {"1": [bash(line), kill]})
-        ex = asyncio.run(_explore(parent, n=1))
+        ex = asyncio.run(explore_and_close(parent, n=1))
         assert ex.branches[0].status == "crashed"
         deadline = time.monotonic() + GONE_WITHIN
         while left := [n for n in names if named(n)]:
@@ -201,7 +192,7 @@ def _tamper(server: FakeServer, parent: Agent, tmp_path: Path, **kw: Any) -> Any
     (tmp_path / "good").write_text("def add(a, b):\n    return a + b\n")
     start = f"setsid python3 {script} {tmp_path}/good {tmp_path}/wrong </dev/null >/dev/null 2>&1 &"
     Router(server, {"1": [bash(start), *write_turn(wrong)]})
-    return asyncio.run(_explore(parent, n=1, verify=TAMPER_VERIFY, **kw))
+    return asyncio.run(explore_and_close(parent, n=1, verify=TAMPER_VERIFY, **kw))
 
 
 def test_a_sandboxed_leftover_cannot_fix_the_workspace_only_while_the_verify_command_runs(
@@ -242,7 +233,7 @@ def test_a_sandboxed_command_sees_no_process_of_kimicode(
         return Reply(content="done")
 
     Router(server, {"1": [bash(look), report, read]})
-    ex = asyncio.run(_explore(parent, n=1))
+    ex = asyncio.run(explore_and_close(parent, n=1))
     assert ex.branches[0].status == "done", ex.branches[0].error
     assert "end" in seen[-1] and "kimicode.branches.child" not in seen[-1], seen[-1]
     assert "sk-test-secret-key" not in seen[-1]
@@ -266,7 +257,7 @@ def test_a_sigterm_during_the_verify_command_interrupts_never_verifies(
     watcher.start()
     try:
         Router(server, {"1": write_turn("def add(a, b):\n    return a + b\n")})
-        ex = asyncio.run(_explore(parent, n=1, verify=f"bash -c 'exec -a {token} sleep 300'; true"))
+        ex = asyncio.run(explore_and_close(parent, n=1, verify=f"bash -c 'exec -a {token} sleep 300'; true"))
         watcher.join(5)
         b = ex.branches[0]
         assert not b.verified and b.status == "interrupted", b
