@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 from acp import RequestError, update_tool_call
 from acp.schema import EnvVariable, TerminalToolCallContent
 
-from kimicode.tools.base import CURRENT_CALL_ID
-from kimicode.tools.shell import HEAD_BYTES, SHELL_ENV, TAIL_BYTES, ShellOutcome
+from kimicode.tools.base import CURRENT_CALL_ID, ShellOutcome
+from kimicode.tools.shell import HEAD_BYTES, SHELL_ENV, TAIL_BYTES
 
 T = TypeVar("T")
 

@@ -18,7 +18,6 @@ from kimicode.errors import ToolError as ToolError  # raised by a tool to report
 
 if TYPE_CHECKING:
     from kimicode.config.redact import Masker
-    from kimicode.tools.shell import ShellOutcome
 
 CURRENT_CALL_ID: ContextVar[str] = ContextVar("kimicode_current_call_id", default="")
 """The id of the tool call being executed (set by the agent around each tool; the task tool reads it
@@ -62,6 +61,17 @@ class FileAccess(Protocol):
     def write_text(self, path: Path, text: str) -> None:
         """Replace (or create) the file with `text` through the editor."""
         ...
+
+
+@dataclass(frozen=True)
+class ShellOutcome:
+    """What happened to a command (the bash tool's own shell, or a `CommandRunner`'s)."""
+
+    output: str
+    returncode: int | None  # negative: killed by that signal
+    timed_out: bool
+    lines: int
+    total_bytes: int
 
 
 class CommandRunner(Protocol):

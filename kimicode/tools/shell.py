@@ -18,14 +18,13 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from kimicode.context.output import in_use, make_room, spill_limit
 from kimicode.prompts import load_prompt
 from kimicode.safeio import private_dirs, private_open
-from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
+from kimicode.tools.base import ShellOutcome, Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.progress import ByteReporter
 from kimicode.tools.sandbox import Sandbox
 from kimicode.tools.sandbox_explain import explain_blocked
@@ -228,17 +227,6 @@ class OutputBuffer:
         self.close()
         marker = f"\n… [{self.dropped_bytes + skip} bytes / {self.dropped_lines} lines elided{self._where()}] …\n"
         return head + marker + tail[skip:].decode("utf-8", "replace")
-
-
-@dataclass(frozen=True)
-class ShellOutcome:
-    """What happened to a command."""
-
-    output: str
-    returncode: int | None  # negative: killed by that signal
-    timed_out: bool
-    lines: int
-    total_bytes: int
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from kimicode.tools.base import ToolContext, ToolError
+from kimicode.tools.base import ShellOutcome, ToolContext, ToolError
 from kimicode.tools.files import EDIT_FILE, READ_FILE, WRITE_FILE
 from kimicode.tools.patch import APPLY_PATCH
-from kimicode.tools.shell import BASH, ShellOutcome
+from kimicode.tools.shell import BASH
 
 
 class Buffers:
