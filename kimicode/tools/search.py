@@ -29,7 +29,7 @@ from typing import Any, Final, Literal
 from kimicode.prompts import load_prompt
 from kimicode.tools.base import Tool, ToolContext, ToolError, ToolResult
 
-__all__ = ["GLOB", "GREP", "GlobSelector", "find_ripgrep"]
+__all__ = ["GLOB", "GREP", "GlobSelector", "find_ripgrep", "in_git_repo"]
 
 GLOB_MAX_RESULTS: Final = 1000
 """glob lists at most this many paths, then says how many matched in total."""
@@ -182,7 +182,7 @@ def _require_ripgrep() -> str:
     return rg
 
 
-def _in_git_repo(root: str) -> bool:
+def in_git_repo(root: str) -> bool:
     """True when `root` or one of its ancestors has a `.git` (then ripgrep's default applies)."""
     d = root
     while True:
@@ -196,7 +196,7 @@ def _in_git_repo(root: str) -> bool:
 
 def _rg_common_args(root_dir: str) -> list[str]:
     args = ["--no-config", "--color=never", "--sort=path", "--null", "--no-ignore-global", "--no-messages"]
-    if not _in_git_repo(root_dir):
+    if not in_git_repo(root_dir):
         args.append("--no-require-git")
     return args
 

@@ -33,17 +33,13 @@ FIRST_LISTING_WAIT = 5.0
 
 
 def _list_with_ripgrep(root: str) -> list[str] | None:
-    try:
-        from kimicode.tools import search
-    except ImportError:
-        return None
-    find = getattr(search, "find_ripgrep", None)
-    rg = find() if callable(find) else None
+    from kimicode.tools.search import find_ripgrep, in_git_repo  # imported when first listing, not at start-up
+
+    rg = find_ripgrep()
     if not rg:
         return None
     args = [rg, "--files", "--no-config", "--no-messages", "--no-ignore-global", "--null"]
-    in_git = getattr(search, "_in_git_repo", None)
-    if not (callable(in_git) and in_git(root)):
+    if not in_git_repo(root):
         args.append("--no-require-git")
     try:
         out = subprocess.run(
