@@ -89,8 +89,9 @@ class Editor:
         self.commands.append(argv)
         environ = dict(os.environ, **{e.name: e.value for e in env or ()})
         # starting is quick; waiting happens in a thread (wait_for_terminal_exit)
-        proc = subprocess.Popen(argv, cwd=cwd, env=environ, stdout=subprocess.PIPE,  # noqa: ASYNC220
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(  # noqa: ASYNC220
+            argv, cwd=cwd, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
         tid = f"term-{len(self.terminals) + 1}"
         self.terminals[tid] = proc
         return CreateTerminalResponse(terminal_id=tid)

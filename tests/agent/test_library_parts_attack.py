@@ -474,8 +474,13 @@ class Adapter:
     def __init__(self) -> None:
         self.received: list[list[str]] = []
 
-    async def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] = [], *,  # noqa: B006
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] = [],  # noqa: B006
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         self.received.append([m["role"] for m in messages])
         if messages and messages[0]["role"] == "system":
             messages.pop(0)

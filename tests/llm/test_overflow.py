@@ -96,9 +96,9 @@ CASES: list[tuple[str, str, int, Any, int | None, int | None, int | None]] = [
       "support mid-generation context overflow. Try reloading with a larger context length or shortening the "
       "prompt/chat."}, 4096, None, None),
     ("openrouter", "OpenRouter (numeric code 400, metadata)", 400,
-     {"error": {"message": "This endpoint's maximum context length is 16384 tokens. However, you requested about "
-      "26265 tokens (26255 of text input, 10 in the output). Please reduce the length of either one, or use the "
-      "context-compression plugin to compress your prompt automatically.", "code": 400,
+     {"error": {"message": "This endpoint's maximum context length is 16384 tokens. However, you requested "
+      "about 26265 tokens (26255 of text input, 10 in the output). Please reduce the length of either one, "
+      "or use the context-compression plugin to compress your prompt automatically.", "code": 400,
       "metadata": {"provider_name": None}}}, 16_384, 26_255, 10),
     ("openrouter-tools", "OpenRouter with tool input counted apart", 400,
      _err("This endpoint's maximum context length is 65536 tokens. However, you requested about 65810 tokens "
