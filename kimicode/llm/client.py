@@ -16,7 +16,7 @@ import functools
 import json
 import random
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -63,6 +63,9 @@ class ClientConfig:
     """`auto`, `none`, `required`, or a tool's name (forces that tool); sent only with tools. None: not sent."""
     gate: RateGate | None = None
     """A limiter shared by many clients (kimicode batch): waited on before each request, told of each 429."""
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    """How a retry waits its delay (the backoff, or the server's retry-after): a test passes one that records the
+    delay instead of waiting it."""
 
 
 class RateGate(Protocol):
@@ -239,7 +242,7 @@ class ChatClient:
                 if gate is not None and err.status == 429:
                     gate.throttled(delay)
                 yield StreamRetry(attempt, limit, delay, err.message)
-                await asyncio.sleep(delay)
+                await self.config.sleep(delay)
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:

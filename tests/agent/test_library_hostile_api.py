@@ -197,12 +197,22 @@ def test_async_on_event_hook_is_reported_not_silently_dropped(server: FakeServer
 def test_failed_requests_give_typed_errors(
     server: FakeServer, tmp_path: Path, reply: ErrorReply, kind: str, status: int, cls: type[Exception]
 ) -> None:
+    from kimicode.llm.client import ChatClient, ClientConfig
+
+    waits: list[float] = []
+
+    async def record(delay: float) -> None:  # the retry's wait, recorded instead of slept (7 s for the 429)
+        waits.append(delay)
+
     server.add(*[reply] * 3)
-    result = lib_agent(server, tmp_path, max_retries=1).run_sync("go")
+    client = ChatClient(ClientConfig(base_url=server.base_url, api_key="sk-test", model="kimi-k3", max_retries=1,
+                                     retry_base_delay=0.01, sleep=record))
+    result = lib_agent(server, tmp_path, client=client).run_sync("go")
     assert result.status == "error" and result.error_kind == kind
     assert result.error is not None and result.error.status == status and result.error.kind == kind
+    assert len(waits) == (kind == "transient")  # one retry of a transient error, none of a refused key
     if status == 429:
-        assert result.error.retry_after == 7
+        assert result.error.retry_after == 7 and waits == [7.0]  # the server's retry-after is what it waited
     with pytest.raises(cls) as info:
         result.raise_for_status()
     assert isinstance(info.value, kimicode.KimicodeError)
