@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from acp import (
     plan_entry,
@@ -77,7 +77,8 @@ LIVE_EVERY = 0.25
 """Seconds between two updates of a running command's output (the last LIVE_CHARS of it)."""
 LIVE_CHARS = 4000
 
-PLAN_STATUS = {"pending": "pending", "in_progress": "in_progress", "done": "completed"}
+PlanStatus = Literal["pending", "in_progress", "completed"]
+PLAN_STATUS: dict[str, PlanStatus] = {"pending": "pending", "in_progress": "in_progress", "done": "completed"}
 
 
 def acp_kind(name: str, kind: str) -> ToolKind:
@@ -161,7 +162,7 @@ def plan_update(todos: Sequence[Mapping[str, Any]]) -> AgentPlanUpdate:
     """The todo list as the ACP plan (every entry medium priority: kimicode's list has no priorities)."""
     return update_plan(
         plan_entry(str(t.get("content", "")), priority="medium",
-                   status=PLAN_STATUS.get(str(t.get("status")), "pending"))  # type: ignore[arg-type]
+                   status=PLAN_STATUS.get(str(t.get("status")), "pending"))
         for t in todos
     )
 
