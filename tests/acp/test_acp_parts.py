@@ -37,6 +37,7 @@ def recorded() -> list[dict[str, Any]]:
     return [json.loads(line) for line in FIXTURE.read_text().splitlines()]
 
 
+@pytest.mark.prepush
 def test_recorded_exchange_is_valid_acp() -> None:
     messages = recorded()
     check_exchange(messages)
@@ -44,6 +45,7 @@ def test_recorded_exchange_is_valid_acp() -> None:
     assert {"session/request_permission", "fs/write_text_file", "session/cancel", "session/load"} <= methods
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("tamper", ["stop", "kind", "option", "diff"])
 def test_the_schema_check_can_fail(tamper: str) -> None:
     """Each tampering makes one message invalid, and the checker says so."""
@@ -181,6 +183,7 @@ def test_stop_reasons_and_errors() -> None:
     assert err.value.code == -32603 and err.value.data == {"kind": "transient", "status": "error"}
 
 
+@pytest.mark.prepush
 def test_nothing_but_protocol_on_stdout() -> None:
     """Once the protocol streams are open, prints, fd 1 writes and children land on stderr."""
     import subprocess

@@ -51,6 +51,7 @@ GARBAGE = {
 }
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("kind", sorted(GARBAGE))
 def test_a_broken_fail_closed_guard_refuses(
     kind: str, make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path
@@ -138,6 +139,7 @@ def test_a_rewrite_that_does_not_fit_the_tool_is_refused(
     assert "updatedInput" in json.dumps(server.requests[1].body["messages"][-1])
 
 
+@pytest.mark.prepush
 def test_a_hanging_hook_is_killed_with_its_children(
     make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path
 ) -> None:

@@ -67,6 +67,7 @@ def test_enough_cases_are_generated() -> None:
     assert len({line for line, _, _ in HOSTILE_CASES}) > 1000
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("program", sorted(GROUPS))
 def test_generated_hostile_lines_ask_and_their_harmless_forms_run(world: dict[str, Any], program: str) -> None:
     through = [line for line, _, rules in GROUPS[program] if verdict(world, line, rules) == "allow"]

@@ -19,6 +19,8 @@ from helpers import sent_tool_results
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.tools.sandbox import probe
 
+pytestmark = pytest.mark.prepush  # the sandbox boundary (bubblewrap): the pre-push tier (README)
+
 MakeAgent = Callable[..., Any]
 STATUS = probe()
 needs_bwrap = pytest.mark.skipif(not STATUS.available, reason=f"bubblewrap cannot run here: {STATUS.reason}")

@@ -272,6 +272,7 @@ def test_every_documented_example_is_tested() -> None:
     assert set(doc_examples()) == set(SCENARIOS)
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_documented_example_runs_against_the_fake_server(
     name: str, server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -513,6 +514,7 @@ def test_run_continues_the_conversation_and_reports_events(server: FakeServer, m
 # -- packaging --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.prepush
 def test_import_kimicode_is_light() -> None:
     code = (
         "import sys, kimicode\n"

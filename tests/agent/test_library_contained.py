@@ -101,6 +101,7 @@ with FakeServer([Reply(tool_calls=[ToolCall("slow", {{}})]), Reply(content="move
 """
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("how", ["exit", "ctrl-c"])
 def test_exit_and_ctrl_c_do_not_wait_for_an_abandoned_sync_tool(tmp_path: Path, how: str) -> None:
     """The program ends at once (it used to wait up to the tool's end), and the tool's late write never lands:
@@ -136,6 +137,7 @@ def slow_answer(request: RecordedRequest) -> Reply:
     return Reply(content=f"answer to {text} " + "word " * 40, chunk_size=4, chunk_delay=0.01)
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("how", ["break", "garbage"])
 def test_a_stream_left_without_async_with_cancels_its_turn(tmp_path: Path, how: str) -> None:
     """`async for ... break` (no `async with`) or dropping the stream: the next run is its own turn (it used to
@@ -162,6 +164,7 @@ def test_a_stream_left_without_async_with_cancels_its_turn(tmp_path: Path, how: 
         asyncio.run(main(server))
 
 
+@pytest.mark.prepush
 def test_an_interrupted_streamed_turn_leaves_no_two_user_messages_in_a_row(tmp_path: Path) -> None:
     """Interrupted before the model said anything: the history used to end with the user's message, and the
     next prompt made two user messages in a row (some servers refuse that)."""

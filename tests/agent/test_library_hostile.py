@@ -381,6 +381,7 @@ def test_resume_of_unknown_session_is_a_session_error(server: FakeServer, tmp_pa
         Agent.resume("", base_url=server.base_url, api_key="k", home=tmp_path / "home")
 
 
+@pytest.mark.prepush
 def test_a_thousand_idle_agents_hold_no_descriptors(server: FakeServer, tmp_path: Path) -> None:
     def fds() -> int:
         return len(os.listdir("/proc/self/fd"))
@@ -522,6 +523,7 @@ def test_a_hook_cannot_rewrite_the_history_through_the_events(server: FakeServer
     assert [m["content"] for m in sent[1:]] == ["agent-0 one", "first", "agent-0 two"]
 
 
+@pytest.mark.prepush
 def test_abandoned_compaction_leaves_the_agent_usable(server: FakeServer, tmp_path: Path) -> None:
     server.add(Reply(content="answer one"), Reply(content="summary", first_delay=1), Reply(content="answer two"))
 

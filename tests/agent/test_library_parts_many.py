@@ -64,6 +64,7 @@ def route(request: RecordedRequest) -> Reply:
     return Reply(content=f"{messages[-1]['content']} (my key is {key})")
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("one_store", [False, True], ids=["a-store-each", "one-store-for-all"])
 def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(one_store: bool, server: FakeServer,
                                                                            tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ def run_script(code: str, env_extra: dict[str, str], timeout: float = 120) -> st
     return proc.stdout
 
 
+@pytest.mark.prepush
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_NOFILE is POSIX")
 def test_a_thousand_idle_agents_hold_no_descriptor_and_write_nothing(tmp_path: Path) -> None:
     home, ws = tmp_path / "home", tmp_path / "ws"
@@ -97,6 +98,7 @@ def test_run_sync_inside_a_running_loop_says_to_await_run(make_agent: MakeAgent)
     asyncio.run(main())
 
 
+@pytest.mark.prepush
 def test_the_http_stack_is_imported_off_the_event_loop(server: FakeServer, tmp_path: Path) -> None:
     """In a fresh interpreter: `openai` is imported by a worker thread, and a 10 ms ticker keeps ticking
     during the first request (the loop used to stall for the whole import: 0.3 s here, seconds on a

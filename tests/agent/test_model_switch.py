@@ -193,6 +193,7 @@ def test_switching_to_the_same_model_changes_nothing_and_bad_policies_fail(
     assert agent.endpoint.model == "deepseek-reasoner"
 
 
+@pytest.mark.prepush
 def test_switching_while_a_turn_runs_is_refused(deepseek: FakeServer, workspace: Path, tmp_path: Path) -> None:
     import asyncio
 
@@ -210,6 +211,7 @@ def test_switching_while_a_turn_runs_is_refused(deepseek: FakeServer, workspace:
     assert agent.endpoint.model == "deepseek-reasoner"
 
 
+@pytest.mark.prepush
 def test_the_cli_flag_reaches_the_policy(deepseek: FakeServer, workspace: Path, tmp_path: Path) -> None:
     import subprocess
     import sys

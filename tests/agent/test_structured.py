@@ -124,6 +124,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, server: FakeServer, workspace: Path,
     return run
 
 
+@pytest.mark.prepush
 def test_cli_inline_schema_prints_the_json_alone(cli: Callable[..., tuple[int, str, str]], server: FakeServer) -> None:
     server.add(Reply(content="```json\n" + GOOD + "\n```"))
     code, out, err = cli("-p", "release?", "--json-schema", json.dumps(SCHEMA))
@@ -143,6 +144,7 @@ def test_cli_schema_file_invalid_then_valid_json_result(cli: Callable[..., tuple
     assert result["attempts"] == 2 and result["num_turns"] == 2
 
 
+@pytest.mark.prepush
 def test_cli_never_valid_exits_6(cli: Callable[..., tuple[int, str, str]], server: FakeServer) -> None:
     server.add(*(Reply(content="no JSON, sorry") for _ in range(3)))
     code, out, err = cli("-p", "release?", "--json-schema", json.dumps(SCHEMA))

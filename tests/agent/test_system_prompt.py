@@ -112,6 +112,7 @@ def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Compl
                           cwd=cwd, timeout=60)
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("scope", ["normal", "strict"])
 def test_prompt_show_matches_the_first_request_byte_for_byte(
     server: FakeServer, workspace: Path, tmp_path: Path, scope: str
@@ -135,6 +136,7 @@ def test_prompt_show_matches_the_first_request_byte_for_byte(
     assert all(t["function"]["name"] in text.stdout for t in report["tools"])
 
 
+@pytest.mark.prepush
 def test_prompt_show_with_a_broken_config_is_a_clean_error(workspace: Path, tmp_path: Path) -> None:
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / "config.toml").write_text("[agent]\nscope = 3\n")

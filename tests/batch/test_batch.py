@@ -246,6 +246,7 @@ def test_gate_holds_every_sharer_for_retry_after() -> None:
     assert elapsed >= 0.29 and throttles == 3
 
 
+@pytest.mark.prepush
 def test_a_429_slows_every_task_honouring_retry_after(tmp_path: Path) -> None:
     stamps: dict[str, list[float]] = {"A": [], "B": []}
     limited: list[float] = []

@@ -65,6 +65,7 @@ def test_batch_resumes_skipping_finished_tasks(env: FakeServer, tmp_path: Path,
     assert len(env.requests) == first + 1
 
 
+@pytest.mark.prepush
 def test_batch_report_and_usage_errors(env: FakeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tasks = tmp_path / "tasks.jsonl"
     write_tasks(tasks, [{"id": "a", "prompt": "one"}])

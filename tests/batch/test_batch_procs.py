@@ -14,6 +14,8 @@ import pytest
 from kimicode.batch import SharedRateLimiter, TaskResult, run
 from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply, ToolCall
 
+pytestmark = pytest.mark.prepush  # worker processes: the pre-push tier (README)
+
 
 def prompt_of(req: RecordedRequest) -> str:
     return next(str(m["content"]) for m in req.body["messages"] if m["role"] == "user")

@@ -18,6 +18,8 @@ from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply, Too
 
 ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "kimicode[ray]"); CI installs it')
 
+pytestmark = [pytest.mark.prepush, pytest.mark.xdist_group("ray")]  # Ray: one local cluster, on one xdist worker
+
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:

@@ -13,6 +13,7 @@ ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "kimi
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # one Ray at a time, on one xdist worker
 def test_cli_runs_a_batch_on_ray_and_resumes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from branches_helpers import (
     BUGGY,
     GOOD,
@@ -27,6 +28,8 @@ from kimicode import Agent
 from kimicode.branches import all_records
 from kimicode.testing import FakeServer, Reply
 from kimicode.testing.replies import ErrorReply
+
+pytestmark = pytest.mark.prepush  # the branches process (a worker), its overlay and sandbox: the pre-push tier
 
 MakeAgent = Callable[..., Agent]
 

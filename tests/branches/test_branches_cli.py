@@ -19,6 +19,8 @@ from typer.testing import CliRunner
 from kimicode.cli.app import app
 from kimicode.testing import FakeServer, Reply, ToolCall
 
+pytestmark = pytest.mark.prepush  # the branches process (a worker), its overlay and sandbox: the pre-push tier
+
 
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch) -> None:

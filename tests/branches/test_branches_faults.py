@@ -18,6 +18,8 @@ from helpers import ROOT, git, tiny_fs_problem
 from kimicode import Agent
 from kimicode.testing import FakeServer, Reply, ToolCall
 
+pytestmark = pytest.mark.prepush  # the branches process (a worker), its overlay and sandbox: the pre-push tier
+
 FULL_DISK = r"""
 import asyncio, json, os, sys
 from pathlib import Path

@@ -25,6 +25,8 @@ from kimicode.errors import UsageError
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.testing.replies import RecordedRequest
 
+pytestmark = pytest.mark.prepush  # the branches process (a worker), its overlay and sandbox: the pre-push tier
+
 MakeAgent = Callable[..., Agent]
 
 

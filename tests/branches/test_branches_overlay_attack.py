@@ -21,6 +21,8 @@ from kimicode import Agent
 from kimicode.branches.overlay import unavailable
 from kimicode.testing import FakeServer
 
+pytestmark = pytest.mark.prepush  # the branches process (a worker), its overlay and sandbox: the pre-push tier
+
 MakeAgent = Callable[..., Agent]
 
 FORGE = r'''

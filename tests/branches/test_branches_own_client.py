@@ -41,6 +41,7 @@ class FixingClient:
         pass
 
 
+@pytest.mark.prepush
 def test_explore_with_the_callers_client(workspace: Path, tmp_path: Path) -> None:
     git_project(workspace)
     client = FixingClient()
@@ -73,6 +74,7 @@ class HangingClient(FixingClient):
         yield Completion({"role": "assistant", "content": "never"}, "stop", None)
 
 
+@pytest.mark.prepush
 def test_branches_write_to_the_callers_store_and_an_interrupted_exploration_resumes_with_them(
     workspace: Path, tmp_path: Path
 ) -> None:

@@ -41,6 +41,7 @@ class Client:
 
 
 
+@pytest.mark.prepush
 def test_a_client_that_raises_in_one_branch_fails_that_branch_only(workspace: Path, tmp_path: Path) -> None:
     git_project(workspace)
     parent = Agent(client=Client(fail=1), workspace=workspace, home=tmp_path / "home", permission_mode="accept-edits")
@@ -97,6 +98,7 @@ def test_overlay_workspaces_with_the_callers_client_are_refused_saying_why(works
     assert not (tmp_path / "home" / "worktrees").exists() or not any((tmp_path / "home" / "worktrees").iterdir())
 
 
+@pytest.mark.prepush
 def test_a_judge_model_with_the_callers_client_never_leaves_this_process(workspace: Path, tmp_path: Path) -> None:
     """The judge is a fork of the parent: with a caller's client it asks that client (no request elsewhere)."""
     git_project(workspace)
@@ -108,6 +110,7 @@ def test_a_judge_model_with_the_callers_client_never_leaves_this_process(workspa
     assert client.requests > 4 and "the judge failed" not in str(ex.record.reason), ex.record.reason
 
 
+@pytest.mark.prepush
 def test_apply_later_and_after_a_restart_with_the_callers_client_and_store(workspace: Path, tmp_path: Path) -> None:
     from kimicode.branches import load_record
     from kimicode.branches.exploration import Exploration

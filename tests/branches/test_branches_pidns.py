@@ -29,6 +29,8 @@ from kimicode.branches.overlay_engine import _BOOT
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.testing.replies import RecordedRequest
 
+pytestmark = pytest.mark.prepush  # the branches process (a worker), its overlay and sandbox: the pre-push tier
+
 MakeAgent = Callable[..., Agent]
 GONE_WITHIN = 30.0
 """Seconds a killed process tree gets to disappear (polled: a bound for a loaded machine, not a speed)."""

@@ -23,6 +23,8 @@ from kimicode import Agent
 from kimicode.branches.overlay import unavailable
 from kimicode.testing import FakeServer, Reply, ToolCall
 
+pytestmark = pytest.mark.prepush  # the branches process (a worker), its overlay and sandbox: the pre-push tier
+
 MakeAgent = Callable[..., Agent]
 GONE_WITHIN = 30.0
 """Seconds a killed process tree gets to disappear (polled: a bound for a loaded machine, not a speed)."""

@@ -21,7 +21,7 @@ from kimicode import Agent
 from kimicode.testing import FakeServer
 
 ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "kimicode[ray]"); CI installs it')
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray at a time, on one xdist worker
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,8 @@ from ui_helpers import answers, plain_session
 
 from kimicode.testing import FakeServer
 
+pytestmark = pytest.mark.prepush  # the branches process (a worker), its overlay and sandbox: the pre-push tier
+
 
 @pytest.fixture
 def session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Any:

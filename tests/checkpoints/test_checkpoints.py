@@ -83,6 +83,7 @@ def repo(workspace: Path) -> Path:
     return workspace
 
 
+@pytest.mark.prepush
 def test_a_turn_that_changes_files_is_checkpointed_and_undone_without_touching_user_git(
     server: FakeServer, make_agent: MakeAgent, repo: Path
 ) -> None:
@@ -172,6 +173,7 @@ def test_a_file_changed_outside_is_not_overwritten_silently_and_force_overrides(
     assert res.checkpoint
 
 
+@pytest.mark.prepush
 def test_rewind_to_an_earlier_turn_and_the_user_committing_in_between(
     server: FakeServer, make_agent: MakeAgent, repo: Path
 ) -> None:
@@ -224,6 +226,7 @@ def test_an_unwritable_store_warns_and_the_turn_goes_on(
         asyncio.run(agent.rewind(conversation=False))
 
 
+@pytest.mark.prepush
 def test_a_subagent_given_bash_counts_as_a_change(server: FakeServer, make_agent: MakeAgent, workspace: Path) -> None:
     (workspace / "f.txt").write_text("before\n")
     server.add(

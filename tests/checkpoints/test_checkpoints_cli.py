@@ -23,6 +23,7 @@ from kimicode.testing import FakeServer
 MakeAgent = Callable[..., Agent]
 
 
+@pytest.mark.prepush
 def test_undo_from_the_shell_restores_files_and_cuts_the_log(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:
@@ -61,6 +62,7 @@ def test_undo_from_the_shell_restores_files_and_cuts_the_log(
     assert [m for m in load(path).messages if m["role"] == "user" and noted_mode(m) is None] == []
 
 
+@pytest.mark.prepush
 def test_undo_errors_are_one_line_without_traceback(workspace: Path) -> None:
     code, _, err = invoke("undo", "--session", "nope-no-such")
     assert code == 1 and err.startswith("kimicode: ") and "Traceback" not in err
@@ -99,6 +101,7 @@ s.restore(sys.argv[3], paths, "restore")
 """
 
 
+@pytest.mark.prepush
 def test_kill_9_mid_restore_is_finished_on_next_start(workspace: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     n = 3000
@@ -132,6 +135,7 @@ def test_kill_9_mid_restore_is_finished_on_next_start(workspace: Path, tmp_path:
     store.snapshot("after recovery")  # the store still works
 
 
+@pytest.mark.prepush
 def test_sessions_rm_prunes_the_store_but_keeps_what_other_sessions_need(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:
@@ -157,6 +161,7 @@ def test_sessions_rm_prunes_the_store_but_keeps_what_other_sessions_need(
     assert not (workspace / "two.txt").exists() and (workspace / "one.txt").exists()
 
 
+@pytest.mark.prepush
 def test_prune_by_age_and_size_keeps_the_newest(workspace: Path, tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path / "home", workspace)
     ids = []
@@ -179,6 +184,7 @@ CheckpointStore(Path(sys.argv[1]), Path(sys.argv[2])).snapshot("killed", "s/1")
 """
 
 
+@pytest.mark.prepush
 def test_kill_9_mid_checkpoint_leaves_a_store_that_works(workspace: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     for i in range(2000):

@@ -19,6 +19,7 @@ from kimicode.testing import FakeServer, Reply
 MakeAgent = Callable[..., Agent]
 
 
+@pytest.mark.prepush
 def test_worktree_fork_runs_beside_the_original_without_touching_its_files(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:

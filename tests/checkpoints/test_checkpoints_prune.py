@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers import bash_turn
 
 from kimicode import Agent
@@ -63,6 +64,7 @@ def test_defaults_and_config_limits() -> None:
     assert Limits.from_settings(Checkpoints(max_age_days=0, max_store_mb=-1)) == Limits(None, None)  # 0: no limit
 
 
+@pytest.mark.prepush
 def test_an_old_stamp_and_old_refs_are_pruned_when_a_session_opens(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:
@@ -122,6 +124,7 @@ def test_the_hermetic_library_does_not_prune_unless_asked(server: FakeServer, wo
     assert "refs/kimicode/long-gone/1-before" not in refs(store)
 
 
+@pytest.mark.prepush
 def test_the_size_limit_drops_only_checkpoints_of_sessions_that_are_gone(workspace: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     sessions = home / "sessions"
@@ -138,6 +141,7 @@ def test_the_size_limit_drops_only_checkpoints_of_sessions_that_are_gone(workspa
     fsck(store)
 
 
+@pytest.mark.prepush
 def test_prune_and_checkpoints_at_the_same_time_never_corrupt_the_store(workspace: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     for i in range(600):
@@ -182,6 +186,7 @@ def test_prune_and_checkpoints_at_the_same_time_never_corrupt_the_store(workspac
     fsck(store)
 
 
+@pytest.mark.prepush
 def test_an_unwritable_store_warns_and_never_crashes(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:

@@ -80,6 +80,7 @@ def hostile_tree(ws: Path) -> None:
         (ws / rel).write_text(rel + "\n")
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("compress", [True, False], ids=["compressed", "stored"])
 def test_the_first_snapshot_is_the_tree_git_would_record(
     workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compress: bool
@@ -191,6 +192,7 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.prepush
 def test_kill_9_at_any_point_of_a_first_snapshot_leaves_a_store_that_works(workspace: Path, tmp_path: Path) -> None:
     """Killed while the pack, its index, the private index or the commit is being written: the next
     snapshot clears what was left half-done and records the workspace in full."""
@@ -218,6 +220,7 @@ def test_kill_9_at_any_point_of_a_first_snapshot_leaves_a_store_that_works(works
     assert killed, "no run was killed before the snapshot finished: the tree is too small for this machine"
 
 
+@pytest.mark.prepush
 def test_a_snapshot_asked_for_while_warming_waits_and_records_the_workspace_then(
     workspace: Path, tmp_path: Path
 ) -> None:

@@ -8,9 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 
+@pytest.mark.prepush
 def test_undo_after_a_directory_became_a_link(
     server: FakeServer, make_agent: Callable[..., Any], workspace: Path, tmp_path: Path
 ) -> None:

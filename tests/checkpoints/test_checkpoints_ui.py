@@ -20,6 +20,7 @@ def session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
     return plain_session(server, workspace, monkeypatch, permission_mode="yolo")
 
 
+@pytest.mark.prepush
 def test_undo_diff_and_rewind_in_the_terminal(
     session: Any, server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,6 +82,7 @@ def test_undo_of_a_read_only_turn_takes_only_the_conversation(
 
 
 
+@pytest.mark.prepush
 def test_esc_esc_on_an_empty_prompt_opens_rewind(session: Any) -> None:
     from prompt_toolkit.application.current import create_app_session
     from prompt_toolkit.input import create_pipe_input
@@ -97,6 +99,7 @@ def test_esc_esc_on_an_empty_prompt_opens_rewind(session: Any) -> None:
     assert asyncio.run(read("hello\r")) == "hello"
 
 
+@pytest.mark.prepush
 def test_opening_a_terminal_session_stores_the_workspace_ahead_of_the_first_change(
     server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

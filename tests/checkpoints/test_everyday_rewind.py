@@ -52,6 +52,7 @@ def test_rewind_to_a_turn_without_file_changes_restores_the_later_turns_files(
     asyncio.run(session.agent.aclose())
 
 
+@pytest.mark.prepush
 def test_rewind_after_a_files_only_undo_still_takes_the_turn_out(
     session: Any, server: FakeServer, workspace: Path, monkeypatch: Any
 ) -> None:
@@ -72,6 +73,7 @@ def test_rewind_after_a_files_only_undo_still_takes_the_turn_out(
     asyncio.run(session.agent.aclose())
 
 
+@pytest.mark.prepush
 def test_kimicode_undo_of_a_restore_names_it(server: FakeServer, make_agent: Any, workspace: Path) -> None:
     agent = make_agent(permission_mode="yolo")
     bash_turn(server, "echo one > a.txt")

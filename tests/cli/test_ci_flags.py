@@ -55,6 +55,7 @@ def test_budget_without_a_price_refuses_to_start(server: FakeServer, capsys: pyt
     assert server.requests == []
 
 
+@pytest.mark.prepush
 def test_system_prompt_flags_and_no_persistence(
     server: FakeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -77,6 +78,7 @@ def test_system_prompt_flags_and_no_persistence(
     assert code == 2 and "apply to headless runs" in err
 
 
+@pytest.mark.prepush
 def test_trust_workspace_lets_the_checkout_config_apply(
     server: FakeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -89,6 +91,7 @@ def test_trust_workspace_lets_the_checkout_config_apply(
     assert code == 0 and "not trusted" not in err
 
 
+@pytest.mark.prepush
 def test_mcp_config_servers_start_in_an_untrusted_checkout(
     server: FakeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -47,6 +47,7 @@ def test_a_bad_choice_names_the_valid_ones_without_pydantic_noise(
     assert "Value error" not in err and "Traceback" not in err and "pydantic" not in err
 
 
+@pytest.mark.prepush
 def test_other_usage_errors_and_help_keep_their_exit_codes(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -105,6 +105,7 @@ def test_an_unreachable_port_fails_with_what_to_fix(monkeypatch: pytest.MonkeyPa
     assert "fix: check the base URL" in out and "1 problem to fix" in out
 
 
+@pytest.mark.prepush
 def test_model_listed_and_context_window_compared(
     monkeypatch: pytest.MonkeyPatch, models_server: Callable[..., ModelsServer]
 ) -> None:
@@ -206,6 +207,7 @@ def test_a_redirect_is_not_followed_with_the_key(
     assert elsewhere.requests == []  # the key never reached the other server
 
 
+@pytest.mark.prepush
 def test_missing_key_and_broken_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workspace: Path) -> None:
     code, out = doctor(monkeypatch, None, key=None)
     assert code == 1
@@ -219,6 +221,7 @@ def test_missing_key_and_broken_config(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert code == 1 and "config.toml:2" in out and "modle" in out
 
 
+@pytest.mark.prepush
 def test_stored_key_file_mode_and_project_auth(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workspace: Path, models_server: Callable[..., ModelsServer]
 ) -> None:
@@ -241,6 +244,7 @@ def test_stored_key_file_mode_and_project_auth(
     assert code == 0, out
 
 
+@pytest.mark.prepush
 def test_sandbox_asked_for_but_missing_and_a_broken_mcp_server(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server: FakeServer
 ) -> None:

@@ -179,6 +179,7 @@ def test_the_terminal_asks_and_never_echoes(tmp_path: Path, workspace: Path) -> 
     assert tomllib.loads((home / "config.toml").read_text())["auth"]["api_key"] == KEY
 
 
+@pytest.mark.prepush
 def test_config_show_never_prints_the_stored_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 

@@ -56,6 +56,7 @@ def run(tmp_path: Path, server: FakeServer, *args: str, extra: str = "") -> tupl
     return proc, json.loads(count.read_text())
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("args", [(), ("--trust-workspace",), ("--mcp-config", "MCP"), ("--trust-workspace", "HOOKS")])
 def test_a_headless_run_parses_each_config_file_once(tmp_path: Path, args: tuple[str, ...]) -> None:
     """With hooks in both files too: the hooks come from the one reading (they were read again)."""

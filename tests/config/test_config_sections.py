@@ -241,6 +241,7 @@ def config_reads(package: Path) -> list[str]:
     return offenders
 
 
+@pytest.mark.prepush
 def test_no_configuration_table_is_read_outside_the_config_package() -> None:
     """`settings.get("a.b")`, `settings.table("a")` and `settings.data` belong to kimicode/config/: the rest reads
     the typed sections (`settings.config.context.max_tokens`), so each default and bound is written once; and

@@ -166,6 +166,7 @@ def test_known_secrets_covers_env_names_provider_keys_and_headers() -> None:
     assert "value-not-secret" not in found
 
 
+@pytest.mark.prepush
 @settings(max_examples=150, deadline=None)
 @given(st.text(alphabet="ab-sk\n", max_size=60), st.lists(st.integers(min_value=0, max_value=60), max_size=8))
 def test_stream_masker_masks_secrets_split_across_chunks(text: str, cuts: list[int]) -> None:
@@ -191,6 +192,7 @@ def test_a_key_cut_by_the_output_elision_leaks_no_part_of_it(server: FakeServer,
     assert KEY[:8] not in text
 
 
+@pytest.mark.prepush
 @settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=60), st.lists(st.integers(min_value=0, max_value=80), max_size=8))
 def test_byte_stream_masker_masks_secrets_split_across_reads(noise: bytes, cuts: list[int]) -> None:

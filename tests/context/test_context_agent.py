@@ -153,6 +153,7 @@ def records(agent: Agent) -> list[dict[str, Any]]:
 # -- accounting -------------------------------------------------------------------------------------
 
 
+@pytest.mark.prepush
 def test_counting_error_after_calibration_is_under_two_percent(server: FakeServer, make_agent: MakeAgent) -> None:
     model = Model(server)
     rng = random.Random(5)
@@ -215,6 +216,7 @@ def test_a_one_megabyte_tool_output_is_capped_spilled_and_read_back(server: Fake
 # -- pruning ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.prepush
 def test_pruning_fires_once_at_the_threshold_and_leaves_assistant_messages_alone(
     server: FakeServer, make_agent: MakeAgent
 ) -> None:
@@ -258,6 +260,7 @@ def reasoning_heavy(i: int) -> Reply:
     return step_reply(i, 3, reasoning=f"Thinking about part {i}. " + code_text(25, 500 + i))
 
 
+@pytest.mark.prepush
 def test_compaction_triggers_at_the_threshold_and_keeps_intent(server: FakeServer, make_agent: MakeAgent) -> None:
     model = Model(server)
     for i in range(60):
@@ -292,6 +295,7 @@ def test_compaction_triggers_at_the_threshold_and_keeps_intent(server: FakeServe
     assert replay(log) == agent.messages
 
 
+@pytest.mark.prepush
 def test_first_instruction_survives_three_compactions_and_finished_stays_finished(
     server: FakeServer, make_agent: MakeAgent
 ) -> None:
@@ -320,6 +324,7 @@ def test_first_instruction_survives_three_compactions_and_finished_stays_finishe
     assert all(tokens <= agent.context.budget.input_budget for _, tokens, _ in model.requests)
 
 
+@pytest.mark.prepush
 def test_context_length_error_leads_to_compaction_and_one_retry(server: FakeServer, make_agent: MakeAgent) -> None:
     model = Model(server, limit=30_000)  # the server's real window is smaller than the agent believes
     for i in range(40):
@@ -345,6 +350,7 @@ def test_context_length_error_leads_to_compaction_and_one_retry(server: FakeServ
     assert reasons[0] == "overflow"
 
 
+@pytest.mark.prepush
 def test_the_summary_request_itself_never_exceeds_the_budget(
     server: FakeServer, make_agent: MakeAgent, tmp_path: Path
 ) -> None:
@@ -416,6 +422,7 @@ def test_manual_compaction_with_instructions(server: FakeServer, make_agent: Mak
 # -- prefix stability -------------------------------------------------------------------------------
 
 
+@pytest.mark.prepush
 def test_three_hundred_steps_without_pruning_only_ever_extend_the_prefix(
     server: FakeServer, make_agent: MakeAgent
 ) -> None:
@@ -433,6 +440,7 @@ def test_three_hundred_steps_without_pruning_only_ever_extend_the_prefix(
     assert len(heads) == 1  # model, tools and parameters are byte-identical too
 
 
+@pytest.mark.prepush
 def test_a_growing_session_changes_its_prefix_only_when_it_prunes_or_compacts(
     server: FakeServer, make_agent: MakeAgent
 ) -> None:

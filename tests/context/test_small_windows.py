@@ -64,6 +64,7 @@ def prompt_tokens(req: RecordedRequest) -> int:
     return len(req.raw) // 4
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize(("window", "lines"), [(2048, 12), (4096, 25), (8192, 50)])
 def test_small_windows_work_end_to_end(window: int, lines: int, workspace: Path, tmp_path: Path) -> None:
     with FakeServer() as server:

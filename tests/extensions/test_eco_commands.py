@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers import write
 
 from kimicode.commands import load_custom_commands
@@ -46,6 +47,7 @@ def test_no_directories_means_no_commands(tmp_path: Path) -> None:
     assert load_custom_commands(tmp_path / "ws", tmp_path / "home") == {}
 
 
+@pytest.mark.prepush
 def test_a_rendered_command_is_an_ordinary_prompt(
     make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path
 ) -> None:

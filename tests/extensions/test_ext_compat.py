@@ -53,6 +53,7 @@ def test_anthropics_skills_are_listed_then_read_on_demand(
     assert "3P" in last_tool_result(server.requests[2])  # the example file, read when the body said so
 
 
+@pytest.mark.prepush
 def test_hookify_plugin_blocks_by_its_own_rule_file(
     make_agent: Callable[..., Any], server: FakeServer, workspace: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -74,6 +75,7 @@ def test_hookify_plugin_blocks_by_its_own_rule_file(
     assert ("PreToolUse", "deny") in ran and ("UserPromptSubmit", "ok") in ran and ("Stop", "ok") in ran
 
 
+@pytest.mark.prepush
 @pytest.mark.skipif(shutil.which("node") is None, reason="the community guards are Node scripts")
 def test_community_node_guards_refuse_rm_home_and_reading_env(
     make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path,

@@ -159,6 +159,7 @@ def test_a_bad_matcher_is_a_config_error_naming_the_file(make_agent: Callable[..
         make_agent()
 
 
+@pytest.mark.prepush
 def test_hooks_of_one_event_run_in_parallel(
     make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path
 ) -> None:

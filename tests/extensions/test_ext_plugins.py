@@ -43,6 +43,7 @@ def make_plugin(root: Path, name: str = "guard") -> Path:
     return plugin
 
 
+@pytest.mark.prepush
 def test_add_shows_what_it_runs_then_installs_and_everything_it_brings_works(
     make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -137,6 +138,7 @@ def test_add_asks_in_a_terminal(
     assert result.exit_code == (0 if installed else 1)
 
 
+@pytest.mark.prepush
 def test_a_plugins_mcp_server_starts_and_its_tools_reach_the_model(
     make_agent: Callable[..., Any], server: FakeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -107,6 +107,7 @@ def test_a_trust_list_it_cannot_edit_safely_is_left_alone_with_a_clear_error(
 paths = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=20)
 
 
+@pytest.mark.prepush
 @settings(max_examples=60, deadline=None)
 @given(existing=st.lists(paths, max_size=4), comment=st.sampled_from(["", " # ]\"'[", "\n# [trust]\n"]))
 def test_rewriting_the_trust_list_keeps_every_other_setting(

@@ -244,6 +244,7 @@ def test_a_server_sending_empty_tool_call_ids_still_pairs_results(workspace: Pat
     assert_valid_history(history)  # every call got an id of its own, and its result names it
 
 
+@pytest.mark.prepush
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(DIALECTS),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from helpers import split_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ def _choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     return {"index": 0, "delta": delta, "finish_reason": finish}
 
 
+@pytest.mark.prepush
 @settings(max_examples=200, deadline=None)
 @given(
     reasoning=st.text(max_size=30),

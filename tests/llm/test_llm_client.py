@@ -93,6 +93,7 @@ def test_accumulator_tolerates_usage_chunks_without_choices_and_legacy_usage() -
     assert usage_numbers(acc.usage) == (7, 2, 5)
 
 
+@pytest.mark.prepush
 @settings(max_examples=150, deadline=None)
 @given(
     reasoning=st.text(max_size=40),
@@ -286,6 +287,7 @@ def test_unreachable_endpoint_is_a_transient_error() -> None:
     assert "cannot reach" in str(info.value)
 
 
+@pytest.mark.prepush
 def test_a_silent_server_times_out() -> None:
     with FakeServer([Reply(content="late", first_delay=3), Reply(content="ok")]) as server:
         start = time.monotonic()

@@ -270,6 +270,7 @@ _json = st.recursive(
 )
 
 
+@pytest.mark.prepush
 @settings(max_examples=150, deadline=None)
 @given(status=st.sampled_from([None, 400, 413, 422, 429, 500]), message=st.text(max_size=300), body=_json)
 def test_any_body_is_classified_without_raising(status: int | None, message: str, body: Any) -> None:

@@ -221,6 +221,7 @@ def test_every_retry_after_form(headers: dict[str, str], body: Any, seconds: flo
     assert parse_retry_after(headers, body) == seconds
 
 
+@pytest.mark.prepush
 def test_litellm_retry_after_is_honoured(tmp_path: Path) -> None:
     with FakeServer(dialect="litellm") as fake:
         fake.add(fake.error("rate_limit"), Reply(content="ok"))

@@ -22,6 +22,8 @@ from kimicode.events import Event, Notice
 from kimicode.mcp.config import load_server_configs, tool_name
 from kimicode.testing import FakeServer, Reply, ToolCall
 
+pytestmark = pytest.mark.prepush  # MCP servers in processes of their own: the pre-push tier (README)
+
 DEMO = str(MCP_DEMO)
 
 

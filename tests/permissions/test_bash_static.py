@@ -84,6 +84,7 @@ def test_code_from_data_asks(env: dict[str, Any]) -> None:
 WORDS = st.sampled_from(["-la", "README.md", "src", "--stat", "'a b'", "\"q\"", "x=y", "--", "-1"])
 
 
+@pytest.mark.prepush
 @settings(max_examples=150, deadline=None)
 @given(st.lists(WORDS, max_size=4), st.sampled_from(DYNAMIC), st.integers(min_value=0, max_value=4),
        st.sampled_from(MODES), st.booleans())
@@ -124,6 +125,7 @@ def test_deep_nesting_is_refused_not_a_recursion_error(env: dict[str, Any]) -> N
     parse("$(" * (MAX_DEPTH - 2) + "ls" + ")" * (MAX_DEPTH - 2))  # within the limit: fine
 
 
+@pytest.mark.prepush
 def test_a_megabyte_line_is_decided_quickly(env: dict[str, Any]) -> None:
     """Not a timing assertion (see tests/bench): a 1 MB line must simply come back, with a decision."""
     for line in ("ls " + "a" * 1_000_000, "ls '" + "[{," * 300_000 + "'", "ls " + "{," * 500_000,
@@ -282,6 +284,7 @@ def test_control_characters_in_words_ask(env: dict[str, Any]) -> None:
     assert check(env, "ls\t-la", allow=INNOCENT_RULES).verdict == "allow"  # a tab is a blank
 
 
+@pytest.mark.prepush
 @settings(max_examples=200, deadline=None)
 @given(st.text(st.sampled_from(list("ls cat$`'\"\\(){}[]<>|&;#*?~=\n\t!-0123456789x@P:/.")), max_size=60),
        st.sampled_from(("default", "plan", "yolo")))
@@ -326,6 +329,7 @@ WRAP = st.sampled_from(["sudo {}", "env -i {}", "nice -n 3 {}", "timeout 5 {}", 
                         "echo $({})", "X=1 {}", "/usr/bin/env {}"])
 
 
+@pytest.mark.prepush
 @settings(max_examples=200, deadline=None)
 @given(st.lists(WRAP, min_size=1, max_size=4), st.sampled_from(["rm x", "/bin/rm -rf x", "\\rm x", "'rm' x"]))
 def test_property_no_composition_of_wrappers_evades_a_deny_rule(wrappers: list[str], core: str) -> None:
@@ -347,6 +351,7 @@ BROAD = tuple(f"bash({w}*)" for w in ("sudo", "env", "nice", "timeout", "nohup",
                                       "find", "ls", "echo", "/usr/bin/env", "if", "true"))
 
 
+@pytest.mark.prepush
 @settings(max_examples=150, deadline=None)
 @given(st.lists(WRAP, min_size=1, max_size=3), st.sampled_from(MODES))
 def test_property_broad_allow_rules_never_admit_a_wrapped_command(wrappers: list[str], mode: str) -> None:

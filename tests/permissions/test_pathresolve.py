@@ -208,6 +208,7 @@ def test_this_sessions_spilled_outputs_are_readable(tmp_path: Path) -> None:
 _PARTS = st.sampled_from(["..", ".", "x", "etc", "passwd", "1", "3", "fd", "self", "root", "cwd", ""])
 
 
+@pytest.mark.prepush
 @settings(max_examples=200, deadline=None)
 @given(
     prefix=st.sampled_from(["/dev/fd/1", "/dev/fd/3", "/dev/stdout", "/proc/self/fd/1", "/proc/self/root",

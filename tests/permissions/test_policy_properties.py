@@ -7,6 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -76,6 +77,7 @@ def _policy() -> Policy:
     return Policy(load_rules((), allow=["bash(git status*)"]))
 
 
+@pytest.mark.prepush
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(SCRIPTS)
 def test_a_rule_allows_a_compound_command_only_when_it_matches_every_part(script: Script) -> None:
@@ -100,6 +102,7 @@ def test_generated_commands_are_valid_bash(script: Script) -> None:
 _ARG_CHARS = st.characters(codec="utf-8", exclude_characters="\x00")
 
 
+@pytest.mark.prepush
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.text(_ARG_CHARS, min_size=1, max_size=12), min_size=1, max_size=6))
 def test_quoted_arguments_come_back_exactly(argv: list[str]) -> None:

@@ -26,6 +26,8 @@ from kimicode.tools.base import ToolContext
 from kimicode.tools.sandbox import probe
 from kimicode.tools.shell import BASH
 
+pytestmark = pytest.mark.prepush  # the sandbox boundary (bubblewrap): the pre-push tier (README)
+
 MakeAgent = Callable[..., Any]
 STATUS = probe()
 needs_bwrap = pytest.mark.skipif(not STATUS.available, reason=f"bubblewrap cannot run here: {STATUS.reason}")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import ROOT
 
 PACKAGE = ROOT / "kimicode"
@@ -21,6 +22,7 @@ def modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
 
+@pytest.mark.prepush
 def test_the_import_contracts_hold() -> None:
     lint = Path(sys.executable).parent / "lint-imports"
     assert lint.exists(), f"import-linter is not installed next to {sys.executable}"
@@ -44,6 +46,7 @@ def http_imports(path: Path) -> list[str]:
     return found
 
 
+@pytest.mark.prepush
 def test_raw_http_is_imported_only_where_http_belongs() -> None:
     outside = {
         rel: names

@@ -94,6 +94,7 @@ def script(server: FakeServer) -> None:
     )
 
 
+@pytest.mark.prepush
 def test_the_headless_quick_start_can_fix_a_test_and_nothing_more(
     server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,12 +12,14 @@ offender may not join, and an entry that is back within budget must be deleted).
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 from helpers import ROOT
 
 PACKAGE = ROOT / "kimicode"
@@ -107,6 +109,7 @@ def package_cycles(root: Path = ROOT, typing: bool = False) -> dict[str, list[li
     return dict(out)
 
 
+@pytest.mark.prepush
 def test_no_import_cycle_inside_a_package() -> None:
     cycles = package_cycles()
     assert not cycles, (
@@ -131,6 +134,7 @@ def new_type_rings(found: dict[str, list[list[str]]], recorded: dict[str, object
     return out
 
 
+@pytest.mark.prepush  # a scan of the whole tree
 def test_no_new_type_level_ring_inside_a_package() -> None:
     """Counting the imports under `if TYPE_CHECKING:` (a type-level dependency is a dependency for the reader):
     no ring but the recorded ones, which may only shrink."""
@@ -166,6 +170,7 @@ def underscore_imports(root: Path = ROOT) -> set[tuple[str, str]]:
     return found
 
 
+@pytest.mark.prepush
 def test_no_underscore_name_is_imported_across_modules() -> None:
     found = underscore_imports()
     assert not found, (
@@ -174,6 +179,7 @@ def test_no_underscore_name_is_imported_across_modules() -> None:
     )
 
 
+@functools.cache  # three checks read it
 def function_measures(root: Path = ROOT) -> dict[str, tuple[int, int]]:
     """`path:Class.function` -> (radon complexity, statements) for every function, method and nested function of
     `root`/kimicode. Radon counts `and`/`or` (ruff's mccabe does not)."""
@@ -221,11 +227,13 @@ def over_budget(measures: dict[str, tuple[int, int]], recorded: dict[str, object
     return found
 
 
+@pytest.mark.prepush  # a scan of the whole tree
 def test_no_function_is_more_complex_than_25() -> None:
     found = over_budget(function_measures(), baseline()["complexity"], 0, MAX_COMPLEXITY)
     assert not found, f"{found}: split into named steps that read better (see kimicode/cli/app.py's main)"
 
 
+@pytest.mark.prepush  # a scan of the whole tree
 def test_new_functions_stay_within_the_complexity_and_length_budgets() -> None:
     measures = function_measures()
     recorded = baseline()
@@ -235,6 +243,7 @@ def test_new_functions_stay_within_the_complexity_and_length_budgets() -> None:
     assert not long_, f"{long_}: more than {LENGTH_BUDGET} statements: split it into named steps"
 
 
+@pytest.mark.prepush  # a scan of the whole tree
 def test_the_budget_baseline_only_shrinks() -> None:
     """A recorded offender that is gone or back within budget leaves the list, so it cannot grow back."""
     measures = function_measures()
@@ -274,6 +283,7 @@ def private_getattrs(path: Path) -> list[str]:
     return found
 
 
+@pytest.mark.prepush  # a scan of the whole tree
 def test_no_private_name_is_read_by_getattr() -> None:
     found = {str(p.relative_to(ROOT)): hits for p in sorted(PACKAGE.rglob("*.py")) if (hits := private_getattrs(p))}
     assert not found, f"{found}: make the name public (or give its owner a method) and use it directly"
@@ -295,6 +305,7 @@ def unformatted(root: Path, *paths: str) -> list[str]:
     return sorted({Path(item["filename"]).relative_to(root).as_posix() for item in json.loads(out.stdout or "[]")})
 
 
+@pytest.mark.prepush  # a scan of the whole tree
 def test_the_code_is_in_ruff_format() -> None:
     found = unformatted(ROOT, "kimicode", "tests")
     assert not found, f"{len(found)} files, e.g. {found[:5]}: run `ruff format kimicode tests`"
@@ -389,6 +400,7 @@ def bound_names(tree: ast.Module) -> set[str]:
     return names
 
 
+@pytest.mark.prepush
 def test_no_function_outside_a_class_reads_another_objects_private_state() -> None:
     found = {str(p.relative_to(ROOT)): hits for p in sorted(PACKAGE.rglob("*.py")) if (hits := reach_ins(p))}
     assert not found, f"{found}: give the object a method (or the attribute a public name)"

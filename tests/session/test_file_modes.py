@@ -10,11 +10,13 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
 from helpers import command_env, kimicode_command
 
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 
+@pytest.mark.prepush
 def test_everything_a_run_leaves_in_kimicode_home_is_private(tmp_path: Path) -> None:
     home, ws = tmp_path / "kc", tmp_path / "ws"
     home.mkdir(mode=0o755)

@@ -123,6 +123,7 @@ def test_interactive_first_keeps_each_groups_order(workspace: Path, tmp_path: Pa
     assert [s.first_prompt for s in ordered] == ["p4", "p1", "p5", "p3", "p2", "p0"]
 
 
+@pytest.mark.prepush
 def test_sessions_list_shows_and_filters_the_origin(workspace: Path, tmp_path: Path) -> None:
     d = sessions_dir(tmp_path)
     write_log(d, "20260101-000000-aaaaaa", workspace, prompt="from ci", origin="headless")

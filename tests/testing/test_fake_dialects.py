@@ -334,6 +334,7 @@ def test_raw_recording_parsing_handles_bare_bodies_and_bad_status(tmp_path: Path
         RawReply.from_recording(broken)
 
 
+@pytest.mark.prepush
 def test_the_testing_package_imports_nothing_else_from_kimicode() -> None:
     """Users vendor or import kimicode.testing alone: its modules only import each other and the stdlib."""
     import ast

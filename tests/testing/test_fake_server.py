@@ -109,6 +109,7 @@ def test_raw_sse_framing_and_empty_argument_tool_call(server: FakeServer) -> Non
     assert all("usage" not in p for p in parsed)
 
 
+@pytest.mark.prepush
 def test_chunks_are_flushed_as_they_are_produced(server: FakeServer) -> None:
     delay = 0.4
     server.add(Reply(content="ab", chunk_size=1, chunk_delay=delay))

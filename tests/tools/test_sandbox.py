@@ -16,6 +16,8 @@ from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.tools.sandbox import Sandbox, probe
 from kimicode.tools.shell import BASH
 
+pytestmark = pytest.mark.prepush  # the sandbox boundary (bubblewrap): the pre-push tier (README)
+
 MakeAgent = Callable[..., Any]
 
 

@@ -171,6 +171,7 @@ def test_an_unknown_mode_is_refused(make_agent: MakeAgent) -> None:
         make_agent(sandbox="none")
 
 
+@pytest.mark.prepush
 @needs_bwrap
 def test_nothing_a_sandboxed_command_starts_outlives_it(
     server: FakeServer, make_agent: MakeAgent, workspace: Path

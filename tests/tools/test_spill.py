@@ -207,6 +207,7 @@ def test_a_subagents_big_output_is_saved_in_the_parents_session(
     assert path.read_bytes() == "".join(f"{i}\n" for i in range(1, 200_001)).encode()
 
 
+@pytest.mark.prepush
 def test_an_mcp_tools_big_result_is_spilled(
     server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
 ) -> None:

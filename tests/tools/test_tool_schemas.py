@@ -82,6 +82,7 @@ def test_draft_07_definitions_refs_still_resolve() -> None:
     assert validate(schema, {"a": 1}) == ["arguments.a must be of type string, got integer"]
 
 
+@pytest.mark.prepush
 @settings(max_examples=150, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),

@@ -264,6 +264,7 @@ _BIG_READER = textwrap.dedent(
 )
 
 
+@pytest.mark.prepush
 def test_read_huge_files_with_bounded_memory(tmp_path: Path) -> None:
     """A 1 GiB text file and a 10 MB single-line file are read without loading them."""
     ws = tmp_path / "ws"

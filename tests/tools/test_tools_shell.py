@@ -120,6 +120,7 @@ def test_argument_validation(workspace: Path) -> None:
         run("true", workspace / "missing")
 
 
+@pytest.mark.prepush
 def test_timeout_kills_the_whole_process_group(workspace: Path) -> None:
     start = time.monotonic()
     result = run("echo pgid=$$; sleep 100 & sleep 101 & wait", workspace, timeout=1)
@@ -133,6 +134,7 @@ def test_timeout_kills_the_whole_process_group(workspace: Path) -> None:
     assert live_members(pgid) == []
 
 
+@pytest.mark.prepush
 def test_timeout_kills_commands_that_ignore_sigterm(workspace: Path) -> None:
     start = time.monotonic()
     result = run("trap '' TERM; echo pgid=$$; sleep 100 & sleep 100; wait", workspace, timeout=1)
@@ -143,6 +145,7 @@ def test_timeout_kills_commands_that_ignore_sigterm(workspace: Path) -> None:
     assert live_members(pgid) == []
 
 
+@pytest.mark.prepush
 def test_grandchild_holding_stdout_does_not_hang(workspace: Path) -> None:
     start = time.monotonic()
     result = run("(sleep 30 &) ; echo done", workspace, timeout=60)
@@ -157,6 +160,7 @@ def test_background_job_with_redirected_output_is_not_waited_for(workspace: Path
     assert result.content == "started\n[exit code: 0]"
 
 
+@pytest.mark.prepush
 def test_output_flood_stays_bounded(workspace: Path) -> None:
     # In a child interpreter, so the peak RSS measured is this command's alone.
     code = (

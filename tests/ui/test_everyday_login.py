@@ -52,6 +52,7 @@ def test_a_stored_key_is_replaced_keeping_the_rest_of_the_file(tmp_path: Path) -
     assert stat.S_IMODE((home / "config.toml").stat().st_mode) == 0o600
 
 
+@pytest.mark.prepush
 def test_kimicode_login_from_the_shell(server: FakeServer, tmp_path: Path) -> None:
     server.api_keys = {GOOD}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_"))}

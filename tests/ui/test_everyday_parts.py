@@ -205,6 +205,7 @@ def test_model_checks_the_servers_list_and_completes_its_ids(
     asyncio.run(session.agent.aclose())
 
 
+@pytest.mark.prepush
 def test_shell_completion_scripts_complete_commands_and_choices(tmp_path: Path) -> None:
     import shlex
     import shutil
@@ -288,6 +289,7 @@ def test_notifications_bell_osc9_and_a_command(
     asyncio.run(session.agent.aclose())
 
 
+@pytest.mark.prepush
 def test_add_dir_lets_the_tools_write_there_as_in_the_workspace(
     server: FakeServer, make_agent: Any, workspace: Path, tmp_path: Path
 ) -> None:

@@ -6,6 +6,7 @@ import io
 import re
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
@@ -74,6 +75,7 @@ def test_invisible_characters_are_escaped_by_category() -> None:
             assert ch not in shown and shown.startswith("a\\") and shown.endswith("b"), (hex(ord(ch)), shown)
 
 
+@pytest.mark.prepush
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.characters(codec=None, categories=["Cf", "Co", "Cn", "Cc", "Zl", "Zp", "Lo"]),
                max_size=40))

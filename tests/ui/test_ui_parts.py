@@ -39,6 +39,7 @@ from kimicode.ui.format import describe_call, human_bytes, money, tokens
 from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, toolbar_fragments
 
 
+@pytest.mark.prepush
 def test_headless_imports_no_ui() -> None:
     code = (
         "import sys, kimicode, kimicode.cli.app, kimicode.cli.headless, kimicode.agent.core\n"

@@ -197,6 +197,7 @@ def test_markdown_helper_renders_like_rich() -> None:
     assert render_ansi(plain, markdown("```\ncode\n```")).rstrip() == " code"
 
 
+@pytest.mark.prepush
 def test_random_documents_render_identically_when_streamed() -> None:
     rng = random.Random(11)
     pieces = [
@@ -230,6 +231,7 @@ def list_doc(n: int, ordered: bool, rng: random.Random) -> str:
     return "Intro paragraph.\n\n" + "\n".join(rows) + "\n\nAfter the list."
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("n", [3, 8, 9, 12, 30])
 @pytest.mark.parametrize("ordered", [False, True])
 def test_a_list_printed_item_by_item_looks_like_the_whole_list(n: int, ordered: bool) -> None:
@@ -311,6 +313,7 @@ def code_doc(rng: random.Random) -> str:
     return "Before.\n\n```" + rng.choice(["python", "", "text"]) + "\n" + "\n".join(lines) + trailing + "\n" + closing
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("seed", range(6))
 def test_a_code_block_printed_line_by_line_looks_like_the_whole_block(seed: int) -> None:
     rng = random.Random(seed)
@@ -334,6 +337,7 @@ def test_code_lines_reach_the_scrollback_while_the_block_is_written() -> None:
     assert "third" in term.written.replace(md.live_text(), "")
 
 
+@pytest.mark.prepush
 def test_a_long_code_block_in_pieces_highlights_a_window_and_still_matches() -> None:
     body = "\n".join(f"line_{i} = {i} * 2  # comment {i}" for i in range(450))
     text = f"```python\n{body}\n```\n\nAfter."
@@ -364,6 +368,7 @@ def test_the_typed_input_and_the_status_line_fit_a_live_row() -> None:
     assert len(row) <= live_width(60) and "waiting for the model" in row
 
 
+@pytest.mark.prepush
 @pytest.mark.parametrize("seed", range(8))
 def test_a_plain_paragraph_is_printed_row_by_row_and_looks_the_same(seed: int) -> None:
     rng = random.Random(seed)
