@@ -33,6 +33,7 @@ from typing import Any
 
 from kimicode.checkpoints.forks import repo_top
 from kimicode.checkpoints.store import CheckpointError, CheckpointStore, store_dir
+from kimicode.gitrun import failure, run_git
 from kimicode.safeio import private_dirs, private_write
 
 OVERLAY_ENV = "KIMICODE_BRANCH_OVERLAY"
@@ -102,10 +103,8 @@ def git_outside(workspace: Path) -> str | None:
     and index) through no overlay at all, so such a workspace gets worktree branches instead."""
     if not os.path.lexists(workspace / ".git"):
         return None  # no repository here; or the workspace is a subdirectory of one, which a branch never sees
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     try:
-        proc = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir"],
-                              cwd=workspace, env=env, capture_output=True, text=True, timeout=30, check=False)
+        proc = run_git(workspace, "rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir", timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if proc.returncode != 0:
@@ -213,9 +212,8 @@ def _remove_opened(home: Path, tree: dict[str, Any], opened: Path, root: Path) -
     shutil.rmtree(store_dir(Path(home).expanduser().resolve(), opened), ignore_errors=True)
     branch = str(tree.get("branch") or "")
     if tree.get("repo") and branch.startswith("kimicode/branch-"):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         for args in (["worktree", "remove", "--force", str(opened)], ["worktree", "prune"], ["branch", "-D", branch]):
-            subprocess.run(["git", *args], cwd=str(tree["repo"]), env=env, capture_output=True, check=False)
+            run_git(str(tree["repo"]), *args)
 
 
 def remove_base(home: Path, tree: dict[str, Any]) -> str | None:
@@ -262,8 +260,6 @@ def open_tree(home: Path, tree: dict[str, Any], snapshot: str) -> tuple[Path, bo
 
 
 def _git(cwd: Path, *args: str) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    proc = run_git(cwd, *args)
     if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines()
-        raise CheckpointError(f"git {args[0]} failed: {lines[-1] if lines else proc.returncode}")
+        raise CheckpointError(failure(args, proc))

@@ -10,12 +10,12 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from kimicode.checkpoints.forks import ForkTree, make_tree, remove_tree, repo_top
 from kimicode.checkpoints.store import CheckpointError, CheckpointStore
+from kimicode.gitrun import failure, run_git
 
 
 class TreeError(CheckpointError):
@@ -67,13 +67,11 @@ def _seeded_worktree(top: Path, home: Path, root: Path, branch: str, parent_sess
     root.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if root.exists():
         raise CheckpointError(f"{root} already exists")
-    env = {key: v for key, v in os.environ.items() if not key.startswith("GIT_")}
 
     def git(cwd: Path, *args: str) -> None:
-        proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+        proc = run_git(cwd, *args)
         if proc.returncode != 0:
-            lines = proc.stderr.strip().splitlines()
-            raise CheckpointError(f"git {args[0]} failed: {lines[-1] if lines else proc.returncode}")
+            raise CheckpointError(failure(args, proc))
 
     git(top, "worktree", "add", "--no-checkout", "-q", "-b", branch, str(root), "HEAD")
     git(root, "read-tree", "HEAD")
@@ -103,10 +101,9 @@ def _plain(exc: BaseException, where: Path) -> str:
 def _clean(workspace: Path, root: Path, branch: str) -> None:
     """Undo a half-made tree: its worktree entry, its branch, its directory."""
     top = repo_top(workspace)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     if top is not None:
         for args in (["worktree", "remove", "--force", str(root)], ["worktree", "prune"], ["branch", "-D", branch]):
-            subprocess.run(["git", *args], cwd=top, env=env, capture_output=True, check=False)
+            run_git(top, *args)
     shutil.rmtree(root, ignore_errors=True)
 
 

@@ -9,7 +9,6 @@ Trees live in `KIMICODE_HOME/worktrees/<session id>/`.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kimicode.checkpoints.store import CheckpointError, CheckpointStore
+from kimicode.gitrun import failure, run_git
 from kimicode.safeio import private_dirs
 
 MODES = ("worktree", "copy", "shared")
@@ -38,11 +38,9 @@ class ForkTree:
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    proc = run_git(cwd, *args)
     if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines()
-        raise CheckpointError(f"git {args[0]} failed: {lines[-1] if lines else proc.returncode}")
+        raise CheckpointError(failure(args, proc))
     return proc.stdout
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from kimicode import errors
 from kimicode.checkpoints import rawpack
 from kimicode.config.choices import DEFAULT_CHECKPOINT_MAX_FILE_MB
+from kimicode.gitrun import git_env
 from kimicode.safeio import private_dirs, private_open, private_write
 
 DEFAULT_MAX_FILE_BYTES = int(DEFAULT_CHECKPOINT_MAX_FILE_MB * 1024 * 1024)
@@ -108,8 +109,7 @@ class CheckpointStore:
         return twin
 
     def git_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-        env.update(
+        return git_env(
             GIT_DIR=str(self.git_dir),
             GIT_WORK_TREE=str(self.workspace),
             GIT_INDEX_FILE=str(self.index),
@@ -119,9 +119,7 @@ class CheckpointStore:
             GIT_AUTHOR_EMAIL="kimicode@localhost",
             GIT_COMMITTER_NAME="kimicode",
             GIT_COMMITTER_EMAIL="kimicode@localhost",
-            GIT_TERMINAL_PROMPT="0",
         )
-        return env
 
     def git(self, *args: str, input: bytes | None = None, check: bool = True) -> bytes:
         """Run one git command against the private store; raises CheckpointError with git's message."""
