@@ -46,6 +46,11 @@ class ToolCall:
         return self.arguments
 
 
+def _count(value: object) -> bool:
+    """A non-negative int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 @dataclass
 class Reply:
     """One scripted successful response, plus optional faults to inject while streaming.
@@ -82,6 +87,11 @@ class Reply:
     error_message: str = "fake server: injected mid-stream error"
 
     def __post_init__(self) -> None:
+        self._check_kinds()
+        self._check_numbers()
+
+    def _check_kinds(self) -> None:
+        """Strings, choices and containers: a misspelt script fails where it is written, not mid-test."""
         for name in ("content", "reasoning", "finish_reason", "model"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
@@ -92,15 +102,19 @@ class Reply:
             raise ValueError(f"Reply.id_style must be one of {_ID_STYLES}, got {self.id_style!r}")
         if self.usage_mode is not None and self.usage_mode not in _USAGE_MODES:
             raise ValueError(f"Reply.usage_mode must be one of {_USAGE_MODES}, got {self.usage_mode!r}")
-        if self.cached_tokens is not None and (
-            isinstance(self.cached_tokens, bool) or not isinstance(self.cached_tokens, int) or self.cached_tokens < 0
-        ):
-            raise ValueError(f"Reply.cached_tokens must be None or a non-negative int, got {self.cached_tokens!r}")
+        self._check_containers()
+
+    def _check_containers(self) -> None:
         if self.usage is not None and not isinstance(self.usage, dict):
             raise TypeError(f"Reply.usage must be a dict or None, got {type(self.usage).__name__}")
         if not isinstance(self.tool_calls, list) or not all(isinstance(call, ToolCall) for call in self.tool_calls):
             raise TypeError("Reply.tool_calls must be a list of ToolCall")
-        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
+
+    def _check_numbers(self) -> None:
+        """Counts are ints (never bools), delays non-negative numbers."""
+        if self.cached_tokens is not None and not _count(self.cached_tokens):
+            raise ValueError(f"Reply.cached_tokens must be None or a non-negative int, got {self.cached_tokens!r}")
+        if not _count(self.chunk_size) or self.chunk_size < 1:
             raise ValueError(f"Reply.chunk_size must be a positive int, got {self.chunk_size!r}")
         for name in ("chunk_delay", "first_delay"):
             value = getattr(self, name)
@@ -108,7 +122,7 @@ class Reply:
                 raise ValueError(f"Reply.{name} must be a non-negative number, got {value!r}")
         for name in ("cut_after", "malformed_after", "error_after"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            if value is not None and not _count(value):
                 raise ValueError(f"Reply.{name} must be None or a non-negative int, got {value!r}")
 
     def effective_finish_reason(self) -> str:
