@@ -71,12 +71,23 @@ def check(task: Task) -> None:
     _str("prompt", task.prompt, optional=False)
     for name in ("workspace", "repo", "ref", "model", "append_system_prompt", "system_prompt"):
         _str(name, getattr(task, name))
+    _check_places(task)
+    _check_choices(task)
+    _check_values(task)
+
+
+def _check_places(task: Task) -> None:
+    """Where the task runs: a workspace or a repository (with its ref), never both."""
     if task.workspace is not None and task.repo is not None:
         raise TaskError("give either workspace or repo, not both")
     if task.ref is not None and task.repo is None:
         raise TaskError("ref needs repo")
     if task.in_place and task.workspace is None:
         raise TaskError("in_place needs workspace")
+
+
+def _check_choices(task: Task) -> None:
+    """Effort, permission mode and rules: one of the names kimicode knows."""
     if task.thinking is not None and task.thinking not in EFFORTS:
         raise TaskError(f"thinking must be low, high or max (got {task.thinking!r})")
     if task.permission_mode is not None and task.permission_mode not in MODES:
@@ -85,6 +96,10 @@ def check(task: Task) -> None:
         value = getattr(task, name)
         if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
             raise TaskError(f"{name} must be a list of rule strings")
+
+
+def _check_values(task: Task) -> None:
+    """Limits are positive numbers, switches booleans, metadata an object."""
     if task.max_turns is not None and (
         isinstance(task.max_turns, bool) or not isinstance(task.max_turns, int) or task.max_turns < 1
     ):
