@@ -185,40 +185,59 @@ def _describe_error(error: Any, base: str) -> list[str]:
     """One jsonschema error as sentences in the agent's words."""
     path = _where(base, error.absolute_path)
     kind, rule, instance = error.validator, error.validator_value, error.instance
-    if kind == "type":
-        names = [rule] if isinstance(rule, str) else list(rule)
-        return [f"{path} must be of type {' or '.join(names)}, got {_json_type(instance)}"]
+    simple = _must(kind, rule, instance)
+    if simple is not None:
+        return [f"{path} must {simple}"]
     if kind == "required" and isinstance(instance, dict):
         return [f"{path} is missing required property {key!r}" for key in rule if key not in instance]
     if kind == "additionalProperties" and rule is False and isinstance(instance, dict):
-        props = error.schema.get("properties", {})
-        patterns = error.schema.get("patternProperties", {})
-        allowed = ", ".join(props) or "none"
-        import re
-
-        extra = [k for k in instance if k not in props and not any(re.search(p, k) for p in patterns)]
-        return [f"{path} has unknown property {key!r} (allowed: {allowed})" for key in extra]
-    if kind == "enum":
-        return [f"{path} must be one of {json.dumps(rule)}, got {json.dumps(instance)}"]
-    if kind == "const":
-        return [f"{path} must be {json.dumps(rule)}, got {json.dumps(instance)}"]
-    if kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        op = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[kind]
-        return [f"{path} must be {op} {rule}, got {instance}"]
-    if kind == "pattern":
-        return [f"{path} must match the pattern {rule!r}, got {json.dumps(instance)}"]
+        return _unknown_properties(error.schema, path, instance)
     if kind in ("anyOf", "oneOf") and error.context:
-        branches: dict[Any, list[str]] = {}
-        for sub in error.context:  # what each allowed form objected to, in the schema's order
-            branch = sub.relative_schema_path[0] if sub.relative_schema_path else 0
-            for text in _describe_error(sub, base):
-                text = text[len(path) :].lstrip(" :") if text.startswith(path) else text
-                if text not in branches.setdefault(branch, []):
-                    branches[branch].append(text)
-        forms = "; or ".join(", ".join(texts[:2]) for _, texts in sorted(branches.items(), key=lambda kv: str(kv[0])))
-        how = "exactly one" if kind == "oneOf" else "one"
-        return [f"{path} must match {how} of the allowed forms: {forms}"]
+        return [_no_form_matched(error, base, path, kind)]
     return [f"{path}: {error.message}"]
+
+
+_BOUNDS = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+
+
+def _must(kind: str, rule: Any, instance: Any) -> str | None:
+    """What a value must be, for the rules that need only the rule and the value (None for the others)."""
+    if kind == "type":
+        names = [rule] if isinstance(rule, str) else list(rule)
+        return f"be of type {' or '.join(names)}, got {_json_type(instance)}"
+    if kind == "enum":
+        return f"be one of {json.dumps(rule)}, got {json.dumps(instance)}"
+    if kind == "const":
+        return f"be {json.dumps(rule)}, got {json.dumps(instance)}"
+    if kind in _BOUNDS:
+        return f"be {_BOUNDS[kind]} {rule}, got {instance}"
+    if kind == "pattern":
+        return f"match the pattern {rule!r}, got {json.dumps(instance)}"
+    return None
+
+
+def _unknown_properties(schema: Mapping[str, Any], path: str, instance: dict[str, Any]) -> list[str]:
+    props = schema.get("properties", {})
+    patterns = schema.get("patternProperties", {})
+    allowed = ", ".join(props) or "none"
+    import re
+
+    extra = [k for k in instance if k not in props and not any(re.search(p, k) for p in patterns)]
+    return [f"{path} has unknown property {key!r} (allowed: {allowed})" for key in extra]
+
+
+def _no_form_matched(error: Any, base: str, path: str, kind: str) -> str:
+    """anyOf/oneOf: what each allowed form objected to, in the schema's order."""
+    branches: dict[Any, list[str]] = {}
+    for sub in error.context:
+        branch = sub.relative_schema_path[0] if sub.relative_schema_path else 0
+        for text in _describe_error(sub, base):
+            text = text[len(path) :].lstrip(" :") if text.startswith(path) else text
+            if text not in branches.setdefault(branch, []):
+                branches[branch].append(text)
+    forms = "; or ".join(", ".join(texts[:2]) for _, texts in sorted(branches.items(), key=lambda kv: str(kv[0])))
+    how = "exactly one" if kind == "oneOf" else "one"
+    return f"{path} must match {how} of the allowed forms: {forms}"
 
 
 def _json_type(value: Any) -> str:
