@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -91,64 +91,78 @@ def _text(content: Any) -> str:
     return ""
 
 
+@dataclass
+class _Summary:
+    """What `session_info` gathers from a log's records, one record at a time."""
+
+    meta: dict[str, Any] = field(default_factory=dict)
+    model: str = ""
+    first_prompt: str = ""
+    turns: int = 0
+    messages: int = 0
+    forked_from: str | None = None
+    fork_tree: dict[str, Any] | None = None
+    origin: str = ""
+
+    def wants(self, line: str) -> bool:
+        """Whether `line` must be parsed (long assistant and tool records never are); counts messages."""
+        if line.startswith('{"v": ') and '"type": "message"' in line[:60]:
+            self.messages += 1
+            return '"role": "user"' in line[:120] or not self.first_prompt
+        return any(f'"type": "{t}"' in line[:60] for t in ("meta", "settings"))
+
+    def add(self, rec: dict[str, Any]) -> None:
+        kind = rec.get("type")
+        said = rec.get("origin") if kind in ("meta", "settings") else None
+        if isinstance(said, str) and (not self.origin or said == "interactive"):
+            self.origin = said
+        if kind == "meta" and not self.meta:
+            self.meta = rec
+            self.model = str(rec.get("model") or "")
+        elif kind == "settings":
+            self.settings(rec)
+        elif kind == "message":
+            msg = rec.get("message")
+            if isinstance(msg, dict) and msg.get("role") == "user":
+                self.turns += 1
+                self.first_prompt = self.first_prompt or _text(msg.get("content"))
+
+    def settings(self, rec: dict[str, Any]) -> None:
+        self.model = str(rec.get("model") or self.model)
+        if rec.get("forked_from"):
+            self.forked_from = str(rec["forked_from"])
+        if isinstance(rec.get("fork_tree"), dict):
+            self.fork_tree = rec["fork_tree"]
+
+
 def session_info(path: Path) -> SessionInfo:
     """Summarise one log, reading it line by line (only short records are fully parsed)."""
     st = path.stat()
-    meta: dict[str, Any] = {}
-    model = ""
-    first_prompt = ""
-    turns = messages = 0
-    forked_from: str | None = None
-    fork_tree: dict[str, Any] | None = None
-    origin = ""
+    seen = _Summary()
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
-            is_message = line.startswith('{"v": ') and '"type": "message"' in line[:60]
-            if is_message:
-                messages += 1
-                if '"role": "user"' not in line[:120] and first_prompt:
-                    continue  # skip parsing long assistant/tool records
-            elif not any(f'"type": "{t}"' in line[:60] for t in ("meta", "settings")):
+            if not seen.wants(line):
                 continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a torn last line
-            if not isinstance(rec, dict):
-                continue
-            kind = rec.get("type")
-            said = rec.get("origin") if kind in ("meta", "settings") else None
-            if isinstance(said, str) and (not origin or said == "interactive"):
-                origin = said
-            if kind == "meta" and not meta:
-                meta = rec
-                model = str(rec.get("model") or "")
-            elif kind == "settings":
-                model = str(rec.get("model") or model)
-                if rec.get("forked_from"):
-                    forked_from = str(rec["forked_from"])
-                if isinstance(rec.get("fork_tree"), dict):
-                    fork_tree = rec["fork_tree"]
-            elif kind == "message":
-                msg = rec.get("message")
-                if isinstance(msg, dict) and msg.get("role") == "user":
-                    turns += 1
-                    if not first_prompt:
-                        first_prompt = _text(msg.get("content"))
+            if isinstance(rec, dict):
+                seen.add(rec)
     return SessionInfo(
         id=path.stem,
         path=path,
-        workspace=str(meta.get("workspace") or ""),
-        model=model,
+        workspace=str(seen.meta.get("workspace") or ""),
+        model=seen.model,
         started=_started(path.stem, st.st_mtime),
         updated=datetime.fromtimestamp(st.st_mtime, UTC),
-        turns=turns,
-        messages=messages,
+        turns=seen.turns,
+        messages=seen.messages,
         size=st.st_size,
-        first_prompt=first_prompt,
-        forked_from=forked_from,
-        origin=origin,
-        fork_tree=fork_tree,
+        first_prompt=seen.first_prompt,
+        forked_from=seen.forked_from,
+        origin=seen.origin,
+        fork_tree=seen.fork_tree,
     )
 
 
