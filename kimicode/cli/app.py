@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -326,12 +325,13 @@ def _resume_target(*, continue_: bool, resume: str | None, fork: bool, workspace
 
 
 def _retry_base_delay() -> float | None:
-    """KIMICODE_RETRY_BASE_DELAY, seconds before the first retry (the tests make retries quick with it)."""
-    raw = os.environ.get("KIMICODE_RETRY_BASE_DELAY")
+    """KIMICODE_RETRY_BASE_DELAY (config/endpoint.py reads it), a usage error when it is not a number."""
+    from kimicode.config.endpoint import ConfigError, retry_base_delay
+
     try:
-        return float(raw) if raw is not None else None
-    except ValueError:
-        raise fail("KIMICODE_RETRY_BASE_DELAY must be a number of seconds") from None
+        return retry_base_delay()
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
 
 
 def _added_dirs(add_dir: list[Path] | None) -> dict[str, Any]:

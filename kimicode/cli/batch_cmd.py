@@ -114,11 +114,16 @@ def batch(
         raise _fail("-o must not be the tasks file")
     tasks, bad = load_tasks(path)
     from kimicode.batch.runner import BatchOptions
+    from kimicode.config.choices import DEFAULT_RETRY_BASE_DELAY
+    from kimicode.config.endpoint import ConfigError
+    from kimicode.config.endpoint import retry_base_delay as env_retry_base_delay
 
     try:
-        retry_base_delay = float(os.environ.get("KIMICODE_RETRY_BASE_DELAY", "1.0"))
-    except ValueError:
-        raise _fail("KIMICODE_RETRY_BASE_DELAY must be a number of seconds") from None
+        retry_base_delay = env_retry_base_delay()
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    if retry_base_delay is None:
+        retry_base_delay = DEFAULT_RETRY_BASE_DELAY
     opts = BatchOptions(
         root=(workdir or output.with_name(output.name.removesuffix(".jsonl") + ".batch")).resolve(),
         model=model,

@@ -23,6 +23,16 @@ class MissingKeyError(ConfigError):
     """No API key anywhere: the terminal offers to store one (`kimicode.cli.firstrun`)."""
 
 
+def retry_base_delay(env: Mapping[str, str] | None = None) -> float | None:
+    """KIMICODE_RETRY_BASE_DELAY: seconds before the first retry (tests make retries quick with it); None when
+    unset. Read here only, for the terminal, headless and batch runs alike."""
+    raw = (os.environ if env is None else env).get("KIMICODE_RETRY_BASE_DELAY")
+    try:
+        return float(raw) if raw is not None else None
+    except ValueError:
+        raise ConfigError("KIMICODE_RETRY_BASE_DELAY must be a number of seconds") from None
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where to send requests. `api_key` lives only in memory: never logged or written."""

@@ -221,3 +221,19 @@ def test_cli_reports_config_errors_in_one_line(
     out = _invoke(["-C", str(workspace), "-p", "go", "--model", "x"], workspace)
     assert out.exit_code == 2
     assert "unknown provider 'ghost'" in out.output and "Traceback" not in out.output
+
+
+def test_the_retry_delay_variable_is_read_in_one_place_for_every_face(tmp_path: Path) -> None:
+    """KIMICODE_RETRY_BASE_DELAY is parsed by config/endpoint.py alone (it was parsed twice, with two defaults):
+    the headless run and `kimicode batch` refuse the same bad value with the same one line."""
+    from kimicode.config.endpoint import retry_base_delay
+
+    assert retry_base_delay({}) is None and retry_base_delay({"KIMICODE_RETRY_BASE_DELAY": "0.5"}) == 0.5
+    with pytest.raises(ConfigError, match="must be a number of seconds"):
+        retry_base_delay({"KIMICODE_RETRY_BASE_DELAY": "soon"})
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "prompt": "p"}\n')
+    env = {"KIMICODE_RETRY_BASE_DELAY": "soon", "KIMI_API_KEY": "sk-x"}
+    for args in (["-p", "go"], ["batch", str(tasks), "-o", str(tmp_path / "out.jsonl")]):
+        out = CliRunner().invoke(app, args, env=env)
+        assert out.exit_code == 2 and "KIMICODE_RETRY_BASE_DELAY must be a number of seconds" in out.output, out.output
