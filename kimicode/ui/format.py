@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.text import Text
@@ -62,24 +62,10 @@ def describe_call(name: str, args: Mapping[str, Any], limit: int = 160) -> str:
 
 def _describe_call(name: str, args: Mapping[str, Any], limit: int) -> str:
     path = args.get("path")
-    if name == "read_file" and isinstance(path, str):
-        offset, limit_lines = args.get("offset"), args.get("limit")
-        if isinstance(offset, int) or isinstance(limit_lines, int):
-            start = offset if isinstance(offset, int) else 1
-            end = f"{start + limit_lines - 1}" if isinstance(limit_lines, int) else ""
-            return f"read_file {path}:{start}-{end}"
-        return f"read_file {path}"
-    if name == "write_file" and isinstance(path, str):
-        content = args.get("content")
-        lines = 0
-        if isinstance(content, str):
-            lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
-        return f"write_file {path} ({lines} line{'s' if lines != 1 else ''})"
-    if name == "edit_file" and isinstance(path, str):
-        return f"edit_file {path}" + (" (all occurrences)" if args.get("replace_all") else "")
+    if isinstance(path, str) and name in _FILE_CALLS:
+        return _FILE_CALLS[name](path, args)
     if name == "todo_write" and isinstance(args.get("todos"), list):
-        n = len(args["todos"])
-        return f"todo_write ({n} task{'s' if n != 1 else ''})"
+        return f"todo_write ({_count(len(args['todos']), 'task')})"
     description = args.get("description")
     if name == "task" and isinstance(description, str):
         return f"task: {one_line(description, limit)}"
@@ -96,6 +82,36 @@ def _describe_call(name: str, args: Mapping[str, Any], limit: int) -> str:
     if len(shown) > limit:
         shown = shown[: limit - 1] + "…"
     return f"{name} {shown}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
+def _read_call(path: str, args: Mapping[str, Any]) -> str:
+    offset, limit_lines = args.get("offset"), args.get("limit")
+    if not isinstance(offset, int) and not isinstance(limit_lines, int):
+        return f"read_file {path}"
+    start = offset if isinstance(offset, int) else 1
+    end = f"{start + limit_lines - 1}" if isinstance(limit_lines, int) else ""
+    return f"read_file {path}:{start}-{end}"
+
+
+def _write_call(path: str, args: Mapping[str, Any]) -> str:
+    content = args.get("content")
+    lines = 0
+    if isinstance(content, str):
+        lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
+    return f"write_file {path} ({_count(lines, 'line')})"
+
+
+def _edit_call(path: str, args: Mapping[str, Any]) -> str:
+    return f"edit_file {path}" + (" (all occurrences)" if args.get("replace_all") else "")
+
+
+_FILE_CALLS: dict[str, Callable[[str, Mapping[str, Any]], str]] = {
+    "read_file": _read_call, "write_file": _write_call, "edit_file": _edit_call}
+"""The file tools' one-line descriptions, by tool name (given a string `path`)."""
 
 
 def diff_text(diff: str, max_lines: int | None = 60, indent: str = "    ", headers: bool = True) -> Text:
