@@ -47,7 +47,32 @@ def file_system_args(
     spill: str | None = None,
     kimicode_home: str | None = None,
 ) -> list[str]:
-    """bwrap arguments building the visible file system (see the module docstring); all paths resolved."""
+    """bwrap arguments building the visible file system (see the module docstring); all paths resolved.
+    The order is bwrap's: a later mount lies over an earlier one."""
+    args, bound = _system_args()
+    size = ["--size", str(tmp_bytes)] if tmp_bytes > 0 else []
+    args += [*size, "--tmpfs", "/tmp", *size, "--tmpfs", "/var/tmp"]
+    if not contains(ws, home) and not any(contains(b, home) for b in bound):  # the workspace may be inside it
+        args += [*size, "--tmpfs", home, *_toolchain_args(home)]
+    repo_top = _enclosing_repo(ws, home)
+    if repo_top is not None:
+        args += ["--ro-bind", repo_top, repo_top]
+    args += ["--bind" if writable else "--ro-bind", ws, ws]
+    args += _protected_in_workspace(ws)
+    args += git_args(repo_top or ws, writable=writable)
+    if kimicode_home and contains(ws, kimicode_home) and os.path.isdir(kimicode_home) and kimicode_home != ws:
+        args += ["--tmpfs", kimicode_home]  # every project's session logs and the config
+    for path in extra:
+        if os.path.exists(path) and not contains(ws, path):
+            args += ["--ro-bind", path, path]
+    if spill is not None and os.path.isdir(spill):
+        args += ["--ro-bind", spill, spill]
+    return args
+
+
+def _system_args() -> tuple[list[str], list[str]]:
+    """The system's directories read-only (links kept as links), the hidden files of /etc, /dev and /proc; and
+    the directories bound."""
     args: list[str] = []
     bound: list[str] = []
     for root in SYSTEM_ROOTS:
@@ -61,31 +86,27 @@ def file_system_args(
     for hidden in hidden_in_etc():
         args += ["--tmpfs", hidden] if os.path.isdir(hidden) else ["--ro-bind", "/dev/null", hidden]
     args += ["--dev", "/dev", "--proc", "/proc"]
-    size = ["--size", str(tmp_bytes)] if tmp_bytes > 0 else []
-    args += [*size, "--tmpfs", "/tmp", *size, "--tmpfs", "/var/tmp"]
-    if not contains(ws, home) and not any(contains(b, home) for b in bound):  # the workspace may be inside it
-        args += [*size, "--tmpfs", home]
-        for rel in TOOLCHAIN_HOME_PATHS:
-            path = os.path.join(home, rel)
-            if os.path.exists(path):
-                args += ["--ro-bind", os.path.realpath(path), path]
-    repo_top = _enclosing_repo(ws, home)
-    if repo_top is not None:
-        args += ["--ro-bind", repo_top, repo_top]
-    args += ["--bind" if writable else "--ro-bind", ws, ws]
+    return args, bound
+
+
+def _toolchain_args(home: str) -> list[str]:
+    """The toolchains under an emptied home, read-only."""
+    args: list[str] = []
+    for rel in TOOLCHAIN_HOME_PATHS:
+        path = os.path.join(home, rel)
+        if os.path.exists(path):
+            args += ["--ro-bind", os.path.realpath(path), path]
+    return args
+
+
+def _protected_in_workspace(ws: str) -> list[str]:
+    """The workspace's own configuration (`.kimicode`) read-only even in a writable workspace."""
+    args: list[str] = []
     for name in (".kimicode",):
         inner = os.path.join(ws, name)
         if os.path.lexists(inner):
             real = os.path.realpath(inner)
             args += ["--ro-bind", real, real if contains(ws, real) else inner]
-    args += git_args(repo_top or ws, writable=writable)
-    if kimicode_home and contains(ws, kimicode_home) and os.path.isdir(kimicode_home) and kimicode_home != ws:
-        args += ["--tmpfs", kimicode_home]  # every project's session logs and the config
-    for path in extra:
-        if os.path.exists(path) and not contains(ws, path):
-            args += ["--ro-bind", path, path]
-    if spill is not None and os.path.isdir(spill):
-        args += ["--ro-bind", spill, spill]
     return args
 
 
