@@ -25,7 +25,10 @@ from .sessions import NOTES, kimicode, run_session, session_records
 
 Llama = Callable[..., LlamaServer]
 
-pytestmark = [pytest.mark.real_server, pytest.mark.slow, pytest.mark.skipif(bool(unavailable()), reason=unavailable())]
+pytestmark = [
+    pytest.mark.real_server, pytest.mark.slow, pytest.mark.skipif(bool(unavailable()), reason=unavailable()),
+    pytest.mark.xdist_group("real_server"),  # under xdist, one worker: each server configuration starts once
+]
 
 
 def _report(name: str, data: object) -> None:
