@@ -336,8 +336,10 @@ def denial_message(
     if headless:
         suggestion = decision.suggestion if decision is not None else ""
         via = " ".join(f"--allow {shlex.quote(rule)}" for rule in suggestion.splitlines())  # one per part
-        if tool.kind == "edit":
+        if tool.kind == "edit" and mode != "accept-edits":  # never the mode already in use
             options = [via, "--permission-mode accept-edits (file edits in the workspace)", "--yolo (everything)"]
+        elif tool.kind == "edit":
+            options = [via, "--yolo (everything)"]
         elif tool.kind == "read":
             options = [via, "--yolo (everything)"]
         else:

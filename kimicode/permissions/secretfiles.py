@@ -122,8 +122,9 @@ def secret_name_reason(path: PurePath) -> str | None:
         why = "holds an OAuth client secret"
     if why is None and "firebase-adminsdk" in lower and lower.endswith(".json"):
         why = "holds a service account key"
-    if why is None:
-        why = next((w for suffix, w in _SUFFIXES.items() if lower.endswith(suffix)), None)
+    if why is None:  # `prod.env`, not a dotted expression such as jq's `.a.env` taken for a path
+        why = next((w for suffix, w in _SUFFIXES.items() if lower.endswith(suffix)
+                    and not (suffix == ".env" and lower.startswith("."))), None)
     if why is None and path.parent.name:
         why = _IN_DIRS.get((path.parent.name.lower(), lower))
     return f"{name} {why}" if why else None
