@@ -338,9 +338,7 @@ def denial_message(
         via = " ".join(f"--allow {shlex.quote(rule)}" for rule in suggestion.splitlines())  # one per part
         if tool.kind == "edit" and mode != "accept-edits":  # never the mode already in use
             options = [via, "--permission-mode accept-edits (file edits in the workspace)", "--yolo (everything)"]
-        elif tool.kind == "edit":
-            options = [via, "--yolo (everything)"]
-        elif tool.kind == "read":
+        elif tool.kind == "edit" or tool.kind == "read":
             options = [via, "--yolo (everything)"]
         else:
             options = [via, "--yolo (--permission-mode yolo, every command)"]
