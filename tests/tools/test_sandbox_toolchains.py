@@ -151,3 +151,27 @@ def test_a_command_hidden_by_the_sandbox_gets_a_note_naming_the_setting(
     assert f"read({other}/**)" in interpreter, interpreter  # the setting that shows it
     notices = [e.text for e in events if isinstance(e, Notice) and e.level == "warning"]
     assert sum("sandbox blocked" in n for n in notices) == 2, notices
+
+
+@needs_bwrap
+def test_gits_credential_store_is_hidden_in_every_sandbox(
+    server: FakeServer, make_agent: MakeAgent, user_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 5: ~/.config/git is shown (git's configuration), its `credentials` file is not; nor is a
+    secret file in a directory on PATH."""
+    git = user_home / ".config" / "git"
+    git.mkdir(parents=True)
+    (git / "config").write_text("[user]\n\tname = Shown Name\n")
+    (git / "credentials").write_text("https://me:ghp_GITCREDENTIAL@github.com\n")
+    (user_home / ".git-credentials").write_text("https://me:ghp_HOMECREDENTIAL@github.com\n")
+    tools = user_home / "tools"
+    tools.mkdir()
+    (tools / ".env").write_text("TOKEN=PATHDIR-SECRET\n")
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+    read = "cat ~/.config/git/config ~/.config/git/credentials ~/.git-credentials ~/tools/.env 2>&1; true"
+    for mode in ("yolo", "default"):  # workspace-write (yolo) and read-only (the read-only allowance)
+        server.add(Reply(tool_calls=[ToolCall("bash", {"command": read})]), Reply(content="ok"))
+        make_agent(permission_mode=mode, sandbox="workspace-write").run_sync("x")
+        [result] = sent_tool_results(server)
+        assert "Shown Name" in result, result
+        assert "GITCREDENTIAL" not in result and "HOMECREDENTIAL" not in result and "PATHDIR-SECRET" not in result
