@@ -34,19 +34,27 @@ def _tokens(text: str) -> list[str]:
                 i += 2 if text[i] == "\\" else 1
         elif c == '"':
             i = _string(text, i + 1, out)
-        elif c == "." and text[i : i + 2] == "..":
-            out.append("..")
-            i += 2
-        elif c in _IDENT_START or (c == "." and i + 1 < n and text[i + 1] in _IDENT_START):
-            j = i + 1
-            while j < n and text[j] in _IDENT:
-                j += 1
-            out.append(text[i:j])  # `.name` (jq's FIELD, no space allowed) stays one token
-            i = j
         else:
-            out.append(c)
-            i += 1
+            i = _word(text, i, out)
     return out
+
+
+def _word(text: str, i: int, out: list[str]) -> int:
+    """Add the token at `i` (`..`, an identifier, a `.field`, or one character) to `out`; returns the
+    index after it. `.name` is jq's FIELD (no space allowed inside): one token, never a builtin."""
+    n = len(text)
+    c = text[i]
+    if text[i : i + 2] == "..":
+        out.append("..")
+        return i + 2
+    if c in _IDENT_START or (c == "." and i + 1 < n and text[i + 1] in _IDENT_START):
+        j = i + 1
+        while j < n and text[j] in _IDENT:
+            j += 1
+        out.append(text[i:j])
+        return j
+    out.append(c)
+    return i + 1
 
 
 def _string(text: str, i: int, out: list[str]) -> int:

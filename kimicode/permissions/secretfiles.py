@@ -115,16 +115,20 @@ def secret_name_reason(path: PurePath) -> str | None:
         return None
     if lower.startswith(".env"):
         return f"{name} usually holds secrets"
-    why = _NAMES.get(lower)
-    if why is None and lower.startswith(_KEY_PREFIXES):
-        why = "looks like a private key"
-    if why is None and lower.startswith("client_secret") and lower.endswith(".json"):
-        why = "holds an OAuth client secret"
-    if why is None and "firebase-adminsdk" in lower and lower.endswith(".json"):
-        why = "holds a service account key"
-    if why is None:  # `prod.env`, not a dotted expression such as jq's `.a.env` taken for a path
-        why = next((w for suffix, w in _SUFFIXES.items() if lower.endswith(suffix)
-                    and not (suffix == ".env" and lower.startswith("."))), None)
+    why = _NAMES.get(lower) or _by_pattern(lower)
     if why is None and path.parent.name:
         why = _IN_DIRS.get((path.parent.name.lower(), lower))
     return f"{name} {why}" if why else None
+
+
+def _by_pattern(lower: str) -> str | None:
+    """The reason for a (lower-case) name by its prefix or ending: ssh keys, OAuth and service account
+    keys, `_SUFFIXES` (`prod.env`, not a dotted expression such as jq's `.a.env` taken for a path)."""
+    if lower.startswith(_KEY_PREFIXES):
+        return "looks like a private key"
+    if lower.endswith(".json") and (lower.startswith("client_secret") or "firebase-adminsdk" in lower):
+        return "holds an OAuth client secret or a service account key"
+    for suffix, why in _SUFFIXES.items():
+        if lower.endswith(suffix) and not (suffix == ".env" and lower.startswith(".")):
+            return why
+    return None
