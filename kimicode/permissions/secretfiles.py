@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Final
 
-__all__ = ["CREDENTIAL_HOME_PATHS", "HOME_CREDENTIAL_DIRS", "TOKEN_FILES", "secret_name_reason"]
+__all__ = ["CREDENTIAL_HOME_PATHS", "HOME_CREDENTIAL_DIRS", "SECRET_PARENTS", "TOKEN_FILES", "secret_name_reason"]
 
 HOME_CREDENTIAL_DIRS: Final = (
     ".ssh",
@@ -102,6 +102,9 @@ _IN_DIRS: Final[dict[tuple[str, str], str]] = {
     (".git", "credentials"): "holds credentials",
 }
 """(directory, name) pairs: a name that is a secret only in that directory (`.docker/config.json`)."""
+
+SECRET_PARENTS: Final = frozenset(directory for directory, _ in _IN_DIRS)
+"""The directory names of `_IN_DIRS`: where a scan of a shown place looks one level deeper."""
 
 TOKEN_FILES: Final = frozenset({".npmrc", ".pypirc", ".yarnrc.yml", ".gem/credentials", ".cargo/credentials.toml"})
 """Package managers' configuration: sensitive when it holds a token or password (checked by content)."""

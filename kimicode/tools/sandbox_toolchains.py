@@ -4,8 +4,10 @@
 environment (the active virtualenv, `PATH`, conda, poetry, pipx, uv, pyenv, nvm and what their
 interpreters need). `secret_masks` then covers, in every place shown below the home directory, the
 credential stores of `kimicode.permissions.secretfiles` (`~/.config/git/credentials` inside the shown
-`~/.config/git`) and every file whose name is on that list in the top levels of the place (an `.env`
-or `kubeconfig` in a `PATH` directory): the sandbox and the permission checks hide the same secrets.
+`~/.config/git`) and every file directly in the place whose name is on that list (an `.env` or
+`kubeconfig` in a `PATH` directory; `.docker/config.json` one level down): the sandbox and the
+permission checks hide the same secrets. Deeper files (a package's test key in `site-packages`,
+certifi's `cacert.pem`) stay shown: toolchains need them, and the file tools still ask before reading them.
 """
 
 from __future__ import annotations
@@ -15,18 +17,20 @@ from collections.abc import Iterable, Sequence
 from pathlib import PurePath
 from typing import Final
 
-from kimicode.permissions.secretfiles import CREDENTIAL_HOME_PATHS, HOME_CREDENTIAL_DIRS, secret_name_reason
+from kimicode.permissions.secretfiles import (
+    CREDENTIAL_HOME_PATHS,
+    HOME_CREDENTIAL_DIRS,
+    SECRET_PARENTS,
+    secret_name_reason,
+)
 from kimicode.permissions.toolchains import environment_toolchains
 from kimicode.permissions.visibility import SYSTEM_ROOTS, TOOLCHAIN_HOME_PATHS
 from kimicode.tools.sandbox_mounts import contains
 
 __all__ = ["home_toolchain_mounts", "secret_masks", "toolchain_args", "toolchain_places"]
 
-_SCAN_DEPTH: Final = 2
-"""Levels below a shown place searched for secret file names (a venv's `lib/pythonX/site-packages`
-is deeper: packages' own test keys and CA bundles such as certifi's `cacert.pem` stay usable)."""
-_SCAN_LIMIT: Final = 5000
-"""Entries looked at per command at most (a huge cache directory does not slow every command)."""
+_SCAN_LIMIT: Final = 2000
+"""Entries looked at per command at most (a huge directory does not slow every command)."""
 
 
 def toolchain_places(ws: str, home: str, kimicode_home: str | None) -> list[str]:
@@ -60,29 +64,59 @@ def secret_masks(home: str, shown: Sequence[str]) -> list[str]:
             hidden.append(path)
     budget = [_SCAN_LIMIT]
     for place in mine:
-        _scan(place, 0, hidden, budget)
+        _scan(place, hidden, budget)
     args: list[str] = []
     for path in dict.fromkeys(hidden):
         args += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
     return args
 
 
-def _scan(directory: str, depth: int, hidden: list[str], budget: list[int]) -> None:
-    """Add to `hidden` the entries of `directory` (down to _SCAN_DEPTH) named as secrets."""
+_SCANNED: dict[str, tuple[int, tuple[str, ...], tuple[str, ...]]] = {}
+"""A directory's secrets and its subdirectories to look into, by its modification time: an entry added,
+removed or renamed changes the directory's mtime, so an unchanged directory is not listed again for
+every command (its subdirectories are checked against their own mtimes)."""
+
+
+def _scan(directory: str, hidden: list[str], budget: list[int]) -> None:
+    """Add to `hidden` the entries of `directory` named as secrets, and those of its subdirectories
+    that hold secrets by name (`.docker/config.json`, `.kube/config`)."""
+    try:
+        mtime = os.stat(directory).st_mtime_ns
+    except OSError:
+        return
+    cached = _SCANNED.get(directory)
+    if cached is None or cached[0] != mtime:
+        cached = _list(directory, mtime, budget)
+        if cached is None:
+            return
+    hidden.extend(cached[1])
+    for sub in cached[2]:
+        _scan(sub, hidden, budget)
+
+
+def _list(directory: str, mtime: int, budget: list[int]) -> tuple[int, tuple[str, ...], tuple[str, ...]] | None:
+    """List `directory` once: its secret-named entries and its subdirectories named like `.docker`
+    (cached unless the listing was cut short by the budget)."""
+    found: list[str] = []
+    below: list[str] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:
-        return
-    for entry in entries:
-        budget[0] -= 1
-        if budget[0] < 0:
-            return
+        return None
+    for entry in entries[: max(budget[0], 0)]:
         if entry.is_symlink():
             continue
         if secret_name_reason(PurePath(entry.path)) is not None:
-            hidden.append(entry.path)
-        elif depth + 1 < _SCAN_DEPTH and entry.is_dir(follow_symlinks=False):
-            _scan(entry.path, depth + 1, hidden, budget)
+            found.append(entry.path)
+        elif entry.name.lower() in SECRET_PARENTS and entry.is_dir(follow_symlinks=False):
+            below.append(entry.path)
+    budget[0] -= len(entries)
+    result = (mtime, tuple(found), tuple(below))
+    if budget[0] >= 0:
+        if len(_SCANNED) > 512:
+            _SCANNED.clear()
+        _SCANNED[directory] = result
+    return result
 
 
 def home_toolchain_mounts(home: str) -> list[str]:

@@ -95,3 +95,20 @@ def test_the_sandbox_hides_every_secret_below_the_places_it_shows(
     assert "ghp_SECRETTOKEN" not in done.stdout
     leaked = [n for n in SECRET_FILES if f"SECRET-{n}\n" in done.stdout]
     assert leaked == []
+
+
+def test_a_secret_added_later_is_hidden_from_the_next_command(tmp_path: Path) -> None:
+    """The scan of shown places is cached by directory mtime: a file added (or a `.docker/config.json`
+    written into an existing `.docker`) changes what the next command's sandbox hides."""
+    from kimicode.tools.sandbox_toolchains import secret_masks
+
+    home = tmp_path / "user"
+    tools = home / "tools"
+    (tools / ".docker").mkdir(parents=True)
+    (tools / "prog").write_text("x")
+    assert secret_masks(str(home), [str(tools)]) == []
+    (tools / ".env").write_text("TOKEN=1")
+    assert str(tools / ".env") in secret_masks(str(home), [str(tools)])
+    (tools / ".docker" / "config.json").write_text("{}")
+    masks = secret_masks(str(home), [str(tools)])
+    assert str(tools / ".docker" / "config.json") in masks and str(tools / "prog") not in masks
