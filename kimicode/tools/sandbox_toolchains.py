@@ -24,7 +24,7 @@ from kimicode.permissions.secretfiles import (
     secret_name_reason,
 )
 from kimicode.permissions.toolchains import environment_toolchains
-from kimicode.permissions.visibility import SYSTEM_ROOTS, TOOLCHAIN_HOME_PATHS
+from kimicode.permissions.visibility import SYSTEM_ROOTS, TOOLCHAIN_HOME_PATHS, history_reason
 from kimicode.tools.sandbox_mounts import contains
 
 __all__ = ["home_toolchain_mounts", "secret_masks", "toolchain_args", "toolchain_places"]
@@ -106,7 +106,7 @@ def _list(directory: str, mtime: int, budget: list[int]) -> tuple[int, tuple[str
     for entry in entries[: max(budget[0], 0)]:
         if entry.is_symlink():
             continue
-        if secret_name_reason(PurePath(entry.path)) is not None:
+        if secret_name_reason(PurePath(entry.path)) is not None or history_reason(entry.name) is not None:
             found.append(entry.path)
         elif entry.name.lower() in SECRET_PARENTS and entry.is_dir(follow_symlinks=False):
             below.append(entry.path)

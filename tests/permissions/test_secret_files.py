@@ -107,6 +107,8 @@ def test_a_secret_added_later_is_hidden_from_the_next_command(tmp_path: Path) ->
     (tools / ".docker").mkdir(parents=True)
     (tools / "prog").write_text("x")
     assert secret_masks(str(home), [str(tools)]) == []
+    (tools / ".bash_history").write_text("export TOKEN=1")  # the permission check's histories too
+    assert str(tools / ".bash_history") in secret_masks(str(home), [str(tools)])
     (tools / ".env").write_text("TOKEN=1")
     assert str(tools / ".env") in secret_masks(str(home), [str(tools)])
     (tools / ".docker" / "config.json").write_text("{}")
