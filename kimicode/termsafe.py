@@ -14,7 +14,8 @@ output use before showing such text:
   That is decided by Unicode category, not by a list: format characters (Cf: bidirectional controls,
   zero-width joiners and spaces, word joiner, tag characters, soft hyphen), private use (Co),
   unassigned (Cn), surrogates (Cs), line and paragraph separators (Zl, Zp), plus the filler letters
-  that draw nothing (Hangul fillers U+115F, U+1160, U+3164, U+FFA0, braille blank U+2800);
+  that draw nothing (Hangul fillers U+115F, U+1160, U+3164, U+FFA0, braille blank U+2800) and the other
+  default-ignorable code points (U+034F COMBINING GRAPHEME JOINER, U+17B4, U+17B5, U+180B-180F, ...);
 - `\\r\\n` becomes `\\n`; with `newlines=False` a newline is shown as `\\n` too.
 """
 
@@ -40,6 +41,18 @@ FILLERS: Final = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 """Letters (category Lo/So) that draw nothing: a name made of them looks empty or like another."""
 
 
+_IGNORABLE: Final = ((0x034F, 0x034F), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2065, 0x2065), (0xFFF0, 0xFFF8),
+                     (0xE0000, 0xE00FF), (0xE01F0, 0xE0FFF))
+"""Unicode's default-ignorable code points that are not format characters (DerivedCoreProperties:
+Other_Default_Ignorable_Code_Point and the Mongolian variation selectors): U+034F COMBINING GRAPHEME
+JOINER, Khmer inherent vowels, reserved ranges. They draw nothing. The variation selectors U+FE00-FE0F
+and U+E0100-E01EF are left alone: they choose how an emoji or a CJK character is drawn."""
+
+
+def _ignorable(code: int) -> bool:
+    return any(first <= code <= last for first, last in _IGNORABLE)
+
+
 def _escaped(ch: str) -> str:
     code = ord(ch)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
@@ -47,7 +60,7 @@ def _escaped(ch: str) -> str:
 
 def _is_unsafe(ch: str) -> bool:
     """Control, format, private-use, unassigned, separator or filler (see the module docstring)."""
-    return ch not in "\n\t" and (unicodedata.category(ch) in _CATEGORIES or ch in FILLERS)
+    return ch not in "\n\t" and (unicodedata.category(ch) in _CATEGORIES or ch in FILLERS or _ignorable(ord(ch)))
 
 
 _ASCII_UNSAFE: Final = re.compile("[\\x00-\\x08\\x0a-\\x1f\\x7f]")

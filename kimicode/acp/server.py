@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import acp
 from acp import PROTOCOL_VERSION, RequestError, run_agent
@@ -154,6 +154,7 @@ class KimicodeAcp:
             agent.ctx.commands = ClientTerminals(self.conn, agent.session_id, agent.masker.mask, session.send)
             # the editor's terminal is not kimicode's OS sandbox: no decision may count on it
             agent.policy = dataclasses.replace(agent.policy, sandboxed=False, read_only_sandbox=False)
+            agent.notify(*_terminal_notice(agent.sandbox is not None))
 
     def _session(self, session_id: str) -> AcpSession:
         session = self.sessions.get(session_id)
@@ -229,3 +230,13 @@ async def serve(settings: dict[str, Any] | None = None) -> int:
     finally:
         await agent.aclose()
     return 0
+
+
+def _terminal_notice(sandboxed: bool) -> tuple[str, Literal["info", "warning"]]:
+    """Which boundary commands in the editor's terminal have (said once per session)."""
+    if sandboxed:
+        return ("Commands run in the editor's terminal inside kimicode's sandbox (bubblewrap), as they would "
+                "in kimicode's own shell: what runs without asking (yolo included) is confined; what you approve "
+                "runs as approved", "info")
+    return ("Commands run in the editor's terminal without kimicode's sandbox (it is off or unavailable here): "
+            "in yolo mode nothing confines them", "warning")

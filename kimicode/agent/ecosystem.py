@@ -147,7 +147,13 @@ def install(agent: Agent, default_tools: bool) -> Extras:
         choose_edit_tool(agent.tools, agent.model_config)
         agent.tools.add(_web_fetch(agent.settings))
         if (search := _web_search(agent.settings, agent.endpoint.base_url, extras.notices)) is not None:
-            agent.tools.add(search)
+            if search.name.startswith("$") and not _search_allowed(agent, search):
+                extras.notices.append((
+                    "Moonshot's built-in $web_search is not offered: it cannot ask before each search (the "
+                    f"server runs it), and permission mode {agent.permission_mode!r} would ask; "
+                    "--allow web_search (or --yolo) offers it", "info"))
+            else:
+                agent.tools.add(search)
         agent.tools.add(extras.todos.tool())
         from kimicode.agent.subagent import TaskRunner
 
@@ -246,6 +252,16 @@ def _web_search(settings: Settings, base_url: str, notices: list[tuple[str, str]
         notices.append((f"{exc}: no web_search tool", "warning"))
         return None
     return provider_web_search(provider) if provider is not None else None
+
+
+def _search_allowed(agent: Agent, search: Tool) -> bool:
+    """Whether the permission rules and mode let a web search run without asking (Moonshot's built-in
+    search cannot be refused once called: the server needs its arguments back unchanged)."""
+    from kimicode.permissions.engine import decide
+    from kimicode.tools.base import ToolContext
+
+    ctx = ToolContext(workspace=agent.workspace)
+    return decide(search, {}, agent.permission_mode, ctx, agent.policy).verdict == "allow"
 
 
 def _install_vision(tools: ToolRegistry, r: Resolved) -> None:

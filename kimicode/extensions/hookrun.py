@@ -279,7 +279,9 @@ class Hooks:
         verdict = Verdict()
         if not specs:
             return verdict
-        stdin = json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8")
+        # A lone surrogate (from a model's `"\ud800"`) cannot be UTF-8: it becomes the JSON escape `\ud800`
+        # (inside a JSON string, where json.dumps put it), so the hook still gets valid JSON and nothing crashes.
+        stdin = json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8", "backslashreplace")
         cwd = str(self.workspace)
         runs = await asyncio.gather(*(
             _run_one(s, stdin, cwd, {**self.env, **hook_variables(self.workspace, s.plugin_root)}) for s in specs

@@ -26,7 +26,9 @@ PLUGINS_DIR = "plugins"
 REGISTRY = "installed.json"
 MANIFESTS = (".kimicode-plugin/plugin.json", ".claude-plugin/plugin.json")
 NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-GIT_URL = re.compile(r"^(https?://|ssh://|git://|file://|git@[^:]+:)")
+GIT_URL = re.compile(r"^(?:https://|ssh://|file://|git@[A-Za-z0-9.-]+:)[^\s]")
+"""The git sources `plugin add` clones: https, ssh (both spellings) and file URLs. Nothing else: `ext::`
+and other transports run programs, http:// and git:// are unauthenticated."""
 MAX_PLUGIN_BYTES = 50 * 1024 * 1024
 
 
@@ -53,17 +55,22 @@ class Plugin:
         return str(self.manifest.get("version") or "")
 
     def hook_commands(self) -> list[tuple[str, str]]:
-        """(event, command) of every hook it defines."""
-        data, _ = read_json(self.root / "hooks" / "hooks.json")
-        hooks = data.get("hooks") if data else None
-        out: list[tuple[str, str]] = []
-        if isinstance(hooks, dict):
-            for event, groups in hooks.items():
-                for group in groups if isinstance(groups, list) else ():
-                    for entry in (group.get("hooks") or []) if isinstance(group, dict) else ():
-                        if isinstance(entry, dict) and isinstance(entry.get("command"), str):
-                            out.append((str(event), entry["command"]))
-        return out
+        """(event, command) of every hook it defines, read by the parser that loads them (`parse_hooks`:
+        Claude Code's table and Kimi Code's flat list alike), so what is shown is what runs; a file that
+        cannot be read or parsed is shown as such (it runs nothing, the loader reports it)."""
+        from kimicode.extensions.hooks import HookConfigError, parse_hooks
+
+        path = self.root / "hooks" / "hooks.json"
+        data, problem = read_json(path)
+        if problem:
+            return [("(unreadable)", problem)]
+        if data is None:
+            return []
+        try:
+            specs, _ = parse_hooks(data.get("hooks"), str(path), "plugin", self.root, self.root)
+        except HookConfigError as exc:
+            return [("(invalid, not run)", str(exc))]
+        return [(spec.event, spec.command) for spec in specs]
 
     def mcp_servers(self, *, expand: bool = True) -> dict[str, dict[str, Any]]:
         """Its MCP servers (`.mcp.json`, or `mcpServers` in the manifest), `${CLAUDE_PLUGIN_ROOT}` filled in
@@ -176,8 +183,9 @@ def fetch_source(source: str, scratch: Path) -> Path:
     local = Path(source).expanduser()
     if local.is_dir():
         return local.resolve()
-    if not GIT_URL.match(source) and not source.endswith(".git"):
-        raise PluginError(f"{source}: not a folder, and not a git URL (https://..., git@host:..., file://...)")
+    if not GIT_URL.match(source):
+        raise PluginError(f"{source}: not a folder, and not a git URL kimicode clones (https://..., ssh://..., "
+                          "git@host:..., file://...)")
     dest = scratch / "clone"
     try:
         done = subprocess.run(["git", "clone", "--depth", "1", "--quiet", "--", source, str(dest)],

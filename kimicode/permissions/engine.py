@@ -188,13 +188,32 @@ def _decide_edit(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place,
 # -- other tools ------------------------------------------------------------------------------------
 
 
+_SEARCH_TOOLS = ("web_search", "$web_search")
+"""Web search (a provider's `web_search`, Moonshot's built-in `$web_search`): network access, gated like
+web_fetch. Rules naming `web_search` cover both; a `web_fetch` deny or ask rule without a domain covers
+them too (no network for the model), an allow rule for web_fetch does not."""
+
+
+def _query(args: Mapping[str, Any] | None) -> str:
+    """A search's query as the approval shows it (Moonshot's built-in search does not tell kimicode)."""
+    query = (args or {}).get("query")
+    if not isinstance(query, str):
+        return "what the model chose (on Moonshot's server; kimicode does not see the query)"
+    return repr(query[:300] + ("…" if len(query) > 300 else ""))
+
+
 def _decide_other(tool: ToolLike, mode: str, policy: Policy, args: Mapping[str, Any] | None = None) -> Decision:
     """Tools without paths or commands: rules by name (web_fetch rules also by domain); `execute`
-    tools ask, `other` ones run."""
+    tools and web search ask, `other` ones run."""
     rules = policy.rules
     url = (args or {}).get("url")
+    search = tool.name in _SEARCH_TOOLS
 
     def hits(action: RuleAction) -> list[Rule]:
+        if search:
+            found = [r for name in _SEARCH_TOOLS for r in rules.for_tool(action, name, tool.kind)]
+            fetch = [r for r in rules.for_tool(action, "web_fetch", tool.kind) if r.pattern is None]
+            return found + (fetch if action != "allow" else [])
         found = rules.for_tool(action, tool.name, tool.kind)
         return [r for r in found if r.matches_url(url)] if tool.name == "web_fetch" else found
 
@@ -204,14 +223,15 @@ def _decide_other(tool: ToolLike, mode: str, policy: Policy, args: Mapping[str, 
     ask = hits("ask")
     if ask:
         return Decision("ask", f"the rule {rule_text(ask[0])} asks before {tool.name}", by_rule=True)
-    if mode == "yolo" or tool.kind != "execute" or hits("allow"):
+    if mode == "yolo" or (tool.kind != "execute" and not search) or hits("allow"):
         return Decision("allow")
     action = (
         "fetches from the network" if tool.name == "web_fetch"
+        else f"searches the web for {_query(args)} (the query leaves this machine)" if search
         else "calls a tool of an MCP server" if tool.name.startswith("mcp__")
         else "runs commands"
     )
-    return Decision("ask", f"{tool.name} {action} (permission mode {mode!r})", tool.name)
+    return Decision("ask", f"{tool.name} {action} (permission mode {mode!r})", "web_search" if search else tool.name)
 
 
 # -- bash -------------------------------------------------------------------------------------------
@@ -316,9 +336,9 @@ def denial_message(
     if headless:
         suggestion = decision.suggestion if decision is not None else ""
         via = " ".join(f"--allow {shlex.quote(rule)}" for rule in suggestion.splitlines())  # one per part
-        if tool.kind == "edit":
+        if tool.kind == "edit" and mode != "accept-edits":  # never the mode already in use
             options = [via, "--permission-mode accept-edits (file edits in the workspace)", "--yolo (everything)"]
-        elif tool.kind == "read":
+        elif tool.kind == "edit" or tool.kind == "read":
             options = [via, "--yolo (everything)"]
         else:
             options = [via, "--yolo (--permission-mode yolo, every command)"]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from kimicode.config.endpoint import ConfigError
 from kimicode.config.endpoint import kimicode_home as default_kimicode_home
 from kimicode.permissions.protected import AUTORUN_FILES, autorun_reason, protected_reason
+from kimicode.permissions.secretfiles import TOKEN_FILES, secret_name_reason
 from kimicode.permissions.visibility import (
     CREDENTIAL_HOME_PATHS,
     HOME_CREDENTIAL_DIRS,
@@ -324,11 +325,6 @@ def secret_env_names(settings: Settings, key_source: str | None = None) -> list[
 
 # -- paths that need care ---------------------------------------------------------------------------
 
-_KEY_NAMES = frozenset({"id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk"})
-_KEY_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".ppk")
-_ENV_TEMPLATES = frozenset({".env.example", ".env.sample", ".env.template", ".env.dist", ".env.defaults"})
-_CREDENTIAL_FILES = frozenset({".netrc", "_netrc", ".git-credentials", ".pgpass", ".my.cnf", ".htpasswd"})
-_TOKEN_FILES = frozenset({".npmrc", ".pypirc", ".yarnrc.yml", ".gem/credentials", ".cargo/credentials.toml"})
 _HOME_DIRS = HOME_CREDENTIAL_DIRS
 _TOKEN_MARKER = re.compile(rb"(?i)(_authtoken|_auth\b|password|token|secret)\s*[=:]")
 
@@ -386,18 +382,15 @@ def _name_reason(path: Path, real: Places, *, workspace: Path | None) -> str | N
     history = history_reason(name)
     if history:
         return history
-    if lower.startswith(".env") and lower not in _ENV_TEMPLATES:
-        return f"{name} usually holds secrets"
-    if lower in _KEY_NAMES or lower.endswith(_KEY_SUFFIXES):
-        return f"{name} looks like a private key or certificate store"
-    if lower in _CREDENTIAL_FILES or lower in ("credentials", "credentials.json", "credentials.toml"):
-        return f"{name} holds credentials"
+    named = secret_name_reason(path)
+    if named:
+        return named
     home = real.home
     if text == home or text.startswith(home.rstrip("/") + "/"):
         for rel, prefix, why in _home_places(home):
             if text == prefix or text.startswith(prefix + "/"):
                 return f"~/{rel} {why}"
-    if lower in _TOKEN_FILES and _has_token(path):
+    if lower in TOKEN_FILES and _has_token(path):
         return f"{name} contains a token or password"
     kc_home = real.kimicode_home
     if text == os.path.join(kc_home, "config.toml") or within_text(text, os.path.join(kc_home, "credentials")):
@@ -520,7 +513,8 @@ class Policy:
     def visible(self) -> list[Path]:
         """The places outside the workspace read without asking and shown by the sandbox
         (`kimicode.permissions.visibility`, plus the literal directories of `read(...)` allow rules)."""
-        return visible_roots(self.user_home, [Path("/proc"), Path("/dev"), *self.read_rule_roots(), *self.extra_dirs])
+        return visible_roots(self.user_home, [Path("/proc"), Path("/dev"), *self.read_rule_roots(), *self.extra_dirs],
+                             self.kimicode_home)
 
     @cached_property
     def places(self) -> Places:

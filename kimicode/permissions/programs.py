@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from kimicode.permissions.jqlex import program_reaches
 from kimicode.permissions.optparse import Parsed, Spec, parse_args
 from kimicode.permissions.specs import spec_for
 from kimicode.permissions.specs.tools import SHELLS as _SHELL_NAMES
@@ -384,7 +385,6 @@ Verdict = tuple[str, str] | None
 
 _SED_S = re.compile(r"s(.)(?:\\.|(?!\1).)*\1(?:\\.|(?!\1).)*\1([gpiImMe0-9w]*)")
 _SED_Y = re.compile(r"y(.)(?:\\.|(?!\1).)*\1(?:\\.|(?!\1).)*\1")
-_JQ_ENV = re.compile(r"\benv\b|\$ENV|\$__prog|\bstrenv\b|\bload(_str)?\b|\bfilename\b")
 _FIND_RISKY = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
 
 
@@ -413,9 +413,8 @@ def _check_jq(parsed: Parsed, rest: Sequence[str]) -> Verdict:
     if parsed.has("-f", "--from-file"):
         return None  # the option's own effect says it
     program = parsed.operands[:1]
-    if program and _JQ_ENV.search(program[0]):
-        return "exec", "the jq program reads the environment (which may hold secrets)"
-    return None
+    why = program_reaches(program[0]) if program else None
+    return ("exec", why) if why else None
 
 
 def _check_find(parsed: Parsed, rest: Sequence[str]) -> Verdict:

@@ -7,7 +7,7 @@ same places, read-only, and nothing else of the machine: a command the permissio
 cannot read what the engine would have asked about.
 
 Inside those places and inside the workspace, files that hold credentials still ask by name
-(`CREDENTIAL_HOME_PATHS`, `HISTORY_NAMES`, and the names in `kimicode.permissions.policy`).
+(`HISTORY_NAMES` here, and the one list of `kimicode.permissions.secretfiles`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from kimicode.permissions.secretfiles import CREDENTIAL_HOME_PATHS, HOME_CREDENTIAL_DIRS
 
 __all__ = [
     "CREDENTIAL_HOME_PATHS",
@@ -49,42 +51,6 @@ TOOLCHAIN_HOME_PATHS: Final = (
 """Below the user's home directory: git's configuration and the toolchains and package caches that
 builds and tests read. Nothing else of the home directory is visible."""
 
-HOME_CREDENTIAL_DIRS: Final = (
-    ".ssh",
-    ".aws",
-    ".azure",
-    ".gnupg",
-    ".kube",
-    ".docker",
-    ".config/gcloud",
-    ".config/gh",
-    ".config/hub",
-    ".terraform.d",
-    ".password-store",
-    ".local/share/keyrings",
-    ".cargo/credentials.toml",
-    ".gem/credentials",
-    ".npmrc",
-    ".pypirc",
-    ".yarnrc.yml",
-    ".vault-token",
-)
-"""Below the user's home directory: credential stores, read or written only with approval."""
-
-CREDENTIAL_HOME_PATHS: Final = (
-    ".codex/auth.json", ".claude/.credentials.json", ".claude.json", ".kimi/credentials", ".kimi/config.toml",
-    ".config/github-copilot", ".config/op", ".config/rclone", ".config/doctl", ".config/netlify",
-    ".config/sops", ".config/age", ".config/hcloud", ".config/configstore", ".local/share/keyrings",
-    ".local/share/kwalletd", ".local/share/password-store", ".local/share/fish/fish_history",
-    ".mozilla", ".thunderbird", ".config/google-chrome", ".config/chromium", ".config/BraveSoftware",
-    ".s3cfg", ".boto", ".oci", ".fly", ".vercel", ".wrangler", ".terraformrc", ".dockercfg", ".npmrc",
-    ".yarnrc", ".bundle/config", ".composer/auth.json", ".config/composer/auth.json", ".gradle/gradle.properties",
-    ".m2/settings.xml", ".m2/settings-security.xml", ".ipython/profile_default/history.sqlite",
-)
-"""Below the user's home directory: other tools' credential stores (other agents' tokens, password
-managers, keyrings, browsers' cookies, cloud and package registry logins). Reading them asks, and the
-sandbox never shows them (they are not on the visible list)."""
-
 HISTORY_NAMES: Final = frozenset({
     ".bash_history", ".zsh_history", ".zhistory", ".sh_history", ".history", ".python_history",
     ".node_repl_history", ".psql_history", ".mysql_history", ".sqlite_history", ".rediscli_history",
@@ -101,13 +67,17 @@ def history_reason(name: str) -> str | None:
     return None
 
 
-def visible_roots(user_home: Path, extra: Iterable[Path] = ()) -> list[Path]:
+def visible_roots(user_home: Path, extra: Iterable[Path] = (), kimicode_home: Path | None = None) -> list[Path]:
     """Every existing place outside the workspace that is visible (resolved, deduplicated, sorted):
-    the system roots, the toolchain paths below `user_home`, and `extra` (the literal directories of
-    the user's `read(...)` allow rules, and the session's own directory)."""
+    the system roots, the toolchain paths below `user_home`, the user's toolchain named by the
+    environment (`kimicode.permissions.toolchains`: the active virtualenv, PATH, ...), and `extra` (the
+    literal directories of the user's `read(...)` allow rules, and the session's own directory)."""
+    from kimicode.permissions.toolchains import environment_toolchains
+
     found: set[Path] = set()
     home = os.path.realpath(user_home)
-    candidates = [*SYSTEM_ROOTS, *(os.path.join(home, rel) for rel in TOOLCHAIN_HOME_PATHS), *map(str, extra)]
+    candidates = [*SYSTEM_ROOTS, *(os.path.join(home, rel) for rel in TOOLCHAIN_HOME_PATHS), *map(str, extra),
+                  *environment_toolchains(home, str(kimicode_home) if kimicode_home is not None else None)]
     for text in candidates:
         if os.path.lexists(text):
             found.add(Path(os.path.realpath(text)))

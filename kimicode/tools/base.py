@@ -76,8 +76,9 @@ class ShellOutcome:
 
 class CommandRunner(Protocol):
     """Where the bash tool runs commands instead of its own shell: an editor's terminals (ACP `terminal/*`),
-    so the user watches them run. The permission engine decides first, as for local commands; the OS
-    sandbox does not apply there (the agent's policy is told so)."""
+    so the user watches them run. The permission engine decides first, as for local commands; a command
+    that would run in the OS sandbox locally comes wrapped (`bwrap ... -- /bin/bash -c COMMAND`), so the
+    editor's terminal runs it confined too. The policy still counts on no sandbox there (it asks more)."""
 
     async def run(self, command: str, *, cwd: str, env: Mapping[str, str], timeout: float) -> ShellOutcome:
         """Run `command` with bash; on timeout kill it and say so (`timed_out`); cancelled: kill it and raise."""

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from kimicode.permissions.visibility import CREDENTIAL_HOME_PATHS, HOME_CREDENTIAL_DIRS
 from kimicode.tools.limits import DEFAULT_LIMITS, Cgroups, Limits, limits_from_settings, rlimit_prefix
 from kimicode.tools.sandbox_mounts import contains, file_system_args
+from kimicode.tools.sandbox_toolchains import home_toolchain_mounts, secret_masks, toolchain_args, toolchain_places
 
 if TYPE_CHECKING:
     from kimicode.config.settings import Settings
@@ -151,6 +152,7 @@ class Sandbox:
             ws, writable=profile == "workspace-write", home=home, tmp_bytes=tmp_bytes,
             extra=[*(os.path.realpath(p) for p in self.visible), *_own_programs()], spill=spill, kimicode_home=kc_home,
         )
+        args += _toolchain_view(ws, home, kc_home)
         if self.network:
             args += [a for keep in _RESOLVER_DIRS if os.path.isdir(keep) for a in ("--ro-bind", keep, keep)]
         if contains(ws, home):  # the home directory is inside the workspace: hide its credential stores
@@ -158,6 +160,16 @@ class Sandbox:
         args += _socket_masks(ws)
         args += ["--chdir", ws, "--", *rlimit_prefix(self.limits), *argv]
         return args
+
+
+def _toolchain_view(ws: str, home: str, kc_home: str | None) -> list[str]:
+    """The user's toolchain from the environment, read-only, and the secrets below every shown place of
+    the home directory hidden (`kimicode.tools.sandbox_toolchains`)."""
+    places = toolchain_places(ws, home, kc_home)
+    args = toolchain_args(places)
+    if not contains(ws, home):  # else `_home_credentials` hides the home's credential stores
+        args += secret_masks(home, [*home_toolchain_mounts(home), *places])
+    return args
 
 
 def _own_programs() -> list[str]:

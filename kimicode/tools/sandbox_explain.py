@@ -24,14 +24,15 @@ if TYPE_CHECKING:
 __all__ = ["Blocked", "explain_blocked"]
 
 _EROFS: Final = re.compile(r"(?P<line>[^\n]*(?:Read-only file system|Device or resource busy)[^\n]*)")
-_ENOENT: Final = re.compile(r"(?P<line>[^\n]*(?:No such file or directory|Permission denied)[^\n]*)")
+_ENOENT: Final = re.compile(r"(?P<line>[^\n]*(?:No such file or directory|Permission denied|: not found)[^\n]*)")
 _NET: Final = re.compile(
     r"Network is unreachable|Temporary failure in name resolution|Could not resolve host|"
     r"Name or service not known|getaddrinfo|nodename nor servname"
 )
 _QUOTED: Final = re.compile(r"""['"‘`]([^'"’`\n]+)['"’`]""")
 _BARE: Final = re.compile(
-    r"""(?:^|\s)(/?[^\s:'"]+):\s*(?:Read-only file system|Device or resource busy|No such file|Permission denied)""")
+    r"""(?:^|\s)(/?[^\s:'"]+):\s*"""
+    r"""(?:Read-only file system|Device or resource busy|No such file|Permission denied|not found)""")
 _ABSOLUTE: Final = re.compile(r"(?<![\w.~-])(/[^\s:'\"`’,;()]+)")
 
 
@@ -96,25 +97,101 @@ def explain_blocked(
             why = _why_read_only(real, ws, profile)
             shown = path if real == path else f"{path} (a link to {real})"
             return _blocked(f"writing {shown} failed: {why}", profile)
-    for match in _ENOENT.finditer(output):
-        for text in _candidates(match.group("line")):
-            path = _resolve(text, ws)
-            if not path.startswith("/") or contains(ws, path) or _visible(path, sandbox):
-                continue
-            home = os.path.realpath(sandbox.user_home)
-            if os.path.lexists(path) and contains(home, path):
-                return _blocked(f"{path} is not visible in the sandbox: of the home directory only toolchains and "
-                                "git's configuration are (docs/permissions.md, \"What is visible\")", profile)
-            if os.path.lexists(path) and contains("/tmp", path):
-                return _blocked(f"{path} is not visible in the sandbox: its /tmp is private (empty at start)", profile)
-            if os.path.lexists(path):
-                return _blocked(
-                    f"{path} is not visible in the sandbox: outside the workspace only system directories, "
-                    "toolchains and git's configuration are (docs/permissions.md, \"What is visible\"); a "
-                    "read(...) allow rule naming it makes it visible", profile)
+    hidden = _hidden_path(output, ws, sandbox)
+    if hidden is not None:
+        return _blocked(hidden, profile)
+    missing = _hidden_command(output, returncode, sandbox)
+    if missing is not None:
+        return _blocked(missing, profile)
     if not sandbox.network and _NET.search(output):
         return _blocked("the network is off in the sandbox (the user can allow it with --sandbox-network)", profile)
     return None
+
+
+def _hidden_path(output: str, ws: str, sandbox: Sandbox) -> str | None:
+    """A path outside the workspace that a failure line names and the sandbox does not show (or a visible
+    script whose interpreter it does not show), said with the setting that shows it."""
+    home = os.path.realpath(sandbox.user_home)
+    for match in _ENOENT.finditer(output):
+        for text in _candidates(match.group("line")):
+            path = _resolve(text, ws)
+            if not path.startswith("/") or contains(ws, path):
+                continue
+            if _visible(path, sandbox):
+                path = _hidden_interpreter(path, sandbox) or ""
+                if not path:
+                    continue
+            if not os.path.lexists(path):
+                continue
+            if contains(home, path):
+                return (f"{path} is not visible in the sandbox: of the home directory only toolchains and "
+                        "git's configuration are (docs/permissions.md, \"What is visible\"); "
+                        f"{_setting_for(path, home)}")
+            if contains("/tmp", path):
+                return f"{path} is not visible in the sandbox: its /tmp is private (empty at start)"
+            return (f"{path} is not visible in the sandbox: outside the workspace only system directories, "
+                    "toolchains and git's configuration are (docs/permissions.md, \"What is visible\"); "
+                    f"{_setting_for(path, home)}")
+    return None
+
+
+def _hidden_interpreter(path: str, sandbox: Sandbox) -> str | None:
+    """The interpreter named by the `#!` line of the visible script `path` (or where a visible link
+    points), when the sandbox does not show it."""
+    real = os.path.realpath(path)
+    if not _visible(real, sandbox):
+        return real
+    try:
+        with open(real, "rb") as fh:
+            first = fh.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].split(maxsplit=1)
+    interpreter = words[0].decode("utf-8", "replace") if words else ""
+    if not interpreter.startswith("/") or not os.path.lexists(interpreter):
+        return None
+    return next((c for c in (interpreter, os.path.realpath(interpreter)) if not _visible(c, sandbox)), None)
+
+
+_NOT_FOUND: Final = re.compile(
+    r"(?:^|\n)(?:[^\n:]*: )?(?:(?:line )?\d+: )?(?P<name>[^\s:/'\"]+): (?:command )?not found")
+
+
+def _hidden_command(output: str, returncode: int | None, sandbox: Sandbox) -> str | None:
+    """A command that was "not found" (exit 127) inside the sandbox although the host has it, in a place
+    the sandbox does not show: say where it is and the setting that shows it."""
+    if returncode not in (126, 127):
+        return None
+    import shutil
+
+    for match in _NOT_FOUND.finditer(output):
+        name = match.group("name")
+        found = shutil.which(name, path=os.environ.get("PATH", os.defpath))
+        if found is None:
+            continue
+        real = os.path.realpath(found)
+        hidden = next((p for p in (os.path.abspath(found), real) if not _visible(p, sandbox)), None)
+        if hidden is not None:
+            home = os.path.realpath(sandbox.user_home)
+            return (f"`{name}` is {found} on the host, but {hidden} is not visible in the sandbox "
+                    f"(docs/permissions.md, \"What is visible\"); {_setting_for(hidden, home)}")
+    return None
+
+
+def _setting_for(path: str, home: str) -> str:
+    """The setting that shows `path` in the sandbox: a read(...) allow rule for its directory (a
+    virtualenv's top for its programs), or activating the environment / putting it on PATH."""
+    place = os.path.dirname(path) if not os.path.isdir(path) else path
+    if contains(place, home):
+        return ("the home directory itself is never shown: the user can move the program to a directory such as "
+                "~/.local/bin (shown when it exists) or another directory on PATH")
+    if os.path.basename(place) in ("bin", "Scripts"):  # a virtualenv's or an installation's programs
+        place = os.path.dirname(place)
+    return (f"the user can show it with the allow rule read({place}/**) (--allow, or [permissions] allow in "
+            "config.toml); activating its environment or putting its bin directory on PATH before starting "
+            "kimicode shows it too")
 
 
 def _limit_note(output: str, returncode: int | None, sandbox: Sandbox) -> Blocked | None:
@@ -137,7 +214,7 @@ def _limit_note(output: str, returncode: int | None, sandbox: Sandbox) -> Blocke
 def _visible(path: str, sandbox: Sandbox) -> bool:
     from kimicode.permissions.visibility import is_visible, visible_roots
 
-    roots = visible_roots(sandbox.user_home, sandbox.visible)
+    roots = visible_roots(sandbox.user_home, sandbox.visible, sandbox.kimicode_home)
     return is_visible(Path(path), roots) or contains("/proc", path) or contains("/dev", path)
 
 

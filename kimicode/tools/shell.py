@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import signal
 import time
 import uuid
@@ -408,7 +409,7 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
     from kimicode.permissions.gitsafe import read_only_git_env  # the program tables: on the first command
 
     env.update(read_only_git_env(command))  # read-only git runs without the programs a repository names
-    confined = sandbox is not None and not (sandbox.auto and ctx.approved) and ctx.commands is None
+    confined = sandbox is not None and not (sandbox.auto and ctx.approved)
     profile = ctx.sandbox_profile
     slot = sandbox.cgroups.slot(sandbox.limits) if confined and sandbox is not None and sandbox.cgroups else None
 
@@ -417,8 +418,9 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
         return [*(slot.prefix if slot is not None else []), *sandbox.wrap(argv, profile)]
 
     try:
-        if ctx.commands is not None:  # an editor's terminal (ACP): the user watches it run
-            outcome = await ctx.commands.run(command, cwd=str(ctx.workspace), env=env, timeout=float(timeout))
+        if ctx.commands is not None:  # an editor's terminal (ACP): the user watches it run, in the sandbox
+            shown = shlex.join(wrap(["/bin/bash", "-c", command])) if confined else command
+            outcome = await ctx.commands.run(shown, cwd=str(ctx.workspace), env=env, timeout=float(timeout))
         else:
             outcome = await run_shell(
                 command,

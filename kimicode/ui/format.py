@@ -72,6 +72,11 @@ def _describe_call(name: str, args: Mapping[str, Any], limit: int) -> str:
     command = args.get("command")
     if isinstance(command, str):
         return f"{name}: {one_line(command, limit)}"
+    query = args.get("query")
+    if name == "web_search" and isinstance(query, str):
+        return f"web_search: {one_line(query, limit)}"
+    if name == "$web_search":
+        return "$web_search on Moonshot's server (the model's query is sent there; kimicode does not see it)"
     pattern = args.get("pattern")
     if name in ("glob", "grep") and isinstance(pattern, str):
         where = f" in {path}" if isinstance(path, str) and path not in ("", ".") else ""

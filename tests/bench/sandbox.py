@@ -77,6 +77,20 @@ def _time(fn: Callable[[], object], runs: int) -> float:
     return statistics.median(times)
 
 
+def wrap_costs(sandbox: Sandbox, runs: int = 50) -> None:
+    """Building a command's bwrap arguments: the whole `wrap`, beside its part that shows the user's
+    toolchain from the environment and hides the secrets below what is shown (`sandbox_toolchains`)."""
+    from kimicode.tools.sandbox_toolchains import home_toolchain_mounts, secret_masks, toolchain_places
+
+    ws, home = os.path.realpath(sandbox.workspace), os.path.realpath(sandbox.user_home)
+    whole = _time(lambda: sandbox.wrap(["true"]), runs)
+    places = toolchain_places(ws, home, None)
+    view = _time(lambda: secret_masks(home, [*home_toolchain_mounts(home), *toolchain_places(ws, home, None)]), runs)
+    masks = len(secret_masks(home, [*home_toolchain_mounts(home), *places])) // 3
+    print(f"\n{'bwrap arguments':34} {'wrap µs':>15} {'toolchain+secrets µs':>21}")
+    print(f"{f'{len(places)} env places, {masks} masks':34} {whole:15.0f} {view:21.0f}")
+
+
 async def main(runs: int) -> None:
     status = probe()
     if not status.available or status.bwrap is None:
@@ -95,6 +109,7 @@ async def main(runs: int) -> None:
             grouped = await median_ms(command, ws, profile(sandbox, "workspace-write"), runs, sandbox)
             print(f"{command:26} {plain:9.1f} {read_only:10.1f} {write:9.1f} {grouped:8.1f} {read_only - plain:9.1f}")
         decision_costs(Path(ws))
+        wrap_costs(sandbox)
 
 
 if __name__ == "__main__":

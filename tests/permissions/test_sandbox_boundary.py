@@ -21,6 +21,7 @@ from helpers import headless_json, sent_tool_results
 from kimicode.events import Notice
 from kimicode.permissions.engine import decide
 from kimicode.permissions.policy import Policy, load_rules
+from kimicode.permissions.toolchains import ENV_VARIABLES
 from kimicode.testing import FakeServer, Reply, ToolCall
 from kimicode.tools.base import ToolContext
 from kimicode.tools.sandbox import probe
@@ -59,6 +60,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     monkeypatch.setenv("HOME", str(user))
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")  # the runner's own toolchain (pyenv under
+    for name in ENV_VARIABLES:  # /root, say) would be shown, as the user's is
+        monkeypatch.delenv(name, raising=False)
     return user
 
 

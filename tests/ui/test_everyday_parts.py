@@ -331,7 +331,7 @@ def test_moonshot_builtin_web_search_flow(server: FakeServer, make_agent: Any, t
     (home / "config.toml").write_text('[web_search]\nprovider = "moonshot"\n')  # the fake stands for Moonshot
     server.add(*web_search_flow("Python 3.14 came out in October 2025.", tokens=1500))
     events: list[Any] = []
-    agent = make_agent(on_event=events.append)
+    agent = make_agent(on_event=events.append, allow=["web_search"])  # the server's search cannot ask
     result = agent.run_sync("when did Python 3.14 come out?")
     assert result.ok and "October 2025" in result.result, result
     first, second = (r.body for r in server.requests)
@@ -343,7 +343,7 @@ def test_moonshot_builtin_web_search_flow(server: FakeServer, make_agent: Any, t
 
     server.add(*web_search_flow("never"))  # without the declaration the server refuses, as Moonshot does
     (home / "config.toml").write_text('[web_search]\nprovider = "off"\n')
-    assert make_agent().run_sync("search").status == "error"
+    assert make_agent(allow=["web_search"]).run_sync("search").status == "error"
 
 
 def test_a_configured_search_provider_elsewhere(server: FakeServer, make_agent: Any, tmp_path: Path) -> None:
@@ -355,7 +355,7 @@ def test_a_configured_search_provider_elsewhere(server: FakeServer, make_agent: 
          "content": "Python 3.14.0 is the newest major release."},
     ]}
     server.add(Reply(tool_calls=[ToolCall("web_search", {"query": "python 3.14 release"})]), Reply(content="found"))
-    agent = make_agent()
+    agent = make_agent(allow=["web_search"])  # network access: asks without the rule
     assert "web_search" in agent.tools.names and "$web_search" not in agent.tools.names
     assert agent.run_sync("search it").ok
     tool = next(m for m in server.requests[1].body["messages"] if m["role"] == "tool")

@@ -128,9 +128,13 @@ SPECS = [
         -V --version
         --build-configuration
         """, read_only=True, check="jq",
-         match=("jq .name package.json", "jq -r '.a | keys' package.json", "jq -n '[1,2]'"),
+         match=("jq .name package.json", "jq -r '.a | keys' package.json", "jq -n '[1,2]'", "jq '.a.env' x.json",
+                "jq -r '.config.env' x.json", "jq -n '\"env is $ENV\"'", "jq '. as $env | $env' x.json",
+                "jq -n '\"a\\\"b\"'"),
          not_match=("jq -n env", "jq -n '$ENV'", "jq -n '$ENV.HOME'", "jq -rn 'env.HOME'", "jq -n 'env|keys'",
-                    "jq -n '[env[]]'"),
+                    "jq -n '[env[]]'", "jq -n '$ ENV'", "jq -n '$\tENV.HOME'", "jq -n '$ # c\n ENV'",
+                    "jq -n '\"\\(env.HOME)\"'", "jq -n '..env'", "jq -n '$__prog_args'", "jq -n 'import \"a\" as a; 1'",
+                    "jq -n '\"open'"),
          not_read_only=("jq -f prog.jq x", "jq -L lib .a x")),
     *(Spec(name, "", check="jq", match=(f"{name} .a package.json",),
            not_match=(f"{name} -n env", f"{name} -n 'env(HOME)'", f"{name} -n 'strenv(HOME)'", f"{name} '$ENV' x"))
