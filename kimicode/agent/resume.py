@@ -168,8 +168,20 @@ def resume_agent(
         )
         agent.notify(agent.resume_warning, "warning")
     agent.parts.restore_window(loaded.records, record=fork)
+    restore_usage(agent, loaded.records)
     agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())
     return agent
+
+
+def restore_usage(agent: Agent, records: list[dict[str, Any]]) -> None:
+    """The session's token totals as its last `turn_end` recorded them: `usage` and `total_cost` go on from
+    there (a fork copies them too: its history cost what it cost)."""
+    ended = next((r for r in reversed(records) if r.get("type") == "turn_end"), None)
+    totals = ended.get("usage") if ended is not None else None
+    if isinstance(totals, dict):
+        for key, value in totals.items():
+            if key in agent.usage and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                agent.usage[key] = value
 
 
 def fork_agent(agent: Agent, **overrides: Any) -> Agent:

@@ -8,6 +8,11 @@ holder dies, so a lock left by a killed process is simply taken over: there is n
 up by hand. The lock is per process (a library opening one session twice in one process is its own
 business as far as the kernel goes: the lock records which sessions this process holds, so a second
 agent of the same process opening a held session is refused the same way).
+
+Between turns an agent holds no descriptor (a service with hundreds of idle agents would run out): it
+`suspend`s the lock, which closes the file (dropping the kernel's lock) and leaves its process id in it.
+Another process that then takes the kernel lock finds a live process named in the file and is refused the
+same way; the holder `resume`s at its next write. A dead process's id is taken over.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ class SessionLock:
         self._fd = fd
         self._key = key
         """The real path recorded in this process's set of held locks."""
+        self.suspended = False
+        """Between turns: the descriptor is closed, the file still names this process (`resume` takes it back)."""
 
     @classmethod
     def acquire(cls, directory: Path, session_id: str) -> SessionLock:
@@ -95,19 +102,50 @@ class SessionLock:
         except OSError:
             os.close(fd)
             raise
+        holder = _read_holder(fd)
+        if holder is not None and holder != os.getpid() and _alive(holder):  # idle between its turns
+            os.close(fd)
+            raise SessionBusyError(
+                f"session {session_id} is in use by process {holder}: two writers would mix their conversations. "
+                f"Wait for it to finish, or continue a copy with --fork (Agent.resume(..., fork=True))")
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return cls(path, fd, key)
+
+    def suspend(self) -> None:
+        """Close the descriptor (between turns), keeping the session this process's (see the module's notes)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            self.suspended = True
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def resume(self, session_id: str) -> None:
+        """Take the kernel lock back for a write; SessionBusyError when another process took the session."""
+        if not self.suspended:
+            return
+        self._fd = self._take(self.path, self._key or "", session_id)._detach()
+        self.suspended = False
+
+    def _detach(self) -> int | None:
+        fd, self._fd, self._key = self._fd, None, None  # the new holder object gives its descriptor away
+        return fd
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
     def release(self) -> None:
-        """Free the lock (idempotent)."""
+        """Free the lock (idempotent); the file no longer names this process."""
+        if self.suspended and fcntl is not None:  # take it back to clear our id (unless someone took it over)
+            self.suspended = False
+            with contextlib.suppress(OSError, SessionError):
+                self._fd = self._take(self.path, self._key or "", "")._detach()
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
             with contextlib.suppress(OSError):
                 os.close(fd)  # closing the descriptor drops the lock
         if self._key is not None:
@@ -126,6 +164,17 @@ def _busy_here(session_id: str) -> SessionBusyError:
         "their conversations. Close the other one (aclose()), or continue a copy with "
         "Agent.resume(..., fork=True)"
     )
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (a lock file naming a dead process is stale)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def _read_holder(fd: int) -> int | None:

@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from kimicode.errors import SessionError
+from kimicode.errors import SessionError, out_of_descriptors
 from kimicode.safeio import private_dirs, private_open
 
 if TYPE_CHECKING:
@@ -144,6 +144,8 @@ class SessionLog:
                 self.lock = SessionLock.acquire(self.directory, self.session_id)
             else:
                 self.lock = SessionLock.in_process(f"store:{id(self.store)}:{self.session_id}", self.session_id)
+        elif self.lock.suspended:  # the first write of a turn: take back what `sync` let go of
+            self.lock.resume(self.session_id)
 
     def _open(self) -> IO[str]:
         if self._fh is None:
@@ -175,6 +177,8 @@ class SessionLog:
             self.failed = (
                 f"the session store could not keep a record of session {self.session_id}: {exc}"
                 if self.store is not None else
+                f"cannot write the session log {self.path}: {out_of_descriptors(exc)}"
+                if out_of_descriptors(exc) is not None else
                 f"cannot write the session log {self.path}: {getattr(exc, 'strerror', None) or exc}. "
                 "Check that KIMICODE_HOME is writable and its disk is not full (KIMICODE_HOME=... picks another)"
             )
@@ -252,15 +256,21 @@ class SessionLog:
         self.append(record)
 
     def sync(self) -> None:
-        """Flush now and fsync in the background: called at the end of each turn (see the module's notes)."""
+        """Flush now, fsync and close in the background, and suspend the lock: called at the end of each turn
+        (see the module's notes), so an idle session holds no descriptor; the next record opens it again."""
         self._raise_if_sync_failed()
         if self._fh is not None and self.failed is None:
+            fh, self._fh = self._fh, None
             try:
-                self._fh.flush()
+                fh.flush()
             except OSError as exc:
                 self.failed = f"cannot write the session log {self.path}: {exc.strerror or exc}"
+                with contextlib.suppress(OSError):
+                    fh.close()
                 raise SessionWriteError(self.failed) from None
-            self._pending.append(_background(self._fsync, self._fh))
+            self._pending.append(_background(self._fsync_and_close, fh))
+        if self.lock is not None:
+            self.lock.suspend()
 
     def _fsync(self, fh: IO[str]) -> None:
         try:
