@@ -210,17 +210,14 @@ class SessionLog:
 
     def _off_the_loop(self, lines: list[str]) -> bool:
         """A caller's store is called on the event loop only (a sqlite3 connection refuses other threads, and a
-        store need not be thread-safe): records made in a worker thread (a checkpoint's snapshot, a rewind) are
-        handed to the loop the agent runs on, ahead of the work waiting for that thread. True when handed."""
-        import asyncio
+        store need not be thread-safe): records made in a worker thread (a checkpoint's snapshot, a rewind, an
+        exploration opening a branch) are handed to the loop the store is used on, ahead of the work waiting
+        for that thread (session/storethread.py). True when handed."""
+        from kimicode.session.storethread import home_loop
 
-        try:
-            self.loop = asyncio.get_running_loop()
-            return False
-        except RuntimeError:
-            loop = self.loop
-        if loop is None or not loop.is_running():
-            return False  # no loop (sync code between runs): called here
+        loop = home_loop(self.store, self.loop)
+        if loop is None:
+            return False  # on its loop, or no loop of it running (sync code between runs): called here
 
         def put() -> None:
             try:
@@ -407,8 +404,10 @@ class LoadedSession:
 def stored_records(store: SessionStore, session_id: str) -> Any:
     """`store.load(session_id)`, whatever it returns; a SessionError naming the store when it raises (a
     database that is down is the caller's environment, not a bug of kimicode's to show as a traceback)."""
+    from kimicode.session.storethread import call
+
     try:
-        return store.load(session_id)
+        return call(store, lambda: store.load(session_id))  # on the store's loop thread (storethread.py)
     except Exception as exc:
         raise SessionError(f"the session store {type(store).__name__} could not read session {session_id}: "
                            f"{type(exc).__name__}: {exc}") from exc
