@@ -123,11 +123,11 @@ def test_mypy_strict_refuses_a_misused_agent_run_and_types_the_output(tmp_path: 
                            str(client)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     out = done.stdout
     assert done.returncode == 1, out
-    assert 'client.py:13: error: No overload variant of "run" of "Agent" matches argument types "int"' in out
-    assert 'client.py:13: error: Unexpected keyword argument "bogus"' in out
-    assert 'client.py:15: note: Revealed type is "client.Release"' in out  # RunResult[Release].output
-    assert 'client.py:16: error: Unexpected keyword argument "bogus" for overloaded function "stream"' in out
-    assert "client.py:17: error: Incompatible types in assignment" in out  # .output.version is a str
+    assert 'client.py:14: error: No overload variant of "run" of "Agent" matches argument types "int"' in out
+    assert 'client.py:14: error: Unexpected keyword argument "bogus"' in out
+    assert 'client.py:16: note: Revealed type is "client.Release"' in out  # RunResult[Release].output
+    assert 'client.py:17: error: Unexpected keyword argument "bogus" for overloaded function "stream"' in out
+    assert "client.py:18: error: Incompatible types in assignment" in out  # .output.version is a str
 
 
 # -- 7. cost, tool results, errors, clients ----------------------------------------------------------------------
