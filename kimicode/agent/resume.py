@@ -166,6 +166,10 @@ def resume_agent(
             model_warning(loaded.session_id, recorded_model, current) if policy == "keep"
             else f"session {loaded.session_id} was recorded with model {recorded_model}. {what}"
         )
+        if agent.origin == "library":  # as the Notice says it (agent/outgoing.py)
+            from kimicode.agent.outgoing import library_words
+
+            agent.resume_warning = library_words(agent.resume_warning)
         agent.notify(agent.resume_warning, "warning")
     agent.parts.restore_window(loaded.records, record=fork)
     restore_usage(agent, loaded.records)
