@@ -172,10 +172,24 @@ def _to_text(out: Any) -> ToolResult | str:
     from pydantic_core import PydanticSerializationError, to_jsonable_python
 
     try:
-        data = to_jsonable_python(out, fallback=_json_default)
+        data = to_jsonable_python(_sets_sorted(out), fallback=_json_default)
         return data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
     except (PydanticSerializationError, TypeError, ValueError):
         return str(out)
+
+
+def _sets_sorted(value: Any) -> Any:
+    """Plain data with its sets as sorted lists (when their items can be ordered): the same result each run."""
+    if isinstance(value, set | frozenset):
+        try:
+            return sorted(_sets_sorted(v) for v in value)
+        except TypeError:
+            return [_sets_sorted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _sets_sorted(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_sets_sorted(v) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:
