@@ -10,9 +10,11 @@ business as far as the kernel goes: the lock records which sessions this process
 agent of the same process opening a held session is refused the same way).
 
 Between turns an agent holds no descriptor (a service with hundreds of idle agents would run out): it
-`suspend`s the lock, which closes the file (dropping the kernel's lock) and leaves its process id in it.
-Another process that then takes the kernel lock finds a live process named in the file and is refused the
-same way; the holder `resume`s at its next write. A dead process's id is taken over.
+`suspend`s the lock, which closes the file (dropping the kernel's lock) and leaves its process id (and pid
+namespace) in it. Another process of that namespace that then takes the kernel lock finds a live process
+named in the file and is refused the same way; the holder `resume`s at its next write. A dead process's id,
+or one of another namespace (a sandboxed branch's), is taken over; the session log then sees at its next
+write that someone else wrote it meanwhile and stops (session/log.py).
 """
 
 from __future__ import annotations
@@ -102,8 +104,8 @@ class SessionLock:
         except OSError:
             os.close(fd)
             raise
-        holder = _read_holder(fd)
-        if holder is not None and holder != os.getpid() and _alive(holder):  # idle between its turns
+        holder = _idle_holder(fd)
+        if holder is not None:  # a live process of this pid namespace between its turns
             os.close(fd)
             raise SessionBusyError(
                 f"session {session_id} is in use by process {holder}: two writers would mix their conversations. "
@@ -118,6 +120,9 @@ class SessionLock:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             self.suspended = True
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()} idle {_namespace()}\n".encode(), 0)
             with contextlib.suppress(OSError):
                 os.close(fd)
 
@@ -166,6 +171,27 @@ def _busy_here(session_id: str) -> SessionBusyError:
     )
 
 
+def _namespace() -> str:
+    """This process's pid namespace (a pid means nothing in another one: a sandboxed branch's process)."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "-"
+
+
+def _idle_holder(fd: int) -> int | None:
+    """The process the lock file names as holding the session between its turns, when it is another live
+    process of this pid namespace; else None (free, ours, stale, or not ours to judge)."""
+    try:
+        words = os.pread(fd, 64, 0).decode("ascii", "replace").split()
+    except OSError:
+        return None
+    if len(words) != 3 or words[1] != "idle" or not words[0].isdigit() or words[2] != _namespace():
+        return None
+    pid = int(words[0])
+    return pid if pid != os.getpid() and _alive(pid) else None
+
+
 def _alive(pid: int) -> bool:
     """Whether process `pid` exists (a lock file naming a dead process is stale)."""
     try:
@@ -179,7 +205,7 @@ def _alive(pid: int) -> bool:
 
 def _read_holder(fd: int) -> int | None:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").split()
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    return int(text[0]) if text and text[0].isdigit() else None

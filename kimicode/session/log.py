@@ -89,6 +89,8 @@ class SessionLog:
         self.store = store
         """The caller's own store (`Agent(session_store=...)`): the records go there instead of `path`."""
         self._fh: IO[str] | None = None
+        self._left: int | None = None
+        """The file's size when `sync` closed it: a different size at the next write means another writer."""
         self.masker: Masker | None = None
         """Set by the Agent: every record is written with known secrets masked."""
         self.lock: SessionLock | None = None
@@ -153,11 +155,23 @@ class SessionLog:
             # leaves its directories as they are)
             private_dirs(self.directory, top=self.directory.parent if self.directory.name == "sessions" else None)
             self.acquire()
+            self._check_unchanged()
             torn = _ends_without_newline(self.path)
             self._fh = private_open(self.path, "a")  # 0600, kept open for the session
             if torn:  # a crash cut the last line short: end it, so the next record starts on its own line
                 self._fh.write("\n")
         return self._fh
+
+    def _check_unchanged(self) -> None:
+        """SessionWriteError when the log changed since this agent's last turn (another process continued it
+        meanwhile): two writers would mix their conversations."""
+        left, self._left = self._left, None
+        with contextlib.suppress(OSError):
+            if left is not None and self.path.stat().st_size != left:
+                self.failed = (f"session {self.session_id} was continued by another process since this agent's last "
+                               "turn: two writers would mix their conversations. Resume it again to continue from "
+                               "what it wrote, or fork it")
+                raise SessionWriteError(self.failed)
 
     def append(self, record: dict[str, Any]) -> None:
         """Write one record and flush it to the OS (held in memory until the session has a prompt)."""
@@ -260,6 +274,7 @@ class SessionLog:
             fh, self._fh = self._fh, None
             try:
                 fh.flush()
+                self._left = os.fstat(fh.fileno()).st_size
             except OSError as exc:
                 self.failed = f"cannot write the session log {self.path}: {exc.strerror or exc}"
                 with contextlib.suppress(OSError):

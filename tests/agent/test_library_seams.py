@@ -11,6 +11,8 @@ import copy
 import json
 import os
 import resource
+import subprocess
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -250,3 +252,46 @@ def test_editing_results_and_committed_messages_never_changes_the_next_request(
     sent = server.requests[-1].body["messages"]
     assert "tampered" not in json.dumps(sent) and sent[-2]["content"] == "first answer"
     assert agent.messages[-1]["content"] == "second answer"
+
+
+def try_lock_elsewhere(directory: Path, session_id: str) -> str:
+    """What another process gets when it tries to take the session's lock."""
+    code = ("import sys\nfrom pathlib import Path\nfrom kimicode.session.lock import SessionLock\n"
+            "try:\n    SessionLock.acquire(Path(sys.argv[1]), sys.argv[2]).release()\n    print('taken')\n"
+            "except Exception as exc:\n    print(type(exc).__name__)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(directory), session_id], capture_output=True, text=True,
+                          timeout=60)
+    return done.stdout.strip() or done.stderr
+
+
+def test_an_idle_agent_keeps_its_session_from_other_processes_without_a_descriptor(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    server.add(Reply(content="one"), Reply(content="two"))
+    agent = lib_agent(server, tmp_path)
+    sessions = tmp_path / "home" / "sessions"
+
+    async def main() -> None:
+        assert (await agent.run("agent-0 one")).ok
+        await asyncio.sleep(0.3)
+        assert files_open_under(tmp_path) == []
+        assert try_lock_elsewhere(sessions, agent.session_id) == "SessionBusyError"  # idle, still its own
+        assert (await agent.run("agent-0 two")).ok
+        await agent.aclose()
+
+    asyncio.run(main())
+    assert try_lock_elsewhere(sessions, agent.session_id) == "taken"
+
+
+def test_a_log_written_by_another_process_between_turns_is_not_written_into(server: FakeServer, tmp_path: Path) -> None:
+    """A writer that got past the lock (a sandboxed process of another pid namespace): the next turn stops."""
+    server.add(Reply(content="one"), Reply(content="two"))
+    agent = lib_agent(server, tmp_path)
+    assert agent.run_sync("agent-0 one").ok
+    log = tmp_path / "home" / "sessions" / f"{agent.session_id}.jsonl"
+    with log.open("a") as fh:
+        fh.write(json.dumps({"v": 1, "type": "turn_end", "status": "success", "steps": 1}) + "\n")
+    written = log.read_text()
+    second = agent.run_sync("agent-0 two")
+    assert (second.status, second.error_kind) == ("error", "session_log")
+    assert "continued by another process" in second.error and log.read_text() == written
