@@ -138,7 +138,7 @@ async def collect(agent: Agent, events: EventStream[Any]) -> RunResult[Any]:
     async with events:
         async for event in events:
             if isinstance(event, MessageCommitted):
-                added.append(event.message)  # type: ignore[arg-type]  # a read-only copy (agent/outgoing.py)
+                added.append(event.message)  # type: ignore[arg-type]  # a read-only copy (events.frozen)
             elif isinstance(event, TurnFinished):
                 finished, steps = event, steps + event.num_steps
     assert finished is not None

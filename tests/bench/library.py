@@ -88,7 +88,10 @@ else:
     from openai import AsyncOpenAI
 
     set_tracing_disabled(True)
-    shared = AsyncOpenAI(base_url=url, api_key="k", max_retries=0)
+    import httpx2
+
+    # kimicode's timeouts (its connect timeout is 15 s, the SDK's 5 s: 200 connects at once on a loaded machine)
+    shared = AsyncOpenAI(base_url=url, api_key="k", timeout=httpx2.Timeout(300.0, connect=15.0))
     model = OpenAIChatCompletionsModel(model="fake-model", openai_client=shared)
 
     @function_tool
@@ -187,7 +190,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.05, help="seconds before each answer's first byte")
     args = parser.parse_args()
     frameworks = ["kimicode"] + (["openai-agents"] if sdk_available() else [])
-    requests = (args.agents + 1) * args.turns * 2 * 2 * len(frameworks) + 100
+    requests = (args.agents + 1) * args.turns * 2 * 2 * len(frameworks) * 4  # retries included
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.latency), str(requests)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
