@@ -66,6 +66,9 @@ class ModelError(KimicodeError):
     """
 
     _specific = False  # True on the classes picked for a kind
+    default_kind: str | None = None
+    """The kind of `RateLimitError("message")`, made directly (ModelError itself needs one)."""
+    default_status: int | None = None
     message: str
     kind: str
     status: int | None
@@ -83,11 +86,18 @@ class ModelError(KimicodeError):
     def __init__(
         self,
         message: str,
-        kind: str,
+        kind: str | None = None,
         status: int | None = None,
         retry_after: float | None = None,
         error_type: str | None = None,
     ) -> None:
+        if kind is None:
+            kind = type(self).default_kind
+            if kind is None:
+                raise TypeError("ModelError(message, kind) needs a kind (transient, auth, quota, context_length, "
+                                "bad_request, protocol), or use its subclass: RateLimitError(message), ...")
+            status = type(self).default_status if status is None else status
+        super().__init__(message)
         self.message, self.kind, self.status = message, kind, status
         self.retry_after, self.error_type = retry_after, error_type
 
@@ -124,42 +134,50 @@ class AuthError(ModelError):
     """401/403: the key is missing, wrong, or not allowed to use this model."""
 
     _specific = True
+    default_kind = "auth"
 
 
 class QuotaError(ModelError):
     """The account's quota or balance is exhausted (not retried)."""
 
     _specific = True
+    default_kind = "quota"
 
 
 class RateLimitError(ModelError):
     """429 without a quota message: too many requests for now (retried after `retry_after`)."""
 
     _specific = True
+    default_kind = "transient"
+    default_status = 429
 
 
 class ContextLengthError(ModelError):
     """The request is longer than the model's context window (the agent compacts and retries once)."""
 
     _specific = True
+    default_kind = "context_length"
 
 
 class ServerUnavailableError(ModelError):
     """The server failed, timed out, could not be reached, or broke the stream (retried)."""
 
     _specific = True
+    default_kind = "transient"
 
 
 class BadRequestError(ModelError):
     """The server refused the request as invalid (not retried)."""
 
     _specific = True
+    default_kind = "bad_request"
 
 
 class ProtocolError(ModelError):
     """The server answered something that is not a chat-completions stream."""
 
     _specific = True
+    default_kind = "protocol"
 
 
 _BY_KIND: dict[str, type[ModelError]] = {
@@ -245,3 +263,24 @@ __all__ = [
     "UsageError",
     "error_class",
 ]
+
+
+def out_of_descriptors(exc: BaseException | None) -> str | None:
+    """When `exc` (or what caused it) is the process running out of file descriptors (EMFILE, ENFILE): the
+    sentence saying so and what to do; None otherwise. It must not read as an unreachable server or an
+    unwritable home."""
+    import errno
+
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+            try:
+                import resource
+
+                limit = f" (the limit is {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}: `ulimit -n`)"
+            except (ImportError, OSError, ValueError):
+                limit = ""
+            return (f"this process has run out of file descriptors: too many open files{limit}. Close the agents "
+                    "no longer used (`await agent.aclose()`), or raise the limit")
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None

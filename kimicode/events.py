@@ -1,14 +1,73 @@
 """Typed events: the only thing faces (headless printer, terminal, library hooks) consume.
 
-Events are small immutable records. Messages inside events are the exact dicts stored in the
-history; consumers must not mutate them.
+Events are small immutable records. The messages and arguments inside them are read-only copies
+(`frozen`: made once, shared by the stream, the hook and `RunResult`): a consumer that edits one gets a
+TypeError and can never change the history, the next request or what a tool receives.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
+
+
+def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError("this is a read-only copy of kimicode's data (a message or tool arguments): "
+                    "copy.deepcopy() it to get one you can change")
+
+
+class ReadOnlyDict(dict[str, Any]):
+    """A dict that refuses changes (json.dumps, ==, isinstance(dict) work); deepcopy gives a plain dict."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return thawed(self)  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
+
+class ReadOnlyList(list[Any]):
+    """A list that refuses changes (json.dumps, ==, isinstance(list) work); deepcopy gives a plain list."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = append = extend = insert = pop = remove = clear = _refuse  # type: ignore[assignment]
+    sort = reverse = _refuse  # type: ignore[assignment]
+
+    def __copy__(self) -> list[Any]:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        return thawed(self)  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))
+
+
+def frozen(value: Any) -> Any:
+    """A read-only deep copy of JSON-like data (dicts and lists; other values are shared as they are)."""
+    if isinstance(value, dict):
+        return value if type(value) is ReadOnlyDict else ReadOnlyDict({k: frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return value if type(value) is ReadOnlyList else ReadOnlyList(frozen(v) for v in value)
+    if type(value) is tuple:
+        return tuple(frozen(v) for v in value)
+    return value
+
+
+def thawed(value: Any) -> Any:
+    """A plain, changeable deep copy of `frozen` data."""
+    if isinstance(value, dict):
+        return {k: thawed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [thawed(v) for v in value]
+    return value
 
 TurnStatus = Literal["success", "error", "max_turns", "repeat_limit", "interrupted", "invalid_output"]
 """`invalid_output`: structured output whose answers never matched the schema (agent/structured.py)."""
@@ -156,6 +215,8 @@ class TurnFinished:
     error: str | None = None
     error_kind: str | None = None
     permission_denials: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+    output: Any = None
+    """With `stream(prompt, output_type=...)`: the validated answer on the last attempt's TurnFinished."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kimicode.agent.parts import ModelClients, Parts, Resolved
 from kimicode.agent.sysprompt import PromptParts, build_system_prompt
@@ -96,7 +96,7 @@ def build_parts(
     fence = confine(o, r, registry, ctx, log, warnings)
     o = fence.options
     if messages is None:
-        messages = [{"role": "system", "content": system_prompt(o, r)}]
+        messages = [{"role": "system", "content": shared(system_prompt(o, r))}]
         if log:
             log.append({"type": "meta", "session_id": r.session_id, **r.record(o.permission_mode)})
             log.message(messages[0])
@@ -155,6 +155,19 @@ def resolve(o: AgentOptions, *, own_client: bool = False) -> Resolved:
     )
 
 
+T = TypeVar("T")
+_SHARED: dict[Any, Any] = {}
+
+
+def shared(value: T) -> T:
+    """One copy of equal read-only values (a scrubbed environment, a system prompt) for the agents of a
+    process: 200 agents of a service held 200 copies of each. Bounded: past 64 kinds it starts over."""
+    key = tuple(sorted(value.items())) if isinstance(value, dict) else value
+    if len(_SHARED) >= 64 and key not in _SHARED:
+        _SHARED.clear()
+    return _SHARED.setdefault(key, value)  # type: ignore[no-any-return]
+
+
 def _first(*values: Any) -> Any:
     return next(v for v in values if v is not None)
 
@@ -204,11 +217,11 @@ def confine(o: AgentOptions, r: Resolved, tools: ToolRegistry, ctx: ToolContext,
         sandbox = dataclasses.replace(sandbox, visible=(*policy.read_rule_roots(), *o.add_dirs))
         if ours:
             tools.add(bash_tool(sandbox))
-    ctx.env = scrub_env(
+    ctx.env = shared(scrub_env(
         os.environ,
         names=secret_env_names(r.settings, r.endpoint.key_source),
         values=(r.endpoint.api_key,) if r.endpoint.api_key else (),
-    )
+    ))
     harden_process()  # children cannot read the key under /proc/<pid>/environ
     masker = Masker(known_secrets(os.environ, api_key=r.endpoint.api_key, settings=r.settings))
     if log is not None:

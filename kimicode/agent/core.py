@@ -9,11 +9,10 @@ calls are run by agent/toolcalls.py.
 from __future__ import annotations
 
 import asyncio
-import time
 import weakref
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from kimicode import errors
 from kimicode.agent import hooking
@@ -24,12 +23,12 @@ from kimicode.agent.ecosystem import after_compaction, choose_edit_tool, install
 from kimicode.agent.interrupted import NO_ANSWER
 from kimicode.agent.modes import note_needed
 from kimicode.agent.options import AgentOptions, OptionAttribute
-from kimicode.agent.outgoing import masked_event, utf8_safe
+from kimicode.agent.outgoing import library_event, masked_event, utf8_safe
 from kimicode.agent.parts import Part, Parts, Setting
-from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult, turn_error
+from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult, collect, turn_error
 from kimicode.agent.step import model_step, truncation
 from kimicode.agent.streams import same_loop
-from kimicode.agent.structured import structured_output
+from kimicode.agent.structured import OutputSpec, structured_turns
 from kimicode.agent.switch import ModelSwitches, switch_notice
 from kimicode.agent.toolcalls import RepeatTracker, run_tools
 from kimicode.branches.api import Explorer
@@ -46,6 +45,7 @@ from kimicode.events import (
     TurnFinished,
     TurnStarted,
     TurnStatus,
+    frozen,
 )
 from kimicode.llm.discovery import resolve_window
 from kimicode.llm.errors import LLMError
@@ -208,31 +208,43 @@ class Agent(Explorer):
 
     # -- public API -------------------------------------------------------------------------------
 
-    def stream(self, prompt: str) -> EventStream[None]:
+    @overload
+    def stream(self, prompt: str, *, output_type: type[T]) -> EventStream[T | None]: ...
+    @overload
+    def stream(self, prompt: str, *, output_type: Mapping[str, Any] | None = None) -> EventStream[Any]: ...
+    def stream(self, prompt: str, *, output_type: type[Any] | Mapping[str, Any] | None = None) -> EventStream[Any]:
         """Run one turn for `prompt`, yielding every event as it happens; the last is TurnFinished.
 
         The turn starts at the first iteration (or `async with`). Leaving early (`break`, an exception,
         `aclose()`, the consumer being cancelled) cancels the turn: unfinished tool calls get an
         `interrupted` result and the agent can run again. Each event is queued before `on_event` sees it,
         and a raising hook is reported (a Notice, `RunResult.hook_errors`) without affecting the turn.
+        With `output_type` (as for `run`) each correction is a turn of its own and the last TurnFinished
+        carries `output` (awaiting the stream returns it), or the status `invalid_output`.
         """
         if not isinstance(prompt, str):  # before anything is written or sent
             raise TypeError(f"the prompt must be a str (got {type(prompt).__name__})")
-        return self._event_stream(lambda emit: self._turn(prompt, emit))
+        if output_type is None:
+            return self._event_stream(lambda emit: self._turn(prompt, emit))
+        spec = OutputSpec.of(output_type)  # a bad type fails here, before anything is sent
+        return self._event_stream(lambda emit: structured_turns(self, spec, prompt, emit, self._turn))
 
     def _event_stream(self, work: Callable[[Emit], Coroutine[Any, Any, T]]) -> EventStream[T]:
         from kimicode.agent.streams import EventStream
 
         def on_start(task: asyncio.Task[Any]) -> None:
             self._worker, self._owner = task, ref
+            task.add_done_callback(lambda t: self.__dict__.update(_worker=None) if self._worker is t else None)
 
         stream = EventStream(work, lambda: self.on_event, self._claim, on_start, self._outgoing)
         ref = weakref.ref(stream)
         return stream
 
     def _outgoing(self, event: Event) -> Event:
-        """Every event once, before the consumer and the hook see it: known secrets masked."""
-        return masked_event(event, self.masker)
+        """Every event once, before the consumer and the hook see it: known secrets masked (and, for a library
+        caller, options named instead of the command line's flags)."""
+        event = masked_event(event, self.masker)
+        return library_event(event) if self.origin == "library" else event
 
     async def _claim(self, stream: EventStream[Any]) -> None:
         """Before new work starts: refuse while a live consumer runs a turn; finish an abandoned one."""
@@ -248,34 +260,23 @@ class Agent(Explorer):
             await asyncio.wait([worker])
         self.interrupted = False
 
-    @structured_output  # run(prompt, output_type=Model): the answer must be JSON of it (agent/structured.py)
-    async def run(self, prompt: str) -> RunResult:
-        """Run one turn and return its result (the conversation continues on the next call)."""
-        start = time.monotonic()
-        before = dict(self.usage)
-        added: list[dict[str, Any]] = []  # collected from events: compaction may rewrite the history
-        finished: TurnFinished | None = None
-        async with self.stream(prompt) as events:
-            async for event in events:
-                if isinstance(event, MessageCommitted):
-                    added.append(cast(dict[str, Any], event.message))  # the committed dict itself
-                elif isinstance(event, TurnFinished):
-                    finished = event
-        assert finished is not None
-        turn_usage = {k: v - before.get(k, 0) for k, v in self.usage.items()}
-        return RunResult.from_finished(
-            finished, session_id=self.session_id, usage=dict(self.usage),
-            duration_ms=int((time.monotonic() - start) * 1000),
-            messages=added,
-            context={"used": self.context.used, "window": self.context_window},
-            turn_usage=turn_usage,
-            hook_errors=list(events.hook_errors),
-            cost=self.parts.resolved.cost(self.options, turn_usage),
-            total_cost=self.parts.resolved.cost(self.options, self.usage),
-            **(self.checkpoints.last_turn_fields() if self.checkpoints is not None else {}),
-        )
+    @overload
+    async def run(self, prompt: str, *, output_type: type[T]) -> RunResult[T]: ...
+    @overload
+    async def run(self, prompt: str, *, output_type: Mapping[str, Any] | None = None) -> RunResult[Any]: ...
+    async def run(self, prompt: str, *, output_type: type[Any] | Mapping[str, Any] | None = None) -> RunResult[Any]:
+        """Run one turn and return its result (the conversation continues on the next call).
 
-    def run_sync(self, prompt: str) -> RunResult:
+        With `output_type` (a pydantic model, any type pydantic describes, or a JSON Schema dict) the answer
+        must be JSON of that type (validated with jsonschema; an invalid answer is sent back, 3 answers in
+        all): `RunResult.output`, else the status `invalid_output` (kimicode/agent/structured.py)."""
+        return await collect(self, self.stream(prompt, output_type=output_type))
+
+    @overload
+    def run_sync(self, prompt: str, *, output_type: type[T]) -> RunResult[T]: ...
+    @overload
+    def run_sync(self, prompt: str, *, output_type: Mapping[str, Any] | None = None) -> RunResult[Any]: ...
+    def run_sync(self, prompt: str, *, output_type: type[Any] | Mapping[str, Any] | None = None) -> RunResult[Any]:
         """`run` for scripts without an event loop (closes the agent's connections afterwards).
 
         Inside a running event loop (async code, a notebook) it raises `UsageError`: `await agent.run()`.
@@ -285,15 +286,15 @@ class Agent(Explorer):
         except RuntimeError:
             if self.busy:  # running on an event loop in another thread: neither join nor disturb it
                 raise errors.UsageError("a turn is already running on this agent (in another thread)") from None
-            return asyncio.run(self._run_and_close(prompt))
+            return asyncio.run(self._run_and_close(prompt, output_type))
         raise errors.UsageError(
             "run_sync() cannot be used inside a running event loop (async code, a Jupyter notebook): "
             "use `await agent.run(prompt)` instead"
         )
 
-    async def _run_and_close(self, prompt: str) -> RunResult:
+    async def _run_and_close(self, prompt: str, output_type: Any) -> RunResult[Any]:
         try:
-            return await self.run(prompt)
+            return await self.run(prompt, output_type=output_type)
         finally:
             await close_after_run(self)  # a failure to close is a warning: the turn's result is not lost
 
@@ -479,7 +480,7 @@ class Agent(Explorer):
         self.switches.authorship.record(message, self.endpoint.model)
         if message.get("role") == "assistant" and message.get("content"):
             self._turn_text = str(message["content"])
-        emit(MessageCommitted(message))
+        emit(MessageCommitted(frozen(message)))  # one read-only copy for the stream, the hook and RunResult
 
     def _answer_pending(self, pending: list[dict[str, Any]], content: str, emit: Emit | None) -> None:
         """Give each call of the step still without a result `content` (only kept in memory, not logged, when

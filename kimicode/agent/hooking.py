@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kimicode.events import Event, HookRan, Notice, PermissionDenied
+from kimicode.events import Event, HookRan, Notice, PermissionDenied, frozen
 from kimicode.extensions.hookrun import EMPTY, Hooks, Verdict
 from kimicode.extensions.toolnames import claude_input, claude_name, from_claude_input, names_of
 from kimicode.permissions.engine import Decision, decide
@@ -115,7 +115,8 @@ class AgentHooks:
         prep.error = f"Blocked by a {event} hook: {reason}"
         denials.append({"tool_name": tool.name, "tool_use_id": prep.call_id, "tool_input": dict(prep.args),
                         "reason": f"{event} hook: {reason}"})
-        emit(PermissionDenied(prep.call_id, tool.name, prep.args, f"{event} hook: {reason}", "", False, tool.kind))
+        emit(PermissionDenied(prep.call_id, tool.name, frozen(prep.args), f"{event} hook: {reason}", "", False,
+                              tool.kind))
 
     async def before_tool(self, prep: Prepared, decision: Decision, denials: list[dict[str, Any]],
                           emit: Emit) -> Decision | None:

@@ -3,12 +3,49 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import re
 from typing import Any, cast
 
 from kimicode import errors
 from kimicode.config.redact import Masker
 from kimicode.events import Event, Notice, Retrying, TurnFinished
+
+_FLAG = re.compile(r"--([a-z][a-z0-9-]*[a-z0-9])( (?=[^\s(]*[0-9./-]))?")  # a space before a value
+
+
+@functools.cache
+def _option_names() -> frozenset[str]:
+    from kimicode.agent.options import AgentOptions
+
+    return frozenset(f.name for f in dataclasses.fields(AgentOptions))
+
+
+def library_words(text: str) -> str:
+    """`text` with the command line's flags named as the library's options (`--max-turns 5` is `max_turns=5`,
+    `--base-url` is `base_url`): what a library caller reads must name what they can change. Only flags that
+    are AgentOptions fields are renamed."""
+
+    def rename(match: re.Match[str]) -> str:
+        name = match.group(1).replace("-", "_")
+        if name not in _option_names():
+            return match.group(0)
+        return f"{name}=" if match.group(2) else name
+
+    return _FLAG.sub(rename, text)
+
+
+def library_event(event: Event) -> Event:
+    """An event's texts with `library_words` (a library agent's notices and errors)."""
+    if isinstance(event, Notice):
+        return dataclasses.replace(event, text=library_words(event.text))
+    if isinstance(event, TurnFinished) and event.error and (said := library_words(event.error)) != event.error:
+        error = event.error
+        kept = (errors.ErrorInfo(said, error.kind, error.status, error.retry_after, error.error_type)
+                if isinstance(error, errors.ErrorInfo) else said)
+        return dataclasses.replace(event, error=kept)
+    return event
 
 
 def masked_event(event: Event, masker: Masker) -> Event:

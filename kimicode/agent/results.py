@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from kimicode import errors
-from kimicode.events import TurnFinished, TurnStatus
+from kimicode.events import MessageCommitted, TurnFinished, TurnStatus
 from kimicode.llm.errors import LLMError
 from kimicode.permissions.policy import Rule, parse_rule
+
+if TYPE_CHECKING:
+    from kimicode.agent.core import Agent
+    from kimicode.agent.streams import EventStream
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,8 +59,8 @@ ApproveFn = Callable[[ApprovalRequest], ApproveResult | Awaitable[ApproveResult]
 
 
 @dataclass
-class RunResult:
-    """The outcome of one turn (`Agent.run`)."""
+class RunResult(Generic[T]):
+    """The outcome of one turn (`Agent.run`); `RunResult[Model]` from `run(prompt, output_type=Model)`."""
 
     status: TurnStatus
     result: str
@@ -78,9 +85,10 @@ class RunResult:
     """Files the turn added, modified and deleted (None when no checkpoint was taken: nothing changed)."""
     checkpoint: str | None = None
     """The checkpoint taken before the turn's first change (`kimicode undo` restores it)."""
-    output: Any = None
+    output: T = None  # type: ignore[assignment]  # typed as the value a successful run has (check `ok` first)
     """With `run(prompt, output_type=...)`: the answer, validated, as that type (a pydantic model's instance,
-    or the JSON value for a schema dict); None otherwise or when it never matched (status `invalid_output`)."""
+    or the JSON value for a schema dict); None otherwise or when it never matched (status `invalid_output`:
+    the type says T, so check `ok` or call `raise_for_status()` first)."""
     cost: float | None = None
     """USD this turn cost (its `turn_usage`, subagents included) at the agent's prices: the `prices=`
     option, else the model's configured prices, else Moonshot's list prices on Moonshot's API; None when
@@ -93,16 +101,16 @@ class RunResult:
         return self.status == "success"
 
     @classmethod
-    def from_finished(cls, finished: TurnFinished, **fields: Any) -> RunResult:
+    def from_finished(cls, finished: TurnFinished, **fields: Any) -> RunResult[Any]:
         """The result of a turn that ended with `finished`; `fields` are the rest (session, usage, ...)."""
         error = finished.error
         if error is not None and not isinstance(error, errors.ErrorInfo):
             error = errors.ErrorInfo(error, finished.error_kind or "internal")
         return cls(status=finished.status, result=finished.result, num_turns=finished.num_steps,
                    permission_denials=[dict(d) for d in finished.permission_denials], error=error,
-                   error_kind=finished.error_kind, **fields)
+                   error_kind=finished.error_kind, output=finished.output, **fields)
 
-    def raise_for_status(self) -> RunResult:
+    def raise_for_status(self) -> RunResult[T]:
         """Return self when the turn succeeded; otherwise raise the matching `KimicodeError`.
 
         A model failure raises its `ModelError` subclass (`AuthError`, `RateLimitError`, ...); a turn that
@@ -118,6 +126,34 @@ class RunResult:
             exc = errors.TurnError(str(self.error or f"the turn ended with status {self.status}"), self.status)
         exc.result = self  # type: ignore[attr-defined]
         raise exc
+
+
+async def collect(agent: Agent, events: EventStream[Any]) -> RunResult[Any]:
+    """`Agent.run`: consume a turn's stream (every attempt of a structured one) into its RunResult."""
+    start = time.monotonic()
+    before = dict(agent.usage)
+    added: list[dict[str, Any]] = []  # collected from events: compaction may rewrite the history
+    finished: TurnFinished | None = None
+    steps = 0
+    async with events:
+        async for event in events:
+            if isinstance(event, MessageCommitted):
+                added.append(event.message)  # type: ignore[arg-type]  # a read-only copy (events.frozen)
+            elif isinstance(event, TurnFinished):
+                finished, steps = event, steps + event.num_steps
+    assert finished is not None
+    resolved = agent.parts.resolved
+    turn_usage = {k: v - before.get(k, 0) for k, v in agent.usage.items()}
+    result = RunResult.from_finished(
+        finished, session_id=agent.session_id, usage=dict(agent.usage),
+        duration_ms=int((time.monotonic() - start) * 1000), messages=added,
+        context={"used": agent.context.used, "window": agent.context_window}, turn_usage=turn_usage,
+        hook_errors=list(events.hook_errors), cost=resolved.cost(agent.options, turn_usage),
+        total_cost=resolved.cost(agent.options, agent.usage),
+        **(agent.checkpoints.last_turn_fields() if agent.checkpoints is not None else {}),
+    )
+    result.num_turns = steps
+    return result
 
 
 def turn_error(error: str | None, kind: str) -> errors.ErrorInfo | None:

@@ -166,10 +166,26 @@ def resume_agent(
             model_warning(loaded.session_id, recorded_model, current) if policy == "keep"
             else f"session {loaded.session_id} was recorded with model {recorded_model}. {what}"
         )
+        if agent.origin == "library":  # as the Notice says it (agent/outgoing.py)
+            from kimicode.agent.outgoing import library_words
+
+            agent.resume_warning = library_words(agent.resume_warning)
         agent.notify(agent.resume_warning, "warning")
     agent.parts.restore_window(loaded.records, record=fork)
+    restore_usage(agent, loaded.records)
     agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())
     return agent
+
+
+def restore_usage(agent: Agent, records: list[dict[str, Any]]) -> None:
+    """The session's token totals as its last `turn_end` recorded them: `usage` and `total_cost` go on from
+    there (a fork copies them too: its history cost what it cost)."""
+    ended = next((r for r in reversed(records) if r.get("type") == "turn_end"), None)
+    totals = ended.get("usage") if ended is not None else None
+    if isinstance(totals, dict):
+        for key, value in totals.items():
+            if key in agent.usage and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                agent.usage[key] = value
 
 
 def fork_agent(agent: Agent, **overrides: Any) -> Agent:

@@ -12,14 +12,13 @@ events are queued for the consumer before any `on_event` hook sees them.
 from __future__ import annotations
 
 import asyncio
-import copy
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, TypeVar
 
 from kimicode import errors
-from kimicode.events import Event, MessageCommitted, Notice, TurnFinished
+from kimicode.events import Event, Notice, TurnFinished
 
 T = TypeVar("T")
 Emit = Callable[[Event], None]
@@ -48,8 +47,6 @@ class Sink:
         hook = self._hook()
         if hook is None:
             return
-        if isinstance(event, MessageCommitted):  # the hook gets a copy: it cannot rewrite the history
-            event = MessageCommitted(copy.deepcopy(dict(event.message)))
         try:
             returned: Any = hook(event)
             if inspect.isawaitable(returned):  # an `async def` hook: its coroutine would never run

@@ -12,7 +12,7 @@ llama.cpp, Ollama), and Moonshot and DeepSeek get their JSON mode (`json_object`
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 from urllib.parse import urlparse
 
 from kimicode import errors
+from kimicode.events import Event, TurnFinished
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
-    from kimicode.agent.results import RunResult
+    from kimicode.agent.streams import Emit
 
 DEFAULT_ATTEMPTS = 3
 """Answers the model may give before the run fails (the first and two corrections)."""
@@ -60,15 +61,17 @@ class OutputSpec:
 
     @classmethod
     def of(cls, output_type: Any, max_attempts: int = DEFAULT_ATTEMPTS) -> OutputSpec:
-        """From a pydantic model (or any type pydantic can describe) or a JSON Schema dict; UsageError
-        for anything else, or for a schema that is not valid JSON Schema."""
+        """From a pydantic model (or any type pydantic can describe, `typing.TypedDict` included) or a JSON
+        Schema dict; UsageError for anything else, or for a schema that is not valid JSON Schema."""
+        if isinstance(output_type, OutputSpec):
+            return output_type
         if isinstance(output_type, Mapping):
             spec = cls(dict(output_type), None, max_attempts, str(output_type.get("title") or "output"))
         else:
             from pydantic import TypeAdapter
 
             try:
-                adapter = TypeAdapter(output_type)
+                adapter = TypeAdapter(_describable(output_type))
                 schema = adapter.json_schema()
             except Exception as exc:
                 raise errors.UsageError(f"output_type must be a pydantic model, a type or a JSON Schema dict "
@@ -135,6 +138,23 @@ def _refs(node: Any) -> list[str]:
     if isinstance(node, list):
         return [r for item in node for r in _refs(item)]
     return []
+
+
+def _describable(output_type: Any) -> Any:
+    """`output_type` as pydantic takes it: a `typing.TypedDict` (refused by pydantic before Python 3.12) is
+    rebuilt as the same `typing_extensions.TypedDict`; nested ones inside it still have to be the latter."""
+    import sys
+    import typing
+
+    import typing_extensions
+
+    if sys.version_info >= (3, 12) or not typing.is_typeddict(output_type) or type(output_type).__module__ != "typing":
+        return output_type
+    hints = typing.get_type_hints(output_type, include_extras=True)
+    required = output_type.__required_keys__
+    fields = {k: (typing_extensions.Required[v] if k in required else typing_extensions.NotRequired[v])
+              for k, v in hints.items()}
+    return typing_extensions.TypedDict(output_type.__name__, fields)  # type: ignore[operator]
 
 
 def _name(output_type: Any) -> str:
@@ -232,48 +252,40 @@ def _use_format(agent: Agent, value: Mapping[str, Any] | None) -> None:
         agent.reset_client()
 
 
-def structured_output(run: Callable[[Agent, str], Awaitable[RunResult]]) -> Callable[..., Awaitable[RunResult]]:
-    """Give `Agent.run` its `output_type=` keyword (a pydantic model, any type pydantic describes, or a JSON
-    Schema dict): the answer must be JSON valid against it, `RunResult.output` is the value."""
+async def structured_turns(agent: Agent, spec: OutputSpec, prompt: str, emit: Emit,
+                           turn: Callable[[str, Emit], Awaitable[None]]) -> Any:
+    """The work of `agent.stream(prompt, output_type=...)`: `turn(text, emit)` (one turn) and then corrections
+    until the answer is valid; returns the value (None when it never matched).
 
-    async def run_with_output(agent: Agent, prompt: str, *, output_type: Any = None) -> RunResult:
-        if output_type is None:
-            return await run(agent, prompt)
-        return await structured_run(agent, prompt, output_type)
+    Each attempt is a turn of its own (TurnStarted ... TurnFinished); the last TurnFinished carries `output`,
+    or the status `invalid_output` when the answers never matched the schema."""
+    held: list[TurnFinished] = []  # an attempt's TurnFinished, sent once it is known not to be the last
 
-    functools.update_wrapper(run_with_output, run)
-    del run_with_output.__wrapped__  # type: ignore[attr-defined]  # help() shows output_type=
-    run_with_output.__doc__ = (run.__doc__ or "") + (
-        "\n\n        With `output_type` the answer must be JSON of that type (validated with jsonschema; an\n"
-        "        invalid answer is sent back, 3 answers in all): `RunResult.output`, else the status\n"
-        "        `invalid_output` (kimicode/agent/structured.py).")
-    return run_with_output
+    def capture(event: Event) -> None:
+        if isinstance(event, TurnFinished):
+            held.append(event)
+        else:
+            emit(event)
 
+    async def attempt(text: str) -> TurnFinished:
+        while held:
+            emit(held.pop(0))
+        await turn(text, capture)
+        return held[-1]
 
-async def structured_run(agent: Agent, prompt: str, output_type: Any) -> RunResult:
-    """`Agent.run(prompt, output_type=...)`: the RunResult of the last attempt, with every attempt's
-    messages, usage, cost and time, and `output` (the validated value) or the status `invalid_output`."""
-    import time
-
-
-    spec = output_type if isinstance(output_type, OutputSpec) else OutputSpec.of(output_type)
-    start = time.monotonic()
-    before = dict(agent.usage)
-    outcome = await until_valid(agent, spec, prompt, agent.run)
-    result: RunResult = outcome.turns[-1]
-    result.messages = [m for r in outcome.turns for m in r.messages]
-    result.hook_errors = [e for r in outcome.turns for e in r.hook_errors]
-    result.num_turns = sum(r.num_turns for r in outcome.turns)
-    result.turn_usage = {k: v - before.get(k, 0) for k, v in agent.usage.items()}
-    result.cost = agent.parts.resolved.cost(agent.options, result.turn_usage)
-    result.duration_ms = int((time.monotonic() - start) * 1000)
+    try:
+        outcome = await until_valid(agent, spec, prompt, attempt)
+    finally:
+        while len(held) > 1:  # cancelled between attempts: every TurnFinished still goes out
+            emit(held.pop(0))
+    last = held.pop()
     if outcome.valid:
-        result.output = outcome.value
-    elif result.status == "success":
-        result.status = INVALID
-        result.error = errors.ErrorInfo(invalid_message(outcome), INVALID)
-        result.error_kind = INVALID
-    return result
+        emit(dataclasses.replace(last, output=outcome.value))
+        return outcome.value
+    if last.status == "success":
+        last = dataclasses.replace(last, status=INVALID, error=invalid_message(outcome), error_kind=INVALID)
+    emit(last)
+    return None
 
 
 def invalid_message(outcome: Outcome) -> str:

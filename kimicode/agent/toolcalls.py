@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kimicode.agent.results import Approval, ApprovalRequest
 from kimicode.config.choices import DEFAULT_REPEAT_LIMIT
-from kimicode.events import Event, Notice, PermissionDenied, ToolCallFinished, ToolCallStarted, ToolOutputDelta
+from kimicode.events import Event, Notice, PermissionDenied, ToolCallFinished, ToolCallStarted, ToolOutputDelta, frozen
 from kimicode.permissions.engine import decide, denial_message, target_path
 from kimicode.permissions.pathresolve import approved_paths
 from kimicode.tools.base import CURRENT_CALL_ID, Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.progress import reporting
 from kimicode.tools.registry import parse_arguments, validate
-from kimicode.tools.workers import is_async_callable, run_blocking
+from kimicode.tools.workers import described, is_async_callable, run_blocking
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
@@ -153,7 +153,7 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
     if decision.verdict == "ask" and agent.approve is not None:
         diff, problem = await preview(tool, prep.args, agent.ctx)
         request = ApprovalRequest(
-            prep.call_id, tool.name, tool.kind, prep.args, reason, target_path(tool, prep.args, agent.ctx),
+            prep.call_id, tool.name, tool.kind, frozen(prep.args), reason, target_path(tool, prep.args, agent.ctx),
             diff, problem,
         )
         before = approved_paths(tool, prep.args, agent.ctx)
@@ -188,7 +188,7 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
     denials.append(denial)
     emit(
         PermissionDenied(
-            prep.call_id, tool.name, prep.args, reason, decision.suggestion, decision.by_rule, tool.kind
+            prep.call_id, tool.name, frozen(prep.args), reason, decision.suggestion, decision.by_rule, tool.kind
         )
     )
 
@@ -201,10 +201,12 @@ async def ask(agent: Agent, request: ApprovalRequest) -> tuple[Approval | bool |
         answer = approve(request) if is_async_callable(approve) else await run_blocking(approve, request)
         if inspect.isawaitable(answer):
             answer = await answer
-    except asyncio.CancelledError:
-        raise  # the turn was interrupted while the question was open
+    except asyncio.CancelledError as exc:
+        if cancelling():
+            raise  # the turn was interrupted while the question was open
+        return None, f"the approve callback raised {described(exc)}; the call was refused"
     except BaseException as exc:  # whatever it raises (SystemExit from a prompt library too) refuses
-        return None, f"the approve callback raised {type(exc).__name__}: {exc}; the call was refused"
+        return None, f"the approve callback raised {described(exc)}; the call was refused"
     if isinstance(answer, Approval | bool):
         return answer, None
     return None, (f"the approve callback returned {answer!r} (expected True, False or an Approval); "
@@ -217,7 +219,7 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
         content = agent.masker.mask(prep.error or "error")
         emit(ToolCallFinished(prep.call_id, prep.name, content, True, f"{prep.name}: error"))
         return content
-    emit(ToolCallStarted(prep.call_id, prep.name, prep.args))
+    emit(ToolCallStarted(prep.call_id, prep.name, frozen(prep.args)))  # a hook cannot change what runs
     started = time.monotonic()
     CURRENT_CALL_ID.set(prep.call_id)  # each call runs in its own task: no reset needed
     timeout = prep.tool.timeout if prep.tool.timeout is not None else agent.tool_timeout
@@ -234,9 +236,11 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
         prep.images = list(getattr(result, "images", ()) or ())  # an ImageResult (tools/images.py)
     except ToolError as exc:
         result = ToolResult(f"Error: {exc}", is_error=True, summary=f"{prep.name}: {exc}"[:200])
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as exc:
         ctx.cancelled.set()  # a sync tool's thread cannot be stopped: tell it, and drop its result
-        raise
+        if cancelling():
+            raise
+        result = failed(prep.name, exc)  # the tool raised it itself (a library's own timeout): nobody cancelled
     except TimeoutError as exc:
         ctx.cancelled.set()
         if deadline.expired():
@@ -249,11 +253,7 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
         else:  # the tool's own timeout (a socket, a subprocess), not ours
             result = ToolResult(f"Error: {exc or 'timed out'}", is_error=True, summary=f"{prep.name}: timed out")
     except Exception as exc:  # a bug in a tool must not end the session
-        result = ToolResult(
-            f"Error: the tool failed unexpectedly ({type(exc).__name__}: {exc})",
-            is_error=True,
-            summary=f"{prep.name}: internal error",
-        )
+        result = failed(prep.name, exc)
     except BaseException as exc:  # SystemExit from a wrapped CLI (argparse), a stray KeyboardInterrupt:
         ctx.cancelled.set()  # raised by the tool's own code, never by a signal (asyncio cancels instead)
         result = ToolResult(  # so it must not stop the event loop and every other agent on it
@@ -283,6 +283,18 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
     )
     return content
 
+
+
+def cancelling() -> bool:
+    """True when the running task was asked to stop (a CancelledError raised by nobody's cancel() is not)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def failed(name: str, exc: BaseException) -> ToolResult:
+    """The error result of a tool that raised something unexpected (its bug, or a sync tool's StopIteration)."""
+    return ToolResult(f"Error: the tool failed unexpectedly ({described(exc)})", is_error=True,
+                      summary=f"{name}: internal error")
 
 
 async def preview(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> tuple[str | None, str | None]:

@@ -29,8 +29,12 @@ async def checked_stream(events: Any) -> AsyncIterator[StreamEvent]:
     if not hasattr(events, "__aiter__"):
         raise _refuse(f"returned {type(events).__name__} from stream(), not an async iterator "
                       "(write stream as an async generator: `async def stream(...)` with `yield`)")
+    completed = False
     try:
         async for event in events:
+            if completed:  # the answer is the last thing: a second one would be silently one of two
+                raise _refuse(f"yielded {type(event).__name__} after its Completion; stream() yields one "
+                              "Completion per request, last")
             if isinstance(event, StreamDelta | StreamRetry):
                 yield event
             elif isinstance(event, Completion):
@@ -39,6 +43,7 @@ async def checked_stream(events: Any) -> AsyncIterator[StreamEvent]:
                 if event.usage is not None and not isinstance(event.usage, dict):  # e.g. the SDK's CompletionUsage
                     raise _refuse(f"returned Completion.usage as a {type(event.usage).__name__}, not a dict "
                                   "(or None): give the usage object's fields as a dict (`.model_dump()`)")
+                completed = True
                 yield event
             else:
                 raise _refuse(f"yielded {type(event).__name__} {str(event)[:80]!r}; stream() yields "

@@ -23,9 +23,11 @@ from typing import Any, Protocol
 import httpx2
 import openai
 
+from kimicode.errors import out_of_descriptors
 from kimicode.llm.accumulate import REASONING_FIELDS, StreamAccumulator
 from kimicode.llm.errors import LLMError, classify_status, parse_retry_after
 from kimicode.llm.overflow import context_overflow
+from kimicode.llm.pool import LoopPool, borrow, give_back
 from kimicode.llm.profiles import ModelProfile, profile_for
 from kimicode.llm.protocol import Completion, StreamDelta, StreamEvent, StreamRetry
 
@@ -116,15 +118,9 @@ class ChatClient:
         self.config = config
         self.profile = config.profile or profile_for(config.model)
         self.reasoning_field: str | None = config.reasoning_field
-        shared = _SHARED_HTTP.get()
-        self._owns_http = shared is None
-        self._sdk = openai.AsyncOpenAI(
-            api_key=config.api_key,
-            base_url=config.base_url,
-            max_retries=0,
-            timeout=httpx2.Timeout(config.timeout, connect=min(15.0, config.timeout)),
-            http_client=shared if shared is not None else new_http_client(),
-        )
+        self._shared = _SHARED_HTTP.get()  # a pool given by `share_connections` (its owner closes it)
+        self._pool: LoopPool | None = None  # else the loop's pool (llm/pool.py), borrowed at the first request
+        self._sdk_made: openai.AsyncOpenAI | None = None
         self._encoded: dict[int, tuple[dict[str, Any], bytes]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.reached = False
@@ -136,13 +132,36 @@ class ChatClient:
         loop = self._loop
         return loop is None or (loop is asyncio.get_running_loop() and not loop.is_closed())
 
+    @property
+    def _sdk(self) -> openai.AsyncOpenAI:
+        """The SDK client on this loop's pool (made at the first request, and again after `aclose()` or on
+        another event loop: a client wrapped by the caller works for every `run_sync`)."""
+        if self._sdk_made is None or not self.usable_here():
+            self._pool = None  # another loop's pool is not ours to give back from here
+            http = self._shared
+            if http is None:
+                self._pool = borrow(new_http_client)
+                http = self._pool.http
+            self._loop = asyncio.get_running_loop()
+            self._sdk_made = openai.AsyncOpenAI(
+                api_key=self.config.api_key,
+                base_url=self.config.base_url,
+                max_retries=0,
+                timeout=httpx2.Timeout(self.config.timeout, connect=min(15.0, self.config.timeout)),
+                http_client=http,
+            )
+        return self._sdk_made
+
     async def aclose(self) -> None:
-        """Close pooled connections (a pool shared through `share_connections` is left to its owner).
+        """Give back the loop's pool (the last client closes it; one given by `share_connections` is left to
+        its owner). The client can be used again afterwards, on this loop or another.
 
         Connections opened on another, possibly closed, event loop are dropped, not closed: closing them
         would schedule callbacks on that loop."""
-        if self._owns_http and self.usable_here():
-            await self._sdk.close()
+        pool, self._pool, self._sdk_made = self._pool, None, None
+        if pool is not None and self.usable_here():
+            await give_back(pool)
+        self._loop = None
 
     # -- request building -------------------------------------------------------------------------
 
@@ -217,8 +236,6 @@ class ChatClient:
 
         `max_completion_tokens` overrides the configured limit for this request (the context manager
         fits it to what the window leaves)."""
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
         body = self.body_pieces(messages, tools, max_completion_tokens)
         attempt = 0
         gate = self.config.gate
@@ -279,6 +296,8 @@ class ChatClient:
                 f"the server did not answer within {self.config.timeout:g} s", "transient"
             ) from None
         except openai.APIConnectionError as exc:
+            if (no_fd := out_of_descriptors(exc)) is not None:  # not "cannot reach": the server is fine
+                raise LLMError(no_fd, "transient") from None
             cause = exc.__cause__ or exc.__context__
             refused = isinstance(cause, httpx2.ConnectError)
             source = f" (from {self.config.url_source})" if refused and self.config.url_source else ""

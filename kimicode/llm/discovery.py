@@ -26,6 +26,7 @@ import contextvars
 import json
 import os
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,8 +304,8 @@ async def discover_server(
     base_url = base_url.rstrip("/")
     hint = cached_info(home, base_url, model)
     shared = _SHARED_WINDOWS.get()
-    if shared is None:
-        info = await _ask_bounded(base_url, api_key, model, headers or {}, timeout, hint)
+    if shared is None:  # the agents of one loop (a service) share one question per endpoint, key and model
+        info = await _asked_lately(base_url, api_key, model, headers or {}, timeout, hint)
     else:  # one question per endpoint and model for a whole batch (concurrent askers wait for the first)
         key = (base_url, model)
         if key not in shared:
@@ -378,6 +379,28 @@ async def count_request(
 _SHARED_WINDOWS: contextvars.ContextVar[dict[tuple[str, str], asyncio.Future[ServerInfo | None]] | None] = (
     contextvars.ContextVar("kimicode_shared_windows", default=None)
 )
+
+
+SHARED_FOR = 30.0
+"""Seconds an answer is shared by the agents of one event loop starting sessions with the same endpoint."""
+_LATELY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, ...], tuple[float, asyncio.Future[
+    ServerInfo | None]]]] = weakref.WeakKeyDictionary()
+
+
+async def _asked_lately(base_url: str, api_key: str, model: str, headers: Mapping[str, str], timeout: float,
+                        hint: ServerInfo | None) -> ServerInfo | None:
+    """The answer of the question this loop asked (or is asking) the same endpoint, with the same key and
+    headers, for the same model in the last `SHARED_FOR` seconds, else a new question: 200 agents of a service
+    starting together ask once, and a restarted server is still seen by a session started a minute later."""
+    loop = asyncio.get_running_loop()
+    asked = _LATELY.setdefault(loop, {})
+    key = (base_url, model, api_key, *sorted(f"{k}={v}" for k, v in headers.items()))
+    now = time.monotonic()
+    for old in [k for k, (at, _) in asked.items() if now - at > SHARED_FOR]:
+        del asked[old]
+    if key not in asked:
+        asked[key] = (now, asyncio.ensure_future(_ask_bounded(base_url, api_key, model, headers, timeout, hint)))
+    return await asyncio.shield(asked[key][1])
 
 
 def share_windows() -> None:

@@ -8,6 +8,13 @@ holder dies, so a lock left by a killed process is simply taken over: there is n
 up by hand. The lock is per process (a library opening one session twice in one process is its own
 business as far as the kernel goes: the lock records which sessions this process holds, so a second
 agent of the same process opening a held session is refused the same way).
+
+Between turns an agent holds no descriptor (a service with hundreds of idle agents would run out): it
+`suspend`s the lock, which closes the file (dropping the kernel's lock) and leaves its process id (and pid
+namespace) in it. Another process of that namespace that then takes the kernel lock finds a live process
+named in the file and is refused the same way; the holder `resume`s at its next write. A dead process's id,
+or one of another namespace (a sandboxed branch's), is taken over; the session log then sees at its next
+write that someone else wrote it meanwhile and stops (session/log.py).
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ class SessionLock:
         self._fd = fd
         self._key = key
         """The real path recorded in this process's set of held locks."""
+        self.suspended = False
+        """Between turns: the descriptor is closed, the file still names this process (`resume` takes it back)."""
 
     @classmethod
     def acquire(cls, directory: Path, session_id: str) -> SessionLock:
@@ -95,19 +104,53 @@ class SessionLock:
         except OSError:
             os.close(fd)
             raise
+        holder = _idle_holder(fd)
+        if holder is not None:  # a live process of this pid namespace between its turns
+            os.close(fd)
+            raise SessionBusyError(
+                f"session {session_id} is in use by process {holder}: two writers would mix their conversations. "
+                f"Wait for it to finish, or continue a copy with --fork (Agent.resume(..., fork=True))")
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return cls(path, fd, key)
+
+    def suspend(self) -> None:
+        """Close the descriptor (between turns), keeping the session this process's (see the module's notes)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            self.suspended = True
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()} idle {_namespace()}\n".encode(), 0)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def resume(self, session_id: str) -> None:
+        """Take the kernel lock back for a write; SessionBusyError when another process took the session."""
+        if not self.suspended:
+            return
+        self._fd = self._take(self.path, self._key or "", session_id)._detach()
+        self.suspended = False
+
+    def _detach(self) -> int | None:
+        fd, self._fd, self._key = self._fd, None, None  # the new holder object gives its descriptor away
+        return fd
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
     def release(self) -> None:
-        """Free the lock (idempotent)."""
+        """Free the lock (idempotent); the file no longer names this process."""
+        if self.suspended and fcntl is not None:  # take it back to clear our id (unless someone took it over)
+            self.suspended = False
+            with contextlib.suppress(OSError, SessionError):
+                self._fd = self._take(self.path, self._key or "", "")._detach()
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
             with contextlib.suppress(OSError):
                 os.close(fd)  # closing the descriptor drops the lock
         if self._key is not None:
@@ -128,9 +171,41 @@ def _busy_here(session_id: str) -> SessionBusyError:
     )
 
 
-def _read_holder(fd: int) -> int | None:
+def _namespace() -> str:
+    """This process's pid namespace (a pid means nothing in another one: a sandboxed branch's process)."""
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "-"
+
+
+def _idle_holder(fd: int) -> int | None:
+    """The process the lock file names as holding the session between its turns, when it is another live
+    process of this pid namespace; else None (free, ours, stale, or not ours to judge)."""
+    try:
+        words = os.pread(fd, 64, 0).decode("ascii", "replace").split()
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    if len(words) != 3 or words[1] != "idle" or not words[0].isdigit() or words[2] != _namespace():
+        return None
+    pid = int(words[0])
+    return pid if pid != os.getpid() and _alive(pid) else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (a lock file naming a dead process is stale)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _read_holder(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").split()
+    except OSError:
+        return None
+    return int(text[0]) if text and text[0].isdigit() else None

@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from kimicode.errors import SessionError
+from kimicode.errors import SessionError, out_of_descriptors
 from kimicode.safeio import private_dirs, private_open
 
 if TYPE_CHECKING:
@@ -89,6 +89,8 @@ class SessionLog:
         self.store = store
         """The caller's own store (`Agent(session_store=...)`): the records go there instead of `path`."""
         self._fh: IO[str] | None = None
+        self._left: int | None = None
+        """The file's size when `sync` closed it: a different size at the next write means another writer."""
         self.masker: Masker | None = None
         """Set by the Agent: every record is written with known secrets masked."""
         self.lock: SessionLock | None = None
@@ -144,6 +146,8 @@ class SessionLog:
                 self.lock = SessionLock.acquire(self.directory, self.session_id)
             else:
                 self.lock = SessionLock.in_process(f"store:{id(self.store)}:{self.session_id}", self.session_id)
+        elif self.lock.suspended:  # the first write of a turn: take back what `sync` let go of
+            self.lock.resume(self.session_id)
 
     def _open(self) -> IO[str]:
         if self._fh is None:
@@ -151,11 +155,23 @@ class SessionLog:
             # leaves its directories as they are)
             private_dirs(self.directory, top=self.directory.parent if self.directory.name == "sessions" else None)
             self.acquire()
+            self._check_unchanged()
             torn = _ends_without_newline(self.path)
             self._fh = private_open(self.path, "a")  # 0600, kept open for the session
             if torn:  # a crash cut the last line short: end it, so the next record starts on its own line
                 self._fh.write("\n")
         return self._fh
+
+    def _check_unchanged(self) -> None:
+        """SessionWriteError when the log changed since this agent's last turn (another process continued it
+        meanwhile): two writers would mix their conversations."""
+        left, self._left = self._left, None
+        with contextlib.suppress(OSError):
+            if left is not None and self.path.stat().st_size != left:
+                self.failed = (f"session {self.session_id} was continued by another process since this agent's last "
+                               "turn: two writers would mix their conversations. Resume it again to continue from "
+                               "what it wrote, or fork it")
+                raise SessionWriteError(self.failed)
 
     def append(self, record: dict[str, Any]) -> None:
         """Write one record and flush it to the OS (held in memory until the session has a prompt)."""
@@ -175,6 +191,8 @@ class SessionLog:
             self.failed = (
                 f"the session store could not keep a record of session {self.session_id}: {exc}"
                 if self.store is not None else
+                f"cannot write the session log {self.path}: {out_of_descriptors(exc)}"
+                if out_of_descriptors(exc) is not None else
                 f"cannot write the session log {self.path}: {getattr(exc, 'strerror', None) or exc}. "
                 "Check that KIMICODE_HOME is writable and its disk is not full (KIMICODE_HOME=... picks another)"
             )
@@ -206,17 +224,14 @@ class SessionLog:
 
     def _off_the_loop(self, lines: list[str]) -> bool:
         """A caller's store is called on the event loop only (a sqlite3 connection refuses other threads, and a
-        store need not be thread-safe): records made in a worker thread (a checkpoint's snapshot, a rewind) are
-        handed to the loop the agent runs on, ahead of the work waiting for that thread. True when handed."""
-        import asyncio
+        store need not be thread-safe): records made in a worker thread (a checkpoint's snapshot, a rewind, an
+        exploration opening a branch) are handed to the loop the store is used on, ahead of the work waiting
+        for that thread (session/storethread.py). True when handed."""
+        from kimicode.session.storethread import home_loop
 
-        try:
-            self.loop = asyncio.get_running_loop()
-            return False
-        except RuntimeError:
-            loop = self.loop
-        if loop is None or not loop.is_running():
-            return False  # no loop (sync code between runs): called here
+        loop = home_loop(self.store, self.loop)
+        if loop is None:
+            return False  # on its loop, or no loop of it running (sync code between runs): called here
 
         def put() -> None:
             try:
@@ -252,15 +267,22 @@ class SessionLog:
         self.append(record)
 
     def sync(self) -> None:
-        """Flush now and fsync in the background: called at the end of each turn (see the module's notes)."""
+        """Flush now, fsync and close in the background, and suspend the lock: called at the end of each turn
+        (see the module's notes), so an idle session holds no descriptor; the next record opens it again."""
         self._raise_if_sync_failed()
         if self._fh is not None and self.failed is None:
+            fh, self._fh = self._fh, None
             try:
-                self._fh.flush()
+                fh.flush()
+                self._left = os.fstat(fh.fileno()).st_size
             except OSError as exc:
                 self.failed = f"cannot write the session log {self.path}: {exc.strerror or exc}"
+                with contextlib.suppress(OSError):
+                    fh.close()
                 raise SessionWriteError(self.failed) from None
-            self._pending.append(_background(self._fsync, self._fh))
+            self._pending.append(_background(self._fsync_and_close, fh))
+        if self.lock is not None:
+            self.lock.suspend()
 
     def _fsync(self, fh: IO[str]) -> None:
         try:
@@ -397,8 +419,10 @@ class LoadedSession:
 def stored_records(store: SessionStore, session_id: str) -> Any:
     """`store.load(session_id)`, whatever it returns; a SessionError naming the store when it raises (a
     database that is down is the caller's environment, not a bug of kimicode's to show as a traceback)."""
+    from kimicode.session.storethread import call
+
     try:
-        return store.load(session_id)
+        return call(store, lambda: store.load(session_id))  # on the store's loop thread (storethread.py)
     except Exception as exc:
         raise SessionError(f"the session store {type(store).__name__} could not read session {session_id}: "
                            f"{type(exc).__name__}: {exc}") from exc

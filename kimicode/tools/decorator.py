@@ -160,23 +160,40 @@ def _describe(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
 
 def _to_text(out: Any) -> ToolResult | str:
     """What the model sees of a return value: strings as they are, bytes decoded (UTF-8, bad bytes
-    replaced), JSON for data (sets as lists), `(no output)` for None."""
+    replaced), `(no output)` for None, JSON for anything pydantic can write as JSON (data, sets as lists, a
+    pydantic model or dataclass as its fields, a datetime in ISO 8601; a value that is text alone, such as a
+    datetime, without quotes), else `str()`."""
     if isinstance(out, ToolResult | str):
         return out
     if out is None:
         return "(no output)"
     if isinstance(out, bytes | bytearray | memoryview):
         return bytes(out).decode("utf-8", errors="replace")
-    if isinstance(out, dict | list | tuple | set | frozenset | int | float | bool):
+    from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+    try:
+        data = to_jsonable_python(_sets_sorted(out), fallback=_json_default)
+        return data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    except (PydanticSerializationError, TypeError, ValueError):
+        return str(out)
+
+
+def _sets_sorted(value: Any) -> Any:
+    """Plain data with its sets as sorted lists (when their items can be ordered): the same result each run."""
+    if isinstance(value, set | frozenset):
         try:
-            return json.dumps(out, ensure_ascii=False, default=_json_default)
-        except (TypeError, ValueError):
-            return str(out)
-    return str(out)
+            return sorted(_sets_sorted(v) for v in value)
+        except TypeError:
+            return [_sets_sorted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _sets_sorted(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_sets_sorted(v) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:
-    """JSON for what `json` cannot write: sets as (sorted, when they can be) lists, bytes as text."""
+    """JSON for what pydantic cannot write: sets as (sorted, when they can be) lists, bytes as text, else str()."""
     if isinstance(value, set | frozenset):
         try:
             return sorted(value)

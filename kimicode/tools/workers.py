@@ -29,6 +29,27 @@ from kimicode.errors import ToolError
 
 T = TypeVar("T")
 
+MISREAD = (StopIteration, StopAsyncIteration, GeneratorExit, asyncio.CancelledError)
+"""Exceptions asyncio and coroutines give a meaning of their own: raised as they are by the caller's code, a
+future refuses them (StopIteration: the await never returns), a coroutine turns them into RuntimeError, or the
+turn reads them as its own cancellation."""
+
+
+class RaisedInThread(Exception):
+    """The caller's sync function raised one of `MISREAD`: carried as a plain exception, named as it was."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        self.exception = exc
+        self.name = type(exc).__name__
+
+
+def described(exc: BaseException) -> str:
+    """`Type: message` of what a caller's function raised (unwrapping RaisedInThread)."""
+    if isinstance(exc, RaisedInThread):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
 MAX_THREADS = 64
 """Threads of the caller's code alive at once in this process (running, or abandoned after a timeout)."""
 
@@ -39,8 +60,9 @@ _alive = 0
 async def run_blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """`fn(*args, **kwargs)` in a daemon thread of its own, awaited without blocking the event loop.
 
-    Cancelling the awaiting task stops the waiting, not the thread. Raises ToolError when `MAX_THREADS`
-    threads are already alive."""
+    Cancelling the awaiting task stops the waiting, not the thread. What `fn` raises is raised here, except
+    the exceptions asyncio gives a meaning of its own (`MISREAD`), raised as RaisedInThread. Raises ToolError
+    when `MAX_THREADS` threads are already alive."""
     global _alive
     with _lock:
         if _alive >= MAX_THREADS:
@@ -51,16 +73,12 @@ async def run_blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
             )
         _alive += 1
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
+    future: asyncio.Future[tuple[bool, Any]] = loop.create_future()
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
 
     def deliver(ok: bool, value: Any) -> None:
-        if future.done():
-            return  # the caller stopped waiting (timeout, interrupt): the result is dropped
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
+        if not future.done():  # else the caller stopped waiting (timeout, interrupt): the result is dropped
+            future.set_result((ok, value))  # an exception as a value: a future refuses some (StopIteration)
 
     def work() -> None:
         global _alive
@@ -80,7 +98,12 @@ async def run_blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 
     name = getattr(fn, "__name__", "call")
     threading.Thread(target=work, name=f"kimicode-user-{name}", daemon=True).start()
-    return await future
+    ok, value = await future
+    if ok:
+        return value  # type: ignore[no-any-return]
+    if isinstance(value, MISREAD):
+        raise RaisedInThread(value) from value
+    raise value
 
 
 def is_async_callable(fn: Any) -> bool:

@@ -144,7 +144,7 @@ def test_max_turns_stops_the_turn(server: FakeServer, make_agent: MakeAgent) -> 
     result = make_agent(tools=[ping], max_turns=3).run_sync("loop")
     assert result.status == "max_turns"
     assert result.num_turns == 3
-    assert "--max-turns 3" in (result.error or "")
+    assert "max_turns=3" in (result.error or "")  # a library agent: the option, not the flag
     assert_valid_history(result.messages)
 
 

@@ -109,7 +109,7 @@ def test_success_returns_itself_and_limits_raise_turn_error(server: FakeServer, 
     assert limited.status == "max_turns"
     with pytest.raises(kimicode.TurnError) as info:
         limited.raise_for_status()
-    assert info.value.status == "max_turns" and "max-turns" in str(info.value)
+    assert info.value.status == "max_turns" and "max_turns=1" in str(info.value)
 
 
 def test_turn_usage_is_this_turn_and_usage_the_running_total(server: FakeServer, make_agent: MakeAgent) -> None:

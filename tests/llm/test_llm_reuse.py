@@ -79,8 +79,26 @@ def test_clients_created_in_a_shared_context_share_one_pool_their_owner_closes()
         assert asyncio.run(go()) == ["c0", "c1", "c2", "c3"]
         assert server.connections_opened == 1
     outside = ChatClient(ClientConfig(base_url="http://127.0.0.1:9/v1", api_key="k", model="m"))
-    assert outside._owns_http  # a client created outside a shared context owns (and closes) its own pool
-    asyncio.run(outside.aclose())
+    asyncio.run(outside.aclose())  # outside a shared context: the loop's pool, borrowed at the first request
+
+
+def test_clients_outside_a_shared_context_share_the_loops_pool_the_last_one_closes() -> None:
+    """A service's agents on one loop: one pool, warm for each client; closed when the last client closes."""
+    with FakeServer([Reply(content=f"c{i}") for i in range(6)]) as server:
+        async def go() -> list[str]:
+            clients = [client_for(server) for _ in range(3)]
+            out = [str((await one_request(c)).message["content"]) for c in clients]
+            for c in clients:
+                await c.aclose()
+            again = client_for(server)  # a new pool (the old one was closed): one new connection
+            try:
+                out.append(str((await one_request(again)).message["content"]))
+            finally:
+                await again.aclose()
+            return out
+
+        assert asyncio.run(go()) == ["c0", "c1", "c2", "c3"]
+        assert server.connections_opened == 2
 
 
 def test_a_batch_shares_connections_and_asks_for_the_window_once(tmp_path: Path) -> None:
