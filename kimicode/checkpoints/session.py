@@ -110,6 +110,10 @@ class SessionCheckpoints:
         """The warm-up started by `warm`, if any."""
         self.pruning: threading.Thread | None = None
         """The automatic prune started by `auto_prune`, if any."""
+        self.touched: set[str] | None = None
+        """What the current turn's calls can have changed (workspace-relative), when all of them were
+        kimicode's own file tools; None: unknown (a command, a hook, another tool), so the turn's end
+        walks the whole tree. See `note`."""
 
     @classmethod
     def open(cls, home: Path, workspace: Path, session_id: str, log: SessionLog | None,
@@ -130,7 +134,7 @@ class SessionCheckpoints:
         """Start storing the workspace in the background when the store is still empty (`store.prepare`),
         so the turn's first checkpoint only records what changed since. The store's lock orders it
         before any snapshot; a failure is left for that snapshot to report. Returns the thread started."""
-        if self.store.index.exists():
+        if self.store.index.exists() or (self.warming is not None and self.warming.is_alive()):
             return None
 
         def run() -> None:
@@ -186,6 +190,17 @@ class SessionCheckpoints:
         self.current = Entry("turn", self.turns, prompt, at)
         self.entries.append(self.current)
         self.warning = None
+        self.touched = set()
+
+    def note(self, paths: Sequence[str] | None) -> None:
+        """A call of this turn ran that may change the workspace: the files it writes (relative to the
+        workspace), or None when that cannot be known (a command, a hook, a subagent, a tool of a server):
+        the turn's end then walks the whole tree instead of recording only these files."""
+        if self.touched is not None:
+            if paths is None:
+                self.touched = None
+            else:
+                self.touched.update(paths)
 
     def before_change(self) -> str | None:
         """Snapshot before the turn's first change (once per turn); returns a warning if it failed."""
@@ -212,7 +227,8 @@ class SessionCheckpoints:
             return None
         if cur.before is not None:
             try:
-                snap = self.store.snapshot(f"after turn {cur.turn}", f"{self.session_id}/{cur.turn}-after")
+                only = sorted(self.touched) if self.touched is not None else None
+                snap = self.store.snapshot(f"after turn {cur.turn}", f"{self.session_id}/{cur.turn}-after", only=only)
                 cur.after = snap.id
                 cur.changes = self.store.changes(cur.before, snap.id)
             except (CheckpointError, OSError) as exc:

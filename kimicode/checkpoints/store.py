@@ -190,18 +190,20 @@ class CheckpointStore:
 
     # -- snapshots --------------------------------------------------------------------------------
 
-    def snapshot(self, label: str, ref: str | None = None) -> Snapshot:
-        """Record the workspace now as a commit; `ref` (e.g. `session/3-before`) keeps it alive."""
+    def snapshot(self, label: str, ref: str | None = None, *, only: Sequence[str] | None = None) -> Snapshot:
+        """Record the workspace now as a commit; `ref` (e.g. `session/3-before`) keeps it alive. `only`:
+        the paths that can have changed since the last snapshot (the files a turn's own edit tools wrote):
+        the tree is not walked, the rest is recorded as the index has it (see `SessionCheckpoints.note`)."""
         with self.locked():
-            return self._snapshot_locked(label, ref)
+            return self._snapshot_locked(label, ref, only)
 
-    def _snapshot_locked(self, label: str, ref: str | None) -> Snapshot:
+    def _snapshot_locked(self, label: str, ref: str | None, only: Sequence[str] | None = None) -> Snapshot:
         """`snapshot` with the lock held, tried twice unless the disk is full: the automatic gc
         (upkeep.py) may remove an empty objects/xx directory git has just made for a new object."""
         for attempt in (1, 2):
             try:
                 self._init()
-                return self._snapshot(label, ref)
+                return self._snapshot(label, ref, only)
             except (OSError, CheckpointError) as exc:
                 self._clean_failed()
                 full = _is_full(exc) or str(exc) == self._full()
@@ -255,10 +257,14 @@ class CheckpointStore:
             except OSError:
                 pass
 
-    def _listing(self) -> tuple[list[str], list[str], list[str]]:
-        """Paths to (re)store, paths to drop from the index and the files skipped for their size."""
-        listed = self.git("ls-files", "-z", "--modified", "--others", "--deleted", "--exclude-standard")
-        candidates = sorted({p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p})
+    def _listing(self, only: Sequence[str] | None = None) -> tuple[list[str], list[str], list[str]]:
+        """Paths to (re)store, paths to drop from the index and the files skipped for their size: of the
+        whole tree, or of `only` (a missing one is dropped: `rm --cached` ignores what was never stored)."""
+        if only is None:
+            listed = self.git("ls-files", "-z", "--modified", "--others", "--deleted", "--exclude-standard")
+            candidates = sorted({p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p})
+        else:
+            candidates = sorted(set(only))
         add: list[str] = []
         drop: list[str] = []
         skipped: list[str] = []
@@ -269,7 +275,7 @@ class CheckpointStore:
             try:
                 st = os.lstat(self.workspace / rel)
             except FileNotFoundError:
-                add.append(rel)  # deleted: `add -A` records the removal
+                (add if only is None else drop).append(rel)  # deleted: `add -A` records the removal
                 continue
             except OSError:
                 continue
@@ -282,10 +288,11 @@ class CheckpointStore:
                 add.append(rel)
         return add, drop, skipped
 
-    def _snapshot(self, label: str, ref: str | None) -> Snapshot:
-        add, drop, skipped = self._listing()
+    def _snapshot(self, label: str, ref: str | None, only: Sequence[str] | None = None) -> Snapshot:
         if not self.index.exists():
+            add, _, skipped = self._listing()
             return self._commit(self._first(add), label, ref, skipped)
+        add, drop, skipped = self._listing(only)
         if drop:
             self.git("rm", "--cached", "-q", "-f", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
                      input=_nul(drop))
