@@ -104,6 +104,11 @@ class PackWriter:
         self._objects[obj.sha] = (offset, zlib.crc32(obj.body, zlib.crc32(obj.head)))
         return obj.sha
 
+    @property
+    def plain_bytes(self) -> int:
+        """Bytes of objects stored uncompressed (past the budget)."""
+        return max(0, -self.compress_budget)
+
     def __len__(self) -> int:
         return len(self._objects)
 

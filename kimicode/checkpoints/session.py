@@ -142,11 +142,22 @@ class SessionCheckpoints:
                 self.store.prepare()
             except (CheckpointError, OSError):
                 pass
+            self.compact_if_plain()
 
         thread = threading.Thread(target=run, name="kimicode-checkpoint-warm", daemon=True)
         thread.start()
         self.warming = thread
         return thread
+
+    def compact_if_plain(self) -> bool:
+        """Start compacting the store in the background once this session stored much uncompressed
+        (`upkeep.COMPACT_AFTER`): the first snapshot of a large tree is written plain to be quick."""
+        from kimicode.checkpoints import upkeep
+
+        if self.store.stored_plain < upkeep.COMPACT_AFTER:
+            return False
+        self.store.stored_plain = 0
+        return upkeep.compact_detached(self.store)
 
     def auto_prune(self, settings: Checkpoints, sessions_dir: Path | None,
                    warn: Callable[[str], None]) -> threading.Thread | None:
@@ -185,12 +196,15 @@ class SessionCheckpoints:
 
     # -- during a turn ----------------------------------------------------------------------------
 
-    def begin_turn(self, prompt: str, at: int) -> None:
+    def begin_turn(self, prompt: str, at: int, *, noted: bool = False) -> None:
+        """Start a turn's entry. `noted`: the caller reports every call of the turn through `note` (the
+        agent's turn loop), so its last snapshot may record only what was noted; otherwise (an
+        exploration applying a branch) the turn's end walks the whole tree."""
         self.turns += 1
         self.current = Entry("turn", self.turns, prompt, at)
         self.entries.append(self.current)
         self.warning = None
-        self.touched = set()
+        self.touched = set() if noted else None
 
     def note(self, paths: Sequence[str] | None) -> None:
         """A call of this turn ran that may change the workspace: the files it writes (relative to the
@@ -215,6 +229,7 @@ class SessionCheckpoints:
             return self.warning
         cur.before, cur.skipped = snap.id, list(snap.skipped)
         self._log(cur)
+        self.compact_if_plain()
         if snap.skipped:
             return (f"checkpoint skipped {len(snap.skipped)} file(s) over the size limit: "
                     + ", ".join(snap.skipped[:5]) + ("…" if len(snap.skipped) > 5 else ""))
@@ -231,6 +246,7 @@ class SessionCheckpoints:
                 snap = self.store.snapshot(f"after turn {cur.turn}", f"{self.session_id}/{cur.turn}-after", only=only)
                 cur.after = snap.id
                 cur.changes = self.store.changes(cur.before, snap.id)
+                self.compact_if_plain()
             except (CheckpointError, OSError) as exc:
                 self.warning = f"could not record the turn's changes ({exc})"
             self._log(cur)  # turns that changed nothing are kept in memory only (the log stays as it was)

@@ -94,6 +94,9 @@ class CheckpointStore:
         self.index = self.dir / "index"
         self.journal = self.dir / "restore.json"
         self.max_file_bytes = max_file_bytes
+        self.stored_plain = 0
+        """Bytes this object stored uncompressed in packs (the first snapshot, a bulk add): a compaction
+        is worth starting when it is large (`SessionCheckpoints` starts `upkeep.compact_detached`)."""
         self._lock_fd: int | None = None
         """The held lock, passed to every git child: a git still running after kimicode was killed keeps
         the store locked until it exits, so recovery never races it."""
@@ -314,6 +317,7 @@ class CheckpointStore:
             entries.sort(key=lambda e: e.path)
             tree, tree_ext = rawpack.add_trees(pack, entries)
             pack.finish()
+            self.stored_plain += pack.plain_bytes
             rawpack.write_index(self.index, entries, tree_ext)
         except BaseException:
             pack.abort()
@@ -335,6 +339,7 @@ class CheckpointStore:
         try:
             entries, gone = rawpack.add_files(pack, self.workspace, paths)
             pack.finish()
+            self.stored_plain += pack.plain_bytes
             info = b"".join(b"%o %s\t%s\0" % (e.mode, e.sha.hex().encode(), e.path) for e in entries)
             info += b"".join(b"0 " + b"0" * 40 + b"\t" + p.encode("utf-8", "surrogateescape") + b"\0" for p in gone)
             self.git("update-index", "-z", "--index-info", input=info)

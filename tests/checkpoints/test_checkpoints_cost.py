@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +28,7 @@ MakeAgent = Callable[..., Agent]
 
 
 def _turn(cps: SessionCheckpoints, n: int, noted: list[str] | None, change: Callable[[], None]) -> list[str]:
-    cps.begin_turn(f"turn {n}", n)
+    cps.begin_turn(f"turn {n}", n, noted=True)
     cps.before_change()
     cps.note(noted)
     change()
@@ -66,7 +67,7 @@ def test_an_unknown_call_makes_the_turn_walk_the_whole_tree(tmp_path: Path) -> N
         (ws / "new.txt").write_text("n\n")
         (ws / "gone.txt").unlink(missing_ok=True)
 
-    cps.begin_turn("t", 1)
+    cps.begin_turn("t", 1, noted=True)
     cps.note(["a.txt"])
     cps.note(None)  # a bash call, a hook, a subagent: anything may have changed
     cps.before_change()
@@ -171,3 +172,62 @@ def test_parallel_hashing_builds_the_tree_git_builds(tmp_path: Path, monkeypatch
     tree = subprocess.run(["git", "write-tree"], cwd=ws, check=True, env=env, capture_output=True, text=True)
     assert store.git("rev-parse", f"{snap.id}^{{tree}}").decode().strip() == tree.stdout.strip()
     assert store.git("fsck", "--strict", "--no-dangling", check=False) == b""
+
+
+def test_a_large_plain_first_snapshot_is_compacted_in_the_background(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from kimicode.checkpoints import upkeep
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    text = b"".join(b"line %d of a source-like file, repeated enough to compress\n" % i for i in range(2000))
+    for i in range(40):
+        (ws / f"f{i}.txt").write_bytes(text + bytes([i]))
+    monkeypatch.setattr(rawpack, "COMPRESS_BYTES", 0)  # everything stored plain, as past the budget
+    monkeypatch.setattr(upkeep, "COMPACT_AFTER", 1)
+    cps = SessionCheckpoints(CheckpointStore(tmp_path / "home", ws), "s", None)
+    cps.begin_turn("t", 1)
+    cps.before_change()
+    assert cps.store.stored_plain == 0  # handed to the compaction, which runs detached
+    plain = cps.store.size()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and cps.store.size() > plain // 2:
+        time.sleep(0.2)
+    assert cps.store.size() < plain // 2, (plain, cps.store.size())  # compressed (and delta'd) by the repack
+    while len(list((cps.store.git_dir / "objects" / "pack").glob("*.pack"))) > 1 and time.monotonic() < deadline:
+        time.sleep(0.1)  # the old pack goes once the new one is in place
+    assert cps.store.git("fsck", "--strict", "--no-dangling", check=False) == b""
+    (ws / "f1.txt").write_text("changed\n")
+    entry = cps.end_turn()
+    assert entry is not None and entry.changes.modified == ["f1.txt"]
+    cps.restore(entry)
+    assert (ws / "f1.txt").read_bytes() == text + b"\x01"
+
+
+def test_checkpoints_du_shows_each_store(tmp_path: Path) -> None:
+    from kimicode.checkpoints.upkeep import usage
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    cps = SessionCheckpoints(CheckpointStore(tmp_path / "home", ws), "sess1", None)
+    cps.begin_turn("t", 1)
+    cps.before_change()
+    (ws / "a.txt").write_text("b\n")
+    cps.end_turn()
+    u = usage(cps.store.dir)
+    assert u.workspace == str(ws.resolve()) and u.snapshots == 2 and u.sessions == 1
+    assert u.bytes == cps.store.size() and u.packs >= 1
+
+
+def test_a_turn_whose_caller_notes_nothing_walks_the_tree(tmp_path: Path) -> None:
+    """An exploration applying a branch (or any caller not reporting its calls) keeps the full walk."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    cps = SessionCheckpoints(CheckpointStore(tmp_path / "home", ws), "s", None)
+    cps.begin_turn("apply", 1)
+    cps.before_change()
+    (ws / "a.txt").write_text("applied\n")
+    entry = cps.end_turn()
+    assert entry is not None and entry.changes.modified == ["a.txt"]
