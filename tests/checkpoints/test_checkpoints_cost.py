@@ -231,3 +231,24 @@ def test_a_turn_whose_caller_notes_nothing_walks_the_tree(tmp_path: Path) -> Non
     (ws / "a.txt").write_text("applied\n")
     entry = cps.end_turn()
     assert entry is not None and entry.changes.modified == ["a.txt"]
+
+
+def test_the_du_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from kimicode.cli.app import app
+
+    home = tmp_path / "home"
+    for name in ("one", "two"):
+        ws = tmp_path / name
+        ws.mkdir()
+        (ws / "f.txt").write_text(name * 1000)
+        CheckpointStore(home, ws).snapshot("s", f"{name}/1-before")
+    monkeypatch.setenv("KIMICODE_HOME", str(home))
+    here = CliRunner().invoke(app, ["checkpoints", "du", "--cwd", str(tmp_path / "one")])
+    assert here.exit_code == 0 and str((tmp_path / "one").resolve()) in here.output
+    assert str((tmp_path / "two").resolve()) not in here.output and "1 checkpoint(s) of 1 session(s)" in here.output
+    every = CliRunner().invoke(app, ["checkpoints", "du", "--all"])
+    assert every.exit_code == 0 and "in all" in every.output and str((tmp_path / "two").resolve()) in every.output
+    none = CliRunner().invoke(app, ["checkpoints", "du", "--cwd", str(tmp_path)])
+    assert none.exit_code == 0 and "no checkpoint store for" in none.output
