@@ -43,14 +43,25 @@ WINDOW_FILES, WINDOW_BYTES = 256, 64 << 20
 _TYPE_NAMES = {OBJ_COMMIT: b"commit", OBJ_TREE: b"tree", OBJ_BLOB: b"blob"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
-    """One file as stored: its path (bytes), git mode, blob id and the stat data taken before reading."""
+    """One file as stored: its path (bytes), git mode, blob id and its index entry's fixed part (the stat
+    data taken before reading, packed: 62 bytes instead of a `stat_result` per file of the tree)."""
 
     path: bytes
     mode: int
     sha: bytes
-    st: os.stat_result
+    head: bytes
+
+    @classmethod
+    def of(cls, path: bytes, mode: int, sha: bytes, st: os.stat_result) -> Entry:
+        m = 0xFFFFFFFF
+        head = struct.pack(
+            ">10I20sH", int(st.st_ctime) & m, st.st_ctime_ns % 1_000_000_000, int(st.st_mtime) & m,
+            st.st_mtime_ns % 1_000_000_000, st.st_dev & m, st.st_ino & m, mode, st.st_uid & m, st.st_gid & m,
+            st.st_size & m, sha, min(len(path), 0xFFF),
+        )
+        return cls(path, mode, sha, head)
 
 
 class PackWriter:
@@ -270,7 +281,7 @@ def _store_one(pack: PackWriter, item: tuple[str, int, Future[_Loaded]], entries
     if loaded.gone:
         gone.append(rel)
     elif loaded.obj is not None and loaded.st is not None:
-        entries.append(Entry(rel.encode("utf-8", "surrogateescape"), loaded.mode, pack.put(loaded.obj), loaded.st))
+        entries.append(Entry.of(rel.encode("utf-8", "surrogateescape"), loaded.mode, pack.put(loaded.obj), loaded.st))
     return size
 
 
@@ -322,15 +333,8 @@ def add_trees(pack: PackWriter, entries: list[Entry]) -> tuple[bytes, bytes]:
 def write_index(path: Path, entries: list[Entry], tree_ext: bytes | None) -> None:
     """Write a git index v2 (entries sorted by path) atomically, with an optional `TREE` extension."""
     out = bytearray(b"DIRC" + struct.pack(">II", 2, len(entries)))
-    m = 0xFFFFFFFF
     for e in entries:
-        st = e.st
-        flags = min(len(e.path), 0xFFF)
-        out += struct.pack(
-            ">10I20sH", int(st.st_ctime) & m, st.st_ctime_ns % 1_000_000_000, int(st.st_mtime) & m,
-            st.st_mtime_ns % 1_000_000_000, st.st_dev & m, st.st_ino & m, e.mode, st.st_uid & m, st.st_gid & m,
-            st.st_size & m, e.sha, flags,
-        )
+        out += e.head
         out += e.path
         out += b"\0" * (8 - (62 + len(e.path)) % 8)
     if tree_ext is not None:
