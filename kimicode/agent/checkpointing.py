@@ -37,8 +37,10 @@ class RewindResult:
 
 def open_checkpoints(r: Resolved, o: AgentOptions, log: SessionLog | None,
                      warn: Callable[[str], None]) -> SessionCheckpoints | None:
-    """The session's checkpoints, unless `[checkpoints] enabled = false`; finishes an interrupted restore
-    and starts the automatic prune (`[checkpoints] auto_prune`, on unless the library is hermetic)."""
+    """The session's checkpoints, unless `[checkpoints] enabled = false`; finishes an interrupted restore,
+    starts storing the workspace in the background (`[checkpoints] warm_at_open`: the terminal, `-p`, ACP
+    and the library alike, so a large tree's first snapshot overlaps the model's first request) and the
+    automatic prune (`[checkpoints] auto_prune`, on unless the library is hermetic)."""
     cfg = r.settings.config.checkpoints
     if not cfg.enabled:
         return None
@@ -49,6 +51,8 @@ def open_checkpoints(r: Resolved, o: AgentOptions, log: SessionLog | None,
         note = f"an interrupted checkpoint restore could not be finished: {exc}"
     if note:
         warn(note)
+    if cfg.warm_at_open and o.permission_mode != "plan":
+        cps.warm()  # every face: the first snapshot overlaps the model's first request (plan mode changes nothing)
     auto = cfg.auto_prune
     if auto is True or (auto is None and o.config is not None):
         cps.auto_prune(cfg, r.home / "sessions", warn)
@@ -64,6 +68,26 @@ def may_change(tool: Any, args: Mapping[str, Any], tools: ToolRegistry, subagent
         names = args.get("tools") or subagent_tools or ()
         return any((t := tools.get(str(n))) is not None and t.kind in ("edit", "execute") for n in names)
     return False
+
+
+def known_writes(tool: Any, args: Mapping[str, Any], ctx: Any, hooked: bool) -> list[str] | None:
+    """What a call may change in the workspace, for `SessionCheckpoints.note`: nothing for a read tool,
+    the workspace-relative files of kimicode's own edit tools (write_file, edit_file, apply_patch), and
+    None (unknown) for anything else or when hooks run around calls (a hook may run any command)."""
+    from kimicode.permissions.pathresolve import approved_paths
+    from kimicode.tools.files import EDIT_FILE, WRITE_FILE
+    from kimicode.tools.patch import APPLY_PATCH
+
+    if tool.kind == "read" and not hooked:
+        return []
+    if hooked or tool not in (WRITE_FILE, EDIT_FILE, APPLY_PATCH):
+        return None
+    workspace = ctx.workspace.resolve()
+    found: list[str] = []
+    for path in approved_paths(tool, args, ctx):
+        if path.is_relative_to(workspace) and path != workspace:
+            found.append(path.relative_to(workspace).as_posix())
+    return found
 
 
 async def before_change(cps: SessionCheckpoints, emit: Callable[[Event], None]) -> None:

@@ -526,7 +526,7 @@ class Agent(Explorer):
             emit(TurnFinished(status, result, steps, info, kind, tuple(denials)))
 
         if self.checkpoints is not None:
-            self.checkpoints.begin_turn(prompt, len(self.messages))  # the user message goes at this index
+            self.checkpoints.begin_turn(prompt, len(self.messages), noted=True)  # the user message's index
         try:
             await self.extras.start(self.tools, emit)  # MCP servers (bounded by their startup timeout)
             if self.switches.compact_pending:  # the `compact` switch policy: summarise before the new model answers

@@ -28,6 +28,7 @@ from kimicode.tools.workers import described, is_async_callable, run_blocking
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
+    from kimicode.checkpoints.session import SessionCheckpoints
 
 
 async def run_tools(
@@ -71,12 +72,7 @@ async def run_tools(
         for prep in batch:
             await authorize(agent, prep, denials, emit)
         if (cps := agent.checkpoints) is not None:
-            from kimicode.agent.checkpointing import before_change, may_change
-
-            default = agent.settings.config.subagents.tools
-            if any(p.error is None and p.tool is not None and may_change(p.tool, p.args, agent.tools, default)
-                   for p in batch):
-                await before_change(cps, emit)  # a snapshot before the turn's first change
+            await checkpoint_batch(agent, cps, batch, emit)
         results = await asyncio.gather(*(execute(agent, prep, emit) for prep in batch))
         for prep, content in zip(batch, results, strict=True):
             result = {"role": "tool", "tool_call_id": prep.call_id, "content": content}
@@ -93,6 +89,21 @@ async def run_tools(
     while agent.extras.steering and not stop:  # typed by the user while the step ran (ecosystem.steer)
         agent.commit({"role": "user", "content": agent.extras.steering.pop(0)}, emit)
     return stop
+
+async def checkpoint_batch(agent: Agent, cps: SessionCheckpoints, batch: list[Prepared],
+                           emit: Callable[[Event], None]) -> None:
+    """Before a batch runs: a snapshot before the turn's first change, and what each call may change
+    noted for the turn's last snapshot (kimicode's own edit tools name their files; see `known_writes`)."""
+    from kimicode.agent.checkpointing import before_change, known_writes, may_change
+
+    default = agent.settings.config.subagents.tools
+    running = [p for p in batch if p.error is None and p.tool is not None]
+    if any(may_change(p.tool, p.args, agent.tools, default) for p in running):
+        await before_change(cps, emit)  # a snapshot before the turn's first change
+    hooked = agent.extras.hooks is not None
+    for p in running:
+        cps.note(known_writes(p.tool, p.args, agent.ctx, hooked))
+
 
 def prepare(agent: Agent, call: dict[str, Any], finish_reason: str | None) -> Prepared:
     fn = call.get("function") or {}

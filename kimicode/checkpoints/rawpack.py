@@ -23,8 +23,11 @@ import os
 import stat as statmod
 import struct
 import tempfile
+import threading
 import zlib
+from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,17 +36,32 @@ from kimicode.safeio import private_write
 OBJ_COMMIT, OBJ_TREE, OBJ_BLOB = 1, 2, 3
 COMPRESS_BYTES = 16 << 20
 """Bytes of objects a pack compresses before it stores the rest plain (see `PackWriter`)."""
+WORKERS = max(1, min(4, os.cpu_count() or 1))
+"""Threads that read, hash and compress files (hashlib, zlib and reads release the GIL)."""
+WINDOW_FILES, WINDOW_BYTES = 256, 64 << 20
+"""At most this many files, and about this many bytes, read ahead of the pack writer (memory stays flat)."""
 _TYPE_NAMES = {OBJ_COMMIT: b"commit", OBJ_TREE: b"tree", OBJ_BLOB: b"blob"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
-    """One file as stored: its path (bytes), git mode, blob id and the stat data taken before reading."""
+    """One file as stored: its path (bytes), git mode, blob id and its index entry's fixed part (the stat
+    data taken before reading, packed: 62 bytes instead of a `stat_result` per file of the tree)."""
 
     path: bytes
     mode: int
     sha: bytes
-    st: os.stat_result
+    head: bytes
+
+    @classmethod
+    def of(cls, path: bytes, mode: int, sha: bytes, st: os.stat_result) -> Entry:
+        m = 0xFFFFFFFF
+        head = struct.pack(
+            ">10I20sH", int(st.st_ctime) & m, st.st_ctime_ns % 1_000_000_000, int(st.st_mtime) & m,
+            st.st_mtime_ns % 1_000_000_000, st.st_dev & m, st.st_ino & m, mode, st.st_uid & m, st.st_gid & m,
+            st.st_size & m, sha, min(len(path), 0xFFF),
+        )
+        return cls(path, mode, sha, head)
 
 
 class PackWriter:
@@ -64,6 +82,7 @@ class PackWriter:
         self._fh = os.fdopen(fd, "wb", buffering=1 << 20)
         self._offset = 12
         self._objects: dict[bytes, tuple[int, int]] = {}  # sha -> (offset, crc32)
+        self._budget_lock = threading.Lock()
         self.final: list[Path] = []
         """The `.idx` and `.pack` once in place (removed again by `abort()`: nothing refers to them yet)."""
         self._write(b"PACK" + struct.pack(">II", 2, 0))  # the count is patched in finish()
@@ -75,28 +94,31 @@ class PackWriter:
 
     def add(self, kind: int, data: bytes) -> bytes:
         """Store one object (once per id); returns its binary id."""
-        h = hashlib.sha1(_TYPE_NAMES[kind] + b" %d\0" % len(data))
-        h.update(data)
-        sha = h.digest()
-        if sha in self._objects:
-            return sha
-        size = len(data)
-        byte = (kind << 4) | (size & 0x0F)
-        size >>= 4
-        head = bytearray()
-        while size:
-            head.append(byte | 0x80)
-            byte = size & 0x7F
-            size >>= 7
-        head.append(byte)
-        body = zlib.compress(data, 1 if self.compress_budget > 0 else 0)
-        self.compress_budget -= len(data)
+        return self.put(encode(kind, data, self.take(len(data))))
+
+    def take(self, size: int) -> bool:
+        """Whether an object of `size` bytes is compressed: while the budget lasts (see `compress_budget`).
+        Called from the hashing threads, hence the lock."""
+        with self._budget_lock:
+            keep = self.compress_budget > 0
+            self.compress_budget -= size
+            return keep
+
+    def put(self, obj: Encoded) -> bytes:
+        """Append an object encoded by `encode` (once per id); returns its binary id."""
+        if obj.sha in self._objects:
+            return obj.sha
         offset = self._offset
-        self._write(bytes(head) + body if len(body) < 65536 else bytes(head))
-        if len(body) >= 65536:
-            self._write(body)
-        self._objects[sha] = (offset, zlib.crc32(body, zlib.crc32(head)))
-        return sha
+        self._write(obj.head + obj.body if len(obj.body) < 65536 else obj.head)
+        if len(obj.body) >= 65536:
+            self._write(obj.body)
+        self._objects[obj.sha] = (offset, zlib.crc32(obj.body, zlib.crc32(obj.head)))
+        return obj.sha
+
+    @property
+    def plain_bytes(self) -> int:
+        """Bytes of objects stored uncompressed (past the budget)."""
+        return max(0, -self.compress_budget)
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -171,25 +193,96 @@ def git_mode(st: os.stat_result) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """An object ready to append to a pack: its id, pack entry header and (compressed) body."""
+
+    sha: bytes
+    head: bytes
+    body: bytes
+
+
+def encode(kind: int, data: bytes, compress: bool) -> Encoded:
+    """Hash and compress one object (thread-safe: the slow parts release the GIL)."""
+    h = hashlib.sha1(_TYPE_NAMES[kind] + b" %d\0" % len(data))
+    h.update(data)
+    size = len(data)
+    byte = (kind << 4) | (size & 0x0F)
+    size >>= 4
+    head = bytearray()
+    while size:
+        head.append(byte | 0x80)
+        byte = size & 0x7F
+        size >>= 7
+    head.append(byte)
+    return Encoded(h.digest(), bytes(head), zlib.compress(data, 1 if compress else 0))
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """One path as read by a hashing thread: gone (deleted), skipped (not a file git stores, unreadable),
+    or its stat data, mode and encoded blob."""
+
+    gone: bool = False
+    st: os.stat_result | None = None
+    mode: int = 0
+    obj: Encoded | None = None
+
+
+def _load(pack: PackWriter, full: str) -> _Loaded:
+    """Stat, read and encode one path (runs in a hashing thread)."""
+    try:
+        st = os.lstat(full)  # before reading: a change while reading leaves stat data git re-checks
+        mode = git_mode(st)
+        if mode is None:
+            return _Loaded()
+        data = os.fsencode(os.readlink(full)) if mode == 0o120000 else _read(full)
+    except FileNotFoundError:
+        return _Loaded(gone=True)
+    except OSError:
+        return _Loaded()
+    return _Loaded(False, st, mode, encode(OBJ_BLOB, data, pack.take(len(data))))
+
+
 def add_files(pack: PackWriter, root: Path, paths: Iterable[str]) -> tuple[list[Entry], list[str]]:
-    """Stat, read and store each path; returns the stored entries and the paths found missing."""
+    """Stat, read and store each path; returns the stored entries and the paths found missing.
+
+    `WORKERS` threads read, hash and compress ahead of the writer, in order and within `WINDOW_FILES` /
+    `WINDOW_BYTES`, so the reading overlaps the writing and memory does not grow with the tree."""
     entries: list[Entry] = []
     gone: list[str] = []
-    for rel in paths:
-        full = os.path.join(root, rel)
-        try:
-            st = os.lstat(full)  # before reading: a change while reading leaves stat data git re-checks
-            mode = git_mode(st)
-            if mode is None:
-                continue
-            data = os.fsencode(os.readlink(full)) if mode == 0o120000 else _read(full)
-        except FileNotFoundError:
-            gone.append(rel)
-            continue
-        except OSError:
-            continue
-        entries.append(Entry(rel.encode("utf-8", "surrogateescape"), mode, pack.add(OBJ_BLOB, data), st))
+    ahead: deque[tuple[str, int, Future[_Loaded]]] = deque()
+    pending = 0
+    with ThreadPoolExecutor(WORKERS, thread_name_prefix="kimicode-hash") as pool:
+        for rel in paths:
+            full = os.path.join(root, rel)
+            size = _size_hint(full)
+            ahead.append((rel, size, pool.submit(_load, pack, full)))
+            pending += size
+            while len(ahead) >= WINDOW_FILES or (pending > WINDOW_BYTES and len(ahead) > 1):
+                pending -= _store_one(pack, ahead.popleft(), entries, gone)
+        while ahead:
+            _store_one(pack, ahead.popleft(), entries, gone)
     return entries, gone
+
+
+def _size_hint(full: str) -> int:
+    try:
+        return os.lstat(full).st_size
+    except OSError:
+        return 0
+
+
+def _store_one(pack: PackWriter, item: tuple[str, int, Future[_Loaded]], entries: list[Entry],
+               gone: list[str]) -> int:
+    """Append one loaded path to the pack (in the writer's thread); returns its size hint."""
+    rel, size, future = item
+    loaded = future.result()
+    if loaded.gone:
+        gone.append(rel)
+    elif loaded.obj is not None and loaded.st is not None:
+        entries.append(Entry.of(rel.encode("utf-8", "surrogateescape"), loaded.mode, pack.put(loaded.obj), loaded.st))
+    return size
 
 
 def _read(path: str) -> bytes:
@@ -240,15 +333,8 @@ def add_trees(pack: PackWriter, entries: list[Entry]) -> tuple[bytes, bytes]:
 def write_index(path: Path, entries: list[Entry], tree_ext: bytes | None) -> None:
     """Write a git index v2 (entries sorted by path) atomically, with an optional `TREE` extension."""
     out = bytearray(b"DIRC" + struct.pack(">II", 2, len(entries)))
-    m = 0xFFFFFFFF
     for e in entries:
-        st = e.st
-        flags = min(len(e.path), 0xFFF)
-        out += struct.pack(
-            ">10I20sH", int(st.st_ctime) & m, st.st_ctime_ns % 1_000_000_000, int(st.st_mtime) & m,
-            st.st_mtime_ns % 1_000_000_000, st.st_dev & m, st.st_ino & m, e.mode, st.st_uid & m, st.st_gid & m,
-            st.st_size & m, e.sha, flags,
-        )
+        out += e.head
         out += e.path
         out += b"\0" * (8 - (62 + len(e.path)) % 8)
     if tree_ext is not None:

@@ -110,6 +110,10 @@ class SessionCheckpoints:
         """The warm-up started by `warm`, if any."""
         self.pruning: threading.Thread | None = None
         """The automatic prune started by `auto_prune`, if any."""
+        self.touched: set[str] | None = None
+        """What the current turn's calls can have changed (workspace-relative), when all of them were
+        kimicode's own file tools; None: unknown (a command, a hook, another tool), so the turn's end
+        walks the whole tree. See `note`."""
 
     @classmethod
     def open(cls, home: Path, workspace: Path, session_id: str, log: SessionLog | None,
@@ -130,7 +134,7 @@ class SessionCheckpoints:
         """Start storing the workspace in the background when the store is still empty (`store.prepare`),
         so the turn's first checkpoint only records what changed since. The store's lock orders it
         before any snapshot; a failure is left for that snapshot to report. Returns the thread started."""
-        if self.store.index.exists():
+        if self.store.index.exists() or (self.warming is not None and self.warming.is_alive()):
             return None
 
         def run() -> None:
@@ -138,11 +142,22 @@ class SessionCheckpoints:
                 self.store.prepare()
             except (CheckpointError, OSError):
                 pass
+            self.compact_if_plain()
 
         thread = threading.Thread(target=run, name="kimicode-checkpoint-warm", daemon=True)
         thread.start()
         self.warming = thread
         return thread
+
+    def compact_if_plain(self) -> bool:
+        """Start compacting the store in the background once this session stored much uncompressed
+        (`upkeep.COMPACT_AFTER`): the first snapshot of a large tree is written plain to be quick."""
+        from kimicode.checkpoints import upkeep
+
+        if self.store.stored_plain < upkeep.COMPACT_AFTER:
+            return False
+        self.store.stored_plain = 0
+        return upkeep.compact_detached(self.store)
 
     def auto_prune(self, settings: Checkpoints, sessions_dir: Path | None,
                    warn: Callable[[str], None]) -> threading.Thread | None:
@@ -181,11 +196,25 @@ class SessionCheckpoints:
 
     # -- during a turn ----------------------------------------------------------------------------
 
-    def begin_turn(self, prompt: str, at: int) -> None:
+    def begin_turn(self, prompt: str, at: int, *, noted: bool = False) -> None:
+        """Start a turn's entry. `noted`: the caller reports every call of the turn through `note` (the
+        agent's turn loop), so its last snapshot may record only what was noted; otherwise (an
+        exploration applying a branch) the turn's end walks the whole tree."""
         self.turns += 1
         self.current = Entry("turn", self.turns, prompt, at)
         self.entries.append(self.current)
         self.warning = None
+        self.touched = set() if noted else None
+
+    def note(self, paths: Sequence[str] | None) -> None:
+        """A call of this turn ran that may change the workspace: the files it writes (relative to the
+        workspace), or None when that cannot be known (a command, a hook, a subagent, a tool of a server):
+        the turn's end then walks the whole tree instead of recording only these files."""
+        if self.touched is not None:
+            if paths is None:
+                self.touched = None
+            else:
+                self.touched.update(paths)
 
     def before_change(self) -> str | None:
         """Snapshot before the turn's first change (once per turn); returns a warning if it failed."""
@@ -200,6 +229,7 @@ class SessionCheckpoints:
             return self.warning
         cur.before, cur.skipped = snap.id, list(snap.skipped)
         self._log(cur)
+        self.compact_if_plain()
         if snap.skipped:
             return (f"checkpoint skipped {len(snap.skipped)} file(s) over the size limit: "
                     + ", ".join(snap.skipped[:5]) + ("…" if len(snap.skipped) > 5 else ""))
@@ -212,9 +242,11 @@ class SessionCheckpoints:
             return None
         if cur.before is not None:
             try:
-                snap = self.store.snapshot(f"after turn {cur.turn}", f"{self.session_id}/{cur.turn}-after")
+                only = sorted(self.touched) if self.touched is not None else None
+                snap = self.store.snapshot(f"after turn {cur.turn}", f"{self.session_id}/{cur.turn}-after", only=only)
                 cur.after = snap.id
                 cur.changes = self.store.changes(cur.before, snap.id)
+                self.compact_if_plain()
             except (CheckpointError, OSError) as exc:
                 self.warning = f"could not record the turn's changes ({exc})"
             self._log(cur)  # turns that changed nothing are kept in memory only (the log stays as it was)

@@ -95,6 +95,9 @@ class CheckpointStore:
         self.index = self.dir / "index"
         self.journal = self.dir / "restore.json"
         self.max_file_bytes = max_file_bytes
+        self.stored_plain = 0
+        """Bytes this object stored uncompressed in packs (the first snapshot, a bulk add): a compaction
+        is worth starting when it is large (`SessionCheckpoints` starts `upkeep.compact_detached`)."""
         self._lock_fd: int | None = None
         """The held lock, passed to every git child: a git still running after kimicode was killed keeps
         the store locked until it exits, so recovery never races it."""
@@ -188,18 +191,20 @@ class CheckpointStore:
 
     # -- snapshots --------------------------------------------------------------------------------
 
-    def snapshot(self, label: str, ref: str | None = None) -> Snapshot:
-        """Record the workspace now as a commit; `ref` (e.g. `session/3-before`) keeps it alive."""
+    def snapshot(self, label: str, ref: str | None = None, *, only: Sequence[str] | None = None) -> Snapshot:
+        """Record the workspace now as a commit; `ref` (e.g. `session/3-before`) keeps it alive. `only`:
+        the paths that can have changed since the last snapshot (the files a turn's own edit tools wrote):
+        the tree is not walked, the rest is recorded as the index has it (see `SessionCheckpoints.note`)."""
         with self.locked():
-            return self._snapshot_locked(label, ref)
+            return self._snapshot_locked(label, ref, only)
 
-    def _snapshot_locked(self, label: str, ref: str | None) -> Snapshot:
+    def _snapshot_locked(self, label: str, ref: str | None, only: Sequence[str] | None = None) -> Snapshot:
         """`snapshot` with the lock held, tried twice unless the disk is full: the automatic gc
         (upkeep.py) may remove an empty objects/xx directory git has just made for a new object."""
         for attempt in (1, 2):
             try:
                 self._init()
-                return self._snapshot(label, ref)
+                return self._snapshot(label, ref, only)
             except (OSError, CheckpointError) as exc:
                 self._clean_failed()
                 full = _is_full(exc) or str(exc) == self._full()
@@ -253,10 +258,14 @@ class CheckpointStore:
             except OSError:
                 pass
 
-    def _listing(self) -> tuple[list[str], list[str], list[str]]:
-        """Paths to (re)store, paths to drop from the index and the files skipped for their size."""
-        listed = self.git("ls-files", "-z", "--modified", "--others", "--deleted", "--exclude-standard")
-        candidates = sorted({p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p})
+    def _listing(self, only: Sequence[str] | None = None) -> tuple[list[str], list[str], list[str]]:
+        """Paths to (re)store, paths to drop from the index and the files skipped for their size: of the
+        whole tree, or of `only` (a missing one is dropped: `rm --cached` ignores what was never stored)."""
+        if only is None:
+            listed = self.git("ls-files", "-z", "--modified", "--others", "--deleted", "--exclude-standard")
+            candidates = sorted({p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p})
+        else:
+            candidates = sorted(set(only))
         add: list[str] = []
         drop: list[str] = []
         skipped: list[str] = []
@@ -267,7 +276,7 @@ class CheckpointStore:
             try:
                 st = os.lstat(self.workspace / rel)
             except FileNotFoundError:
-                add.append(rel)  # deleted: `add -A` records the removal
+                (add if only is None else drop).append(rel)  # deleted: `add -A` records the removal
                 continue
             except OSError:
                 continue
@@ -280,10 +289,11 @@ class CheckpointStore:
                 add.append(rel)
         return add, drop, skipped
 
-    def _snapshot(self, label: str, ref: str | None) -> Snapshot:
-        add, drop, skipped = self._listing()
+    def _snapshot(self, label: str, ref: str | None, only: Sequence[str] | None = None) -> Snapshot:
         if not self.index.exists():
+            add, _, skipped = self._listing()
             return self._commit(self._first(add), label, ref, skipped)
+        add, drop, skipped = self._listing(only)
         if drop:
             self.git("rm", "--cached", "-q", "-f", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
                      input=_nul(drop))
@@ -305,6 +315,7 @@ class CheckpointStore:
             entries.sort(key=lambda e: e.path)
             tree, tree_ext = rawpack.add_trees(pack, entries)
             pack.finish()
+            self.stored_plain += pack.plain_bytes
             rawpack.write_index(self.index, entries, tree_ext)
         except BaseException:
             pack.abort()
@@ -326,6 +337,7 @@ class CheckpointStore:
         try:
             entries, gone = rawpack.add_files(pack, self.workspace, paths)
             pack.finish()
+            self.stored_plain += pack.plain_bytes
             info = b"".join(b"%o %s\t%s\0" % (e.mode, e.sha.hex().encode(), e.path) for e in entries)
             info += b"".join(b"0 " + b"0" * 40 + b"\t" + p.encode("utf-8", "surrogateescape") + b"\0" for p in gone)
             self.git("update-index", "-z", "--index-info", input=info)

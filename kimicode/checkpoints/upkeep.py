@@ -155,6 +155,27 @@ def gc(store: CheckpointStore) -> None:
         pass
 
 
+COMPACT_AFTER = 64 << 20
+"""Bytes stored uncompressed by one session after which the store is compacted in the background."""
+
+
+def compact_detached(store: CheckpointStore) -> bool:
+    """Start a repack (niced, in a session of its own so it outlives a `kimicode -p` that ends now) that
+    compresses what the first snapshot stored plain and deltas the rest: `-F`, since a plain repack
+    would copy the stored data as it is. As `git gc` does, it keeps every unreferenced object (`-A`,
+    loose while younger than `GRACE`), so it runs unlocked next to checkpoints (see the module
+    docstring); the daily prune removes what no ref needs. Returns whether it was started."""
+    nice = shutil.which("nice")
+    cmd = [*([nice, "-n", "10"] if nice else []), "git", "-c", "pack.threads=1", "repack", "-A", "-d", "-F", "-l",
+           "-q", f"--unpack-unreachable={GRACE}"]
+    try:
+        subprocess.Popen(cmd, cwd=store.workspace, env=store.git_env(), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return False
+    return True
+
+
 def start(store: CheckpointStore, limits: Limits, sessions_dir: Path | None, keep: Collection[str],
           warn: Callable[[str], None], *, wait_for: Callable[[], Any] | None = None) -> Any:
     """Run `auto_prune` in a daemon thread (never delays the session, never keeps it from exiting);
@@ -173,3 +194,37 @@ def start(store: CheckpointStore, limits: Limits, sessions_dir: Path | None, kee
     thread = threading.Thread(target=run, name="kimicode-checkpoint-prune", daemon=True)
     thread.start()
     return thread
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one workspace's store holds on disk (`kimicode checkpoints du`)."""
+
+    dir: Path
+    workspace: str
+    """The workspace it snapshots (from its newest snapshot), or "" when it holds none."""
+    bytes: int
+    snapshots: int
+    sessions: int
+    packs: int
+    loose: int
+
+
+def usage(store_dir: Path) -> Usage:
+    """Read a store's size and contents (no lock: it only reads)."""
+    git_dir = store_dir / "git"
+    total = sum(p.stat().st_size for p in store_dir.rglob("*") if p.is_file() and not p.is_symlink())
+    packs = len(list((git_dir / "objects" / "pack").glob("*.pack")))
+    loose = sum(1 for d in (git_dir / "objects").glob("[0-9a-f][0-9a-f]") for _ in d.iterdir())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_DIR=str(git_dir), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    listed = subprocess.run(["git", "for-each-ref", "--sort=-committerdate",
+                             "--format=%(refname)%00%(contents:body)", "refs/kimicode/"],
+                            env=env, capture_output=True, check=False)
+    out = listed.stdout.decode("utf-8", "replace")
+    refs = [line.split("\0", 1) for line in out.split("\n") if line.startswith("refs/")]
+    sessions = {name.removeprefix("refs/kimicode/").rpartition("/")[0] for name, *_ in refs}
+    workspace = ""
+    if refs and len(refs[0]) > 1:
+        workspace = refs[0][1].removeprefix("workspace: ").strip()
+    return Usage(store_dir, workspace, total, len(refs), len(sessions), packs, loose)

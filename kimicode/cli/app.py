@@ -496,12 +496,13 @@ def _say_where(agent: Agent, *, forked_apart: bool, verbose: bool) -> None:
         typer.echo(f"kimicode: forked into session {agent.session_id}, working in its own tree {agent.workspace}"
                    + (f" on branch {branch}" if branch else ""), err=True)
 
-from kimicode.cli.checkpoints_cmd import undo_command  # noqa: E402 - also adds `sessions diff`
+from kimicode.cli.checkpoints_cmd import checkpoints_app, undo_command  # noqa: E402 - also adds `sessions diff`
 from kimicode.cli.completion_cmd import answering_completion, completion_command  # noqa: E402
 from kimicode.cli.login_cmd import login_command  # noqa: E402
 
 app.command("undo")(undo_command)
 app.add_typer(sessions_app, name="sessions")
+app.add_typer(checkpoints_app, name="checkpoints")
 app.add_typer(config_app, name="config")
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(plugin_app, name="plugin")

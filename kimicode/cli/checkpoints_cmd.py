@@ -1,4 +1,5 @@
-"""`kimicode undo` and `kimicode sessions diff`: checkpoints from the shell, without a model.
+"""`kimicode undo`, `kimicode sessions diff` and `kimicode checkpoints du`: checkpoints from the shell,
+without a model.
 
 Both work on the session log directly (no endpoint or key needed). A restore that would overwrite a
 file changed outside kimicode is refused with exit 1, naming the files, unless `--force`.
@@ -13,6 +14,9 @@ from typing import Annotated
 import typer
 
 from kimicode.cli.sessions import sessions_app
+
+checkpoints_app = typer.Typer(help="The workspaces' checkpoint stores (KIMICODE_HOME/checkpoints).",
+                              no_args_is_help=True)
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -108,3 +112,29 @@ def diff_command(
         typer.echo("no file changes recorded" + (f" for turn {turn}" if turn is not None else ""), err=True)
         return
     sys.stdout.write(text)
+
+
+@checkpoints_app.command("du")
+def du_command(
+    every: Annotated[bool, typer.Option("--all", "-a", help="Every workspace's store, largest first.")] = False,
+    cwd: Annotated[Path, typer.Option("--cwd", "-C", help="The workspace whose store to show.")] = Path("."),
+) -> None:
+    """What the checkpoint store of this workspace (or of every one) holds on disk: its size, snapshots and
+    sessions, packs and loose objects. A store is compacted in the background after a large first
+    snapshot and pruned once a day by `[checkpoints] max_age_days` / `max_store_mb`."""
+    from kimicode.checkpoints.store import store_dir
+    from kimicode.checkpoints.upkeep import usage
+    from kimicode.config.endpoint import kimicode_home
+
+    root = kimicode_home() / "checkpoints"
+    dirs = sorted(root.iterdir()) if every and root.is_dir() else [store_dir(kimicode_home(), cwd.resolve())]
+    rows = [usage(d) for d in dirs if (d / "git").is_dir()]
+    if not rows:
+        typer.echo("no checkpoint store" + ("s" if every else f" for {cwd.resolve()}"), err=True)
+        return
+    for u in sorted(rows, key=lambda u: -u.bytes):
+        where = u.workspace or "(no snapshot kept)"
+        typer.echo(f"{u.bytes / 1e6:10.1f} MB  {where}  {u.snapshots} checkpoint(s) of {u.sessions} session(s), "
+                   f"{u.packs} pack(s), {u.loose} loose object(s)  [{u.dir}]")
+    if len(rows) > 1:
+        typer.echo(f"{sum(u.bytes for u in rows) / 1e6:10.1f} MB  in all")
