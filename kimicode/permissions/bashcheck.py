@@ -182,7 +182,8 @@ def _place_problems(
     edit_allow = policy.rules.for_tool("allow", "", "edit")
     read_allow = policy.rules.for_tool("allow", "", "read")
     for base in bases:
-        problem = (_path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow, analysis)
+        problem = (_path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow, analysis,
+                                  writes=(unrestricted or analysis.unsafe is not None) and not set(argv[:1]) & _CD)
                    or _git_boundary(cmd, argv, base, ctx, unrestricted))
         if problem is not None:
             return problem
@@ -235,24 +236,31 @@ def _count_path_arguments(commands: Sequence[SimpleCommand]) -> int:
 
 def _path_problems(
     cmd: SimpleCommand, ctx: Place, policy: Policy, base: Path, mode: str,
-    edit_allow: Sequence[Rule], read_allow: Sequence[Rule], analysis: Analysis,
+    edit_allow: Sequence[Rule], read_allow: Sequence[Rule], analysis: Analysis, *, writes: bool = True,
 ) -> Decision | None:
-    """Sensitive files named by arguments (also glued to options: `-fNAME`, `--file=NAME`), the files
-    `!out` options write, the trees searched, and the redirections of an otherwise admitted command."""
+    """Sensitive files named by arguments (also glued to options: `-fNAME`, `--file=NAME`), the places
+    that run later named by a command that may write (`writes`: not one the read-only allowance runs),
+    the files `!out` options write, the trees searched, and the redirections of an otherwise admitted
+    command."""
     words = cmd.argv[1:] if cmd.name else cmd.words
     texts = {w.text for w in words}
     texts |= {w.text.split("=", 1)[1] for w in words if w.text.startswith("-") and "=" in w.text}  # seen below
     glued = [Word(v, v) for v in analysis.values if v not in texts and not v.startswith("-")]
+    named: list[Path] = []
     for word in [*words, *glued]:
         try:
             paths = _word_paths(word, base, policy, glued=not analysis.known)
         except _Unresolvable as exc:
             return Decision("ask", f"`{cmd.text}`: {exc}")
+        named += paths
         for path in paths:
             why = policy.sensitive(path)
             if why and not specific_allow(read_allow, path, ctx):
                 return Decision("ask", f"`{cmd.text}` names {shown_path(path, ctx)}, which is sensitive: {why}",
                                 f"read({shown_path(path, ctx)})")
+    later = _runs_later_problem(cmd, named, ctx, policy) if writes else None
+    if later is not None:
+        return later
     written = _written_problem(cmd, analysis, base, mode, ctx, policy, edit_allow)
     if written is not None:
         return written
@@ -311,6 +319,20 @@ def _written_problem(
                    or ("" if ctx.is_inside(path) else "it is outside the workspace"))
             if why:
                 return Decision("ask", f"`{cmd.text}` writes {shown}: {why}", f"edit({shown})")
+    return None
+
+
+def _runs_later_problem(cmd: SimpleCommand, named: Sequence[Path], ctx: Place, policy: Policy) -> Decision | None:
+    """A command that may write names a place that runs later (`kimicode.permissions.runslater`), itself
+    or as a directory the other arguments would land in by name (`cp x/.bashrc ~`): ask, whatever the
+    rules (which program writes which argument is not known; naming one is enough)."""
+    dirs = [p for p in named if p.is_dir()]
+    landing = [d / p.name for d in dirs for p in named if p != d and p.name not in ("", ".", "..")]
+    for path in [*named, *landing]:
+        why = policy.config(path)
+        if why:
+            return Decision("ask", f"`{cmd.text}` names {shown_path(path, ctx)}: {why}; no rule admits that "
+                                   "without asking")
     return None
 
 

@@ -159,12 +159,16 @@ def _decide_edit(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place,
     gated = _rule_gate(tool, rules, paths, ctx)
     if gated is not None:
         return gated
-    if mode == "yolo":
-        return Decision("allow")
     for path in paths:
         why = policy.config(path)
-        if why:
+        if why and mode == "yolo" and policy.read_only_sandbox:  # nobody to ask; the sandbox's promise holds
+            return Decision("deny", f"{tool.name} would write {shown_path(path, ctx)}: {why}. --yolo skips the "
+                            "questions, not the sandbox's protection of what runs later (only --yolo --sandbox "
+                            "off writes it)")
+        if why and mode != "yolo":
             return Decision("ask", f"{tool.name} would write {shown_path(path, ctx)}: {why}")
+    if mode == "yolo":
+        return Decision("allow")
     if mode == "plan":
         return Decision("deny", f"{tool.name} changes files, and nothing is changed in plan mode")
     allow = rules.for_tool("allow", tool.name, tool.kind)
