@@ -432,15 +432,16 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
         if ctx.commands is not None:  # an editor's terminal (ACP): the user watches it run
             outcome = await ctx.commands.run(command, cwd=str(ctx.workspace), env=env, timeout=float(timeout))
         else:
-            outcome = await run_shell(
-                command,
-                cwd=str(ctx.workspace),
-                env=env,
-                timeout=float(timeout),
-                wrap=wrap if confined else None,
-                mask=ctx.mask,
-                spill_dir=ctx.session_dir,
-            )
+            with sandbox.placeholders(profile) if confined and sandbox is not None else contextlib.nullcontext():
+                outcome = await run_shell(
+                    command,
+                    cwd=str(ctx.workspace),
+                    env=env,
+                    timeout=float(timeout),
+                    wrap=wrap if confined else None,
+                    mask=ctx.mask,
+                    spill_dir=ctx.session_dir,
+                )
     except OSError as exc:  # a missing or unreadable workspace, or no /bin/bash
         raise ToolError(f"cannot run the command in {ctx.workspace}: {exc.strerror or exc}") from None
     finally:
