@@ -19,6 +19,18 @@ from kimicode.checkpoints.store import CheckpointError, CheckpointStore
 from kimicode.errors import UsageError
 
 
+class RunsLaterFiles(UsageError):
+    """A branch changes files that a program outside any sandbox runs later (`kimicode.permissions.runslater`):
+    applying would carry them into the workspace unasked, so it waits for an explicit yes."""
+
+    def __init__(self, branch: str, files: list[tuple[str, str]]) -> None:
+        self.files = files
+        shown = "; ".join(f"{name} ({why})" for name, why in files[:10])
+        super().__init__(f"branch {branch} changes files that run later outside any sandbox, not applied unasked: "
+                         f"{shown}. Look at them (kimicode branches diff {branch}), then apply with "
+                         "--allow-runs-later (Exploration.apply(..., runs_later=True))")
+
+
 class Exploration:
     """The outcome of an exploration (see docs/branches.md)."""
 
@@ -107,12 +119,13 @@ class Exploration:
             "notice": self.record.notice,
         }
 
-    async def apply(self, branch: Branch | str | None = None, *, force: bool = False) -> Branch:
+    async def apply(self, branch: Branch | str | None = None, *, force: bool = False,
+                    runs_later: bool = False) -> Branch:
         """Apply `branch` (default: the chosen one) to the parent's workspace and continue its history.
 
         Raises UsageError when there is nothing to apply or the session moved on, and RestoreConflict
         (naming the files) when files the branch changed were changed in the workspace since it forked,
-        unless `force`."""
+        unless `force`, and RunsLaterFiles when it changes files that run later, unless `runs_later`."""
         import asyncio
 
         b = self.chosen if branch is None else self.record.branch(branch) if isinstance(branch, str) else branch
@@ -120,7 +133,8 @@ class Exploration:
             raise UsageError(f"exploration {self.id} chose no branch ({self.reason}); name one to apply")
         agent = self._agents.get(b.id)
         messages = list(agent.messages) if agent is not None else None
-        await asyncio.to_thread(apply_branch, self.parent, self.record, b, messages, force=force)
+        await asyncio.to_thread(apply_branch, self.parent, self.record, b, messages, force=force,
+                                runs_later=runs_later)
         return b
 
 
@@ -191,8 +205,23 @@ def _check_can_apply(parent: Any, rec: ExplorationRecord, b: Branch) -> None:
                          f"({len(parent.messages)} messages, the branches started from {rec.base_messages})")
 
 
+def runs_later_changes(parent: Any, paths: list[str]) -> list[tuple[str, str]]:
+    """The changed `paths` (relative to the parent's workspace) that run later, each with the reason."""
+    import os
+
+    root = Path(os.path.realpath(parent.workspace))
+    found = []
+    for rel in paths:
+        why = parent.policy.config(Path(os.path.realpath(root / rel)))
+        if why is None and root / rel != Path(os.path.normpath(root / rel)):
+            why = "its path leaves the workspace"
+        if why is not None:
+            found.append((rel, why))
+    return found
+
+
 def apply_branch(parent: Any, rec: ExplorationRecord, b: Branch, messages: list[dict[str, Any]] | None,
-                 *, force: bool = False) -> None:
+                 *, force: bool = False, runs_later: bool = False) -> None:
     """See `Exploration.apply`; `messages` is the branch's history when it ran in this process."""
     _check_can_apply(parent, rec, b)
     home = Path(parent.home)
@@ -200,6 +229,9 @@ def apply_branch(parent: Any, rec: ExplorationRecord, b: Branch, messages: list[
     turn = history[rec.base_messages:]
     cps = parent.checkpoints
     paths = sorted({p for ps in (b.changes or {}).values() for p in ps})
+    later = runs_later_changes(parent, paths)
+    if later and not runs_later:
+        raise RunsLaterFiles(b.id, later)
     store: CheckpointStore = cps.store
     if paths:
         assert b.before and b.after and b.workspace

@@ -296,7 +296,8 @@ def _redirect_check(
             return None
         target = resolved.path
     problem = _redirect_problem(redirect, target, mode, ctx, policy, edit_allow, read_allow)
-    return Decision("ask", f"`{shown}`: {problem}") if problem else None
+    firm = target is not None and redirect.kind == "write" and policy.config(target) is not None
+    return Decision("ask", f"`{shown}`: {problem}", firm=firm) if problem else None
 
 
 def _written_problem(
@@ -312,13 +313,14 @@ def _written_problem(
                 return Decision("ask", f"`{cmd.text}`: {resolved.problem}")
             path = resolved.path
             shown = shown_path(path, ctx)
-            if specific_allow(edit_allow, path, ctx) and mode != "plan":
+            if specific_allow(edit_allow, path, ctx) and mode != "plan" and policy.config(path) is None:
                 continue
             why = (policy.config(path) or policy.write_care(path)
                    or ("nothing is changed in plan mode" if mode == "plan" else "")
                    or ("" if ctx.is_inside(path) else "it is outside the workspace"))
             if why:
-                return Decision("ask", f"`{cmd.text}` writes {shown}: {why}", f"edit({shown})")
+                firm = policy.config(path) is not None
+                return Decision("ask", f"`{cmd.text}` writes {shown}: {why}", "" if firm else f"edit({shown})", firm=firm)
     return None
 
 
@@ -332,7 +334,7 @@ def _runs_later_problem(cmd: SimpleCommand, named: Sequence[Path], ctx: Place, p
         why = policy.config(path)
         if why:
             return Decision("ask", f"`{cmd.text}` names {shown_path(path, ctx)}: {why}; no rule admits that "
-                                   "without asking")
+                                   "without asking", firm=True)
     return None
 
 

@@ -166,7 +166,7 @@ def _decide_edit(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place,
                             "questions, not the sandbox's protection of what runs later (only --yolo --sandbox "
                             "off writes it)")
         if why and mode != "yolo":
-            return Decision("ask", f"{tool.name} would write {shown_path(path, ctx)}: {why}")
+            return Decision("ask", f"{tool.name} would write {shown_path(path, ctx)}: {why}", firm=True)
     if mode == "yolo":
         return Decision("allow")
     if mode == "plan":
