@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from kimicode.config.endpoint import ConfigError
 from kimicode.config.settings import is_trusted, parse_file
+from kimicode.config.trustseen import seen_changes
 from kimicode.extensions.trust import project_brings, set_trusted, was_declined
 from kimicode.termsafe import sanitize
 
@@ -48,11 +49,16 @@ def ask_trust(
     if interactive is None:
         interactive = sys.stdin.isatty() and sys.stdout.isatty()
     where = workspace.expanduser().resolve()
-    if not interactive or is_trusted(where, _user_data(home)) or was_declined(home, where):
+    listed = is_trusted(where, _user_data(home))
+    changed = (seen_changes(home, where) or []) if listed else []
+    if not interactive or (listed and not changed) or (not listed and was_declined(home, where)):
         return None
     items = project_brings(where)
-    if not items:
+    if not items and not changed:
         return None
+    if changed:
+        write(f"This folder ({where}) is trusted, but what it brings changed since you trusted it:\n"
+              f"{listing(changed)}\n")
     write(f"This folder ({where}) brings its own configuration. If you trust it, kimicode will use:\n"
           f"{listing(items)}\n"
           "Only trust folders whose contents you know: hooks and MCP servers run commands on your machine.\n")
@@ -91,7 +97,7 @@ async def cmd_trust(session: Session, arg: str) -> None:
         session.say(f"This workspace ({where}) is {state}. {brings}\n/trust {'off' if trusted else 'on'} changes it.")
         return
     want = word in ("on", "yes")
-    if want == trusted:
+    if want == trusted and not (want and seen_changes(session.home, where)):
         session.say(f"This workspace is already {'trusted' if trusted else 'not trusted'}.")
         return
     try:
