@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,24 @@ def decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, 
         return Decision("allow")
     if any(getattr(r, "literal", False) and r.pattern == command for r in allow):  # "this exact command"
         return Decision("allow")
-    return _admit_step(commands, opaque, too_many, allow, mode, ctx, policy)
+    decision = _admit_step(commands, opaque, too_many, allow, mode, ctx, policy)
+    if decision.verdict == "ask" and not decision.firm and not too_many and _names_runs_later(everything, ctx, policy):
+        decision = replace(decision, firm=True, suggestion="")  # no hook's allow, no rule answers it
+    return decision
+
+
+def _names_runs_later(commands: Sequence[SimpleCommand], ctx: Place, policy: Policy) -> bool:
+    """True when a command of the line that may write names a place that runs later (an argument or a
+    redirection target; relative to the workspace)."""
+    for cmd in commands:
+        argv = [w.text for w in cmd.argv]
+        targets = [p for r, p in _redirect_paths(cmd, ctx, policy) if r.kind == "write" and p is not None]
+        if any(policy.config(p) for p in targets):
+            return True
+        writer = bool(argv) and argv[0] not in _CD and analyze(argv).unsafe is not None
+        if writer and _runs_later_problem(cmd, _argument_paths(cmd, ctx, policy, expand_globs=False), ctx, policy):
+            return True
+    return False
 
 
 def _deny_step(
@@ -320,7 +338,8 @@ def _written_problem(
                    or ("" if ctx.is_inside(path) else "it is outside the workspace"))
             if why:
                 firm = policy.config(path) is not None
-                return Decision("ask", f"`{cmd.text}` writes {shown}: {why}", "" if firm else f"edit({shown})", firm=firm)
+                return Decision("ask", f"`{cmd.text}` writes {shown}: {why}", "" if firm else f"edit({shown})",
+                                firm=firm)
     return None
 
 

@@ -105,19 +105,25 @@ def protect(top: str, entries: Iterable[RunsLater], inside: str) -> list[str] | 
     when one could be neither found nor made (the caller then keeps `top` read-only as a whole). `inside`
     is the writable tree: a place that resolves outside it is bound at its own name."""
     args: list[str] = []
+    bound: set[str] = set()
     for entry in entries:
-        for path, as_dir in _steps(top, entry):
-            if os.path.lexists(path) and os.path.isdir(path) and path != _steps(top, entry)[-1][0]:
-                continue  # an existing folder on the way
-            if os.path.lexists(path) and path != _steps(top, entry)[-1][0]:
-                break  # a file where a folder would be: nothing can be created below it
-            if not os.path.lexists(path) and not _make(path, as_dir):
+        steps = _steps(top, entry)
+        for path, as_dir in steps:
+            last = path == steps[-1][0]
+            if os.path.lexists(path) and not last:
+                if not os.path.isdir(path):
+                    break  # a file where a folder would be: nothing can be created below it
+                if not is_placeholder(path, as_dir=True):
+                    continue  # a real folder on the way
+            elif not os.path.lexists(path) and not _make(path, as_dir):
                 return None
-            real = os.path.realpath(path)
-            if not os.path.exists(real):  # a dangling link: keep the name, whatever it points at
-                args += ["--ro-bind", "/dev/null", path]
-            else:
-                args += ["--ro-bind", real, real if _within(real, inside) else path]
+            if path not in bound:
+                bound.add(path)
+                real = os.path.realpath(path)
+                if not os.path.exists(real):  # a dangling link: keep the name, whatever it points at
+                    args += ["--ro-bind", "/dev/null", path]
+                else:
+                    args += ["--ro-bind", real, real if _within(real, inside) else path]
             break
     return args
 
@@ -127,14 +133,13 @@ def _within(path: str, top: str) -> bool:
 
 
 def release(places: Iterable[tuple[str, Iterable[RunsLater]]]) -> None:
-    """Remove the placeholders below each `(top, entries)` (only what `is_placeholder` recognises)."""
-    for top, entries in places:
-        for entry in entries:
-            for path, as_dir in _steps(top, entry):
-                if is_placeholder(path, as_dir):
-                    with contextlib.suppress(OSError):
-                        os.rmdir(path) if as_dir else os.unlink(path)
-                    break
+    """Remove the placeholders below each `(top, entries)` (only what `is_placeholder` recognises), the
+    deepest first, so that a folder made only to hold others' placeholders goes too."""
+    candidates = {path: as_dir for top, entries in places for entry in entries for path, as_dir in _steps(top, entry)}
+    for path in sorted(candidates, key=lambda p: p.count("/"), reverse=True):
+        if is_placeholder(path, candidates[path]):
+            with contextlib.suppress(OSError):
+                os.rmdir(path) if candidates[path] else os.unlink(path)
 
 
 def _lock_path(lock_dir: str, ws: str) -> str:

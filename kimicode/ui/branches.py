@@ -141,11 +141,10 @@ async def pick(session: Session, exploration: Exploration) -> None:
 
 
 async def _apply(session: Session, exploration: Exploration, b: Branch) -> None:
+    from kimicode.branches.exploration import RunsLaterFiles
     from kimicode.checkpoints.session import RestoreConflict
     from kimicode.checkpoints.store import CheckpointError
     from kimicode.errors import UsageError
-
-    from kimicode.branches.exploration import RunsLaterFiles
 
     try:
         try:
