@@ -108,38 +108,39 @@ def _route_decision(route: str, path: Path, mode: str, p: Place, policy: Policy)
     return decide(_Tool("bash", "execute"), {"command": command}, mode, ctx, policy)
 
 
-CASES = [
-    pytest.param(e, r, m, s, rules, id=f"{e.where}:{e.path or '*'}-{r}-{m}-{s}-{rules}")
-    for e, r, m, s, rules in itertools.product(RUNS_LATER, ROUTES, MODES, SANDBOX, RULES)
-    if not (m == "yolo" and s == "off")  # Codex's --yolo: no questions and no sandbox, by the user's choice
-]
-"""The engine's half of the matrix (its size: `len(CASES)`)."""
+COMBOS = [(m, s, rules) for m, s, rules in itertools.product(MODES, SANDBOX, RULES) if not (m == "yolo" and s == "off")]
+"""Every mode x sandbox x rules (not Codex's --yolo with --sandbox off: no questions, no sandbox, by choice)."""
+CASES = [pytest.param(e, r, id=f"{e.where}:{e.path or '*'}-{r}") for e, r in itertools.product(RUNS_LATER, ROUTES)]
+"""The engine's half of the matrix: `len(CASES) * len(COMBOS)` decisions, one test per place and route."""
 
 
-@pytest.mark.parametrize(("entry", "route", "mode", "sandbox", "rules"), CASES)
-def test_nothing_that_runs_later_is_written_unasked(
-    place: Place, entry: RunsLater, route: str, mode: str, sandbox: str, rules: str
-) -> None:
-    path = target(entry, place)
-    policy = _policy(place, rules, sandbox)
+def _through(entry: RunsLater, route: str, mode: str, sandbox: str, rules: str, p: Place) -> str | None:
+    """Why this case got through (None: it asks firmly or is refused)."""
+    path = target(entry, p)
+    policy = _policy(p, rules, sandbox)
     if route == "apply":
-        parent = type("Parent", (), {"workspace": place.ws, "policy": policy})()
-        rel = os.path.relpath(path, place.ws)
-        assert runs_later_changes(parent, [rel]), rel  # refused unless asked, whatever the mode
-        return
-    decision = _route_decision(route, path, mode, place, policy)
-    if route.startswith("bash") and mode == "yolo":
-        assert decision.verdict == "allow"  # the sandbox is the boundary: the bwrap half below
-        return
-    assert decision.verdict != "allow", decision
-    if decision.verdict == "ask" and mode != "plan":
-        assert decision.firm, decision  # no hook's allow (nor a hook's rewritten input) turns it into a yes
+        parent = type("Parent", (), {"workspace": p.ws, "policy": policy})()
+        return None if runs_later_changes(parent, [os.path.relpath(path, p.ws)]) else "applied unasked"
+    decision = _route_decision(route, path, mode, p, policy)
+    if route.startswith("bash") and mode == "yolo":  # the sandbox is the boundary: the bwrap half below
+        return None if decision.verdict == "allow" else f"yolo asked: {decision}"
+    if decision.verdict == "allow":
+        return decision.reason or "allowed"
+    if decision.verdict == "ask" and mode != "plan" and not decision.firm:
+        return f"a hook's allow would answer: {decision.reason}"  # nor a hook's rewritten input
+    return None
+
+
+@pytest.mark.parametrize(("entry", "route"), CASES)
+def test_nothing_that_runs_later_is_written_unasked(place: Place, entry: RunsLater, route: str) -> None:
+    through = [(c, why) for c in COMBOS if (why := _through(entry, route, *c, place)) is not None]
+    assert not through, through
 
 
 def test_the_matrix_covers_every_place_route_and_mode() -> None:
     places = {(e.where, e.path) for e in RUNS_LATER}
     assert len(places) == len(RUNS_LATER) >= 40
-    assert len(CASES) == len(RUNS_LATER) * len(ROUTES) * (len(MODES) * len(SANDBOX) - 1) * len(RULES)
+    assert len(CASES) * len(COMBOS) == len(RUNS_LATER) * len(ROUTES) * 7 * len(RULES)
 
 
 # -- the sandbox's half: real bwrap ---------------------------------------------------------------------
@@ -221,6 +222,7 @@ def _plant_script(ws: Path, home_in_ws: bool) -> str:
 
 
 @needs_bwrap
+@pytest.mark.slow
 @pytest.mark.parametrize("present", [False, True], ids=["absent", "present"])
 @pytest.mark.parametrize("home_in_ws", [False, True], ids=["ws", "ws-is-home"])
 def test_the_sandbox_keeps_every_place_that_runs_later(tmp_path: Path, present: bool, home_in_ws: bool) -> None:
