@@ -252,3 +252,10 @@ def sandbox_matrix_size() -> int:
     """The bwrap half's cases: places x methods x (absent, present) x (workspace, workspace holding home)."""
     per = len(_sandbox_entries("git")) + len(_sandbox_entries("workspace"))
     return per * len(METHODS) * 2 + (per + len(_sandbox_entries("home"))) * len(METHODS) * 2
+
+
+def test_the_docs_list_every_place_that_runs_later() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "permissions.md").read_text()
+    section = docs.split("## Persistence: what runs later", 1)[1].split("\n## ", 1)[0]
+    missing = [e.path for e in RUNS_LATER if e.path and f"`{e.path}`" not in section]
+    assert not missing, missing
