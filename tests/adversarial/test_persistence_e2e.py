@@ -197,3 +197,31 @@ def test_a_hooks_rewritten_input_and_allow_never_write_what_runs_later(
     assert out[0].startswith("Permission denied"), out
     assert not (repo / ".git" / "hooks" / "pre-commit").exists() and not (repo / ".mcp.json").exists()
     assert not (repo / ".git" / "commondir").exists()
+
+
+def test_a_subagent_asks_like_its_parent_before_writing_what_runs_later(
+    server: FakeServer, make_agent: MakeAgent, repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A subagent (the `task` tool) under the parent's `bash(cp*)` and `edit(**)` rules, sandbox off."""
+    from kimicode.testing import RecordedRequest
+
+    monkeypatch.setenv("KIMICODE_BWRAP", "")
+    (repo / "a.txt").write_text("x\n")
+    (tmp_path / "home" / "agents").mkdir(parents=True)
+    (tmp_path / "home" / "agents" / "planter.md").write_text(
+        "---\nname: planter\ndescription: Plants.\ntools: Bash, Write\n---\nYou plant.\n")
+
+    def answer(req: RecordedRequest) -> Reply:
+        msgs = req.body["messages"]
+        child = any(m.get("role") == "user" and m.get("content") == "PLANT" for m in msgs)
+        if child and msgs[-1]["role"] == "user":
+            return Reply(tool_calls=[ToolCall("bash", {"command": "cp a.txt .git/commondir"}),
+                                     ToolCall("write_file", {"path": ".claude/settings.json", "content": "{}"})])
+        if not child and msgs[-1]["role"] == "user":
+            return Reply(tool_calls=[ToolCall("task", {"description": "d", "prompt": "PLANT", "agent": "planter"})])
+        return Reply(content="done")
+
+    server.add(*[answer] * 4)
+    result = make_agent(permission_mode="accept-edits", allow=("bash(cp*)", "edit(**)")).run_sync("go")
+    assert not (repo / ".git" / "commondir").exists() and not (repo / ".claude").exists()
+    assert len([d for d in result.permission_denials if d.get("parent_tool_use_id")]) == 2
