@@ -225,3 +225,23 @@ def test_a_subagent_asks_like_its_parent_before_writing_what_runs_later(
     result = make_agent(permission_mode="accept-edits", allow=("bash(cp*)", "edit(**)")).run_sync("go")
     assert not (repo / ".git" / "commondir").exists() and not (repo / ".claude").exists()
     assert len([d for d in result.permission_denials if d.get("parent_tool_use_id")]) == 2
+
+
+def test_the_terminal_asks_again_showing_what_changed_since_the_workspace_was_trusted(
+    repo: Path, tmp_path: Path
+) -> None:
+    from kimicode.ui.trust_cmds import ask_trust
+
+    home = tmp_path / "home"
+    (repo / ".mcp.json").write_text(json.dumps({"mcpServers": {"ok": {"command": "true"}}}))
+    shown: list[str] = []
+    assert ask_trust(repo, home, out=shown.append, ask=lambda q: "y", interactive=True) is True
+    assert ask_trust(repo, home, ask=lambda q: pytest.fail("asked again unchanged"), interactive=True) is None
+    (repo / ".mcp.json").write_text(json.dumps(MCP))
+    (repo / ".claude").mkdir()
+    (repo / ".claude" / "settings.json").write_text(json.dumps(CLAUDE_HOOK))
+    shown.clear()
+    assert ask_trust(repo, home, out=shown.append, ask=lambda q: "n", interactive=True) is False
+    text = "".join(shown)
+    assert ".mcp.json (changed)" in text and ".claude/settings.json (new)" in text and "touch pwned-hook" in text
+    assert not load_settings(repo, home).trusted
