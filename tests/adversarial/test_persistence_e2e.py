@@ -245,3 +245,26 @@ def test_the_terminal_asks_again_showing_what_changed_since_the_workspace_was_tr
     text = "".join(shown)
     assert ".mcp.json (changed)" in text and ".claude/settings.json (new)" in text and "touch pwned-hook" in text
     assert not load_settings(repo, home).trusted
+
+
+def test_finding2_applying_a_branch_never_carries_what_runs_later_unasked(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A branch (with `--yolo --sandbox off`, where its edit tools may write anything) plants `.mcp.json`
+    and fixes app.py; the automatic apply refuses the whole branch and says why, naming the file."""
+    import asyncio
+
+    from branches_helpers import GOOD, Router, explore_and_close, git_project, write_turn
+
+    monkeypatch.setenv("KIMICODE_BWRAP", "")
+    git_project(workspace)
+    before = (workspace / "app.py").read_text()
+    parent = make_agent(permission_mode="yolo", sandbox="off")
+    Router(server, {"1": [Reply(tool_calls=[ToolCall("write_file", {"path": ".mcp.json", "content": json.dumps(MCP)})]),
+                          *write_turn(GOOD)]})
+    ex = asyncio.run(explore_and_close(parent, n=1, verify="python3 -c 'import app; assert app.add(2, 3) == 5'"))
+    assert ex.branches[0].status == "verified"
+    assert ex.applied is None and not (workspace / ".mcp.json").exists()
+    assert (workspace / "app.py").read_text() == before
+    notice = ex.to_dict()["notice"] or ""
+    assert ".mcp.json" in notice and "--allow-runs-later" in notice, notice
