@@ -9,6 +9,7 @@ as they are, so the session continues from the chosen branch's history byte for 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 from typing import Any
@@ -263,9 +264,30 @@ def apply_branch(parent: Any, rec: ExplorationRecord, b: Branch, messages: list[
     cps.end_turn()
     parent.context.used = parent.context.estimate(parent.messages, parent.tools.schemas())
     rec.applied, rec.applied_turn = b.id, entry.turn if entry is not None else None
+    links = _links_outside(Path(parent.workspace), paths)
+    if links:  # not refused (a link is data until something follows it), but never brought in silently
+        text = f"applied branch {b.id} brings symbolic links pointing outside the workspace: {', '.join(links[:10])}"
+        rec.notice = f"{rec.notice}; {text}" if rec.notice else text
+        with contextlib.suppress(Exception):
+            parent.notify(text, "warning")
     rec.save(home)
     if parent.log is not None:
         parent.log.sync()
+
+
+def _links_outside(workspace: Path, paths: list[str]) -> list[str]:
+    """The applied `paths` that are symbolic links resolving outside `workspace` (`name -> target`)."""
+    import os
+
+    root = os.path.realpath(workspace)
+    out = []
+    for rel in paths:
+        path = workspace / rel
+        if path.is_symlink():
+            real = os.path.realpath(path)
+            if real != root and not real.startswith(root.rstrip("/") + "/"):
+                out.append(f"{rel} -> {os.readlink(path)}")
+    return out
 
 
 def _fetch(store: CheckpointStore, source: CheckpointStore, session_id: str, b: Branch) -> None:

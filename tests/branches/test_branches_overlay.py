@@ -223,6 +223,8 @@ def test_attacks_on_an_overlay_branch_reach_nothing_outside_it(
 
     asyncio.run(apply())
     assert os.readlink(workspace / "evil") == "../outside/keep.txt" and os.readlink(workspace / "evildir") == "/etc"
+    notice = load_record(tmp_path / "home", ex.id).notice or ""  # and says so (issue 34)
+    assert "evil -> ../outside/keep.txt" in notice and "evildir -> /etc" in notice, notice
     assert not (workspace / ".gitignore").exists() and (workspace / "app.py").read_text() == GOOD
     assert digest(outside) == before_outside
 
