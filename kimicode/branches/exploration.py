@@ -264,15 +264,21 @@ def apply_branch(parent: Any, rec: ExplorationRecord, b: Branch, messages: list[
     cps.end_turn()
     parent.context.used = parent.context.estimate(parent.messages, parent.tools.schemas())
     rec.applied, rec.applied_turn = b.id, entry.turn if entry is not None else None
+    _note_links(parent, rec, b, paths)
+    rec.save(home)
+    if parent.log is not None:
+        parent.log.sync()
+
+
+def _note_links(parent: Any, rec: ExplorationRecord, b: Branch, paths: list[str]) -> None:
+    """Say which applied files are symbolic links pointing outside the workspace (a warning, and the
+    exploration's notice): not refused, since a link is data until something follows it, but never silent."""
     links = _links_outside(Path(parent.workspace), paths)
-    if links:  # not refused (a link is data until something follows it), but never brought in silently
+    if links:
         text = f"applied branch {b.id} brings symbolic links pointing outside the workspace: {', '.join(links[:10])}"
         rec.notice = f"{rec.notice}; {text}" if rec.notice else text
         with contextlib.suppress(Exception):
             parent.notify(text, "warning")
-    rec.save(home)
-    if parent.log is not None:
-        parent.log.sync()
 
 
 def _links_outside(workspace: Path, paths: list[str]) -> list[str]:

@@ -70,9 +70,14 @@ def decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, 
         return Decision("allow")
     if any(getattr(r, "literal", False) and r.pattern == command for r in allow):  # "this exact command"
         return Decision("allow")
-    decision = _admit_step(commands, opaque, too_many, allow, mode, ctx, policy)
-    if decision.verdict == "ask" and not decision.firm and not too_many and _names_runs_later(everything, ctx, policy):
-        decision = replace(decision, firm=True, suggestion="")  # no hook's allow, no rule answers it
+    return _firm(_admit_step(commands, opaque, too_many, allow, mode, ctx, policy), everything, too_many, ctx, policy)
+
+
+def _firm(decision: Decision, commands: Sequence[SimpleCommand], too_many: bool, ctx: Place,
+          policy: Policy) -> Decision:
+    """A question about a line that writes a place that runs later is firm: no hook's allow, no rule answers it."""
+    if decision.verdict == "ask" and not decision.firm and not too_many and _names_runs_later(commands, ctx, policy):
+        return replace(decision, firm=True, suggestion="")
     return decision
 
 

@@ -49,9 +49,8 @@ def ask_trust(
     if interactive is None:
         interactive = sys.stdin.isatty() and sys.stdout.isatty()
     where = workspace.expanduser().resolve()
-    listed = is_trusted(where, _user_data(home))
-    changed = (seen_changes(home, where) or []) if listed else []
-    if not interactive or (listed and not changed) or (not listed and was_declined(home, where)):
+    changed = _changed_since_trusted(home, where) if interactive else None
+    if changed is None:
         return None
     items = project_brings(where)
     if not items and not changed:
@@ -79,6 +78,14 @@ def ask_trust(
         write("Not trusted: the project's hooks, MCP servers, skills, agents and commands are not used. "
               "/trust on changes it.\n")
     return yes
+
+
+def _changed_since_trusted(home: Path, where: Path) -> list[str] | None:
+    """What to show before asking: for a listed workspace, what changed since it was trusted (None when
+    nothing did: no question); for one not listed, nothing yet (None when it was declined before)."""
+    if is_trusted(where, _user_data(home)):
+        return seen_changes(home, where) or None
+    return None if was_declined(home, where) else []
 
 
 async def cmd_trust(session: Session, arg: str) -> None:
