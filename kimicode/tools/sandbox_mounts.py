@@ -194,7 +194,7 @@ def placeholder_places(ws: str, home: str) -> list[tuple[str, tuple[RunsLater, .
     places: list[tuple[str, tuple[RunsLater, ...]]] = [(ws, WORKSPACE_ENTRIES)]
     if contains(ws, home):
         places.append((home, HOME_ENTRIES))
-    dot = os.path.join(ws, ".git")
+    dot = os.path.join(_enclosing_repo(ws, home) or ws, ".git")  # the repository git_args protects
     if os.path.isdir(dot) and not os.path.islink(dot):
         places.append((os.path.realpath(dot), GIT_ENTRIES))
     elif os.path.isfile(dot):
