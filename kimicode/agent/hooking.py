@@ -236,9 +236,11 @@ def _rewrite(prep: Prepared, updated: Mapping[str, Any]) -> str | None:
 
 
 def _combine(decision: Decision, verdict: Verdict, mode: str) -> Decision:
-    """A hook's allow turns the mode's question into a yes (never a deny, never a user's `ask` rule, never
-    in plan mode, where nothing is changed); its ask turns an allow into a question."""
-    if verdict.decision == "allow" and decision.verdict == "ask" and not decision.by_rule and mode != "plan":
+    """A hook's allow turns the mode's question into a yes (never a deny, never a user's `ask` rule, never a
+    write to a place that runs later, never in plan mode, where nothing is changed); its ask turns an allow
+    into a question."""
+    if (verdict.decision == "allow" and decision.verdict == "ask" and not decision.by_rule and not decision.firm
+            and mode != "plan"):
         return Decision("allow", "allowed by a hook")
     if verdict.decision == "ask" and decision.verdict == "allow":
         return Decision("ask", f"a hook asks: {verdict.reason}")

@@ -9,6 +9,7 @@ as they are, so the session continues from the chosen branch's history byte for 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,18 @@ from kimicode.branches.record import Branch, ExplorationRecord
 from kimicode.checkpoints.session import RestoreConflict
 from kimicode.checkpoints.store import CheckpointError, CheckpointStore
 from kimicode.errors import UsageError
+
+
+class RunsLaterFiles(UsageError):
+    """A branch changes files that a program outside any sandbox runs later (`kimicode.permissions.runslater`):
+    applying would carry them into the workspace unasked, so it waits for an explicit yes."""
+
+    def __init__(self, branch: str, files: list[tuple[str, str]]) -> None:
+        self.files = files
+        shown = "; ".join(f"{name} ({why})" for name, why in files[:10])
+        super().__init__(f"branch {branch} changes files that run later outside any sandbox, not applied unasked: "
+                         f"{shown}. Look at them (kimicode branches diff {branch}), then apply with "
+                         "--allow-runs-later (Exploration.apply(..., runs_later=True))")
 
 
 class Exploration:
@@ -107,12 +120,13 @@ class Exploration:
             "notice": self.record.notice,
         }
 
-    async def apply(self, branch: Branch | str | None = None, *, force: bool = False) -> Branch:
+    async def apply(self, branch: Branch | str | None = None, *, force: bool = False,
+                    runs_later: bool = False) -> Branch:
         """Apply `branch` (default: the chosen one) to the parent's workspace and continue its history.
 
         Raises UsageError when there is nothing to apply or the session moved on, and RestoreConflict
         (naming the files) when files the branch changed were changed in the workspace since it forked,
-        unless `force`."""
+        unless `force`, and RunsLaterFiles when it changes files that run later, unless `runs_later`."""
         import asyncio
 
         b = self.chosen if branch is None else self.record.branch(branch) if isinstance(branch, str) else branch
@@ -120,7 +134,8 @@ class Exploration:
             raise UsageError(f"exploration {self.id} chose no branch ({self.reason}); name one to apply")
         agent = self._agents.get(b.id)
         messages = list(agent.messages) if agent is not None else None
-        await asyncio.to_thread(apply_branch, self.parent, self.record, b, messages, force=force)
+        await asyncio.to_thread(apply_branch, self.parent, self.record, b, messages, force=force,
+                                runs_later=runs_later)
         return b
 
 
@@ -191,8 +206,23 @@ def _check_can_apply(parent: Any, rec: ExplorationRecord, b: Branch) -> None:
                          f"({len(parent.messages)} messages, the branches started from {rec.base_messages})")
 
 
+def runs_later_changes(parent: Any, paths: list[str]) -> list[tuple[str, str]]:
+    """The changed `paths` (relative to the parent's workspace) that run later, each with the reason."""
+    import os
+
+    root = Path(os.path.realpath(parent.workspace))
+    found = []
+    for rel in paths:
+        why = parent.policy.config(Path(os.path.realpath(root / rel)))
+        if why is None and root / rel != Path(os.path.normpath(root / rel)):
+            why = "its path leaves the workspace"
+        if why is not None:
+            found.append((rel, why))
+    return found
+
+
 def apply_branch(parent: Any, rec: ExplorationRecord, b: Branch, messages: list[dict[str, Any]] | None,
-                 *, force: bool = False) -> None:
+                 *, force: bool = False, runs_later: bool = False) -> None:
     """See `Exploration.apply`; `messages` is the branch's history when it ran in this process."""
     _check_can_apply(parent, rec, b)
     home = Path(parent.home)
@@ -200,6 +230,9 @@ def apply_branch(parent: Any, rec: ExplorationRecord, b: Branch, messages: list[
     turn = history[rec.base_messages:]
     cps = parent.checkpoints
     paths = sorted({p for ps in (b.changes or {}).values() for p in ps})
+    later = runs_later_changes(parent, paths)
+    if later and not runs_later:
+        raise RunsLaterFiles(b.id, later)
     store: CheckpointStore = cps.store
     if paths:
         assert b.before and b.after and b.workspace
@@ -231,9 +264,36 @@ def apply_branch(parent: Any, rec: ExplorationRecord, b: Branch, messages: list[
     cps.end_turn()
     parent.context.used = parent.context.estimate(parent.messages, parent.tools.schemas())
     rec.applied, rec.applied_turn = b.id, entry.turn if entry is not None else None
+    _note_links(parent, rec, b, paths)
     rec.save(home)
     if parent.log is not None:
         parent.log.sync()
+
+
+def _note_links(parent: Any, rec: ExplorationRecord, b: Branch, paths: list[str]) -> None:
+    """Say which applied files are symbolic links pointing outside the workspace (a warning, and the
+    exploration's notice): not refused, since a link is data until something follows it, but never silent."""
+    links = _links_outside(Path(parent.workspace), paths)
+    if links:
+        text = f"applied branch {b.id} brings symbolic links pointing outside the workspace: {', '.join(links[:10])}"
+        rec.notice = f"{rec.notice}; {text}" if rec.notice else text
+        with contextlib.suppress(Exception):
+            parent.notify(text, "warning")
+
+
+def _links_outside(workspace: Path, paths: list[str]) -> list[str]:
+    """The applied `paths` that are symbolic links resolving outside `workspace` (`name -> target`)."""
+    import os
+
+    root = os.path.realpath(workspace)
+    out = []
+    for rel in paths:
+        path = workspace / rel
+        if path.is_symlink():
+            real = os.path.realpath(path)
+            if real != root and not real.startswith(root.rstrip("/") + "/"):
+                out.append(f"{rel} -> {os.readlink(path)}")
+    return out
 
 
 def _fetch(store: CheckpointStore, source: CheckpointStore, session_id: str, b: Branch) -> None:

@@ -370,7 +370,12 @@ async def _conclude(parent: Any, rec: ExplorationRecord, agents: dict[str, Any],
             parent.usage[key] = parent.usage.get(key, 0) + int(value)
     rec.save(home)
     if apply and chosen is not None and rec.pick != "ask":
-        await exploration.apply(chosen)
+        from kimicode.branches.exploration import RunsLaterFiles
+
+        try:
+            await exploration.apply(chosen)
+        except RunsLaterFiles as exc:  # never carried over unasked: said, and left for an explicit apply
+            _notice(parent, rec, str(exc))
     return exploration
 
 

@@ -9,6 +9,7 @@ runs as the parent's own commands would, and the result says so.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Mapping
@@ -55,8 +56,9 @@ async def run_verify(command: str, workspace: Path, *, timeout: float, sandbox: 
     env.update(SHELL_ENV)
     start = time.monotonic()
     try:
-        outcome = await run_shell(command, cwd=str(workspace), env=env, timeout=timeout,
-                                  wrap=sandbox.wrap if sandbox is not None else None, mask=mask)
+        with sandbox.placeholders() if sandbox is not None else contextlib.nullcontext():
+            outcome = await run_shell(command, cwd=str(workspace), env=env, timeout=timeout,
+                                      wrap=sandbox.wrap if sandbox is not None else None, mask=mask)
     except OSError as exc:
         return VerifyOutcome(None, False, f"cannot run the verify command: {exc}", time.monotonic() - start,
                              sandbox is not None)

@@ -384,6 +384,9 @@ def apply_command(
                                          "branch).")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite files changed in the workspace since the "
                                         "branches forked.")] = False,
+    allow_runs_later: Annotated[bool, typer.Option("--allow-runs-later", help="Also apply files that run "
+                                                   "later outside any sandbox (git internals, .claude/, .mcp.json, "
+                                                   "...), which are otherwise refused.")] = False,
 ) -> None:
     """Apply a branch's changes to its session's workspace as one checkpointed change (`kimicode undo` takes
     it back); the session continues from the branch's history."""
@@ -400,7 +403,7 @@ def apply_command(
     from kimicode.errors import UsageError
 
     try:
-        apply_branch(agent, rec, branch, None, force=force)
+        apply_branch(agent, rec, branch, None, force=force, runs_later=allow_runs_later)
     except RestoreConflict as exc:
         typer.echo("kimicode: not applied: changed in the workspace since the branches forked (--force "
                    "overwrites them):", err=True)

@@ -121,6 +121,12 @@ def load_settings(workspace: Path, home: Path, *, trust: bool = False, project: 
         settings.sources.append(user_path)
         settings.parsed[user_path] = settings.data
     settings.trusted = trust or is_trusted(workspace, settings.data)
+    if settings.trusted and project:  # a trust decision covers what it saw (kimicode.config.trustseen)
+        from kimicode.config.trustseen import review
+
+        settings.trusted, notice = review(home, workspace, flag=trust)
+        if notice is not None:
+            settings.ignored.append(notice)
     if project and project_path.is_file():
         data = parse_file(project_path)
         settings.parsed[project_path] = dict(data)

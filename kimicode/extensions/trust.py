@@ -17,6 +17,7 @@ from typing import Any
 
 from kimicode.config.endpoint import ConfigError
 from kimicode.config.trustlist import project_tables, read_trust_list
+from kimicode.config.trustseen import record_seen
 from kimicode.extensions.places import read_json
 
 DECLINED_FILE = "trust.json"
@@ -142,6 +143,8 @@ def set_trusted(home: Path, workspace: Path, trusted: bool) -> Path:
         listed = [*listed, here]
     elif not trusted:
         listed = [p for p in listed if _resolved(p) != here]
+    if trusted:  # what the user trusts is what is there now (kimicode.config.trustseen)
+        record_seen(home, Path(here))
     if listed == before:  # nothing to change in the file (a no, or already listed)
         _set_declined(home, workspace, not trusted)
         return path

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,29 @@ def decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, 
         return Decision("allow")
     if any(getattr(r, "literal", False) and r.pattern == command for r in allow):  # "this exact command"
         return Decision("allow")
-    return _admit_step(commands, opaque, too_many, allow, mode, ctx, policy)
+    return _firm(_admit_step(commands, opaque, too_many, allow, mode, ctx, policy), everything, too_many, ctx, policy)
+
+
+def _firm(decision: Decision, commands: Sequence[SimpleCommand], too_many: bool, ctx: Place,
+          policy: Policy) -> Decision:
+    """A question about a line that writes a place that runs later is firm: no hook's allow, no rule answers it."""
+    if decision.verdict == "ask" and not decision.firm and not too_many and _names_runs_later(commands, ctx, policy):
+        return replace(decision, firm=True, suggestion="")
+    return decision
+
+
+def _names_runs_later(commands: Sequence[SimpleCommand], ctx: Place, policy: Policy) -> bool:
+    """True when a command of the line that may write names a place that runs later (an argument or a
+    redirection target; relative to the workspace)."""
+    for cmd in commands:
+        argv = [w.text for w in cmd.argv]
+        targets = [p for r, p in _redirect_paths(cmd, ctx, policy) if r.kind == "write" and p is not None]
+        if any(policy.config(p) for p in targets):
+            return True
+        writer = bool(argv) and argv[0] not in _CD and analyze(argv).unsafe is not None
+        if writer and _runs_later_problem(cmd, _argument_paths(cmd, ctx, policy, expand_globs=False), ctx, policy):
+            return True
+    return False
 
 
 def _deny_step(
@@ -182,7 +205,8 @@ def _place_problems(
     edit_allow = policy.rules.for_tool("allow", "", "edit")
     read_allow = policy.rules.for_tool("allow", "", "read")
     for base in bases:
-        problem = (_path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow, analysis)
+        problem = (_path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow, analysis,
+                                  writes=(unrestricted or analysis.unsafe is not None) and not set(argv[:1]) & _CD)
                    or _git_boundary(cmd, argv, base, ctx, unrestricted))
         if problem is not None:
             return problem
@@ -235,24 +259,31 @@ def _count_path_arguments(commands: Sequence[SimpleCommand]) -> int:
 
 def _path_problems(
     cmd: SimpleCommand, ctx: Place, policy: Policy, base: Path, mode: str,
-    edit_allow: Sequence[Rule], read_allow: Sequence[Rule], analysis: Analysis,
+    edit_allow: Sequence[Rule], read_allow: Sequence[Rule], analysis: Analysis, *, writes: bool = True,
 ) -> Decision | None:
-    """Sensitive files named by arguments (also glued to options: `-fNAME`, `--file=NAME`), the files
-    `!out` options write, the trees searched, and the redirections of an otherwise admitted command."""
+    """Sensitive files named by arguments (also glued to options: `-fNAME`, `--file=NAME`), the places
+    that run later named by a command that may write (`writes`: not one the read-only allowance runs),
+    the files `!out` options write, the trees searched, and the redirections of an otherwise admitted
+    command."""
     words = cmd.argv[1:] if cmd.name else cmd.words
     texts = {w.text for w in words}
     texts |= {w.text.split("=", 1)[1] for w in words if w.text.startswith("-") and "=" in w.text}  # seen below
     glued = [Word(v, v) for v in analysis.values if v not in texts and not v.startswith("-")]
+    named: list[Path] = []
     for word in [*words, *glued]:
         try:
             paths = _word_paths(word, base, policy, glued=not analysis.known)
         except _Unresolvable as exc:
             return Decision("ask", f"`{cmd.text}`: {exc}")
+        named += paths
         for path in paths:
             why = policy.sensitive(path)
             if why and not specific_allow(read_allow, path, ctx):
                 return Decision("ask", f"`{cmd.text}` names {shown_path(path, ctx)}, which is sensitive: {why}",
                                 f"read({shown_path(path, ctx)})")
+    later = _runs_later_problem(cmd, named, ctx, policy) if writes else None
+    if later is not None:
+        return later
     written = _written_problem(cmd, analysis, base, mode, ctx, policy, edit_allow)
     if written is not None:
         return written
@@ -288,7 +319,8 @@ def _redirect_check(
             return None
         target = resolved.path
     problem = _redirect_problem(redirect, target, mode, ctx, policy, edit_allow, read_allow)
-    return Decision("ask", f"`{shown}`: {problem}") if problem else None
+    firm = target is not None and redirect.kind == "write" and policy.config(target) is not None
+    return Decision("ask", f"`{shown}`: {problem}", firm=firm) if problem else None
 
 
 def _written_problem(
@@ -304,13 +336,29 @@ def _written_problem(
                 return Decision("ask", f"`{cmd.text}`: {resolved.problem}")
             path = resolved.path
             shown = shown_path(path, ctx)
-            if specific_allow(edit_allow, path, ctx) and mode != "plan":
+            if specific_allow(edit_allow, path, ctx) and mode != "plan" and policy.config(path) is None:
                 continue
             why = (policy.config(path) or policy.write_care(path)
                    or ("nothing is changed in plan mode" if mode == "plan" else "")
                    or ("" if ctx.is_inside(path) else "it is outside the workspace"))
             if why:
-                return Decision("ask", f"`{cmd.text}` writes {shown}: {why}", f"edit({shown})")
+                firm = policy.config(path) is not None
+                return Decision("ask", f"`{cmd.text}` writes {shown}: {why}", "" if firm else f"edit({shown})",
+                                firm=firm)
+    return None
+
+
+def _runs_later_problem(cmd: SimpleCommand, named: Sequence[Path], ctx: Place, policy: Policy) -> Decision | None:
+    """A command that may write names a place that runs later (`kimicode.permissions.runslater`), itself
+    or as a directory the other arguments would land in by name (`cp x/.bashrc ~`): ask, whatever the
+    rules (which program writes which argument is not known; naming one is enough)."""
+    dirs = [p for p in named if p.is_dir()]
+    landing = [d / p.name for d in dirs for p in named if p != d and p.name not in ("", ".", "..")]
+    for path in [*named, *landing]:
+        why = policy.config(path)
+        if why:
+            return Decision("ask", f"`{cmd.text}` names {shown_path(path, ctx)}: {why}; no rule admits that "
+                                   "without asking", firm=True)
     return None
 
 

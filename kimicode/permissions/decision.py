@@ -26,6 +26,9 @@ class Decision:
     several parts of a command line need one (`npm ci && npm test`)."""
     by_rule: bool = False
     """True when a user's rule (not the mode) decided."""
+    firm: bool = False
+    """An ask that nothing but the user answers: no hook's allow turns it into a yes (a write to a place
+    that runs later, `kimicode.permissions.runslater`)."""
     profile: Literal["read-only", "workspace-write"] = "workspace-write"
     """For an allowed bash call: the sandbox it runs in. `read-only` when the read-only allowance alone
     admits it (no rule, no mode, no write redirection); see kimicode.tools.sandbox."""

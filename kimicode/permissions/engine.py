@@ -159,12 +159,11 @@ def _decide_edit(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place,
     gated = _rule_gate(tool, rules, paths, ctx)
     if gated is not None:
         return gated
+    later = _runs_later_edit(tool, paths, mode, ctx, policy)
+    if later is not None:
+        return later
     if mode == "yolo":
         return Decision("allow")
-    for path in paths:
-        why = policy.config(path)
-        if why:
-            return Decision("ask", f"{tool.name} would write {shown_path(path, ctx)}: {why}")
     if mode == "plan":
         return Decision("deny", f"{tool.name} changes files, and nothing is changed in plan mode")
     allow = rules.for_tool("allow", tool.name, tool.kind)
@@ -183,6 +182,20 @@ def _decide_edit(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place,
         return Decision("allow")
     shown = shown_path(paths[0], ctx)
     return Decision("ask", f"{tool.name} changes files (permission mode {mode!r})", f"edit({shown})")
+
+
+def _runs_later_edit(tool: ToolLike, paths: list[Path], mode: str, ctx: Place, policy: Policy) -> Decision | None:
+    """A write to a place that runs later (`kimicode.permissions.runslater`): a firm question in every mode
+    but yolo; refused in yolo with the sandbox (nobody to ask; the sandbox's promise holds)."""
+    for path in paths:
+        why = policy.config(path)
+        if why and mode == "yolo" and policy.read_only_sandbox:
+            return Decision("deny", f"{tool.name} would write {shown_path(path, ctx)}: {why}. --yolo skips the "
+                            "questions, not the sandbox's protection of what runs later (only --yolo --sandbox "
+                            "off writes it)")
+        if why and mode != "yolo":
+            return Decision("ask", f"{tool.name} would write {shown_path(path, ctx)}: {why}", firm=True)
+    return None
 
 
 # -- other tools ------------------------------------------------------------------------------------

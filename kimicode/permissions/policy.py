@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from kimicode.config.endpoint import ConfigError
 from kimicode.config.endpoint import kimicode_home as default_kimicode_home
 from kimicode.permissions.protected import AUTORUN_FILES, autorun_reason, protected_reason
+from kimicode.permissions.runslater import config_reason
 from kimicode.permissions.secretfiles import TOKEN_FILES, secret_name_reason
 from kimicode.permissions.visibility import (
     CREDENTIAL_HOME_PATHS,
@@ -447,29 +448,6 @@ def _has_token(path: Path) -> bool:
     return _TOKEN_MARKER.search(head) is not None
 
 
-def config_reason(path: Path, *, kimicode_home: Path, workspace: Path | None = None) -> str | None:
-    """Why writing `path` (resolved) needs approval in every mode but yolo, whatever the rules: it is
-    kimicode's own configuration or state (a changed rule or mode would take effect next session).
-
-    A fork's or branch's own working tree (`KIMICODE_HOME/worktrees/<name>/`, its `workspace`) is the
-    session's workspace, not kimicode's state: files in it are judged like any workspace's."""
-    kc_home = Path(os.path.realpath(kimicode_home))
-    if _within(path, kc_home) and not _own_tree(path, kc_home, workspace):
-        return "it is kimicode's own configuration or state (KIMICODE_HOME)"
-    if ".kimicode" in path.parts:
-        return "it is kimicode's configuration (.kimicode)"
-    return None
-
-
-def _own_tree(path: Path, kc_home: Path, workspace: Path | None) -> bool:
-    """True when `path` is inside `workspace` and that is a tree under KIMICODE_HOME/worktrees."""
-    if workspace is None:
-        return False
-    ws = Path(os.path.realpath(workspace))
-    trees = kc_home / "worktrees"
-    return trees in ws.parents and _within(path, ws)
-
-
 def is_special_device(path: str) -> bool:
     """`/dev/null`-like targets that a redirection may always write to, written exactly so
     (`/dev/fd/1/../x` is not one: see `kimicode.permissions.pathresolve`)."""
@@ -587,7 +565,8 @@ class Policy:
 
     def config(self, path: Path) -> str | None:
         """Why writing `path` needs approval whatever the rules (kimicode's own configuration)."""
-        return config_reason(path, kimicode_home=self.kimicode_home, workspace=self.workspace)
+        return config_reason(path, kimicode_home=self.kimicode_home, workspace=self.workspace,
+                             user_home=self.user_home)
 
     def write_care(self, path: Path) -> str | None:
         """Why writing `path` needs approval unless a rule names it (secrets, .git)."""

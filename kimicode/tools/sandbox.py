@@ -24,6 +24,7 @@ allowance shrinks to `kimicode.permissions.programs`' short list of programs wit
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -34,9 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
+from kimicode.config.endpoint import kimicode_home as default_kimicode_home
 from kimicode.permissions.visibility import CREDENTIAL_HOME_PATHS, HOME_CREDENTIAL_DIRS
 from kimicode.tools.limits import DEFAULT_LIMITS, Cgroups, Limits, limits_from_settings, rlimit_prefix
-from kimicode.tools.sandbox_mounts import contains, file_system_args
+from kimicode.tools.sandbox_guard import guarded
+from kimicode.tools.sandbox_mounts import contains, file_system_args, placeholder_places
 from kimicode.tools.sandbox_toolchains import home_toolchain_mounts, secret_masks, toolchain_args, toolchain_places
 
 if TYPE_CHECKING:
@@ -139,6 +142,15 @@ class Sandbox:
     """Places shown besides the built-in list (the literal directories of `read(...)` allow rules)."""
     cgroups: Cgroups | None = None
     """Where per-command cgroups can be made (None: rlimits only)."""
+
+    def placeholders(self, profile: Profile = "workspace-write") -> contextlib.AbstractContextManager[None]:
+        """Around running a command wrapped for `profile`: the lock that lets the placeholders of what runs
+        later be removed when the last command ends (`kimicode.tools.sandbox_guard`)."""
+        if profile != "workspace-write":
+            return contextlib.nullcontext()
+        ws, home = os.path.realpath(self.workspace), os.path.realpath(self.user_home)
+        kc_home = self.kimicode_home if self.kimicode_home is not None else default_kimicode_home()
+        return guarded(os.path.join(kc_home, "run"), ws, lambda: placeholder_places(ws, home))
 
     def wrap(self, argv: Sequence[str], profile: Profile = "workspace-write") -> list[str]:
         """`argv` run inside the sandbox, in the workspace, under the resource limits."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from kimicode.permissions.runslater import runs_later_reason
 from kimicode.tools.sandbox_mounts import GIT_PROTECTED, contains
 
 if TYPE_CHECKING:
@@ -69,6 +70,10 @@ def _why_read_only(path: str, workspace: str, profile: str) -> str:
         return ".git stays read-only in the sandbox here (it has no config file, or shares its configuration)"
     if "/.kimicode" in path:
         return "kimicode's configuration (.kimicode) stays read-only in the sandbox"
+    later = runs_later_reason(Path(path), workspace=Path(workspace), user_home=Path(workspace), kimicode_home=None)
+    if later is not None:  # the workspace's own places (its home's too, when it holds the home directory)
+        return (f"{later}; it stays read-only in the sandbox, whether or not it exists; the user can write it, "
+                "or approve the command at a prompt")
     if not contains(workspace, path):
         return "only the workspace is writable in the sandbox"
     return "the sandbox keeps this path read-only"

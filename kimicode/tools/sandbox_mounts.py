@@ -22,14 +22,18 @@ import os
 from collections.abc import Iterable
 from typing import Final
 
+from kimicode.permissions.runslater import RunsLater
 from kimicode.permissions.visibility import SYSTEM_ROOTS, TOOLCHAIN_HOME_PATHS, hidden_in_etc
+from kimicode.tools.sandbox_guard import GIT_ENTRIES, HOME_ENTRIES, WORKSPACE_ENTRIES, is_placeholder, protect
 
-__all__ = ["GIT_PROTECTED", "file_system_args", "git_args"]
+__all__ = ["GIT_PROTECTED", "file_system_args", "git_args", "placeholder_places", "runs_later_args"]
 
-GIT_PROTECTED: Final = ("config", "config.worktree", "hooks", "info", "modules", "worktrees", "commondir")
-"""Inside a git directory: what makes git run code or read other files; read-only in every sandbox."""
+GIT_PROTECTED: Final = tuple(e.name for e in GIT_ENTRIES)
+"""Inside a git directory: what makes git run code or read other files (`kimicode.permissions.runslater`);
+read-only in every sandbox, whether or not it exists."""
+_GITDIR_POINTER: Final = RunsLater("git", "gitdir", "a linked worktree's pointer back to its working tree")
 _MADE_IF_MISSING: Final = ("hooks", "info")
-"""Created (empty, as `git init` makes them) when missing, so the sandbox can keep them read-only."""
+"""Created (empty, as `git init` makes them) when missing: lasting folders, not placeholders."""
 
 
 def contains(outer: str, inner: str) -> bool:
@@ -58,8 +62,9 @@ def file_system_args(
     if repo_top is not None:
         args += ["--ro-bind", repo_top, repo_top]
     args += ["--bind" if writable else "--ro-bind", ws, ws]
-    args += _protected_in_workspace(ws)
     args += git_args(repo_top or ws, writable=writable)
+    if writable:
+        args += runs_later_args(ws, home)
     if kimicode_home and contains(ws, kimicode_home) and os.path.isdir(kimicode_home) and kimicode_home != ws:
         args += ["--tmpfs", kimicode_home]  # every project's session logs and the config
     for path in extra:
@@ -99,21 +104,11 @@ def _toolchain_args(home: str) -> list[str]:
     return args
 
 
-def _protected_in_workspace(ws: str) -> list[str]:
-    """The workspace's own configuration (`.kimicode`) read-only even in a writable workspace."""
-    args: list[str] = []
-    for name in (".kimicode",):
-        inner = os.path.join(ws, name)
-        if os.path.lexists(inner):
-            real = os.path.realpath(inner)
-            args += ["--ro-bind", real, real if contains(ws, real) else inner]
-    return args
-
-
 def _enclosing_repo(ws: str, home: str) -> str | None:
     """The top of the git repository the workspace lies inside (not at its top), when that repository
     does not hold the home directory; None otherwise."""
-    if os.path.lexists(os.path.join(ws, ".git")):
+    dot = os.path.join(ws, ".git")
+    if os.path.lexists(dot) and not is_placeholder(dot, as_dir=True):
         return None
     parent = os.path.dirname(ws)
     while parent and parent != "/":
@@ -165,12 +160,8 @@ def git_args(top: str, *, writable: bool) -> list[str]:
         path = os.path.join(common, name)
         if os.path.isdir(path):
             args += ["--bind", path, path]
-    args += ["--bind", gitdir, gitdir]
-    for name in ("commondir", "gitdir", "config.worktree"):
-        path = os.path.join(gitdir, name)
-        if os.path.exists(path):
-            args += ["--ro-bind", path, path]
-    return args
+    kept = protect(gitdir, (*GIT_ENTRIES, _GITDIR_POINTER), gitdir)
+    return [*args, "--bind", gitdir, gitdir, *kept] if kept is not None else args
 
 
 def _worktree_config(common: str) -> bool:
@@ -184,17 +175,44 @@ def _worktree_config(common: str) -> bool:
 
 
 def _protect(gitdir: str) -> list[str]:
-    """A git directory writable but GIT_PROTECTED read-only (the whole directory read-only when it has
-    no `config`, which would otherwise be created)."""
+    """A git directory writable but GIT_PROTECTED read-only, absent ones as placeholders (the whole
+    directory read-only when it has no `config`, or when a placeholder cannot be made)."""
     if not os.path.isfile(os.path.join(gitdir, "config")) or _worktree_config(gitdir):
         return ["--ro-bind", gitdir, gitdir]
     for name in _MADE_IF_MISSING:
         with contextlib.suppress(OSError):
             os.makedirs(os.path.join(gitdir, name), mode=0o755, exist_ok=True)
-    args = ["--bind", gitdir, gitdir]
-    for name in GIT_PROTECTED:
-        path = os.path.join(gitdir, name)
-        if os.path.lexists(path):
-            real = os.path.realpath(path)
-            args += ["--ro-bind", real, path] if os.path.exists(real) else ["--ro-bind", "/dev/null", path]
+    kept = protect(gitdir, GIT_ENTRIES, gitdir)
+    return ["--ro-bind", gitdir, gitdir] if kept is None else ["--bind", gitdir, gitdir, *kept]
+
+
+def runs_later_args(ws: str, home: str) -> list[str]:
+    """The workspace's own places that run later (`.kimicode`, `.claude`, `.mcp.json`, ...), read-only
+    whether or not they exist; the home directory's too when the workspace holds it. The workspace read-only
+    as a whole when a placeholder cannot be made."""
+    args: list[str] = []
+    for top, entries in placeholder_places(ws, home):
+        if top.endswith("/.git") or "/.git/" in top:
+            continue  # bound by git_args
+        if top == ws and os.path.lexists(os.path.join(ws, ".git")):
+            entries = tuple(e for e in entries if e.name != ".git")  # an existing one: bound by git_args
+        kept = protect(top, entries, ws)
+        if kept is None:
+            return ["--ro-bind", ws, ws]
+        args += kept
     return args
+
+
+def placeholder_places(ws: str, home: str) -> list[tuple[str, tuple[RunsLater, ...]]]:
+    """Where placeholders may be made for a workspace-write command in `ws` (for their removal)."""
+    places: list[tuple[str, tuple[RunsLater, ...]]] = [(ws, WORKSPACE_ENTRIES)]
+    if contains(ws, home):
+        places.append((home, HOME_ENTRIES))
+    dot = os.path.join(_enclosing_repo(ws, home) or ws, ".git")  # the repository git_args protects
+    if os.path.isdir(dot) and not os.path.islink(dot):
+        places.append((os.path.realpath(dot), GIT_ENTRIES))
+    elif os.path.isfile(dot):
+        gitdir = _gitfile_target(dot)
+        if gitdir is not None:
+            places.append((gitdir, GIT_ENTRIES))
+    return places

@@ -422,15 +422,16 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
             shown = shlex.join(wrap(["/bin/bash", "-c", command])) if confined else command
             outcome = await ctx.commands.run(shown, cwd=str(ctx.workspace), env=env, timeout=float(timeout))
         else:
-            outcome = await run_shell(
-                command,
-                cwd=str(ctx.workspace),
-                env=env,
-                timeout=float(timeout),
-                wrap=wrap if confined else None,
-                mask=ctx.mask,
-                spill_dir=ctx.session_dir,
-            )
+            with sandbox.placeholders(profile) if confined and sandbox is not None else contextlib.nullcontext():
+                outcome = await run_shell(
+                    command,
+                    cwd=str(ctx.workspace),
+                    env=env,
+                    timeout=float(timeout),
+                    wrap=wrap if confined else None,
+                    mask=ctx.mask,
+                    spill_dir=ctx.session_dir,
+                )
     except OSError as exc:  # a missing or unreadable workspace, or no /bin/bash
         raise ToolError(f"cannot run the command in {ctx.workspace}: {exc.strerror or exc}") from None
     finally:

@@ -141,13 +141,24 @@ async def pick(session: Session, exploration: Exploration) -> None:
 
 
 async def _apply(session: Session, exploration: Exploration, b: Branch) -> None:
+    from kimicode.branches.exploration import RunsLaterFiles
     from kimicode.checkpoints.session import RestoreConflict
     from kimicode.checkpoints.store import CheckpointError
     from kimicode.errors import UsageError
 
     try:
         try:
-            await exploration.apply(b)
+            try:
+                await exploration.apply(b)
+            except RunsLaterFiles as exc:
+                from kimicode.ui.approvals import Option, choose
+
+                session.say(str(exc), "yellow")
+                if await choose("Apply these files that run later too?",
+                                [Option("yes", "y", "Yes"), Option("no", "n", "No")]) != "yes":
+                    session.say("Nothing applied.", "dim")
+                    return
+                await exploration.apply(b, runs_later=True)
         except RestoreConflict as exc:
             from kimicode.ui.approvals import Option, choose
 
@@ -155,7 +166,7 @@ async def _apply(session: Session, exploration: Exploration, b: Branch) -> None:
             if await choose("Overwrite them?", [Option("yes", "y", "Yes"), Option("no", "n", "No")]) != "yes":
                 session.say("Nothing applied.", "dim")
                 return
-            await exploration.apply(b, force=True)
+            await exploration.apply(b, force=True, runs_later=True)
     except (CheckpointError, UsageError) as exc:
         session.say(f"Not applied: {exc}", "red")
         return

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from kimicode.config.endpoint import ConfigError
 from kimicode.config.settings import is_trusted, parse_file
+from kimicode.config.trustseen import seen_changes
 from kimicode.extensions.trust import project_brings, set_trusted, was_declined
 from kimicode.termsafe import sanitize
 
@@ -48,11 +49,15 @@ def ask_trust(
     if interactive is None:
         interactive = sys.stdin.isatty() and sys.stdout.isatty()
     where = workspace.expanduser().resolve()
-    if not interactive or is_trusted(where, _user_data(home)) or was_declined(home, where):
+    changed = _changed_since_trusted(home, where) if interactive else None
+    if changed is None:
         return None
     items = project_brings(where)
-    if not items:
+    if not items and not changed:
         return None
+    if changed:
+        write(f"This folder ({where}) is trusted, but what it brings changed since you trusted it:\n"
+              f"{listing(changed)}\n")
     write(f"This folder ({where}) brings its own configuration. If you trust it, kimicode will use:\n"
           f"{listing(items)}\n"
           "Only trust folders whose contents you know: hooks and MCP servers run commands on your machine.\n")
@@ -75,6 +80,14 @@ def ask_trust(
     return yes
 
 
+def _changed_since_trusted(home: Path, where: Path) -> list[str] | None:
+    """What to show before asking: for a listed workspace, what changed since it was trusted (None when
+    nothing did: no question); for one not listed, nothing yet (None when it was declined before)."""
+    if is_trusted(where, _user_data(home)):
+        return seen_changes(home, where) or None
+    return None if was_declined(home, where) else []
+
+
 async def cmd_trust(session: Session, arg: str) -> None:
     """/trust [on|off]: show whether this workspace is trusted and what it brings, or change it."""
     where = session.workspace.expanduser().resolve()
@@ -91,7 +104,7 @@ async def cmd_trust(session: Session, arg: str) -> None:
         session.say(f"This workspace ({where}) is {state}. {brings}\n/trust {'off' if trusted else 'on'} changes it.")
         return
     want = word in ("on", "yes")
-    if want == trusted:
+    if want == trusted and not (want and seen_changes(session.home, where)):
         session.say(f"This workspace is already {'trusted' if trusted else 'not trusted'}.")
         return
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -242,7 +243,10 @@ def test_redirections_are_writes(env: dict[str, Any]) -> None:
     assert bash(env, "echo x > out.txt", "plan", **rules).verdict == "ask"
     assert bash(env, "echo x > /dev/null 2>&1", "default", **rules).verdict == "allow"
     assert bash(env, "echo x > out/a", "default", allow=("bash(echo*)", "edit(out/**)")).verdict == "allow"
-    assert bash(env, "echo x > ~/.bashrc", "accept-edits", allow=("bash(echo*)", "edit(~/.bashrc)")).verdict == "allow"
+    assert bash(env, "echo x > ~/notes.txt", "accept-edits", allow=("bash(echo*)", "edit(~/notes.txt)")).verdict \
+        == "allow"
+    # a shell start-up file runs later, outside any sandbox: it asks whatever the rules (issue 34)
+    assert bash(env, "echo x > ~/.bashrc", "accept-edits", allow=("bash(echo*)", "edit(~/.bashrc)")).verdict == "ask"
 
 
 def test_commands_naming_secrets_are_not_allowed_by_a_rule(env: dict[str, Any]) -> None:
@@ -314,7 +318,9 @@ def test_kimicodes_own_configuration_always_needs_approval(env: dict[str, Any]) 
         for mode in ("default", "accept-edits"):
             assert verdict(env, WRITE_FILE, args, mode, allow=("edit", "edit(**)", f"edit({target})")) == "ask"
         assert verdict(env, WRITE_FILE, args, "plan") == "ask"
-        assert verdict(env, WRITE_FILE, args, "yolo") == "allow"
+        assert verdict(env, WRITE_FILE, args, "yolo") == "deny"  # yolo skips questions, not the sandbox's promise
+        unconfined = replace(policy(env), read_only_sandbox=False)  # --yolo --sandbox off: Codex's yolo
+        assert decide(WRITE_FILE, args, "yolo", env["ctx"], unconfined).verdict == "allow"
         assert bash(env, f"echo x > {target}", "accept-edits", allow=("bash(echo*)", "edit(**)")).verdict == "ask"
 
 
