@@ -16,6 +16,7 @@ from typing import Any
 
 from kimicode.config.endpoint import kimicode_home
 from kimicode.errors import SessionError as SessionError  # a session that cannot be found or used (a ValueError)
+from kimicode.prompts import user_words
 from kimicode.session.log import LoadedSession, load
 
 
@@ -134,7 +135,7 @@ def session_info(path: Path) -> SessionInfo:
                 if isinstance(msg, dict) and msg.get("role") == "user":
                     turns += 1
                     if not first_prompt:
-                        first_prompt = _text(msg.get("content"))
+                        first_prompt = user_words(_text(msg.get("content")))
     return SessionInfo(
         id=path.stem,
         path=path,
