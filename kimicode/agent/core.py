@@ -22,7 +22,7 @@ from kimicode.agent.checkpointing import end_turn
 from kimicode.agent.closing import close_after_run
 from kimicode.agent.ecosystem import after_compaction, choose_edit_tool, install
 from kimicode.agent.interrupted import NO_ANSWER, retract_unsent
-from kimicode.agent.modes import mode_note, note_needed, turn_message
+from kimicode.agent.modes import note_needed, turn_message
 from kimicode.agent.options import AgentOptions, OptionAttribute
 from kimicode.agent.outgoing import masked_event, utf8_safe
 from kimicode.agent.parts import Part, Parts, Setting
@@ -544,7 +544,7 @@ class Agent(Explorer):
                     finish("max_turns", self.turn_text, f"stopped after reaching --max-turns {self.max_turns}")
                     return
                 if (note := note_needed(self.messages, self.permission_mode)) is not None:
-                    self.commit(mode_note(note), emit)  # changed during the turn: told after the tool results
+                    self.commit({"role": "user", "content": note}, emit)  # changed mid-turn: after the tool results
                 steps += 1
                 emit(StepStarted(steps))
                 completion = await model_step(self, emit)
