@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
@@ -23,3 +25,27 @@ def load_prompt(name: str) -> str:
         return path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         raise RuntimeError(f"prompt file missing from the installation: {path}") from None
+
+
+NOTES_SEPARATOR = "\n\n"
+"""Ends each of kimicode's own notes at the start of a turn's user message (see kimicode/agent/modes.py)."""
+_MODE_LINE = re.compile(r"\[permission mode: [a-z-]+\] [^\n]*\n\n")
+HOOKS_NOTE_START = "[context from hooks]\n"
+HOOKS_NOTE_END = "\n[end of context from hooks]"
+
+
+def hooks_note(context: Sequence[str]) -> str:
+    """What SessionStart and UserPromptSubmit hooks added, as one note for the start of the turn's message."""
+    return HOOKS_NOTE_START + "\n\n".join(context) + HOOKS_NOTE_END
+
+
+def user_words(text: str) -> str:
+    """`text` without kimicode's notes at its start (a permission-mode line, the hooks' context): what the
+    user typed. Session lists, recaps and checkpoints show this."""
+    while True:
+        if (mode := _MODE_LINE.match(text)) is not None:
+            text = text[mode.end() :]
+        elif text.startswith(HOOKS_NOTE_START) and HOOKS_NOTE_END + NOTES_SEPARATOR in text:
+            text = text.split(HOOKS_NOTE_END + NOTES_SEPARATOR, 1)[1]
+        else:
+            return text

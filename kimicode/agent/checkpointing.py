@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kimicode.checkpoints.session import Entry, SessionCheckpoints
 from kimicode.checkpoints.store import CheckpointError
 from kimicode.events import Event, Notice
+from kimicode.prompts import user_words
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
@@ -123,7 +124,7 @@ def conversation_has(messages: list[dict[str, Any]], entry: Entry) -> bool:
     if not (0 < at < len(messages) and messages[at].get("role") == "user"):
         return False
     content = messages[at].get("content")
-    return not (isinstance(content, str) and entry.prompt and not content.startswith(entry.prompt[:500]))
+    return not (isinstance(content, str) and entry.prompt and not user_words(content).startswith(entry.prompt[:500]))
 
 
 def rewind_core(cps: SessionCheckpoints, messages: list[dict[str, Any]], turn: int | None, *, files: bool,

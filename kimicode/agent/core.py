@@ -20,8 +20,8 @@ from kimicode.agent.builder import build_parts, check_callbacks, check_collabora
 from kimicode.agent.checkpointing import end_turn
 from kimicode.agent.closing import close_after_run
 from kimicode.agent.ecosystem import after_compaction, choose_edit_tool, install
-from kimicode.agent.interrupted import NO_ANSWER
-from kimicode.agent.modes import note_needed
+from kimicode.agent.interrupted import NO_ANSWER, retract_unsent
+from kimicode.agent.modes import note_needed, turn_message
 from kimicode.agent.options import AgentOptions, OptionAttribute
 from kimicode.agent.outgoing import library_event, masked_event, utf8_safe
 from kimicode.agent.parts import Part, Parts, Setting
@@ -527,24 +527,25 @@ class Agent(Explorer):
 
         if self.checkpoints is not None:
             self.checkpoints.begin_turn(prompt, len(self.messages), noted=True)  # the user message's index
+        asked: dict[str, Any] | None = None  # the turn's user message, once committed
         try:
             await self.extras.start(self.tools, emit)  # MCP servers (bounded by their startup timeout)
             if self.switches.compact_pending:  # the `compact` switch policy: summarise before the new model answers
                 await self.switches.compact(lambda: self._compact(None, emit), self.messages, self.endpoint.model,
                                             self.log, self.checkpoints.current if self.checkpoints else None)
-            added = await self.extras.hooking.prompt_submitted(prompt, emit)  # SessionStart, UserPromptSubmit hooks
+            notes = await self.extras.hooking.prompt_submitted(prompt, emit)  # SessionStart, UserPromptSubmit hooks
             if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
                 self.commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
-            self.commit({"role": "user", "content": self.extras.user_content(prompt)}, emit)  # + images
-            for extra in added:  # what those hooks add, after the prompt
-                self.commit(extra, emit)
+            mode = note_needed(self.messages, self.permission_mode)  # the mode changed (or a session starts in one)
+            self.commit(turn_message(self.extras.user_content(prompt), [*([mode] if mode else []), *notes]), emit)
+            asked = self.messages[-1]  # kimicode's notes first, the user's words last (agent/modes.py)
             repeats = RepeatTracker(self.repeat_limit)
             while True:
                 if steps >= self.max_turns:
                     finish("max_turns", self.turn_text, f"stopped after reaching --max-turns {self.max_turns}")
                     return
                 if (note := note_needed(self.messages, self.permission_mode)) is not None:
-                    self.commit(note, emit)  # the mode changed (or a session starts in one): say so
+                    self.commit({"role": "user", "content": note}, emit)  # changed mid-turn: after the tool results
                 steps += 1
                 emit(StepStarted(steps))
                 completion = await model_step(self, emit)
@@ -578,8 +579,9 @@ class Agent(Explorer):
             finish("interrupted", self.turn_text, "interrupted by user")
             if not self.interrupted:
                 raise  # cancelled from outside (library cancellation): propagate
-        except LLMError as err:
-            finish("error", "", err.message, "transient" if err.transient else err.kind)  # no stale answer
+        except LLMError as err:  # a request that cannot fit leaves no unanswered prompt to grow the next one
+            why = err.message + (retract_unsent(self, asked) if err.kind == "context_length" else "")
+            finish("error", "", why, "transient" if err.transient else err.kind)  # no stale answer
         except SessionWriteError as err:  # a full disk or unwritable KIMICODE_HOME: stop, say it once
             self._answer_pending(pending, INTERRUPTED, None)
             finish("error", "", str(err), "session_log")

@@ -17,6 +17,7 @@ from kimicode.events import Event, HookRan, Notice, PermissionDenied, frozen
 from kimicode.extensions.hookrun import EMPTY, Hooks, Verdict
 from kimicode.extensions.toolnames import claude_input, claude_name, from_claude_input, names_of
 from kimicode.permissions.engine import Decision, decide
+from kimicode.prompts import hooks_note
 from kimicode.tools.registry import validate
 
 if TYPE_CHECKING:
@@ -172,9 +173,9 @@ class AgentHooks:
             self.stop = None
             raise HookStop(f"stopped by a hook: {why}", "hook_stopped")
 
-    async def prompt_submitted(self, prompt: str, emit: Emit) -> list[dict[str, Any]]:
-        """SessionStart (on the agent's first turn) and UserPromptSubmit hooks: the messages carrying what
-        they add to the conversation (committed after the prompt). Raises HookStop when the prompt is blocked."""
+    async def prompt_submitted(self, prompt: str, emit: Emit) -> list[str]:
+        """SessionStart (on the agent's first turn) and UserPromptSubmit hooks: the note carrying what they add
+        to the conversation (put before the prompt, agent/modes.py). Raises HookStop when the prompt is blocked."""
         if self.hooks is None or self.agent.extras.subagent:
             return []
         context: list[str] = []
@@ -188,7 +189,7 @@ class AgentHooks:
             why = verdict.reason if verdict.decision == "block" else verdict.stop or ""
             raise HookStop(f"a UserPromptSubmit hook blocked the prompt: {why}", "hook_blocked")
         context += verdict.context
-        return [context_message(context)] if context else []
+        return [hooks_note(context)] if context else []
 
     async def stop_blocked(self, final: str, emit: Emit) -> str | None:
         """Stop (SubagentStop in a subagent) hooks when the model is done: the reason to carry on, or None."""
@@ -256,6 +257,3 @@ class HookStop(Exception):
         self.kind = kind
 
 
-def context_message(context: list[str]) -> dict[str, Any]:
-    """The user message carrying what hooks added (after the prompt, like the permission-mode note)."""
-    return {"role": "user", "content": "[context from hooks]\n" + "\n\n".join(context)}

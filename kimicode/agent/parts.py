@@ -227,8 +227,8 @@ class Parts:
         if info is None:
             self.restore_calibration("", emit)
             return
-        if info.tools_rendered is False:
-            context.accountant.tools_in_prompt = False  # /props: the chat template leaves tools out
+        if info.tools_rendered is not None:  # /props: whether the chat template renders tools (trusted over counts)
+            context.accountant.tools_said = context.accountant.tools_in_prompt = info.tools_rendered
         self.restore_calibration(info.fingerprint, emit)
         context.server_counts = info.counts and not info.cached
         found = info.window

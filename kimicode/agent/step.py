@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,8 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     after_compaction(agent)  # keep the todo list visible to the model
     completion: Completion | None = None
     partial: list[str] = []  # the answer text so far: kept in the history if the user interrupts it
-    for attempt in range(2):
+    retry = Recovery()
+    while True:
         try:
             limit = agent.context.completion_tokens(est)  # prompt + max_tokens never over the window
             sent, schemas = agent.messages, tools
@@ -79,10 +81,18 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
                 agent.commit(interrupted_answer(text), emit)
             raise
         except LLMError as err:  # too long for the server after all: learn its numbers, make room, retry
-            if err.kind != "context_length" or attempt:
+            if err.kind != "context_length":
                 raise
-            if not await agent.context.recover(err, agent.messages, tools, agent.client, emit, kinds):
+            if agent.context.capacity(err, est, window_reported=agent.window_origin == "server"):
+                await retry.wait_for_room(agent, err, emit)  # a busy server, not a long request
+                partial.clear()
+                continue
+            if not retry.may_recover():
                 raise
+            if not await agent.context.recover(err, agent.messages, tools, agent.client, emit, kinds,
+                                               after_cap=retry.capped):
+                raise
+            retry.capped = agent.context.retry_cap is not None
             tools = agent.context.fit_tools(agent.messages, agent.tools.schemas(), emit)  # the window may be smaller
             est = agent.context.estimate(agent.messages, tools)
             emit(ContextUpdated(est, agent.context.budget.window))
@@ -108,6 +118,37 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     parts.save_calibration()
     emit(ContextUpdated(used, agent.effective_window, cached_t))
     return completion
+
+
+class Recovery:
+    """How a step has retried after context errors: once after making room, once more when that only lowered
+    max_tokens (then the history is compacted), and with backoff while a busy server's shared context is full."""
+
+    def __init__(self) -> None:
+        self.recovered = 0
+        self.capped = False
+        """The last recovery only lowered max_tokens: if that is refused too, the history is compacted."""
+        self.busy = 0
+
+    def may_recover(self) -> bool:
+        self.recovered += 1
+        return self.recovered == 1 or (self.recovered == 2 and self.capped)
+
+    async def wait_for_room(self, agent: Agent, err: LLMError, emit: Callable[[Event], None]) -> None:
+        """Back off before sending the same request again; tell a shared slot limiter (batch, branches) to send
+        fewer at once. LLMError (transient) once the retries are used up."""
+        from kimicode.llm.ratelimit import slots_for
+
+        self.busy += 1
+        why = "the server's context is shared by its slots and full with other requests"
+        if self.busy > agent.max_retries:
+            raise LLMError(f"{err.message} ({why}; gave up after {self.busy} attempts: run fewer at once, or give "
+                           "the server more context per slot: llama.cpp -c, --parallel)", "transient", err.status)
+        if (slots := slots_for(agent.endpoint.base_url)) is not None:
+            slots.pushed_back()
+        delay = min(60.0, agent.retry_base_delay * 2 ** (self.busy - 1)) * random.uniform(0.75, 1.25)
+        emit(Retrying(self.busy, agent.max_retries, delay, f"{err.message} ({why}: not a context overflow)"))
+        await asyncio.sleep(delay)
 
 
 def truncation(ctx: ContextManager, finish_reason: str | None) -> str:

@@ -7,7 +7,10 @@ validation errors, up to `max_attempts` answers in all, after which the run ends
 `invalid_output`. Where the server honours `response_format` with a JSON Schema it is sent as well
 (docs/servers.md says which): on every request for servers that combine it with tools (OpenAI,
 OpenRouter), on the corrections only for servers that would otherwise stop calling tools (vLLM, SGLang,
-llama.cpp, Ollama), and Moonshot and DeepSeek get their JSON mode (`json_object`) on the corrections.
+llama.cpp, Ollama), and Moonshot and DeepSeek get their JSON mode (`json_object`) on the corrections. A
+server that refuses the `response_format` (HTTP 400: llama.cpp's grammar converter refuses some valid schemas)
+gets the same request again without it, for the rest of the run, and a notice says so: the answer is still
+validated.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 from urllib.parse import urlparse
 
 from kimicode import errors
+from kimicode.agent.interrupted import retract_unsent
 from kimicode.events import Event, TurnFinished
 
 if TYPE_CHECKING:
@@ -45,6 +49,12 @@ class TurnLike(Protocol):
 
     @property
     def result(self) -> str: ...
+
+    @property
+    def error_kind(self) -> str | None: ...
+
+    @property
+    def error(self) -> Any: ...
 
 
 T = TypeVar("T", bound=TurnLike)
@@ -229,6 +239,13 @@ async def until_valid(agent: Agent, spec: OutputSpec, prompt: str, turn: Callabl
         _use_format(agent, spec.response_format() if mode == "always" else before)
         for attempt in range(1, spec.max_attempts + 1):
             finished = await turn(text)
+            if _refused(finished) and agent.options.response_format != before:  # its grammar, not the schema
+                mode = "off"
+                _use_format(agent, before)
+                retract_unsent(agent, agent.messages[-1])  # sent again below, without response_format
+                agent.notify(f"structured output: the server refused response_format ({finished.error}); the "
+                             "answer is checked against the schema without it", "warning")
+                finished = await turn(text)
             outcome.turns.append(finished)
             if finished.status != "success":
                 outcome.problems = []
@@ -244,6 +261,12 @@ async def until_valid(agent: Agent, spec: OutputSpec, prompt: str, turn: Callabl
         return outcome
     finally:
         _use_format(agent, before)
+
+
+def _refused(finished: TurnLike) -> bool:
+    """The request was refused as malformed (HTTP 400): with a `response_format` the server cannot take (llama.cpp
+    refuses a schema its grammar converter does not handle, e.g. an unanchored `pattern`)."""
+    return finished.status == "error" and finished.error_kind == "bad_request"
 
 
 def _use_format(agent: Agent, value: Mapping[str, Any] | None) -> None:

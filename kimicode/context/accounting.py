@@ -155,6 +155,9 @@ class TokenAccountant:
         """Server tokens per raw counted token of messages, from the requests seen so far (1.0 before any)."""
         self.tools_in_prompt = True
         """False once the server's counts show its chat template leaves the tool schemas out of the prompt."""
+        self.tools_said: bool | None = None
+        """What the server itself said about that (llama.cpp's `/props`); when set it wins over any inference
+        from counts, in this process and over a calibration restored from another."""
         self._num = 0.0
         self._den = 0.0
         self._cache: dict[int, tuple[dict[str, Any], Counts]] = {}
@@ -305,7 +308,10 @@ class TokenAccountant:
         else:
             server = prompt_tokens
             raw = sum(sum(self.message_counts(m)) for m in messages)
-            if tools_raw:
+            if tools_raw and self.tools_said is not None:
+                self.tools_in_prompt = self.tools_said
+                raw += tools_raw if self.tools_said else 0
+            elif tools_raw:
                 low, high = CORRECTION_BOUNDS
                 with_tools = server / (raw + tools_raw)
                 without = server / raw if raw else 0.0
@@ -341,7 +347,7 @@ class TokenAccountant:
         the request itself): rescale, in both directions. A request's own count goes to `observe` instead."""
         if estimated > 0 and requested > 0 and requested != estimated:
             factor = requested / estimated
-            if not self.tools_in_prompt and factor > 1.5:
+            if not self.tools_in_prompt and factor > 1.5 and self.tools_said is None:
                 self.tools_in_prompt = True  # the schemas are counted after all
                 factor = max(1.0, factor / 1.5)
             low, high = CORRECTION_BOUNDS
@@ -366,7 +372,8 @@ class TokenAccountant:
         self.correction = correction
         self._den = min(weight, 50_000.0)  # a restored factor weighs like a few requests' worth
         self._num = self.correction * self._den
-        self.tools_in_prompt = state.get("tools_in_prompt") is not False
+        said = self.tools_said
+        self.tools_in_prompt = state.get("tools_in_prompt") is not False if said is None else said
         return True
 
     def forget_missing(self, messages: Sequence[Mapping[str, Any]]) -> None:

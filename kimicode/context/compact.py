@@ -73,11 +73,17 @@ class CompactionResult:
     """Estimated input tokens of each summary request sent."""
     shrunk: bool = False
     """True when the latest turn's tool results were shortened to fit (the turn itself is kept)."""
+    users_cut: int = 0
+    """Older user messages (pastes, logs) cut in the middle to fit; their whole text is saved to a file."""
 
     def describe(self) -> str:
         """One true sentence about what happened, for the notice the user sees."""
         sizes = f"{self.tokens_before:,} → {self.tokens_after:,} tokens"
         shrunk = "shortened the latest turn's tool output to fit" if self.shrunk else ""
+        if self.users_cut:
+            plural = "s" if self.users_cut != 1 else ""
+            cut = f"cut {self.users_cut} long earlier message{plural} of yours in the middle"
+            shrunk = f"{shrunk} and {cut}" if shrunk else cut
         if not self.summarized:
             return f"context: {shrunk or 'nothing was summarised'} ({sizes}; no summary request was sent)"
         plural = "s" if self.summarized != 1 else ""
@@ -372,11 +378,24 @@ def fallback_summary(
 # -- compaction -------------------------------------------------------------------------------------
 
 
+USER_CUT_NOTE = "[… {chars:,} characters cut from the middle of this message when the context was compacted"
+
+
+def _cut_user(msg: dict[str, Any], cap: int, accountant: TokenAccountant, spill_dir: Path | None) -> dict[str, Any]:
+    """A long old user message (a paste, a log) cut in the middle to about `cap` tokens; the whole text is
+    saved under `spill_dir` and the note says where, so the model can read it back."""
+    text = _text(msg.get("content"))
+    where = spill(text, spill_dir, "compacted-user-message") if spill_dir is not None else None
+    note = USER_CUT_NOTE + (f"; the full message is saved at {where} …]" if isinstance(where, Path) else " …]")
+    cut = truncate_middle(text, max(32, int(cap / accountant.correction)), accountant.counter.count, note)
+    return {"role": "user", "content": cut}
+
+
 def _fit_users(
-    users: list[dict[str, Any]], budget: int, settings: CompactionSettings, accountant: TokenAccountant
+    users: list[dict[str, Any]], budget: int, settings: CompactionSettings, accountant: TokenAccountant,
+    spill_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
     """The user messages to keep: verbatim when possible, long ones cut, and within `budget` tokens."""
-    count = accountant.counter.count
     cap = settings.user_message_tokens
     sizes = [accountant.message_tokens(m) for m in users]
     if sum(min(s, cap) for s in sizes) > budget:
@@ -392,8 +411,7 @@ def _fit_users(
     used = 0
     for msg, size in zip(users, sizes, strict=True):
         if size > cap:
-            text = truncate_middle(_text(msg.get("content")), max(32, int(cap / accountant.correction)), count)
-            msg = {"role": "user", "content": text}
+            msg = _cut_user(msg, cap, accountant, spill_dir)
             size = accountant.message_tokens(msg)
         kept.append(msg)
         used += size
@@ -511,15 +529,18 @@ async def compact_history(
             recent, split, shrunk = cut, start, True
     old = body[:split]
     foldable = any(m.get("role") in ("assistant", "tool") or is_summary(m) for m in old)
-    if not shrunk and not foldable:
-        return None  # nothing to fold into a summary
 
-    # 2. the user messages, kept (verbatim when they fit) ahead of the summary
+    # 2. the user messages, kept (verbatim when they fit) ahead of the summary; long old ones (a paste, a log)
+    # are cut, so an old part made only of user messages can still shrink
     keep = body[pinned] if pinned is not None else None
     users = [m for m in old if m.get("role") == "user" and not is_summary(m) and m is not keep]
     pinned_old = [keep] if keep is not None and any(m is keep for m in old) else []
     room = users_budget - sum(accountant.message_tokens(m) for m in pinned_old)
-    users = [*_fit_users(users, max(64, room), settings, accountant), *pinned_old] if users else pinned_old
+    fitted = _fit_users(users, max(64, room), settings, accountant, spill_dir) if users else []
+    cut_users = sum(1 for m in fitted if not any(m is u for u in users))
+    if not shrunk and not foldable and not cut_users:
+        return None  # nothing to fold into a summary, and every old user message is short already
+    users = [*fitted, *pinned_old]
 
     # 3. the summary, in as many requests as the transcript needs (none when only the last turn was shrunk)
     summary: str = ""
@@ -569,4 +590,5 @@ async def compact_history(
         summarized=len(old) if foldable else 0,
         requests=requests,
         shrunk=shrunk,
+        users_cut=cut_users,
     )

@@ -296,6 +296,8 @@ class ContextManager:
                 self._apply_prune(messages, plan, emit, est)
                 est = self.estimate(messages, tools)
         if est >= budget.compact_at:
+            if self.newest_cannot_fit(messages, tools):  # compacting the rest would lose it for nothing
+                raise self.too_long(messages, tools, est)
             await self.compact(messages, tools, client, emit, reason="threshold", tool_kinds=tool_kinds)
             est = self.estimate(messages, tools)
         if est > budget.input_budget:
@@ -304,15 +306,40 @@ class ContextManager:
                 self._apply_prune(messages, plan, emit, est)
                 est = self.estimate(messages, tools)
         if est > budget.input_budget:
-            fixed = self.accountant.estimate_unanchored([m for m in messages if m.get("role") == "system"], tools)
-            raise LLMError(
-                f"the request needs about {est:,} tokens but only {budget.input_budget:,} fit in the context window "
-                f"({budget.window:,} minus {budget.reserve:,} reserved for the answer), even after compaction; "
-                f"the system prompt and tool definitions alone take about {fixed:,}",
-                "context_length",
-            )
+            raise self.too_long(messages, tools, est)
         self.last_estimate = est
         return est
+
+    def newest_cannot_fit(self, messages: Sequence[dict[str, Any]], tools: Sequence[Mapping[str, Any]]) -> bool:
+        """True when the newest message is the user's and it cannot fit even alone with the system prompt and tools."""
+        last = messages[-1] if messages else None
+        if last is None or last.get("role") != "user":
+            return False
+        fixed = self.accountant.estimate_unanchored([m for m in messages if m.get("role") == "system"], tools)
+        return fixed + self.accountant.message_tokens(last) > self.budget.input_budget
+
+    def too_long(self, messages: Sequence[dict[str, Any]], tools: Sequence[Mapping[str, Any]], est: int) -> LLMError:
+        """The error for a request that does not fit after compaction: it names what cannot shrink (the newest
+        user message, or the system prompt and tools) and what the user can do."""
+        budget = self.budget
+        fixed = self.accountant.estimate_unanchored([m for m in messages if m.get("role") == "system"], tools)
+        room = f"{budget.input_budget:,} tokens of input fit in the {budget.window:,}-token context window " \
+               f"({budget.reserve:,} are reserved for the answer)"
+        last = messages[-1] if messages else None
+        newest = self.accountant.message_tokens(last) if last is not None and last.get("role") == "user" else 0
+        if newest and fixed + newest > budget.input_budget:
+            return LLMError(
+                f"your message alone takes about {newest:,} tokens; with the system prompt and tool definitions "
+                f"(about {fixed:,}) it cannot fit even with everything older compacted away: only {room}. "
+                "Shorten it, or save the text to a file and ask for it to be read in parts, or give the server a "
+                "larger context (llama.cpp: -c; --context-window when kimicode cannot discover it)",
+                "context_length",
+            )
+        return LLMError(
+            f"the request needs about {est:,} tokens but only {room}, even after compaction; the system prompt "
+            f"and tool definitions alone take about {fixed:,}",
+            "context_length",
+        )
 
     def _keep_tokens(self) -> int:
         return min(self.settings.prune_keep_tokens, int(self.budget.input_budget * 0.2))
@@ -391,7 +418,7 @@ class ContextManager:
             manual=reason in ("manual", "overflow"),
         )
         if result is None:
-            if reason != "threshold":
+            if reason == "manual":  # after an overflow the error says what cannot shrink (`too_long`)
                 emit(Notice("context: nothing to compact"))
             return None
         announce()
@@ -432,6 +459,18 @@ class ContextManager:
             self.usage["cached_tokens"] = self.usage.get("cached_tokens", 0) + cached
         return str(completion.message.get("content") or ""), prompt
 
+    def capacity(self, error: LLMError, estimate: int, *, window_reported: bool) -> bool:
+        """True when a "context exceeded" error cannot be about this request's size: the server gave no number of
+        it (llama.cpp's HTTP 500 "Context size has been exceeded.": its slots share one KV cache and the others
+        filled it), and the request with its max_tokens is within the window that same server reports. That is a
+        busy server, retried with backoff, not a history to compact."""
+        overflow = error.overflow
+        if not window_reported or overflow is None or error.status not in (None, 500, 503):
+            return False
+        if overflow.window or overflow.prompt_tokens or overflow.total_tokens or overflow.completion_too_large:
+            return False
+        return estimate + (self.last_max_tokens or self.completion_floor) <= self.budget.window
+
     async def recover(
         self,
         error: LLMError,
@@ -440,13 +479,16 @@ class ContextManager:
         client: ModelClient,
         emit: Emit,
         tool_kinds: Mapping[str, str] | None = None,
+        *,
+        after_cap: bool = False,
     ) -> bool:
         """After the server said the request was too long: learn its window and count, make room.
 
         The server's numbers (`error.overflow`, else read from the message) rescale the estimate and
         set the window for the session. When only the requested completion was too large (vLLM's
         `max_tokens is too large`), the smaller reservation is enough; otherwise the history is
-        compacted (or its tool results pruned). False when nothing could be changed.
+        compacted (or its tool results pruned). With `after_cap` (the retry with a smaller limit was refused
+        too) the history is compacted. False when nothing could be changed.
         """
         overflow = error.overflow or context_overflow(None, error.message) or ContextOverflow()
         counted = overflow.prompt_estimate(self.last_max_tokens or self.budget.reserve)
@@ -464,7 +506,7 @@ class ContextManager:
         # Servers that count prompt + max_tokens against the window (Moonshot, DeepSeek, SGLang,
         # OpenRouter) say only "too long": once the window is learnt, a smaller reservation may suffice.
         shrunk = learnt and (self.last_max_tokens or 0) > self.budget.reserve
-        if (overflow.completion_too_large or shrunk) and est <= self.budget.input_budget:
+        if (overflow.completion_too_large or shrunk) and est <= self.budget.input_budget and not after_cap:
             before = self.last_max_tokens or self.budget.reserve
             limit = min(self.budget.reserve, self.budget.window - est)
             if limit >= before:  # by these numbers the same request fits: leave the server's count a margin
@@ -482,6 +524,8 @@ class ContextManager:
         if result is None or est > self.budget.input_budget:
             plan = plan_prune(messages, self.accountant, 0)
             if not plan.indices and result is None:
+                if max(est, counted or 0) > self.budget.input_budget:  # say what cannot shrink
+                    raise self.too_long(messages, tools, max(est, counted or 0))
                 return False
             if plan.indices:
                 self._apply_prune(messages, plan, emit, est)

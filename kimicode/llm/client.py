@@ -30,6 +30,7 @@ from kimicode.llm.overflow import context_overflow
 from kimicode.llm.pool import LoopPool, borrow, give_back
 from kimicode.llm.profiles import ModelProfile, profile_for
 from kimicode.llm.protocol import Completion, StreamDelta, StreamEvent, StreamRetry
+from kimicode.llm.ratelimit import slots_for
 
 
 @dataclass
@@ -239,12 +240,21 @@ class ChatClient:
         body = self.body_pieces(messages, tools, max_completion_tokens)
         attempt = 0
         gate = self.config.gate
+        slots = slots_for(self.config.base_url)
         while True:
             if gate is not None:
                 await gate.wait()
             try:
-                async for event in self._stream_once(body):
-                    yield event
+                if slots is not None:
+                    await slots.acquire()  # at most the server's slots in flight from one batch or exploration
+                try:
+                    async for event in self._stream_once(body):
+                        yield event
+                finally:
+                    if slots is not None:
+                        slots.release()
+                if slots is not None:
+                    slots.answered()
                 return
             except LLMError as err:
                 limit = self.config.max_retries

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kimicode.llm.ratelimit import share_slots, slots_for
 from kimicode.safeio import private_dirs, private_write
 
 KNOWN_WINDOWS: tuple[tuple[str, int], ...] = (
@@ -315,6 +316,8 @@ async def discover_server(
         return hint
     if hint is None or hint.as_json() != info.as_json():
         _write_cache(home, f"{base_url}|{model}", info)
+    if info.slots and (limiter := slots_for(base_url)) is not None:
+        limiter.bound(info.slots)  # a batch or an exploration sends at most that many requests at once
     return info
 
 
@@ -407,8 +410,10 @@ def share_windows() -> None:
     """From here on in the current context, each endpoint and model is asked for its window once.
 
     kimicode batch calls it in the context its tasks run in: every task has its own KIMICODE_HOME (so its own
-    discovery cache), and 200 tasks would otherwise ask the server 200 times. Use on one event loop only."""
+    discovery cache), and 200 tasks would otherwise ask the server 200 times. Their requests to one server also
+    share one `SlotLimiter` (at most its slots in flight). Use on one event loop only."""
     _SHARED_WINDOWS.set({})
+    share_slots()
 
 
 __all__ = [

@@ -16,6 +16,7 @@ from typing import Any
 
 from kimicode.config.endpoint import kimicode_home
 from kimicode.errors import SessionError as SessionError  # a session that cannot be found or used (a ValueError)
+from kimicode.prompts import user_words
 from kimicode.session.log import LoadedSession, load
 
 
@@ -125,7 +126,7 @@ class _Summary:
             msg = rec.get("message")
             if isinstance(msg, dict) and msg.get("role") == "user":
                 self.turns += 1
-                self.first_prompt = self.first_prompt or _text(msg.get("content"))
+                self.first_prompt = self.first_prompt or user_words(_text(msg.get("content")))
 
     def settings(self, rec: dict[str, Any]) -> None:
         self.model = str(rec.get("model") or self.model)

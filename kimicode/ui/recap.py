@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from kimicode.agent.modes import noted_mode
+from kimicode.agent.modes import is_mode_note
 from kimicode.context.compact import is_summary, summary_text
+from kimicode.prompts import user_words
 from kimicode.ui.toolbar import short_path
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def _is_prompt(msg: Mapping[str, Any]) -> bool:
     if msg.get("role") != "user":
         return False
     text = _content_text(msg.get("content"))
-    return not is_summary(msg) and not text.startswith("[Images returned by") and noted_mode(msg) is None
+    return not is_summary(msg) and not text.startswith("[Images returned by") and not is_mode_note(msg)
 
 
 def last_exchange(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None, int]:
@@ -44,7 +45,7 @@ def last_exchange(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, st
     if not prompts:
         return None, None, 0
     last = prompts[-1]
-    prompt = _ATTACHED.split(_content_text(messages[last].get("content")), 1)[0]
+    prompt = _ATTACHED.split(user_words(_content_text(messages[last].get("content"))), 1)[0]
     answer = None
     for msg in messages[last + 1 :]:
         if msg.get("role") == "assistant":

@@ -1,5 +1,6 @@
-"""The model is told the permission mode when it changes: a user note appended to the history, so the
-cached prefix (system prompt and earlier messages) is never rewritten."""
+"""The model is told the permission mode when it changes: a note at the start of the turn's user message (the
+user's words last), or after the tool results when it changes mid-turn; the cached prefix (system prompt and
+earlier messages) is never rewritten."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from helpers import history_problems
+
 from kimicode import Agent
-from kimicode.agent.modes import mode_note, note_needed, noted_mode
+from kimicode.agent.modes import mode_note, mode_text, note_needed, noted_mode, turn_message
+from kimicode.prompts import hooks_note, user_words
 from kimicode.testing import FakeServer, Reply
 
 MakeAgent = Callable[..., Agent]
@@ -39,13 +44,46 @@ def test_a_default_session_hears_nothing_and_each_change_is_told_once(
     assert last[0] == first[0]  # the system prompt is never rewritten for a mode
 
 
-def test_starting_in_plan_mode_tells_it_after_the_prompt(server: FakeServer, make_agent: MakeAgent) -> None:
+def test_starting_in_plan_mode_tells_it_before_the_prompt(server: FakeServer, make_agent: MakeAgent) -> None:
     server.add(Reply(content="a plan"))
     agent = make_agent(permission_mode="plan")
     agent.run_sync("investigate")
     sent = server.requests[0].body["messages"]
-    assert sent[-2] == {"role": "user", "content": "investigate"}
-    assert sent[-1] == mode_note("plan") and "plan" in sent[-1]["content"]
+    assert sent[-1] == {"role": "user", "content": mode_text("plan") + "\n\ninvestigate"}  # the user's words last
+    assert sent[-2]["role"] == "system" and noted_mode(sent[-1]) == "plan"
+    assert user_words(sent[-1]["content"]) == "investigate"
+
+
+@pytest.mark.parametrize("mode", ["default", "accept-edits", "plan", "yolo"])
+def test_in_every_mode_the_request_ends_with_the_users_words_in_one_message(
+    server: FakeServer, make_agent: MakeAgent, mode: str
+) -> None:
+    """A real model answers the last thing it reads: a note after the prompt was answered instead of it
+    (0/6 one-word answers right in accept-edits and yolo on SmolLM2), and two user messages in a row are
+    refused by strict servers."""
+    server.add(Reply(content="apple"), Reply(content="pear"))
+    agent = make_agent(permission_mode=mode)
+    agent.run_sync("Reply with exactly one word: apple")
+    agent.permission_mode = "yolo" if mode != "yolo" else "plan"
+    agent.run_sync("Reply with exactly one word: pear")
+    for request, words in zip(server.requests, ("apple", "pear"), strict=True):
+        sent = request.body["messages"]
+        assert str(sent[-1]["content"]).endswith(f"Reply with exactly one word: {words}")
+        assert not history_problems(sent, alternating=True)
+        assert user_words(sent[-1]["content"]) == f"Reply with exactly one word: {words}"
+    assert notes(server.requests[-1].body["messages"]) == ([mode] if mode != "default" else []) + [
+        "yolo" if mode != "yolo" else "plan"]
+    assert server.requests[1].body["messages"][0] == server.requests[0].body["messages"][0]  # the cached prefix
+
+
+def test_hook_context_goes_before_the_prompt_too() -> None:
+    message = turn_message("the prompt", [mode_text("plan"), hooks_note(["branch: main", "CI is red"])])
+    assert str(message["content"]).endswith("\n\nthe prompt") and user_words(str(message["content"])) == "the prompt"
+    with_image = turn_message([{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "x"}}],
+                              [mode_text("yolo")])
+    assert noted_mode(with_image) == "yolo" and with_image["content"][1]["type"] == "image_url"
+    assert user_words("[permission mode: yolo] a prompt that only looks like a note") == (
+        "[permission mode: yolo] a prompt that only looks like a note")
 
 
 def test_a_resumed_session_is_not_told_again(server: FakeServer, make_agent: MakeAgent, tmp_path: Path) -> None:
@@ -87,7 +125,7 @@ def test_a_mode_changed_during_a_turn_is_told_before_the_next_step(
 def test_look_alike_messages() -> None:
     assert noted_mode({"role": "assistant", "content": "[permission mode: plan] x"}) is None
     assert noted_mode({"role": "user", "content": "[permission mode: root] x"}) is None  # not a mode
-    assert noted_mode({"role": "user", "content": [{"type": "text", "text": "[permission mode: plan] "}]}) is None
-    assert note_needed([], "default") is None and note_needed([], "plan") == mode_note("plan")
+    assert noted_mode({"role": "user", "content": [{"type": "text", "text": "[permission mode: plan] x"}]}) == "plan"
+    assert note_needed([], "default") is None and note_needed([], "plan") == mode_text("plan")
     assert note_needed([mode_note("plan")], "plan") is None
     assert note_needed([], "nonsense") is None

@@ -15,8 +15,9 @@ import pytest
 from helpers import bash_turn, invoke, kimicode_command
 
 from kimicode import Agent
-from kimicode.agent.modes import noted_mode
+from kimicode.agent.modes import is_mode_note
 from kimicode.checkpoints import CheckpointStore
+from kimicode.prompts import user_words
 from kimicode.session.log import load
 from kimicode.testing import FakeServer
 
@@ -42,8 +43,8 @@ def test_undo_from_the_shell_restores_files_and_cuts_the_log(
     assert code == 0, err
     assert (workspace / "a.txt").read_text() == "one\n" and not (workspace / "b.txt").exists()
     assert "restored b.txt" in out and "restored a.txt" in out
-    users = [m["content"] for m in load(path).messages if m["role"] == "user" and noted_mode(m) is None]
-    assert users == ["first"]  # (the note telling the model it runs in yolo mode is not a prompt)
+    users = [user_words(m["content"]) for m in load(path).messages if m["role"] == "user" and not is_mode_note(m)]
+    assert users == ["first"]  # (the note telling the model it runs in yolo mode, before the prompt, is not the prompt)
 
     code, out, err = invoke("sessions", "diff", agent.session_id, "--turn", "1", "--no-color")
     assert code == 0 and "-original" in out and "+one" in out and "\x1b[" not in out
@@ -54,12 +55,12 @@ def test_undo_from_the_shell_restores_files_and_cuts_the_log(
     code, out, err = invoke("undo", "--session", agent.session_id, "--turn", "1")
     assert code == 1 and "a.txt" in err and "--force" in err
     assert (workspace / "a.txt").read_text() == "the user's own fix\n"
-    prompts = [m["content"] for m in load(path).messages if m["role"] == "user" and noted_mode(m) is None]
+    prompts = [user_words(m["content"]) for m in load(path).messages if m["role"] == "user" and not is_mode_note(m)]
     assert prompts == ["first"]  # nothing lost (the yolo-mode note is not a prompt)
     code, out, err = invoke("undo", "--session", agent.session_id, "--turn", "1", "--force")
     assert code == 0, err
     assert (workspace / "a.txt").read_text() == "original\n"
-    assert [m for m in load(path).messages if m["role"] == "user" and noted_mode(m) is None] == []
+    assert [m for m in load(path).messages if m["role"] == "user" and not is_mode_note(m)] == []
 
 
 @pytest.mark.prepush

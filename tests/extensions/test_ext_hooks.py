@@ -244,7 +244,8 @@ def test_user_prompt_submit_adds_context_or_blocks_the_prompt(
     [run] = runs(workspace)
     assert run["payload"]["prompt"] == "plan the week"
     msgs = server.requests[0].body["messages"]
-    assert msgs[-2]["content"] == "plan the week" and "the sprint ends friday" in msgs[-1]["content"]
+    text = msgs[-1]["content"]  # the hooks' context opens the prompt's own message; the user's words come last
+    assert text.endswith("\n\nplan the week") and "the sprint ends friday" in text and msgs[-2]["role"] != "user"
 
     (home / "config.toml").unlink()
     block = json.dumps({"decision": "block", "reason": "no secrets"})
