@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 Emit = Callable[[Event], None]
 CLAUDE_MODES = {"default": "default", "accept-edits": "acceptEdits", "plan": "plan", "yolo": "bypassPermissions"}
+_REFUSALS = frozenset({"deny", "block", "refused", "stop"})
+"""Outcomes of a hook run that refuse the call (the hook a denial names)."""
 MAX_STOP_BLOCKS = 8
 """Times Stop hooks may send the model back to work in one turn (a hook that always blocks must not
 loop until max_turns)."""
@@ -108,14 +110,18 @@ class AgentHooks:
             self.stop = verdict.stop
         return verdict
 
-    def _refuse(self, prep: Prepared, event: str, reason: str, denials: list[dict[str, Any]], emit: Emit) -> None:
+    def _refuse(self, prep: Prepared, event: str, reason: str, denials: list[dict[str, Any]], emit: Emit,
+                verdict: Verdict | None = None) -> None:
         tool = prep.tool
         assert tool is not None
+        refusing = [r for r in (verdict.reports if verdict is not None else ()) if r.outcome in _REFUSALS]
+        hook = "; ".join(f"{event} hook `{r.command}` ({r.source})" for r in refusing) or f"a {event} hook"
         reason = self.agent.masker.mask(reason)  # a hook's stderr may carry a secret: events and the result show it
         prep.error = f"Blocked by a {event} hook: {reason}"
         denials.append({"tool_name": tool.name, "tool_use_id": prep.call_id, "tool_input": dict(prep.args),
                         "reason": f"{event} hook: {reason}"})
-        emit(PermissionDenied(prep.call_id, tool.name, prep.args, f"{event} hook: {reason}", "", False, tool.kind))
+        emit(PermissionDenied(prep.call_id, tool.name, prep.args, f"{event} hook: {reason}", "", False, tool.kind,
+                              hook))
 
     async def before_tool(self, prep: Prepared, decision: Decision, denials: list[dict[str, Any]],
                           emit: Emit) -> Decision | None:
@@ -133,12 +139,13 @@ class AgentHooks:
             if verdict is EMPTY:
                 continue
             if verdict.decision in ("deny", "block") or verdict.stop is not None:
-                self._refuse(prep, event, verdict.reason if verdict.decision else verdict.stop or "", denials, emit)
+                self._refuse(prep, event, verdict.reason if verdict.decision else verdict.stop or "", denials, emit,
+                             verdict)
                 return None
             if verdict.updated_input is not None:
                 problem = _rewrite(prep, verdict.updated_input)
                 if problem:
-                    self._refuse(prep, event, problem, denials, emit)
+                    self._refuse(prep, event, problem, denials, emit, verdict)
                     return None
                 redo = decide(tool, prep.args, agent.permission_mode, agent.ctx, agent.policy)
                 if redo.verdict == "deny" or decision.verdict == "deny":

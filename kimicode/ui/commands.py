@@ -30,6 +30,7 @@ from kimicode.session.store import SessionError, find_session, list_sessions, on
 from kimicode.ui.approvals import describe_rules
 from kimicode.ui.branches import cmd_branches
 from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo
+from kimicode.ui.claude_cmds import CLAUDE_COMMANDS, rule_lines
 from kimicode.ui.completion import Choice, CommandInfo
 from kimicode.ui.format import money, tokens
 from kimicode.ui.login import cmd_login
@@ -267,11 +268,11 @@ async def cmd_permissions(session: Session, arg: str) -> None:
         "yolo": "everything runs without asking",
     }
     session.say(f"Permission mode: {agent.permission_mode} ({explain.get(agent.permission_mode, '')}).")
-    configured = agent.policy.rules
-    for action in ("allow", "deny", "ask"):
-        found = [r for r in getattr(configured, action) if r.source != "session"]  # those are listed below
-        if found:
-            session.say(f"Rules ({action}): " + ", ".join(str(r) for r in found), "dim")
+    listed = rule_lines(agent.policy.rules)  # deny, ask, allow: each rule with the file it came from
+    if listed:
+        session.say("Rules (deny first, then ask, then allow):")
+        for line in listed:
+            session.say(line, "dim")
     if agent.sandbox is not None:
         which = "commands that run without asking run" if agent.sandbox.auto else "bash runs"
         session.say(f"{which} in the sandbox (read-only, or the workspace writable; outside it only system "
@@ -590,7 +591,8 @@ COMMANDS: dict[str, Command] = {
         Command("login", "paste a new API key (checked, stored, used at once)", cmd_login),
         Command("trust", "whether this workspace's hooks, MCP servers, skills... are used", cmd_trust, "[on|off]"),
         Command("skills", "the skills the model may activate", cmd_skills),
+        *(Command(name, summary, handler) for name, summary, handler in CLAUDE_COMMANDS),
         Command("exit", "leave kimicode", cmd_exit),
     )
 }
-ALIASES = {"quit": "exit", "q": "exit", "new": "clear"}
+ALIASES = {"quit": "exit", "q": "exit", "new": "clear", "plugins": "plugin"}

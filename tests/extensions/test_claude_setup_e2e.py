@@ -1,0 +1,194 @@
+"""A Claude Code setup brought over whole, or what was left out said (issue 36), end to end: each test
+fails on the code before the issue's fix.
+
+1. `~/.claude/settings.json` permission rules decide (deny refuses naming the file, allow runs unasked);
+3. plugins Claude Code installed and enabled are used and listed;
+4. `~/.claude/CLAUDE.md` is in the system prompt; Claude's slash command names answer;
+5. what is found and not used is said once at start-up and in `doctor`;
+6. a hook's refusal names the hook, not a flag that cannot help.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import FIXTURES, run_app, sent_tool_results
+from ui_helpers import output, plain_session
+
+from kimicode.events import Notice, PermissionDenied
+from kimicode.testing import FakeServer, Reply, ToolCall
+
+HOOK = FIXTURES / "hooks" / "hook.py"
+
+
+def claude_dir(tmp_path: Path) -> Path:
+    """The test's Claude Code user folder (conftest points CLAUDE_CONFIG_DIR at it)."""
+    folder = tmp_path / "claude-home"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def write_settings(tmp_path: Path, data: dict[str, Any]) -> Path:
+    path = claude_dir(tmp_path) / "settings.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_user_settings_deny_refuses_naming_the_file_and_allow_runs_unasked(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
+    write_settings(tmp_path, {"permissions": {"deny": ["Bash(curl:*)"], "allow": ["Bash(touch:*)"]}})
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "curl -s https://example.com"}),
+                                 ToolCall("bash", {"command": "touch made.txt"})]),
+               Reply(content="done"))
+    events: list[Any] = []
+    agent = make_agent(headless=True, sandbox="off", on_event=events.append)
+    agent.run_sync("go")
+    refused, ran = sent_tool_results(server)
+    assert "denied by the rule `Bash(curl:*)` (~/.claude/settings.json: permissions.deny)" in refused.replace(
+        str(claude_dir(tmp_path)), "~/.claude") or "claude-home/settings.json: permissions.deny" in refused
+    assert (workspace / "made.txt").exists(), ran
+    assert [e.name for e in events if isinstance(e, PermissionDenied)] == ["bash"]
+
+
+def test_an_untrusted_projects_allow_rules_stay_ignored_its_deny_rules_apply(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path
+) -> None:
+    (workspace / ".claude").mkdir()
+    (workspace / ".claude" / "settings.json").write_text(json.dumps(
+        {"permissions": {"allow": ["Bash(touch:*)"], "deny": ["Read(./notes.txt)"]}}))
+    (workspace / "notes.txt").write_text("hello")
+    server.add(Reply(tool_calls=[ToolCall("read_file", {"path": "notes.txt"}),
+                                 ToolCall("bash", {"command": "touch made.txt"})]),
+               Reply(content="done"))
+    make_agent(headless=True, sandbox="off").run_sync("go")
+    read, touched = sent_tool_results(server)
+    assert "denied by the rule `Read(./notes.txt)`" in read and "settings.json" in read
+    assert "Permission denied" in touched and not (workspace / "made.txt").exists()
+
+
+def test_trusted_project_and_local_settings_allow(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path
+) -> None:
+    (workspace / ".claude").mkdir()
+    local = workspace / ".claude" / "settings.local.json"
+    local.write_text(json.dumps({"permissions": {"allow": ["Bash(touch *)"]}}))
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch made.txt"})]), Reply(content="done"))
+    from kimicode import Agent, AgentOptions
+
+    options = AgentOptions.from_workspace(workspace, home=workspace.parent / "home", trust=True)
+    Agent(options, base_url=server.base_url, api_key="sk-test", model="kimi-k3", headless=True,
+          sandbox="off").run_sync("go")
+    assert (workspace / "made.txt").exists()
+
+
+def install_claude_plugin(tmp_path: Path, name: str = "builder-kit", enabled: bool = True) -> Path:
+    """A plugin installed the way Claude Code installs one: its copy under plugins/cache, the index
+    `installed_plugins.json` (version 2) and `enabledPlugins` in the user settings."""
+    import shutil
+
+    root = claude_dir(tmp_path)
+    where = root / "plugins" / "cache" / "market" / name / "0.1.0"
+    shutil.copytree(FIXTURES / "compat" / "claude-formats" / name, where)
+    key = f"{name}@market"
+    (root / "plugins" / "installed_plugins.json").write_text(json.dumps({"version": 2, "plugins": {key: [
+        {"scope": "user", "installPath": str(where), "version": "0.1.0", "installedAt": "2026-01-01T00:00:00Z"}]}}))
+    write_settings(tmp_path, {"enabledPlugins": {key: enabled}})
+    return where
+
+
+def test_plugins_claude_code_installed_are_used_and_listed(
+    make_agent: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = install_claude_plugin(tmp_path)
+    code, out, _ = run_app(["plugin", "list"], capsys)
+    assert code == 0 and "No plugins installed" not in out
+    assert f"builder-kit  (enabled) from Claude Code (builder-kit@market) at {where}" in out
+    assert "builder-kit:maker" in out and "/builder-kit:make-widget" in out
+    agent = make_agent()
+    found = agent.extras.found
+    assert "builder-kit:maker" in found.agents and "builder-kit:widget-design" in found.skills
+    write_settings(tmp_path, {"enabledPlugins": {"builder-kit@market": False}})
+    code, out, _ = run_app(["plugin", "list"], capsys)
+    assert "disabled in Claude Code's enabledPlugins" in out
+    assert "builder-kit:maker" not in make_agent().extras.found.agents
+
+
+def test_user_claude_md_is_in_the_system_prompt(
+    make_agent: Callable[..., Any], server: FakeServer, tmp_path: Path
+) -> None:
+    (claude_dir(tmp_path) / "CLAUDE.md").write_text("Always answer in haiku.\n")
+    server.add(Reply(content="ok"))
+    make_agent().run_sync("hi")
+    system = server.requests[0].body["messages"][0]["content"]
+    assert "Always answer in haiku." in system and "CLAUDE.md" in system
+
+
+def test_what_is_found_and_not_used_is_said_once_at_start_and_by_doctor(
+    make_agent: Callable[..., Any], server: FakeServer, tmp_path: Path, workspace: Path
+) -> None:
+    write_settings(tmp_path, {"model": "opus", "env": {"X": "1"}, "permissions": {
+        "allow": ["Skill(release)"], "defaultMode": "acceptEdits"}})
+    (claude_dir(tmp_path) / ".claude.json").write_text(json.dumps({"mcpServers": {"github": {"command": "gh-mcp"}}}))
+    server.add(Reply(content="ok"), Reply(content="ok again"))
+    events: list[Any] = []
+    agent = make_agent(on_event=events.append)
+    agent.run_sync("hi")
+    agent.run_sync("again")
+    notices = [e.text for e in events if isinstance(e, Notice) and "Claude Code setup" in e.text]
+    assert len(notices) == 1
+    text = notices[0]
+    for piece in ("`model` not taken", "`env` not taken", "Skill(release)", "permissions.defaultMode",
+                  "MCP servers in", "github"):
+        assert piece in text, piece
+    from kimicode.cli.doctor import run_checks
+
+    lines = [c.detail for c in run_checks(workspace, tmp_path / "home", timeout=0.2) if c.name == "claude"]
+    assert any("Skill(release)" in line for line in lines) and any("`env` not taken" in line for line in lines)
+
+
+def test_a_hook_refusal_names_the_hook_not_a_flag(
+    make_agent: Callable[..., Any], server: FakeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kimicode.cli.headless import denial_line
+
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(HOOK))} exit2"
+    write_settings(tmp_path, {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": command}]}]}})
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "ls"})]), Reply(content="done"))
+    events: list[Any] = []
+    make_agent(headless=True, on_event=events.append).run_sync("go")
+    [denied] = [e for e in events if isinstance(e, PermissionDenied)]
+    line = denial_line(denied)
+    assert "--allow" not in line and "PreToolUse hook" in line and "hook.py exit2" in line
+    assert "settings.json" in line
+
+
+def test_claudes_slash_command_names_answer(
+    server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kimicode.ui import commands
+
+    write_settings(tmp_path, {"permissions": {"deny": ["Bash(curl:*)"]}, "hooks": {"Stop": [{"hooks": [
+        {"type": "command", "command": "true"}]}]}})
+    s = plain_session(server, workspace, monkeypatch)
+
+    async def go() -> None:
+        for name in ("hooks", "agents", "plugin", "mcp", "doctor", "export", "permissions", "memory", "status"):
+            await commands.dispatch(s, f"/{name}")
+        await s.agent.aclose()
+
+    asyncio.run(go())
+    text = output(s)
+    assert "Unknown command" not in text and "/login" not in text
+    assert "Stop: true" in text  # /hooks
+    assert "kimicode doctor" in text and "kimicode sessions export" in text
+    assert "deny  Bash(curl:*)" in text and "settings.json: permissions.deny" in text  # /permissions
+    assert "Model: kimi-k3" in text  # /status
