@@ -43,11 +43,11 @@ def load(settings: Settings | None, workspace: Path, home: Path, api_key: str,
         return None
     from kimicode.config.endpoint import ConfigError
     from kimicode.extensions.hooks import HookConfigError, load_hooks
-    from kimicode.extensions.plugins import enabled_plugins
+    from kimicode.extensions.claudeplugins import plugins_in_use
 
     try:
         hookset = load_hooks(workspace, {p: settings.parsed[p] for p in settings.sources}, settings.config.hooks,
-                             trusted=settings.trusted, plugins=[(p.name, p.root) for p in enabled_plugins(home)])
+                             trusted=settings.trusted, plugins=[(p.name, p.root) for p in plugins_in_use(home)])
     except HookConfigError as exc:
         raise ConfigError(str(exc)) from None
     for problem in hookset.problems:

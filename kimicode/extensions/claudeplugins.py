@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from kimicode.config.claude import claude_home, read_settings_json
-from kimicode.extensions.plugins import Plugin, PluginError, read_plugin
+from kimicode.extensions.plugins import Plugin, PluginError, enabled_plugins, read_plugin
 
-__all__ = ["ClaudePlugins", "claude_plugins"]
+__all__ = ["ClaudePlugins", "claude_plugins", "plugins_in_use"]
 
 INSTALLED = Path("plugins") / "installed_plugins.json"
 
@@ -78,3 +78,11 @@ def claude_plugins() -> ClaudePlugins:
         plugin.source = f"Claude Code ({key})"
         found.plugins.append(plugin)
     return found
+
+
+def plugins_in_use(home: Path) -> list[Plugin]:
+    """The plugins a session uses: kimicode's enabled ones, then Claude Code's enabled ones whose name
+    kimicode has no plugin of (cheap when neither has any)."""
+    mine = enabled_plugins(home)
+    names = {p.name for p in mine}
+    return mine + [p for p in claude_plugins().plugins if p.enabled and p.name not in names]

@@ -160,14 +160,11 @@ def installed_plugins(home: Path) -> list[Plugin]:
 
 
 def enabled_plugins(home: Path) -> list[Plugin]:
-    """The installed plugins that are enabled (cheap when none is installed): kimicode's, then Claude
-    Code's enabled ones (kimicode.extensions.claudeplugins) whose name kimicode has no plugin of."""
-    from kimicode.extensions.claudeplugins import claude_plugins
-
-    mine = installed_plugins(home) if (plugins_dir(home) / REGISTRY).exists() else []
-    names = {p.name for p in mine}
-    theirs = [p for p in claude_plugins().plugins if p.enabled and p.name not in names]
-    return [p for p in mine if p.enabled] + theirs
+    """The installed plugins that are enabled (cheap when none is installed); with Claude Code's own:
+    kimicode.extensions.claudeplugins.plugins_in_use."""
+    if not (plugins_dir(home) / REGISTRY).exists():
+        return []
+    return [p for p in installed_plugins(home) if p.enabled]
 
 
 def plugin_servers(plugins: list[Plugin]) -> dict[str, tuple[dict[str, Any], str]]:
