@@ -28,6 +28,7 @@ from kimicode.events import Notice
 from kimicode.permissions.engine import MODES
 from kimicode.session.store import SessionError, find_session, list_sessions, one_line
 from kimicode.ui.approvals import describe_rules
+from kimicode.ui.bangcmds import expand_bangs
 from kimicode.ui.branches import cmd_branches
 from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo
 from kimicode.ui.claude_cmds import CLAUDE_COMMANDS, rule_lines
@@ -116,6 +117,8 @@ async def run_custom(session: Session, command: CustomCommand, arg: str) -> None
         session.say(problem, "yellow")
     back = agent.model_config.name if command.model and command.model != agent.endpoint.model else None
     try:
+        if command.scope != "skill":  # Claude Code's !`cmd` lines: run (permission-checked), output in place
+            prompt = await expand_bangs(session, command.name, prompt)
         if back is not None:  # its `model` answers this turn only (a switch both ways, docs/models.md)
             agent.set_model(command.model)
         await session.run_turn(prompt, echo=f"/{command.name}: {custom_echo(command, arg)}")
@@ -284,11 +287,8 @@ async def cmd_permissions(session: Session, arg: str) -> None:
         session.say("Allowed for this session:")
         for rule in rules:
             session.say(f"  {rule}", "dim")
-    session.say(
-        f"Change it with /permissions {'|'.join(MODES)} or Shift-Tab; /permissions clear forgets "
-        "the session's approvals.",
-        "dim",
-    )
+    session.say(f"Change it with /permissions {'|'.join(MODES)} or Shift-Tab; /permissions clear forgets "
+                "the session's approvals.", "dim")
 
 
 async def cmd_reasoning(session: Session, arg: str) -> None:
@@ -566,13 +566,8 @@ COMMANDS: dict[str, Command] = {
         Command("model", "show or switch the model", cmd_model, "[name] [--fresh] [--force]", model_choices),
         Command("prompt", "show the system prompt and tool definitions the model gets", cmd_prompt),
         Command("thinking", "reasoning effort", cmd_thinking, "low|high|max", lambda s: EFFORTS),
-        Command(
-            "permissions",
-            "show or set the permission mode",
-            cmd_permissions,
-            "[mode|clear]",
-            lambda s: (*MODES, "clear"),
-        ),
+        Command("permissions", "the permission mode and every rule with its file; set the mode", cmd_permissions,
+                "[mode|clear]", lambda s: (*MODES, "clear")),
         Command(
             "reasoning", "show or hide the model's reasoning", cmd_reasoning, "show|hide", lambda s: ("show", "hide")
         ),

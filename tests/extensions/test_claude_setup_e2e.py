@@ -192,3 +192,52 @@ def test_claudes_slash_command_names_answer(
     assert "kimicode doctor" in text and "kimicode sessions export" in text
     assert "deny  Bash(curl:*)" in text and "settings.json: permissions.deny" in text  # /permissions
     assert "Model: kimi-k3" in text  # /status
+
+
+def test_config_show_lists_every_rule_with_its_file(
+    tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_settings(tmp_path, {"permissions": {"deny": ["Bash(curl:*)"], "allow": ["Read(~/notes/**)", "Agent(x)"]}})
+    (tmp_path / "home").mkdir(exist_ok=True)
+    (tmp_path / "home" / "config.toml").write_text('[permissions]\nask = ["bash(git push*)"]\n')
+    code, out, _ = run_app(["config", "show", "-C", str(workspace)], capsys)
+    assert code == 0
+    section = out[out.index("# permission rules in effect"):]
+    lines = section.splitlines()
+    assert any(line.startswith("#   deny  Bash(curl:*)") and "settings.json: permissions.deny" in line for line in lines)
+    assert any(line.startswith("#   ask   bash(git push*)") and "config.toml" in line for line in lines)
+    assert any("Read(~/notes/**)" in line and "permissions.allow" in line for line in lines)
+    assert any("Agent(x)" in line and "not used" in line for line in lines)
+    code, out, _ = run_app(["config", "show", "-C", str(workspace), "--json"], capsys)
+    rules = json.loads(out)["permission_rules"]
+    assert {"action": "deny", "rule": "Bash(curl:*)"}.items() <= rules[0].items()
+
+
+def test_bang_lines_of_a_command_run_through_the_permission_check(
+    server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ui_helpers import answers
+
+    from kimicode.ui import commands
+
+    write_settings(tmp_path, {"permissions": {"deny": ["Bash(rm:*)"]}})
+    (workspace / "keep.txt").write_text("x")
+    folder = claude_dir(tmp_path) / "commands"
+    folder.mkdir()
+    (folder / "state.md").write_text(
+        "---\nallowed-tools: Bash(touch granted.txt)\n---\nSaid: !`echo hello-from-bang`\n"
+        "Granted: !`touch granted.txt`\nAsked: !`touch asked.txt`\nDenied: !`rm -f keep.txt`\nNow answer.\n")
+    asked = answers(monkeypatch, "yes")
+    server.add(Reply(content="ok"))
+    s = plain_session(server, workspace, monkeypatch, sandbox="off")
+
+    async def go() -> None:
+        await commands.dispatch(s, "/state")
+        await s.agent.aclose()
+
+    asyncio.run(go())
+    sent = server.requests[0].body["messages"][-1]["content"]
+    assert "Said: hello-from-bang" in sent and "!`" not in sent
+    assert (workspace / "granted.txt").exists() and (workspace / "asked.txt").exists()
+    assert len(asked) == 1 and "touch asked.txt" in asked[0]  # only the one no rule allows asked
+    assert (workspace / "keep.txt").exists() and "`rm -f keep.txt` not run" in sent and "Bash(rm:*)" in sent
