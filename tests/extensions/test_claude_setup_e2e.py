@@ -241,3 +241,26 @@ def test_bang_lines_of_a_command_run_through_the_permission_check(
     assert (workspace / "granted.txt").exists() and (workspace / "asked.txt").exists()
     assert len(asked) == 1 and "touch asked.txt" in asked[0]  # only the one no rule allows asked
     assert (workspace / "keep.txt").exists() and "`rm -f keep.txt` not run" in sent and "Bash(rm:*)" in sent
+
+
+def test_status_line_runs_its_command_with_claudes_json_and_shows_its_line(
+    server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kimicode.ui.prompt import toolbar
+    from kimicode.ui.statusline import refresh_for
+
+    got = tmp_path / "status-in.json"
+    write_settings(tmp_path, {"statusLine": {"type": "command",
+                                             "command": f"cat > {shlex.quote(str(got))}; printf 'my-line\\n2nd\\n'"}})
+    s = plain_session(server, workspace, monkeypatch)
+
+    async def go() -> None:
+        await refresh_for(s)
+        await s.agent.aclose()
+
+    asyncio.run(go())
+    payload = json.loads(got.read_text())
+    assert payload["session_id"] == s.agent.session_id and payload["model"]["id"] == "kimi-k3"
+    assert payload["workspace"]["current_dir"] == str(workspace) and payload["cwd"] == str(workspace)
+    shown = "".join(text for _style, text, *_ in toolbar(s))
+    assert shown.endswith("\n my-line ") and "2nd" not in shown
