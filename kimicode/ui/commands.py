@@ -169,6 +169,10 @@ KEYS_HELP = [
     ("↑ ↓, Ctrl-R", "previous messages, search them"),
     ("Shift-Tab", "cycle the permission mode: default → accept-edits → plan → yolo"),
     ("Esc, Ctrl-C", "interrupt the agent"),
+    ("Esc Esc", "on an empty prompt: go back to an earlier turn (/rewind)"),
+    ("Ctrl-O", "show the last tool result (or the running command's output) in full"),
+    ("Ctrl-S", "while a turn runs: send what you typed into it now instead of after it"),
+    ("!command", "run a shell command yourself; its output goes to the model with your next message"),
     ("Ctrl-C twice, Ctrl-D", "exit"),
 ]
 
@@ -188,7 +192,8 @@ async def cmd_help(session: Session, arg: str) -> None:
     custom = session.custom_commands()
     if custom:
         session.console.print()
-        where = f".kimicode/commands/, {short_path(session.home / 'commands')}/"
+        where = (f".kimicode/commands/, .claude/commands/, {short_path(session.home / 'commands')}/, "
+                 "~/.claude/commands/, plugins, skills")
         session.console.print(Text(f"Custom commands ({where}):", style="bold"))
         mine = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
         mine.add_column(style="bold cyan", no_wrap=True)
@@ -459,10 +464,12 @@ async def cmd_compact(session: Session, arg: str) -> None:
         session.say("Nothing to compact yet: the conversation is still short.")
         return
     before, after = outcome.tokens_before, outcome.tokens_after
-    session.say(
-        f"Compacted {outcome.summarized} messages into a summary: ~{tokens(before)} → ~{tokens(after)} tokens.",
-        "green",
-    )
+    if after >= before:  # a summary longer than what it replaced freed nothing: not "compacted"
+        session.say(f"Summarised {outcome.summarized} messages, but the context did not shrink (~{tokens(before)} → "
+                    f"~{tokens(after)} tokens); /rewind or /clear frees more.", "yellow")
+    else:
+        session.say(f"Compacted {outcome.summarized} messages into a summary: ~{tokens(before)} → ~{tokens(after)} "
+                    "tokens.", "green")
     if outcome.fallback:
         session.say(
             f"The summary request failed ({outcome.error or 'no details'}); a simpler summary was kept instead.",

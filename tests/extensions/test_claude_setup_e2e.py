@@ -264,3 +264,44 @@ def test_status_line_runs_its_command_with_claudes_json_and_shows_its_line(
     assert payload["workspace"]["current_dir"] == str(workspace) and payload["cwd"] == str(workspace)
     shown = "".join(text for _style, text, *_ in toolbar(s))
     assert shown.endswith("\n my-line ") and "2nd" not in shown
+
+
+def test_skills_list_fits_120_columns_and_shows_display_names(
+    server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kimicode.ui import commands
+
+    for folder, name in (("agent-development", "Agent Development"), ("x" * 30, "x" * 30)):
+        skill = claude_dir(tmp_path) / "skills" / folder
+        skill.mkdir(parents=True)
+        (skill / "SKILL.md").write_text(f"---\nname: {name}\ndescription: {'word ' * 60}\n---\nBody.\n")
+    s = plain_session(server, workspace, monkeypatch, width=120)
+
+    async def go() -> None:
+        await commands.dispatch(s, "/skills")
+        await s.agent.aclose()
+
+    asyncio.run(go())
+    lines = output(s).splitlines()
+    rows = [line for line in lines if line.startswith("  /")]
+    assert len(rows) == 2 and all(len(line) <= 120 and line.endswith("(user)") for line in rows)
+    assert any(line.startswith("  /agent-development (Agent Development)  word") for line in rows)
+
+
+def test_help_lists_claudes_folders_and_keys(
+    server: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kimicode.ui import commands
+
+    (claude_dir(tmp_path) / "commands").mkdir()
+    (claude_dir(tmp_path) / "commands" / "hello.md").write_text("Say hello.\n")
+    s = plain_session(server, workspace, monkeypatch)
+
+    async def go() -> None:
+        await commands.dispatch(s, "/help")
+        await s.agent.aclose()
+
+    asyncio.run(go())
+    text = output(s)
+    for piece in ("Ctrl-O", "Ctrl-S", "Esc Esc", "!command", ".claude/commands/", "~/.claude/commands/"):
+        assert piece in text, piece
