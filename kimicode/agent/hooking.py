@@ -42,8 +42,8 @@ def load(settings: Settings | None, workspace: Path, home: Path, api_key: str,
     if settings is None:
         return None
     from kimicode.config.endpoint import ConfigError
-    from kimicode.extensions.hooks import HookConfigError, load_hooks
     from kimicode.extensions.claudeplugins import plugins_in_use
+    from kimicode.extensions.hooks import HookConfigError, load_hooks
 
     try:
         hookset = load_hooks(workspace, {p: settings.parsed[p] for p in settings.sources}, settings.config.hooks,

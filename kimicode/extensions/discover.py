@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kimicode.extensions.agents import AgentDef, load_agents
-from kimicode.extensions.places import Place, folders
 from kimicode.extensions.claudeplugins import plugins_in_use
+from kimicode.extensions.places import Place, folders
 from kimicode.extensions.plugins import Plugin
 from kimicode.extensions.skills import Skill, load_skills
 

@@ -204,7 +204,8 @@ def test_config_show_lists_every_rule_with_its_file(
     assert code == 0
     section = out[out.index("# permission rules in effect"):]
     lines = section.splitlines()
-    assert any(line.startswith("#   deny  Bash(curl:*)") and "settings.json: permissions.deny" in line for line in lines)
+    assert any(line.startswith("#   deny  Bash(curl:*)") and "settings.json: permissions.deny" in line
+               for line in lines)
     assert any(line.startswith("#   ask   bash(git push*)") and "config.toml" in line for line in lines)
     assert any("Read(~/notes/**)" in line and "permissions.allow" in line for line in lines)
     assert any("Agent(x)" in line and "not used" in line for line in lines)
