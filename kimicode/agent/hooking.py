@@ -86,10 +86,16 @@ class AgentHooks:
         }
 
     async def fire(self, event: str, values: tuple[str, ...], emit: Emit | None, call_id: str = "",
-                   **fields: Any) -> Verdict:
-        """Run the hooks of `event` that match `values`; report each run (event, log) and each message."""
+                   *, call: tuple[str, str, Mapping[str, Any]] | None = None, **fields: Any) -> Verdict:
+        """Run the hooks of `event` that match `values` (and, for a tool `call` (name, kind, arguments), whose
+        `if` rule names it); report each run (event, log) and each message."""
         hooks = self.hooks
         specs = hooks.matching(event, values) if hooks is not None else []
+        if call is not None and any(s.condition is not None for s in specs):
+            from kimicode.permissions.claude import call_matches
+
+            specs = [s for s in specs if s.condition is None
+                     or call_matches(s.condition, call[0], call[1], dict(call[2]), self.agent.workspace)]
         if not specs or hooks is None:
             return EMPTY
         verdict = await hooks.run(specs, self.payload(event, **fields))
@@ -134,7 +140,8 @@ class AgentHooks:
         for event in ("PreToolUse", "PermissionRequest"):
             if event == "PermissionRequest" and decision.verdict != "ask":
                 break
-            verdict = await self.fire(event, values, emit, prep.call_id, tool_name=claude_name(tool.name),
+            verdict = await self.fire(event, values, emit, prep.call_id, call=(tool.name, tool.kind, prep.args),
+                                      tool_name=claude_name(tool.name),
                                       tool_input=claude_input(tool.name, prep.args), tool_use_id=prep.call_id)
             if verdict is EMPTY:
                 continue
@@ -161,7 +168,7 @@ class AgentHooks:
         name = prep.tool.name
         event = "PostToolUseFailure" if is_error else "PostToolUse"
         common: dict[str, Any] = {"tool_name": claude_name(name), "tool_input": claude_input(name, prep.args),
-                                  "tool_use_id": prep.call_id}
+                                  "tool_use_id": prep.call_id, "call": (name, prep.tool.kind, prep.args)}
         if is_error:
             verdict = await self.fire(event, names_of(name), emit, prep.call_id, **common, error=content)
         else:

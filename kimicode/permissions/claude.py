@@ -34,7 +34,7 @@ from kimicode.config.claude import claude_settings_files, read_settings_json
 from kimicode.config.endpoint import ConfigError
 from kimicode.permissions.policy import Rule, Rules, parse_rule
 
-__all__ = ["ClaudeRules", "claude_rules", "parse_claude_rule", "shown_file"]
+__all__ = ["ClaudeRules", "call_matches", "claude_rules", "parse_claude_rule", "shown_file"]
 
 _PATH_TOOLS = frozenset({"Read", "Edit", "Write", "MultiEdit", "NotebookEdit", "Glob", "Grep", "LS"})
 _PLAIN_TOOLS = {"Agent": "task", "Task": "task", "Skill": "skill", "TodoWrite": "todo_write",
@@ -172,3 +172,31 @@ def _read_table(perms: dict[str, object], path: Path, untrusted: bool, lists: di
     for key, how in _OTHER_KEYS.items():
         if key in perms:
             out.unused.append(f"{shown}: permissions.{key} not taken: {how}")
+
+
+def call_matches(rule: Rule, tool_name: str, kind: str, args: dict[str, object], workspace: Path) -> bool:
+    """Whether `rule` names this tool call (a hook's Claude Code `if` condition): the tool, and its command
+    (any simple command of the line), URL or path. A command line that cannot be parsed matches (the hook
+    runs rather than being skipped on a line nobody can read)."""
+    if not rule.applies_to(tool_name, kind):
+        return False
+    if rule.pattern is None:
+        return True
+    if tool_name == "bash":
+        from kimicode.permissions.shellparse import ShellParseError, parse
+
+        command = args.get("command")
+        try:
+            commands = parse(command if isinstance(command, str) else "")
+        except ShellParseError:
+            return True
+        return any(rule.matches_command(cmd.text) for cmd in commands)
+    if tool_name == "web_fetch":
+        return rule.matches_url(args.get("url"))
+    raw = args.get("path")
+    if not isinstance(raw, str):
+        return True
+    import os
+
+    path = Path(os.path.realpath(os.path.join(workspace, os.path.expanduser(raw))))
+    return rule.matches_path(path, workspace)

@@ -306,3 +306,21 @@ def test_help_lists_claudes_folders_and_keys(
     text = output(s)
     for piece in ("Ctrl-O", "Ctrl-S", "Esc Esc", "!command", ".claude/commands/", "~/.claude/commands/"):
         assert piece in text, piece
+
+
+def test_a_hooks_if_rule_limits_it_to_the_calls_it_names(
+    make_agent: Callable[..., Any], server: FakeServer, tmp_path: Path, workspace: Path
+) -> None:
+    """Claude Code's hook `if` (security-guidance's `"if": "Bash(git commit:*)"`): the hook runs only for the
+    calls the rule names; before, kimicode ran it for every call its matcher took."""
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(HOOK))} exit2"
+    write_settings(tmp_path, {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": command, "if": "Bash(rm:*)"}]}]}})
+    (workspace / "keep.txt").write_text("x")
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo fine"}),
+                                 ToolCall("bash", {"command": "cd . && rm keep.txt"})]), Reply(content="done"))
+    make_agent(permission_mode="yolo", sandbox="off").run_sync("go")
+    ran, refused = sent_tool_results(server)
+    assert "fine" in ran and "Blocked by a PreToolUse hook" in refused and (workspace / "keep.txt").exists()
+    logged = [json.loads(line) for line in (workspace / "hooks.jsonl").read_text().splitlines()]
+    assert [e["payload"]["tool_input"]["command"] for e in logged] == ["cd . && rm keep.txt"]
