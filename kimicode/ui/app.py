@@ -50,6 +50,7 @@ from kimicode.ui.statusline import refresh_for, status_line_for
 from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, mcp_counts, mcp_failure_line
 from kimicode.ui.typeahead import input_footer, offer_plan, steer
 from kimicode.ui.view import TurnView, expanded_result
+from kimicode.ui.window import learn_window
 
 __all__ = ["LATEST", "Session", "SessionOptions"]
 
@@ -547,6 +548,7 @@ class Session:
         self.index.refresh()
         self.banner()
         self.start_mcp()
+        learn_window(self)
         if self.options.first_prompt:  # `kimicode "PROMPT"`: sent as if typed
             self.queued.append(self.options.first_prompt)
         armed = False

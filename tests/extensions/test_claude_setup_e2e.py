@@ -324,3 +324,25 @@ def test_a_hooks_if_rule_limits_it_to_the_calls_it_names(
     assert "fine" in ran and "Blocked by a PreToolUse hook" in refused and (workspace / "keep.txt").exists()
     logged = [json.loads(line) for line in (workspace / "hooks.jsonl").read_text().splitlines()]
     assert [e["payload"]["tool_input"]["command"] for e in logged] == ["cd . && rm keep.txt"]
+
+
+def test_the_toolbar_shows_the_servers_window_before_the_first_turn(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After `-c` the toolbar said `/1.0M` (the model's default) until a request was sent: the window is
+    now asked for when the session opens."""
+    from kimicode.ui.prompt import toolbar
+    from kimicode.ui.window import learn_window
+
+    with FakeServer(dialect="vllm", model="kimi-k3", context_window=200_000) as fake:  # vLLM: max_model_len
+        s = plain_session(fake, workspace, monkeypatch)
+
+        async def go() -> str:
+            task = learn_window(s)
+            assert task is not None
+            await task
+            await s.agent.aclose()
+            return "".join(text for _style, text, *_ in toolbar(s))
+
+        shown = asyncio.run(go())
+    assert "/200k" in shown and "1.0M" not in shown
