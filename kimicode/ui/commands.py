@@ -8,7 +8,6 @@ wins over a custom command of the same name, and /help says which files are hidd
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import difflib
 import json
@@ -24,7 +23,6 @@ from rich.text import Text
 from kimicode.agent.costs import agent_prices
 from kimicode.config.choices import EFFORTS
 from kimicode.config.pricing import describe_prices, unknown_price_hint
-from kimicode.events import Notice
 from kimicode.permissions.engine import MODES
 from kimicode.session.store import SessionError, find_session, list_sessions, one_line
 from kimicode.ui.approvals import describe_rules
@@ -32,6 +30,7 @@ from kimicode.ui.bangcmds import expand_bangs
 from kimicode.ui.branches import cmd_branches
 from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo
 from kimicode.ui.claude_cmds import CLAUDE_COMMANDS, rule_lines
+from kimicode.ui.compact_cmd import cmd_compact
 from kimicode.ui.completion import Choice, CommandInfo
 from kimicode.ui.format import money, tokens
 from kimicode.ui.login import cmd_login
@@ -41,7 +40,6 @@ from kimicode.ui.trust_cmds import cmd_skills, cmd_trust
 
 if TYPE_CHECKING:
     from kimicode.commands import CustomCommand
-    from kimicode.context.compact import CompactionResult
     from kimicode.ui.app import Session
 
 Handler = Callable[["Session", str], Awaitable[None]]
@@ -439,42 +437,6 @@ async def cmd_cost(session: Session, arg: str) -> None:
         return
     prices, source = agent_prices(agent)
     session.say(f"Cost: about {money(cost)} ({name} prices per million tokens: {describe_prices(prices, source)}).")
-
-
-async def cmd_compact(session: Session, arg: str) -> None:
-    agent = session.agent
-
-    async def compacting() -> CompactionResult | None:
-        async with agent.compact(arg or None) as events:  # its events stream like a turn's
-            async for ev in events:
-                if not isinstance(ev, Notice) or ev.level != "info":  # the outcome is reported below, once
-                    session.on_side_event(ev)
-            return await events
-
-    try:
-        with session.transient("Compacting… (Esc cancels)"):
-            outcome = await session.run_cancellable(compacting())
-    except asyncio.CancelledError:
-        session.say("Compaction cancelled; the conversation is unchanged.", "yellow")
-        return
-    except Exception as exc:
-        session.say(f"Compaction failed: {exc}. The conversation is unchanged.", "red")
-        return
-    if outcome is None:
-        session.say("Nothing to compact yet: the conversation is still short.")
-        return
-    before, after = outcome.tokens_before, outcome.tokens_after
-    if after >= before:  # a summary longer than what it replaced freed nothing: not "compacted"
-        session.say(f"Summarised {outcome.summarized} messages, but the context did not shrink (~{tokens(before)} → "
-                    f"~{tokens(after)} tokens); /rewind or /clear frees more.", "yellow")
-    else:
-        session.say(f"Compacted {outcome.summarized} messages into a summary: ~{tokens(before)} → ~{tokens(after)} "
-                    "tokens.", "green")
-    if outcome.fallback:
-        session.say(
-            f"The summary request failed ({outcome.error or 'no details'}); a simpler summary was kept instead.",
-            "yellow",
-        )
 
 
 SESSIONS_SHOWN = 20
