@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from kimicode.agent.core import Agent
     from kimicode.agent.toolcalls import Prepared
     from kimicode.config.settings import Settings
+    from kimicode.extensions.hooks import HookSpec
 
 Emit = Callable[[Event], None]
 CLAUDE_MODES = {"default": "default", "accept-edits": "acceptEdits", "plan": "plan", "yolo": "bypassPermissions"}
@@ -91,11 +92,8 @@ class AgentHooks:
         `if` rule names it); report each run (event, log) and each message."""
         hooks = self.hooks
         specs = hooks.matching(event, values) if hooks is not None else []
-        if call is not None and any(s.condition is not None for s in specs):
-            from kimicode.permissions.claude import call_matches
-
-            specs = [s for s in specs if s.condition is None
-                     or call_matches(s.condition, call[0], call[1], dict(call[2]), self.agent.workspace)]
+        if call is not None:
+            specs = _named_by_condition(specs, call, self.agent.workspace)
         if not specs or hooks is None:
             return EMPTY
         verdict = await hooks.run(specs, self.payload(event, **fields))
@@ -270,3 +268,14 @@ class HookStop(Exception):
 def context_message(context: list[str]) -> dict[str, Any]:
     """The user message carrying what hooks added (after the prompt, like the permission-mode note)."""
     return {"role": "user", "content": "[context from hooks]\n" + "\n\n".join(context)}
+
+
+def _named_by_condition(specs: list[HookSpec], call: tuple[str, str, Mapping[str, Any]],
+                        workspace: Path) -> list[HookSpec]:
+    """The hooks of `specs` whose `if` rule (Claude Code's) names the tool call `call` (name, kind, args)."""
+    if all(s.condition is None for s in specs):
+        return specs
+    from kimicode.permissions.claude import call_matches
+
+    name, kind, args = call
+    return [s for s in specs if s.condition is None or call_matches(s.condition, name, kind, dict(args), workspace)]

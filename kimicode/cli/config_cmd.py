@@ -131,11 +131,14 @@ def show(
     out.append("# resolved model (flags and the environment applied):")
     for key, value in resolved.items():
         out.append(f"#   {key}: {value if not isinstance(value, dict) else ', '.join(value)}")
-    out.append("")
-    out.append("# permission rules in effect (deny first, then ask, then allow; each with its file):")
-    out += [f"#   {r['action']:<5} {r['rule']}  ({r['source']})" for r in rules] or ["#   (none)"]
-    out += [f"#   {note}" for note in notes]
+    out += _rules_text(rules, notes)
     typer.echo("\n".join(out))
+
+
+def _rules_text(rules: list[dict[str, str]], notes: list[str]) -> list[str]:
+    out = ["", "# permission rules in effect (deny first, then ask, then allow; each with its file):"]
+    out += [f"#   {r['action']:<5} {r['rule']}  ({r['source']})" for r in rules] or ["#   (none)"]
+    return out + [f"#   {note}" for note in notes]
 
 
 def _active_rules(settings: Any, workspace: Path, home: Path) -> tuple[list[dict[str, str]], list[str]]:

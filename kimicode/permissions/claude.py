@@ -81,17 +81,11 @@ def parse_claude_rule(text: str, source: str = "") -> Rule:
     """One rule of a Claude Code settings file as a kimicode `Rule` (see the module doc for the syntax).
     Raises ConfigError, with the reason, for a rule kimicode cannot apply."""
     where = f"{source}: " if source else ""
-    m = _TOOL_NAME.fullmatch(text) if isinstance(text, str) else None
-    if m is None:
-        raise ConfigError(f"{where}{text!r} is not a rule of Claude Code's syntax (Tool or Tool(specifier))")
-    tool, spec = m.group(1), m.group(2)
-    spec = spec.strip() if spec is not None else None
+    tool, spec = _split(text, where)
     if tool.startswith("mcp__"):
         if spec:
             raise ConfigError(f"{where}`{text}`: an MCP rule takes no specifier (mcp__server or mcp__server__tool)")
         return Rule(tool, None, text.strip(), source)
-    if spec in ("", "*") or (spec == "**" and tool in _PATH_TOOLS):
-        spec = None  # Bash(*), Read(**): the whole tool
     if tool in _NOT_TAKEN and spec is not None:
         raise ConfigError(f"{where}`{text}`: {_NOT_TAKEN[tool]}")
     if tool == "Bash" and spec is not None:
@@ -105,6 +99,18 @@ def parse_claude_rule(text: str, source: str = "") -> Rule:
         return replace(parse_rule(text, source), raw=text.strip())
     raise ConfigError(f"{where}`{text}`: kimicode has no tool {tool!r} (its tools: bash, read_file, write_file, "
                       "edit_file, apply_patch, glob, grep, web_fetch, task, skill, mcp__SERVER__TOOL)")
+
+
+def _split(text: str, where: str) -> tuple[str, str | None]:
+    """(tool, specifier or None for the whole tool: `Bash`, `Bash()`, `Bash(*)`, `Read(**)`)."""
+    m = _TOOL_NAME.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        raise ConfigError(f"{where}{text!r} is not a rule of Claude Code's syntax (Tool or Tool(specifier))")
+    tool, spec = m.group(1), m.group(2)
+    spec = spec.strip() if spec is not None else None
+    if spec in ("", "*") or (spec == "**" and tool in _PATH_TOOLS):
+        return tool, None
+    return tool, spec
 
 
 def _bash_rule(text: str, spec: str, source: str) -> Rule:
