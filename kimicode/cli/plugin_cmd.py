@@ -143,8 +143,19 @@ def remove(name: Annotated[str, typer.Argument(help="The plugin's name.")]) -> N
     try:
         remove_plugin(kimicode_home(), name)
     except (PluginError, OSError) as exc:
-        _fail(str(exc))
+        _fail(_claudes(name) or str(exc))
     typer.echo(f"Removed {name}.")
+
+
+def _claudes(name: str) -> str:
+    """For a plugin Claude Code installed: that it is Claude Code's to change (empty for any other name)."""
+    from kimicode.extensions.claudeplugins import claude_plugins
+
+    found = next((p for p in claude_plugins().plugins if p.name == name), None)
+    if found is None:
+        return ""
+    return (f"{name} is Claude Code's plugin ({found.source}); kimicode uses it while `enabledPlugins` in Claude "
+            "Code's settings.json has it true: change it there (or with Claude Code's /plugin)")
 
 
 def _toggle(name: str, enabled: bool) -> None:
@@ -154,7 +165,7 @@ def _toggle(name: str, enabled: bool) -> None:
     try:
         set_enabled(kimicode_home(), name, enabled)
     except (PluginError, OSError) as exc:
-        _fail(str(exc))
+        _fail(_claudes(name) or str(exc))
     typer.echo(f"{name} {'enabled' if enabled else 'disabled'} (from the next session).")
 
 

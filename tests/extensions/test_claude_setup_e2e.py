@@ -118,6 +118,8 @@ def test_plugins_claude_code_installed_are_used_and_listed(
     write_settings(tmp_path, {"enabledPlugins": {"builder-kit@market": False}})
     code, out, _ = run_app(["plugin", "list"], capsys)
     assert "disabled in Claude Code's enabledPlugins" in out
+    code, _, err = run_app(["plugin", "enable", "builder-kit"], capsys)
+    assert code == 1 and "Claude Code's plugin (Claude Code (builder-kit@market))" in err and "enabledPlugins" in err
     assert "builder-kit:maker" not in make_agent().extras.found.agents
 
 
