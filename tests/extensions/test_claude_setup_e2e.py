@@ -348,3 +348,23 @@ def test_the_toolbar_shows_the_servers_window_before_the_first_turn(
 
         shown = asyncio.run(go())
     assert "/200k" in shown and "1.0M" not in shown
+
+
+def test_nothing_of_the_turn_is_drawn_while_a_question_is_on_screen() -> None:
+    """Finding 7: reasoning was drawn over the approval menu. While the live region is paused (a question
+    owns the screen) what the turn prints is held, and written once the question is answered."""
+    import io
+
+    from kimicode.ui.live import LiveRegion
+
+    screen = io.StringIO()
+    region = LiveRegion(screen, lambda: 40, lambda: ["status\n"])
+    region.print_above("before\n")
+    region.clear()  # as TurnView.suspend does before the question is shown
+    region.paused = True
+    drawn = screen.getvalue()
+    region.print_above("late reasoning line\n")
+    region.redraw()
+    assert screen.getvalue() == drawn  # nothing over the menu
+    region.paused = False
+    assert screen.getvalue().endswith("late reasoning line\n")
