@@ -174,6 +174,9 @@ class PermissionDenied:
     """True when a `deny` rule (not the permission mode) refused it: no flag short of editing it allows it."""
     kind: str = ""
     """The tool's kind (`read`, `edit`, `execute`, ...), so faces can name the mode that would allow it."""
+    hook: str = ""
+    """When a hook refused it: the hook (its command and the file it came from), which faces name instead
+    of a flag (no flag allows what a hook refuses)."""
 
 
 @dataclass(frozen=True)

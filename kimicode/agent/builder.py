@@ -190,7 +190,8 @@ def confine(o: AgentOptions, r: Resolved, tools: ToolRegistry, ctx: ToolContext,
     replaced by a sandboxed one), and a secret-free, masked environment for the tools (`ctx`)."""
     from kimicode.config.redact import Masker, known_secrets
     from kimicode.config.settings import config_paths
-    from kimicode.permissions.policy import Policy, secret_env_names, session_rules
+    from kimicode.permissions.policy import Policy, secret_env_names
+    from kimicode.permissions.sources import session_rules
     from kimicode.procs import harden_process
     from kimicode.tools.sandbox import setup_sandbox
     from kimicode.tools.shell import BASH, bash_tool, scrub_env
@@ -200,7 +201,7 @@ def confine(o: AgentOptions, r: Resolved, tools: ToolRegistry, ctx: ToolContext,
     rules = o.rules
     if rules is None:
         rules = session_rules(r.settings, project_file=project_file, allow=o.allow, deny=o.deny, ask=o.ask,
-                              ignored=ignored)
+                              ignored=ignored, claude_workspace=r.workspace if o.config is not None else None)
         o = o.replace(rules=rules)  # forks, resumes and subagents keep exactly these rules
     sandbox, sandbox_warning = setup_sandbox(
         o.sandbox, o.sandbox_network, r.settings, r.workspace, r.home,

@@ -174,6 +174,11 @@ def _discover(settings: Settings | None, r: Resolved, extras: Extras) -> None:
 
     extras.found = discover(r.workspace, r.home, trusted=settings.trusted)
     extras.notices.extend((p, "warning") for p in extras.found.problems)
+    from kimicode.extensions.claudesetup import notice
+
+    unused = notice(r.workspace, trusted=settings.trusted)  # nothing of a Claude Code setup left out silently
+    if unused:
+        extras.notices.append((unused, "warning"))
 
 
 def _setup_mcp(config: Settings | None, r: Resolved, extras: Extras) -> None:

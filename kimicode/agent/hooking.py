@@ -26,9 +26,12 @@ if TYPE_CHECKING:
     from kimicode.agent.core import Agent
     from kimicode.agent.toolcalls import Prepared
     from kimicode.config.settings import Settings
+    from kimicode.extensions.hooks import HookSpec
 
 Emit = Callable[[Event], None]
 CLAUDE_MODES = {"default": "default", "accept-edits": "acceptEdits", "plan": "plan", "yolo": "bypassPermissions"}
+_REFUSALS = frozenset({"deny", "block", "refused", "stop"})
+"""Outcomes of a hook run that refuse the call (the hook a denial names)."""
 MAX_STOP_BLOCKS = 8
 """Times Stop hooks may send the model back to work in one turn (a hook that always blocks must not
 loop until max_turns)."""
@@ -41,12 +44,12 @@ def load(settings: Settings | None, workspace: Path, home: Path, api_key: str,
     if settings is None:
         return None
     from kimicode.config.endpoint import ConfigError
+    from kimicode.extensions.claudeplugins import plugins_in_use
     from kimicode.extensions.hooks import HookConfigError, load_hooks
-    from kimicode.extensions.plugins import enabled_plugins
 
     try:
         hookset = load_hooks(workspace, {p: settings.parsed[p] for p in settings.sources}, settings.config.hooks,
-                             trusted=settings.trusted, plugins=[(p.name, p.root) for p in enabled_plugins(home)])
+                             trusted=settings.trusted, plugins=[(p.name, p.root) for p in plugins_in_use(home)])
     except HookConfigError as exc:
         raise ConfigError(str(exc)) from None
     for problem in hookset.problems:
@@ -85,10 +88,13 @@ class AgentHooks:
         }
 
     async def fire(self, event: str, values: tuple[str, ...], emit: Emit | None, call_id: str = "",
-                   **fields: Any) -> Verdict:
-        """Run the hooks of `event` that match `values`; report each run (event, log) and each message."""
+                   *, call: tuple[str, str, Mapping[str, Any]] | None = None, **fields: Any) -> Verdict:
+        """Run the hooks of `event` that match `values` (and, for a tool `call` (name, kind, arguments), whose
+        `if` rule names it); report each run (event, log) and each message."""
         hooks = self.hooks
         specs = hooks.matching(event, values) if hooks is not None else []
+        if call is not None:
+            specs = _named_by_condition(specs, call, self.agent.workspace)
         if not specs or hooks is None:
             return EMPTY
         verdict = await hooks.run(specs, self.payload(event, **fields))
@@ -109,15 +115,18 @@ class AgentHooks:
             self.stop = verdict.stop
         return verdict
 
-    def _refuse(self, prep: Prepared, event: str, reason: str, denials: list[dict[str, Any]], emit: Emit) -> None:
+    def _refuse(self, prep: Prepared, event: str, reason: str, denials: list[dict[str, Any]], emit: Emit,
+                verdict: Verdict | None = None) -> None:
         tool = prep.tool
         assert tool is not None
+        refusing = [r for r in (verdict.reports if verdict is not None else ()) if r.outcome in _REFUSALS]
+        hook = "; ".join(f"{event} hook `{r.command}` ({r.source})" for r in refusing) or f"a {event} hook"
         reason = self.agent.masker.mask(reason)  # a hook's stderr may carry a secret: events and the result show it
         prep.error = f"Blocked by a {event} hook: {reason}"
         denials.append({"tool_name": tool.name, "tool_use_id": prep.call_id, "tool_input": dict(prep.args),
                         "reason": f"{event} hook: {reason}"})
         emit(PermissionDenied(prep.call_id, tool.name, frozen(prep.args), f"{event} hook: {reason}", "", False,
-                              tool.kind))
+                              tool.kind, hook))
 
     async def before_tool(self, prep: Prepared, decision: Decision, denials: list[dict[str, Any]],
                           emit: Emit) -> Decision | None:
@@ -130,17 +139,19 @@ class AgentHooks:
         for event in ("PreToolUse", "PermissionRequest"):
             if event == "PermissionRequest" and decision.verdict != "ask":
                 break
-            verdict = await self.fire(event, values, emit, prep.call_id, tool_name=claude_name(tool.name),
+            verdict = await self.fire(event, values, emit, prep.call_id, call=(tool.name, tool.kind, prep.args),
+                                      tool_name=claude_name(tool.name),
                                       tool_input=claude_input(tool.name, prep.args), tool_use_id=prep.call_id)
             if verdict is EMPTY:
                 continue
             if verdict.decision in ("deny", "block") or verdict.stop is not None:
-                self._refuse(prep, event, verdict.reason if verdict.decision else verdict.stop or "", denials, emit)
+                self._refuse(prep, event, verdict.reason if verdict.decision else verdict.stop or "", denials, emit,
+                             verdict)
                 return None
             if verdict.updated_input is not None:
                 problem = _rewrite(prep, verdict.updated_input)
                 if problem:
-                    self._refuse(prep, event, problem, denials, emit)
+                    self._refuse(prep, event, problem, denials, emit, verdict)
                     return None
                 redo = decide(tool, prep.args, agent.permission_mode, agent.ctx, agent.policy)
                 if redo.verdict == "deny" or decision.verdict == "deny":
@@ -156,7 +167,7 @@ class AgentHooks:
         name = prep.tool.name
         event = "PostToolUseFailure" if is_error else "PostToolUse"
         common: dict[str, Any] = {"tool_name": claude_name(name), "tool_input": claude_input(name, prep.args),
-                                  "tool_use_id": prep.call_id}
+                                  "tool_use_id": prep.call_id, "call": (name, prep.tool.kind, prep.args)}
         if is_error:
             verdict = await self.fire(event, names_of(name), emit, prep.call_id, **common, error=content)
         else:
@@ -257,3 +268,12 @@ class HookStop(Exception):
         self.kind = kind
 
 
+def _named_by_condition(specs: list[HookSpec], call: tuple[str, str, Mapping[str, Any]],
+                        workspace: Path) -> list[HookSpec]:
+    """The hooks of `specs` whose `if` rule (Claude Code's) names the tool call `call` (name, kind, args)."""
+    if all(s.condition is None for s in specs):
+        return specs
+    from kimicode.permissions.claude import call_matches
+
+    name, kind, args = call
+    return [s for s in specs if s.condition is None or call_matches(s.condition, name, kind, dict(args), workspace)]

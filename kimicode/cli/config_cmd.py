@@ -113,8 +113,10 @@ def show(
         resolved = {"error": str(exc)}
     data = settings.masked()
     files = [{"path": str(p), "read": p in settings.sources} for p in config_paths(workspace, home)]
+    rules, notes = _active_rules(settings, workspace, home)
     if as_json:
-        typer.echo(json.dumps({"files": files, "settings": data, "resolved": resolved}, indent=2))
+        typer.echo(json.dumps({"files": files, "settings": data, "resolved": resolved,
+                               "permission_rules": rules, "permission_notes": notes}, indent=2))
         return
     out = ["# configuration files (later ones override earlier ones):"]
     for f in files:
@@ -129,4 +131,31 @@ def show(
     out.append("# resolved model (flags and the environment applied):")
     for key, value in resolved.items():
         out.append(f"#   {key}: {value if not isinstance(value, dict) else ', '.join(value)}")
+    out += _rules_text(rules, notes)
     typer.echo("\n".join(out))
+
+
+def _rules_text(rules: list[dict[str, str]], notes: list[str]) -> list[str]:
+    out = ["", "# permission rules in effect (deny first, then ask, then allow; each with its file):"]
+    out += [f"#   {r['action']:<5} {r['rule']}  ({r['source']})" for r in rules] or ["#   (none)"]
+    return out + [f"#   {note}" for note in notes]
+
+
+def _active_rules(settings: Any, workspace: Path, home: Path) -> tuple[list[dict[str, str]], list[str]]:
+    """Every permission rule a session here starts with (kimicode's files and Claude Code's), with its
+    file, and the notes on what was ignored or not used."""
+    from kimicode.config.endpoint import ConfigError
+    from kimicode.config.settings import config_paths
+    from kimicode.permissions.claude import claude_rules
+    from kimicode.permissions.sources import session_rules
+
+    notes: list[str] = []
+    try:
+        rules = session_rules(settings, project_file=config_paths(workspace, home)[1], ignored=notes,
+                              claude_workspace=workspace)
+    except ConfigError as exc:
+        return [], [f"error: {exc}"]
+    notes += claude_rules(workspace, trusted=settings.trusted).unused
+    rows = [{"action": action, "rule": r.raw, "source": r.source}
+            for action in ("deny", "ask", "allow") for r in getattr(rules, action)]
+    return rows, notes

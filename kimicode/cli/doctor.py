@@ -233,6 +233,16 @@ def _mcp_checks(workspace: Path, home: Path, settings: Any) -> list[Check]:
     return checks
 
 
+def _claude_checks(workspace: Path, settings: Any) -> list[Check]:
+    """A Claude Code setup: each piece found and not used, with the reason and the way to get it."""
+    from kimicode.extensions.claudesetup import not_used
+
+    lines = not_used(workspace, trusted=settings is not None and settings.trusted)
+    if not lines:
+        return [Check("claude", "ok", "everything of Claude Code's setup found here is used")]
+    return [Check("claude", "warn", line) for line in lines]
+
+
 def run_checks(
     workspace: Path, home: Path, *, model: str | None = None, base_url: str | None = None, timeout: float = 10.0
 ) -> list[Check]:
@@ -246,6 +256,7 @@ def run_checks(
     checks.extend(_tool_checks(settings))
     if settings is not None:
         checks.extend(_mcp_checks(workspace, home, settings))
+    checks.extend(_claude_checks(workspace, settings))
     return checks
 
 

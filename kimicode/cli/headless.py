@@ -302,6 +302,8 @@ def _call_text(name: str, arguments: Mapping[str, Any]) -> str:
 def denial_line(ev: PermissionDenied) -> str:
     """One stderr line for a refused call, with what would allow it."""
     head = f"kimicode: refused {_call_text(ev.name, ev.arguments)} ({one_line(ev.reason, 200)})"
+    if ev.hook:  # no flag allows what a hook refuses: name the hook
+        return f"{head}; refused by the {one_line(ev.hook, 400)}: change that hook to allow it"
     if ev.by_rule:
         return f"{head}; a deny rule forbids it"
     rules = (ev.suggestion or "").splitlines()  # one rule per part of a compound command that needs one

@@ -27,12 +27,13 @@ def list_servers(
     """Start each configured server (plugins' too), then show its status and tools (exit 1 if any failed)."""
     from kimicode.cli.config_cmd import workspace_settings
     from kimicode.config.endpoint import kimicode_home
-    from kimicode.extensions.plugins import enabled_plugins, plugin_servers
+    from kimicode.extensions.claudeplugins import plugins_in_use
+    from kimicode.extensions.plugins import plugin_servers
     from kimicode.mcp.config import load_server_configs
 
     workspace, settings = workspace_settings(cwd)
     home = kimicode_home()
-    configs, problems = load_server_configs(workspace, settings, extra=plugin_servers(enabled_plugins(home)))
+    configs, problems = load_server_configs(workspace, settings, extra=plugin_servers(plugins_in_use(home)))
     rows: list[dict[str, Any]] = []
     if configs:
         rows = asyncio.run(probe_servers(configs, workspace, home))

@@ -68,6 +68,7 @@ def add(
                    f"{_describe(contents)}")
         if runs:
             typer.echo("Its hooks and MCP servers run these commands on your machine, in every workspace.")
+        unloadable = _unloadable(plugin)
         if not yes:
             if not can_ask():
                 _fail("not installed: pass --yes to install without a terminal to ask in")
@@ -81,26 +82,55 @@ def add(
             return
     typer.echo(f"Installed {installed.name} in {installed.root} (enabled; `kimicode plugin disable "
                f"{installed.name}` turns it off).")
+    if unloadable:
+        typer.echo(f"kimicode: {installed.name} was installed, but {len(unloadable)} of its files will not load "
+                   "(listed above).", err=True)
+
+
+def _unloadable(plugin: Any) -> list[str]:
+    """Print (to stderr) each agent, skill, command or hook file of `plugin` that kimicode cannot load, and
+    return them: an install must not report success while files are silently lost."""
+    from kimicode.extensions.pluginscan import scan_plugin
+
+    problems = scan_plugin(plugin).problems
+    if problems:
+        typer.echo(f"kimicode cannot load {len(problems)} of its files:", err=True)
+        for problem in problems:
+            typer.echo(f"  {sanitize(problem, sequences='escape')}", err=True)
+    return problems
 
 
 @plugin_app.command("list")
 def list_plugins(as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False) -> None:
     """The installed plugins, enabled or not, and what each brings."""
     from kimicode.config.endpoint import kimicode_home
+    from kimicode.extensions.claudeplugins import claude_plugins
     from kimicode.extensions.plugins import installed_plugins
 
     plugins = installed_plugins(kimicode_home())
+    names = {p.name for p in plugins}
+    claude = claude_plugins()
+    theirs = claude.plugins
     if as_json:
-        rows: list[dict[str, Any]] = [{"name": p.name, "enabled": p.enabled, "version": p.version,
-                                       "source": p.source, "path": str(p.root), **p.contents()} for p in plugins]
-        typer.echo(json.dumps({"plugins": rows}, indent=2))
+        rows: list[dict[str, Any]] = [{"name": p.name, "enabled": p.enabled and not (p in theirs and p.name in names),
+                                       "version": p.version, "source": p.source, "path": str(p.root),
+                                       "claude_code": p in theirs, **p.contents()} for p in [*plugins, *theirs]]
+        typer.echo(json.dumps({"plugins": rows, "not_used": claude.not_used}, indent=2))
         return
-    if not plugins:
-        typer.echo("No plugins installed. `kimicode plugin add PATH|GIT_URL` installs one.")
-        return
+    if not plugins and not theirs:
+        typer.echo("No plugins installed. `kimicode plugin add PATH|GIT_URL` installs one" +
+                   (" (Claude Code's installed plugins are used as they are)." if not claude.not_used else "."))
     for p in plugins:
         state = "enabled" if p.enabled else "disabled"
         typer.echo(f"{p.name} {p.version} ({state}) from {p.source}\n{_describe(p.contents())}")
+    for p in theirs:
+        if p.name in names:
+            state = f"not used: kimicode's plugin {p.name} has the name"
+        else:
+            state = "enabled" if p.enabled else "disabled in Claude Code's enabledPlugins"
+        typer.echo(f"{p.name} {p.version} ({state}) from {p.source} at {p.root}\n{_describe(p.contents())}")
+    for line in claude.not_used:
+        typer.echo(sanitize(line, sequences="escape"))
 
 
 @plugin_app.command("remove")
@@ -113,8 +143,19 @@ def remove(name: Annotated[str, typer.Argument(help="The plugin's name.")]) -> N
     try:
         remove_plugin(kimicode_home(), name)
     except (PluginError, OSError) as exc:
-        _fail(str(exc))
+        _fail(_claudes(name) or str(exc))
     typer.echo(f"Removed {name}.")
+
+
+def _claudes(name: str) -> str:
+    """For a plugin Claude Code installed: that it is Claude Code's to change (empty for any other name)."""
+    from kimicode.extensions.claudeplugins import claude_plugins
+
+    found = next((p for p in claude_plugins().plugins if p.name == name), None)
+    if found is None:
+        return ""
+    return (f"{name} is Claude Code's plugin ({found.source}); kimicode uses it while `enabledPlugins` in Claude "
+            "Code's settings.json has it true: change it there (or with Claude Code's /plugin)")
 
 
 def _toggle(name: str, enabled: bool) -> None:
@@ -124,7 +165,7 @@ def _toggle(name: str, enabled: bool) -> None:
     try:
         set_enabled(kimicode_home(), name, enabled)
     except (PluginError, OSError) as exc:
-        _fail(str(exc))
+        _fail(_claudes(name) or str(exc))
     typer.echo(f"{name} {'enabled' if enabled else 'disabled'} (from the next session).")
 
 

@@ -1,6 +1,7 @@
 """Project instructions: AGENTS.md files added to the system prompt.
 
-Read, lowest precedence first: `KIMICODE_HOME/AGENTS.md` (the user's own conventions), then one file per
+Read, lowest precedence first: Claude Code's user memory `~/.claude/CLAUDE.md` (`CLAUDE_CONFIG_DIR`), then
+`KIMICODE_HOME/AGENTS.md` (the user's own conventions), then one file per
 directory from the repository root (the nearest ancestor holding `.git`, else the workspace itself) down
 to the workspace. In each directory `AGENTS.md` is read, or `CLAUDE.md` when there is no AGENTS.md, so
 projects set up for Claude Code work unchanged. Each file is shown to the model with its path.
@@ -35,8 +36,8 @@ def repo_root(workspace: Path) -> Path:
     return workspace
 
 
-def _read(directory: Path) -> InstructionFile | None:
-    for name in NAMES:
+def _read(directory: Path, names: tuple[str, ...] = NAMES) -> InstructionFile | None:
+    for name in names:
         path = directory / name
         if not path.is_file():
             continue
@@ -56,7 +57,15 @@ def instruction_files(workspace: Path, home: Path | None) -> list[InstructionFil
     """The instruction files that apply to `workspace`, general ones first."""
     workspace = Path(os.path.realpath(workspace))
     dirs: list[Path] = []
-    if home is not None:
+    out: list[InstructionFile] = []
+    seen: set[Path] = set()
+    if home is not None:  # the user's own files (a hermetic agent, home None, reads none)
+        from kimicode.config.claude import claude_home
+
+        claude = _read(Path(os.path.realpath(claude_home())), ("CLAUDE.md",))
+        if claude is not None:
+            seen.add(claude.path)
+            out.append(claude)
         dirs.append(Path(os.path.realpath(home)))
     root = repo_root(workspace)
     chain = [workspace]
@@ -66,8 +75,6 @@ def instruction_files(workspace: Path, home: Path | None) -> list[InstructionFil
             if parent == root:
                 break
     dirs.extend(reversed(chain))
-    out: list[InstructionFile] = []
-    seen: set[Path] = set()
     for directory in dirs:
         found = _read(directory)
         if found is not None and found.path not in seen:

@@ -21,9 +21,11 @@ from kimicode.config.endpoint import ConfigError
 
 
 def check_key(key: str) -> str | None:
-    """Why `key` cannot be an API key (None when it looks like one). The message never includes the key."""
-    if len(key) < 8:
-        return "it is shorter than any API key"
+    """Why `key` cannot be an API key (None when it may be one). The message never includes the key. Its
+    length is the server's to judge (a local server's key may be short), so only pasting mistakes are
+    refused here."""
+    if not key:
+        return "it is empty"
     if any(c.isspace() for c in key):
         return "it contains spaces (paste only the key)"
     if not all(33 <= ord(c) < 127 for c in key):

@@ -12,7 +12,7 @@ the tables: a default or a bound is written here, beside its key, and nowhere el
 - `stricter`: only to a stricter choice on the key's scale (`STRICTNESS`);
 - `any`: harmless, any valid value (how reasoning is shown);
 - `rules`: permission rules, judged by the permission engine per file: a project's `deny` and `ask` rules
-  add to yours, its `allow` rules need trust (kimicode.permissions.policy.session_rules).
+  add to yours, its `allow` rules need trust (kimicode.permissions.sources.session_rules).
 
 A key without a direction is ignored from an untrusted project (with one notice naming every ignored key
 and how to trust the workspace). The file-level validator (`schema_of`) is derived from these models, so

@@ -67,7 +67,8 @@ class AgentSet:
 
 def read_agent(path: Path, scope: Scope, plugin: str = "") -> AgentDef:
     meta, body = read_split(path)
-    name = text(meta.get("name")) or path.stem
+    written = text(meta.get("name"))
+    name = written if written and NAME_OK.match(written) else path.stem  # a display name: the file's, as Claude
     if plugin:
         name = f"{plugin}:{name}"
     if not NAME_OK.match(name):

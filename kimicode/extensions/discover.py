@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kimicode.extensions.agents import AgentDef, load_agents
+from kimicode.extensions.claudeplugins import plugins_in_use
 from kimicode.extensions.places import Place, folders
-from kimicode.extensions.plugins import Plugin, enabled_plugins
+from kimicode.extensions.plugins import Plugin
 from kimicode.extensions.skills import Skill, load_skills
 
 
@@ -25,7 +26,7 @@ def plugin_places(plugins: list[Plugin]) -> list[Place]:
 
 def discover(workspace: Path, home: Path, *, trusted: bool) -> Found:
     """The enabled plugins, skills and subagents for `workspace` (project ones only when `trusted`)."""
-    found = Found(plugins=enabled_plugins(home))
+    found = Found(plugins=plugins_in_use(home))
     places = plugin_places(found.plugins)
     skills = load_skills(folders("skills", workspace, home, trusted=trusted, plugins=places))
     agents = load_agents(folders("agents", workspace, home, trusted=trusted, plugins=places))

@@ -20,9 +20,12 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kimicode.extensions.places import Scope, claude_settings_files, read_json, read_text
+
+if TYPE_CHECKING:
+    from kimicode.permissions.policy import Rule
 
 EVENTS = (
     "SessionStart", "SessionEnd", "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure",
@@ -58,6 +61,9 @@ class HookSpec:
     can_block: bool = False
     """Its command or script contains a refusal (`exit 2`, a deny/block answer)."""
     pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    condition: Rule | None = field(default=None, compare=False)
+    """Claude Code's `if` (a permission rule such as `Bash(git commit:*)`): the hook runs only for tool
+    calls the rule names (kimicode.permissions.claude.call_matches)."""
 
     def matches(self, values: tuple[str, ...]) -> bool:
         """True when the matcher accepts any of `values` (a tool's names, a session source, ...)."""
@@ -221,11 +227,14 @@ def _parse_group(
         on_error = entry.get("on_error")
         if on_error not in (None, "block", "continue"):
             raise HookConfigError(f"{here}: `on_error` must be \"block\" or \"continue\", got {on_error!r}")
+        usable, condition = _condition(entry.get("if"), here, problems)
+        if not usable:
+            continue
         expanded = expand_command(command, workspace, plugin_root)
         out.append(HookSpec(
             event, command, matcher, float(timeout), on_error, source, scope, plugin_root,
             _written_to_block(expanded, workspace) if event in ("PreToolUse", "PermissionRequest") else False,
-            pattern,
+            pattern, condition,
         ))
     return out
 
@@ -272,3 +281,18 @@ def load_hooks(
         for spec in specs:
             found.add(spec)
     return found
+
+
+def _condition(value: Any, where: str, problems: list[str]) -> tuple[bool, Rule | None]:
+    """(usable, a hook's `if` as a rule or None without one); not usable (the hook is skipped, said in
+    `problems`) when it is not a rule kimicode can apply."""
+    if value is None:
+        return True, None
+    from kimicode.config.endpoint import ConfigError
+    from kimicode.permissions.claude import parse_claude_rule
+
+    try:
+        return True, parse_claude_rule(str(value), f"{where}: if")
+    except ConfigError as exc:
+        problems.append(f"{exc}; the hook is skipped")
+        return False, None

@@ -12,16 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from kimicode.config.claude import claude_home
 from kimicode.safeio import read_small_text
 
 Scope = Literal["user", "project", "plugin"]
 MAX_FILE_BYTES = 1024 * 1024
-
-
-def claude_home() -> Path:
-    """Claude Code's user folder (`CLAUDE_CONFIG_DIR`, else `~/.claude`)."""
-    configured = os.environ.get("CLAUDE_CONFIG_DIR")
-    return Path(configured).expanduser() if configured else Path.home() / ".claude"
 
 
 @dataclass(frozen=True)
@@ -83,8 +78,6 @@ def read_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
 def claude_settings_files(workspace: Path, *, trusted: bool) -> list[tuple[Path, Scope]]:
     """Claude Code's settings files kimicode reads hooks from: the user's, and (trusted) the project's
     `.claude/settings.json` and `.claude/settings.local.json`."""
-    out: list[tuple[Path, Scope]] = [(claude_home() / "settings.json", "user")]
-    if trusted:
-        out += [(workspace / ".claude" / "settings.json", "project"),
-                (workspace / ".claude" / "settings.local.json", "project")]
-    return out
+    from kimicode.config.claude import claude_settings_files as files
+
+    return [(path, scope) for path, scope in files(workspace, project=trusted)]

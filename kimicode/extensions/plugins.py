@@ -167,7 +167,8 @@ def installed_plugins(home: Path) -> list[Plugin]:
 
 
 def enabled_plugins(home: Path) -> list[Plugin]:
-    """The installed plugins that are enabled (cheap when none is installed)."""
+    """The installed plugins that are enabled (cheap when none is installed); with Claude Code's own:
+    kimicode.extensions.claudeplugins.plugins_in_use."""
     if not (plugins_dir(home) / REGISTRY).exists():
         return []
     return [p for p in installed_plugins(home) if p.enabled]

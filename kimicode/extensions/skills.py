@@ -37,6 +37,9 @@ class Skill:
     body: str
     scope: Scope
     allowed_tools: tuple[str, ...] = ()
+    display_name: str = ""
+    """The front matter's `name` when it is a display name ("Agent Development") rather than an identifier:
+    the skill is then named after its folder, as Claude Code names it, and /skills shows this beside it."""
 
     def files(self) -> list[str]:
         """The skill's other files, relative to its folder (at most MAX_LISTED_FILES)."""
@@ -87,16 +90,19 @@ def read_skill(folder: Path, scope: Scope, plugin: str = "") -> Skill:
     """The skill in `folder` (ValueError naming the file when it cannot be used)."""
     path = folder / SKILL_FILE
     meta, body = read_split(path)
-    name = text(meta.get("name")) or folder.name
+    written = text(meta.get("name"))
+    name = written if written and NAME_OK.match(written) else folder.name
+    display = written if written and written != name else ""
     description = text(meta.get("description"))
     if not description:
         raise ValueError(f"{path}: no `description` in the front matter (the model decides by it)")
     if plugin:
         name = f"{plugin}:{name}"
     if not NAME_OK.match(name):
-        raise ValueError(f"{path}: skill name {name!r} must be letters, digits, '-', '_', '.' or ':'")
+        raise ValueError(f"{path}: skill name {name!r} (its folder's name) must be letters, digits, '-', '_', '.' "
+                         "or ':'")
     return Skill(name, description[:MAX_DESCRIPTION], folder, body.strip(), scope,
-                 tuple(names(meta.get("allowed-tools"))))
+                 tuple(names(meta.get("allowed-tools"))), display)
 
 
 def load_skills(places: list[Place]) -> SkillSet:

@@ -16,6 +16,7 @@ from kimicode.commands import CustomCommand, load_dir
 from kimicode.config.endpoint import ConfigError
 from kimicode.extensions.discover import discover, plugin_places
 from kimicode.extensions.places import folders
+from kimicode.permissions.claude import parse_claude_rule
 from kimicode.permissions.policy import Policy, Rule, parse_rule
 
 
@@ -40,10 +41,13 @@ def grant(policy: Policy, allowed_tools: Sequence[str], source: str) -> tuple[Po
     added: list[Rule] = []
     problems: list[str] = []
     for text in allowed_tools:
-        try:
-            added.append(parse_rule(text, source))
-        except (ConfigError, ValueError) as exc:
-            problems.append(f"{source}: allowed-tools {text!r} ignored ({exc})")
+        try:  # Claude Code's reading first (`Bash(git add *)` admits `git add` too), then kimicode's
+            added.append(parse_claude_rule(text, source))
+        except (ConfigError, ValueError):
+            try:
+                added.append(parse_rule(text, source))
+            except (ConfigError, ValueError) as exc:
+                problems.append(f"{source}: allowed-tools {text!r} ignored ({exc})")
     if not added:
         return policy, [], problems
     rules = dataclasses.replace(policy.rules, allow=(*policy.rules.allow, *added))

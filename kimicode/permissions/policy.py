@@ -50,12 +50,11 @@ __all__ = [
     "protected_reason",
     "secret_env_names",
     "sensitive_reason",
-    "session_rules",
 ]
 
 RuleAction = Literal["allow", "deny", "ask"]
 
-_RULE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*(?:\((.*)\))?\s*", re.DOTALL)
+_RULE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.-]*(?:__\*)?)\s*(?:\((.*)\))?\s*", re.DOTALL)
 _RULE_HELP = (
     "rules look like bash(git diff*), bash(npm test), edit(src/**), read(~/.ssh/**) or a tool name "
     "(Claude Code's Bash(cmd:*), Read(path), Edit(path), Write(path), WebFetch are accepted too)"
@@ -103,6 +102,10 @@ class Rule:
         """True when the rule is about this tool (whatever the arguments)."""
         if self.tool == tool_name:
             return True
+        if self.tool.startswith("mcp__") and tool_name.startswith("mcp__"):  # mcp__server, mcp__server__*
+            if self.tool.endswith("__*"):
+                return tool_name.startswith(self.tool[:-1])
+            return "__" not in self.tool[5:] and tool_name.startswith(self.tool + "__")
         return (self.tool == "edit" and kind == "edit") or (self.tool == "read" and kind == "read")
 
     def matches_command(self, text: str) -> bool:
@@ -282,36 +285,6 @@ def load_rules(
         for text in flagged:
             lists[action].append(parse_rule(text, f"--{action}"))
     return Rules(tuple(lists["allow"]), tuple(lists["deny"]), tuple(lists["ask"]))
-
-
-def session_rules(
-    settings: Settings,
-    *,
-    project_file: Path | None = None,
-    allow: Iterable[str] = (),
-    deny: Iterable[str] = (),
-    ask: Iterable[str] = (),
-    ignored: list[str] | None = None,
-) -> Rules:
-    """The rules for a new session: the configuration files `settings` was read from, plus the flags.
-
-    A cloned repository must not grant itself permissions: unless the workspace is trusted
-    (`settings.trusted`), the `allow` rules of `project_file` are ignored (and said so in `ignored`).
-    Settings built in code (no files) contribute their own `[permissions]` table.
-    """
-    if settings.sources:
-        untrusted = [project_file] if project_file is not None and not settings.trusted else []
-        return load_rules(settings.sources, allow=allow, deny=deny, ask=ask, untrusted=untrusted,
-                          ignored=ignored, parsed=settings.parsed)
-    table = settings.config.permissions
-    base = Rules(
-        *(
-            tuple(parse_rule(t, f"configuration: permissions.{action}") for t in getattr(table, action))
-            for action in ("allow", "deny", "ask")
-        )
-    )
-    flags = load_rules((), allow=allow, deny=deny, ask=ask)
-    return Rules(base.allow + flags.allow, base.deny + flags.deny, base.ask + flags.ask)
 
 
 def secret_env_names(settings: Settings, key_source: str | None = None) -> list[str]:

@@ -46,9 +46,11 @@ from kimicode.ui.paste import Pastes, attach_image
 from kimicode.ui.recap import opening_banner, resume_hint, show_recap
 from kimicode.ui.render import transient_line
 from kimicode.ui.shellmode import run_shell, with_shell_output
+from kimicode.ui.statusline import refresh_for, status_line_for
 from kimicode.ui.toolbar import GitBranch, McpStatus, Stats, mcp_counts, mcp_failure_line
 from kimicode.ui.typeahead import input_footer, offer_plan, steer
 from kimicode.ui.view import TurnView, expanded_result
+from kimicode.ui.window import learn_window
 
 __all__ = ["LATEST", "Session", "SessionOptions"]
 
@@ -121,6 +123,8 @@ class Session:
         self.approver.workspace = self.workspace
         self.index = FileIndex(self.workspace)
         self.branch = GitBranch(self.workspace)
+        self.status_line = status_line_for(self.workspace, trusted=self.agent.settings.trusted)
+        """Claude Code's `statusLine` command (ui/statusline.py), run before each prompt; None without one."""
         self._prompt: PromptSession[str] | None = None
 
     # -- agent ------------------------------------------------------------------------------------
@@ -349,6 +353,7 @@ class Session:
         if self._prompt is None:
             self._prompt = self._build_prompt()
         default, self._typed_ahead = self._typed_ahead, ""
+        await refresh_for(self)
         message: StyleAndTextTuples = [("class:prompt", "> " if self.plain else "› ")]
         return await self._prompt.prompt_async(message, default=default)
 
@@ -543,6 +548,7 @@ class Session:
         self.index.refresh()
         self.banner()
         self.start_mcp()
+        learn_window(self)
         if self.options.first_prompt:  # `kimicode "PROMPT"`: sent as if typed
             self.queued.append(self.options.first_prompt)
         armed = False

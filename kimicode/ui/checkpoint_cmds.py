@@ -70,7 +70,7 @@ async def _restore(session: Session, entry: Entry, files: bool, conversation: bo
                     + ("…" if len(result.files) > 5 else "") + ")")
     if result.messages_removed:
         done.append(f"{result.messages_removed} message(s) taken out of the conversation")
-    session.say((f"Undid {result.what}: " + "; ".join(done) if done else "Nothing to restore.")
+    session.say((f"Undid {result.what}: " + "; ".join(done) + "." if done else "Nothing to restore.")
                 + (" /undo again to undo this restore." if result.files else ""), "green")
 
 

@@ -8,7 +8,6 @@ wins over a custom command of the same name, and /help says which files are hidd
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import difflib
 import json
@@ -24,12 +23,14 @@ from rich.text import Text
 from kimicode.agent.costs import agent_prices
 from kimicode.config.choices import EFFORTS
 from kimicode.config.pricing import describe_prices, unknown_price_hint
-from kimicode.events import Notice
 from kimicode.permissions.engine import MODES
 from kimicode.session.store import SessionError, find_session, list_sessions, one_line
 from kimicode.ui.approvals import describe_rules
+from kimicode.ui.bangcmds import expand_bangs
 from kimicode.ui.branches import cmd_branches
 from kimicode.ui.checkpoint_cmds import cmd_diff, cmd_fork, cmd_rewind, cmd_undo
+from kimicode.ui.claude_cmds import CLAUDE_COMMANDS, rule_lines
+from kimicode.ui.compact_cmd import cmd_compact
 from kimicode.ui.completion import Choice, CommandInfo
 from kimicode.ui.format import money, tokens
 from kimicode.ui.login import cmd_login
@@ -39,7 +40,6 @@ from kimicode.ui.trust_cmds import cmd_skills, cmd_trust
 
 if TYPE_CHECKING:
     from kimicode.commands import CustomCommand
-    from kimicode.context.compact import CompactionResult
     from kimicode.ui.app import Session
 
 Handler = Callable[["Session", str], Awaitable[None]]
@@ -115,6 +115,8 @@ async def run_custom(session: Session, command: CustomCommand, arg: str) -> None
         session.say(problem, "yellow")
     back = agent.model_config.name if command.model and command.model != agent.endpoint.model else None
     try:
+        if command.scope != "skill":  # Claude Code's !`cmd` lines: run (permission-checked), output in place
+            prompt = await expand_bangs(session, command.name, prompt)
         if back is not None:  # its `model` answers this turn only (a switch both ways, docs/models.md)
             agent.set_model(command.model)
         await session.run_turn(prompt, echo=f"/{command.name}: {custom_echo(command, arg)}")
@@ -165,6 +167,10 @@ KEYS_HELP = [
     ("↑ ↓, Ctrl-R", "previous messages, search them"),
     ("Shift-Tab", "cycle the permission mode: default → accept-edits → plan → yolo"),
     ("Esc, Ctrl-C", "interrupt the agent"),
+    ("Esc Esc", "on an empty prompt: go back to an earlier turn (/rewind)"),
+    ("Ctrl-O", "show the last tool result (or the running command's output) in full"),
+    ("Ctrl-S", "while a turn runs: send what you typed into it now instead of after it"),
+    ("!command", "run a shell command yourself; its output goes to the model with your next message"),
     ("Ctrl-C twice, Ctrl-D", "exit"),
 ]
 
@@ -184,7 +190,8 @@ async def cmd_help(session: Session, arg: str) -> None:
     custom = session.custom_commands()
     if custom:
         session.console.print()
-        where = f".kimicode/commands/, {short_path(session.home / 'commands')}/"
+        where = (f".kimicode/commands/, .claude/commands/, {short_path(session.home / 'commands')}/, "
+                 "~/.claude/commands/, plugins, skills")
         session.console.print(Text(f"Custom commands ({where}):", style="bold"))
         mine = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
         mine.add_column(style="bold cyan", no_wrap=True)
@@ -267,11 +274,11 @@ async def cmd_permissions(session: Session, arg: str) -> None:
         "yolo": "everything runs without asking",
     }
     session.say(f"Permission mode: {agent.permission_mode} ({explain.get(agent.permission_mode, '')}).")
-    configured = agent.policy.rules
-    for action in ("allow", "deny", "ask"):
-        found = [r for r in getattr(configured, action) if r.source != "session"]  # those are listed below
-        if found:
-            session.say(f"Rules ({action}): " + ", ".join(str(r) for r in found), "dim")
+    listed = rule_lines(agent.policy.rules)  # deny, ask, allow: each rule with the file it came from
+    if listed:
+        session.say("Rules (deny first, then ask, then allow):")
+        for line in listed:
+            session.say(line, "dim")
     if agent.sandbox is not None:
         which = "commands that run without asking run" if agent.sandbox.auto else "bash runs"
         session.say(f"{which} in the sandbox (read-only, or the workspace writable; outside it only system "
@@ -283,11 +290,8 @@ async def cmd_permissions(session: Session, arg: str) -> None:
         session.say("Allowed for this session:")
         for rule in rules:
             session.say(f"  {rule}", "dim")
-    session.say(
-        f"Change it with /permissions {'|'.join(MODES)} or Shift-Tab; /permissions clear forgets "
-        "the session's approvals.",
-        "dim",
-    )
+    session.say(f"Change it with /permissions {'|'.join(MODES)} or Shift-Tab; /permissions clear forgets "
+                "the session's approvals.", "dim")
 
 
 async def cmd_reasoning(session: Session, arg: str) -> None:
@@ -435,40 +439,6 @@ async def cmd_cost(session: Session, arg: str) -> None:
     session.say(f"Cost: about {money(cost)} ({name} prices per million tokens: {describe_prices(prices, source)}).")
 
 
-async def cmd_compact(session: Session, arg: str) -> None:
-    agent = session.agent
-
-    async def compacting() -> CompactionResult | None:
-        async with agent.compact(arg or None) as events:  # its events stream like a turn's
-            async for ev in events:
-                if not isinstance(ev, Notice) or ev.level != "info":  # the outcome is reported below, once
-                    session.on_side_event(ev)
-            return await events
-
-    try:
-        with session.transient("Compacting… (Esc cancels)"):
-            outcome = await session.run_cancellable(compacting())
-    except asyncio.CancelledError:
-        session.say("Compaction cancelled; the conversation is unchanged.", "yellow")
-        return
-    except Exception as exc:
-        session.say(f"Compaction failed: {exc}. The conversation is unchanged.", "red")
-        return
-    if outcome is None:
-        session.say("Nothing to compact yet: the conversation is still short.")
-        return
-    before, after = outcome.tokens_before, outcome.tokens_after
-    session.say(
-        f"Compacted {outcome.summarized} messages into a summary: ~{tokens(before)} → ~{tokens(after)} tokens.",
-        "green",
-    )
-    if outcome.fallback:
-        session.say(
-            f"The summary request failed ({outcome.error or 'no details'}); a simpler summary was kept instead.",
-            "yellow",
-        )
-
-
 SESSIONS_SHOWN = 20
 
 
@@ -565,13 +535,8 @@ COMMANDS: dict[str, Command] = {
         Command("model", "show or switch the model", cmd_model, "[name] [--fresh] [--force]", model_choices),
         Command("prompt", "show the system prompt and tool definitions the model gets", cmd_prompt),
         Command("thinking", "reasoning effort", cmd_thinking, "low|high|max", lambda s: EFFORTS),
-        Command(
-            "permissions",
-            "show or set the permission mode",
-            cmd_permissions,
-            "[mode|clear]",
-            lambda s: (*MODES, "clear"),
-        ),
+        Command("permissions", "the permission mode and every rule with its file; set the mode", cmd_permissions,
+                "[mode|clear]", lambda s: (*MODES, "clear")),
         Command(
             "reasoning", "show or hide the model's reasoning", cmd_reasoning, "show|hide", lambda s: ("show", "hide")
         ),
@@ -590,7 +555,8 @@ COMMANDS: dict[str, Command] = {
         Command("login", "paste a new API key (checked, stored, used at once)", cmd_login),
         Command("trust", "whether this workspace's hooks, MCP servers, skills... are used", cmd_trust, "[on|off]"),
         Command("skills", "the skills the model may activate", cmd_skills),
+        *(Command(name, summary, handler) for name, summary, handler in CLAUDE_COMMANDS),
         Command("exit", "leave kimicode", cmd_exit),
     )
 }
-ALIASES = {"quit": "exit", "q": "exit", "new": "clear"}
+ALIASES = {"quit": "exit", "q": "exit", "new": "clear", "plugins": "plugin"}

@@ -128,7 +128,22 @@ class LiveRegion:
         self._drawn: list[int] = []
         """The display width of each row of the last frame, as drawn."""
         self._cursor_hidden = False
-        self.paused = False
+        self._paused = False
+        self._held: list[str] = []
+
+    @property
+    def paused(self) -> bool:
+        """True while a question (an approval menu) owns the screen: nothing of the turn is drawn, and text
+        printed meanwhile (a late reasoning line, a parallel call's result) is held until it is answered."""
+        return self._paused
+
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        self._paused = value
+        if not value and self._held:
+            held, self._held = "".join(self._held), []
+            self.file.write(held)
+            self.file.flush()
 
     def _rows_now(self) -> int:
         """How many rows the last frame takes at the current width (a narrowing may have re-wrapped it)."""
@@ -177,7 +192,11 @@ class LiveRegion:
             self.file.flush()
 
     def print_above(self, text: str) -> None:
-        """Write `text` (ending with a newline) into scrollback, then redraw the live lines below it."""
+        """Write `text` (ending with a newline) into scrollback, then redraw the live lines below it (held
+        while `paused`)."""
+        if self._paused:
+            self._held.append(trim_rows(text))
+            return
         erase = self._erase()
         self.file.write(erase + trim_rows(text) + self._frame())
         self.file.flush()

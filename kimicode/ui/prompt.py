@@ -145,4 +145,7 @@ def toolbar(session: Session) -> StyleAndTextTuples:
         )
     except Exception:
         fragments.append(("", f" {agent.endpoint.model} │ ⏵ {agent.permission_mode} "))
+    line = getattr(session, "status_line", None)
+    if line is not None and line.text:  # Claude Code's statusLine, under kimicode's own line
+        fragments.append(("", f"\n {line.text} "))
     return fragments

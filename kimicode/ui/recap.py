@@ -103,6 +103,9 @@ def opening_banner(session: Session, version: str, where: str) -> None:
         show_recap(session)
     session.note_once(agent.sandbox_warning)
     session.note_once(agent.resume_warning)
+    for text, _level in agent.extras.notices:  # what of a Claude Code setup is not used: said at once, once
+        if text.startswith("Claude Code setup:"):
+            session.note_once(text)
 
 
 def show_recap(session: Session) -> None:

@@ -136,6 +136,12 @@ async def cmd_skills(session: Session, arg: str) -> None:
         session.say("No skills. Put one in KIMICODE_HOME/skills/NAME/SKILL.md, ~/.claude/skills/, or (trusted "
                     "workspaces) .kimicode/skills/ or .claude/skills/; plugins bring theirs.")
         return
-    lines = [f"  /{name}  {sanitize(skill.description[:100], sequences='escape')} ({skill.scope})"
-             for name, skill in skills.items()]
+    width = max(60, session.console.width - 1)
+    lines = []
+    for name, skill in skills.items():  # one line each, cut to the window (a wrapped list is hard to scan)
+        shown = f"  /{name}" + (f" ({skill.display_name})" if skill.display_name else "") + "  "
+        tail = f" ({skill.scope})"
+        room = max(10, width - len(shown) - len(tail))
+        text = " ".join(sanitize(skill.description, sequences="escape").split())
+        lines.append(shown + (text if len(text) <= room else text[: room - 1] + "…") + tail)
     session.say("Skills (the model activates them by their description; /NAME starts one):\n" + "\n".join(lines))

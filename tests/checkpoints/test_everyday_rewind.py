@@ -48,6 +48,8 @@ def test_rewind_to_a_turn_without_file_changes_restores_the_later_turns_files(
     assert len(asked) == 2 and "Restore the files" in asked[1]
     assert (workspace / "a.txt").read_text() == "zero\n" and not (workspace / "b.txt").exists()
     assert "2 file(s) restored" in text and "Undid turn 1" in text
+    flat = " ".join(text.split())
+    assert "taken out of the conversation. /undo again" in flat or "). /undo again" in flat  # a sentence break
     assert [m["role"] for m in session.agent.messages] == ["system"]
     asyncio.run(session.agent.aclose())
 

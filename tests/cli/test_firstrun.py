@@ -116,7 +116,7 @@ def test_a_symlinked_config_is_not_written_through(tmp_path: Path) -> None:
         ((EOFError,), False),  # Ctrl-D
         ((KeyboardInterrupt,), False),  # Ctrl-C
         (("sk short", KEY), True),  # a typo, then the key
-        (("ключ-ключ-ключ", "abc", "x y z w v u"), False),  # three bad tries
+        (("ключ-ключ-ключ", "a\tbc", "x y z w v u"), False),  # three bad tries
     ],
 )
 def test_skipping_and_retrying(tmp_path: Path, replies: tuple[str | type[BaseException], ...], stored: bool) -> None:
@@ -135,7 +135,25 @@ def test_skipping_and_retrying(tmp_path: Path, replies: tuple[str | type[BaseExc
 
 def test_check_key() -> None:
     assert check_key(KEY) is None
-    assert check_key("sk-123") and check_key("sk 123456789") and check_key("sk-1234567\x1b[2J")
+    assert check_key("sk 123456789") and check_key("sk-1234567\x1b[2J") and check_key("")
+    assert check_key("sk-123") is None  # short: the server judges it (issue 36, finding 7)
+
+
+def test_a_short_key_is_asked_about_at_the_server(tmp_path: Path) -> None:
+    import io
+
+    from kimicode.cli.firstrun import ask_and_store
+
+    asked: list[str] = []
+    home = tmp_path / "home"
+    home.mkdir()
+
+    def verify(key: str) -> tuple[bool, str]:
+        asked.append(key)
+        return True, "accepted"
+
+    assert ask_and_store(home, out=io.StringIO(), ask=lambda _: "abc123", verify=verify)
+    assert asked == ["abc123"] and tomllib.loads((home / "config.toml").read_text())["auth"]["api_key"] == "abc123"
 
 
 def test_ensure_key_asks_only_when_there_is_none(

@@ -76,7 +76,7 @@ def test_rules_from_both_files_still_apply_when_read_once(tmp_path: Path) -> Non
     """The permission rules come from the one reading: the user's deny and the project's ask both hold."""
     from kimicode.agent.options import AgentOptions
     from kimicode.config.settings import Settings
-    from kimicode.permissions.policy import session_rules
+    from kimicode.permissions.sources import session_rules
 
     home = tmp_path / "home"
     home.mkdir()

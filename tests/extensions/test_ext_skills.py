@@ -77,7 +77,7 @@ def test_no_skills_no_tool_and_a_broken_skill_is_reported(
     assert "skill" not in agent.tools.names
     bad = tmp_path / "home" / "skills" / "bad"
     bad.mkdir(parents=True)
-    (bad / "SKILL.md").write_text("---\nname: [unclosed\n---\nbody\n")
+    (bad / "SKILL.md").write_text("---\n[unclosed: x\n---\nbody\n")  # no `key: value` line at all
     nodesc = tmp_path / "home" / "skills" / "nodesc"
     nodesc.mkdir()
     (nodesc / "SKILL.md").write_text("---\nname: nodesc\n---\nbody\n")

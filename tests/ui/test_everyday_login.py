@@ -84,7 +84,7 @@ def test_slash_login_replaces_a_refused_key_without_a_restart(
 
     asyncio.run(session.run_turn("hello"))
     assert "/login" in said()
-    keys = iter(["short", BAD, GOOD])
+    keys = iter(["sh ort", BAD, GOOD])  # a pasting mistake is refused here; a short key goes to the server
 
     async def secret(_q: str) -> str:
         return next(keys)
