@@ -99,6 +99,8 @@ class ClaudeSession:
         self.hooks: dict[str, Any] = {}
         self.code = 0
         self.stopped: list[signal.Signals] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+        """Control requests being answered (kept so that none is collected while it runs)."""
 
     # -- the run -------------------------------------------------------------------------------------
 
@@ -151,7 +153,9 @@ class ClaudeSession:
         if kind == "control_response":
             self.channel.answered(obj)
         elif kind == "control_request":
-            asyncio.ensure_future(self._control(obj))
+            task = asyncio.ensure_future(self._control(obj))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
         elif kind in ("control_cancel_request", "keep_alive", "update_environment_variables"):
             pass
         else:
@@ -215,7 +219,8 @@ class ClaudeSession:
             outcome = await until_valid(agent, self.spec, text, lambda t: self._stream(agent, t))
             finished = outcome.turns[-1]
             structured = (outcome.valid, outcome.value)
-        status, error = finished.status, finished.error
+        status: str = finished.status
+        error = finished.error
         if over and status == "interrupted":
             status, error = "budget", f"stopped: the cost ${over[0]:.4f} passed --max-budget-usd"
         elif structured is not None and not structured[0] and status == "success":
