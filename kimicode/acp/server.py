@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import os
 import sys
@@ -65,6 +66,17 @@ def warm_up() -> None:
         shared_ssl_context()
     except Exception as exc:  # only a head start: the first prompt does it again and reports a real failure
         log.warning("warming up the model client: %s", exc)
+
+
+def recorded_settings(session_id: str) -> dict[str, Any]:
+    """The permission mode a session last ran in, from its log, as a setting (a session loaded by an editor
+    keeps the mode chosen in it; the model and effort come back with `Agent.resume` itself)."""
+    from kimicode.config.choices import PERMISSION_MODES
+    from kimicode.config.endpoint import kimicode_home
+    from kimicode.session.store import load_session
+
+    mode = load_session(kimicode_home(), session_id).settings.get("permission_mode")
+    return {"permission_mode": mode} if mode in PERMISSION_MODES else {}
 
 
 class KimicodeAcp:
@@ -125,12 +137,17 @@ class KimicodeAcp:
             extra = mcp_entries(mcp_servers)
             if extra:  # the editor's servers, like --mcp-config: the user configured them
                 settings.update({"mcp_servers": extra})
-            return AgentOptions.from_workspace(where, config=settings, origin="acp", **self.settings)
+            return AgentOptions.from_workspace(where, config=settings, origin="acp", **{**self.settings, **kept})
 
+        kept: dict[str, Any] = {}
         try:
+            if resume is not None:  # the mode the editor chose stays with the session (acpx reconnects each prompt)
+                kept = recorded_settings(resume)
             approver = Approver(ask, workspace)
             if resume is None:
                 agent = Agent(options_for(workspace), approve=approver)
+                if agent.log is not None:  # loadable by another process before its first prompt
+                    agent.log.save()
             else:
                 agent = Agent.resume(resume, options=options_for, approve=approver, workspace=workspace)
         except SessionBusyError as exc:  # open in a terminal or another editor: say so, do not take it over
@@ -207,25 +224,81 @@ class _Pipe(asyncio.streams.FlowControlMixin):
     """The write side of the protocol pipe (drain waits while the editor is not reading)."""
 
 
-async def protocol_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Streams on stdin and on a private copy of stdout; fd 1 then points at stderr."""
+def line_answer(line: bytes) -> bytes | None:
+    """How to treat one line from the editor: None to pass it on (a JSON object: the SDK's to handle), b""
+    to skip it (blank), else the JSON-RPC error to answer it with (not JSON: -32700; JSON that is not an
+    object, such as `42` or a batch: -32600), so that a bad line never reaches the SDK's receive loop, which
+    would end on it and take every session of the process along."""
+    text = line.strip()
+    if not text:
+        return b""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return _error_line(-32700, "Parse error", f"the line is not JSON: {exc}")
+    if isinstance(value, dict):
+        return None
+    what = "a batch (kimicode takes one message per line)" if isinstance(value, list) else type(value).__name__
+    return _error_line(-32600, "Invalid Request", f"a JSON-RPC message is a JSON object, not {what}")
+
+
+def _error_line(code: int, message: str, details: str) -> bytes:
+    error = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message, "data": {"details": details}}}
+    return (json.dumps(error) + "\n").encode()
+
+
+async def _read_line(reader: asyncio.StreamReader) -> bytes:
+    """One line, however long (b"" at the end of input)."""
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunks.append(await reader.readuntil(b"\n"))
+            return b"".join(chunks)
+        except asyncio.LimitOverrunError as exc:
+            chunks.append(await reader.readexactly(exc.consumed))
+        except asyncio.IncompleteReadError as exc:
+            chunks.append(exc.partial)
+            return b"".join(chunks)
+
+
+async def checked_lines(raw: asyncio.StreamReader, inner: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Pass the editor's JSON objects from `raw` on to `inner` (the SDK reads it); answer the other lines."""
+    try:
+        while line := await _read_line(raw):
+            answer = line_answer(line)
+            if answer is None:
+                inner.feed_data(line if line.endswith(b"\n") else line + b"\n")
+            elif answer:
+                log.warning("answered a bad line: %s", answer.decode().strip())
+                writer.write(answer)
+                await writer.drain()
+    finally:
+        inner.feed_eof()
+
+
+async def protocol_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.Task[None]]:
+    """Streams on stdin (its lines checked: `checked_lines`, the task returned) and on a private copy of
+    stdout; fd 1 then points at stderr."""
     loop = asyncio.get_running_loop()
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    reader = asyncio.StreamReader(limit=STDIO_LIMIT)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    raw = asyncio.StreamReader(limit=STDIO_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(raw), sys.stdin)
     transport, protocol = await loop.connect_write_pipe(_Pipe, out)
-    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    reader = asyncio.StreamReader(limit=STDIO_LIMIT)
+    return reader, writer, asyncio.ensure_future(checked_lines(raw, reader, writer))
 
 
 async def serve(settings: dict[str, Any] | None = None) -> int:
     """Serve ACP on stdin/stdout until the editor closes stdin; returns the exit code."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="kimicode acp: %(levelname)s %(message)s")
-    reader, writer = await protocol_streams()
+    reader, writer, checking = await protocol_streams()
     agent = KimicodeAcp(settings)
     try:
         await run_agent(cast(acp.Agent, agent), writer, reader)  # implements the methods kimicode serves
     finally:
+        checking.cancel()
         await agent.aclose()
     return 0
