@@ -120,18 +120,19 @@ def test_slash_commands_answer_with_text(server: FakeServer, workspace: Path, tm
 
 
 def test_a_prompt_right_after_cancel_waits_and_runs(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
-    server.add(Reply(content="a long answer " * 200, chunk_size=4, chunk_delay=0.03), Reply(content="second"))
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "sleep 20"})]), Reply(content="second"))
     editor = Editor()
 
     async def go() -> tuple[str, str]:
         async with await connect(editor, server, workspace, tmp_path) as (conn, _):
             await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities())
             sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
-            first = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("essay")]))
-            while len(editor.kinds("agent_message_chunk")) < 3:
+            await conn.set_session_mode(session_id=sid, mode_id="yolo")
+            first = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("wait")]))
+            while not [u for u in editor.kinds("tool_call_update") if u.status == "in_progress"]:
                 await asyncio.sleep(0.02)
             await conn.cancel(session_id=sid)
-            second = await conn.prompt(session_id=sid, prompt=[text_block("next question")])  # not awaited first
+            second = await conn.prompt(session_id=sid, prompt=[text_block("next question")])  # first not awaited
             return str((await first).stop_reason), str(second.stop_reason)
 
     assert run(go()) == ("cancelled", "end_turn")
