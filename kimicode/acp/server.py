@@ -276,9 +276,8 @@ async def checked_lines(raw: asyncio.StreamReader, inner: asyncio.StreamReader, 
         inner.feed_eof()
 
 
-async def protocol_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.Task[None]]:
-    """Streams on stdin (its lines checked: `checked_lines`, the task returned) and on a private copy of
-    stdout; fd 1 then points at stderr."""
+async def protocol_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams on stdin and on a private copy of stdout; fd 1 then points at stderr."""
     loop = asyncio.get_running_loop()
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     sys.stdout.flush()
@@ -286,15 +285,15 @@ async def protocol_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter
     raw = asyncio.StreamReader(limit=STDIO_LIMIT)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(raw), sys.stdin)
     transport, protocol = await loop.connect_write_pipe(_Pipe, out)
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    reader = asyncio.StreamReader(limit=STDIO_LIMIT)
-    return reader, writer, asyncio.ensure_future(checked_lines(raw, reader, writer))
+    return raw, asyncio.StreamWriter(transport, protocol, None, loop)
 
 
 async def serve(settings: dict[str, Any] | None = None) -> int:
     """Serve ACP on stdin/stdout until the editor closes stdin; returns the exit code."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="kimicode acp: %(levelname)s %(message)s")
-    reader, writer, checking = await protocol_streams()
+    raw, writer = await protocol_streams()
+    reader = asyncio.StreamReader(limit=STDIO_LIMIT)  # what the SDK reads: the JSON objects of `raw`
+    checking = asyncio.ensure_future(checked_lines(raw, reader, writer))
     agent = KimicodeAcp(settings)
     try:
         await run_agent(cast(acp.Agent, agent), writer, reader)  # implements the methods kimicode serves
