@@ -21,15 +21,23 @@ from acp import PROTOCOL_VERSION, RequestError, run_agent
 from acp.schema import (
     AgentCapabilities,
     AuthenticateResponse,
+    CloseSessionResponse,
     HttpMcpServer,
     Implementation,
     InitializeResponse,
+    ListSessionsResponse,
     LoadSessionResponse,
     McpCapabilities,
     McpServerStdio,
     NewSessionResponse,
     PromptCapabilities,
     PromptResponse,
+    ResumeSessionResponse,
+    SessionCapabilities,
+    SessionCloseCapabilities,
+    SessionInfo,
+    SessionListCapabilities,
+    SessionResumeCapabilities,
     SetSessionModeResponse,
 )
 
@@ -39,6 +47,9 @@ from kimicode.acp.session import AcpSession, Block, modes
 
 STDIO_LIMIT = 50 * 1024 * 1024
 """Longest JSON-RPC line read (images and embedded files travel inside prompts)."""
+
+LIST_PAGE = 50
+"""Sessions in one `session/list` answer."""
 
 log = logging.getLogger("kimicode.acp")
 
@@ -106,6 +117,9 @@ class KimicodeAcp:
                 load_session=True,
                 prompt_capabilities=PromptCapabilities(image=True, audio=False, embedded_context=True),
                 mcp_capabilities=McpCapabilities(http=True, sse=False),
+                session_capabilities=SessionCapabilities(list=SessionListCapabilities(),
+                                                         resume=SessionResumeCapabilities(),
+                                                         close=SessionCloseCapabilities()),
             ),
             agent_info=Implementation(name="kimicode", title="kimicode", version=__version__),
             auth_methods=[],
@@ -196,6 +210,44 @@ class KimicodeAcp:
         await session.replay()  # the history streams before the response, as the protocol says
         self._announce(session)
         return LoadSessionResponse(modes=modes(session.agent.permission_mode))
+
+    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None,
+                            **kwargs: Any) -> ListSessionsResponse:
+        """`session/list`: the saved sessions (of `cwd` when given), most recent first, LIST_PAGE at a time;
+        the cursor is the position of the next page. Sessions never prompted are listed too (loadable)."""
+        from kimicode.config.endpoint import kimicode_home
+        from kimicode.session.store import list_sessions
+
+        start = int(cursor) if cursor and cursor.isdigit() else 0
+        if cursor and not cursor.isdigit():
+            raise RequestError.invalid_params({"details": f"not a cursor from session/list: {cursor!r}"})
+        found = list_sessions(kimicode_home(), cwd, include_empty=True)
+        page = found[start:start + LIST_PAGE]
+        infos = [SessionInfo(session_id=i.id, cwd=i.workspace, title=i.first_prompt[:120] or None,
+                             updated_at=i.updated.isoformat().replace("+00:00", "Z")) for i in page]
+        more = start + LIST_PAGE < len(found)
+        return ListSessionsResponse(sessions=infos, next_cursor=str(start + LIST_PAGE) if more else None)
+
+    async def resume_session(self, session_id: str, cwd: str, mcp_servers: list[Any] | None = None,
+                             **kwargs: Any) -> ResumeSessionResponse:
+        """`session/resume`: continue a saved session without streaming its history back (`session/load`
+        does); a session already open in this process is answered as it is."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            session = self._build(cwd, mcp_servers, resume=session_id)
+            self._announce(session)
+        return ResumeSessionResponse(modes=modes(session.agent.permission_mode))
+
+    async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
+        """`session/close`: stop its turn if one runs and release it (another process may then load it)."""
+        session = self.sessions.pop(session_id, None)
+        if session is None:
+            raise RequestError.invalid_params({"details": f"unknown session: {session_id}"})
+        session.cancel()
+        if not session.idle.is_set():  # the cancelled prompt answers first
+            await asyncio.wait([asyncio.ensure_future(session.idle.wait())], timeout=30)
+        await session.agent.aclose()
+        return CloseSessionResponse()
 
     async def set_session_mode(self, mode_id: str, session_id: str, **kwargs: Any) -> SetSessionModeResponse:
         self._session(session_id).set_mode(mode_id)
@@ -296,7 +348,8 @@ async def serve(settings: dict[str, Any] | None = None) -> int:
     checking = asyncio.ensure_future(checked_lines(raw, reader, writer))
     agent = KimicodeAcp(settings)
     try:
-        await run_agent(cast(acp.Agent, agent), writer, reader)  # implements the methods kimicode serves
+        # implements the methods kimicode serves; session/resume and session/close are "unstable" in the SDK
+        await run_agent(cast(acp.Agent, agent), writer, reader, use_unstable_protocol=True)
     finally:
         checking.cancel()
         await agent.aclose()

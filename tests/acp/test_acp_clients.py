@@ -169,3 +169,37 @@ def test_the_final_tool_update_shows_the_end_of_a_long_command(server: FakeServe
     shown = final.content[0].content.text
     assert shown.startswith("line 1\n") and "error: the build broke here" in shown and "[exit code: 3]" in shown
     assert "characters not shown" in shown and len(shown) < 9000
+
+
+def test_list_resume_and_close(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
+    """The session lifecycle clients use for thread history: list, resume (no replay), close."""
+    server.add(Reply(content="first answer"), Reply(content="resumed answer"))
+    editor = Editor()
+
+    async def first() -> tuple[str, Any, Any]:
+        async with await connect(editor, server, workspace, tmp_path) as (conn, _):
+            init = await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities())
+            caps = init.agent_capabilities.session_capabilities
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text_block("remember the word tangerine")])
+            listed = await conn.list_sessions(cwd=str(workspace))
+            await conn.close_session(session_id=sid)
+            return str(sid), caps, listed
+
+    sid, caps, listed = run(first())
+    assert caps.list is not None and caps.resume is not None and caps.close is not None
+    assert [s.session_id for s in listed.sessions] == [sid]
+    assert listed.sessions[0].title == "remember the word tangerine" and listed.sessions[0].cwd == str(workspace)
+    again = Editor()
+
+    async def second() -> str:
+        async with await connect(again, server, workspace, tmp_path) as (conn, _):
+            await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities())
+            resumed = await conn.resume_session(session_id=sid, cwd=str(workspace), mcp_servers=[])
+            assert resumed.modes.current_mode_id == "default"
+            return str((await conn.prompt(session_id=sid, prompt=[text_block("which word?")])).stop_reason)
+
+    assert run(second()) == "end_turn"
+    assert not again.kinds("user_message_chunk")  # resume does not stream the history back
+    sent = server.requests[1].body["messages"]
+    assert [m["content"] for m in sent if m["role"] == "user"][-2:] == ["remember the word tangerine", "which word?"]
