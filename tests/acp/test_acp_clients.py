@@ -203,3 +203,25 @@ def test_list_resume_and_close(server: FakeServer, workspace: Path, tmp_path: Pa
     assert not again.kinds("user_message_chunk")  # resume does not stream the history back
     sent = server.requests[1].body["messages"]
     assert [m["content"] for m in sent if m["role"] == "user"][-2:] == ["remember the word tangerine", "which word?"]
+
+
+def test_reasoning_streamed_before_a_cancel_stays_in_the_history(server: FakeServer, workspace: Path,
+                                                                 tmp_path: Path) -> None:
+    server.add(Reply(reasoning="a long thought " * 300, chunk_size=4, chunk_delay=0.03), Reply(content="next"))
+    editor = Editor()
+
+    async def go() -> None:
+        async with await connect(editor, server, workspace, tmp_path) as (conn, _):
+            await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities())
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            first = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("think")]))
+            while len(editor.kinds("agent_thought_chunk")) < 5:
+                await asyncio.sleep(0.02)
+            await conn.cancel(session_id=sid)
+            assert (await first).stop_reason == "cancelled"
+            await conn.prompt(session_id=sid, prompt=[text_block("go on")])
+
+    run(go())
+    shown = editor.text("agent_thought_chunk")
+    kept = next(m for m in server.requests[1].body["messages"] if m["role"] == "assistant")
+    assert kept["reasoning_content"] == shown and shown.startswith("a long thought")  # what was streamed, whole
