@@ -144,6 +144,7 @@ class KimicodeAcp:
 
         async def ask(tool_call: Any, options: Any) -> Any:
             assert session is not None
+            await session.announced(tool_call.tool_call_id)
             return await self.conn.request_permission(session_id=session.id, tool_call=tool_call, options=options)
 
         def options_for(where: Path) -> AgentOptions:

@@ -29,6 +29,7 @@ from acp.schema import (
     SessionModeState,
     TextContentBlock,
     TextResourceContents,
+    ToolCallStart,
     UnstructuredCommandInput,
     Usage,
 )
@@ -36,7 +37,7 @@ from acp.schema import (
 from kimicode.acp.updates import Translator
 from kimicode.commands import load_custom_commands
 from kimicode.config.choices import PERMISSION_MODES
-from kimicode.events import TurnFinished
+from kimicode.events import MessageCommitted, TurnFinished
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
@@ -101,6 +102,18 @@ class AcpSession:
         """Set while no prompt runs in this session."""
         self.cancelling = False
         """`session/cancel` came while a prompt ran: the next prompt waits for it instead of being refused."""
+        self.coming: set[str] = set()
+        """Tool calls committed by the running turn whose `tool_call` the editor has not been sent yet."""
+        self.shown = asyncio.Event()
+        previous = agent.on_event
+
+        def on_event(event: Any) -> None:  # in the turn, as it happens (the updates follow a little later)
+            if previous is not None:
+                previous(event)
+            if isinstance(event, MessageCommitted) and event.message.get("role") == "assistant":
+                self.coming.update(str(c.get("id") or "") for c in event.message.get("tool_calls") or ())
+
+        agent.on_event = on_event
 
     @property
     def id(self) -> str:
@@ -123,6 +136,16 @@ class AcpSession:
         if mode_id not in PERMISSION_MODES:
             raise RequestError.invalid_params({"modeId": mode_id, "expected": list(PERMISSION_MODES)})
         self.agent.set_permission_mode(mode_id)
+
+    async def announced(self, call_id: str) -> None:
+        """Wait until the editor has been sent the `tool_call` of `call_id`, so that a permission question
+        never comes before the call it is about (the turn runs ahead of the updates it streams)."""
+        while call_id in self.coming and self.agent.busy:
+            self.shown.clear()
+            try:
+                await asyncio.wait_for(self.shown.wait(), timeout=5)
+            except TimeoutError:
+                return
 
     def cancel(self) -> None:
         if self.agent.busy:
@@ -166,6 +189,9 @@ class AcpSession:
             async for event in events:
                 for update in self.translator.updates(event):
                     await self.send(update)
+                    if isinstance(update, ToolCallStart):
+                        self.coming.discard(update.tool_call_id)
+                        self.shown.set()
                 if isinstance(event, TurnFinished):
                     finished = event
         assert finished is not None

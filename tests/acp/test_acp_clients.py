@@ -225,3 +225,28 @@ def test_reasoning_streamed_before_a_cancel_stays_in_the_history(server: FakeSer
     shown = editor.text("agent_thought_chunk")
     kept = next(m for m in server.requests[1].body["messages"] if m["role"] == "assistant")
     assert kept["reasoning_content"] == shown and shown.startswith("a long thought")  # what was streamed, whole
+
+
+def test_a_commands_tool_call_comes_before_its_permission_question(server: FakeServer, workspace: Path,
+                                                                   tmp_path: Path) -> None:
+    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch a.txt"})]), Reply(content="ok"))
+    messages: list[dict[str, Any]] = []
+    editor = Editor(answers=["allow_once"])
+
+    async def go() -> None:
+        env = acp_env(server, tmp_path / "home")
+        async with kimicode_acp(editor, [*kimicode_command(), "acp"], env, workspace, tmp_path / "log",
+                                messages) as (conn, _):
+            await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities(fs=False))
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            await conn.prompt(session_id=sid, prompt=[text_block("touch it")])
+
+    run(go())
+    order = []
+    for m in messages:
+        body = m["message"]
+        if body.get("method") == "session/request_permission":
+            order.append("question")
+        elif body.get("method") == "session/update" and body["params"]["update"]["sessionUpdate"] == "tool_call":
+            order.append("tool_call")
+    assert order == ["tool_call", "question"] and (workspace / "a.txt").exists()
