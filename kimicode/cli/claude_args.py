@@ -268,8 +268,9 @@ def _model(ns: dict[str, Any], out: ClaudeArgs) -> None:
         if effort not in EFFORT:
             raise UsageExit(f"--effort {effort!r}: expected one of {', '.join(EFFORT)}")
         out.settings["thinking"] = EFFORT[effort]
-    if ns["thinking"] == "disabled" or ns["max_thinking_tokens"]:
-        out.ignored.append("--thinking/--max-thinking-tokens: set the reasoning effort with effort=low|high|max")
+    if ns["thinking"] or ns["max_thinking_tokens"]:
+        out.ignored.append("--thinking/--max-thinking-tokens: the model reasons at kimicode's effort; set it with "
+                           "effort=low|high|max")
 
 
 def is_claude_model(model: str) -> bool:
