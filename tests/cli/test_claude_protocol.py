@@ -94,6 +94,7 @@ def converse(lines: list[dict[str, Any] | str], server: FakeServer, workspace: P
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
+@pytest.mark.slow
 def test_control_requests_and_lines_that_cannot_be_used(server: FakeServer, workspace: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     server.add(Reply(content="the answer"))
