@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import os
 import sys
@@ -20,15 +21,23 @@ from acp import PROTOCOL_VERSION, RequestError, run_agent
 from acp.schema import (
     AgentCapabilities,
     AuthenticateResponse,
+    CloseSessionResponse,
     HttpMcpServer,
     Implementation,
     InitializeResponse,
+    ListSessionsResponse,
     LoadSessionResponse,
     McpCapabilities,
     McpServerStdio,
     NewSessionResponse,
     PromptCapabilities,
     PromptResponse,
+    ResumeSessionResponse,
+    SessionCapabilities,
+    SessionCloseCapabilities,
+    SessionInfo,
+    SessionListCapabilities,
+    SessionResumeCapabilities,
     SetSessionModeResponse,
 )
 
@@ -38,6 +47,9 @@ from kimicode.acp.session import AcpSession, Block, modes
 
 STDIO_LIMIT = 50 * 1024 * 1024
 """Longest JSON-RPC line read (images and embedded files travel inside prompts)."""
+
+LIST_PAGE = 50
+"""Sessions in one `session/list` answer."""
 
 log = logging.getLogger("kimicode.acp")
 
@@ -67,6 +79,17 @@ def warm_up() -> None:
         log.warning("warming up the model client: %s", exc)
 
 
+def recorded_settings(session_id: str) -> dict[str, Any]:
+    """The permission mode a session last ran in, from its log, as a setting (a session loaded by an editor
+    keeps the mode chosen in it; the model and effort come back with `Agent.resume` itself)."""
+    from kimicode.config.choices import PERMISSION_MODES
+    from kimicode.config.endpoint import kimicode_home
+    from kimicode.session.store import load_session
+
+    mode = load_session(kimicode_home(), session_id).settings.get("permission_mode")
+    return {"permission_mode": mode} if mode in PERMISSION_MODES else {}
+
+
 class KimicodeAcp:
     """The ACP `Agent`: sessions are kimicode Agents, built like the terminal's from `settings` (the flags
     of `kimicode acp`, AgentOptions field names) and the session's working directory."""
@@ -94,6 +117,9 @@ class KimicodeAcp:
                 load_session=True,
                 prompt_capabilities=PromptCapabilities(image=True, audio=False, embedded_context=True),
                 mcp_capabilities=McpCapabilities(http=True, sse=False),
+                session_capabilities=SessionCapabilities(list=SessionListCapabilities(),
+                                                         resume=SessionResumeCapabilities(),
+                                                         close=SessionCloseCapabilities()),
             ),
             agent_info=Implementation(name="kimicode", title="kimicode", version=__version__),
             auth_methods=[],
@@ -118,6 +144,7 @@ class KimicodeAcp:
 
         async def ask(tool_call: Any, options: Any) -> Any:
             assert session is not None
+            await session.announced(tool_call.tool_call_id)
             return await self.conn.request_permission(session_id=session.id, tool_call=tool_call, options=options)
 
         def options_for(where: Path) -> AgentOptions:
@@ -125,12 +152,17 @@ class KimicodeAcp:
             extra = mcp_entries(mcp_servers)
             if extra:  # the editor's servers, like --mcp-config: the user configured them
                 settings.update({"mcp_servers": extra})
-            return AgentOptions.from_workspace(where, config=settings, origin="acp", **self.settings)
+            return AgentOptions.from_workspace(where, config=settings, origin="acp", **{**self.settings, **kept})
 
+        kept: dict[str, Any] = {}
         try:
+            if resume is not None:  # the mode the editor chose stays with the session (acpx reconnects each prompt)
+                kept = recorded_settings(resume)
             approver = Approver(ask, workspace)
             if resume is None:
                 agent = Agent(options_for(workspace), approve=approver)
+                if agent.log is not None:  # loadable by another process before its first prompt
+                    agent.log.save()
             else:
                 agent = Agent.resume(resume, options=options_for, approve=approver, workspace=workspace)
         except SessionBusyError as exc:  # open in a terminal or another editor: say so, do not take it over
@@ -181,6 +213,44 @@ class KimicodeAcp:
         self._announce(session)
         return LoadSessionResponse(modes=modes(session.agent.permission_mode))
 
+    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None,
+                            **kwargs: Any) -> ListSessionsResponse:
+        """`session/list`: the saved sessions (of `cwd` when given), most recent first, LIST_PAGE at a time;
+        the cursor is the position of the next page. Sessions never prompted are listed too (loadable)."""
+        from kimicode.config.endpoint import kimicode_home
+        from kimicode.session.store import list_sessions
+
+        start = int(cursor) if cursor and cursor.isdigit() else 0
+        if cursor and not cursor.isdigit():
+            raise RequestError.invalid_params({"details": f"not a cursor from session/list: {cursor!r}"})
+        found = list_sessions(kimicode_home(), cwd, include_empty=True)
+        page = found[start:start + LIST_PAGE]
+        infos = [SessionInfo(session_id=i.id, cwd=i.workspace, title=i.first_prompt[:120] or None,
+                             updated_at=i.updated.isoformat().replace("+00:00", "Z")) for i in page]
+        more = start + LIST_PAGE < len(found)
+        return ListSessionsResponse(sessions=infos, next_cursor=str(start + LIST_PAGE) if more else None)
+
+    async def resume_session(self, session_id: str, cwd: str, mcp_servers: list[Any] | None = None,
+                             **kwargs: Any) -> ResumeSessionResponse:
+        """`session/resume`: continue a saved session without streaming its history back (`session/load`
+        does); a session already open in this process is answered as it is."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            session = self._build(cwd, mcp_servers, resume=session_id)
+            self._announce(session)
+        return ResumeSessionResponse(modes=modes(session.agent.permission_mode))
+
+    async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
+        """`session/close`: stop its turn if one runs and release it (another process may then load it)."""
+        session = self.sessions.pop(session_id, None)
+        if session is None:
+            raise RequestError.invalid_params({"details": f"unknown session: {session_id}"})
+        session.cancel()
+        if not session.idle.is_set():  # the cancelled prompt answers first
+            await asyncio.wait([asyncio.ensure_future(session.idle.wait())], timeout=30)
+        await session.agent.aclose()
+        return CloseSessionResponse()
+
     async def set_session_mode(self, mode_id: str, session_id: str, **kwargs: Any) -> SetSessionModeResponse:
         self._session(session_id).set_mode(mode_id)
         return SetSessionModeResponse()
@@ -208,26 +278,82 @@ class _Pipe(asyncio.streams.FlowControlMixin):
     """The write side of the protocol pipe (drain waits while the editor is not reading)."""
 
 
+def line_answer(line: bytes) -> bytes | None:
+    """How to treat one line from the editor: None to pass it on (a JSON object: the SDK's to handle), b""
+    to skip it (blank), else the JSON-RPC error to answer it with (not JSON: -32700; JSON that is not an
+    object, such as `42` or a batch: -32600), so that a bad line never reaches the SDK's receive loop, which
+    would end on it and take every session of the process along."""
+    text = line.strip()
+    if not text:
+        return b""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return _error_line(-32700, "Parse error", f"the line is not JSON: {exc}")
+    if isinstance(value, dict):
+        return None
+    what = "a batch (kimicode takes one message per line)" if isinstance(value, list) else type(value).__name__
+    return _error_line(-32600, "Invalid Request", f"a JSON-RPC message is a JSON object, not {what}")
+
+
+def _error_line(code: int, message: str, details: str) -> bytes:
+    error = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message, "data": {"details": details}}}
+    return (json.dumps(error) + "\n").encode()
+
+
+async def _read_line(reader: asyncio.StreamReader) -> bytes:
+    """One line, however long (b"" at the end of input)."""
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunks.append(await reader.readuntil(b"\n"))
+            return b"".join(chunks)
+        except asyncio.LimitOverrunError as exc:
+            chunks.append(await reader.readexactly(exc.consumed))
+        except asyncio.IncompleteReadError as exc:
+            chunks.append(exc.partial)
+            return b"".join(chunks)
+
+
+async def checked_lines(raw: asyncio.StreamReader, inner: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Pass the editor's JSON objects from `raw` on to `inner` (the SDK reads it); answer the other lines."""
+    try:
+        while line := await _read_line(raw):
+            answer = line_answer(line)
+            if answer is None:
+                inner.feed_data(line if line.endswith(b"\n") else line + b"\n")
+            elif answer:
+                log.warning("answered a bad line: %s", answer.decode().strip())
+                writer.write(answer)
+                await writer.drain()
+    finally:
+        inner.feed_eof()
+
+
 async def protocol_streams() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Streams on stdin and on a private copy of stdout; fd 1 then points at stderr."""
     loop = asyncio.get_running_loop()
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    reader = asyncio.StreamReader(limit=STDIO_LIMIT)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    raw = asyncio.StreamReader(limit=STDIO_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(raw), sys.stdin)
     transport, protocol = await loop.connect_write_pipe(_Pipe, out)
-    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+    return raw, asyncio.StreamWriter(transport, protocol, None, loop)
 
 
 async def serve(settings: dict[str, Any] | None = None) -> int:
     """Serve ACP on stdin/stdout until the editor closes stdin; returns the exit code."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="kimicode acp: %(levelname)s %(message)s")
-    reader, writer = await protocol_streams()
+    raw, writer = await protocol_streams()
+    reader = asyncio.StreamReader(limit=STDIO_LIMIT)  # what the SDK reads: the JSON objects of `raw`
+    checking = asyncio.ensure_future(checked_lines(raw, reader, writer))
     agent = KimicodeAcp(settings)
     try:
-        await run_agent(cast(acp.Agent, agent), writer, reader)  # implements the methods kimicode serves
+        # implements the methods kimicode serves; session/resume and session/close are "unstable" in the SDK
+        await run_agent(cast(acp.Agent, agent), writer, reader, use_unstable_protocol=True)
     finally:
+        checking.cancel()
         await agent.aclose()
     return 0
 

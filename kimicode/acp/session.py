@@ -8,13 +8,15 @@ stays valid and the prompt answers `cancelled`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acp import RequestError
+from acp import RequestError, update_agent_message_text
 from acp.schema import (
     AvailableCommand,
     AvailableCommandInput,
@@ -27,6 +29,7 @@ from acp.schema import (
     SessionModeState,
     TextContentBlock,
     TextResourceContents,
+    ToolCallStart,
     UnstructuredCommandInput,
     Usage,
 )
@@ -34,7 +37,7 @@ from acp.schema import (
 from kimicode.acp.updates import Translator
 from kimicode.commands import load_custom_commands
 from kimicode.config.choices import PERMISSION_MODES
-from kimicode.events import TurnFinished
+from kimicode.events import MessageCommitted, TurnFinished
 
 if TYPE_CHECKING:
     from kimicode.agent.core import Agent
@@ -53,6 +56,12 @@ ERROR_CODES = {"auth": -32000}
 """JSON-RPC codes for turn errors: `auth` is ACP's "authentication required"; the rest are internal errors
 (-32603) whose message is kimicode's and whose data names the kind."""
 
+CONTENT_FILTERED = re.compile(r"HTTP 4\d\d content_filter\b")
+"""A request the server refused as content (Moonshot and Azure OpenAI: HTTP 400, error type `content_filter`)."""
+
+COMMAND_NAME = re.compile(r"[A-Za-z][\w:-]*")
+"""What a slash command's name looks like (a path's first segment with a `/` in it does not)."""
+
 BUILTIN_COMMANDS = {"compact": "Summarise the older history now, to free context (optional: what to keep)"}
 
 Block = TextContentBlock | ImageContentBlock | ResourceContentBlock | EmbeddedResourceContentBlock | Any
@@ -69,8 +78,9 @@ def modes(current: str) -> SessionModeState:
 
 def stop_reason(finished: TurnFinished) -> PromptResponse:
     """The answer to `session/prompt` for how the turn ended; a failed turn raises its JSON-RPC error."""
-    if finished.error_kind == "content_filter":
-        return PromptResponse(stop_reason="refusal")
+    if finished.error_kind == "content_filter" or (
+            finished.error_kind == "bad_request" and CONTENT_FILTERED.match(finished.error or "")):
+        return PromptResponse(stop_reason="refusal")  # a streamed refusal, or the server's 400 `content_filter`
     reason = STOP_REASONS.get(finished.status)
     if reason is None:
         kind = finished.error_kind or finished.status
@@ -87,6 +97,23 @@ class AcpSession:
         self.send = send
         self.translator = Translator(agent.workspace, self._kind)
         self.commands = load_custom_commands(agent.workspace, agent.home)
+        self.idle = asyncio.Event()
+        self.idle.set()
+        """Set while no prompt runs in this session."""
+        self.cancelling = False
+        """`session/cancel` came while a prompt ran: the next prompt waits for it instead of being refused."""
+        self.coming: set[str] = set()
+        """Tool calls committed by the running turn whose `tool_call` the editor has not been sent yet."""
+        self.shown = asyncio.Event()
+        previous = agent.on_event
+
+        def on_event(event: Any) -> None:  # in the turn, as it happens (the updates follow a little later)
+            if previous is not None:
+                previous(event)
+            if isinstance(event, MessageCommitted) and event.message.get("role") == "assistant":
+                self.coming.update(str(c.get("id") or "") for c in event.message.get("tool_calls") or ())
+
+        agent.on_event = on_event
 
     @property
     def id(self) -> str:
@@ -110,7 +137,19 @@ class AcpSession:
             raise RequestError.invalid_params({"modeId": mode_id, "expected": list(PERMISSION_MODES)})
         self.agent.set_permission_mode(mode_id)
 
+    async def announced(self, call_id: str) -> None:
+        """Wait until the editor has been sent the `tool_call` of `call_id`, so that a permission question
+        never comes before the call it is about (the turn runs ahead of the updates it streams)."""
+        while call_id in self.coming and self.agent.busy:
+            self.shown.clear()
+            try:
+                await asyncio.wait_for(self.shown.wait(), timeout=5)
+            except TimeoutError:
+                return
+
     def cancel(self) -> None:
+        if self.agent.busy:
+            self.cancelling = True
         self.agent.interrupt()
 
     async def replay(self) -> None:
@@ -119,9 +158,20 @@ class AcpSession:
             await self.send(update)
 
     async def prompt(self, blocks: Sequence[Block]) -> PromptResponse:
-        """Run one turn for the prompt's content blocks."""
-        if self.agent.busy:
+        """Run one turn for the prompt's content blocks. A prompt sent right after `session/cancel` waits for
+        the cancelled turn to end, then runs (clients send the next question without waiting)."""
+        if self.agent.busy and self.cancelling:
+            await self.idle.wait()
+        if self.agent.busy or not self.idle.is_set():
             raise RequestError.invalid_request({"details": "a turn is already running in this session"})
+        self.idle.clear()
+        try:
+            return await self._prompt(blocks)
+        finally:
+            self.cancelling = False
+            self.idle.set()
+
+    async def _prompt(self, blocks: Sequence[Block]) -> PromptResponse:
         text = self._prompt_text(blocks)
         name, _, rest = text[1:].partition(" ") if text.startswith("/") else ("", "", "")
         if name == "compact":
@@ -129,12 +179,19 @@ class AcpSession:
             return PromptResponse(stop_reason="end_turn")
         if name in self.commands:
             text = self.commands[name].render(rest)
+        elif COMMAND_NAME.fullmatch(name):  # `/usr/bin/env is broken` is a prompt, `/frobnicate` a command
+            known = ", ".join(f"/{n}" for n in [*BUILTIN_COMMANDS, *self.commands])
+            await self.send(update_agent_message_text(f"Unknown command /{name}. Commands here: {known}."))
+            return PromptResponse(stop_reason="end_turn")
         before = dict(self.agent.usage)
         finished: TurnFinished | None = None
         async with self.agent.stream(text) as events:
             async for event in events:
                 for update in self.translator.updates(event):
                     await self.send(update)
+                    if isinstance(update, ToolCallStart):
+                        self.coming.discard(update.tool_call_id)
+                        self.shown.set()
                 if isinstance(event, TurnFinished):
                     finished = event
         assert finished is not None
@@ -143,10 +200,21 @@ class AcpSession:
         return response
 
     async def _compact(self, instructions: str | None) -> None:
+        """`/compact`: the compaction's events, then one line saying what it did (or that there was nothing
+        to do yet)."""
         async with self.agent.compact(instructions) as events:
             async for event in events:
                 for update in self.translator.updates(event):
                     await self.send(update)
+            outcome = await events
+        if outcome is None:
+            said = "Nothing to compact yet: the conversation is still short."
+        else:
+            said = (f"Compacted {outcome.summarized} messages into a summary: ~{outcome.tokens_before} → "
+                    f"~{outcome.tokens_after} tokens.")
+            if outcome.fallback:
+                said += f" (The summary request failed: {outcome.error or 'no details'}; a simpler summary was kept.)"
+        await self.send(update_agent_message_text(said))
 
     def _usage(self, before: dict[str, int]) -> Usage:
         now = self.agent.usage

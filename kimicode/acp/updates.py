@@ -152,9 +152,11 @@ def diff_contents(diff: str, path: str) -> list[FileEditToolCallContent]:
 
 
 def text_content(text: str) -> ContentToolCallContent:
-    """A tool result as text content, cut for display."""
+    """A tool result as text content, cut for display to its head and its tail: a long command's last lines
+    and its `[exit code: N]` line (where a failing build says why) stay in view."""
     if len(text) > MAX_SHOWN_CHARS:
-        text = text[:MAX_SHOWN_CHARS] + f"\n… [{len(text) - MAX_SHOWN_CHARS} more characters]"
+        head, tail = text[: MAX_SHOWN_CHARS // 2], text[-MAX_SHOWN_CHARS // 2:]
+        text = f"{head}\n… [{len(text) - len(head) - len(tail)} characters not shown] …\n{tail}"
     return tool_content(text_block(text))
 
 

@@ -1,6 +1,6 @@
 """How an answer the user interrupted is kept in the history.
 
-The partial text stays as an ordinary assistant message (valid for every server: no extra keys), with
+The partial text stays as an ordinary assistant message (with the reasoning streamed before it), with
 a last line saying it was cut off. The model then knows why it stopped, "continue" has something to
 continue from, and a resumed session shows it. The text is stored and sent again byte for byte.
 """
@@ -21,9 +21,13 @@ NO_ANSWER = "[no answer: the turn was interrupted or failed before the model ans
 request) and the next prompt: strict servers refuse two user messages in a row."""
 
 
-def interrupted_answer(text: str) -> dict[str, Any]:
-    """The assistant message that keeps the partial answer `text`."""
-    return {"role": "assistant", "content": text + INTERRUPTED_MARK}
+def interrupted_answer(text: str, reasoning: str = "") -> dict[str, Any]:
+    """The assistant message that keeps the partial answer `text` and the reasoning streamed before it (in
+    the field every kimicode message keeps it in; the client renames it for the server)."""
+    message: dict[str, Any] = {"role": "assistant", "content": text + INTERRUPTED_MARK}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return message
 
 
 def is_interrupted_answer(message: Mapping[str, Any]) -> bool:

@@ -49,6 +49,7 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     after_compaction(agent)  # keep the todo list visible to the model
     completion: Completion | None = None
     partial: list[str] = []  # the answer text so far: kept in the history if the user interrupts it
+    thought: list[str] = []  # and the reasoning so far, kept with it byte for byte
     retry = Recovery()
     while True:
         try:
@@ -60,6 +61,7 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
             async for ev in checked_stream(agent.client.stream(sent, schemas, max_completion_tokens=limit)):
                 if isinstance(ev, StreamDelta):
                     if ev.kind == "reasoning":
+                        thought.append(ev.text)
                         emit(ReasoningDelta(ev.text))
                     elif ev.kind == "content":
                         partial.append(ev.text)
@@ -68,6 +70,7 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
                         emit(ToolArgumentsDelta(ev.index, ev.text))
                 elif isinstance(ev, StreamRetry):
                     partial.clear()  # the retried request starts the answer over
+                    thought.clear()
                     emit(Retrying(ev.attempt, ev.max_retries, ev.delay, ev.error))
                 elif isinstance(ev, Completion):
                     completion = ev
@@ -76,9 +79,9 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
                                "protocol")
             break
         except asyncio.CancelledError:
-            text = "".join(partial)
-            if text.strip() and agent.interrupted:
-                agent.commit(interrupted_answer(text), emit)
+            text, reasoning = "".join(partial), "".join(thought)
+            if (text.strip() or reasoning.strip()) and agent.interrupted:
+                agent.commit(interrupted_answer(text, reasoning), emit)
             raise
         except LLMError as err:  # too long for the server after all: learn its numbers, make room, retry
             if err.kind != "context_length":
@@ -86,6 +89,7 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
             if agent.context.capacity(err, est, window_reported=agent.window_origin == "server"):
                 await retry.wait_for_room(agent, err, emit)  # a busy server, not a long request
                 partial.clear()
+                thought.clear()
                 continue
             if not retry.may_recover():
                 raise

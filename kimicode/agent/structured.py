@@ -185,6 +185,9 @@ def parse_answer(text: str) -> Any:
                 return json.loads(fenced[0])
             except ValueError as exc:
                 raise ValueError(f"the JSON in the code block does not parse: {exc}") from None
+        if len(fenced) > 1:
+            raise ValueError(f"the answer has {len(fenced)} JSON code blocks; give one JSON document, and only "
+                             "it") from None
         raise ValueError(f"the answer is not JSON: {first}") from None
 
 

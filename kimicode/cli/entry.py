@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -26,6 +27,12 @@ def main() -> None:
 
             run_acp(args[1:])
             return
+        from kimicode.cli.claude_args import is_claude_mode
+
+        if is_claude_mode(args, os.environ):  # a Claude Agent SDK drives it (cli/claude_run.py)
+            from kimicode.cli.claude_run import run_claude
+
+            raise SystemExit(run_claude(args))
         from kimicode.cli.app import run_app
 
         run_app()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -37,6 +37,10 @@ DEFAULT_TIMEOUT = 60.0
 OnError = Literal["block", "continue"]
 _BLOCKING_TEXT = re.compile(r"""exit\s*\(?\s*2\b|["']deny["']|["']block["']""")
 """What a hook that was written to refuse contains: `exit 2` / `sys.exit(2)`, or a deny/block answer."""
+
+
+HookCall = Callable[[bytes], Awaitable[tuple[int, str, str]]]
+"""A hook run in-process: the JSON payload in, (exit code, stdout, stderr) out."""
 
 
 class HookConfigError(ValueError):
@@ -64,6 +68,10 @@ class HookSpec:
     condition: Rule | None = field(default=None, compare=False)
     """Claude Code's `if` (a permission rule such as `Bash(git commit:*)`): the hook runs only for tool
     calls the rule names (kimicode.permissions.claude.call_matches)."""
+    call: HookCall | None = field(default=None, compare=False, repr=False)
+    """Run this function instead of `command` (a hook function of the program driving kimicode: the Claude
+    Agent SDK's hook callbacks): it gets the payload and answers as a command would (exit code, stdout,
+    stderr)."""
 
     def matches(self, values: tuple[str, ...]) -> bool:
         """True when the matcher accepts any of `values` (a tool's names, a session source, ...)."""

@@ -198,6 +198,13 @@ class SessionLog:
             )
             raise SessionWriteError(self.failed) from None
 
+    def save(self) -> None:
+        """Write the records held for the first prompt now: a session that must be resumable before it has
+        one (an editor's new ACP session, loaded again by another process)."""
+        if self._held is not None and self.failed is None:
+            lines, self._held = self._held, None
+            self._put(lines)
+
     def _write(self, line: str, record: dict[str, Any]) -> None:
         if self._held is not None:
             self._held.append(line)

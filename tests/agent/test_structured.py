@@ -228,3 +228,12 @@ def test_stream_input_stops_at_the_budget(cli: Callable[..., tuple[int, str, str
     results = [json.loads(line) for line in out.splitlines() if '"type": "result"' in line]
     assert code == 4 and [r["status"] for r in results] == ["success", "budget"]
     assert len(server.requests) == 3
+
+
+def test_two_json_blocks_get_a_correction_that_says_so(make_agent: Callable[..., Any], server: FakeServer) -> None:
+    two = "Here:\n```json\n{\"version\": \"1.0.0\"}\n```\nor:\n```json\n" + GOOD + "\n```\n"
+    server.add(Reply(content=two), Reply(content=GOOD))
+    result = asyncio.run(make_agent().run("describe it", output_type=Release))
+    assert result.ok and result.output.version == "1.2.0"
+    sent = server.requests[1].body["messages"][-1]["content"]
+    assert "2 JSON code blocks" in sent and "not JSON" not in sent
