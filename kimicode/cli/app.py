@@ -517,6 +517,10 @@ app.add_typer(prompt_app, name="prompt")
 from kimicode.cli.acp_cmd import acp_command  # noqa: E402
 
 app.command("acp")(acp_command)
+from kimicode.cli.serve_cmd import serve_command, web_command  # noqa: E402
+
+app.command("serve")(serve_command)
+app.command("web")(web_command)
 
 
 def _click_exceptions() -> Any:

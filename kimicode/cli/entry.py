@@ -26,6 +26,11 @@ def main() -> None:
 
             run_acp(args[1:])
             return
+        if args[:1] in (["serve"], ["web"]):  # the HTTP face: only its own imports (cli/serve_cmd.py)
+            from kimicode.cli.serve_cmd import run_serve
+
+            run_serve(args)
+            return
         from kimicode.cli.app import run_app
 
         run_app()

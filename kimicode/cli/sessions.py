@@ -183,6 +183,7 @@ class Origin(StrEnum):
     headless = "headless"
     library = "library"
     acp = "acp"
+    serve = "serve"
 
 
 class ExportFormat(StrEnum):

@@ -1,0 +1,100 @@
+"""Fan-out of one session's events to its subscribers, in bounded memory.
+
+Every event gets a sequence number and is kept in a ring of the last `keep` events (so a client that
+reconnects with `after=SEQ` misses nothing recent). Each subscriber has its own queue of at most
+`per_subscriber` events: publishing never waits for a subscriber, so a client that stops reading cannot
+slow the session, and when its queue is full it is cut off (its stream ends with an `Overflow` event
+naming the last sequence number it got) instead of growing without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+from kimicode.serve.wire import dumps
+
+KEEP = 4096
+"""Events kept for reconnecting subscribers."""
+PER_SUBSCRIBER = 2048
+"""Events queued for one subscriber before it is cut off."""
+
+
+class Subscriber:
+    """One reader of a session's events (an SSE response)."""
+
+    def __init__(self, limit: int) -> None:
+        self.queue: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue(maxsize=limit)
+        self.overflowed = False
+        self.last = 0
+
+    def offer(self, item: tuple[int, str] | None) -> None:
+        """Queue `item` unless the subscriber is full; then mark it cut off (and drop what it has queued)."""
+        if self.overflowed:
+            return
+        try:
+            self.queue.put_nowait(item)
+        except asyncio.QueueFull:
+            self.overflowed = True
+            while not self.queue.empty():  # free its memory at once; the stream ends with Overflow
+                self.queue.get_nowait()
+            self.queue.put_nowait(None)
+
+
+class Hub:
+    """A session's event sequence and its subscribers."""
+
+    def __init__(self, keep: int = KEEP, per_subscriber: int = PER_SUBSCRIBER) -> None:
+        self.seq = 0
+        self.ring: deque[tuple[int, str]] = deque(maxlen=keep)
+        self.subscribers: set[Subscriber] = set()
+        self.per_subscriber = per_subscriber
+        self.closed = False
+
+    def publish(self, data: dict[str, Any]) -> int:
+        """Number `data`, keep it and hand it to every subscriber; never waits."""
+        self.seq += 1
+        data = {**data, "seq": self.seq}
+        item = (self.seq, dumps(data))
+        self.ring.append(item)
+        for sub in list(self.subscribers):
+            sub.offer(item)
+        return self.seq
+
+    def close(self) -> None:
+        """End every subscriber's stream (the session was closed)."""
+        self.closed = True
+        for sub in list(self.subscribers):
+            sub.offer(None)
+
+    async def follow(self, after: int | None, heartbeat: float = 15.0) -> AsyncIterator[tuple[int, str] | None]:
+        """The events after `after` (None: only new ones), then each new one as it comes; yields None
+        as a heartbeat when nothing happened for `heartbeat` seconds. Ends on close or overflow (the
+        last item is then an Overflow event)."""
+        sub = Subscriber(self.per_subscriber)
+        backlog = [item for item in self.ring if after is not None and item[0] > after]
+        self.subscribers.add(sub)
+        try:
+            for item in backlog:
+                sub.last = item[0]
+                yield item
+            while not self.closed or not sub.queue.empty():
+                try:
+                    item = await asyncio.wait_for(sub.queue.get(), heartbeat)
+                except TimeoutError:
+                    yield None
+                    continue
+                if item is None:
+                    if sub.overflowed:
+                        yield (sub.last, dumps({"type": "Overflow", "after": sub.last,
+                                                "text": "this stream fell behind and was closed; reconnect "
+                                                        f"with after={sub.last}"}))
+                    return
+                if item[0] <= sub.last:  # already sent from the backlog
+                    continue
+                sub.last = item[0]
+                yield item
+        finally:
+            self.subscribers.discard(sub)
