@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import urllib.request
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -69,23 +68,14 @@ def web_command(
 ) -> None:
     """Open kimicode's page in your browser: attach to the running `kimicode serve`, or start one here."""
     from kimicode.config.endpoint import kimicode_home
+    from kimicode.serve.client import answers
     from kimicode.serve.server import read_state
 
     found = read_state(kimicode_home())
-    if found is not None and _answers(found["url"], found["token"]):
+    if found is not None and answers(found["url"], found["token"]):
         _open(f"{found['url']}/#token={found['token']}", no_open)
         return
     raise typer.Exit(_serve({**locals(), "host": "127.0.0.1"}, browser=not no_open, show=no_open))
-
-
-def _answers(url: str, token: str) -> bool:
-    """True when a server at `url` accepts `token` (a leftover state file of a stopped server does not)."""
-    request = urllib.request.Request(f"{url}/sessions", headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(request, timeout=3) as response:  # noqa: S310 - our own loopback server
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 def _open(url: str, print_only: bool) -> None:

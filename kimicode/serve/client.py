@@ -173,3 +173,13 @@ class ServeClient:
                 self.answer(session_id, event["request_id"], decide(event) if decide else "deny")
 
         return self.until(session_id, lambda e: e["type"] == "TurnFinished", after=after, on_event=on_event)
+
+
+def answers(url: str, token: str) -> bool:
+    """True when a server at `url` accepts `token` (a state file left by a stopped server does not)."""
+    try:
+        with ServeClient(url, token, timeout=3) as client:
+            client.sessions()
+        return True
+    except (httpx.HTTPError, ServeClientError, OSError, ValueError):
+        return False
