@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
-import httpx
+import httpx2 as httpx
 
 Decision = Literal["allow", "allow_always", "deny"]
 

@@ -1,8 +1,8 @@
 """Fan-out of one session's events to its subscribers, in bounded memory.
 
-Every event gets a sequence number and is kept in a ring of the last `keep` events (so a client that
-reconnects with `after=SEQ` misses nothing recent). Each subscriber has its own queue of at most
-`per_subscriber` events: publishing never waits for a subscriber, so a client that stops reading cannot
+Every event gets a sequence number (`seq`) and the time it was published (`ts`, Unix seconds), and is kept
+in a ring of the last `keep` events (so a client that reconnects with `after=SEQ` misses nothing recent).
+Each subscriber has its own queue of at most `per_subscriber` events: publishing never waits for a subscriber, so a client that stops reading cannot
 slow the session, and when its queue is full it is cut off (its stream ends with an `Overflow` event
 naming the last sequence number it got) instead of growing without bound.
 """
@@ -10,6 +10,7 @@ naming the last sequence number it got) instead of growing without bound.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -56,7 +57,7 @@ class Hub:
     def publish(self, data: dict[str, Any]) -> int:
         """Number `data`, keep it and hand it to every subscriber; never waits."""
         self.seq += 1
-        data = {**data, "seq": self.seq}
+        data = {**data, "seq": self.seq, "ts": round(time.time(), 6)}
         item = (self.seq, dumps(data))
         self.ring.append(item)
         for sub in list(self.subscribers):

@@ -17,10 +17,13 @@ from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
 
 
 def last_user_text(messages: list[dict[str, Any]]) -> str:
+    """The last prompt (kimicode's own notes to the model, such as `[permission mode: ...]`, skipped)."""
     for message in reversed(messages):
         if message.get("role") == "user":
             content = message.get("content")
-            return content if isinstance(content, str) else json.dumps(content)
+            text = content if isinstance(content, str) else json.dumps(content)
+            if not text.startswith("["):
+                return text
     return ""
 
 
@@ -30,7 +33,7 @@ def follow_prompt(request: RecordedRequest) -> Reply:
     sessions at once: each request is answered from its own history."""
     messages = request.body["messages"]
     last = messages[-1]
-    if last["role"] == "tool":
+    if last["role"] == "tool" and messages[-2].get("role") == "assistant":
         return Reply(content=f"done: {str(last.get('content'))[:80]}")
     text = last_user_text(messages)
     verb, _, rest = text.partition(" ")
@@ -52,7 +55,8 @@ def model(server: FakeServer) -> FakeServer:
 @pytest.fixture
 def config(model: FakeServer, tmp_path: Path) -> ServeConfig:
     return ServeConfig(settings={"base_url": model.base_url, "api_key": "sk-test-secret-key", "model": "kimi-k3",
-                                 "retry_base_delay": 0.01, "sandbox": "off"},
+                                 "retry_base_delay": 0.01, "sandbox": "off",
+                                 "prices": {"input": 3.0, "cached_input": 0.3, "output": 15.0}},
                        home=tmp_path / "home")
 
 

@@ -25,6 +25,11 @@ def types(events: list[dict[str, Any]]) -> list[str]:
     return [e["type"] for e in events]
 
 
+def prompts(state: dict[str, Any]) -> list[str]:
+    """The user's messages in a session's history (kimicode's own `[...]` notes to the model left out)."""
+    return [m["content"] for m in state["history"] if m["role"] == "user" and not m["content"].startswith("[")]
+
+
 def test_two_sessions_in_two_workspaces_run_prompts_with_tool_calls_at_once(
         client: ServeClient, make_workspace: Callable[[str], Path]) -> None:
     a, b = make_workspace("a"), make_workspace("b")
@@ -57,7 +62,7 @@ def test_state_has_status_history_usage_cost_and_context(client: ServeClient, wo
     assert events[-1]["result"] == "echo: hello there"
     state = client.state(sid)
     assert state["status"] == "idle" and state["permission_mode"] == "default"
-    assert [m["role"] for m in state["history"]] == ["user", "assistant"]
+    assert [m["role"] for m in state["history"]] == ["user", "assistant"] and prompts(state) == ["hello there"]
     assert state["usage"]["prompt_tokens"] > 0
     assert state["context"]["used"] > 0 and state["context"]["window"] > 0
     assert state["context"]["breakdown"]["system"] > 0
@@ -138,21 +143,20 @@ def test_messages_queue_in_order_and_steer_joins_the_running_turn(client: ServeC
     after = client.state(sid)["seq"]
     assert client.send(sid, "run touch a")["queued"] == 0
     assert client.send(sid, "second")["queued"] == 1
-    prompts: list[str] = []
+    started: list[str] = []
     count = 0
     for event in client.events(sid, after=after):
         if event["type"] == "PermissionRequested":
             assert client.send(sid, "also this", steer=True)["steered"]
             client.answer(sid, event["request_id"], "allow")
         if event["type"] == "TurnStarted":
-            prompts.append(event["prompt"])
+            started.append(event["prompt"])
         if finished(event):
             count += 1
             if count == 2:
                 break
-    assert prompts == ["run touch a", "second"]
-    history = [m for m in client.state(sid)["history"] if m["role"] == "user"]
-    assert [m["content"] for m in history] == ["run touch a", "also this", "second"]
+    assert started == ["run touch a", "second"]
+    assert prompts(client.state(sid)) == ["run touch a", "also this", "second"]
 
 
 def test_fork_continues_a_copy(client: ServeClient, workspace: Path) -> None:
@@ -161,8 +165,8 @@ def test_fork_continues_a_copy(client: ServeClient, workspace: Path) -> None:
     fork = client.fork(sid)
     assert fork != sid
     client.run(fork, "now 8")
-    original = [m["content"] for m in client.state(sid)["history"] if m["role"] == "user"]
-    forked = [m["content"] for m in client.state(fork)["history"] if m["role"] == "user"]
+    original = prompts(client.state(sid))
+    forked = prompts(client.state(fork))
     assert original == ["remember 7"] and forked == ["remember 7", "now 8"]
 
 
@@ -175,7 +179,7 @@ def test_undo_puts_back_the_files_and_the_conversation(client: ServeClient, work
     done = client.undo(sid)
     assert done["turn"] == 2 and done["files"] == ["notes.txt"]
     assert (workspace / "notes.txt").read_text() == "first"
-    assert [m["content"] for m in client.state(sid)["history"] if m["role"] == "user"] == ["write notes.txt first"]
+    assert prompts(client.state(sid)) == ["write notes.txt first"]
     with pytest.raises(ServeClientError) as err:
         client.diff(sid, turn=9)
     assert err.value.status == 404
@@ -191,7 +195,7 @@ def test_resume_after_a_server_restart(config: ServeConfig, workspace: Path) -> 
         saved = {s["id"]: s for s in client.sessions()["saved"]}
         assert saved[sid]["origin"] == "serve" and saved[sid]["live"] is False
         assert client.resume(sid) == sid
-        assert [m["content"] for m in client.state(sid)["history"] if m["role"] == "user"] == ["remember the number 7"]
+        assert prompts(client.state(sid)) == ["remember the number 7"]
         assert client.run(sid, "which number?")[-1]["status"] == "success"
         copy = client.resume(sid, fork=True)
         assert copy != sid and len(client.state(copy)["history"]) == 4
