@@ -135,7 +135,20 @@ class ServeClient:
 
     def events(self, session_id: str, after: int | None = None) -> Iterator[dict[str, Any]]:
         """The session's events as they come (server-sent events, decoded); runs until the server ends the
-        stream or the caller stops iterating."""
+        stream or the caller stops iterating. A stream the server cut off because this reader fell behind
+        (`Overflow`) is reopened after the last event received, so nothing kept is missed."""
+        while True:
+            last = None
+            for event in self._stream(session_id, after):
+                if event.get("type") == "Overflow":
+                    last = int(event["after"])
+                    break
+                yield event
+            if last is None:
+                return
+            after = last
+
+    def _stream(self, session_id: str, after: int | None) -> Iterator[dict[str, Any]]:
         params = {"after": after} if after is not None else None
         with self.http.stream("GET", f"/sessions/{session_id}/events", params=params) as response:
             if response.status_code >= 400:

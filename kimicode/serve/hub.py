@@ -1,7 +1,7 @@
 """Fan-out of one session's events to its subscribers, in bounded memory.
 
 Every event gets a sequence number (`seq`) and the time it was published (`ts`, Unix seconds), and is kept
-in a ring of the last `keep` events (so a client that reconnects with `after=SEQ` misses nothing recent).
+in a ring of the last `keep` events (at most `keep_bytes` of them) (so a client that reconnects with `after=SEQ` misses nothing recent).
 Each subscriber has its own queue of at most `per_subscriber` events: publishing never waits for a subscriber, so a client that stops reading cannot
 slow the session, and when its queue is full it is cut off (its stream ends with an `Overflow` event
 naming the last sequence number it got) instead of growing without bound.
@@ -18,7 +18,9 @@ from typing import Any
 from kimicode.serve.wire import dumps
 
 KEEP = 4096
-"""Events kept for reconnecting subscribers."""
+"""Events kept for reconnecting subscribers..."""
+KEEP_BYTES = 8 * 1024 * 1024
+"""...and at most this many bytes of them."""
 PER_SUBSCRIBER = 2048
 """Events queued for one subscriber before it is cut off."""
 
@@ -47,9 +49,11 @@ class Subscriber:
 class Hub:
     """A session's event sequence and its subscribers."""
 
-    def __init__(self, keep: int = KEEP, per_subscriber: int = PER_SUBSCRIBER) -> None:
+    def __init__(self, keep: int = KEEP, per_subscriber: int = PER_SUBSCRIBER, keep_bytes: int = KEEP_BYTES) -> None:
         self.seq = 0
-        self.ring: deque[tuple[int, str]] = deque(maxlen=keep)
+        self.ring: deque[tuple[int, str]] = deque()
+        self.keep, self.keep_bytes = keep, keep_bytes
+        self.ring_bytes = 0
         self.subscribers: set[Subscriber] = set()
         self.per_subscriber = per_subscriber
         self.closed = False
@@ -60,6 +64,9 @@ class Hub:
         data = {**data, "seq": self.seq, "ts": round(time.time(), 6)}
         item = (self.seq, dumps(data))
         self.ring.append(item)
+        self.ring_bytes += len(item[1])
+        while len(self.ring) > self.keep or (self.ring_bytes > self.keep_bytes and len(self.ring) > 1):
+            self.ring_bytes -= len(self.ring.popleft()[1])
         for sub in list(self.subscribers):
             sub.offer(item)
         return self.seq

@@ -10,7 +10,7 @@
   `Authorization: Bearer TOKEN`, compared in constant time (`hmac.compare_digest`). The page gets the
   token from the URL's fragment, which browsers never send to a server or put in a Referer.
 - **Size**: a body over `max_body` bytes is refused (413) whether it announces its length or streams it
-  chunked; uvicorn bounds the header block.
+  chunked, before any route sees it; headers over 32 KiB are refused (431).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_BODY = 1024 * 1024
 """Bytes of a request body (a prompt of a few hundred pages)."""
+MAX_HEADERS = 32 * 1024
+"""Bytes of a request's headers (uvicorn bounds a header block still arriving; this, one that came at once)."""
 PUBLIC_PATHS = ("/", "/index.html", "/favicon.ico")
 PUBLIC_PREFIX = "/static/"
 
@@ -47,10 +49,6 @@ def allowed_hosts(host: str, port: int) -> frozenset[str]:
     return frozenset(f"{n}:{port}" for n in names if not n.count(":") or n.startswith("["))
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 class Gate:
     """The middleware: Host, Origin, token, body size; then the app."""
 
@@ -66,6 +64,9 @@ class Gate:
 
     def problem(self, scope: Scope) -> tuple[int, str] | None:
         """Why this request is refused (status, message), or None."""
+        raw_headers = scope.get("headers", [])
+        if sum(len(k) + len(v) + 4 for k, v in raw_headers) > MAX_HEADERS:
+            return 431, f"request headers over {MAX_HEADERS} bytes"
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         hosts = self._hosts()
         host = headers.get("host", "")
@@ -95,31 +96,43 @@ class Gate:
         if problem is not None:
             await refuse(send, *problem)
             return
+        body = await self.read_body(receive)
+        if body is None:
+            await refuse(send, 413, f"request body over {self.max_body} bytes")
+            return
+        await self.app(scope, replay(body, receive), send)
+
+    async def read_body(self, receive: Receive) -> bytes | None:
+        """The whole request body (bodies are small JSON), or None once it runs past `max_body`: the
+        request is refused before any route sees it, however the body was framed."""
+        chunks: list[bytes] = []
         seen = 0
-        limit = self.max_body
-
-        async def bounded() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise BodyTooLarge
-            return message
+            if message["type"] != "http.request":
+                return b"".join(chunks)
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.max_body:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
-        started = False
 
-        async def tracking(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives the app the body already read, then what the server says next (a
+    disconnect, which the event streams wait for)."""
+    sent = False
 
-        try:
-            await self.app(scope, bounded, tracking)
-        except BodyTooLarge:
-            if not started:
-                await refuse(send, 413, f"request body over {limit} bytes")
+    async def again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
 
 
 async def refuse(send: Send, status: int, message: str) -> None:

@@ -106,10 +106,11 @@ def run(config: ServeConfig, *, host: str = "127.0.0.1", port: int = 0, allow_re
 
 def uvicorn_config(app: Any) -> uvicorn.Config:
     """uvicorn's settings: no access log, no Server header, idle connections closed after 5 s, header blocks
-    bounded (64 KiB), at most 4096 connections and tasks (past that: 503), 3 s for a graceful shutdown."""
+    bounded (64 KiB: h11, whose bound this is, rather than httptools), at most 4096 connections and tasks
+    (past that: 503), 3 s for a graceful shutdown."""
     return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", server_header=False,
                           date_header=False, timeout_keep_alive=5, timeout_graceful_shutdown=3,
-                          limit_concurrency=4096, h11_max_incomplete_event_size=64 * 1024, ws="none")
+                          limit_concurrency=4096, http="h11", h11_max_incomplete_event_size=64 * 1024, ws="none")
 
 
 def default_home() -> Path:
