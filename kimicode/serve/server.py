@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,14 +95,20 @@ def run(config: ServeConfig, *, host: str = "127.0.0.1", port: int = 0, allow_re
     stream.write(json.dumps({"url": url, "token": token}) + "\n")
     stream.flush()
     server = ClosingServer(uvicorn_config(app))
+    server.cleanup = lambda: forget_state(state, token)  # uvicorn re-raises SIGTERM once it has shut down
     try:
         asyncio.run(server.serve(sockets=[sock]))
     finally:
         sock.close()
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(state.read_text()).get("token") == token:
-                state.unlink()
+        forget_state(state, token)
     return 0
+
+
+def forget_state(state: Path, token: str) -> None:
+    """Remove the state file, if it is still this server's."""
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(state.read_text()).get("token") == token:
+            state.unlink()
 
 
 def uvicorn_config(app: Any) -> uvicorn.Config:
@@ -123,13 +130,19 @@ class ClosingServer(uvicorn.Server):
     """uvicorn's server, ending the event streams first at shutdown (they would otherwise hold it open
     until the graceful-shutdown timeout)."""
 
+    cleanup: Callable[[], None] | None = None
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         app = self.config.app
         sessions = getattr(getattr(getattr(app, "app", None), "state", None), "sessions", None)
         if sessions is not None:
             for session in list(sessions.live.values()):
                 session.hub.close()
-        await super().shutdown(sockets)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            if self.cleanup is not None:
+                self.cleanup()
 
 
 class ThreadedServer:
