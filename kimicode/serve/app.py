@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from importlib import resources
+
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response

@@ -1,10 +1,11 @@
 """Fan-out of one session's events to its subscribers, in bounded memory.
 
 Every event gets a sequence number (`seq`) and the time it was published (`ts`, Unix seconds), and is kept
-in a ring of the last `keep` events (at most `keep_bytes` of them) (so a client that reconnects with `after=SEQ` misses nothing recent).
-Each subscriber has its own queue of at most `per_subscriber` events: publishing never waits for a subscriber, so a client that stops reading cannot
-slow the session, and when its queue is full it is cut off (its stream ends with an `Overflow` event
-naming the last sequence number it got) instead of growing without bound.
+in a ring of the last `keep` events, at most `keep_bytes` of them (so a client that reconnects with
+`after=SEQ` misses nothing recent). Each subscriber has its own queue of at most `per_subscriber` events:
+publishing never waits for a subscriber, so a client that stops reading cannot slow the session, and when
+its queue is full it is cut off (its stream ends with an `Overflow` event naming the last sequence number
+it got) instead of growing without bound.
 """
 
 from __future__ import annotations
@@ -90,19 +91,19 @@ class Hub:
                 yield item
             while not self.closed or not sub.queue.empty():
                 try:
-                    item = await asyncio.wait_for(sub.queue.get(), heartbeat)
+                    got: tuple[int, str] | None = await asyncio.wait_for(sub.queue.get(), heartbeat)
                 except TimeoutError:
                     yield None
                     continue
-                if item is None:
+                if got is None:
                     if sub.overflowed:
                         yield (sub.last, dumps({"type": "Overflow", "after": sub.last,
                                                 "text": "this stream fell behind and was closed; reconnect "
                                                         f"with after={sub.last}"}))
                     return
-                if item[0] <= sub.last:  # already sent from the backlog
+                if got[0] <= sub.last:  # already sent from the backlog
                     continue
-                sub.last = item[0]
-                yield item
+                sub.last = got[0]
+                yield got
         finally:
             self.subscribers.discard(sub)

@@ -9,6 +9,7 @@ import os
 import socket
 import time
 from pathlib import Path
+
 import pytest
 
 from kimicode.serve.client import ServeClient, ServeClientError
@@ -49,7 +50,7 @@ def test_requests_without_the_right_token_are_refused(live: ThreadedServer) -> N
 
 
 def test_a_rebinding_host_is_refused(live: ThreadedServer) -> None:
-    for host in ("evil.example:%d" % live.port, "evil.example", f"127.0.0.1:{live.port + 1}", "127.0.0.1", ""):
+    for host in (f"evil.example:{live.port}", "evil.example", f"127.0.0.1:{live.port + 1}", "127.0.0.1", ""):
         assert raw(live, "GET", "/sessions", good(live, Host=host))[0] == 421, host
     assert raw(live, "GET", "/", {"Host": "attacker.test"})[0] == 421  # the page too
     assert raw(live, "GET", "/sessions", good(live, Host=f"localhost:{live.port}"))[0] == 200

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from helpers import ROOT
+
 from kimicode.serve.manager import ServeConfig
 from kimicode.serve.server import ThreadedServer
 
