@@ -125,6 +125,7 @@ class ServeSession:
                 continue
             job = self.inbox.popleft()
             self.current = job
+            self.hub.publish({"type": "StatusChanged", "status": self.status})
             try:
                 result = await self._run(job)
                 if job.done is not None and not job.done.done():
@@ -137,6 +138,8 @@ class ServeSession:
                     job.done.set_exception(exc)
             finally:
                 self.current = None
+                if not self.closed:
+                    self.hub.publish({"type": "StatusChanged", "status": self.status})
 
     async def _run(self, job: Job) -> Any:
         if job.kind == "prompt":

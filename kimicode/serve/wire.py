@@ -5,7 +5,8 @@ Each event is `{"type": NAME, ...fields}` where NAME is the class name in `kimic
 own events, named the same way: `PermissionRequested` (a call waits for an answer, with the `request_id`
 to answer), `PermissionResolved`, `Queued` (a message waits for the running turn), `Steered`,
 `TurnCost` (what a finished turn cost and where the context went), `ExplorationFinished`, `Rewound`,
-`Overflow` (this subscriber fell too far behind and its stream ends; reconnect with `after=`).
+`Overflow` (this subscriber fell too far behind and its stream ends; reconnect with `after=`),
+`StatusChanged` (the session went `running` or `idle`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 SERVER_EVENTS = (
     "PermissionRequested", "PermissionResolved", "Queued", "Steered", "TurnCost", "ExplorationStarted",
-    "ExplorationFinished", "Rewound", "Overflow", "SessionClosed",
+    "ExplorationFinished", "Rewound", "Overflow", "SessionClosed", "StatusChanged",
 )
 """The event types the server itself emits (the others are `kimicode.events` classes)."""
 

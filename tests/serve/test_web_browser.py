@@ -81,7 +81,7 @@ def test_the_page_runs_a_session_end_to_end(page: Any, live: ThreadedServer, wor
     shot(page, "2-approval")
     page.click(".approval button[data-decision='allow']")
     page.wait_for_selector(".tool.done .tool-args:has-text('echo approved')")
-    page.wait_for_function("document.querySelectorAll('.status.success').length >= 2")
+    page.locator(".status.success").nth(1).wait_for()  # the page's CSP forbids eval: no wait_for_function
     assert (workspace / "approved.txt").read_text() == "approved\n"
 
     page.fill("#prompt", "write page.txt made in the browser")
@@ -89,7 +89,7 @@ def test_the_page_runs_a_session_end_to_end(page: Any, live: ThreadedServer, wor
     page.wait_for_selector(".approval pre.diff:has-text('+made in the browser')")  # the edit's diff, before
     page.click(".approval button[data-decision='allow']")
     page.wait_for_selector(".tool.done pre.diff:has-text('+made in the browser')")  # and with the result
-    page.wait_for_function("document.querySelectorAll('.status.success').length >= 3")
+    page.locator(".status.success").nth(2).wait_for()
     assert (workspace / "page.txt").read_text() == "made in the browser"
     conversation = shot(page, "3-diff")
     box = page.locator("#turns").bounding_box()
@@ -100,9 +100,11 @@ def test_the_page_runs_a_session_end_to_end(page: Any, live: ThreadedServer, wor
     page.wait_for_selector("#diff:has-text('page.txt')")
     page.click("#tabs button[data-tab='context']")
     assert page.locator(".ctx-row").count() >= 4  # three turns and now
+    assert page.locator(".ctx-row .seg.c-system").count() >= 4
+    shot(page, "4-context")
     page.click("#tabs button[data-tab='cost']")
     assert page.locator("#cost-table tbody tr").count() == 4  # three turns and the total
-    shot(page, "4-cost")
+    shot(page, "5-cost")
 
 
 def test_the_page_shows_branches_side_by_side(page: Any, config: ServeConfig, workspace: Path) -> None:
@@ -125,5 +127,5 @@ def test_the_page_shows_branches_side_by_side(page: Any, config: ServeConfig, wo
         assert abs(first["y"] - second["y"]) < 5 and second["x"] > first["x"] + first["width"] - 5  # side by side
         assert page.locator(".branch .b-verify.ok").count() == 2
         assert page.locator(".branch pre.diff:has-text('+from a branch')").count() == 2
-        shot(page, "5-branches")
+        shot(page, "6-branches")
     assert (workspace / "answer.txt").read_text() == "from a branch"

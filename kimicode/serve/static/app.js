@@ -56,7 +56,7 @@
       else if (line.startsWith("+")) cls = "add";
       else if (line.startsWith("-")) cls = "del";
       else if (line.startsWith("@@")) cls = "hunk";
-      pre.appendChild(el("span", cls, line + "\n"));
+      pre.appendChild(el("span", cls, line || " "));
     }
     return pre;
   }
@@ -127,10 +127,14 @@
     refreshSessions();
   }
 
+  function setStatus(status) {
+    $("#status").textContent = status;
+    $("#status").className = "badge " + status;
+  }
+
   function renderState(state) {
     $("#title").textContent = state.title || state.id;
-    $("#status").textContent = state.status;
-    $("#status").className = "badge " + state.status;
+    setStatus(state.status);
     $("#meta").textContent = state.workspace + " · " + state.model + " · " + state.permission_mode;
     $("#total-cost").textContent = "total " + usd(state.cost.total);
     const queue = $("#queue");
@@ -276,8 +280,10 @@
       if (call) { call.output.hidden = false; call.output.textContent += e.text; }
     },
     ToolCallFinished: function (e) { finishCall(e.call_id, e.content, e.is_error, e.display); },
-    PermissionRequested: function (e) { addApproval(e); refreshState(); },
+    StatusChanged: function (e) { setStatus(e.status); },
+    PermissionRequested: function (e) { addApproval(e); setStatus("waiting"); },
     PermissionResolved: function (e) {
+      setStatus("running");
       const card = document.querySelector('.approval[data-request="' + CSS.escape(e.request_id) + '"]');
       if (card) card.remove();
     },
@@ -359,31 +365,34 @@
   function renderContext(records, now) {
     const legend = $("#context-legend");
     legend.textContent = "";
-    for (const name of CATEGORIES.concat(["free"])) legend.appendChild(el("span", "key " + name, name));
+    for (const name of CATEGORIES.concat(["free"])) legend.appendChild(el("span", "key c-" + name, name));
     const chart = $("#context-chart");
     chart.textContent = "";
     const rows = records.map(function (r) { return { label: "turn " + r.turn, c: r.context, compacted: r.compacted }; });
     rows.push({ label: "now", c: Object.assign({ used: now.used, window: now.window }, now.breakdown), compacted: false });
+    const windowSize = Math.max.apply(null, rows.map(function (r) { return r.c.window || 1; }));
+    const most = Math.max.apply(null, rows.map(function (r) { return r.c.used || 0; }));
+    // a window far larger than what is used would leave every bar a sliver: scale to the largest use then
+    const scale = most > windowSize / 4 ? windowSize : Math.max(1, Math.ceil(most * 1.25));
+    legend.appendChild(el("span", "sub", scale === windowSize ? "bars: the whole window (" + windowSize + " tokens)"
+      : "bars scaled to " + scale + " tokens; the window is " + windowSize));
     for (const row of rows) {
       const line = el("div", "ctx-row");
       line.appendChild(el("span", "ctx-label", row.label + (row.compacted ? " ⟲ compacted" : "")));
       const bar = el("div", "ctx-bar");
-      const windowSize = row.c.window || 1;
       let used = 0;
       for (const name of CATEGORIES) {
         const value = row.c[name] || 0;
         used += value;
-        const part = el("span", "seg " + name);
-        part.style.width = (100 * value / windowSize) + "%";
+        const part = el("span", "seg c-" + name);
+        part.style.width = (100 * value / scale) + "%";
         part.title = name + ": " + value + " tokens";
         bar.appendChild(part);
       }
-      const free = el("span", "seg free");
-      free.style.width = Math.max(0, 100 * (windowSize - used) / windowSize) + "%";
-      free.title = "free: " + Math.max(0, windowSize - used) + " tokens";
-      bar.appendChild(free);
+      const rowWindow = row.c.window || windowSize;
+      bar.title = "free: " + Math.max(0, rowWindow - used) + " of " + rowWindow + " tokens";
       line.appendChild(bar);
-      line.appendChild(el("span", "ctx-num", (row.c.used || used) + " / " + windowSize));
+      line.appendChild(el("span", "ctx-num", (row.c.used || used) + " / " + rowWindow));
       chart.appendChild(line);
     }
   }
@@ -402,7 +411,7 @@
         card.appendChild(el("div", "b-head", b.id + (b.id === x.chosen ? " ★ chosen" : "")));
         card.appendChild(el("div", "b-verify " + (b.verified ? "ok" : "failed"),
           (b.verified ? "✓ verified" : "✗ not verified") + (b.verify_exit !== null && b.verify_exit !== undefined ? " (exit " + b.verify_exit + ")" : "")));
-        card.appendChild(el("div", "b-meta", b.status + " · " + (b.changes || []).length + " files · " + usd(b.cost_usd)));
+        card.appendChild(el("div", "b-meta", b.status + " · " + (Array.isArray(b.changes) ? b.changes.length : (b.changes || 0)) + " files · " + usd(b.cost_usd)));
         if (b.answer) { const a = el("div", "b-answer"); a.innerHTML = md.render(b.answer); card.appendChild(a); }
         card.appendChild(diffView(b.diff || "(no changes)"));
         grid.appendChild(card);
