@@ -90,11 +90,15 @@ class Hub:
                 sub.last = item[0]
                 yield item
             while not self.closed or not sub.queue.empty():
+                got: tuple[int, str] | None
                 try:
-                    got: tuple[int, str] | None = await asyncio.wait_for(sub.queue.get(), heartbeat)
-                except TimeoutError:
-                    yield None
-                    continue
+                    got = sub.queue.get_nowait()  # the common case, without a task per event
+                except asyncio.QueueEmpty:
+                    try:
+                        got = await asyncio.wait_for(sub.queue.get(), heartbeat)
+                    except TimeoutError:
+                        yield None
+                        continue
                 if got is None:
                     if sub.overflowed:
                         yield (sub.last, dumps({"type": "Overflow", "after": sub.last,

@@ -157,7 +157,7 @@ class ServeSession:
                 self.hub.publish(event_dict(event))
                 if isinstance(event, ContextUpdated):
                     record.context = {"used": event.used, "window": event.window}
-                elif isinstance(event, Notice) and "compact" in event.text.lower():
+                elif isinstance(event, Notice) and event.text.startswith("context: compacting"):
                     record.compacted = True
                 elif isinstance(event, TurnFinished):
                     record.status = event.status

@@ -40,7 +40,7 @@ def model(latency: float) -> Any:
         if messages[-1]["role"] == "tool":
             return Reply(content="Done. " + "The file is written and checked. " * 8, chunk_size=12,
                          first_delay=latency)
-        n = sum(1 for m in messages if m["role"] == "user")
+        n = sum(1 for m in messages if m["role"] == "user" and not str(m["content"]).startswith("["))
         return Reply(tool_calls=[ToolCall("write_file", {"path": f"turn{n}.txt", "content": "x\n" * 20})],
                      first_delay=latency)
 
