@@ -30,6 +30,7 @@ def prompts(state: dict[str, Any]) -> list[str]:
     return [m["content"] for m in state["history"] if m["role"] == "user" and not m["content"].startswith("[")]
 
 
+@pytest.mark.slow
 def test_two_sessions_in_two_workspaces_run_prompts_with_tool_calls_at_once(
         client: ServeClient, make_workspace: Callable[[str], Path]) -> None:
     a, b = make_workspace("a"), make_workspace("b")
@@ -185,6 +186,7 @@ def test_undo_puts_back_the_files_and_the_conversation(client: ServeClient, work
     assert err.value.status == 404
 
 
+@pytest.mark.slow
 def test_resume_after_a_server_restart(config: ServeConfig, workspace: Path) -> None:
     with ThreadedServer(config) as first, ServeClient(first.url, first.token) as client:
         sid = client.create(str(workspace))
