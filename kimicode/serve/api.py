@@ -71,7 +71,7 @@ async def list_all(request: Request) -> Response:
     from kimicode import list_sessions
 
     sessions = sessions_of(request)
-    saved = await asyncio.to_thread(list_sessions)
+    saved = await asyncio.to_thread(list_sessions, sessions.home())
     return Json({"sessions": [s.summary() for s in sessions.live.values()],
                  "saved": [{"id": i.id, "workspace": i.workspace, "model": i.model, "turns": i.turns,
                             "updated": i.updated.isoformat(), "first_prompt": i.first_prompt[:200],

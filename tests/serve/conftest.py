@@ -29,7 +29,7 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
 
 def follow_prompt(request: RecordedRequest) -> Reply:
     """A model that does what the prompt says: `write PATH TEXT` (write_file), `run CMD` (bash), then
-    answers `done: RESULT`; any other prompt is answered `echo: PROMPT`. Works for any number of
+    answers `done: RESULT`; any other prompt is answered `echo: PROMPT` (after reasoning about it). Works for any number of
     sessions at once: each request is answered from its own history."""
     messages = request.body["messages"]
     last = messages[-1]
@@ -42,7 +42,7 @@ def follow_prompt(request: RecordedRequest) -> Reply:
         return Reply(tool_calls=[ToolCall("write_file", {"path": path, "content": content})])
     if verb == "run":
         return Reply(tool_calls=[ToolCall("bash", {"command": rest})])
-    return Reply(content=f"echo: {text}")
+    return Reply(content=f"echo: {text}", reasoning=f"thinking about {text}")
 
 
 @pytest.fixture

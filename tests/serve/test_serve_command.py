@@ -59,3 +59,24 @@ def test_serve_refuses_a_remote_host_without_the_flag(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "kimicode", "serve", "--host", "0.0.0.0"],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "--allow-remote" in run.stderr and run.stdout == ""
+
+
+def test_web_attaches_to_the_running_server_or_starts_one(model: FakeServer, tmp_path: Path) -> None:
+    env = {**os.environ, "KIMI_API_KEY": "sk-test", "KIMI_BASE_URL": model.base_url}
+    with serving(model) as (client, first):
+        attached = subprocess.run([sys.executable, "-m", "kimicode", "web", "--no-open"], capture_output=True,
+                                  text=True, env=env, timeout=60)
+        assert attached.returncode == 0, attached.stderr
+        assert f"{first['url']}/#token={first['token']}" in attached.stderr and attached.stdout == ""
+    proc = subprocess.Popen([sys.executable, "-m", "kimicode", "web", "--no-open"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        started = json.loads(proc.stdout.readline())  # no server was running: it serves itself
+        assert started["token"] != first["token"]
+        assert f"{started['url']}/#token={started['token']}" in proc.stderr.readline()
+        with ServeClient(started["url"], started["token"]) as own:
+            assert own.sessions()["sessions"] == []
+    finally:
+        proc.terminate()
+        proc.wait(20)

@@ -73,6 +73,11 @@ def test_the_page_runs_a_session_end_to_end(page: Any, live: ThreadedServer, wor
     page.fill("#prompt", "hello from the browser")
     page.press("#prompt", "Enter")
     page.wait_for_selector(".answer:has-text('echo: hello from the browser')")
+    reasoning = page.locator("details.reasoning:not([hidden])").first
+    assert reasoning.get_attribute("open") is None  # folded
+    assert reasoning.is_visible() and not reasoning.locator(".reasoning-text").is_visible()
+    reasoning.locator("summary").click()
+    assert reasoning.locator(".reasoning-text").inner_text() == "thinking about hello from the browser"
     shot(page, "1-answer")
 
     page.fill("#prompt", "run echo approved > approved.txt")
