@@ -204,3 +204,13 @@ def test_many_requests_reuse_little(live: ThreadedServer) -> None:
         raw(live, "GET", "/sessions", {"Host": f"127.0.0.1:{live.port}"})
     time.sleep(0.2)
     assert len(os.listdir("/proc/self/fd")) < before + 20
+
+
+def test_a_resumed_session_does_not_keep_a_wider_recorded_mode(client: ServeClient, workspace: Path) -> None:
+    sid = client.create(str(workspace), permission_mode="yolo")
+    client.run(sid, "hello")
+    client.close_session(sid)
+    assert client.resume(sid) == sid
+    assert client.state(sid)["permission_mode"] == "default"  # as `kimicode -r`: the mode is asked, not recorded
+    events = client.run(sid, "run touch widened")
+    assert "PermissionRequested" in [e["type"] for e in events] and not (workspace / "widened").exists()

@@ -80,3 +80,14 @@ def test_web_attaches_to_the_running_server_or_starts_one(model: FakeServer, tmp
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_the_asgi_stack_loads_only_for_serve() -> None:
+    """`import kimicode`, the library's Agent and the command line's application never import Starlette or
+    uvicorn (lint-imports checks the imports; this, what a real process loads)."""
+    probe = ("import sys, kimicode; kimicode.Agent; import kimicode.cli.app; "
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'starlette', 'uvicorn', 'kimicode.serve'}), "
+             "[m for m in sys.modules if m.startswith('kimicode.serve')])")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[] []"
