@@ -29,8 +29,8 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
 
 def follow_prompt(request: RecordedRequest) -> Reply:
     """A model that does what the prompt says: `write PATH TEXT` (write_file), `run CMD` (bash), then
-    answers `done: RESULT`; any other prompt is answered `echo: PROMPT` (after reasoning about it). Works for any number of
-    sessions at once: each request is answered from its own history."""
+    answers `done: RESULT`; any other prompt is answered `echo: PROMPT` (after reasoning about it). Works for
+    any number of sessions at once: each request is answered from its own history."""
     messages = request.body["messages"]
     last = messages[-1]
     if last["role"] == "tool" and messages[-2].get("role") == "assistant":

@@ -63,7 +63,7 @@ def test_serve_refuses_a_remote_host_without_the_flag(tmp_path: Path) -> None:
 
 def test_web_attaches_to_the_running_server_or_starts_one(model: FakeServer, tmp_path: Path) -> None:
     env = {**os.environ, "KIMI_API_KEY": "sk-test", "KIMI_BASE_URL": model.base_url}
-    with serving(model) as (client, first):
+    with serving(model) as (_, first):
         attached = subprocess.run([sys.executable, "-m", "kimicode", "web", "--no-open"], capture_output=True,
                                   text=True, env=env, timeout=60)
         assert attached.returncode == 0, attached.stderr
