@@ -2,10 +2,10 @@
 
 Every event gets a sequence number (`seq`) and the time it was published (`ts`, Unix seconds), and is kept
 in a ring of the last `keep` events, at most `keep_bytes` of them (so a client that reconnects with
-`after=SEQ` misses nothing recent). Each subscriber has its own queue of at most `per_subscriber` events:
-publishing never waits for a subscriber, so a client that stops reading cannot slow the session, and when
-its queue is full it is cut off (its stream ends with an `Overflow` event naming the last sequence number
-it got) instead of growing without bound.
+`after=SEQ` misses nothing recent). Each subscriber has its own queue of at most `per_subscriber` events
+and 8 MiB: publishing never waits for a subscriber, so a client that stops reading cannot slow the session,
+and when its queue is full it is cut off (its stream ends with an `Overflow` event naming the last sequence
+number it got) instead of growing without bound.
 """
 
 from __future__ import annotations
@@ -23,14 +23,18 @@ KEEP = 4096
 KEEP_BYTES = 8 * 1024 * 1024
 """...and at most this many bytes of them."""
 PER_SUBSCRIBER = 2048
-"""Events queued for one subscriber before it is cut off."""
+"""Events queued for one subscriber before it is cut off..."""
+PER_SUBSCRIBER_BYTES = 8 * 1024 * 1024
+"""...or bytes of them."""
 
 
 class Subscriber:
     """One reader of a session's events (an SSE response)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, limit_bytes: int = PER_SUBSCRIBER_BYTES) -> None:
         self.queue: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue(maxsize=limit)
+        self.limit_bytes = limit_bytes
+        self.queued_bytes = 0
         self.overflowed = False
         self.last = 0
 
@@ -38,13 +42,24 @@ class Subscriber:
         """Queue `item` unless the subscriber is full; then mark it cut off (and drop what it has queued)."""
         if self.overflowed:
             return
+        size = len(item[1]) if item is not None else 0
         try:
+            if self.queued_bytes + size > self.limit_bytes:
+                raise asyncio.QueueFull
             self.queue.put_nowait(item)
+            self.queued_bytes += size
         except asyncio.QueueFull:
             self.overflowed = True
             while not self.queue.empty():  # free its memory at once; the stream ends with Overflow
                 self.queue.get_nowait()
+            self.queued_bytes = 0
             self.queue.put_nowait(None)
+
+    def taken(self, item: tuple[int, str] | None) -> tuple[int, str] | None:
+        """`item` has left the queue (its bytes no longer count)."""
+        if item is not None:
+            self.queued_bytes -= len(item[1])
+        return item
 
 
 class Hub:
@@ -92,10 +107,10 @@ class Hub:
             while not self.closed or not sub.queue.empty():
                 got: tuple[int, str] | None
                 try:
-                    got = sub.queue.get_nowait()  # the common case, without a task per event
+                    got = sub.taken(sub.queue.get_nowait())  # the common case, without a task per event
                 except asyncio.QueueEmpty:
                     try:
-                        got = await asyncio.wait_for(sub.queue.get(), heartbeat)
+                        got = sub.taken(await asyncio.wait_for(sub.queue.get(), heartbeat))
                     except TimeoutError:
                         yield None
                         continue

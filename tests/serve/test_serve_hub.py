@@ -72,3 +72,20 @@ def test_the_ring_is_bounded_in_events_and_bytes() -> None:
         hub.publish({"type": "ContentDelta", "text": "x" * (10 if n < 300 else 1000)})
     assert len(hub.ring) <= 100 and hub.ring_bytes <= 50_000 + 1100
     assert hub.ring[-1][0] == 500 and hub.ring_bytes == sum(len(t) for _, t in hub.ring)
+
+
+def test_a_reader_is_also_cut_off_by_the_bytes_it_has_waiting() -> None:
+    async def main() -> None:
+        hub = Hub(per_subscriber=1000)
+        hub.publish({"type": "Notice", "text": "start"})
+        slow = hub.follow(0)
+        assert await slow.__anext__() is not None
+        (reader,) = hub.subscribers
+        reader.limit_bytes = 100_000
+        for _ in range(30):
+            hub.publish({"type": "ToolCallFinished", "content": "y" * 10_000})
+        assert reader.overflowed and reader.queued_bytes == 0 and reader.queue.qsize() == 1
+        rest = [item async for item in slow]
+        assert json.loads(rest[-1][1])["type"] == "Overflow"  # type: ignore[index]
+
+    asyncio.run(main())
