@@ -518,6 +518,23 @@ app.add_typer(prompt_app, name="prompt")
 from kimicode.cli.acp_cmd import acp_command  # noqa: E402
 
 app.command("acp")(acp_command)
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+
+
+@app.command("serve", context_settings=PASS_THROUGH)
+def serve_entry(ctx: typer.Context) -> None:
+    """Serve kimicode over HTTP: sessions, events, approvals (docs/serve.md; `kimicode serve --help`)."""
+    from kimicode.cli.serve_cmd import run_serve  # entry.py routes `kimicode serve` here before this app loads
+
+    run_serve(["serve", *ctx.args])
+
+
+@app.command("web", context_settings=PASS_THROUGH)
+def web_entry(ctx: typer.Context) -> None:
+    """Open kimicode's page in a browser, on a running `kimicode serve` or a new one (docs/serve.md)."""
+    from kimicode.cli.serve_cmd import run_serve
+
+    run_serve(["web", *ctx.args])
 
 
 def _click_exceptions() -> Any:

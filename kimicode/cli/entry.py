@@ -27,6 +27,11 @@ def main() -> None:
 
             run_acp(args[1:])
             return
+        if args[:1] in (["serve"], ["web"]):  # the HTTP face: only its own imports (cli/serve_cmd.py)
+            from kimicode.cli.serve_cmd import run_serve
+
+            run_serve(args)
+            return
         from kimicode.cli.claude_args import is_claude_mode
 
         if is_claude_mode(args, os.environ):  # a Claude Agent SDK drives it (cli/claude_run.py)

@@ -105,8 +105,8 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     origin: Annotated[
         list[Origin] | None,
-        typer.Option("--origin", help="Only sessions started this way: interactive, headless or library "
-                     "(repeatable)."),
+        typer.Option("--origin", help="Only sessions started this way: interactive, headless, library, acp "
+                     "or serve (repeatable)."),
     ] = None,
     show_all: Annotated[
         bool, typer.Option("--all", "-a", help="Also sessions without a prompt (saved by older versions).")
@@ -183,6 +183,7 @@ class Origin(StrEnum):
     headless = "headless"
     library = "library"
     acp = "acp"
+    serve = "serve"
 
 
 class ExportFormat(StrEnum):

@@ -21,7 +21,7 @@ SandboxMode = Literal["off", "auto", "workspace-write"]
 """How bash is confined (`--sandbox`, `sandbox=`, `sandbox.mode`)."""
 SANDBOX_MODES: Final[tuple[SandboxMode, ...]] = get_args(SandboxMode)
 
-Origin = Literal["interactive", "headless", "library", "acp"]
+Origin = Literal["interactive", "headless", "library", "acp", "serve"]
 """Which face runs a session (recorded in its log, shown by listings)."""
 ORIGINS: Final[tuple[Origin, ...]] = get_args(Origin)
 

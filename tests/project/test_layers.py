@@ -14,8 +14,8 @@ from helpers import ROOT
 
 PACKAGE = ROOT / "kimicode"
 HTTP_MODULES = ("urllib.request", "http.client")
-HTTP_PLACES = ("kimicode/llm/", "kimicode/tools/web", "kimicode/mcp/", "kimicode/testing/")
-"""Where a raw HTTP client may be imported (the model client, web_fetch, MCP, the fake server)."""
+HTTP_PLACES = ("kimicode/llm/", "kimicode/tools/web", "kimicode/mcp/", "kimicode/testing/", "kimicode/serve/")
+"""Where a raw HTTP client may be imported (the model client, web_fetch, MCP, the fake server, `kimicode serve`)."""
 
 
 def modules() -> list[Path]:
