@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from kimicode.checkpoints.store import CheckpointError, CheckpointStore
 from kimicode.config.choices import DEFAULT_CHECKPOINT_MAX_AGE_DAYS
+from kimicode.procs import spare
 from kimicode.safeio import private_open, private_write
 
 if TYPE_CHECKING:
@@ -171,10 +172,11 @@ def compact_detached(store: CheckpointStore) -> bool:
            "-c", "pack.deltaCacheSize=16m", "-c", "core.bigFileThreshold=8m", "repack", "-A", "-d", "-F", "-l", "-q",
            f"--unpack-unreachable={GRACE}"]
     try:
-        subprocess.Popen(cmd, cwd=store.workspace, env=store.git_env(), stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=store.workspace, env=store.git_env(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return False
+    spare(proc.pid)  # kimicode's exit ends its other children (procs.reap_children), not this one
     return True
 
 
