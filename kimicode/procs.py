@@ -125,13 +125,23 @@ def _reap(pids: Iterable[int]) -> None:
             os.waitpid(pid, os.WNOHANG)
 
 
+SPARED: set[int] = set()
+"""Children left running when kimicode exits, with their own descendants (`spare`)."""
+
+
+def spare(pid: int) -> None:
+    """Let the child `pid` (and what it starts) outlive this process: `reap_children` passes over it. For
+    work of kimicode's own that must finish after a `-p` run ends (compacting a checkpoint store)."""
+    SPARED.add(pid)
+
+
 def _descendants(root: int) -> list[int]:
-    """Live (non-zombie) descendants of `root`, from /proc."""
+    """Live (non-zombie) descendants of `root`, from /proc, without the spared children's trees."""
     parent = {pid: ppid for pid, (ppid, _) in live_processes().items()}
     out: list[int] = []
     frontier = {root}
     while frontier:
-        nxt = {pid for pid, pp in parent.items() if pp in frontier and pid not in out}
+        nxt = {pid for pid, pp in parent.items() if pp in frontier and pid not in out and pid not in SPARED}
         out.extend(sorted(nxt))
         frontier = nxt
     return out

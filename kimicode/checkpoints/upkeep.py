@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from kimicode.checkpoints.store import CheckpointError, CheckpointStore
 from kimicode.config.choices import DEFAULT_CHECKPOINT_MAX_AGE_DAYS
+from kimicode.procs import spare
 from kimicode.safeio import private_open, private_write
 
 if TYPE_CHECKING:
@@ -164,15 +165,18 @@ def compact_detached(store: CheckpointStore) -> bool:
     compresses what the first snapshot stored plain and deltas the rest: `-F`, since a plain repack
     would copy the stored data as it is. As `git gc` does, it keeps every unreferenced object (`-A`,
     loose while younger than `GRACE`), so it runs unlocked next to checkpoints (see the module
-    docstring); the daily prune removes what no ref needs. Returns whether it was started."""
+    docstring); the daily prune removes what no ref needs. One thread and bounded delta windows keep
+    its memory small; files over 8 MB are compressed, never deltaed. Returns whether it was started."""
     nice = shutil.which("nice")
-    cmd = [*([nice, "-n", "10"] if nice else []), "git", "-c", "pack.threads=1", "repack", "-A", "-d", "-F", "-l",
-           "-q", f"--unpack-unreachable={GRACE}"]
+    cmd = [*([nice, "-n", "10"] if nice else []), "git", "-c", "pack.threads=1", "-c", "pack.windowMemory=32m",
+           "-c", "pack.deltaCacheSize=16m", "-c", "core.bigFileThreshold=8m", "repack", "-A", "-d", "-F", "-l", "-q",
+           f"--unpack-unreachable={GRACE}"]
     try:
-        subprocess.Popen(cmd, cwd=store.workspace, env=store.git_env(), stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=store.workspace, env=store.git_env(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return False
+    spare(proc.pid)  # kimicode's exit ends its other children (procs.reap_children), not this one
     return True
 
 

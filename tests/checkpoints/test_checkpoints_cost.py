@@ -252,3 +252,22 @@ def test_the_du_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert every.exit_code == 0 and "in all" in every.output and str((tmp_path / "two").resolve()) in every.output
     none = CliRunner().invoke(app, ["checkpoints", "du", "--cwd", str(tmp_path)])
     assert none.exit_code == 0 and "no checkpoint store for" in none.output
+
+
+def test_the_compaction_outlives_kimicodes_exit_and_other_leftovers_do_not(tmp_path: Path) -> None:
+    """`reap_children` (run at exit) ends a command's leftovers but spares the store's compaction."""
+    import os
+    import signal
+
+    from kimicode.procs import reap_children, spare
+
+    leftover = subprocess.Popen(["sleep", "30"])
+    compaction = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True)
+    spare(compaction.pid)
+    try:
+        assert reap_children(grace=0.2) >= 1
+        assert leftover.poll() is not None  # ended
+        assert compaction.poll() is None  # still running, its own child too
+    finally:
+        os.killpg(compaction.pid, signal.SIGKILL)
+        compaction.wait()
