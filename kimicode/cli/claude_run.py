@@ -34,8 +34,11 @@ Request = dict[str, Any]
 
 def run_claude(args: list[str]) -> int:
     """Parse Claude's command line and hold the conversation; the exit code."""
+    import os
+
     from kimicode.cli.claude_args import say_ignored
 
+    os.environ.pop("CLAUDE_CODE_ENTRYPOINT", None)  # not inherited by commands: a nested kimicode speaks its own
     try:
         parsed = parse_claude_args(args)
         spec = _spec(parsed)

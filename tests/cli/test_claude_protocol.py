@@ -98,7 +98,9 @@ def converse(lines: list[dict[str, Any] | str], server: FakeServer, workspace: P
 def test_control_requests_and_lines_that_cannot_be_used(server: FakeServer, workspace: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     server.add(Reply(content="the answer"))
-    request = {"type": "control_request", "request_id": "r1", "request": {"subtype": "initialize", "hooks": None}}
+    request = {"type": "control_request", "request_id": "r1",  # as the TypeScript SDK sends its system prompt
+               "request": {"subtype": "initialize", "hooks": None, "systemPrompt": ["You answer like a pirate."],
+                           "appendSystemPrompt": "Keep it short."}}
     lines = [request, "not json", {"type": "user", "message": {"role": "user", "content": []}},
              {"type": "control_request", "request_id": "r2", "request": {"subtype": "rewind_files"}},
              {"type": "control_request", "request_id": "r3", "request": {"subtype": "set_permission_mode",
@@ -120,3 +122,6 @@ def test_control_requests_and_lines_that_cannot_be_used(server: FakeServer, work
     result = seen[-1]
     assert result["type"] == "result" and result["subtype"] == "success" and result["result"] == "the answer"
     assert len(server.requests) == 1
+    system = server.requests[0].body["messages"][0]
+    assert system["role"] == "system" and system["content"].startswith("You answer like a pirate.")
+    assert "Keep it short." in system["content"]
