@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from kimicode.branches.exploration import runs_later_changes
+from kimicode.config.trustseen import fingerprint
 from kimicode.permissions.engine import decide
 from kimicode.permissions.policy import Policy, Rules, parse_rule
 from kimicode.permissions.runslater import RUNS_LATER, RunsLater
@@ -230,7 +231,7 @@ def test_the_sandbox_keeps_every_place_that_runs_later(tmp_path: Path, present: 
     _repo(ws, present)
     home = ws if home_in_ws else tmp_path / "userhome"
     home.mkdir(exist_ok=True)
-    before = _state(ws)
+    before, seen = _state(ws), fingerprint(ws)
     sandbox = Sandbox(ws, str(STATUS.bwrap), kimicode_home=tmp_path / "kc", user_home=home)
     with sandbox.placeholders():
         done = subprocess.run(sandbox.wrap(["bash", "-c", _plant_script(ws, home_in_ws)]), capture_output=True,
@@ -240,6 +241,7 @@ def test_the_sandbox_keeps_every_place_that_runs_later(tmp_path: Path, present: 
     changed = sorted(k for k in set(before) | set(after)
                      if before.get(k) != after.get(k) and not k.startswith(("evil", "ordinary.txt")))
     assert not changed, changed
+    assert fingerprint(ws) == seen  # the next trusted session loads exactly what it loaded before
     subprocess.run(["git", "status"], cwd=ws, capture_output=True, check=False)
     subprocess.run([*GIT, "commit", "-q", "--allow-empty", "-m", "host"], cwd=ws, capture_output=True, check=False)
     subprocess.run(["git", "rebase", "--continue"], cwd=ws, capture_output=True, check=False)
