@@ -24,7 +24,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from functools import lru_cache
+from pathlib import PurePath
 from typing import Final
+
+from kimicode.permissions.secretfiles import secret_name_reason
 
 __all__ = ["ENV_VARIABLES", "TOOLCHAIN_ENV_HOME_PATHS", "environment_toolchains"]
 
@@ -77,7 +80,7 @@ def _found(home: str, kc_home: str, key: tuple[str, ...]) -> tuple[str, ...]:
         real = os.path.realpath(text)
         if _within(real, home):
             for target in _link_targets(real):
-                _add(target, home, kc_home, shown)
+                _add(target, home, kc_home, shown, files=True)
     for place in list(shown):
         for venv in _venvs_in(place):
             for base in _venv_bases(venv):
@@ -111,12 +114,14 @@ def _venvs_in(place: str) -> list[str]:
     return found
 
 
-def _add(text: str, home: str, kc_home: str, shown: list[str]) -> None:
-    """Append the resolved `text` to `shown` when it exists, is allowed and is not there yet."""
+def _add(text: str, home: str, kc_home: str, shown: list[str], *, files: bool = False) -> None:
+    """Append the resolved `text` to `shown` when it exists (a directory, or with `files` a file too),
+    is allowed and is not there yet."""
     if not os.path.isabs(text):
         return
     real = os.path.realpath(text)
-    if not os.path.isdir(real) or real in shown or not _allowed(real, home, kc_home):
+    exists = os.path.isdir(real) or (files and os.path.isfile(real))
+    if not exists or real in shown or not _allowed(real, home, kc_home):
         return
     shown.append(real)
 
@@ -141,7 +146,8 @@ def _allowed(real: str, home: str, kc_home: str) -> bool:
 
 def _link_targets(directory: str) -> list[str]:
     """Where the symbolic links in a PATH directory point: the environment holding each target (the
-    directory above `bin/` when it is a virtualenv), else the target's directory."""
+    directory above `bin/` when it is a virtualenv), a `bin/` directory, else the target file alone
+    (a link to `~/Documents/x.sh` shows that file, not the folder)."""
     found: list[str] = []
     try:
         entries = list(os.scandir(directory))[:_MAX_LINKS]
@@ -151,9 +157,14 @@ def _link_targets(directory: str) -> list[str]:
         if not entry.is_symlink():
             continue
         target = os.path.realpath(entry.path)
+        if secret_name_reason(PurePath(target)) is not None:
+            continue  # a link to a secret is not a program to show
         parent = os.path.dirname(target)
         top = os.path.dirname(parent)
-        place = top if os.path.isfile(os.path.join(top, "pyvenv.cfg")) else parent
+        if os.path.isfile(os.path.join(top, "pyvenv.cfg")):
+            place = top
+        else:
+            place = parent if os.path.basename(parent) in ("bin", "sbin") else target
         if place not in found:
             found.append(place)
     return found

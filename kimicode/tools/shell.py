@@ -380,9 +380,8 @@ def _short(command: str, width: int = 60) -> str:
     return first
 
 
-async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None = None) -> ToolResult:
-    """Run a command (inside `sandbox` when given); the result is its output plus a status line,
-    is_error when it failed."""
+def _validated(args: dict[str, Any]) -> tuple[str, float]:
+    """The command and timeout of a bash call, checked (a ToolError says what is wrong)."""
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ToolError("command must be a non-empty shell command")
@@ -404,6 +403,13 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
             f"timeout must be at most {MAX_TIMEOUT} seconds, got {timeout:g}; "
             "run longer jobs in the background with their output redirected to a file"
         )
+    return command, timeout
+
+
+async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None = None) -> ToolResult:
+    """Run a command (inside `sandbox` when given); the result is its output plus a status line,
+    is_error when it failed."""
+    command, timeout = _validated(args)
     env = dict(ctx.env) if ctx.env is not None else scrub_env(os.environ)
     env.update(SHELL_ENV)
     from kimicode.permissions.gitsafe import read_only_git_env  # the program tables: on the first command
@@ -411,7 +417,9 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
     env.update(read_only_git_env(command))  # read-only git runs without the programs a repository names
     confined = sandbox is not None and not (sandbox.auto and ctx.approved)
     profile = ctx.sandbox_profile
-    slot = sandbox.cgroups.slot(sandbox.limits) if confined and sandbox is not None and sandbox.cgroups else None
+    local = ctx.commands is None  # an editor's terminal gets the sandbox and rlimits, not kimicode's cgroups
+    slot = sandbox.cgroups.slot(sandbox.limits) if confined and local and sandbox is not None and sandbox.cgroups \
+        else None
 
     def wrap(argv: Sequence[str]) -> list[str]:
         assert sandbox is not None
