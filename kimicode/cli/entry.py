@@ -31,6 +31,11 @@ def main() -> None:
 
             run_serve(args)
             return
+        if args[:1] == ["attach"]:  # an HTTP client of the running server (cli/attach_cmd.py)
+            from kimicode.cli.attach_cmd import run_attach
+
+            run_attach(args[1:])
+            return
         from kimicode.cli.app import run_app
 
         run_app()
