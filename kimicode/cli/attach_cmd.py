@@ -112,7 +112,8 @@ async def follow(client: ServeClient, stream: ServeClient, session_id: str, reas
 
     follower = Follower(client, session_id, make_console(), show_reasoning=reasoning)
     loop = asyncio.get_running_loop()
-    prompt: PromptSession[str] = PromptSession(key_bindings=keys(follower))
+    # the line typed is erased once sent: the server's TurnStarted (or Queued) says it, for every client alike
+    prompt: PromptSession[str] = PromptSession(key_bindings=keys(follower), erase_when_done=True)
     gone: list[str] = []
 
     def ended(reason: str | None) -> None:
