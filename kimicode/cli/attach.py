@@ -78,6 +78,10 @@ class Follower:
         """Requests this terminal answered (their resolution is not announced as someone else's)."""
         self.view: TurnView | None = None
         self.closed = False
+        self.replay_until: int | None = None
+        """The attach point while a turn that was running then is replayed (the events kept up to it)."""
+        self.held: list[dict[str, Any]] = []
+        self.asked: list[dict[str, Any]] = []
         self.lock = threading.RLock()
         """Events come from the reader thread's hand-off and keys from the prompt: one at a time."""
 
@@ -106,20 +110,57 @@ class Follower:
         self.status = str(state.get("status", "idle"))
         head = (f"attached to session {self.session_id} in {state.get('workspace', '?')} "
                 f"({state.get('model', '?')}, {state.get('permission_mode', '?')})")
-        for line in recap(state.get("history") or [], head, width=self.console.size.width):
+        history = list(state.get("history") or [])
+        running = self.status in ("running", "waiting") and int(state.get("seq", 0)) > 0
+        if running:  # the running turn is replayed from its prompt below: the recap is of the turns before it
+            users = [n for n, m in enumerate(history) if m.get("role") == "user"]
+            history = history[:users[-1]] if users else history
+        for line in recap(history, head, width=self.console.size.width):
             self.console.print(line, highlight=False)
         self.say(KEYS)
-        if self.status in ("running", "waiting"):
-            self.say("a turn is running: its output follows from here", "yellow")
-        for request in state.get("pending_permissions") or []:
+        seq = int(state.get("seq", 0))
+        self.asked = list(state.get("pending_permissions") or [])
+        if running:  # the running turn is shown from its start
+            self.replay_until = seq
+            return 0
+        self._ask_open()
+        return seq
+
+    def _ask_open(self) -> None:
+        """The requests that were open when the terminal attached (not answered since)."""
+        for request in self.asked:
             self.handle(request)
-        return int(state.get("seq", 0))
+        self.asked = []
+
+    def _replayed(self, data: Mapping[str, Any]) -> bool:
+        """While a turn that ran before attaching is replayed: keep the kept events up to the attach point,
+        then render the turn from its TurnStarted. True when `data` was taken (kept, or rendered so)."""
+        if self.replay_until is None:
+            return False
+        seq = data.get("seq")
+        taken = isinstance(seq, int) and seq <= self.replay_until
+        if taken:
+            self.held.append(dict(data))
+            if isinstance(seq, int) and seq < self.replay_until:
+                return True
+        held, self.held, self.replay_until = self.held, [], None
+        start = max((n for n, e in enumerate(held) if e.get("type") == "TurnStarted"), default=None)
+        if start is None:  # the turn began before the events the server keeps
+            self.say("a turn is running: its output follows from here", "yellow")
+        for event in held[start:] if start is not None else []:
+            self.handle(event)
+        resolved = {e.get("request_id") for e in held if e.get("type") == "PermissionResolved"}
+        self.asked = [r for r in self.asked if r.get("request_id") not in resolved]
+        self._ask_open()
+        return taken
 
     # -- events ---------------------------------------------------------------------------------------
 
     def handle(self, data: Mapping[str, Any]) -> None:
         """Render one decoded server event."""
         with self.lock:
+            if self._replayed(data):
+                return
             kind = str(data.get("type", ""))
             if kind == "TurnStarted":
                 self._end_turn()

@@ -181,3 +181,38 @@ def test_every_turn_event_the_terminal_renders_is_a_library_event() -> None:
     sub = library_event({"type": "SubagentEvent", "parent_call_id": "c", "description": "d",
                          "event": {"type": "MessageCommitted", "message": {"role": "assistant"}}})
     assert sub is not None and sub.event.message == {"role": "assistant"}
+
+
+def test_attaching_during_a_turn_shows_it_from_its_start_and_its_open_question(
+        client: ServeClient, attach: Callable[[str], Attached], workspace: Path) -> None:
+    sid = client.create(str(workspace), permission_mode="default")
+    client.run(sid, "before")
+    after = client.state(sid)["seq"]
+    client.send(sid, "run echo late > late.txt")
+    requested = client.until(sid, lambda e: e["type"] == "PermissionRequested", after=after)[-1]
+    term = attach(sid)  # the turn started before the terminal came: it is replayed from its prompt
+    term.wait("? allow")
+    assert term.text.count("› run echo late > late.txt") == 1 and term.text.count("? allow") == 1
+    assert term.text.index("● echo: before") < term.text.index("› run echo late")  # the recap: the turn before
+    assert term.follower.prompt() == "allow? [y/a/n] "
+    term.follower.submit("a")
+    events = turn(client, sid, requested["seq"])
+    assert [e["decision"] for e in events if e["type"] == "PermissionResolved"] == ["allow_always"]
+    assert (workspace / "late.txt").read_text() == "late\n"
+    term.wait("always allowed: ")
+
+
+def test_a_session_the_server_holds_is_named_with_attach(tmp_path: Path) -> None:
+    from kimicode.config.serve_state import explain_refusal
+    from kimicode.session.lock import SessionBusyError
+
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "serve.json").write_text('{"url": "http://127.0.0.1:9", "token": "t", "pid": 4242}')
+    held = SessionBusyError("session s1 is in use by process 4242", session_id="s1", holder=4242)
+    said = explain_refusal(held, home)
+    assert "kimicode attach s1" in said and "http://127.0.0.1:9" in said and "--fork" in said
+    other = SessionBusyError("session s1 is in use by process 77", session_id="s1", holder=77)
+    assert explain_refusal(other, home) == "session s1 is in use by process 77"  # not the server: as it was
+    (home / "serve.json").unlink()
+    assert explain_refusal(held, home) == "session s1 is in use by process 4242"
