@@ -100,65 +100,81 @@ def make_console() -> Any:
     from kimicode.ui.console import plain_output
 
     plain = plain_output()
-    return Console(file=cast(IO[str], LineWriter()), width=shutil.get_terminal_size().columns, force_terminal=not plain,
-                   color_system=None if plain else "auto", highlight=False, emoji=False, markup=False)
+    return Console(file=cast(IO[str], LineWriter()), width=shutil.get_terminal_size().columns,
+                   force_terminal=not plain, color_system=None if plain else "auto", highlight=False, emoji=False,
+                   markup=False)
+
+
+class Screen:
+    """The attached terminal: the follower under a prompt_toolkit prompt, the events handed to it on the loop
+    from the reader thread."""
+
+    def __init__(self, follower: Follower, stream: ServeClient) -> None:
+        from prompt_toolkit import PromptSession
+
+        self.follower, self.stream = follower, stream
+        self.loop = asyncio.get_running_loop()
+        # the line typed is erased once sent: the server's TurnStarted (or Queued) says it, for every client
+        self.prompt: PromptSession[str] = PromptSession(key_bindings=keys(follower), erase_when_done=True)
+        self.gone: list[str] = []
+        """Why the events stopped, when not because the session closed (the server stopped, the link broke)."""
+
+    def ended(self, reason: str | None) -> None:
+        if reason is not None:
+            self.gone.append(reason)
+        if self.prompt.app.is_running:
+            self.prompt.app.exit(exception=EOFError())
+
+    def arrived(self, event: dict[str, Any]) -> None:
+        self.follower.handle(event)
+        if self.follower.closed:
+            self.ended(None)
+        elif self.prompt.app.is_running:
+            self.prompt.app.invalidate()  # the prompt says whether a question is open
+
+    def deliver(self, event: dict[str, Any]) -> None:
+        """From the reader thread."""
+        self.loop.call_soon_threadsafe(self.arrived, event)
+
+    def read(self, after: int) -> None:
+        reason = pump(self.stream, self.follower.session_id, after, self.deliver)
+        if reason is not None:
+            self.loop.call_soon_threadsafe(self.ended, reason)
+
+    async def run(self, after: int) -> None:
+        """Read lines until Ctrl-D, /exit, the session's end or the server's."""
+        threading.Thread(target=self.read, args=(after,), name="kimicode-attach-events", daemon=True).start()
+        while not self.follower.closed and not self.gone:
+            try:
+                line = await self.prompt.prompt_async(self.follower.prompt)
+            except (EOFError, KeyboardInterrupt):
+                return
+            if not self.follower.submit(line):
+                return
 
 
 async def follow(client: ServeClient, stream: ServeClient, session_id: str, reasoning: bool) -> int:
     """Follow the session under a prompt until Ctrl-D, /exit or the session's end; the exit code (1 when the
     server went away)."""
-    from prompt_toolkit import PromptSession
     from prompt_toolkit.patch_stdout import patch_stdout
 
     follower = Follower(client, session_id, make_console(), show_reasoning=reasoning)
-    loop = asyncio.get_running_loop()
-    # the line typed is erased once sent: the server's TurnStarted (or Queued) says it, for every client alike
-    prompt: PromptSession[str] = PromptSession(key_bindings=keys(follower), erase_when_done=True)
-    gone: list[str] = []
-
-    def ended(reason: str | None) -> None:
-        if reason is not None:
-            gone.append(reason)
-        if prompt.app.is_running:
-            prompt.app.exit(exception=EOFError())
-
-    def arrived(event: dict[str, Any]) -> None:
-        follower.handle(event)
-        if follower.closed:
-            ended(None)
-        elif prompt.app.is_running:
-            prompt.app.invalidate()  # the prompt says whether a question is open
-
-    def read(after: int) -> None:
-        def deliver(event: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(arrived, event)
-
-        reason = pump(stream, session_id, after, deliver)
-        if reason is not None:
-            loop.call_soon_threadsafe(ended, reason)
-
+    screen = Screen(follower, stream)
     with patch_stdout(raw=True):
         try:
             after = follower.open()
         except ServeClientError as exc:
             sys.stderr.write(f"kimicode attach: {exc.message}\n")
             return 2
-        threading.Thread(target=read, args=(after,), name="kimicode-attach-events", daemon=True).start()
-        while not follower.closed and not gone:
-            try:
-                line = await prompt.prompt_async(follower.prompt)
-            except (EOFError, KeyboardInterrupt):
-                break
-            if not follower.submit(line):
-                break
+        await screen.run(after)
     stream.close()
-    for reason in gone:
+    for reason in screen.gone:
         sys.stderr.write(f"kimicode attach: {reason}\n")
-    if not gone:
+    if not screen.gone:
         goes_on = " (closed)" if follower.closed else f"; the session goes on in the server ({client.url})"
         sys.stderr.write(f"kimicode attach: detached from {session_id}{goes_on}\n")
     client.close()
-    return 1 if gone else 0
+    return 1 if screen.gone else 0
 
 
 def keys(follower: Follower) -> Any:
