@@ -251,12 +251,12 @@ class Follower:
         with self.lock:
             if text in ("/exit", "/quit", "/detach"):
                 return False
-            if self.pending:
-                self._answer(text)
-            elif text.startswith("/steer"):
+            if text.startswith("/steer"):
                 self.steer(text[len("/steer"):].strip())
             elif text == "/interrupt":
                 self.interrupt()
+            elif self.pending:
+                self._answer(text)
             elif text.startswith("/"):
                 self.say(f"{text.split()[0]}: an attached terminal sends messages only (/steer TEXT, /interrupt, "
                          f"/exit); other commands run in `kimicode -r {self.session_id}` once the server has "

@@ -8,6 +8,7 @@ exactly as the command does under its prompt.
 from __future__ import annotations
 
 import io
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -216,3 +217,47 @@ def test_a_session_the_server_holds_is_named_with_attach(tmp_path: Path) -> None
     assert explain_refusal(other, home) == "session s1 is in use by process 77"  # not the server: as it was
     (home / "serve.json").unlink()
     assert explain_refusal(held, home) == "session s1 is in use by process 4242"
+
+
+def test_the_terminal_steers_the_running_turn(
+        client: ServeClient, attach: Callable[[str], Attached], workspace: Path) -> None:
+    sid = client.create(str(workspace), permission_mode="default")
+    term = attach(sid)
+    after = client.state(sid)["seq"]
+    client.send(sid, "run echo steered > s.txt")
+    term.wait("? allow")  # the turn runs (it waits for the answer): a message steered now goes into it
+    term.follower.submit("/steer and then stop")
+    steered = client.until(sid, lambda e: e["type"] == "Steered", after=after)[-1]
+    assert steered["text"] == "and then stop"
+    term.wait("· steered into the turn: and then stop")
+    term.follower.submit("y")
+    assert turn(client, sid, steered["seq"])[-1]["status"] == "success"
+
+
+def test_which_server_and_session_attach_picks(live: ThreadedServer, client: ServeClient, make_workspace: Any,
+                                               monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from kimicode.cli.attach_cmd import AttachError, choose_session, server
+
+    with pytest.raises(AttachError, match="no running `kimicode serve`.*kimicode web"):
+        server(None)
+    with pytest.raises(AttachError, match="KIMICODE_SERVE_TOKEN"):
+        server(live.url)
+    monkeypatch.setenv("KIMICODE_SERVE_TOKEN", live.token)
+    assert server(live.url + "/") == (live.url, live.token)
+    (tmp_path / "home").mkdir(exist_ok=True)
+    (tmp_path / "home" / "serve.json").write_text(json.dumps({"url": live.url, "token": "t", "pid": 1}))
+    monkeypatch.delenv("KIMICODE_SERVE_TOKEN")
+    assert server(None) == (live.url, "t") and server(live.url) == (live.url, "t")
+
+    with pytest.raises(AttachError, match="no live session"):
+        choose_session(client, None)
+    first = client.create(str(make_workspace("a")))
+    assert choose_session(client, None) == first == choose_session(client, first[:-4])
+    second = client.create(str(make_workspace("b")))
+    with pytest.raises(AttachError, match=f"several live sessions.*kimicode attach {second}"):
+        choose_session(client, None)
+    with pytest.raises(AttachError, match="no session 'nope'"):
+        choose_session(client, "nope")
+    client.run(second, "keep me")
+    client.close_session(second)  # saved, not live: attaching resumes it in the server
+    assert choose_session(client, second) == second and client.state(second)["status"] == "idle"

@@ -73,6 +73,14 @@ def test_attach_follows_the_session_beside_the_page(page: ServeClient, model: Fa
         assert (workspace / "proof.txt").read_text() == "from-the-tty\n"
         term.wait_for("allowed once: ")
 
+        after = page.state(sid)["seq"]
+        page.send(sid, "run sleep 30")  # the page's turn asks; Ctrl-C on the terminal's empty line stops it
+        term.wait_for("? allow bash: sleep 30")
+        term.type("\x03")
+        events = page.until(sid, lambda e: e["type"] == "TurnFinished", after=after)
+        assert events[-1]["status"] == "interrupted"
+        term.wait_for("Interrupted")
+
         term.type("\x04")  # Ctrl-D: the terminal detaches, the session goes on in the server
         term.child.expect(pexpect.EOF, timeout=20)
         term.child.close()
