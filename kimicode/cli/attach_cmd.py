@@ -76,7 +76,7 @@ def choose_session(client: ServeClient, wanted: str | None) -> str:
 
 
 def attach_command(
-    session: Annotated[str | None, typer.Argument(metavar="[SESSION_ID]", help="The session (default: the only one)."
+    session: Annotated[str | None, typer.Argument(metavar="SESSION_ID", help="The session (default: the only one)."
                                                   )] = None,
     url: Annotated[str | None, typer.Option(
         "--url", help=f"The server (default: the running one; its token from {TOKEN_ENV}).")] = None,

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from kimicode.config.endpoint import ConfigError, kimicode_home
-from kimicode.config.serve_state import explain_refusal
 from kimicode.ui.app import Session
 from kimicode.ui.console import make_console, plain_output
 from kimicode.ui.options import SessionOptions
@@ -51,6 +50,8 @@ def run_interactive(
     try:
         session = Session(options, console, plain)
     except (ConfigError, ValueError) as exc:  # a session `kimicode serve` holds: `kimicode attach` follows it
+        from kimicode.config.serve_state import explain_refusal
+
         home = Path(settings["home"]) if settings.get("home") else kimicode_home()
         sys.stderr.write(f"kimicode: {explain_refusal(exc, home)}\n")
         return 2

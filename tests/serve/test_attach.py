@@ -76,6 +76,7 @@ def turn(client: ServeClient, sid: str, after: int) -> list[dict[str, Any]]:
     return client.until(sid, lambda e: e["type"] == "TurnFinished", after=after)
 
 
+@pytest.mark.slow  # about 1 s: two turns, two streams
 def test_the_page_and_the_terminal_see_each_others_prompts_stream(
         client: ServeClient, attach: Callable[[str], Attached], workspace: Path) -> None:
     sid = client.create(str(workspace), permission_mode="default")
@@ -238,7 +239,7 @@ def test_which_server_and_session_attach_picks(live: ThreadedServer, client: Ser
                                                monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from kimicode.cli.attach_cmd import AttachError, choose_session, server
 
-    with pytest.raises(AttachError, match="no running `kimicode serve`.*kimicode web"):
+    with pytest.raises(AttachError, match=r"no running `kimicode serve`.*kimicode web"):
         server(None)
     with pytest.raises(AttachError, match="KIMICODE_SERVE_TOKEN"):
         server(live.url)
@@ -254,7 +255,7 @@ def test_which_server_and_session_attach_picks(live: ThreadedServer, client: Ser
     first = client.create(str(make_workspace("a")))
     assert choose_session(client, None) == first == choose_session(client, first[:-4])
     second = client.create(str(make_workspace("b")))
-    with pytest.raises(AttachError, match=f"several live sessions.*kimicode attach {second}"):
+    with pytest.raises(AttachError, match=rf"several live sessions.*kimicode attach {second}"):
         choose_session(client, None)
     with pytest.raises(AttachError, match="no session 'nope'"):
         choose_session(client, "nope")
