@@ -479,8 +479,10 @@ def _open_agent(
             where = {} if own_workspace else {"workspace": workspace}
             agent = Agent.resume(target, fork=fork, fork_workspace=fork_workspace, options=options_for, **where)
         check_budget(agent, budget)
-    except (ConfigError, FlagError, ValueError, TypeError) as exc:
-        raise fail(str(exc)) from None
+    except (ConfigError, FlagError, ValueError, TypeError) as exc:  # held by `kimicode serve`: name `attach`
+        from kimicode.config.serve_state import explain_refusal
+
+        raise fail(explain_refusal(exc, Path(settings["home"]) if settings.get("home") else kimicode_home())) from None
     return agent
 
 
@@ -535,6 +537,14 @@ def web_entry(ctx: typer.Context) -> None:
     from kimicode.cli.serve_cmd import run_serve
 
     run_serve(["web", *ctx.args])
+
+
+@app.command("attach", context_settings=PASS_THROUGH)
+def attach_entry(ctx: typer.Context) -> None:
+    """Follow a session of the running `kimicode serve` in this terminal, beside the page (docs/serve.md)."""
+    from kimicode.cli.attach_cmd import run_attach  # entry.py routes `kimicode attach` here before this app loads
+
+    run_attach(list(ctx.args))
 
 
 def _click_exceptions() -> Any:

@@ -32,6 +32,11 @@ def main() -> None:
 
             run_serve(args)
             return
+        if args[:1] == ["attach"]:  # an HTTP client of the running server (cli/attach_cmd.py)
+            from kimicode.cli.attach_cmd import run_attach
+
+            run_attach(args[1:])
+            return
         from kimicode.cli.claude_args import is_claude_mode
 
         if is_claude_mode(args, os.environ):  # a Claude Agent SDK drives it (cli/claude_run.py)

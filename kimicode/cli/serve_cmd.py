@@ -68,8 +68,8 @@ def web_command(
 ) -> None:
     """Open kimicode's page in your browser: attach to the running `kimicode serve`, or start one here."""
     from kimicode.config.endpoint import kimicode_home
+    from kimicode.config.serve_state import read_state
     from kimicode.serve.client import answers
-    from kimicode.serve.server import read_state
 
     found = read_state(kimicode_home())
     if found is not None and answers(found["url"], found["token"]):

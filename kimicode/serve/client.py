@@ -24,7 +24,7 @@ Decision = Literal["allow", "allow_always", "deny"]
 
 
 class ServeClientError(Exception):
-    """The server refused a request: `status` and its message."""
+    """The server refused a request: `status` and its message (status 0: the server could not be reached)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status}: {message}")
@@ -58,7 +58,10 @@ class ServeClient:
     def request(self, method: str, path: str, body: dict[str, Any] | None = None,
                 params: dict[str, Any] | None = None) -> Any:
         """One call; the decoded JSON answer (None for 204). Raises ServeClientError when refused."""
-        response = self.http.request(method, path, json=body, params=params)
+        try:
+            response = self.http.request(method, path, json=body, params=params)
+        except httpx.TransportError as exc:  # nothing answers there (any more): said as a refusal, status 0
+            raise ServeClientError(0, f"cannot reach the server at {self.url}: {exc}") from None
         if response.status_code >= 400:
             try:
                 message = str(response.json().get("error", response.text))

@@ -21,6 +21,7 @@ from typing import Any
 
 import uvicorn
 
+from kimicode.config.serve_state import state_path
 from kimicode.serve.app import build_app
 from kimicode.serve.manager import ServeConfig
 from kimicode.serve.security import MAX_BODY, allowed_hosts, new_token
@@ -55,10 +56,6 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def state_path(home: Path) -> Path:
-    return home / "serve.json"
-
-
 def write_state(home: Path, url: str, token: str) -> Path:
     from kimicode.safeio import private_dirs, private_write
 
@@ -66,15 +63,6 @@ def write_state(home: Path, url: str, token: str) -> Path:
     path = state_path(home)
     private_write(path, json.dumps({"url": url, "token": token, "pid": os.getpid()}))
     return path
-
-
-def read_state(home: Path) -> dict[str, Any] | None:
-    """The running server's URL and token as `serve` wrote them, or None."""
-    try:
-        data = json.loads(state_path(home).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and {"url", "token"} <= data.keys() else None
 
 
 def run(config: ServeConfig, *, host: str = "127.0.0.1", port: int = 0, allow_remote: bool = False,

@@ -41,7 +41,13 @@ _held_lock = threading.Lock()
 
 
 class SessionBusyError(SessionError):
-    """The session is being written by another process, or by another agent of this one."""
+    """The session is being written by another process, or by another agent of this one. `holder`: that
+    process's id when known (the command line names `kimicode attach` when it is the running server)."""
+
+    def __init__(self, message: str, *, session_id: str = "", holder: int | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.holder = holder
 
 
 class SessionLock:
@@ -99,7 +105,8 @@ class SessionLock:
             who = f"process {holder}" if holder else "another kimicode process"
             raise SessionBusyError(
                 f"session {session_id} is in use by {who}: two writers would mix their conversations. "
-                f"Wait for it to finish, or continue a copy with --fork (Agent.resume(..., fork=True))"
+                f"Wait for it to finish, or continue a copy with --fork (Agent.resume(..., fork=True))",
+                session_id=session_id, holder=holder,
             ) from None
         except OSError:
             os.close(fd)

@@ -49,8 +49,11 @@ def run_interactive(
     console = make_console(plain)
     try:
         session = Session(options, console, plain)
-    except (ConfigError, ValueError) as exc:
-        sys.stderr.write(f"kimicode: {exc}\n")
+    except (ConfigError, ValueError) as exc:  # a session `kimicode serve` holds: `kimicode attach` follows it
+        from kimicode.config.serve_state import explain_refusal
+
+        home = Path(settings["home"]) if settings.get("home") else kimicode_home()
+        sys.stderr.write(f"kimicode: {explain_refusal(exc, home)}\n")
         return 2
     try:
         return asyncio.run(session.run())
