@@ -315,64 +315,87 @@ def fallback_summary(
     reason: str | None,
 ) -> str:
     """A summary built without the model: earlier summaries, user requests, files, commands, last reply."""
-    earlier: list[str] = []
-    users: list[str] = []
-    read: dict[str, None] = {}
-    changed: dict[str, None] = {}
-    commands: list[tuple[str, str]] = []
-    pending_cmd: dict[str, int] = {}
-    last_text = ""
+    seen = _Transcript(tool_kinds)
     for msg in messages:
+        seen.add(msg)
+    return seen.render(reason)
+
+
+@dataclass
+class _Transcript:
+    """What `fallback_summary` gathers, message by message."""
+
+    tool_kinds: Mapping[str, str]
+    earlier: list[str] = field(default_factory=list)
+    users: list[str] = field(default_factory=list)
+    read: dict[str, None] = field(default_factory=dict)
+    changed: dict[str, None] = field(default_factory=dict)
+    commands: list[tuple[str, str]] = field(default_factory=list)
+    pending_cmd: dict[str, int] = field(default_factory=dict)
+    last_text: str = ""
+
+    def add(self, msg: dict[str, Any]) -> None:
         role = msg.get("role")
         if is_summary(msg):
-            earlier.append(summary_text(msg))
+            self.earlier.append(summary_text(msg))
         elif role == "user":
             text = _text(msg.get("content")).strip()
-            users.append(text if len(text) <= 400 else text[:400] + " …")
+            self.users.append(text if len(text) <= 400 else text[:400] + " …")
         elif role == "assistant":
             content = _text(msg.get("content")).strip()
             if content:
-                last_text = content
+                self.last_text = content
             for call in msg.get("tool_calls") or ():
-                if not isinstance(call, dict):
-                    continue
-                fn = call.get("function") or {}
-                name = str(fn.get("name") or "") if isinstance(fn, dict) else ""
-                args = _arguments(fn.get("arguments") if isinstance(fn, dict) else None)
-                kind = tool_kinds.get(name, "")
-                command = args.get("command") or args.get("cmd")
-                if isinstance(command, str):
-                    pending_cmd[str(call.get("id") or "")] = len(commands)
-                    commands.append((command if len(command) <= 300 else command[:300] + " …", ""))
-                paths = [args[k] for k in ("path", "file_path", "filename") if isinstance(args.get(k), str)]
-                paths += [p for p in args.get("paths") or () if isinstance(p, str)]
-                changing = kind == "edit" or any(w in name for w in ("write", "edit", "create", "delete", "move"))
-                for p in paths:
-                    (changed if changing else read)[f"{p} ({name})"] = None
+                if isinstance(call, dict):
+                    self.call(call)
         elif role == "tool":
-            index = pending_cmd.pop(str(msg.get("tool_call_id") or ""), None)
-            if index is not None:
-                lines = [ln.strip() for ln in _text(msg.get("content")).splitlines() if ln.strip()]
-                outcome = " / ".join(lines[:1] + lines[-1:]) if len(lines) > 1 else (lines[0] if lines else "")
-                commands[index] = (commands[index][0], outcome[:240])
-    out = [
-        "(The model could not write this summary"
-        + (f": {reason}" if reason else "")
-        + "; it was assembled from the transcript.)"
-    ]
-    if earlier:
-        out.append("## Earlier summary (still valid: finished work stays finished)\n" + "\n\n".join(earlier))
-    if users:
-        out.append("## The user's messages in this part\n" + "\n".join(f"- {u}" for u in users))
-    if changed:
-        out.append("## Files changed\n" + "\n".join(f"- {p}" for p in changed))
-    if read:
-        out.append("## Files read\n" + "\n".join(f"- {p}" for p in list(read)[-100:]))
-    if commands:
-        out.append("## Commands run\n" + "\n".join(f"- `{c}` → {o or 'no output'}" for c, o in commands[-60:]))
-    if last_text:
-        out.append("## The last reply before this point\n" + last_text)
-    return "\n\n".join(out)
+            self.result(msg)
+
+    def call(self, call: dict[str, Any]) -> None:
+        """A tool call: its command, and the files it read or changed."""
+        fn = call.get("function") or {}
+        name = str(fn.get("name") or "") if isinstance(fn, dict) else ""
+        args = _arguments(fn.get("arguments") if isinstance(fn, dict) else None)
+        command = args.get("command") or args.get("cmd")
+        if isinstance(command, str):
+            self.pending_cmd[str(call.get("id") or "")] = len(self.commands)
+            self.commands.append((command if len(command) <= 300 else command[:300] + " …", ""))
+        self.files(name, args)
+
+    def files(self, name: str, args: dict[str, Any]) -> None:
+        paths = [args[k] for k in ("path", "file_path", "filename") if isinstance(args.get(k), str)]
+        paths += [p for p in args.get("paths") or () if isinstance(p, str)]
+        kind = self.tool_kinds.get(name, "")
+        changing = kind == "edit" or any(w in name for w in ("write", "edit", "create", "delete", "move"))
+        for p in paths:
+            (self.changed if changing else self.read)[f"{p} ({name})"] = None
+
+    def result(self, msg: dict[str, Any]) -> None:
+        """A tool result: the first and last line of a command's output."""
+        index = self.pending_cmd.pop(str(msg.get("tool_call_id") or ""), None)
+        if index is not None:
+            lines = [ln.strip() for ln in _text(msg.get("content")).splitlines() if ln.strip()]
+            outcome = " / ".join(lines[:1] + lines[-1:]) if len(lines) > 1 else (lines[0] if lines else "")
+            self.commands[index] = (self.commands[index][0], outcome[:240])
+
+    def render(self, reason: str | None) -> str:
+        out = [
+            "(The model could not write this summary"
+            + (f": {reason}" if reason else "")
+            + "; it was assembled from the transcript.)"
+        ]
+        sections: list[tuple[object, str]] = [  # (shown when non-empty, the section)
+            (self.earlier, "## Earlier summary (still valid: finished work stays finished)\n"
+             + "\n\n".join(self.earlier)),
+            (self.users, "## The user's messages in this part\n" + "\n".join(f"- {u}" for u in self.users)),
+            (self.changed, "## Files changed\n" + "\n".join(f"- {p}" for p in self.changed)),
+            (self.read, "## Files read\n" + "\n".join(f"- {p}" for p in list(self.read)[-100:])),
+            (self.commands, "## Commands run\n"
+             + "\n".join(f"- `{c}` → {o or 'no output'}" for c, o in self.commands[-60:])),
+            (self.last_text, "## The last reply before this point\n" + self.last_text),
+        ]
+        out += [section for present, section in sections if present]
+        return "\n\n".join(out)
 
 
 # -- compaction -------------------------------------------------------------------------------------

