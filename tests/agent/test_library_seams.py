@@ -295,3 +295,35 @@ def test_a_log_written_by_another_process_between_turns_is_not_written_into(serv
     second = agent.run_sync("agent-0 two")
     assert (second.status, second.error_kind) == ("error", "session_log")
     assert "continued by another process" in second.error and log.read_text() == written
+
+
+def test_a_structured_stream_left_early_is_interrupted_and_says_so(server: FakeServer, tmp_path: Path) -> None:
+    """Cancelling `run(..., output_type=...)` mid-turn: the history stays valid and the agent runs again."""
+
+    @tool
+    async def slow() -> str:
+        """Take a while."""
+        await asyncio.sleep(30)
+        return "late"
+
+    server.add(Reply(tool_calls=[ToolCall("slow", {})]), Reply(content='{"version": "3", "breaking": false}'))
+    agent = lib_agent(server, tmp_path, tools=[slow])
+    seen: list[Any] = []
+
+    async def main() -> Any:
+        task = asyncio.create_task(agent.run("agent-0 go", output_type=Release))
+        while not any(isinstance(e, ToolCallStarted) for e in seen):
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        try:
+            return await agent.run("agent-0 again", output_type=Release)
+        finally:
+            await agent.aclose()
+
+    agent.on_event = seen.append
+    result = asyncio.run(main())
+    statuses = [e.status for e in seen if isinstance(e, TurnFinished)]
+    assert statuses == ["interrupted", "success"] and result.output == Release(version="3", breaking=False)
+    assert valid_history(agent.messages)
