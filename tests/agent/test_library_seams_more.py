@@ -272,3 +272,11 @@ class socket_closed:
 
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+@pytest.mark.parametrize(("setting", "option"),
+                         [({"model": "bad model!"}, "model"), ({"base_url": "ftp://x"}, "base_url")])
+def test_a_bad_setting_is_named_as_the_option_given(tmp_path: Path, setting: dict[str, str], option: str) -> None:
+    with pytest.raises(kimicode.ConfigError) as refused:
+        Agent(api_key="sk-test", workspace=tmp_path, home=tmp_path / "home", **setting)
+    assert f"from {option}" in str(refused.value) and "--" not in str(refused.value)
