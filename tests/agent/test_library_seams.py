@@ -164,13 +164,14 @@ def test_idle_persisted_agents_hold_no_descriptors_and_reuse_one_pool(server: Fa
         agents = [lib_agent(server, tmp_path / f"a{i}") for i in range(20)]
         for i, agent in enumerate(agents):  # one after another: a warm pool serves them all
             assert (await agent.run(f"agent-{i} hi")).ok
-        await asyncio.sleep(0.3)  # the background fsyncs close the logs
+        for agent in agents:  # the background fsyncs close the logs
+            assert agent.log is not None and agent.log.wait_durable(10)
         idle = files_open_under(tmp_path)
         for i, agent in enumerate(agents):  # the next turn opens them again
             assert (await agent.run(f"agent-{i} again")).ok
         for agent in agents:
             await agent.aclose()
-        await asyncio.sleep(0.3)
+            assert agent.log is not None and agent.log.wait_durable(10)
         return idle, files_open_under(tmp_path)
 
     idle, closed = asyncio.run(main())
@@ -273,7 +274,7 @@ def test_an_idle_agent_keeps_its_session_from_other_processes_without_a_descript
 
     async def main() -> None:
         assert (await agent.run("agent-0 one")).ok
-        await asyncio.sleep(0.3)
+        assert agent.log is not None and agent.log.wait_durable(10)
         assert files_open_under(tmp_path) == []
         assert try_lock_elsewhere(sessions, agent.session_id) == "SessionBusyError"  # idle, still its own
         assert (await agent.run("agent-0 two")).ok

@@ -71,6 +71,7 @@ class FixingClient:
         pass
 
 
+@pytest.mark.slow  # two branches in git worktrees, a verify command each
 def test_explore_with_a_plain_sqlite_store(workspace: Path, tmp_path: Path) -> None:
     """explore() opens its branches in a worker thread; their logs read and write the caller's sqlite3 store,
     which must still only be called on the loop's thread."""
