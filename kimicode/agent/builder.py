@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kimicode.agent.parts import ModelClients, Parts, Resolved
 from kimicode.agent.sysprompt import PromptParts, build_system_prompt
 from kimicode.config.choices import DEFAULT_SCOPE, Scope, SwitchPolicy
-from kimicode.config.endpoint import MissingKeyError, kimicode_home
+from kimicode.config.endpoint import ConfigError, MissingKeyError, kimicode_home
 from kimicode.config.settings import ModelConfig, Settings, resolve_model
 from kimicode.context.manager import ContextManager, ContextSettings
 from kimicode.context.output import set_spill_limit
@@ -134,6 +134,12 @@ def resolve(o: AgentOptions, *, own_client: bool = False) -> Resolved:
             raise
         endpoint, model_config = resolve_model(settings, model=o.model, base_url=o.base_url, api_key="-")
         endpoint = dataclasses.replace(endpoint, api_key="", key_source="the caller's client")
+    except ConfigError as exc:
+        if (o.origin or ("headless" if o.headless else "library")) != "library":
+            raise
+        from kimicode.agent.outgoing import library_words
+
+        raise type(exc)(library_words(str(exc))) from None  # `model=`, not `--model`: what the caller can change
     profile = profile_with(profile_for(endpoint.model), model_config)
     workspace = o.workspace.expanduser().resolve()
     if not workspace.is_dir():

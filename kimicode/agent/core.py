@@ -234,7 +234,8 @@ class Agent(Explorer):
 
         def on_start(task: asyncio.Task[Any]) -> None:
             self._worker, self._owner = task, ref
-            task.add_done_callback(lambda t: self.__dict__.update(_worker=None) if self._worker is t else None)
+            task.add_done_callback(lambda t: self.__dict__.update(_worker=None, turn_emit=None) if self._worker is t
+                                   else None)  # a finished task (and its emit) holds its stream and queue
 
         stream = EventStream(work, lambda: self.on_event, self._claim, on_start, self._outgoing)
         ref = weakref.ref(stream)

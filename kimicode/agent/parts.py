@@ -112,12 +112,11 @@ class Resolved:
         return found, source
 
     def cost(self, o: AgentOptions, usage: Mapping[str, int]) -> float | None:
-        """Dollars for `usage` at the current prices (cached tokens at the cached price); None when unpriced, or
-        when `usage` counts no token (the server sent no usage: the cost is unknown, not zero)."""
+        """Dollars for `usage` at the current prices (cached tokens at the cached price), None when unpriced."""
         from kimicode.config.settings import estimate_cost
 
         prices, _ = self.prices(o)
-        return estimate_cost(usage, prices) if prices and any(usage.values()) else None
+        return estimate_cost(usage, prices) if prices else None
 
 
 class ModelClients:

@@ -92,9 +92,10 @@ class RunResult(Generic[T]):
     cost: float | None = None
     """USD this turn cost (its `turn_usage`, subagents included) at the agent's prices: the `prices=`
     option, else the model's configured prices, else Moonshot's list prices on Moonshot's API; None when
-    no price is known."""
+    no price is known, or when the server sent no usage (unknown, not free)."""
     total_cost: float | None = None
-    """USD the agent's whole session has cost so far (its `usage`), None when no price is known."""
+    """USD the agent's whole session has cost so far (its `usage`, from the totals its log recorded for a
+    resumed session), None when no price is known."""
 
     @property
     def ok(self) -> bool:
@@ -148,7 +149,8 @@ async def collect(agent: Agent, events: EventStream[Any]) -> RunResult[Any]:
         finished, session_id=agent.session_id, usage=dict(agent.usage),
         duration_ms=int((time.monotonic() - start) * 1000), messages=added,
         context={"used": agent.context.used, "window": agent.context_window}, turn_usage=turn_usage,
-        hook_errors=list(events.hook_errors), cost=resolved.cost(agent.options, turn_usage),
+        hook_errors=list(events.hook_errors),
+        cost=resolved.cost(agent.options, turn_usage) if any(turn_usage.values()) else None,  # no usage: unknown
         total_cost=resolved.cost(agent.options, agent.usage),
         **(agent.checkpoints.last_turn_fields() if agent.checkpoints is not None else {}),
     )

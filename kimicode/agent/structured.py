@@ -301,9 +301,12 @@ async def structured_turns(agent: Agent, spec: OutputSpec, prompt: str, emit: Em
 
     try:
         outcome = await until_valid(agent, spec, prompt, attempt)
-    finally:
-        while len(held) > 1:  # cancelled between attempts: every TurnFinished still goes out
+    except BaseException:  # cancelled: every TurnFinished still goes out (the last one says interrupted)
+        while held:
             emit(held.pop(0))
+        raise
+    while len(held) > 1:
+        emit(held.pop(0))
     last = held.pop()
     if outcome.valid:
         emit(dataclasses.replace(last, output=outcome.value))

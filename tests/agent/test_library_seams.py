@@ -164,13 +164,14 @@ def test_idle_persisted_agents_hold_no_descriptors_and_reuse_one_pool(server: Fa
         agents = [lib_agent(server, tmp_path / f"a{i}") for i in range(20)]
         for i, agent in enumerate(agents):  # one after another: a warm pool serves them all
             assert (await agent.run(f"agent-{i} hi")).ok
-        await asyncio.sleep(0.3)  # the background fsyncs close the logs
+        for agent in agents:  # the background fsyncs close the logs
+            assert agent.log is not None and agent.log.wait_durable(10)
         idle = files_open_under(tmp_path)
         for i, agent in enumerate(agents):  # the next turn opens them again
             assert (await agent.run(f"agent-{i} again")).ok
         for agent in agents:
             await agent.aclose()
-        await asyncio.sleep(0.3)
+            assert agent.log is not None and agent.log.wait_durable(10)
         return idle, files_open_under(tmp_path)
 
     idle, closed = asyncio.run(main())
@@ -273,7 +274,7 @@ def test_an_idle_agent_keeps_its_session_from_other_processes_without_a_descript
 
     async def main() -> None:
         assert (await agent.run("agent-0 one")).ok
-        await asyncio.sleep(0.3)
+        assert agent.log is not None and agent.log.wait_durable(10)
         assert files_open_under(tmp_path) == []
         assert try_lock_elsewhere(sessions, agent.session_id) == "SessionBusyError"  # idle, still its own
         assert (await agent.run("agent-0 two")).ok
@@ -295,3 +296,35 @@ def test_a_log_written_by_another_process_between_turns_is_not_written_into(serv
     second = agent.run_sync("agent-0 two")
     assert (second.status, second.error_kind) == ("error", "session_log")
     assert "continued by another process" in second.error and log.read_text() == written
+
+
+def test_a_structured_stream_left_early_is_interrupted_and_says_so(server: FakeServer, tmp_path: Path) -> None:
+    """Cancelling `run(..., output_type=...)` mid-turn: the history stays valid and the agent runs again."""
+
+    @tool
+    async def slow() -> str:
+        """Take a while."""
+        await asyncio.sleep(30)
+        return "late"
+
+    server.add(Reply(tool_calls=[ToolCall("slow", {})]), Reply(content='{"version": "3", "breaking": false}'))
+    agent = lib_agent(server, tmp_path, tools=[slow])
+    seen: list[Any] = []
+
+    async def main() -> Any:
+        task = asyncio.create_task(agent.run("agent-0 go", output_type=Release))
+        while not any(isinstance(e, ToolCallStarted) for e in seen):
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        try:
+            return await agent.run("agent-0 again", output_type=Release)
+        finally:
+            await agent.aclose()
+
+    agent.on_event = seen.append
+    result = asyncio.run(main())
+    statuses = [e.status for e in seen if isinstance(e, TurnFinished)]
+    assert statuses == ["interrupted", "success"] and result.output == Release(version="3", breaking=False)
+    assert valid_history(agent.messages)

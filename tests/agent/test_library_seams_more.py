@@ -71,6 +71,7 @@ class FixingClient:
         pass
 
 
+@pytest.mark.slow  # two branches in git worktrees, a verify command each
 def test_explore_with_a_plain_sqlite_store(workspace: Path, tmp_path: Path) -> None:
     """explore() opens its branches in a worker thread; their logs read and write the caller's sqlite3 store,
     which must still only be called on the loop's thread."""
@@ -272,3 +273,11 @@ class socket_closed:
 
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+@pytest.mark.parametrize(("setting", "option"),
+                         [({"model": "bad model!"}, "model"), ({"base_url": "ftp://x"}, "base_url")])
+def test_a_bad_setting_is_named_as_the_option_given(tmp_path: Path, setting: dict[str, str], option: str) -> None:
+    with pytest.raises(kimicode.ConfigError) as refused:
+        Agent(api_key="sk-test", workspace=tmp_path, home=tmp_path / "home", **setting)
+    assert f"from {option}" in str(refused.value) and "--" not in str(refused.value)
