@@ -165,11 +165,13 @@ def compact_detached(store: CheckpointStore) -> bool:
     compresses what the first snapshot stored plain and deltas the rest: `-F`, since a plain repack
     would copy the stored data as it is. As `git gc` does, it keeps every unreferenced object (`-A`,
     loose while younger than `GRACE`), so it runs unlocked next to checkpoints (see the module
-    docstring); the daily prune removes what no ref needs. One thread and bounded delta windows keep
-    its memory small; files over 8 MB are compressed, never deltaed. Returns whether it was started."""
+    docstring); the daily prune removes what no ref needs. One thread, bounded delta windows and small
+    pack mappings keep its memory small (a plain repack of a 1 GB store mapped all of it); files over 8 MB
+    are compressed, never deltaed. Returns whether it was started."""
     nice = shutil.which("nice")
     cmd = [*([nice, "-n", "10"] if nice else []), "git", "-c", "pack.threads=1", "-c", "pack.windowMemory=32m",
-           "-c", "pack.deltaCacheSize=16m", "-c", "core.bigFileThreshold=8m", "repack", "-A", "-d", "-F", "-l", "-q",
+           "-c", "pack.deltaCacheSize=16m", "-c", "core.bigFileThreshold=8m", "-c", "core.packedGitWindowSize=16m",
+           "-c", "core.packedGitLimit=128m", "repack", "-A", "-d", "-F", "-l", "-q",
            f"--unpack-unreachable={GRACE}"]
     try:
         proc = subprocess.Popen(cmd, cwd=store.workspace, env=store.git_env(), stdin=subprocess.DEVNULL,
