@@ -44,13 +44,20 @@ def test_a_default_session_hears_nothing_and_each_change_is_told_once(
     assert last[0] == first[0]  # the system prompt is never rewritten for a mode
 
 
-def test_starting_in_plan_mode_tells_it_before_the_prompt(server: FakeServer, make_agent: MakeAgent) -> None:
-    server.add(Reply(content="a plan"))
+def test_starting_in_plan_mode_tells_it_in_the_system_prompt_or_before_the_prompt(
+    server: FakeServer, make_agent: MakeAgent
+) -> None:
+    server.add(Reply(content="a plan"), Reply(content="a plan"))
     agent = make_agent(permission_mode="plan")
     agent.run_sync("investigate")
     sent = server.requests[0].body["messages"]
+    assert sent[-1] == {"role": "user", "content": "investigate"}  # the message is the user's words alone
+    assert noted_mode(sent[0]) == "plan" and mode_text("plan") in sent[0]["content"].split("# Environment")[1]
+    own = make_agent(permission_mode="plan", system_prompt="You are terse.")  # a caller's prompt is left as given
+    own.run_sync("investigate")
+    sent = server.requests[1].body["messages"]
     assert sent[-1] == {"role": "user", "content": mode_text("plan") + "\n\ninvestigate"}  # the user's words last
-    assert sent[-2]["role"] == "system" and noted_mode(sent[-1]) == "plan"
+    assert sent[0] == {"role": "system", "content": "You are terse."}
     assert user_words(sent[-1]["content"]) == "investigate"
 
 
@@ -71,8 +78,8 @@ def test_in_every_mode_the_request_ends_with_the_users_words_in_one_message(
         assert str(sent[-1]["content"]).endswith(f"Reply with exactly one word: {words}")
         assert not history_problems(sent, alternating=True)
         assert user_words(sent[-1]["content"]) == f"Reply with exactly one word: {words}"
-    assert notes(server.requests[-1].body["messages"]) == ([mode] if mode != "default" else []) + [
-        "yolo" if mode != "yolo" else "plan"]
+    assert notes(server.requests[-1].body["messages"][1:]) == ["yolo" if mode != "yolo" else "plan"]
+    assert noted_mode(server.requests[0].body["messages"][0]) == (None if mode == "default" else mode)
     assert server.requests[1].body["messages"][0] == server.requests[0].body["messages"][0]  # the cached prefix
 
 

@@ -80,8 +80,8 @@ def test_the_users_words_come_last_in_every_mode(llama: Llama, tmp_path: Path, m
                                         cwd=tmp_path)
         sent = relay.exchanges[-1].body["messages"]
     assert code == 0 and result["status"] == "success", stderr
-    assert sent[-1]["role"] == "user" and sent[-1]["content"].endswith("\n\nReply with exactly one word: apple")
-    assert sent[-1]["content"].startswith(f"[permission mode: {mode}] ") and sent[-2]["role"] != "user"
+    assert sent[-1] == {"role": "user", "content": "Reply with exactly one word: apple"}  # nothing after, nor in it
+    assert f"[permission mode: {mode}] " in sent[0]["content"] and sent[-2]["role"] != "user"  # told once, up front
 
 
 @pytest.mark.timeout(900)
