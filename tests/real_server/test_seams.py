@@ -35,13 +35,13 @@ def test_a_long_paste_does_not_end_the_session_at_a_4k_window(llama: Llama, tmp_
     with Relay(server.root) as relay:
         first = kimicode(["-p", "Keep these notes:\n" + NOTES, "--max-tokens", "16"], base_url=relay.base_url,
                          home=home, cwd=ws)
-        later = [kimicode(["-p", f"Question {i}: which item has the value {i}? " * 6, "-c", "--max-tokens", "16"],
+        later = [kimicode(["-p", f"Question {i}: which item has the value {i}? " * 50, "-c", "--max-tokens", "16"],
                           base_url=relay.base_url, home=home, cwd=ws) for i in range(2)]
         last = relay.exchanges[-1]
     assert first[0] == 0 and first[1]["status"] == "success", (first[1].get("error"), first[2][-500:])
     for code, result, stderr in later:
         assert code == 0 and result["status"] == "success", (result.get("error"), stderr[-500:])
-    assert last.status == 200 and _users(last.body)[-1] == "Question 1: which item has the value 1? " * 6
+    assert last.status == 200 and _users(last.body)[-1] == "Question 1: which item has the value 1? " * 50
 
 
 @pytest.mark.timeout(1200)
