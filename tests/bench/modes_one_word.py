@@ -5,7 +5,8 @@
 "Reply with exactly one word: apple" (and five more words), each in its own `kimicode -p` process, in every
 permission mode (default, accept-edits, plan, yolo), with this tree's code (AFTER) and with the code of the git
 revision `--baseline` (BEFORE: extracted with `git archive` and put first on PYTHONPATH), against one server.
-An answer is right when its words are exactly the word asked for (case and punctuation aside).
+An answer is right when its words are exactly the word asked for (case and punctuation aside); an answer is
+"about the mode note" when it mentions "permission" (the model answered kimicode's note, not the user).
 
 BEFORE, the permission-mode note was a second user message after the prompt, and the model answered the note:
 4/6 in default mode, 0/6 in accept-edits and yolo in the issue's run. The server samples (temperature as
@@ -86,9 +87,13 @@ def main() -> int:
         load = os.getloadavg()[0]
         print(f"one-word answers right out of {len(words)}, SmolLM2-135M on llama-server -c {args.ctx} "
               f"(BEFORE = {args.baseline}; {time.monotonic() - start:.0f} s, load {load:.1f})")
-        print("| mode | BEFORE | AFTER |\n|---|---|---|")
+        print("| mode | right BEFORE | right AFTER | about the mode note BEFORE | about the mode note AFTER |")
+        print("|---|---|---|---|---|")
+        n = len(words)
         for mode in MODES:
-            print(f"| {mode} | {right[('BEFORE', mode)]}/{len(words)} | {right[('AFTER', mode)]}/{len(words)} |")
+            about = {label: sum("permission" in a.lower() for a in samples[(label, mode)]) for label in trees}
+            print(f"| {mode} | {right[('BEFORE', mode)]}/{n} | {right[('AFTER', mode)]}/{n} | "
+                  f"{about['BEFORE']}/{n} | {about['AFTER']}/{n} |")
         for (label, mode), answers in samples.items():
             print(f"{label:6} {mode:12} {answers}")
     return 0
