@@ -136,3 +136,18 @@ def test_look_alike_messages() -> None:
     assert note_needed([], "default") is None and note_needed([], "plan") == mode_text("plan")
     assert note_needed([mode_note("plan")], "plan") is None
     assert note_needed([], "nonsense") is None
+
+
+def test_a_session_without_reasoning_resumed_with_another_model_is_not_warned_about_reasoning(
+    server: FakeServer, make_agent: MakeAgent, tmp_path: Path
+) -> None:
+    """Issue 35, finding 7: "its reasoning history came from another model" was said of a session with none."""
+    server.add(Reply(content="plain answer"), Reply(content="again"))
+    agent = make_agent(model="smollm2-135m")
+    agent.run_sync("hello")
+    asyncio.run(agent.aclose())
+    again = Agent.resume(agent.session_id, base_url=server.base_url, api_key="sk-test", home=tmp_path / "home",
+                         model="other-model")
+    assert again.resume_warning is None
+    assert again.run_sync("go on").status == "success"
+    asyncio.run(again.aclose())
