@@ -165,9 +165,9 @@ def check_cancel(out: str, server: FakeServer, ws: Path) -> None:
     (log,) = (Path(os.environ["KIMICODE_HOME"]) / "sessions").glob("*.jsonl")
     saved = load(log)
     assert saved.repaired == 0  # the interrupted result was committed before the task ended
-    # the example's agent runs in a non-default mode: the model is told so after the prompt (test_modes.py)
-    assert [m["role"] for m in saved.messages] == ["system", "user", "user", "assistant", "tool"]
-    assert saved.messages[2]["content"].startswith("[permission mode: ")
+    # the example's agent runs in a non-default mode: its system prompt says so, the prompt is alone (test_modes.py)
+    assert [m["role"] for m in saved.messages] == ["system", "user", "assistant", "tool"]
+    assert "[permission mode: " in saved.messages[0]["content"]
     assert [r["status"] for r in saved.records if r["type"] == "turn_end"] == ["interrupted"]
 
 
