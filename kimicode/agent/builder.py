@@ -255,6 +255,7 @@ def prompt_parts(o: AgentOptions, r: Resolved) -> PromptParts:
         profile_addition=r.profile.prompt_addition,
         custom=o.system_prompt,
         instructions=instructions,
+        permission_mode=o.permission_mode,
         append="\n\n".join(filter(None, [o.append_system_prompt, _added_dirs(o.add_dirs)])) or None,
     )
 

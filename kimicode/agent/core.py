@@ -581,8 +581,9 @@ class Agent(Explorer):
             if not self.interrupted:
                 raise  # cancelled from outside (library cancellation): propagate
         except LLMError as err:  # a request that cannot fit leaves no unanswered prompt to grow the next one
-            why = err.message + (retract_unsent(self, asked) if err.kind == "context_length" else "")
-            finish("error", "", why, "transient" if err.transient else err.kind)  # no stale answer
+            if err.kind == "context_length" and (unsent := retract_unsent(self, asked)):
+                emit(Notice(unsent, "warning"))
+            finish("error", "", err.message, "transient" if err.transient else err.kind)  # no stale answer
         except SessionWriteError as err:  # a full disk or unwritable KIMICODE_HOME: stop, say it once
             self._answer_pending(pending, INTERRUPTED, None)
             finish("error", "", str(err), "session_log")

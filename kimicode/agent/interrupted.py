@@ -48,15 +48,15 @@ class _Retracting(Protocol):
     def log(self) -> SessionLog | None: ...
 
 
-UNSENT_NOTE = (" (this message was not kept in the conversation, so the next turn does not carry it: send it "
-               "again shorter, or put the text in a file and ask for it to be read)")
+UNSENT_NOTE = ("your message was not kept in the conversation, so the next turn does not carry it: send it "
+               "again shorter, or put the text in a file and ask for it to be read")
 
 
 def retract_unsent(agent: _Retracting, message: Mapping[str, Any] | None) -> str:
     """Take the turn's user `message` out of the history when no request with it could be sent (a context error
     the model never answered: it is still the last message): kept, it would make every later turn fail the same
     way, each one bigger. It stays in the session log as it was written; a `compaction` record (reason `unsent`)
-    removes it from the history, so a resumed session agrees. Returns what to add to the error ("" when nothing
+    removes it from the history, so a resumed session agrees. Returns the notice that says so ("" when nothing
     was taken out)."""
     messages = agent.messages
     if message is None or not messages or messages[-1] is not message:

@@ -6,9 +6,12 @@ accept-edits and yolo on SmolLM2), and two user messages in a row are refused by
 notes of a turn (the mode note when the mode changed, what SessionStart/UserPromptSubmit hooks add) are put
 at the start of the turn's own user message, and the user's words come last (`turn_message`).
 
-Why not the system prompt: a mode can change at any turn, and a system prompt that changes invalidates the
-cached prefix of the whole conversation (llama.cpp re-evaluates everything, hosted servers bill it
-uncached). The turn's user message is new anyway, so the note in it costs nothing of the cache. A mode
+The mode a session starts in is said once in kimicode's system prompt, after the per-workspace facts (so the
+prefix shared by every session stays the same, and the prompt never changes during the session): a tiny model
+still repeats a note that opens the message it answers. A change of mode cannot go there: a system prompt
+that changes invalidates the cached prefix of the whole conversation (llama.cpp re-evaluates everything,
+hosted servers bill it uncached); the turn's user message is new anyway, so the note in it costs nothing of
+the cache. A caller's own `system_prompt` is left as given (the first turn's message carries the note). A mode
 changed in the middle of a turn (after a tool call) is told in a user message after the tool results,
 never after the user's words. The note is recognised again on resume, so a resumed session is not told
 twice.
@@ -34,6 +37,7 @@ MODE_NOTES = {
 """What each mode means for the model."""
 
 _NOTE = re.compile(r"^\[permission mode: ([a-z-]+)\] ")
+_IN_SYSTEM = re.compile(r"^\[permission mode: ([a-z-]+)\] ", re.M)
 
 
 def mode_text(mode: str) -> str:
@@ -49,6 +53,9 @@ def mode_note(mode: str) -> dict[str, Any]:
 def noted_mode(message: Mapping[str, Any]) -> str | None:
     """The mode a message announces (a mid-turn note, or a turn's message that starts with one), else None."""
     content = message.get("content")
+    if message.get("role") == "system" and isinstance(content, str):  # the mode a session started in
+        found = _IN_SYSTEM.search(content)
+        return found.group(1) if found and found.group(1) in MODE_NOTES else None
     if isinstance(content, list):  # a prompt with images: the notes are its first text part
         first = content[0] if content else None
         content = first.get("text") if isinstance(first, Mapping) and first.get("type") == "text" else None

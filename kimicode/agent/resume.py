@@ -17,6 +17,7 @@ from kimicode.agent.builder import check_collaborators, switch_policy
 from kimicode.agent.options import AgentOptions, derived_options
 from kimicode.agent.switch import replay_authors
 from kimicode.config.choices import EFFORTS
+from kimicode.context.accounting import REASONING_FIELDS
 from kimicode.session.log import LoadedSession, load_records, stored_records
 from kimicode.session.store import SessionError, load_session
 
@@ -162,15 +163,17 @@ def resume_agent(
     if recorded_model and recorded_model != current and any(m.get("role") == "assistant" for m in agent.messages):
         policy = switch_policy(agent.options, agent.model_config, agent.profile)
         what = agent.apply_switch(recorded_model, policy)
-        agent.resume_warning = (
-            model_warning(loaded.session_id, recorded_model, current) if policy == "keep"
-            else f"session {loaded.session_id} was recorded with model {recorded_model}. {what}"
-        )
-        if agent.origin == "library":  # as the Notice says it (agent/outgoing.py)
-            from kimicode.agent.outgoing import library_words
+        reasoned = any(m.get(f) for m in agent.messages if m.get("role") == "assistant" for f in REASONING_FIELDS)
+        if policy != "keep" or reasoned:  # no reasoning kept, nothing from another model to warn about
+            agent.resume_warning = (
+                model_warning(loaded.session_id, recorded_model, current) if policy == "keep"
+                else f"session {loaded.session_id} was recorded with model {recorded_model}. {what}"
+            )
+            if agent.origin == "library":  # as the Notice says it (agent/outgoing.py)
+                from kimicode.agent.outgoing import library_words
 
-            agent.resume_warning = library_words(agent.resume_warning)
-        agent.notify(agent.resume_warning, "warning")
+                agent.resume_warning = library_words(agent.resume_warning)
+            agent.notify(agent.resume_warning, "warning")
     agent.parts.restore_window(loaded.records, record=fork)
     restore_usage(agent, loaded.records)
     agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())

@@ -17,6 +17,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kimicode.agent.modes import MODE_NOTES, mode_text
 from kimicode.config.choices import Scope
 from kimicode.prompts import load_prompt
 
@@ -45,6 +46,8 @@ class PromptParts:
     headless: bool = False
     profile_addition: str | None = None
     """A file under `prompts/` (the model profile's addition), or None."""
+    permission_mode: str = "default"
+    """The mode the session starts in: said after the per-workspace facts (the shared prefix stays the same)."""
     custom: str | None = None
     """The caller's `system_prompt`: replaces kimicode's prompt, the profile addition and the normal scope
     text (a strict scope is still added: it was asked for explicitly)."""
@@ -85,6 +88,8 @@ def build_system_prompt(parts: PromptParts) -> str:
             pieces.append(load_prompt(parts.profile_addition))
         pieces.append(scope_section(parts.scope, parts.headless))
         pieces.append(environment_section(parts.workspace))
+        if parts.permission_mode != "default" and parts.permission_mode in MODE_NOTES:
+            pieces.append(mode_text(parts.permission_mode))  # the mode the session starts in (agent/modes.py)
         if parts.instructions:
             pieces.append(parts.instructions)
     if parts.append:

@@ -296,7 +296,7 @@ class ContextManager:
                 self._apply_prune(messages, plan, emit, est)
                 est = self.estimate(messages, tools)
         if est >= budget.compact_at:
-            if self.newest_cannot_fit(messages, tools):  # compacting the rest would lose it for nothing
+            if est > budget.input_budget and self.newest_cannot_fit(messages, tools):  # compacting would not help
                 raise self.too_long(messages, tools, est)
             await self.compact(messages, tools, client, emit, reason="threshold", tool_kinds=tool_kinds)
             est = self.estimate(messages, tools)

@@ -28,6 +28,7 @@ from typing import Any
 
 from kimicode.testing.dialects import Dialect, ErrorKind, get_dialect
 from kimicode.testing.discovery import discovery_body
+from kimicode.testing.kvcache import SharedKV
 from kimicode.testing.replies import (
     ALNUM,
     ErrorReply,
@@ -186,7 +187,9 @@ class _Handler(BaseHTTPRequestHandler):
             if self.command == "GET" and route in fake.get_routes:
                 self._send_bytes(200, json.dumps(fake.get_routes[route]).encode())
                 return
-            found = discovery_body(fake.dialect, self.command, route, fake.served_model, fake.context_window,
+            whole = fake.context_window  # a unified KV cache gives each slot all of it: /props says so
+            whole = whole * fake.slots if whole is not None and fake.kv.size is not None else whole
+            found = discovery_body(fake.dialect, self.command, route, fake.served_model, whole,
                                    fake.slots, fake.tools_counted, f"b{fake.restarts}-fake")
             if found is not None:
                 self._send_bytes(200, found)
@@ -209,30 +212,43 @@ class _Handler(BaseHTTPRequestHandler):
             if refusal is not None:
                 self._send_bytes(refusal.status, refusal.body_bytes(), refusal.headers)
                 return
-            item = fake._next_item()
-            if item is None:
-                self._send_bytes(500, error_body(EXHAUSTED_MESSAGE, "server_error"))
+            claimed = fake.kv.claim(prompt_tokens(request))  # llama.cpp's unified KV cache, shared by the slots
+            if claimed is None:
+                full = fake.kv.refusal()
+                self._send_bytes(full.status, full.body_bytes(), full.headers)
                 return
-            answer = self._resolve(item, request)
-            if answer is None:
-                return
-            if isinstance(answer, ErrorReply):
-                self._send_bytes(answer.status, answer.body_bytes(), answer.headers)
-                return
-            if isinstance(answer, RawReply):
-                self._raw(answer)
-                return
-            if answer.first_delay and fake._stopping.wait(answer.first_delay):
-                raise _Abort
-            stream = isinstance(body, dict) and body.get("stream") is True
-            if stream:
-                self._stream(answer, request)
-            else:
-                self._complete(answer, request)
+            try:
+                self._answer(request, body)
+            finally:
+                fake.kv.release(claimed)
         except _Abort:
             self._abort()
         except OSError:
             self.close_connection = True
+
+    def _answer(self, request: RecordedRequest, body: Any) -> None:
+        """The scripted answer to a chat request that was accepted."""
+        fake = self.server.fake
+        item = fake._next_item()
+        if item is None:
+            self._send_bytes(500, error_body(EXHAUSTED_MESSAGE, "server_error"))
+            return
+        answer = self._resolve(item, request)
+        if answer is None:
+            return
+        if isinstance(answer, ErrorReply):
+            self._send_bytes(answer.status, answer.body_bytes(), answer.headers)
+            return
+        if isinstance(answer, RawReply):
+            self._raw(answer)
+            return
+        if answer.first_delay and fake._stopping.wait(answer.first_delay):
+            raise _Abort
+        stream = isinstance(body, dict) and body.get("stream") is True
+        if stream:
+            self._stream(answer, request)
+        else:
+            self._complete(answer, request)
 
     def _bearer(self) -> str:
         auth = self.headers.get("Authorization") or ""
@@ -416,6 +432,9 @@ class FakeServer:
         self.tools_counted = True
         """False: the chat template leaves the tool definitions out of the prompt (and out of `prompt_tokens`), as
         SmolLM2's does on llama.cpp; `/props` says so in `chat_template_caps.supports_tools`."""
+        self.kv = SharedKV()
+        """llama.cpp's unified KV cache (its default layout): set `kv.size` and the requests in flight share that
+        many tokens; one that finds no room gets HTTP 500 "Context size has been exceeded." (kvcache.py)."""
         self.restarts = 0
         """How many times `restart` was called (part of `/props` `build_info`, so clients see a new server)."""
         self.api_keys: set[str] | None = None
@@ -544,7 +563,9 @@ class FakeServer:
     @property
     def slot_window(self) -> int | None:
         """The window one request gets: the context split over the slots (llama.cpp)."""
-        return None if self.context_window is None else self.context_window // max(1, self.slots)
+        if self.context_window is None or self.kv.size is not None:  # unified: each slot may use all of it
+            return self.context_window
+        return self.context_window // max(1, self.slots)
 
     def error(self, kind: ErrorKind) -> ErrorReply:
         """This server's dialect's error of `kind` (``auth``, ``rate_limit``, ``overloaded``, ``server``)."""

@@ -44,13 +44,20 @@ def test_a_default_session_hears_nothing_and_each_change_is_told_once(
     assert last[0] == first[0]  # the system prompt is never rewritten for a mode
 
 
-def test_starting_in_plan_mode_tells_it_before_the_prompt(server: FakeServer, make_agent: MakeAgent) -> None:
-    server.add(Reply(content="a plan"))
+def test_starting_in_plan_mode_tells_it_in_the_system_prompt_or_before_the_prompt(
+    server: FakeServer, make_agent: MakeAgent
+) -> None:
+    server.add(Reply(content="a plan"), Reply(content="a plan"))
     agent = make_agent(permission_mode="plan")
     agent.run_sync("investigate")
     sent = server.requests[0].body["messages"]
+    assert sent[-1] == {"role": "user", "content": "investigate"}  # the message is the user's words alone
+    assert noted_mode(sent[0]) == "plan" and mode_text("plan") in sent[0]["content"].split("# Environment")[1]
+    own = make_agent(permission_mode="plan", system_prompt="You are terse.")  # a caller's prompt is left as given
+    own.run_sync("investigate")
+    sent = server.requests[1].body["messages"]
     assert sent[-1] == {"role": "user", "content": mode_text("plan") + "\n\ninvestigate"}  # the user's words last
-    assert sent[-2]["role"] == "system" and noted_mode(sent[-1]) == "plan"
+    assert sent[0] == {"role": "system", "content": "You are terse."}
     assert user_words(sent[-1]["content"]) == "investigate"
 
 
@@ -71,8 +78,8 @@ def test_in_every_mode_the_request_ends_with_the_users_words_in_one_message(
         assert str(sent[-1]["content"]).endswith(f"Reply with exactly one word: {words}")
         assert not history_problems(sent, alternating=True)
         assert user_words(sent[-1]["content"]) == f"Reply with exactly one word: {words}"
-    assert notes(server.requests[-1].body["messages"]) == ([mode] if mode != "default" else []) + [
-        "yolo" if mode != "yolo" else "plan"]
+    assert notes(server.requests[-1].body["messages"][1:]) == ["yolo" if mode != "yolo" else "plan"]
+    assert noted_mode(server.requests[0].body["messages"][0]) == (None if mode == "default" else mode)
     assert server.requests[1].body["messages"][0] == server.requests[0].body["messages"][0]  # the cached prefix
 
 
@@ -129,3 +136,18 @@ def test_look_alike_messages() -> None:
     assert note_needed([], "default") is None and note_needed([], "plan") == mode_text("plan")
     assert note_needed([mode_note("plan")], "plan") is None
     assert note_needed([], "nonsense") is None
+
+
+def test_a_session_without_reasoning_resumed_with_another_model_is_not_warned_about_reasoning(
+    server: FakeServer, make_agent: MakeAgent, tmp_path: Path
+) -> None:
+    """Issue 35, finding 7: "its reasoning history came from another model" was said of a session with none."""
+    server.add(Reply(content="plain answer"), Reply(content="again"))
+    agent = make_agent(model="smollm2-135m")
+    agent.run_sync("hello")
+    asyncio.run(agent.aclose())
+    again = Agent.resume(agent.session_id, base_url=server.base_url, api_key="sk-test", home=tmp_path / "home",
+                         model="other-model")
+    assert again.resume_warning is None
+    assert again.run_sync("go on").status == "success"
+    asyncio.run(again.aclose())

@@ -237,3 +237,38 @@ def test_two_json_blocks_get_a_correction_that_says_so(make_agent: Callable[...,
     assert result.ok and result.output.version == "1.2.0"
     sent = server.requests[1].body["messages"][-1]["content"]
     assert "2 JSON code blocks" in sent and "not JSON" not in sent
+
+
+LLAMA_GRAMMAR_REFUSAL = (
+    "Unable to generate parser for this template. Automatic parser generation failed: JSON schema conversion "
+    "failed:\nPattern must start with '^' and end with '$'"
+)
+"""What a real llama-server answers (HTTP 400, invalid_request_error) to a response_format whose schema has an
+unanchored `pattern`, a valid JSON Schema its grammar converter refuses."""
+
+
+def test_a_response_format_the_server_refuses_falls_back_to_validation_and_says_so(
+    make_agent: Callable[..., Any], server: FakeServer
+) -> None:
+    from kimicode.events import Notice
+    from kimicode.testing import ErrorReply, RecordedRequest
+
+    def llama(req: RecordedRequest) -> Reply | ErrorReply:
+        if req.body.get("response_format"):
+            return ErrorReply(400, LLAMA_GRAMMAR_REFUSAL, "invalid_request_error")
+        corrected = "not valid" in req.body["messages"][-1]["content"]
+        return Reply(content='{"code": "ABC"}' if corrected else "The code is ABC.")
+
+    server.add(*[llama] * 6)
+    events: list[Any] = []
+    agent = make_agent(on_event=events.append)
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "[A-Z]{3}"}},
+              "required": ["code"]}
+    result = asyncio.run(agent.run("What is the code?", output_type=schema))
+    assert result.status == "success" and result.output == {"code": "ABC"}, result.error
+    refused = [r for r in server.requests if r.body.get("response_format")]
+    assert len(refused) == 1  # tried once on the correction, then not again
+    said = [e.text for e in events if isinstance(e, Notice) and "refused response_format" in e.text]
+    assert said and "Pattern must start with" in said[0] and "checked against the schema" in said[0]
+    users = [m for m in agent.messages if m["role"] == "user"]
+    assert sum("not valid" in str(m["content"]) for m in users) == 1  # the refused correction was not kept twice

@@ -82,7 +82,8 @@ def test_a_message_that_cannot_fit_alone_is_said_so_and_does_not_grow_the_next_t
     with FakeServer(dialect="llamacpp", context_window=4096) as server:
         server.tools_counted = False
         server.add(*[answer(f"answer {i}") for i in range(20)])
-        agent = agent_for(server, workspace, tmp_path / "home")
+        events: list[Event] = []
+        agent = agent_for(server, workspace, tmp_path / "home", on_event=events.append)
         assert agent.run_sync("Hello.").status == "success"
         before = len(server.requests)
         failed = [agent.run_sync("Summarise these notes:\n" + NOTES) for _ in range(2)]
@@ -94,7 +95,8 @@ def test_a_message_that_cannot_fit_alone_is_said_so_and_does_not_grow_the_next_t
     for result in failed:
         assert result.status == "error" and result.error_kind == "context_length"
         assert "your message alone takes about" in str(result.error) and "Shorten it" in str(result.error)
-        assert "not kept in the conversation" in str(result.error)
+    said = [e.text for e in events if isinstance(e, Notice) and "not kept in the conversation" in e.text]
+    assert len(said) == 2  # once per failed turn
     assert len(server.requests) == before + 3  # the message that cannot fit was never sent
     assert sizes[1] - sizes[0] == sizes[2] - sizes[1]  # each turn adds only itself: no growing placeholders
     assert not any(NO_ANSWER in str(m.get("content")) for m in agent.messages)

@@ -377,3 +377,30 @@ def test_a_restored_state_outside_the_bounds_is_refused(state: dict[str, Any]) -
     ctx = ContextManager(window=8192, reserve=1024)
     assert ctx.restore_calibration(state) is False and ctx.accountant.correction == 1.0
     assert ctx.calibration_source == "none"
+
+
+def test_props_saying_the_template_renders_no_tools_wins_over_the_heuristic_in_every_process(
+    tmp_path: Path,
+) -> None:
+    """SmolLM2's template on llama.cpp: `/props` says tools are not rendered. A later process whose first count
+    is of a long history used to conclude from the ratio that they are, then estimated new messages low."""
+    ws, home = tmp_path / "ws", tmp_path / "home"
+    ws.mkdir()
+    notes = "\n".join(f"note {i}: the value of item {i} is {i * 37 % 101}" for i in range(600))
+    with FakeServer(dialect="llamacpp", context_window=16384) as fake:
+        fake.tools_counted = False
+        fake.add(*[Reply(content="noted")] * 6)
+        first = agent_for(fake, ws, home)
+        assert first.run_sync("Hello.").status == "success"
+        assert first.run_sync("Keep these notes:\n" + notes).status == "success"
+        assert first.context.accountant.tools_in_prompt is False
+        asyncio.run(first.aclose())
+        second = Agent.resume(first.session_id, options=AgentOptions.from_workspace(ws, home=home),
+                              base_url=fake.base_url, api_key="sk-test", model="smollm2-135m")
+        assert second.run_sync("What is the value of item 7?").status == "success"
+        assert second.run_sync("And item 8?").status == "success"
+        assert second.context.accountant.tools_in_prompt is False
+        records = [r for r in iter_records(second.log.path) if r["type"] == "usage"]  # type: ignore[union-attr]
+    last = records[-1]
+    count = last["usage"]["prompt_tokens"]
+    assert abs(last["estimate"] - count) / count < 0.1, (last["estimate"], count)

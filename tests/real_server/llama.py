@@ -156,7 +156,8 @@ def get_json(url: str, timeout: float = 5.0) -> tuple[int, Any]:
 class LlamaServer:
     """`llama-server` on 127.0.0.1 serving SmolLM2 with `ctx` tokens in all, split over `parallel` slots."""
 
-    def __init__(self, ctx: int, parallel: int = 1, log_dir: Path | None = None) -> None:
+    def __init__(self, ctx: int, parallel: int | None = 1, log_dir: Path | None = None) -> None:
+        """`parallel` None: the server's own default layout (4 slots sharing one KV cache of `ctx`)."""
         self.ctx = ctx
         self.parallel = parallel
         self.port = free_port()
@@ -166,7 +167,7 @@ class LlamaServer:
     @property
     def window(self) -> int:
         """The window each request gets (the server's per-slot context)."""
-        return self.ctx // self.parallel
+        return self.ctx // self.parallel if self.parallel else self.ctx
 
     @property
     def root(self) -> str:
@@ -183,8 +184,8 @@ class LlamaServer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.log_dir / f"llama-server-{self.port}.log"
         command = [str(binary), "-m", str(model), "--alias", MODEL_ALIAS, "--host", "127.0.0.1",
-                   "--port", str(self.port), "--jinja", "-c", str(self.ctx), "--parallel", str(self.parallel),
-                   "-t", "2", "--no-webui"]
+                   "--port", str(self.port), "--jinja", "-c", str(self.ctx),
+                   *(["--parallel", str(self.parallel)] if self.parallel else []), "-t", "2", "--no-webui"]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
