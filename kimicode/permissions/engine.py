@@ -349,7 +349,9 @@ def denial_message(
     if headless:
         suggestion = decision.suggestion if decision is not None else ""
         via = " ".join(f"--allow {shlex.quote(rule)}" for rule in suggestion.splitlines())  # one per part
-        if tool.kind == "edit" and mode != "accept-edits":  # never the mode already in use
+        if decision is not None and decision.firm:  # what runs later: no rule or mode writes it unasked
+            options = ["--yolo (with --sandbox off where the OS sandbox runs: it keeps what runs later read-only)"]
+        elif tool.kind == "edit" and mode != "accept-edits":  # never the mode already in use
             options = [via, "--permission-mode accept-edits (file edits in the workspace)", "--yolo (everything)"]
         elif tool.kind == "edit" or tool.kind == "read":
             options = [via, "--yolo (everything)"]
