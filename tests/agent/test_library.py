@@ -165,9 +165,9 @@ def check_cancel(out: str, server: FakeServer, ws: Path) -> None:
     (log,) = (Path(os.environ["KIMICODE_HOME"]) / "sessions").glob("*.jsonl")
     saved = load(log)
     assert saved.repaired == 0  # the interrupted result was committed before the task ended
-    # the example's agent runs in a non-default mode: the model is told so after the prompt (test_modes.py)
-    assert [m["role"] for m in saved.messages] == ["system", "user", "user", "assistant", "tool"]
-    assert saved.messages[2]["content"].startswith("[permission mode: ")
+    # the example's agent runs in a non-default mode: a note opening the prompt's message tells the model so
+    assert [m["role"] for m in saved.messages] == ["system", "user", "assistant", "tool"]
+    assert saved.messages[1]["content"].startswith("[permission mode: ")
     assert [r["status"] for r in saved.records if r["type"] == "turn_end"] == ["interrupted"]
 
 
@@ -201,10 +201,11 @@ def check_hooks(out: str, server: FakeServer, ws: Path) -> None:
         "success Hello. True",
     ]
     second = server.requests[1].body["messages"]
-    # the prompt, the note telling the model it runs in yolo mode, the abandoned call (closed), the new prompt
-    assert [m["role"] for m in second] == ["system", "user", "user", "assistant", "tool", "user"]
-    assert second[2]["content"].startswith("[permission mode: yolo]")
-    assert second[4]["content"] == "interrupted by user"  # the abandoned call, closed in the history
+    # the prompt (opened by the note telling the model it runs in yolo mode), the abandoned call (closed), the
+    # new prompt
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool", "user"]
+    assert second[1]["content"].startswith("[permission mode: yolo]")
+    assert second[3]["content"] == "interrupted by user"  # the abandoned call, closed in the history
 
 
 def script_errors(server: FakeServer, ws: Path) -> None:
