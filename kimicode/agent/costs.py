@@ -15,5 +15,10 @@ def agent_prices(agent: Agent) -> tuple[Mapping[str, float], str]:
 
 
 def session_cost(agent: Agent) -> float | None:
-    """Dollars spent so far in the agent's session (cached tokens at the cached price), None when unpriced."""
-    return agent.parts.resolved.cost(agent.options, agent.usage)
+    """Dollars spent so far in the agent's session (cached tokens at the cached price); None when unpriced, or
+    when the model answered but the server reported no usage (unknown, not free). A priced session the model
+    has not answered yet has spent 0.0 (the toolbar and /cost show $0 from the start)."""
+    cost = agent.parts.resolved.cost(agent.options, agent.usage)
+    if cost is None and agent_prices(agent)[0] and not any(m.get("role") == "assistant" for m in agent.messages):
+        return 0.0
+    return cost

@@ -120,8 +120,9 @@ class AgentHooks:
         tool = prep.tool
         assert tool is not None
         refusing = [r for r in (verdict.reports if verdict is not None else ()) if r.outcome in _REFUSALS]
-        hook = "; ".join(f"{event} hook `{r.command}` ({r.source})" for r in refusing) or f"a {event} hook"
-        reason = self.agent.masker.mask(reason)  # a hook's stderr may carry a secret: events and the result show it
+        mask = self.agent.masker.mask  # a hook's command or stderr may carry a secret: events and the result show it
+        hook = mask("; ".join(f"{event} hook `{r.command}` ({r.source})" for r in refusing)) or f"a {event} hook"
+        reason = mask(reason)
         prep.error = f"Blocked by a {event} hook: {reason}"
         denials.append({"tool_name": tool.name, "tool_use_id": prep.call_id, "tool_input": dict(prep.args),
                         "reason": f"{event} hook: {reason}"})

@@ -331,6 +331,19 @@ def read_only_command(command: str, workspace: Path | str = ".") -> bool:
 # -- messages ---------------------------------------------------------------------------------------
 
 
+def _ways_to_allow(tool: ToolLike, mode: str, decision: Decision | None) -> list[str]:
+    """The flags that would let a headless run make the refused call (never the mode already in use)."""
+    if decision is not None and decision.firm:  # what runs later: no rule or mode writes it unasked
+        return ["--yolo (with --sandbox off where the OS sandbox runs: it keeps what runs later read-only)"]
+    suggestion = decision.suggestion if decision is not None else ""
+    via = " ".join(f"--allow {shlex.quote(rule)}" for rule in suggestion.splitlines())  # one per part
+    if tool.kind == "edit" and mode != "accept-edits":
+        return [via, "--permission-mode accept-edits (file edits in the workspace)", "--yolo (everything)"]
+    if tool.kind == "edit" or tool.kind == "read":
+        return [via, "--yolo (everything)"]
+    return [via, "--yolo (--permission-mode yolo, every command)"]
+
+
 def denial_message(
     tool: ToolLike, mode: str, reason: str, headless: bool, decision: Decision | None = None
 ) -> str:
@@ -347,15 +360,7 @@ def denial_message(
                 "present your plan; the user switches the mode to carry it out."
             )
     if headless:
-        suggestion = decision.suggestion if decision is not None else ""
-        via = " ".join(f"--allow {shlex.quote(rule)}" for rule in suggestion.splitlines())  # one per part
-        if tool.kind == "edit" and mode != "accept-edits":  # never the mode already in use
-            options = [via, "--permission-mode accept-edits (file edits in the workspace)", "--yolo (everything)"]
-        elif tool.kind == "edit" or tool.kind == "read":
-            options = [via, "--yolo (everything)"]
-        else:
-            options = [via, "--yolo (--permission-mode yolo, every command)"]
-        how = "the user can allow it with " + " or ".join(o for o in options if o)
+        how = "the user can allow it with " + " or ".join(o for o in _ways_to_allow(tool, mode, decision) if o)
         return (
             f"Permission denied: {reason}. This is a non-interactive run, so nothing could be approved; "
             f"{how}. Do not retry this call; continue without it or explain what you need."

@@ -432,10 +432,11 @@ async def cmd_cost(session: Session, arg: str) -> None:
     )
     cost = session.cost()
     name = agent.model_config.name
-    if cost is None:
-        session.say(f"Cost: not shown: {unknown_price_hint(name, agent.home)}", "dim")
-        return
     prices, source = agent_prices(agent)
+    if cost is None:
+        why = "the server reported no token usage" if prices else unknown_price_hint(name, agent.home)
+        session.say(f"Cost: not shown: {why}", "dim")
+        return
     session.say(f"Cost: about {money(cost)} ({name} prices per million tokens: {describe_prices(prices, source)}).")
 
 

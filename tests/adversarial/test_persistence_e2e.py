@@ -203,6 +203,7 @@ def test_a_subagent_asks_like_its_parent_before_writing_what_runs_later(
     server: FakeServer, make_agent: MakeAgent, repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A subagent (the `task` tool) under the parent's `bash(cp*)` and `edit(**)` rules, sandbox off."""
+    from kimicode.prompts import user_words
     from kimicode.testing import RecordedRequest
 
     monkeypatch.setenv("KIMICODE_BWRAP", "")
@@ -213,7 +214,7 @@ def test_a_subagent_asks_like_its_parent_before_writing_what_runs_later(
 
     def answer(req: RecordedRequest) -> Reply:
         msgs = req.body["messages"]
-        child = any(m.get("role") == "user" and m.get("content") == "PLANT" for m in msgs)
+        child = any(m.get("role") == "user" and user_words(str(m.get("content"))) == "PLANT" for m in msgs)
         if child and msgs[-1]["role"] == "user":
             return Reply(tool_calls=[ToolCall("bash", {"command": "cp a.txt .git/commondir"}),
                                      ToolCall("write_file", {"path": ".claude/settings.json", "content": "{}"})])

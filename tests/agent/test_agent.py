@@ -19,6 +19,7 @@ from kimicode.events import (
     PermissionDenied,
     Retrying,
     ToolCallFinished,
+    ToolCallStarted,
     TurnFinished,
 )
 from kimicode.session.log import load
@@ -298,11 +299,15 @@ def test_cancelling_the_run_task_leaves_valid_history(server: FakeServer, make_a
         return "no"
 
     server.add(Reply(tool_calls=[ToolCall("sleepy", "")]))
-    agent = make_agent(tools=[sleepy])
+    started: list[Any] = []
+    agent = make_agent(tools=[sleepy], on_event=lambda e: started.append(e) if isinstance(e, ToolCallStarted) else None)
 
     async def go() -> None:
         task = asyncio.create_task(agent.run("x"))
-        await asyncio.sleep(0.5)
+        deadline = time.monotonic() + 30  # the tool running, however long the first request took (a cold
+        while not started and time.monotonic() < deadline:  # `import openai` is ~1 s under load: a fixed
+            await asyncio.sleep(0.01)  # 0.5 s cancelled before the model answered)
+        await asyncio.sleep(0.05)
         task.cancel()
         try:
             await task

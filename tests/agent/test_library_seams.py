@@ -189,6 +189,9 @@ def test_a_process_out_of_descriptors_is_told_so_not_that_the_server_is_unreacha
 
     async def main() -> Any:
         await agent.ensure_client()
+        cps = agent.checkpoints  # its warm-up stores the workspace on a thread: its files closing mid-test
+        if cps is not None and cps.warming is not None:  # would free numbers below the limit for the socket
+            cps.warming.join(30)
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         filler: list[int] = []
         try:  # every number below the limit taken: the next socket() fails with EMFILE

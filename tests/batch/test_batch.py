@@ -14,6 +14,7 @@ import pytest
 from kimicode.batch import SharedRateLimiter, Task, TaskError, TaskResult, parse_lines, run
 from kimicode.batch.results import ResultWriter, finished_ids, read_results
 from kimicode.batch.workspace import task_dir_name
+from kimicode.prompts import user_words
 from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply, ToolCall
 
 
@@ -21,7 +22,7 @@ def prompt_of(req: RecordedRequest) -> str:
     """The first user message of a request (says which task sent it)."""
     for msg in req.body["messages"]:
         if msg["role"] == "user":
-            return str(msg["content"])
+            return user_words(str(msg["content"]))  # kimicode's notes (the permission mode) open it
     return ""
 
 

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from helpers import kimicode_command, run_app
 
+from kimicode.prompts import user_words
 from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply
 
 
 def by_prompt(req: RecordedRequest) -> Reply | ErrorReply:
-    prompt = next(m["content"] for m in req.body["messages"] if m["role"] == "user")
+    prompt = user_words(next(m["content"] for m in req.body["messages"] if m["role"] == "user"))
     if prompt == "fail":
         return ErrorReply(400, "bad request: nope", "invalid_request_error")
     return Reply(content=f"answer {prompt}")
@@ -84,7 +85,7 @@ def test_batch_report_and_usage_errors(env: FakeServer, tmp_path: Path, capsys: 
 @pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     def slow(req: RecordedRequest) -> Reply:
-        prompt = next(m["content"] for m in req.body["messages"] if m["role"] == "user")
+        prompt = user_words(next(m["content"] for m in req.body["messages"] if m["role"] == "user"))
         return Reply(content="quick" if prompt == "fast" else "slow", first_delay=0 if prompt == "fast" else 30)
 
     tasks = tmp_path / "tasks.jsonl"

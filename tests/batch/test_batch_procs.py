@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 
 from kimicode.batch import SharedRateLimiter, TaskResult, run
+from kimicode.prompts import user_words
 from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply, ToolCall
 
 pytestmark = pytest.mark.prepush  # worker processes: the pre-push tier (README)
 
 
 def prompt_of(req: RecordedRequest) -> str:
-    return next(str(m["content"]) for m in req.body["messages"] if m["role"] == "user")
+    return user_words(next(str(m["content"]) for m in req.body["messages"] if m["role"] == "user"))
 
 
 def collect(tasks: list[Any], server: FakeServer, tmp_path: Path, events: list[tuple[str, str, int]],

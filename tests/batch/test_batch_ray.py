@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from kimicode.batch import TaskResult, run
+from kimicode.prompts import user_words
 from kimicode.testing import ErrorReply, FakeServer, RecordedRequest, Reply, ToolCall
 
 ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "kimicode[ray]"); CI installs it')
@@ -61,7 +62,7 @@ def test_ray_runs_tasks_and_retries_a_lost_worker(local_ray: None, tmp_path: Pat
     killed: list[str] = []
 
     def script(req: RecordedRequest) -> Reply:
-        prompt = req.body["messages"][1]["content"]
+        prompt = user_words(req.body["messages"][1]["content"])
         if req.body["messages"][-1]["role"] != "user":
             return Reply(content=f"done {prompt}")
         if prompt == "die" and not killed:
@@ -110,7 +111,7 @@ def test_a_429_on_one_worker_slows_the_tasks_of_another(local_ray: None, tmp_pat
     a_limited = threading.Event()
 
     def script(req: RecordedRequest) -> Reply | ErrorReply:
-        p = next(m["content"] for m in req.body["messages"] if m["role"] == "user")
+        p = user_words(next(m["content"] for m in req.body["messages"] if m["role"] == "user"))
         stamps[p].append(time.monotonic())
         if p == "A" and not limited:
             limited.append(time.monotonic())

@@ -24,12 +24,28 @@ MakeAgent = Callable[..., Any]
 def test_the_accept_edits_denial_hint_does_not_suggest_accept_edits(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:
+    # a file accept-edits still asks about (another program obeys it) that an `edit(...)` rule may allow
+    server.add(Reply(tool_calls=[ToolCall("write_file", {"path": ".npmrc", "content": "x=1\n"})]),
+               Reply(content="done"))
+    make_agent(permission_mode="accept-edits", headless=True).run_sync("x")
+    [refusal] = sent_tool_results(server)
+    assert "Permission denied" in refusal and "--allow 'edit(.npmrc)'" in refusal, refusal
+    assert "--permission-mode accept-edits" not in refusal
+    assert not (workspace / ".npmrc").exists()
+
+
+def test_the_denial_hint_for_what_runs_later_offers_only_what_writes_it(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
+    """`.envrc` runs later: no `edit(...)` rule and no mode writes it unasked, so neither is offered; only
+    --yolo, with the sandbox off where the sandbox would keep it read-only."""
     server.add(Reply(tool_calls=[ToolCall("write_file", {"path": ".envrc", "content": "echo hi\n"})]),
                Reply(content="done"))
     make_agent(permission_mode="accept-edits", headless=True).run_sync("x")
     [refusal] = sent_tool_results(server)
-    assert "Permission denied" in refusal and "--allow 'edit(.envrc)'" in refusal, refusal
-    assert "--permission-mode accept-edits" not in refusal
+    assert "Permission denied" in refusal and "runs later" in refusal, refusal
+    assert "--allow" not in refusal and "--permission-mode" not in refusal
+    assert "--yolo (with --sandbox off where the OS sandbox runs" in refusal
     assert not (workspace / ".envrc").exists()
 
 

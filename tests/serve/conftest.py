@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kimicode.prompts import user_words
 from kimicode.serve.client import ServeClient
 from kimicode.serve.manager import ServeConfig
 from kimicode.serve.server import ThreadedServer
@@ -17,11 +18,12 @@ from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
 
 
 def last_user_text(messages: list[dict[str, Any]]) -> str:
-    """The last prompt (kimicode's own notes to the model, such as `[permission mode: ...]`, skipped)."""
+    """The last prompt (kimicode's own notes to the model, such as `[permission mode: ...]`, opening it or on
+    their own, skipped)."""
     for message in reversed(messages):
         if message.get("role") == "user":
             content = message.get("content")
-            text = content if isinstance(content, str) else json.dumps(content)
+            text = user_words(content if isinstance(content, str) else json.dumps(content))
             if not text.startswith("["):
                 return text
     return ""

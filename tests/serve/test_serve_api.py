@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from kimicode.prompts import user_words
 from kimicode.serve.client import ServeClient, ServeClientError
 from kimicode.serve.manager import ServeConfig
 from kimicode.serve.server import ThreadedServer
@@ -27,7 +28,8 @@ def types(events: list[dict[str, Any]]) -> list[str]:
 
 def prompts(state: dict[str, Any]) -> list[str]:
     """The user's messages in a session's history (kimicode's own `[...]` notes to the model left out)."""
-    return [m["content"] for m in state["history"] if m["role"] == "user" and not m["content"].startswith("[")]
+    words = [user_words(m["content"]) for m in state["history"] if m["role"] == "user"]
+    return [w for w in words if not w.startswith("[")]
 
 
 @pytest.mark.slow

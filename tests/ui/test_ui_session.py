@@ -414,3 +414,26 @@ def test_cost_with_configured_prices(session_factory: Callable[[], Any], server:
         "Cost: about $0.115 (kimi-k3 prices per million tokens: input $1, cached input $0.5, output $4; "
         "from config.toml)." in text
     )
+
+
+def test_cost_without_reported_usage_says_so_not_that_no_price_is_known(
+        session_factory: Callable[[], Any], server: FakeServer, tmp_path: Path) -> None:
+    """A priced model whose server sent no usage: the cost is unknown (not $0), and /cost gives that reason,
+    not the hint for a model without prices."""
+    from kimicode.ui import commands
+
+    home = tmp_path / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text("[models.kimi-k3]\nprices = { input = 1.0, output = 4.0 }\n")
+    server.add(Reply(content="hi", usage_mode="none"))
+    session = session_factory()
+
+    async def go() -> None:
+        await session.run_turn("hello")
+        await commands.dispatch(session, "/cost")
+        await session.agent.aclose()
+
+    asyncio.run(go())
+    assert session.cost() is None
+    text = output(session)
+    assert "Cost: not shown: the server reported no token usage" in text and "no price is known" not in text
