@@ -38,7 +38,7 @@ COMPRESS_BYTES = 16 << 20
 """Bytes of objects a pack compresses before it stores the rest plain (see `PackWriter`)."""
 WORKERS = max(1, min(4, os.cpu_count() or 1))
 """Threads that read, hash and compress files (hashlib, zlib and reads release the GIL)."""
-WINDOW_FILES, WINDOW_BYTES = 256, 64 << 20
+WINDOW_FILES, WINDOW_BYTES = 256, 16 << 20
 """At most this many files, and about this many bytes, read ahead of the pack writer (memory stays flat)."""
 _TYPE_NAMES = {OBJ_COMMIT: b"commit", OBJ_TREE: b"tree", OBJ_BLOB: b"blob"}
 
