@@ -19,6 +19,9 @@ def session_cost(agent: Agent) -> float | None:
     when the model answered but the server reported no usage (unknown, not free). A priced session the model
     has not answered yet has spent 0.0 (the toolbar and /cost show $0 from the start)."""
     cost = agent.parts.resolved.cost(agent.options, agent.usage)
-    if cost is None and agent_prices(agent)[0] and not any(m.get("role") == "assistant" for m in agent.messages):
-        return 0.0
+    answered = any(m.get("role") == "assistant" for m in agent.messages)
+    if not answered:
+        return 0.0 if cost is None and agent_prices(agent)[0] else cost
+    if not any(agent.usage.get(k) for k in ("prompt_tokens", "completion_tokens")):
+        return None  # answered, but the server never said what it used
     return cost
