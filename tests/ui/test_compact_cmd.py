@@ -74,5 +74,6 @@ def test_a_failed_summary_is_said_once_and_whole(server: FakeServer, workspace: 
     assert screen.count("summary request failed") == 1, term.text
     assert f"The summary request failed ({reason}); a simpler summary was kept instead." in screen  # whole
     assert "Compacting" not in term.text  # the progress line is gone, and took nothing else with it
-    assert term.text.startswith("Compacted ") and "messages into a summary: ~" in term.text.splitlines()[0]  # the outcome first, nothing above it
+    first = term.text.splitlines()[0]
+    assert first.startswith("Compacted ") and "messages into a summary: ~" in first  # the outcome first, nothing above
     asyncio.run(session.agent.aclose())
