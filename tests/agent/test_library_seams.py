@@ -275,6 +275,8 @@ def test_an_idle_agent_keeps_its_session_from_other_processes_without_a_descript
     async def main() -> None:
         assert (await agent.run("agent-0 one")).ok
         assert agent.log is not None and agent.log.wait_durable(10)
+        if agent.checkpoints is not None and agent.checkpoints.warming is not None:
+            agent.checkpoints.warming.join(30)  # the first snapshot, begun at open, may outlast a quick turn
         assert files_open_under(tmp_path) == []
         assert try_lock_elsewhere(sessions, agent.session_id) == "SessionBusyError"  # idle, still its own
         assert (await agent.run("agent-0 two")).ok
