@@ -189,6 +189,8 @@ def test_a_process_out_of_descriptors_is_told_so_not_that_the_server_is_unreacha
 
     async def main() -> Any:
         await agent.ensure_client()
+        if agent.checkpoints is not None and agent.checkpoints.warming is not None:
+            agent.checkpoints.warming.join(30)  # the warm-up begun at open opens and frees descriptors meanwhile
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         filler: list[int] = []
         try:  # every number below the limit taken: the next socket() fails with EMFILE
