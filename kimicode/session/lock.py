@@ -116,7 +116,9 @@ class SessionLock:
             os.close(fd)
             raise SessionBusyError(
                 f"session {session_id} is in use by process {holder}: two writers would mix their conversations. "
-                f"Wait for it to finish, or continue a copy with --fork (Agent.resume(..., fork=True))")
+                f"Wait for it to finish, or continue a copy with --fork (Agent.resume(..., fork=True))",
+                session_id=session_id, holder=holder,  # the CLI names `kimicode serve` when it is the holder
+            )
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

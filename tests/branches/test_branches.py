@@ -25,8 +25,9 @@ from branches_helpers import (
 from helpers import git
 
 from kimicode import Agent
+from kimicode.agent.modes import mode_text
 from kimicode.branches import all_records
-from kimicode.prompts import user_words
+from kimicode.prompts import NOTES_SEPARATOR
 from kimicode.testing import FakeServer, Reply
 from kimicode.testing.replies import ErrorReply
 
@@ -92,8 +93,8 @@ def test_explore_applies_the_verified_branch_and_undo_takes_it_back(
     assert prefix in parent_next
     after = json.loads(parent_next)["messages"]
     assert after[len(sent)]["role"] == "assistant" and after[len(sent)]["content"] == "small fix"
-    following = after[len(sent) + 1]  # the resumed session's mode note opens the prompt's message (h35a)
-    assert following["role"] == "user" and user_words(following["content"]) == "and now?"
+    # resumed in default (the parent ran in accept-edits): the change is told first, the user's words last
+    assert after[len(sent) + 1] == {"role": "user", "content": mode_text("default") + NOTES_SEPARATOR + "and now?"}
 
     # kimicode undo takes the applied change back (files and conversation)
     from typer.testing import CliRunner
