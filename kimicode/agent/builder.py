@@ -137,9 +137,11 @@ def resolve(o: AgentOptions, *, own_client: bool = False) -> Resolved:
     except ConfigError as exc:
         if (o.origin or ("headless" if o.headless else "library")) != "library":
             raise
+        from kimicode.agent.options import option_names
         from kimicode.agent.outgoing import library_words
 
-        raise type(exc)(library_words(str(exc))) from None  # `model=`, not `--model`: what the caller can change
+        # `model=`, not `--model`: what the caller can change
+        raise type(exc)(library_words(str(exc), option_names())) from None
     profile = profile_with(profile_for(endpoint.model), model_config)
     workspace = o.workspace.expanduser().resolve()
     if not workspace.is_dir():

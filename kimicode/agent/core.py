@@ -22,7 +22,7 @@ from kimicode.agent.closing import close_after_run
 from kimicode.agent.ecosystem import after_compaction, choose_edit_tool, install
 from kimicode.agent.interrupted import NO_ANSWER, retract_unsent
 from kimicode.agent.modes import note_needed, turn_message
-from kimicode.agent.options import AgentOptions, OptionAttribute
+from kimicode.agent.options import AgentOptions, OptionAttribute, option_names
 from kimicode.agent.outgoing import library_event, masked_event, utf8_safe
 from kimicode.agent.parts import Part, Parts, Setting
 from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult, collect, turn_error
@@ -245,7 +245,7 @@ class Agent(Explorer):
         """Every event once, before the consumer and the hook see it: known secrets masked (and, for a library
         caller, options named instead of the command line's flags)."""
         event = masked_event(event, self.masker)
-        return library_event(event) if self.origin == "library" else event
+        return library_event(event, option_names()) if self.origin == "library" else event
 
     async def _claim(self, stream: EventStream[Any]) -> None:
         """Before new work starts: refuse while a live consumer runs a turn; finish an abandoned one."""
@@ -271,7 +271,8 @@ class Agent(Explorer):
         With `output_type` (a pydantic model, any type pydantic describes, or a JSON Schema dict) the answer
         must be JSON of that type (validated with jsonschema; an invalid answer is sent back, 3 answers in
         all): `RunResult.output`, else the status `invalid_output` (kimicode/agent/structured.py)."""
-        return await collect(self, self.stream(prompt, output_type=output_type))
+        return await collect(self, self.stream(prompt, output_type=output_type),
+                             lambda usage: self.parts.resolved.cost(self.options, usage))
 
     @overload
     def run_sync(self, prompt: str, *, output_type: type[T]) -> RunResult[T]: ...

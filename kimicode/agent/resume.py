@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kimicode import errors
 from kimicode.agent.builder import check_collaborators, switch_policy
-from kimicode.agent.options import AgentOptions, derived_options
+from kimicode.agent.options import AgentOptions, derived_options, option_names
 from kimicode.agent.switch import replay_authors
 from kimicode.config.choices import EFFORTS
 from kimicode.context.accounting import REASONING_FIELDS
@@ -172,7 +172,7 @@ def resume_agent(
             if agent.origin == "library":  # as the Notice says it (agent/outgoing.py)
                 from kimicode.agent.outgoing import library_words
 
-                agent.resume_warning = library_words(agent.resume_warning)
+                agent.resume_warning = library_words(agent.resume_warning, option_names())
             agent.notify(agent.resume_warning, "warning")
     agent.parts.restore_window(loaded.records, record=fork)
     restore_usage(agent, loaded.records)
