@@ -226,6 +226,14 @@ class ChatClient:
 
     # -- streaming with retries -------------------------------------------------------------------
 
+    def _retry_limit(self, err: LLMError) -> int:
+        """How many retries `err` gets: the configured number, fewer for a server that never answered (a wrong
+        URL, or not up yet) unless retries were set explicitly."""
+        limit = self.config.max_retries
+        if err.connect and not self.reached and not self.config.retries_explicit:
+            limit = min(limit, self.config.connect_retries)
+        return limit
+
     async def stream(
         self,
         messages: Sequence[dict[str, Any]],
@@ -257,9 +265,7 @@ class ChatClient:
                     slots.answered()
                 return
             except LLMError as err:
-                limit = self.config.max_retries
-                if err.connect and not self.reached and not self.config.retries_explicit:
-                    limit = min(limit, self.config.connect_retries)  # never answered: a wrong URL, or not up yet
+                limit = self._retry_limit(err)
                 if not err.transient or attempt >= limit:
                     if err.transient and limit:
                         err.message += f" (gave up after {attempt + 1} attempts)"
