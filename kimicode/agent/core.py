@@ -505,6 +505,19 @@ class Agent(Explorer):
             return str(err)
         return None
 
+    async def _open_turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
+        """A turn's start up to its user message: MCP servers started, a pending switch's compaction, the
+        prompt hooks, and the user message committed with kimicode's notes (the permission mode's, the hooks')."""
+        await self.extras.start(self.tools, emit)  # MCP servers (bounded by their startup timeout)
+        if self.switches.compact_pending:  # the `compact` switch policy: summarise before the new model answers
+            await self.switches.compact(lambda: self._compact(None, emit), self.messages, self.endpoint.model,
+                                        self.log, self.checkpoints.current if self.checkpoints else None)
+        notes = await self.extras.hooking.prompt_submitted(prompt, emit)  # SessionStart, UserPromptSubmit hooks
+        if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
+            self.commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
+        mode = note_needed(self.messages, self.permission_mode)  # the mode changed (or a session starts in one)
+        self.commit(turn_message(self.extras.user_content(prompt), [*([mode] if mode else []), *notes]), emit)
+
     async def _turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
         steps = 0
         denials: list[dict[str, Any]] = []
@@ -531,15 +544,7 @@ class Agent(Explorer):
             self.checkpoints.begin_turn(prompt, len(self.messages), noted=True)  # the user message's index
         asked: dict[str, Any] | None = None  # the turn's user message, once committed
         try:
-            await self.extras.start(self.tools, emit)  # MCP servers (bounded by their startup timeout)
-            if self.switches.compact_pending:  # the `compact` switch policy: summarise before the new model answers
-                await self.switches.compact(lambda: self._compact(None, emit), self.messages, self.endpoint.model,
-                                            self.log, self.checkpoints.current if self.checkpoints else None)
-            notes = await self.extras.hooking.prompt_submitted(prompt, emit)  # SessionStart, UserPromptSubmit hooks
-            if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
-                self.commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
-            mode = note_needed(self.messages, self.permission_mode)  # the mode changed (or a session starts in one)
-            self.commit(turn_message(self.extras.user_content(prompt), [*([mode] if mode else []), *notes]), emit)
+            await self._open_turn(prompt, emit)
             asked = self.messages[-1]  # kimicode's notes first, the user's words last (agent/modes.py)
             repeats = RepeatTracker(self.repeat_limit)
             while True:
