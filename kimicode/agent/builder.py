@@ -32,6 +32,7 @@ from kimicode.tools.workers import is_async_callable
 
 if TYPE_CHECKING:
     from kimicode.agent.options import AgentOptions
+    from kimicode.config.endpoint import Endpoint
     from kimicode.config.redact import Masker
     from kimicode.llm.protocol import ModelClient
     from kimicode.permissions.policy import Policy
@@ -123,23 +124,31 @@ def _chat_client(parts: Parts) -> ModelClient:
     return ChatClient(parts.resolved.client_config(parts.options))
 
 
-def resolve(o: AgentOptions, *, own_client: bool = False) -> Resolved:
-    """The settings `o` resolves to with its configuration: endpoint and model, profile, window, answer
-    limit, workspace, home and session id. With a caller's own client (`own_client`) no API key is needed."""
-    settings = o.config if o.config is not None else Settings()  # hermetic: no file read
+def _endpoint_and_model(o: AgentOptions, settings: Settings, own_client: bool) -> tuple[Endpoint, ModelConfig]:
+    """The endpoint and model `o` names in `settings`; with a caller's own client no API key is needed, and a
+    library caller's error names the options (`model=`), not the command line's flags."""
     try:
-        endpoint, model_config = resolve_model(settings, model=o.model, base_url=o.base_url, api_key=o.api_key)
+        return resolve_model(settings, model=o.model, base_url=o.base_url, api_key=o.api_key)
     except MissingKeyError:
         if not own_client:
             raise
         endpoint, model_config = resolve_model(settings, model=o.model, base_url=o.base_url, api_key="-")
-        endpoint = dataclasses.replace(endpoint, api_key="", key_source="the caller's client")
+        return dataclasses.replace(endpoint, api_key="", key_source="the caller's client"), model_config
     except ConfigError as exc:
         if (o.origin or ("headless" if o.headless else "library")) != "library":
             raise
+        from kimicode.agent.options import option_names
         from kimicode.agent.outgoing import library_words
 
-        raise type(exc)(library_words(str(exc))) from None  # `model=`, not `--model`: what the caller can change
+        # `model=`, not `--model`: what the caller can change
+        raise type(exc)(library_words(str(exc), option_names())) from None
+
+
+def resolve(o: AgentOptions, *, own_client: bool = False) -> Resolved:
+    """The settings `o` resolves to with its configuration: endpoint and model, profile, window, answer
+    limit, workspace, home and session id. With a caller's own client (`own_client`) no API key is needed."""
+    settings = o.config if o.config is not None else Settings()  # hermetic: no file read
+    endpoint, model_config = _endpoint_and_model(o, settings, own_client)
     profile = profile_with(profile_for(endpoint.model), model_config)
     workspace = o.workspace.expanduser().resolve()
     if not workspace.is_dir():

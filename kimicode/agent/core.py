@@ -22,7 +22,7 @@ from kimicode.agent.closing import close_after_run
 from kimicode.agent.ecosystem import after_compaction, choose_edit_tool, install
 from kimicode.agent.interrupted import NO_ANSWER, retract_unsent
 from kimicode.agent.modes import note_needed, turn_message
-from kimicode.agent.options import AgentOptions, OptionAttribute
+from kimicode.agent.options import AgentOptions, OptionAttribute, option_names
 from kimicode.agent.outgoing import library_event, masked_event, utf8_safe
 from kimicode.agent.parts import Part, Parts, Setting
 from kimicode.agent.results import Approval, ApprovalRequest, ApproveFn, ApproveResult, RunResult, collect, turn_error
@@ -245,7 +245,7 @@ class Agent(Explorer):
         """Every event once, before the consumer and the hook see it: known secrets masked (and, for a library
         caller, options named instead of the command line's flags)."""
         event = masked_event(event, self.masker)
-        return library_event(event) if self.origin == "library" else event
+        return library_event(event, option_names()) if self.origin == "library" else event
 
     async def _claim(self, stream: EventStream[Any]) -> None:
         """Before new work starts: refuse while a live consumer runs a turn; finish an abandoned one."""
@@ -271,7 +271,8 @@ class Agent(Explorer):
         With `output_type` (a pydantic model, any type pydantic describes, or a JSON Schema dict) the answer
         must be JSON of that type (validated with jsonschema; an invalid answer is sent back, 3 answers in
         all): `RunResult.output`, else the status `invalid_output` (kimicode/agent/structured.py)."""
-        return await collect(self, self.stream(prompt, output_type=output_type))
+        return await collect(self, self.stream(prompt, output_type=output_type),
+                             lambda usage: self.parts.resolved.cost(self.options, usage))
 
     @overload
     def run_sync(self, prompt: str, *, output_type: type[T]) -> RunResult[T]: ...
@@ -504,6 +505,19 @@ class Agent(Explorer):
             return str(err)
         return None
 
+    async def _open_turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
+        """A turn's start up to its user message: MCP servers started, a pending switch's compaction, the
+        prompt hooks, and the user message committed with kimicode's notes (the permission mode's, the hooks')."""
+        await self.extras.start(self.tools, emit)  # MCP servers (bounded by their startup timeout)
+        if self.switches.compact_pending:  # the `compact` switch policy: summarise before the new model answers
+            await self.switches.compact(lambda: self._compact(None, emit), self.messages, self.endpoint.model,
+                                        self.log, self.checkpoints.current if self.checkpoints else None)
+        notes = await self.extras.hooking.prompt_submitted(prompt, emit)  # SessionStart, UserPromptSubmit hooks
+        if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
+            self.commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
+        mode = note_needed(self.messages, self.permission_mode)  # the mode changed (or a session starts in one)
+        self.commit(turn_message(self.extras.user_content(prompt), [*([mode] if mode else []), *notes]), emit)
+
     async def _turn(self, prompt: str, emit: Callable[[Event], None]) -> None:
         steps = 0
         denials: list[dict[str, Any]] = []
@@ -530,15 +544,7 @@ class Agent(Explorer):
             self.checkpoints.begin_turn(prompt, len(self.messages), noted=True)  # the user message's index
         asked: dict[str, Any] | None = None  # the turn's user message, once committed
         try:
-            await self.extras.start(self.tools, emit)  # MCP servers (bounded by their startup timeout)
-            if self.switches.compact_pending:  # the `compact` switch policy: summarise before the new model answers
-                await self.switches.compact(lambda: self._compact(None, emit), self.messages, self.endpoint.model,
-                                            self.log, self.checkpoints.current if self.checkpoints else None)
-            notes = await self.extras.hooking.prompt_submitted(prompt, emit)  # SessionStart, UserPromptSubmit hooks
-            if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
-                self.commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
-            mode = note_needed(self.messages, self.permission_mode)  # the mode changed (or a session starts in one)
-            self.commit(turn_message(self.extras.user_content(prompt), [*([mode] if mode else []), *notes]), emit)
+            await self._open_turn(prompt, emit)
             asked = self.messages[-1]  # kimicode's notes first, the user's words last (agent/modes.py)
             repeats = RepeatTracker(self.repeat_limit)
             while True:

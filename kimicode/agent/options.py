@@ -224,6 +224,12 @@ FIELDS = frozenset(f.name for f in dataclasses.fields(AgentOptions))
 _dataclass_init = AgentOptions.__init__
 
 
+@functools.cache
+def option_names() -> frozenset[str]:
+    """AgentOptions' field names: the words a library caller can change (agent/outgoing.py's renaming)."""
+    return frozenset(f.name for f in dataclasses.fields(AgentOptions))
+
+
 @functools.wraps(_dataclass_init)
 def _checked_init(self: AgentOptions, *args: Any, **kwargs: Any) -> None:
     """The dataclass constructor, with an unknown setting named together with the nearest real one."""

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import re
+from collections.abc import Collection
 from typing import Any, cast
 
 from kimicode import errors
@@ -15,32 +15,27 @@ from kimicode.events import Event, Notice, Retrying, TurnFinished
 _FLAG = re.compile(r"--([a-z][a-z0-9-]*[a-z0-9])( (?=[^\s(]*[0-9./-]))?")  # a space before a value
 
 
-@functools.cache
-def _option_names() -> frozenset[str]:
-    from kimicode.agent.options import AgentOptions
-
-    return frozenset(f.name for f in dataclasses.fields(AgentOptions))
-
-
-def library_words(text: str) -> str:
+def library_words(text: str, options: Collection[str]) -> str:
     """`text` with the command line's flags named as the library's options (`--max-turns 5` is `max_turns=5`,
     `--base-url` is `base_url`): what a library caller reads must name what they can change. Only flags that
-    are AgentOptions fields are renamed."""
+    are `options` (AgentOptions' field names, `option_names()`; passed in so that this module stays below
+    agent/options.py) are renamed."""
 
     def rename(match: re.Match[str]) -> str:
         name = match.group(1).replace("-", "_")
-        if name not in _option_names():
+        if name not in options:
             return match.group(0)
         return f"{name}=" if match.group(2) else name
 
     return _FLAG.sub(rename, text)
 
 
-def library_event(event: Event) -> Event:
+def library_event(event: Event, options: Collection[str]) -> Event:
     """An event's texts with `library_words` (a library agent's notices and errors)."""
     if isinstance(event, Notice):
-        return dataclasses.replace(event, text=library_words(event.text))
-    if isinstance(event, TurnFinished) and event.error and (said := library_words(event.error)) != event.error:
+        return dataclasses.replace(event, text=library_words(event.text, options))
+    if (isinstance(event, TurnFinished) and event.error
+            and (said := library_words(event.error, options)) != event.error):
         error = event.error
         kept = (errors.ErrorInfo(said, error.kind, error.status, error.retry_after, error.error_type)
                 if isinstance(error, errors.ErrorInfo) else said)

@@ -6,7 +6,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from kimicode import errors
 from kimicode.events import MessageCommitted, TurnFinished, TurnStatus
@@ -14,8 +14,9 @@ from kimicode.llm.errors import LLMError
 from kimicode.permissions.policy import Rule, parse_rule
 
 if TYPE_CHECKING:
-    from kimicode.agent.core import Agent
     from kimicode.agent.streams import EventStream
+    from kimicode.checkpoints.session import SessionCheckpoints
+    from kimicode.context.manager import ContextManager
 
 T = TypeVar("T")
 
@@ -129,8 +130,26 @@ class RunResult(Generic[T]):
         raise exc
 
 
-async def collect(agent: Agent, events: EventStream[Any]) -> RunResult[Any]:
-    """`Agent.run`: consume a turn's stream (every attempt of a structured one) into its RunResult."""
+class Collected(Protocol):
+    """What `collect` reads of the agent whose turn it consumes (named here, not `Agent`, so that this module
+    stays below agent/core.py even for the type checker)."""
+
+    @property
+    def usage(self) -> dict[str, int]: ...
+    @property
+    def context(self) -> ContextManager: ...
+    @property
+    def checkpoints(self) -> SessionCheckpoints | None: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def context_window(self) -> int: ...
+
+
+async def collect(agent: Collected, events: EventStream[Any],
+                  cost: Callable[[Mapping[str, int]], float | None]) -> RunResult[Any]:
+    """`Agent.run`: consume a turn's stream (every attempt of a structured one) into its RunResult; `cost`
+    prices a usage at the agent's current prices."""
     start = time.monotonic()
     before = dict(agent.usage)
     added: list[dict[str, Any]] = []  # collected from events: compaction may rewrite the history
@@ -143,15 +162,14 @@ async def collect(agent: Agent, events: EventStream[Any]) -> RunResult[Any]:
             elif isinstance(event, TurnFinished):
                 finished, steps = event, steps + event.num_steps
     assert finished is not None
-    resolved = agent.parts.resolved
     turn_usage = {k: v - before.get(k, 0) for k, v in agent.usage.items()}
     result = RunResult.from_finished(
         finished, session_id=agent.session_id, usage=dict(agent.usage),
         duration_ms=int((time.monotonic() - start) * 1000), messages=added,
         context={"used": agent.context.used, "window": agent.context_window}, turn_usage=turn_usage,
         hook_errors=list(events.hook_errors),
-        cost=resolved.cost(agent.options, turn_usage) if any(turn_usage.values()) else None,  # no usage: unknown
-        total_cost=resolved.cost(agent.options, agent.usage),
+        cost=cost(turn_usage) if any(turn_usage.values()) else None,  # no usage: unknown
+        total_cost=cost(agent.usage),
         **(agent.checkpoints.last_turn_fields() if agent.checkpoints is not None else {}),
     )
     result.num_turns = steps

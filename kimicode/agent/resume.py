@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kimicode import errors
 from kimicode.agent.builder import check_collaborators, switch_policy
-from kimicode.agent.options import AgentOptions, derived_options
+from kimicode.agent.options import AgentOptions, derived_options, option_names
 from kimicode.agent.switch import replay_authors
 from kimicode.config.choices import EFFORTS
 from kimicode.context.accounting import REASONING_FIELDS
@@ -91,6 +91,45 @@ def checked_records(store: Any, session_id: str, records: Any) -> list[dict[str,
     return copy.deepcopy(records)  # the agent's history is its own: neither changes the other
 
 
+def _resumed_workspace(loaded: LoadedSession, explicit: Any, given: AgentOptions | None) -> Path:
+    """Where a resumed session runs: the `workspace=` given, else the recorded one (which must still exist),
+    else the options' (or the current directory)."""
+    if explicit is not None:
+        return Path(explicit)
+    recorded = loaded.settings.get("workspace")
+    if isinstance(recorded, str) and recorded:
+        if not Path(recorded).is_dir():
+            raise SessionError(
+                f"the workspace of session {loaded.session_id} no longer exists ({recorded}); "
+                "pass another workspace to resume it there"
+            )
+        return Path(recorded)
+    return given.workspace if given is not None else Path(".")
+
+
+def _switch_from_recorded_model(agent: Agent, loaded: LoadedSession) -> None:
+    """A session recorded with another model than the agent's: apply the switch policy to its history and
+    warn (in the library's words for a library caller) unless nothing from the other model is kept."""
+    recorded_model = loaded.model
+    current = agent.endpoint.model
+    if not (recorded_model and recorded_model != current and any(m.get("role") == "assistant"
+                                                                   for m in agent.messages)):
+        return
+    policy = switch_policy(agent.options, agent.model_config, agent.profile)
+    what = agent.apply_switch(recorded_model, policy)
+    reasoned = any(m.get(f) for m in agent.messages if m.get("role") == "assistant" for f in REASONING_FIELDS)
+    if policy != "keep" or reasoned:  # no reasoning kept, nothing from another model to warn about
+        agent.resume_warning = (
+            model_warning(loaded.session_id, recorded_model, current) if policy == "keep"
+            else f"session {loaded.session_id} was recorded with model {recorded_model}. {what}"
+        )
+        if agent.origin == "library":  # as the Notice says it (agent/outgoing.py)
+            from kimicode.agent.outgoing import library_words
+
+            agent.resume_warning = library_words(agent.resume_warning, option_names())
+        agent.notify(agent.resume_warning, "warning")
+
+
 def resume_agent(
     cls: type[Agent],
     session_id: str,
@@ -115,17 +154,7 @@ def resume_agent(
     home = kwargs.get("home", given.home if given is not None else None)
     loaded = load_stored(kwargs.get("session_store"), home, session_id)
     logged = loaded.settings  # what the session log recorded (not configuration)
-    recorded = logged.get("workspace")
-    workspace = Path(explicit_workspace) if explicit_workspace is not None else None
-    if workspace is None and isinstance(recorded, str) and recorded:
-        if not Path(recorded).is_dir():
-            raise SessionError(
-                f"the workspace of session {loaded.session_id} no longer exists ({recorded}); "
-                "pass another workspace to resume it there"
-            )
-        workspace = Path(recorded)
-    if workspace is None:
-        workspace = given.workspace if given is not None else Path(".")
+    workspace = _resumed_workspace(loaded, explicit_workspace, given)
     base = given if given is not None else options(workspace) if callable(options) else AgentOptions()
     opts, collaborators = split_arguments(kwargs, base, "Agent.resume()")
     if opts.system_prompt is not None or opts.append_system_prompt is not None:
@@ -158,22 +187,7 @@ def resume_agent(
             calls = f"{loaded.repaired} tool call{'s' if loaded.repaired != 1 else ''}"
             agent.notify(f"the session was cut off: {calls} without a result marked interrupted")
     agent.switches.authorship.adopt(agent.messages, replay_authors(loaded.records))
-    recorded_model = loaded.model
-    current = agent.endpoint.model
-    if recorded_model and recorded_model != current and any(m.get("role") == "assistant" for m in agent.messages):
-        policy = switch_policy(agent.options, agent.model_config, agent.profile)
-        what = agent.apply_switch(recorded_model, policy)
-        reasoned = any(m.get(f) for m in agent.messages if m.get("role") == "assistant" for f in REASONING_FIELDS)
-        if policy != "keep" or reasoned:  # no reasoning kept, nothing from another model to warn about
-            agent.resume_warning = (
-                model_warning(loaded.session_id, recorded_model, current) if policy == "keep"
-                else f"session {loaded.session_id} was recorded with model {recorded_model}. {what}"
-            )
-            if agent.origin == "library":  # as the Notice says it (agent/outgoing.py)
-                from kimicode.agent.outgoing import library_words
-
-                agent.resume_warning = library_words(agent.resume_warning)
-            agent.notify(agent.resume_warning, "warning")
+    _switch_from_recorded_model(agent, loaded)
     agent.parts.restore_window(loaded.records, record=fork)
     restore_usage(agent, loaded.records)
     agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())

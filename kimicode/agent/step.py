@@ -31,10 +31,56 @@ if TYPE_CHECKING:
     from kimicode.context.manager import ContextManager
 
 
-async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
-    await agent.ensure_client()  # imports the HTTP stack in a thread the first time
+async def _streamed(agent: Agent, sent: Any, schemas: Any, limit: int | None, emit: Callable[[Event], None],
+                   partial: list[str], thought: list[str]) -> Any:
+    """One request's stream as events; the answer and reasoning so far are collected in `partial` and
+    `thought` (cleared when the client retries). Returns the Completion, None if the stream had none."""
     from kimicode.llm.checked import checked_stream
     from kimicode.llm.protocol import Completion, StreamDelta, StreamRetry
+
+    completion = None
+    # checked: a caller's own client may yield anything (kimicode/llm/checked.py)
+    async for ev in checked_stream(agent.client.stream(sent, schemas, max_completion_tokens=limit)):
+        if isinstance(ev, StreamDelta):
+            if ev.kind == "reasoning":
+                thought.append(ev.text)
+                emit(ReasoningDelta(ev.text))
+            elif ev.kind == "content":
+                partial.append(ev.text)
+                emit(ContentDelta(ev.text))
+            else:
+                emit(ToolArgumentsDelta(ev.index, ev.text))
+        elif isinstance(ev, StreamRetry):
+            partial.clear()  # the retried request starts the answer over
+            thought.clear()
+            emit(Retrying(ev.attempt, ev.max_retries, ev.delay, ev.error))
+        elif isinstance(ev, Completion):
+            completion = ev
+    return completion
+
+
+def _count_usage(agent: Agent, usage: Any, emit: Callable[[Event], None]) -> int:
+    """Add a completion's usage to the agent's totals and say both; returns its cached tokens."""
+    prompt_t, completion_t, cached_t = usage_numbers(usage)
+    agent.usage["prompt_tokens"] += prompt_t
+    agent.usage["completion_tokens"] += completion_t
+    agent.usage["cached_tokens"] += cached_t
+    emit(
+        UsageUpdated(
+            prompt_t,
+            completion_t,
+            cached_t,
+            agent.usage["prompt_tokens"],
+            agent.usage["completion_tokens"],
+            agent.usage["cached_tokens"],
+        )
+    )
+    return cached_t
+
+
+async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
+    await agent.ensure_client()  # imports the HTTP stack in a thread the first time
+    from kimicode.llm.protocol import Completion
 
     tools = agent.tools.schemas()
     kinds = {t.name: t.kind for t in agent.tools}
@@ -57,23 +103,7 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
             sent, schemas = agent.messages, tools
             if agent.parts.client.given is not None:  # a caller's client gets copies: what it changes (an adapter
                 sent, schemas = copy.deepcopy((sent, schemas))  # taking the system prompt out) stays its own
-            # checked: a caller's own client may yield anything (kimicode/llm/checked.py)
-            async for ev in checked_stream(agent.client.stream(sent, schemas, max_completion_tokens=limit)):
-                if isinstance(ev, StreamDelta):
-                    if ev.kind == "reasoning":
-                        thought.append(ev.text)
-                        emit(ReasoningDelta(ev.text))
-                    elif ev.kind == "content":
-                        partial.append(ev.text)
-                        emit(ContentDelta(ev.text))
-                    else:
-                        emit(ToolArgumentsDelta(ev.index, ev.text))
-                elif isinstance(ev, StreamRetry):
-                    partial.clear()  # the retried request starts the answer over
-                    thought.clear()
-                    emit(Retrying(ev.attempt, ev.max_retries, ev.delay, ev.error))
-                elif isinstance(ev, Completion):
-                    completion = ev
+            completion = await _streamed(agent, sent, schemas, limit, emit, partial, thought)
             if completion is None:
                 raise LLMError("the model client's stream ended without a Completion (the assistant message)",
                                "protocol")
@@ -101,20 +131,7 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
             est = agent.context.estimate(agent.messages, tools)
             emit(ContextUpdated(est, agent.context.budget.window))
     assert completion is not None  # the loop breaks only with one
-    prompt_t, completion_t, cached_t = usage_numbers(completion.usage)
-    agent.usage["prompt_tokens"] += prompt_t
-    agent.usage["completion_tokens"] += completion_t
-    agent.usage["cached_tokens"] += cached_t
-    emit(
-        UsageUpdated(
-            prompt_t,
-            completion_t,
-            cached_t,
-            agent.usage["prompt_tokens"],
-            agent.usage["completion_tokens"],
-            agent.usage["cached_tokens"],
-        )
-    )
+    cached_t = _count_usage(agent, completion.usage, emit)
     if agent.log and completion.usage:  # with kimicode's estimate of the request, to compare with the count
         agent.log.append({"type": "usage", "usage": completion.usage, "estimate": agent.context.last_estimate,
                           "calibration": agent.context.calibration_source})

@@ -224,6 +224,22 @@ async def ask(agent: Agent, request: ApprovalRequest) -> tuple[Approval | bool |
                   "the call was refused")
 
 
+async def _content_for_model(agent: Agent, prep: Prepared, result: ToolResult, emit: Callable[[Event], None]
+                             ) -> str:
+    """What the model sees of a call's result: masked, capped (the rest spilled), with the call's warning and
+    what PostToolUse hooks add; a sandbox notice of the result is also said to the user."""
+    notice = (result.display or {}).get("notice")
+    if isinstance(notice, str) and notice:  # the sandbox blocked a path: one line for the user too
+        emit(Notice(agent.masker.mask(notice), "warning"))
+    masked = agent.masker.mask(result.content)  # before the spill file, the history and the log
+    content = agent.context.cap_tool_output(masked, f"{prep.name}-{prep.call_id}")
+    if prep.warning:
+        content += prep.warning
+    if agent.extras.hooks is not None:  # PostToolUse hooks may add to what the model sees
+        content = await agent.extras.hooking.after_tool(prep, content, result.is_error, emit)
+    return content
+
+
 async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -> str:
     """Run one prepared call; every failure becomes an error result for the model."""
     if prep.error is not None or prep.tool is None:
@@ -272,15 +288,7 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
             is_error=True,
             summary=f"{prep.name}: {type(exc).__name__}",
         )
-    notice = (result.display or {}).get("notice")
-    if isinstance(notice, str) and notice:  # the sandbox blocked a path: one line for the user too
-        emit(Notice(agent.masker.mask(notice), "warning"))
-    masked = agent.masker.mask(result.content)  # before the spill file, the history and the log
-    content = agent.context.cap_tool_output(masked, f"{prep.name}-{prep.call_id}")
-    if prep.warning:
-        content += prep.warning
-    if agent.extras.hooks is not None:  # PostToolUse hooks may add to what the model sees
-        content = await agent.extras.hooking.after_tool(prep, content, result.is_error, emit)
+    content = await _content_for_model(agent, prep, result, emit)
     emit(
         ToolCallFinished(
             prep.call_id,

@@ -221,6 +221,33 @@ def runs_later_changes(parent: Any, paths: list[str]) -> list[tuple[str, str]]:
     return found
 
 
+def _restore_files(parent: Any, store: CheckpointStore, b: Branch, paths: list[str]) -> None:
+    """Checkpoint the workspace (as a turn's first change does), then bring in the branch's files; the turn
+    begun for the apply is ended when either fails."""
+    cps = parent.checkpoints
+    warning = cps.before_change()
+    if cps.current is not None and cps.current.before is None:
+        cps.end_turn()
+        raise CheckpointError(f"cannot checkpoint the workspace before applying: {warning}")
+    try:
+        assert b.after is not None
+        store.restore(b.after, paths, f"apply branch {b.id}", f"{parent.session_id}/{cps.turns}-apply")
+    except CheckpointError:
+        cps.end_turn()
+        raise
+
+
+def _add_turn(parent: Any, rec: ExplorationRecord, b: Branch, turn: list[dict[str, Any]]) -> None:
+    """The branch's turn appended to the parent's history and log, with the turn's end record."""
+    for message in turn:
+        parent.messages.append(copy.deepcopy(message))
+        if parent.log is not None:
+            parent.log.message(parent.messages[-1])
+    if parent.log is not None:
+        parent.log.append({"type": "turn_end", "status": "success", "steps": b.steps, "branch": b.id,
+                           "exploration": rec.id, "usage": dict(parent.usage)})
+
+
 def apply_branch(parent: Any, rec: ExplorationRecord, b: Branch, messages: list[dict[str, Any]] | None,
                  *, force: bool = False, runs_later: bool = False) -> None:
     """See `Exploration.apply`; `messages` is the branch's history when it ran in this process."""
@@ -244,23 +271,8 @@ def apply_branch(parent: Any, rec: ExplorationRecord, b: Branch, messages: list[
     cps.begin_turn(rec.prompt, len(parent.messages))
     entry = cps.current
     if paths:
-        warning = cps.before_change()
-        if cps.current is not None and cps.current.before is None:
-            cps.end_turn()
-            raise CheckpointError(f"cannot checkpoint the workspace before applying: {warning}")
-        try:
-            assert b.after is not None
-            store.restore(b.after, paths, f"apply branch {b.id}", f"{parent.session_id}/{cps.turns}-apply")
-        except CheckpointError:
-            cps.end_turn()
-            raise
-    for message in turn:
-        parent.messages.append(copy.deepcopy(message))
-        if parent.log is not None:
-            parent.log.message(parent.messages[-1])
-    if parent.log is not None:
-        parent.log.append({"type": "turn_end", "status": "success", "steps": b.steps, "branch": b.id,
-                           "exploration": rec.id, "usage": dict(parent.usage)})
+        _restore_files(parent, store, b, paths)
+    _add_turn(parent, rec, b, turn)
     cps.end_turn()
     parent.context.used = parent.context.estimate(parent.messages, parent.tools.schemas())
     rec.applied, rec.applied_turn = b.id, entry.turn if entry is not None else None

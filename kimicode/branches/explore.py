@@ -349,6 +349,14 @@ async def _run_local(todo: Sequence[Branch], open_branch: Callable[[Branch], Awa
         await http.aclose()
 
 
+def _final_status(rec: ExplorationRecord, chosen: bool) -> str:
+    """An exploration's status once its branches ended: done (a branch verified, or one chosen without
+    verification), no_verified, or error."""
+    if any(b.status == "verified" for b in rec.branches) or (not rec.verify and chosen):
+        return "done"
+    return "no_verified" if rec.verify else "error"
+
+
 async def _conclude(parent: Any, rec: ExplorationRecord, agents: dict[str, Any], *, judge_model: str | None,
                     apply: bool) -> Exploration:
     home = Path(parent.home)
@@ -359,12 +367,7 @@ async def _conclude(parent: Any, rec: ExplorationRecord, agents: dict[str, Any],
         if len(pool) > 1:
             chosen, reason = await _judge(parent, exploration, pool, judge_model, (chosen, reason))
     rec.chosen, rec.reason = (chosen.id if chosen else None), reason
-    if any(b.status == "verified" for b in rec.branches) or (not rec.verify and chosen):
-        rec.status = "done"
-    elif rec.verify:
-        rec.status = "no_verified"
-    else:
-        rec.status = "error"
+    rec.status = _final_status(rec, chosen is not None)
     for b in rec.branches:
         for key, value in b.usage.items():
             parent.usage[key] = parent.usage.get(key, 0) + int(value)

@@ -48,26 +48,35 @@ def server(url: str | None) -> tuple[str, str]:
     return str(state["url"]), token or str(state["token"])
 
 
+def _the_live_one(live: list[str]) -> str:
+    """The only live session; a clear error when there are none or several."""
+    if len(live) == 1:
+        return live[0]
+    if not live:
+        raise AttachError("the server has no live session: start one in the page (`kimicode web`) or name a "
+                          "saved one: kimicode attach ID")
+    raise AttachError("the server has several live sessions; name one: " +
+                      ", ".join(f"kimicode attach {i}" for i in live))
+
+
+def _matching(ids: list[str], wanted: str) -> list[str]:
+    """The id `wanted` names exactly, else those it is the start of."""
+    return [i for i in ids if i == wanted] or [i for i in ids if i.startswith(wanted)]
+
+
 def choose_session(client: ServeClient, wanted: str | None) -> str:
     """The live session `wanted` names (an id or a unique prefix; a saved one is resumed in the server), or
     the only live one."""
     listing = client.sessions()
     live = [str(s["id"]) for s in listing.get("sessions") or []]
     if wanted is None:
-        if len(live) == 1:
-            return live[0]
-        if not live:
-            raise AttachError("the server has no live session: start one in the page (`kimicode web`) or name a "
-                              "saved one: kimicode attach ID")
-        raise AttachError("the server has several live sessions; name one: " +
-                          ", ".join(f"kimicode attach {i}" for i in live))
-    found = [i for i in live if i == wanted] or [i for i in live if i.startswith(wanted)]
+        return _the_live_one(live)
+    found = _matching(live, wanted)
     if len(found) == 1:
         return found[0]
     if len(found) > 1:
         raise AttachError(f"{wanted!r} is the start of several live sessions: {', '.join(found)}")
-    saved = [str(s["id"]) for s in listing.get("saved") or []]
-    found = [i for i in saved if i == wanted] or [i for i in saved if i.startswith(wanted)]
+    found = _matching([str(s["id"]) for s in listing.get("saved") or []], wanted)
     if len(found) != 1:
         raise AttachError(f"no session {wanted!r} in the server at {client.url}"
                           + (f" (live: {', '.join(live)})" if live else ""))

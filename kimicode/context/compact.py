@@ -490,6 +490,46 @@ def _shrink_group(
     return out
 
 
+async def _summary_of(
+    old: Sequence[dict[str, Any]],
+    summary_cap: int,
+    instructions: str | None,
+    kinds: Mapping[str, str],
+    *,
+    accountant: TokenAccountant,
+    budget: Budget,
+    summarize: Summarize,
+    settings: CompactionSettings,
+) -> tuple[str, str | None, list[int], bool]:
+    """The summary of the old messages (with the user's instructions for it), in as many requests as the
+    transcript needs: (summary, error, the requests' sizes, whether it is the fallback summary kimicode wrote
+    itself because the model's failed or was empty)."""
+    prompt = load_prompt("compaction.md").replace("{max_words}", f"{max(150, int(summary_cap * 0.6)):,}")
+    extra = ""
+    if instructions:
+        extra = f"\n\nThe user asked for this compaction with these instructions: {instructions}"
+    blocks = render_transcript(old, accountant, settings)
+    summary, error, requests = await _summarize_parts(
+        blocks, prompt, extra, summary_cap, accountant=accountant, budget=budget, summarize=summarize
+    )
+    fallback = bool(error) or not summary
+    if fallback:
+        summary = truncate_middle(fallback_summary(old, kinds, error), summary_cap, accountant.counter.count)
+    return summary, error, requests, fallback
+
+
+def _common_tail(body: Sequence[dict[str, Any]], new_body: Sequence[dict[str, Any]]) -> int:
+    """How many messages at the end of the new body are the old body's own (the same objects): the caller
+    leaves them in place."""
+    keep_tail = 0
+    while (
+        keep_tail < min(len(body), len(new_body))
+        and body[len(body) - 1 - keep_tail] is new_body[len(new_body) - 1 - keep_tail]
+    ):
+        keep_tail += 1
+    return keep_tail
+
+
 async def compact_history(
     messages: Sequence[dict[str, Any]],
     tools: Sequence[Mapping[str, Any]],
@@ -506,7 +546,6 @@ async def compact_history(
     """Plan and build the compacted history (the caller swaps it in); None when there is nothing to do."""
     settings = settings or CompactionSettings()
     kinds = tool_kinds or {}
-    count = accountant.counter.count
     big = budget.input_budget
     before = accountant.estimate_unanchored(messages, tools)
     k = 0
@@ -571,17 +610,9 @@ async def compact_history(
     requests: list[int] = []
     fallback = False
     if foldable:
-        prompt = load_prompt("compaction.md").replace("{max_words}", f"{max(150, int(summary_cap * 0.6)):,}")
-        extra = ""
-        if instructions:
-            extra = f"\n\nThe user asked for this compaction with these instructions: {instructions}"
-        blocks = render_transcript(old, accountant, settings)
-        summary, error, requests = await _summarize_parts(
-            blocks, prompt, extra, summary_cap, accountant=accountant, budget=budget, summarize=summarize
-        )
-        fallback = bool(error) or not summary
-        if fallback:
-            summary = truncate_middle(fallback_summary(old, kinds, error), summary_cap, count)
+        summary, error, requests, fallback = await _summary_of(
+            old, summary_cap, instructions, kinds, accountant=accountant, budget=budget, summarize=summarize,
+            settings=settings)
     middle = [summary_message(summary)] if foldable else []
 
     # 4. assemble, and make sure the result fits
@@ -595,12 +626,7 @@ async def compact_history(
         new = [*head, *users, *middle, *recent]
         after = accountant.estimate_unanchored(new, tools)
     new_body = new[k:]
-    keep_tail = 0
-    while (
-        keep_tail < min(len(body), len(new_body))
-        and body[len(body) - 1 - keep_tail] is new_body[len(new_body) - 1 - keep_tail]
-    ):
-        keep_tail += 1
+    keep_tail = _common_tail(body, new_body)
     return CompactionResult(
         start=k,
         end=len(messages) - keep_tail,

@@ -471,6 +471,23 @@ class ContextManager:
             return False
         return estimate + (self.last_max_tokens or self.completion_floor) <= self.budget.window
 
+    def _learn_overflow(self, overflow: ContextOverflow, messages: list[dict[str, Any]],
+                        tools: Sequence[Mapping[str, Any]]) -> tuple[int | None, bool, int]:
+        """Learn what the server's refusal says (its count of the request, its window): the count it
+        implies (None without one), whether a new window was learnt, and the request's estimate now."""
+        counted = overflow.prompt_estimate(self.last_max_tokens or self.budget.reserve)
+        if overflow.prompt_tokens:  # the server's count of this very request: learnt like usage, both ways
+            self.accountant.observe(messages, tools, overflow.prompt_tokens, self.last_estimate or None)
+            if self.calibration_source == "none":
+                self.calibration_source = "server"
+        elif counted:
+            self.accountant.overflowed(self.last_estimate, counted)
+        learnt = bool(overflow.window and self.learn_window(overflow.window))
+        est = self.estimate(messages, tools)
+        if not overflow.prompt_tokens:
+            est = max(est, counted or 0)
+        return counted, learnt, est
+
     async def recover(
         self,
         error: LLMError,
@@ -491,17 +508,7 @@ class ContextManager:
         too) the history is compacted. False when nothing could be changed.
         """
         overflow = error.overflow or context_overflow(None, error.message) or ContextOverflow()
-        counted = overflow.prompt_estimate(self.last_max_tokens or self.budget.reserve)
-        if overflow.prompt_tokens:  # the server's count of this very request: learnt like usage, both ways
-            self.accountant.observe(messages, tools, overflow.prompt_tokens, self.last_estimate or None)
-            if self.calibration_source == "none":
-                self.calibration_source = "server"
-        elif counted:
-            self.accountant.overflowed(self.last_estimate, counted)
-        learnt = bool(overflow.window and self.learn_window(overflow.window))
-        est = self.estimate(messages, tools)
-        if not overflow.prompt_tokens:
-            est = max(est, counted or 0)
+        counted, learnt, est = self._learn_overflow(overflow, messages, tools)
         window_note = f"; the server's window is {overflow.window:,} tokens" if overflow.window else ""
         # Servers that count prompt + max_tokens against the window (Moonshot, DeepSeek, SGLang,
         # OpenRouter) say only "too long": once the window is learnt, a smaller reservation may suffice.

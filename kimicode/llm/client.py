@@ -226,6 +226,14 @@ class ChatClient:
 
     # -- streaming with retries -------------------------------------------------------------------
 
+    def _retry_limit(self, err: LLMError) -> int:
+        """How many retries `err` gets: the configured number, fewer for a server that never answered (a wrong
+        URL, or not up yet) unless retries were set explicitly."""
+        limit = self.config.max_retries
+        if err.connect and not self.reached and not self.config.retries_explicit:
+            limit = min(limit, self.config.connect_retries)
+        return limit
+
     async def stream(
         self,
         messages: Sequence[dict[str, Any]],
@@ -257,9 +265,7 @@ class ChatClient:
                     slots.answered()
                 return
             except LLMError as err:
-                limit = self.config.max_retries
-                if err.connect and not self.reached and not self.config.retries_explicit:
-                    limit = min(limit, self.config.connect_retries)  # never answered: a wrong URL, or not up yet
+                limit = self._retry_limit(err)
                 if not err.transient or attempt >= limit:
                     if err.transient and limit:
                         err.message += f" (gave up after {attempt + 1} attempts)"
@@ -276,6 +282,27 @@ class ChatClient:
             return min(retry_after, 600.0)
         base = self.config.retry_base_delay * (2 ** (attempt - 1))
         return float(min(self.config.retry_max_delay, base) * random.uniform(0.75, 1.25))
+
+    def _connection_error(self, exc: openai.APIConnectionError) -> LLMError:
+        """The error for a request that never got an answer: out of file descriptors (the server is fine), or
+        cannot reach the server (`connect` when it refused the connection, with where its URL came from)."""
+        if (no_fd := out_of_descriptors(exc)) is not None:  # not "cannot reach": the server is fine
+            return LLMError(no_fd, "transient")
+        cause = exc.__cause__ or exc.__context__
+        refused = isinstance(cause, httpx2.ConnectError)
+        source = f" (from {self.config.url_source})" if refused and self.config.url_source else ""
+        return LLMError(f"cannot reach {self.config.base_url}{source}: {_cause(exc)}", "transient", connect=refused)
+
+    def _final_message(self, acc: StreamAccumulator) -> dict[str, Any]:
+        """The assistant message of a finished stream, its reasoning in the field the server used (learnt
+        for the next requests unless configured)."""
+        if acc.reasoning_field and not self.config.reasoning_field:
+            self.reasoning_field = acc.reasoning_field
+        default_field = self.reasoning_field or self.profile.reasoning_field
+        message = acc.message(default_field)
+        if acc.reasoning_field is None and self.reasoning_field is None and not self.profile.name.startswith("kimi"):
+            message.pop(default_field, None)  # a server that never reasons: send nothing it didn't send
+        return message
 
     async def _stream_once(self, body: list[bytes]) -> AsyncIterator[StreamEvent]:
         length = sum(map(len, body))
@@ -306,16 +333,7 @@ class ChatClient:
                 f"the server did not answer within {self.config.timeout:g} s", "transient"
             ) from None
         except openai.APIConnectionError as exc:
-            if (no_fd := out_of_descriptors(exc)) is not None:  # not "cannot reach": the server is fine
-                raise LLMError(no_fd, "transient") from None
-            cause = exc.__cause__ or exc.__context__
-            refused = isinstance(cause, httpx2.ConnectError)
-            source = f" (from {self.config.url_source})" if refused and self.config.url_source else ""
-            raise LLMError(
-                f"cannot reach {self.config.base_url}{source}: {_cause(exc)}",
-                "transient",
-                connect=refused,
-            ) from None
+            raise self._connection_error(exc) from None
         self.reached = True
         kind = response.headers.get("content-type", "").lower()
         if "text/html" in kind:
@@ -371,13 +389,7 @@ class ChatClient:
             raise LLMError("the stream ended before the response was complete", "transient")
         if not got_choice:
             raise LLMError("the server returned an empty response", "transient")
-        if acc.reasoning_field and not self.config.reasoning_field:
-            self.reasoning_field = acc.reasoning_field
-        default_field = self.reasoning_field or self.profile.reasoning_field
-        message = acc.message(default_field)
-        if acc.reasoning_field is None and self.reasoning_field is None and not self.profile.name.startswith("kimi"):
-            message.pop(default_field, None)  # a server that never reasons: send nothing it didn't send
-        yield Completion(message, acc.finish_reason, acc.usage, length)
+        yield Completion(self._final_message(acc), acc.finish_reason, acc.usage, length)
 
 
 TOOL_CHOICES = ("auto", "none", "required")

@@ -287,16 +287,29 @@ def _path_problems(
     written = _written_problem(cmd, analysis, base, mode, ctx, policy, edit_allow)
     if written is not None:
         return written
+    return (_searched_problem(cmd, ctx, policy, base, read_allow, analysis)
+            or _redirects_problem(cmd, ctx, policy, base, mode, edit_allow, read_allow))
+
+
+def _redirects_problem(cmd: SimpleCommand, ctx: Place, policy: Policy, base: Path, mode: str,
+                       edit_allow: Sequence[Rule], read_allow: Sequence[Rule]) -> Decision | None:
+    """The first of the command's redirections that is not admitted, as a Decision."""
+    for redirect in cmd.redirects:
+        problem = _redirect_check(cmd, redirect, base, mode, ctx, policy, edit_allow, read_allow)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _searched_problem(cmd: SimpleCommand, ctx: Place, policy: Policy, base: Path, read_allow: Sequence[Rule],
+                      analysis: Analysis) -> Decision | None:
+    """Ask when a tree the command searches holds a sensitive file that no specific rule allows reading."""
     for root in _search_roots(analysis, base, policy):
         found = sensitive_below(
             root, policy, lambda p: specific_allow(read_allow, p, ctx), lambda p: shown_path(p, ctx)
         )
         if found is not None:
             return Decision("ask", f"`{cmd.text}` searches {shown_path(root, ctx)}, which holds {found}")
-    for redirect in cmd.redirects:
-        problem = _redirect_check(cmd, redirect, base, mode, ctx, policy, edit_allow, read_allow)
-        if problem is not None:
-            return problem
     return None
 
 

@@ -62,12 +62,8 @@ class Gate:
     def _hosts(self) -> frozenset[str]:
         return self.hosts() if callable(self.hosts) else self.hosts
 
-    def problem(self, scope: Scope) -> tuple[int, str] | None:
-        """Why this request is refused (status, message), or None."""
-        raw_headers = scope.get("headers", [])
-        if sum(len(k) + len(v) + 4 for k, v in raw_headers) > MAX_HEADERS:
-            return 431, f"request headers over {MAX_HEADERS} bytes"
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    def _header_problem(self, headers: dict[str, str]) -> tuple[int, str] | None:
+        """Why the request's Host, Origin or Content-Length is refused (status, message), or None."""
         hosts = self._hosts()
         host = headers.get("host", "")
         if host.lower() not in hosts:
@@ -78,6 +74,16 @@ class Gate:
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
             return 413, f"request body over {self.max_body} bytes"
+        return None
+
+    def problem(self, scope: Scope) -> tuple[int, str] | None:
+        """Why this request is refused (status, message), or None."""
+        raw_headers = scope.get("headers", [])
+        if sum(len(k) + len(v) + 4 for k, v in raw_headers) > MAX_HEADERS:
+            return 431, f"request headers over {MAX_HEADERS} bytes"
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if (refused := self._header_problem(headers)) is not None:
+            return refused
         path = scope.get("path", "")
         if scope.get("method") == "GET" and (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX)):
             return None

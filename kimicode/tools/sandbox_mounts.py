@@ -67,6 +67,12 @@ def file_system_args(
         args += runs_later_args(ws, home)
     if kimicode_home and contains(ws, kimicode_home) and os.path.isdir(kimicode_home) and kimicode_home != ws:
         args += ["--tmpfs", kimicode_home]  # every project's session logs and the config
+    return args + _read_only_args(ws, extra, spill)
+
+
+def _read_only_args(ws: str, extra: Iterable[str], spill: str | None) -> list[str]:
+    """The extra read-only paths that exist outside the workspace, and the spill directory when there is one."""
+    args = []
     for path in extra:
         if os.path.exists(path) and not contains(ws, path):
             args += ["--ro-bind", path, path]

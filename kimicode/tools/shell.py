@@ -32,6 +32,7 @@ from kimicode.tools.sandbox_explain import Blocked, explain_blocked
 
 if TYPE_CHECKING:
     from kimicode.config.redact import Masker
+    from kimicode.tools.limits import CgroupSlot
 
 __all__ = [
     "BASH",
@@ -380,21 +381,34 @@ def _short(command: str, width: int = 60) -> str:
     return first
 
 
-async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None = None) -> ToolResult:
-    """Run a command (inside `sandbox` when given); the result is its output plus a status line,
-    is_error when it failed."""
-    command = _checked_command(args.get("command"))
-    timeout = _checked_timeout(args.get("timeout", DEFAULT_TIMEOUT))
+def _command_env(command: str, ctx: ToolContext) -> dict[str, str]:
+    """The environment `command` runs with: the context's (or ours, scrubbed of secrets), the shell's settings,
+    and for read-only git the settings that keep a repository's own programs from running."""
     env = dict(ctx.env) if ctx.env is not None else scrub_env(os.environ)
     env.update(SHELL_ENV)
     from kimicode.permissions.gitsafe import read_only_git_env  # the program tables: on the first command
 
     env.update(read_only_git_env(command))  # read-only git runs without the programs a repository names
+    return env
+
+
+def _cgroup_slot(sandbox: Sandbox | None) -> CgroupSlot | None:
+    """A cgroup slot for one confined local command, None without cgroups (an editor's terminal gets the
+    sandbox and rlimits, not kimicode's cgroups: the caller asks only for local commands)."""
+    if sandbox is None or not sandbox.cgroups:
+        return None
+    return sandbox.cgroups.slot(sandbox.limits)
+
+
+async def _bash(args: dict[str, Any], ctx: ToolContext, sandbox: Sandbox | None = None) -> ToolResult:
+    """Run a command (inside `sandbox` when given); the result is its output plus a status line,
+    is_error when it failed."""
+    command = _checked_command(args.get("command"))
+    timeout = _checked_timeout(args.get("timeout", DEFAULT_TIMEOUT))
+    env = _command_env(command, ctx)
     confined = sandbox is not None and not (sandbox.auto and ctx.approved)
     profile = ctx.sandbox_profile
-    local = ctx.commands is None  # an editor's terminal gets the sandbox and rlimits, not kimicode's cgroups
-    slot = sandbox.cgroups.slot(sandbox.limits) if confined and local and sandbox is not None and sandbox.cgroups \
-        else None
+    slot = _cgroup_slot(sandbox) if confined and ctx.commands is None else None
 
     def wrap(argv: Sequence[str]) -> list[str]:
         assert sandbox is not None

@@ -119,15 +119,20 @@ class Session:
         """Turn ends and approval questions, told to a user looking elsewhere (ui/notify.py), as the
         configuration read once for the first agent says."""
         self._warm_checkpoints()
+        self._open_workspace()
+        self._prompt: PromptSession[str] | None = None
+
+    # -- agent ------------------------------------------------------------------------------------
+
+    def _open_workspace(self) -> None:
+        """What the session keeps of the first agent's workspace: the approver's, the file index (@ completion),
+        the git branch and the status line."""
         self.workspace = self.agent.workspace
         self.approver.workspace = self.workspace
         self.index = FileIndex(self.workspace)
         self.branch = GitBranch(self.workspace)
         self.status_line = status_line_for(self.workspace, trusted=self.agent.settings.trusted)
         """Claude Code's `statusLine` command (ui/statusline.py), run before each prompt; None without one."""
-        self._prompt: PromptSession[str] | None = None
-
-    # -- agent ------------------------------------------------------------------------------------
 
     def _options(self, workspace: Path, **changes: Any) -> agent_options.AgentOptions:
         """The settings of every Agent of the session (new, cleared or resumed): the command line's,

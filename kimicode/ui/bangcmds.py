@@ -17,7 +17,7 @@ from kimicode.tools.base import ToolError, ToolResult
 
 if TYPE_CHECKING:
     from kimicode.tools.base import Tool
-    from kimicode.ui.app import Session
+    from kimicode.ui.host import SessionHost
 
 __all__ = ["BANG", "expand_bangs"]
 
@@ -26,7 +26,7 @@ TIMEOUT = 60.0
 MAX_CHARS = 20_000
 
 
-async def expand_bangs(session: Session, name: str, prompt: str) -> str:
+async def expand_bangs(session: SessionHost, name: str, prompt: str) -> str:
     """`prompt` with each `` !`command` `` replaced by the command's output (or why it did not run)."""
     matches = list(BANG.finditer(prompt))
     if not matches:
@@ -41,7 +41,7 @@ async def expand_bangs(session: Session, name: str, prompt: str) -> str:
     return "".join(parts)
 
 
-async def _one(session: Session, name: str, tool: Tool | None, command: str) -> str:
+async def _one(session: SessionHost, name: str, tool: Tool | None, command: str) -> str:
     from kimicode.ui import approvals
 
     agent = session.agent

@@ -11,7 +11,7 @@ from kimicode.ui.toolbar import short_path
 
 if TYPE_CHECKING:
     from kimicode.permissions.policy import Rules
-    from kimicode.ui.app import Session
+    from kimicode.ui.host import SessionHost
 
 __all__ = ["CLAUDE_COMMANDS", "rule_lines"]
 
@@ -38,7 +38,7 @@ def rule_lines(rules: Rules) -> list[str]:
     return out
 
 
-async def cmd_hooks(session: Session, arg: str) -> None:
+async def cmd_hooks(session: SessionHost, arg: str) -> None:
     """/hooks: every hook of the session, by event, with its file."""
     hooks = session.agent.extras.hooks
     specs = hooks.set.all() if hooks is not None else []
@@ -53,7 +53,7 @@ async def cmd_hooks(session: Session, arg: str) -> None:
         session.say(f"  {spec.event}{matcher}: {_clean(spec.command, 80)}  ({_tail(spec.source, 50)})", "dim")
 
 
-async def cmd_agents(session: Session, arg: str) -> None:
+async def cmd_agents(session: SessionHost, arg: str) -> None:
     """/agents: the custom subagents the task tool can run."""
     found = session.agent.extras.found
     agents = found.agents if found is not None else {}
@@ -66,7 +66,7 @@ async def cmd_agents(session: Session, arg: str) -> None:
         session.say(f"  {name}  {_clean(agent.description, 90)} ({short_path(agent.path, 50)})", "dim")
 
 
-async def cmd_plugin(session: Session, arg: str) -> None:
+async def cmd_plugin(session: SessionHost, arg: str) -> None:
     """/plugin: the plugins in use; installing is `kimicode plugin add` in a shell."""
     found = session.agent.extras.found
     plugins = found.plugins if found is not None else []
@@ -81,7 +81,7 @@ async def cmd_plugin(session: Session, arg: str) -> None:
                 "session.", "dim")
 
 
-async def cmd_mcp(session: Session, arg: str) -> None:
+async def cmd_mcp(session: SessionHost, arg: str) -> None:
     """/mcp: the MCP servers of the session and their state."""
     manager = session.agent.extras.mcp
     if manager is None or not manager.servers:
@@ -94,7 +94,7 @@ async def cmd_mcp(session: Session, arg: str) -> None:
         session.say(f"  {state.config.name} ({state.status}{extra})  {_clean(state.config.source, 60)}", "dim")
 
 
-async def cmd_memory(session: Session, arg: str) -> None:
+async def cmd_memory(session: SessionHost, arg: str) -> None:
     """/memory: the instruction files in the system prompt (Claude Code's memory)."""
     from kimicode.config.agentsmd import instruction_files
 
@@ -109,7 +109,7 @@ async def cmd_memory(session: Session, arg: str) -> None:
         session.say(f"  {short_path(f.path, 100)}" + (" (cut)" if f.truncated else ""), "dim")
 
 
-async def cmd_status(session: Session, arg: str) -> None:
+async def cmd_status(session: SessionHost, arg: str) -> None:
     """/status: the model, endpoint, workspace, mode and session."""
     agent = session.agent
     session.say(f"Model: {agent.endpoint.model} at {_clean(agent.endpoint.base_url, 80)}")
@@ -118,12 +118,12 @@ async def cmd_status(session: Session, arg: str) -> None:
                 "checks the whole setup)", "dim")
 
 
-async def cmd_doctor(session: Session, arg: str) -> None:
+async def cmd_doctor(session: SessionHost, arg: str) -> None:
     session.say("kimicode's check is a shell command: `kimicode doctor` (key, endpoint, model, context window, "
                 "sandbox, MCP servers, and what of a Claude Code setup is not used).")
 
 
-async def cmd_export(session: Session, arg: str) -> None:
+async def cmd_export(session: SessionHost, arg: str) -> None:
     session.say(f"kimicode exports from a shell: `kimicode sessions export {session.agent.session_id}` (Markdown "
                 "or JSON of this session).")
 

@@ -10,12 +10,12 @@ from kimicode.ui.format import tokens
 
 if TYPE_CHECKING:
     from kimicode.context.compact import CompactionResult
-    from kimicode.ui.app import Session
+    from kimicode.ui.host import SessionHost
 
 __all__ = ["cmd_compact"]
 
 
-async def cmd_compact(session: Session, arg: str) -> None:
+async def cmd_compact(session: SessionHost, arg: str) -> None:
     agent = session.agent
 
     warnings: list[Notice] = []  # said after the outcome, unless its own line says the same (once, whole)

@@ -60,10 +60,8 @@ def describe_call(name: str, args: Mapping[str, Any], limit: int = 160) -> str:
     return sanitize(_describe_call(name, args, limit), sequences="escape", newlines=False)
 
 
-def _describe_call(name: str, args: Mapping[str, Any], limit: int) -> str:
-    path = args.get("path")
-    if isinstance(path, str) and name in _FILE_CALLS:
-        return _FILE_CALLS[name](path, args)
+def _describe_work(name: str, args: Mapping[str, Any], limit: int) -> str | None:
+    """A todo list, subagent task or command call in a line (None for other calls)."""
     if name == "todo_write" and isinstance(args.get("todos"), list):
         return f"todo_write ({_count(len(args['todos']), 'task')})"
     description = args.get("description")
@@ -72,6 +70,15 @@ def _describe_call(name: str, args: Mapping[str, Any], limit: int) -> str:
     command = args.get("command")
     if isinstance(command, str):
         return f"{name}: {one_line(command, limit)}"
+    return None
+
+
+def _describe_call(name: str, args: Mapping[str, Any], limit: int) -> str:
+    path = args.get("path")
+    if isinstance(path, str) and name in _FILE_CALLS:
+        return _FILE_CALLS[name](path, args)
+    if (described := _describe_work(name, args, limit)) is not None:
+        return described
     query = args.get("query")
     if name == "web_search" and isinstance(query, str):
         return f"web_search: {one_line(query, limit)}"

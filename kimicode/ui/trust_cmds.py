@@ -88,6 +88,15 @@ def _changed_since_trusted(home: Path, where: Path) -> list[str] | None:
     return None if was_declined(home, where) else []
 
 
+def _show_trust(session: Session, where: Path, trusted: bool) -> None:
+    """/trust alone: whether `where` is trusted, what it brings, and how to change it."""
+    items = project_brings(where)
+    state = "trusted" if trusted else "not trusted"
+    nothing = "It brings no hooks, MCP servers, skills, agents or commands."
+    brings = f"It brings:\n{listing(items)}" if items else nothing
+    session.say(f"This workspace ({where}) is {state}. {brings}\n/trust {'off' if trusted else 'on'} changes it.")
+
+
 async def cmd_trust(session: Session, arg: str) -> None:
     """/trust [on|off]: show whether this workspace is trusted and what it brings, or change it."""
     where = session.workspace.expanduser().resolve()
@@ -97,11 +106,7 @@ async def cmd_trust(session: Session, arg: str) -> None:
         session.say("Usage: /trust [on|off]", "yellow")
         return
     if not word:
-        items = project_brings(where)
-        state = "trusted" if trusted else "not trusted"
-        nothing = "It brings no hooks, MCP servers, skills, agents or commands."
-        brings = f"It brings:\n{listing(items)}" if items else nothing
-        session.say(f"This workspace ({where}) is {state}. {brings}\n/trust {'off' if trusted else 'on'} changes it.")
+        _show_trust(session, where, trusted)
         return
     want = word in ("on", "yes")
     if want == trusted and not (want and seen_changes(session.home, where)):

@@ -8,7 +8,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kimicode.ui.app import Session
+    from kimicode.ui.host import SessionHost
 
 __all__ = ["learn_window"]
 
@@ -16,7 +16,7 @@ _RUNNING: set[asyncio.Task[None]] = set()
 """The tasks under way (a task nobody references may be collected before it finishes)."""
 
 
-def learn_window(session: Session) -> asyncio.Task[None] | None:
+def learn_window(session: SessionHost) -> asyncio.Task[None] | None:
     """Start asking about the window (once per agent); the prompt is redrawn when the answer is in."""
     parts = session.agent.parts
     if parts.window_discovered:
