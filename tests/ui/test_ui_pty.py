@@ -51,7 +51,6 @@ def roles(body: dict[str, Any]) -> list[str]:
     return [m["role"] for m in body["messages"]]
 
 
-
 def test_streamed_answer_renders_markdown_and_toolbar_context_changes(
     start: Callable[..., Terminal], server: FakeServer
 ) -> None:
