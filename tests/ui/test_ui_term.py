@@ -308,7 +308,8 @@ def test_esc_then_enter_interrupts_and_sends_the_queued_message_now(
     open_term: Callable[..., SizedTerminal], server: FakeServer
 ) -> None:
     server.add(
-        Reply(content=" ".join(f"u{i}" for i in range(400)), chunk_size=4, chunk_delay=0.02),
+        # long enough (~50 s) that a loaded machine reads the typed line while it streams: it is interrupted
+        Reply(content=" ".join(f"u{i}" for i in range(2000)), chunk_size=4, chunk_delay=0.02),
         Reply(content="changed course"),
     )
     term = open_term()
