@@ -337,7 +337,7 @@ async def discover_window(
 
 async def _ask_bounded(base_url: str, api_key: str, model: str, headers: Mapping[str, str],
                        timeout: float, hint: ServerInfo | None) -> ServerInfo | None:
-    _warm()
+    await asyncio.to_thread(_warm)  # an import and a CA store load: not on the event loop
     try:
         return await asyncio.wait_for(_ask(base_url, api_key, model, headers, timeout, hint), timeout)
     except Exception:  # discovery is a hint: any failure (network, protocol, timeout) means "not said"
@@ -372,7 +372,7 @@ async def count_request(
             tokens = counted.json().get("tokens") if counted.status_code == 200 else None
             return len(tokens) if isinstance(tokens, list) and tokens else None
 
-    _warm()
+    await asyncio.to_thread(_warm)  # an import and a CA store load: not on the event loop
     try:
         return await asyncio.wait_for(ask(), timeout)
     except Exception:  # a hint like discovery: the request itself reports real errors
