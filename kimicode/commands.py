@@ -109,8 +109,9 @@ def load_dir(
         description = meta.get("description") or (first[:77] + "…" if len(first) > 80 else first)
         name = ":".join((prefix, *parts) if prefix else parts)
         allowed = tuple(t.strip() for t in _split_rules(meta.get("allowed-tools", "")) if t.strip())
-        out[name] = CustomCommand(name, description, body, path, scope, meta.get("argument-hint", ""), allowed,
-                                  meta.get("model", ""))
+        out[name] = CustomCommand(
+            name, description, body, path, scope, meta.get("argument-hint", ""), allowed, meta.get("model", "")
+        )
     return out
 
 

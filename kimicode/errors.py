@@ -94,8 +94,10 @@ class ModelError(KimicodeError):
         if kind is None:
             kind = type(self).default_kind
             if kind is None:
-                raise TypeError("ModelError(message, kind) needs a kind (transient, auth, quota, context_length, "
-                                "bad_request, protocol), or use its subclass: RateLimitError(message), ...")
+                raise TypeError(
+                    "ModelError(message, kind) needs a kind (transient, auth, quota, context_length, "
+                    "bad_request, protocol), or use its subclass: RateLimitError(message), ..."
+                )
             status = type(self).default_status if status is None else status
         super().__init__(message)
         self.message, self.kind, self.status = message, kind, status
@@ -228,9 +230,7 @@ class ErrorInfo(str):
         return str(self)
 
     def __repr__(self) -> str:
-        return (
-            f"ErrorInfo({str(self)!r}, kind={self.kind!r}, status={self.status!r}, retry_after={self.retry_after!r})"
-        )
+        return f"ErrorInfo({str(self)!r}, kind={self.kind!r}, status={self.status!r}, retry_after={self.retry_after!r})"
 
     @classmethod
     def of(cls, err: ModelError) -> ErrorInfo:
@@ -280,7 +280,9 @@ def out_of_descriptors(exc: BaseException | None) -> str | None:
                 limit = f" (the limit is {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}: `ulimit -n`)"
             except (ImportError, OSError, ValueError):
                 limit = ""
-            return (f"this process has run out of file descriptors: too many open files{limit}. Close the agents "
-                    "no longer used (`await agent.aclose()`), or raise the limit")
+            return (
+                f"this process has run out of file descriptors: too many open files{limit}. Close the agents "
+                "no longer used (`await agent.aclose()`), or raise the limit"
+            )
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None

@@ -13,8 +13,10 @@ from typing import Any, Literal, NoReturn
 
 
 def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
-    raise TypeError("this is a read-only copy of kimicode's data (a message or tool arguments): "
-                    "copy.deepcopy() it to get one you can change")
+    raise TypeError(
+        "this is a read-only copy of kimicode's data (a message or tool arguments): "
+        "copy.deepcopy() it to get one you can change"
+    )
 
 
 class ReadOnlyDict(dict[str, Any]):
@@ -68,6 +70,7 @@ def thawed(value: Any) -> Any:
     if isinstance(value, list):
         return [thawed(v) for v in value]
     return value
+
 
 TurnStatus = Literal["success", "error", "max_turns", "repeat_limit", "interrupted", "invalid_output"]
 """`invalid_output`: structured output whose answers never matched the schema (agent/structured.py)."""

@@ -26,8 +26,9 @@ def git_env(**extra: str) -> dict[str, str]:
 def run_git(cwd: Path | str, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """`git ARGS` in `cwd` with the scrubbed environment, text output captured; never raises on git's exit code
     (OSError when git cannot be started, TimeoutExpired after `timeout`)."""
-    return subprocess.run(["git", *args], cwd=cwd, env=git_env(), capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=git_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def failure(args: Sequence[str], proc: subprocess.CompletedProcess[str]) -> str:

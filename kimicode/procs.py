@@ -64,8 +64,7 @@ def _prctl(option: int, arg: int) -> int | None:
         return None
     try:
         libc = _libc()
-        result: int = libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                                 ctypes.c_ulong(0))
+        result: int = libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
     except (OSError, AttributeError):
         return None
     return result

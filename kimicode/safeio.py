@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "NotRegularFileError", "kind_of", "private_dirs", "private_open", "private_write", "read_regular",
+    "NotRegularFileError",
+    "kind_of",
+    "private_dirs",
+    "private_open",
+    "private_write",
+    "read_regular",
     "read_small_text",
 ]
 

@@ -41,8 +41,15 @@ FILLERS: Final = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 """Letters (category Lo/So) that draw nothing: a name made of them looks empty or like another."""
 
 
-_IGNORABLE: Final = ((0x034F, 0x034F), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2065, 0x2065), (0xFFF0, 0xFFF8),
-                     (0xE0000, 0xE00FF), (0xE01F0, 0xE0FFF))
+_IGNORABLE: Final = (
+    (0x034F, 0x034F),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x2065, 0x2065),
+    (0xFFF0, 0xFFF8),
+    (0xE0000, 0xE00FF),
+    (0xE01F0, 0xE0FFF),
+)
 """Unicode's default-ignorable code points that are not format characters (DerivedCoreProperties:
 Other_Default_Ignorable_Code_Point and the Mongolian variation selectors): U+034F COMBINING GRAPHEME
 JOINER, Khmer inherent vowels, reserved ranges. They draw nothing. The variation selectors U+FE00-FE0F
@@ -100,9 +107,7 @@ def _fix(match: re.Match[str], newlines: bool) -> str:
     return _escaped(ch) if _is_unsafe(ch) or (ch == "\n" and not newlines) else ch
 
 
-def sanitize(
-    text: str, *, sequences: Literal["strip", "escape"] = "strip", newlines: bool = True
-) -> str:
+def sanitize(text: str, *, sequences: Literal["strip", "escape"] = "strip", newlines: bool = True) -> str:
     """`text` safe to print in a terminal (see the module docstring); plain text is returned unchanged."""
     ascii_only = _ASCII_UNSAFE_KEEP_NL if newlines else _ASCII_UNSAFE
     unsafe = ascii_only if text.isascii() else _unsafe_pattern(newlines)

@@ -67,8 +67,9 @@ class Editor:
         chosen = next(o for o in options if o.kind == answer)
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=chosen.option_id))
 
-    async def read_text_file(self, session_id: str, path: str, line: int | None = None, limit: int | None = None,
-                             **kwargs: Any) -> ReadTextFileResponse:
+    async def read_text_file(
+        self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any
+    ) -> ReadTextFileResponse:
         self.reads.append(path)
         if path in self.buffers:
             return ReadTextFileResponse(content=self.buffers[path])
@@ -82,9 +83,16 @@ class Editor:
         self.buffers[path] = content  # into the buffer, not saved: the disk keeps the old text
         return WriteTextFileResponse()
 
-    async def create_terminal(self, session_id: str, command: str, args: list[str] | None = None, env: Any = None,
-                              cwd: str | None = None, output_byte_limit: int | None = None,
-                              **kwargs: Any) -> CreateTerminalResponse:
+    async def create_terminal(
+        self,
+        session_id: str,
+        command: str,
+        args: list[str] | None = None,
+        env: Any = None,
+        cwd: str | None = None,
+        output_byte_limit: int | None = None,
+        **kwargs: Any,
+    ) -> CreateTerminalResponse:
         argv = [command, *(args or [])]
         self.commands.append(argv)
         environ = dict(os.environ, **{e.name: e.value for e in env or ()})
@@ -96,11 +104,13 @@ class Editor:
         self.terminals[tid] = proc
         return CreateTerminalResponse(terminal_id=tid)
 
-    async def wait_for_terminal_exit(self, session_id: str, terminal_id: str,
-                                     **kwargs: Any) -> WaitForTerminalExitResponse:
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> WaitForTerminalExitResponse:
         code = await asyncio.to_thread(self.terminals[terminal_id].wait)
-        return WaitForTerminalExitResponse(exit_code=code if code >= 0 else None,
-                                           signal=None if code >= 0 else f"SIG{-code}")
+        return WaitForTerminalExitResponse(
+            exit_code=code if code >= 0 else None, signal=None if code >= 0 else f"SIG{-code}"
+        )
 
     async def terminal_output(self, session_id: str, terminal_id: str, **kwargs: Any) -> TerminalOutputResponse:
         proc = self.terminals[terminal_id]
@@ -130,16 +140,24 @@ def capabilities(fs: bool = True, terminal: bool = False) -> ClientCapabilities:
 
 
 @contextlib.asynccontextmanager
-async def kimicode_acp(editor: Editor, command: list[str], env: dict[str, str], cwd: Path,
-                       log: Path, messages: list[dict[str, Any]] | None = None) -> AsyncIterator[Any]:
+async def kimicode_acp(
+    editor: Editor,
+    command: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    log: Path,
+    messages: list[dict[str, Any]] | None = None,
+) -> AsyncIterator[Any]:
     """`kimicode acp` as a subprocess, connected to `editor`; `messages` collects the raw exchange."""
     observers = []
     if messages is not None:
+
         def observe(event: Any) -> None:
             messages.append({"direction": event.direction.value, "message": event.message})
 
         observers.append(observe)
     with log.open("ab") as err:
-        async with spawn_agent_process(editor, command[0], *command[1:], env=env, cwd=cwd,
-                                       transport_kwargs={"stderr": err}, observers=observers) as (conn, proc):
+        async with spawn_agent_process(
+            editor, command[0], *command[1:], env=env, cwd=cwd, transport_kwargs={"stderr": err}, observers=observers
+        ) as (conn, proc):
             yield conn, proc

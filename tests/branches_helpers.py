@@ -33,10 +33,13 @@ def git_project(ws: Path) -> None:
 def dot_git_state(ws: Path) -> dict[str, str]:
     """What a user sees of their repository: branches (without kimicode's), HEAD, index, status, stash."""
     return {
-        "head": git(ws, "rev-parse", "HEAD"), "branch": git(ws, "rev-parse", "--abbrev-ref", "HEAD"),
-        "branches": "\n".join(b for b in git(ws, "branch", "--list", "--format=%(refname)").split("\n")
-                              if "kimicode/" not in b),
-        "index": (ws / ".git" / "index").read_bytes().hex(), "stash": git(ws, "stash", "list"),
+        "head": git(ws, "rev-parse", "HEAD"),
+        "branch": git(ws, "rev-parse", "--abbrev-ref", "HEAD"),
+        "branches": "\n".join(
+            b for b in git(ws, "branch", "--list", "--format=%(refname)").split("\n") if "kimicode/" not in b
+        ),
+        "index": (ws / ".git" / "index").read_bytes().hex(),
+        "stash": git(ws, "stash", "list"),
         "config": (ws / ".git" / "config").read_text(),
     }
 

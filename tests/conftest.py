@@ -56,4 +56,3 @@ def make_agent(server: FakeServer, workspace: Path, tmp_path: Path) -> Callable[
         return Agent(options, **opts)
 
     return make
-

@@ -35,8 +35,9 @@ MCP_DEMO = TESTS / "mcp" / "demo_server.py"
 """A real stdio MCP server written with the official SDK, for the tests that start one."""
 
 
-def history_problems(messages: list[dict[str, Any]], *, system_first: bool = False,
-                     alternating: bool = False) -> list[str]:
+def history_problems(
+    messages: list[dict[str, Any]], *, system_first: bool = False, alternating: bool = False
+) -> list[str]:
     """What a strict chat-completions server would reject in `messages`, one sentence per problem: a tool
     result without its call (or twice), a message before every call of the assistant message before it has
     its result, a call left without a result, a call without an id or with its message's other call's id, an
@@ -120,8 +121,7 @@ def kimicode_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "kimicode"]
 
 
-def command_env(home: Path, server: FakeServer | None = None, *, key: str = TEST_KEY,
-                **extra: str) -> dict[str, str]:
+def command_env(home: Path, server: FakeServer | None = None, *, key: str = TEST_KEY, **extra: str) -> dict[str, str]:
     """The environment for the installed `kimicode` run as a child process: this one's without kimicode's
     own variables, `home` as KIMICODE_HOME, fast retries, and with a `server`, its address and `key`;
     `extra` last (e.g. `HOME=...`, or `KIMICODE_RETRY_BASE_DELAY=...` to change the retries)."""
@@ -133,13 +133,27 @@ def command_env(home: Path, server: FakeServer | None = None, *, key: str = TEST
     return env
 
 
-def headless_json(server: FakeServer, home: Path, cwd: Path, *args: str, prompt: str = "x",
-                  key: str = TEST_KEY, timeout: float = 60, **extra: str) -> tuple[int, dict[str, Any], str]:
+def headless_json(
+    server: FakeServer,
+    home: Path,
+    cwd: Path,
+    *args: str,
+    prompt: str = "x",
+    key: str = TEST_KEY,
+    timeout: float = 60,
+    **extra: str,
+) -> tuple[int, dict[str, Any], str]:
     """Run `kimicode -p PROMPT --output-format json ARGS` in `cwd` against `server` (environment as
     `command_env`); (exit code, the result object or {} when stdout is empty, stderr). A traceback fails."""
-    done = subprocess.run([*kimicode_command(), "-p", prompt, "--output-format", "json", *args],
-                          env=command_env(home, server, key=key, **extra), cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [*kimicode_command(), "-p", prompt, "--output-format", "json", *args],
+        env=command_env(home, server, key=key, **extra),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}, done.stderr
 
@@ -202,8 +216,23 @@ def tiny_fs_problem(tmp: Path) -> str | None:
         return "bubblewrap (bwrap) is not installed"
     mnt = tmp / "probe"
     mnt.mkdir()
-    proc = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--size", str(1 << 20), "--tmpfs", str(mnt),
-                           "sh", "-c", f"! head -c 2000000 /dev/zero > {mnt}/x"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "bwrap",
+            "--dev-bind",
+            "/",
+            "/",
+            "--size",
+            str(1 << 20),
+            "--tmpfs",
+            str(mnt),
+            "sh",
+            "-c",
+            f"! head -c 2000000 /dev/zero > {mnt}/x",
+        ],
+        capture_output=True,
+        text=True,
+    )
     return None if proc.returncode == 0 else f"bwrap cannot mount a sized tmpfs here: {proc.stderr.strip()}"
 
 
@@ -294,8 +323,7 @@ class MemoryStore:
     """A caller's session store (`kimicode.SessionStore`): every record in a dict; `fail(record)` true makes
     `append` raise `error` (a store that is down)."""
 
-    def __init__(self, fail: Callable[[dict[str, Any]], bool] | None = None,
-                 error: type[Exception] = OSError) -> None:
+    def __init__(self, fail: Callable[[dict[str, Any]], bool] | None = None, error: type[Exception] = OSError) -> None:
         self.sessions: dict[str, list[dict[str, Any]]] = {}
         self.fail, self.error = fail, error
 

@@ -42,9 +42,22 @@ class LoopbackCluster:
     def start(self) -> None:
         env = {**os.environ, **LOOPBACK_ENV}
         ray = str(Path(sys.executable).parent / "ray")
-        head = [ray if os.path.exists(ray) else "ray", "start", "--head", "--node-ip-address", "127.0.0.1",
-                "--port", self.address.rsplit(":", 1)[1], "--num-cpus", "1", "--include-dashboard", "false",
-                "--disable-usage-stats", "--temp-dir", str(self.temp)]
+        head = [
+            ray if os.path.exists(ray) else "ray",
+            "start",
+            "--head",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            self.address.rsplit(":", 1)[1],
+            "--num-cpus",
+            "1",
+            "--include-dashboard",
+            "false",
+            "--disable-usage-stats",
+            "--temp-dir",
+            str(self.temp),
+        ]
         second = {**env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
         for argv, environ in ((head, env), ([sys.executable, "-c", SECOND_NODE, self.address], second)):
             proc = subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=120)

@@ -15,8 +15,9 @@ from rich.console import Console
 from kimicode.testing import FakeServer
 
 
-def plain_session(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch, *, width: int = 120,
-                  **options: Any) -> Any:
+def plain_session(
+    server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch, *, width: int = 120, **options: Any
+) -> Any:
     """A terminal `Session` on a plain console (no colours, no terminal) against the fake server, with fast
     retries; `options` are more `SessionOptions` (e.g. `permission_mode="yolo"`). The key and endpoint come from
     the environment, as a user's terminal session gets them."""

@@ -39,8 +39,9 @@ def rule_for(request: ApprovalRequest) -> Rule | None:
 
 def options_for(request: ApprovalRequest, rule: Rule | None) -> list[PermissionOption]:
     """allow once, allow always (naming the rule), reject."""
-    always = (f"Always allow `{rule.raw}` this session" if rule is not None
-              else "Always allow this exact call this session")
+    always = (
+        f"Always allow `{rule.raw}` this session" if rule is not None else "Always allow this exact call this session"
+    )
     return [
         PermissionOption(option_id=ONCE, name="Allow once", kind="allow_once"),
         PermissionOption(option_id=ALWAYS, name=always, kind="allow_always"),
@@ -61,9 +62,13 @@ def question(request: ApprovalRequest, workspace: Path) -> ToolCallUpdate:
     if request.reason:
         content.append(tool_content(text_block(f"kimicode asks because {request.reason}")))
     return ToolCallUpdate(
-        tool_call_id=request.call_id, title=tool_title(request.tool, request.arguments),
-        kind=acp_kind(request.tool, request.kind), status="pending", content=content or None,
-        locations=tool_locations(request.arguments, workspace) or None, raw_input=dict(request.arguments),
+        tool_call_id=request.call_id,
+        title=tool_title(request.tool, request.arguments),
+        kind=acp_kind(request.tool, request.kind),
+        status="pending",
+        content=content or None,
+        locations=tool_locations(request.arguments, workspace) or None,
+        raw_input=dict(request.arguments),
     )
 
 

@@ -64,8 +64,13 @@ class ClientTerminals:
     """`CommandRunner` through the client's terminal/* methods: create, show it in the tool call, wait
     (bounded by the timeout), read the output, release; a cancelled or timed-out command is killed."""
 
-    def __init__(self, conn: Any, session_id: str, mask: Callable[[str], str] | None = None,
-                 show: Callable[[Any], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        session_id: str,
+        mask: Callable[[str], str] | None = None,
+        show: Callable[[Any], Awaitable[None]] | None = None,
+    ) -> None:
         self.conn = conn
         self.session_id = session_id
         self.mask = mask
@@ -78,7 +83,11 @@ class ClientTerminals:
         # environment, and secrets of this process must not travel in the request.
         variables = [EnvVariable(name=k, value=v) for k, v in SHELL_ENV.items()]
         created = await self.conn.create_terminal(
-            session_id=sid, command="/bin/bash", args=["-c", command], cwd=cwd, env=variables,
+            session_id=sid,
+            command="/bin/bash",
+            args=["-c", command],
+            cwd=cwd,
+            env=variables,
             output_byte_limit=HEAD_BYTES + TAIL_BYTES,
         )
         tid = created.terminal_id
@@ -86,8 +95,9 @@ class ClientTerminals:
         timed_out = False
         try:
             if self.show is not None and call_id:
-                await self.show(update_tool_call(
-                    call_id, content=[TerminalToolCallContent(type="terminal", terminal_id=tid)]))
+                await self.show(
+                    update_tool_call(call_id, content=[TerminalToolCallContent(type="terminal", terminal_id=tid)])
+                )
             try:
                 async with asyncio.timeout(timeout):
                     await self.conn.wait_for_terminal_exit(session_id=sid, terminal_id=tid)
@@ -113,6 +123,10 @@ class ClientTerminals:
             code = -15 if "TERM" in status.signal else -9
         if out.truncated:
             text = "[the beginning of the output was cut by the editor]\n" + text
-        return ShellOutcome(output=text, returncode=code, timed_out=timed_out,
-                            lines=text.count("\n") + (0 if text.endswith("\n") or not text else 1),
-                            total_bytes=len(text.encode("utf-8", errors="replace")))
+        return ShellOutcome(
+            output=text,
+            returncode=code,
+            timed_out=timed_out,
+            lines=text.count("\n") + (0 if text.endswith("\n") or not text else 1),
+            total_bytes=len(text.encode("utf-8", errors="replace")),
+        )

@@ -59,8 +59,11 @@ def mcp_entries(servers: list[Any] | None) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for server in servers or ():
         if isinstance(server, McpServerStdio):
-            out[server.name] = {"command": server.command, "args": list(server.args),
-                                "env": {e.name: e.value for e in server.env}}
+            out[server.name] = {
+                "command": server.command,
+                "args": list(server.args),
+                "env": {e.name: e.value for e in server.env},
+            }
         elif isinstance(server, HttpMcpServer):
             out[server.name] = {"url": server.url, "headers": {h.name: h.value for h in server.headers}}
         else:
@@ -104,8 +107,9 @@ class KimicodeAcp:
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
 
-    async def initialize(self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None,
-                         **kwargs: Any) -> InitializeResponse:
+    async def initialize(
+        self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None, **kwargs: Any
+    ) -> InitializeResponse:
         from kimicode._version import __version__
 
         self.caps = client_capabilities
@@ -117,17 +121,21 @@ class KimicodeAcp:
                 load_session=True,
                 prompt_capabilities=PromptCapabilities(image=True, audio=False, embedded_context=True),
                 mcp_capabilities=McpCapabilities(http=True, sse=False),
-                session_capabilities=SessionCapabilities(list=SessionListCapabilities(),
-                                                         resume=SessionResumeCapabilities(),
-                                                         close=SessionCloseCapabilities()),
+                session_capabilities=SessionCapabilities(
+                    list=SessionListCapabilities(), resume=SessionResumeCapabilities(), close=SessionCloseCapabilities()
+                ),
             ),
             agent_info=Implementation(name="kimicode", title="kimicode", version=__version__),
             auth_methods=[],
         )
 
     async def authenticate(self, method_id: str, **kwargs: Any) -> AuthenticateResponse | None:
-        raise RequestError.invalid_params({"details": "kimicode has no ACP authentication methods: set KIMI_API_KEY "
-                                           "(or run `kimicode` once in a terminal to store a key)"})
+        raise RequestError.invalid_params(
+            {
+                "details": "kimicode has no ACP authentication methods: set KIMI_API_KEY "
+                "(or run `kimicode` once in a terminal to store a key)"
+            }
+        )
 
     def _build(self, cwd: str, mcp_servers: list[Any] | None, resume: str | None = None) -> AcpSession:
         from kimicode.agent.core import Agent
@@ -203,8 +211,9 @@ class KimicodeAcp:
         self._announce(session)
         return NewSessionResponse(session_id=session.id, modes=modes(session.agent.permission_mode))
 
-    async def load_session(self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None,
-                           **kwargs: Any) -> LoadSessionResponse:
+    async def load_session(
+        self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None, **kwargs: Any
+    ) -> LoadSessionResponse:
         old = self.sessions.pop(session_id, None)
         if old is not None:
             await old.agent.aclose()
@@ -213,8 +222,9 @@ class KimicodeAcp:
         self._announce(session)
         return LoadSessionResponse(modes=modes(session.agent.permission_mode))
 
-    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None,
-                            **kwargs: Any) -> ListSessionsResponse:
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
+    ) -> ListSessionsResponse:
         """`session/list`: the saved sessions (of `cwd` when given), most recent first, LIST_PAGE at a time;
         the cursor is the position of the next page. Sessions never prompted are listed too (loadable)."""
         from kimicode.config.endpoint import kimicode_home
@@ -224,14 +234,22 @@ class KimicodeAcp:
         if cursor and not cursor.isdigit():
             raise RequestError.invalid_params({"details": f"not a cursor from session/list: {cursor!r}"})
         found = list_sessions(kimicode_home(), cwd, include_empty=True)
-        page = found[start:start + LIST_PAGE]
-        infos = [SessionInfo(session_id=i.id, cwd=i.workspace, title=i.first_prompt[:120] or None,
-                             updated_at=i.updated.isoformat().replace("+00:00", "Z")) for i in page]
+        page = found[start : start + LIST_PAGE]
+        infos = [
+            SessionInfo(
+                session_id=i.id,
+                cwd=i.workspace,
+                title=i.first_prompt[:120] or None,
+                updated_at=i.updated.isoformat().replace("+00:00", "Z"),
+            )
+            for i in page
+        ]
         more = start + LIST_PAGE < len(found)
         return ListSessionsResponse(sessions=infos, next_cursor=str(start + LIST_PAGE) if more else None)
 
-    async def resume_session(self, session_id: str, cwd: str, mcp_servers: list[Any] | None = None,
-                             **kwargs: Any) -> ResumeSessionResponse:
+    async def resume_session(
+        self, session_id: str, cwd: str, mcp_servers: list[Any] | None = None, **kwargs: Any
+    ) -> ResumeSessionResponse:
         """`session/resume`: continue a saved session without streaming its history back (`session/load`
         does); a session already open in this process is answered as it is."""
         session = self.sessions.get(session_id)
@@ -361,8 +379,14 @@ async def serve(settings: dict[str, Any] | None = None) -> int:
 def _terminal_notice(sandboxed: bool) -> tuple[str, Literal["info", "warning"]]:
     """Which boundary commands in the editor's terminal have (said once per session)."""
     if sandboxed:
-        return ("Commands run in the editor's terminal inside kimicode's sandbox (bubblewrap), as they would "
-                "in kimicode's own shell: what runs without asking (yolo included) is confined; what you approve "
-                "runs as approved", "info")
-    return ("Commands run in the editor's terminal without kimicode's sandbox (it is off or unavailable here): "
-            "in yolo mode nothing confines them", "warning")
+        return (
+            "Commands run in the editor's terminal inside kimicode's sandbox (bubblewrap), as they would "
+            "in kimicode's own shell: what runs without asking (yolo included) is confined; what you approve "
+            "runs as approved",
+            "info",
+        )
+    return (
+        "Commands run in the editor's terminal without kimicode's sandbox (it is off or unavailable here): "
+        "in yolo mode nothing confines them",
+        "warning",
+    )

@@ -49,8 +49,12 @@ MODE_NAMES = {
     "yolo": ("Yolo", "Everything runs without asking (deny rules still apply)"),
 }
 
-STOP_REASONS = {"success": "end_turn", "interrupted": "cancelled", "max_turns": "max_turn_requests",
-                "repeat_limit": "max_turn_requests"}
+STOP_REASONS = {
+    "success": "end_turn",
+    "interrupted": "cancelled",
+    "max_turns": "max_turn_requests",
+    "repeat_limit": "max_turn_requests",
+}
 
 ERROR_CODES = {"auth": -32000}
 """JSON-RPC codes for turn errors: `auth` is ACP's "authentication required"; the rest are internal errors
@@ -71,21 +75,27 @@ def modes(current: str) -> SessionModeState:
     """The permission modes as ACP session modes."""
     return SessionModeState(
         current_mode_id=current,
-        available_modes=[SessionMode(id=m, name=MODE_NAMES.get(m, (m, ""))[0],
-                                     description=MODE_NAMES.get(m, ("", ""))[1]) for m in PERMISSION_MODES],
+        available_modes=[
+            SessionMode(id=m, name=MODE_NAMES.get(m, (m, ""))[0], description=MODE_NAMES.get(m, ("", ""))[1])
+            for m in PERMISSION_MODES
+        ],
     )
 
 
 def stop_reason(finished: TurnFinished) -> PromptResponse:
     """The answer to `session/prompt` for how the turn ended; a failed turn raises its JSON-RPC error."""
     if finished.error_kind == "content_filter" or (
-            finished.error_kind == "bad_request" and CONTENT_FILTERED.match(finished.error or "")):
+        finished.error_kind == "bad_request" and CONTENT_FILTERED.match(finished.error or "")
+    ):
         return PromptResponse(stop_reason="refusal")  # a streamed refusal, or the server's 400 `content_filter`
     reason = STOP_REASONS.get(finished.status)
     if reason is None:
         kind = finished.error_kind or finished.status
-        raise RequestError(ERROR_CODES.get(kind, -32603), finished.error or f"the turn ended with {finished.status}",
-                           {"kind": kind, "status": finished.status})
+        raise RequestError(
+            ERROR_CODES.get(kind, -32603),
+            finished.error or f"the turn ended with {finished.status}",
+            {"kind": kind, "status": finished.status},
+        )
     return PromptResponse(stop_reason=reason)  # type: ignore[arg-type]
 
 
@@ -125,8 +135,9 @@ class AcpSession:
 
     def available_commands(self) -> AvailableCommandsUpdate:
         """The slash commands a prompt may start with: /compact and the custom commands."""
-        listed = [AvailableCommand(name=n, description=d, input=_hint("what to keep"))
-                  for n, d in BUILTIN_COMMANDS.items()]
+        listed = [
+            AvailableCommand(name=n, description=d, input=_hint("what to keep")) for n, d in BUILTIN_COMMANDS.items()
+        ]
         for name, cmd in self.commands.items():
             hint = _hint(cmd.argument_hint) if cmd.argument_hint else None
             listed.append(AvailableCommand(name=name, description=cmd.description or name, input=hint))
@@ -210,8 +221,10 @@ class AcpSession:
         if outcome is None:
             said = "Nothing to compact yet: the conversation is still short."
         else:
-            said = (f"Compacted {outcome.summarized} messages into a summary: ~{outcome.tokens_before} → "
-                    f"~{outcome.tokens_after} tokens.")
+            said = (
+                f"Compacted {outcome.summarized} messages into a summary: ~{outcome.tokens_before} → "
+                f"~{outcome.tokens_after} tokens."
+            )
             if outcome.fallback:
                 said += f" (The summary request failed: {outcome.error or 'no details'}; a simpler summary was kept.)"
         await self.send(update_agent_message_text(said))
@@ -221,8 +234,12 @@ class AcpSession:
         prompt = now.get("prompt_tokens", 0) - before.get("prompt_tokens", 0)
         completion = now.get("completion_tokens", 0) - before.get("completion_tokens", 0)
         cached = now.get("cached_tokens", 0) - before.get("cached_tokens", 0)
-        return Usage(total_tokens=max(0, prompt + completion), input_tokens=max(0, prompt),
-                     output_tokens=max(0, completion), cached_read_tokens=max(0, cached) or None)
+        return Usage(
+            total_tokens=max(0, prompt + completion),
+            input_tokens=max(0, prompt),
+            output_tokens=max(0, completion),
+            cached_read_tokens=max(0, cached) or None,
+        )
 
     def _prompt_text(self, blocks: Sequence[Block]) -> str:
         """The prompt's text: text blocks, embedded resources as quoted context, links as references;
@@ -238,8 +255,10 @@ class AcpSession:
                 if isinstance(res, TextResourceContents):
                     parts.append(f'\n<context uri="{res.uri}">\n{res.text}\n</context>\n')
                 else:
-                    parts.append(f"\n[attached binary resource {res.uri} ({res.mime_type or 'unknown type'}): not "
-                                 "readable as text]\n")
+                    parts.append(
+                        f"\n[attached binary resource {res.uri} ({res.mime_type or 'unknown type'}): not "
+                        "readable as text]\n"
+                    )
             elif isinstance(block, ResourceContentBlock):
                 parts.append(f" {_link_path(block.uri)} ")
             else:
@@ -252,7 +271,8 @@ class AcpSession:
     def _attach_image(self, block: ImageContentBlock) -> None:
         if not self.agent.profile.supports_images:
             raise RequestError.invalid_params(
-                {"details": f"the current model ({self.agent.endpoint.model}) cannot see images"})
+                {"details": f"the current model ({self.agent.endpoint.model}) cannot see images"}
+            )
         try:
             base64.b64decode(block.data, validate=True)
         except (binascii.Error, ValueError):

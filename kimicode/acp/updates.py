@@ -53,9 +53,7 @@ from kimicode.events import (
     ToolOutputDelta,
 )
 
-Update = (
-    AgentMessageChunk | AgentThoughtChunk | UserMessageChunk | ToolCallStart | ToolCallProgress | AgentPlanUpdate
-)
+Update = AgentMessageChunk | AgentThoughtChunk | UserMessageChunk | ToolCallStart | ToolCallProgress | AgentPlanUpdate
 
 ACP_KINDS: Mapping[str, ToolKind] = {
     "read_file": "read",
@@ -115,8 +113,11 @@ def tool_locations(args: Mapping[str, Any], workspace: Path) -> list[ToolCallLoc
         value = args.get(key)
         if isinstance(value, str) and value.strip():
             line = args.get("offset")
-            out.append(ToolCallLocation(path=absolute(value, workspace),
-                                        line=line if isinstance(line, int) and line > 0 else None))
+            out.append(
+                ToolCallLocation(
+                    path=absolute(value, workspace), line=line if isinstance(line, int) and line > 0 else None
+                )
+            )
     return out
 
 
@@ -155,7 +156,7 @@ def text_content(text: str) -> ContentToolCallContent:
     """A tool result as text content, cut for display to its head and its tail: a long command's last lines
     and its `[exit code: N]` line (where a failing build says why) stay in view."""
     if len(text) > MAX_SHOWN_CHARS:
-        head, tail = text[: MAX_SHOWN_CHARS // 2], text[-MAX_SHOWN_CHARS // 2:]
+        head, tail = text[: MAX_SHOWN_CHARS // 2], text[-MAX_SHOWN_CHARS // 2 :]
         text = f"{head}\n… [{len(text) - len(head) - len(tail)} characters not shown] …\n{tail}"
     return tool_content(text_block(text))
 
@@ -163,8 +164,9 @@ def text_content(text: str) -> ContentToolCallContent:
 def plan_update(todos: Sequence[Mapping[str, Any]]) -> AgentPlanUpdate:
     """The todo list as the ACP plan (every entry medium priority: kimicode's list has no priorities)."""
     return update_plan(
-        plan_entry(str(t.get("content", "")), priority="medium",
-                   status=PLAN_STATUS.get(str(t.get("status")), "pending"))
+        plan_entry(
+            str(t.get("content", "")), priority="medium", status=PLAN_STATUS.get(str(t.get("status")), "pending")
+        )
         for t in todos
     )
 
@@ -198,12 +200,15 @@ class Translator:
         call_id = str(call.get("id") or "")
         self.calls[call_id] = (name, args)
         return start_tool_call(
-            call_id, tool_title(name, args), kind=acp_kind(name, self.kind_of(name)), status=status,  # type: ignore[arg-type]
-            locations=tool_locations(args, self.workspace), raw_input=args,
+            call_id,
+            tool_title(name, args),
+            kind=acp_kind(name, self.kind_of(name)),
+            status=status,  # type: ignore[arg-type]
+            locations=tool_locations(args, self.workspace),
+            raw_input=args,
         )
 
-    def finished(self, call_id: str, content: str, is_error: bool,
-                 display: Mapping[str, Any] | None) -> list[Update]:
+    def finished(self, call_id: str, content: str, is_error: bool, display: Mapping[str, Any] | None) -> list[Update]:
         """The updates for a call's result: its status and what it did (a diff for an edit), and the plan
         when the todo list changed."""
         out: list[Update] = []

@@ -106,9 +106,19 @@ def build_parts(
         for msg in messages:
             log.message(msg)
     parts = Parts(
-        resolved=r, options=o, tools=registry, log=log, ctx=ctx, usage=usage, context=context,
-        policy=fence.policy, sandbox=fence.sandbox, sandbox_warning=fence.sandbox_warning, masker=fence.masker,
-        messages=messages, client=ModelClients(lambda: _chat_client(parts), client),
+        resolved=r,
+        options=o,
+        tools=registry,
+        log=log,
+        ctx=ctx,
+        usage=usage,
+        context=context,
+        policy=fence.policy,
+        sandbox=fence.sandbox,
+        sandbox_warning=fence.sandbox_warning,
+        masker=fence.masker,
+        messages=messages,
+        client=ModelClients(lambda: _chat_client(parts), client),
         window_discovered=client is not None,  # a caller's client: no server of ours to ask
         warnings=warnings,
     )
@@ -154,18 +164,25 @@ def resolve(o: AgentOptions, *, own_client: bool = False) -> Resolved:
     if not workspace.is_dir():
         raise ValueError(f"workspace is not a directory: {workspace}")
     config = settings.config
-    window, origin = resolve_window(o.context_window, model_config.context_window, endpoint.model,
-                                    profile.context_window)
+    window, origin = resolve_window(
+        o.context_window, model_config.context_window, endpoint.model, profile.context_window
+    )
     return Resolved(
-        settings=settings, endpoint=endpoint, model_config=model_config, profile=profile, workspace=workspace,
+        settings=settings,
+        endpoint=endpoint,
+        model_config=model_config,
+        profile=profile,
+        workspace=workspace,
         home=o.home.expanduser() if o.home is not None else kimicode_home(),
         session_id=o.session_id or new_session_id(),
         origin=o.origin or ("headless" if o.headless else "library"),
         scope=resolve_scope(o),
         thinking=o.thinking or model_config.reasoning_effort or config.defaults.thinking,
-        context_window=window, window_origin=origin,
-        max_completion_tokens=(o.max_completion_tokens or model_config.max_completion_tokens
-                               or config.context.max_tokens),
+        context_window=window,
+        window_origin=origin,
+        max_completion_tokens=(
+            o.max_completion_tokens or model_config.max_completion_tokens or config.context.max_tokens
+        ),
         own_client=own_client,
     )
 
@@ -199,8 +216,9 @@ class Confinement:
     masker: Masker
 
 
-def confine(o: AgentOptions, r: Resolved, tools: ToolRegistry, ctx: ToolContext, log: SessionLog | None,
-            warnings: list[str]) -> Confinement:
+def confine(
+    o: AgentOptions, r: Resolved, tools: ToolRegistry, ctx: ToolContext, log: SessionLog | None, warnings: list[str]
+) -> Confinement:
     """Permission rules (fixed for the session), the OS sandbox for bash (the registry's own bash is
     replaced by a sandboxed one), and a secret-free, masked environment for the tools (`ctx`)."""
     from kimicode.config.redact import Masker, known_secrets
@@ -215,29 +233,49 @@ def confine(o: AgentOptions, r: Resolved, tools: ToolRegistry, ctx: ToolContext,
     project_file = config_paths(r.workspace, r.home)[1]
     rules = o.rules
     if rules is None:
-        rules = session_rules(r.settings, project_file=project_file, allow=o.allow, deny=o.deny, ask=o.ask,
-                              ignored=ignored, claude_workspace=r.workspace if o.config is not None else None)
+        rules = session_rules(
+            r.settings,
+            project_file=project_file,
+            allow=o.allow,
+            deny=o.deny,
+            ask=o.ask,
+            ignored=ignored,
+            claude_workspace=r.workspace if o.config is not None else None,
+        )
         o = o.replace(rules=rules)  # forks, resumes and subagents keep exactly these rules
     sandbox, sandbox_warning = setup_sandbox(
-        o.sandbox, o.sandbox_network, r.settings, r.workspace, r.home,
-        project_file=project_file, ignored=ignored, session_dir=log.spill_dir if log else None,
+        o.sandbox,
+        o.sandbox_network,
+        r.settings,
+        r.workspace,
+        r.home,
+        project_file=project_file,
+        ignored=ignored,
+        session_dir=log.spill_dir if log else None,
     )
     warnings.extend(ignored)
     ours = tools.get("bash") is BASH
     sandboxed = sandbox is not None and ours and not sandbox.auto  # auto confines what runs unasked only
     policy = Policy(
-        rules, kimicode_home=r.home, sandboxed=sandboxed, workspace=r.workspace,
-        session_dir=ctx.session_dir, read_only_sandbox=sandbox is not None, extra_dirs=o.add_dirs,
+        rules,
+        kimicode_home=r.home,
+        sandboxed=sandboxed,
+        workspace=r.workspace,
+        session_dir=ctx.session_dir,
+        read_only_sandbox=sandbox is not None,
+        extra_dirs=o.add_dirs,
     )
     if sandbox is not None:  # the places read(...) rules open are visible in the sandbox too
         sandbox = dataclasses.replace(sandbox, visible=(*policy.read_rule_roots(), *o.add_dirs))
         if ours:
             tools.add(bash_tool(sandbox))
-    ctx.env = shared(scrub_env(
-        os.environ,
-        names=secret_env_names(r.settings, r.endpoint.key_source),
-        values=(r.endpoint.api_key,) if r.endpoint.api_key else (),
-    ))
+    ctx.env = shared(
+        scrub_env(
+            os.environ,
+            names=secret_env_names(r.settings, r.endpoint.key_source),
+            values=(r.endpoint.api_key,) if r.endpoint.api_key else (),
+        )
+    )
     harden_process()  # children cannot read the key under /proc/<pid>/environ
     masker = Masker(known_secrets(os.environ, api_key=r.endpoint.api_key, settings=r.settings))
     if log is not None:
@@ -273,8 +311,10 @@ def _added_dirs(dirs: tuple[Path, ...]) -> str:
     """What the model is told of `--add-dir` directories."""
     if not dirs:
         return ""
-    return ("Besides the workspace, the user gave you these directories to read and change files in (use "
-            "absolute paths for them): " + ", ".join(str(d) for d in dirs) + ".")
+    return (
+        "Besides the workspace, the user gave you these directories to read and change files in (use "
+        "absolute paths for them): " + ", ".join(str(d) for d in dirs) + "."
+    )
 
 
 def system_prompt(o: AgentOptions, r: Resolved) -> str:
@@ -318,16 +358,22 @@ def check_callbacks(approve: Any, on_event: Any) -> None:
         if value is not None and not callable(value):
             raise TypeError(f"{what} must be a function or None (got {type(value).__name__} {value!r})")
     if on_event is not None and is_async_callable(on_event):
-        raise TypeError("on_event must be a plain function: an async hook would never be awaited "
-                        "(use `async for event in agent.stream(...)` for async handling)")
+        raise TypeError(
+            "on_event must be a plain function: an async hook would never be awaited "
+            "(use `async for event in agent.stream(...)` for async handling)"
+        )
 
 
 def check_collaborators(client: Any, session_store: Any) -> None:
     """TypeError now for a `client=` or `session_store=` that lacks what the agent calls (it would fail
     mid-turn): the protocols are `kimicode.ModelClient` and `kimicode.SessionStore`."""
     needs = {
-        "client": ("ModelClient", ("stream", "aclose"), "stream(messages, tools, *, max_completion_tokens) "
-                   "yielding StreamDelta/StreamRetry/Completion, and async aclose()"),
+        "client": (
+            "ModelClient",
+            ("stream", "aclose"),
+            "stream(messages, tools, *, max_completion_tokens) "
+            "yielding StreamDelta/StreamRetry/Completion, and async aclose()",
+        ),
         "session_store": ("SessionStore", ("append", "load"), "append(session_id, record) and load(session_id)"),
     }
     for what, value in (("client", client), ("session_store", session_store)):
@@ -336,14 +382,19 @@ def check_collaborators(client: Any, session_store: Any) -> None:
         protocol, methods, described = needs[what]
         missing = [m for m in methods if isinstance(value, type) or not callable(getattr(value, m, None))]
         if missing:
-            got = f"the class {value.__name__}; pass an instance" if isinstance(value, type) else (
-                f"{type(value).__name__}, without {' or '.join(missing)}")
+            got = (
+                f"the class {value.__name__}; pass an instance"
+                if isinstance(value, type)
+                else (f"{type(value).__name__}, without {' or '.join(missing)}")
+            )
             raise TypeError(f"{what} must implement kimicode.{protocol}: {described} (got {got})")
     if client is not None and not is_async_callable(client.aclose):
         raise TypeError(f"client.aclose must be a coroutine function (async def) (got {client.aclose!r})")
     if client is not None and inspect.iscoroutinefunction(client.stream):  # `async def` without `yield`
-        raise TypeError("client.stream must be an async generator (`async def stream(...)` that yields the events) "
-                        "or a function returning an async iterator, not a coroutine function")
+        raise TypeError(
+            "client.stream must be an async generator (`async def stream(...)` that yields the events) "
+            "or a function returning an async iterator, not a coroutine function"
+        )
     calls: list[tuple[str, Any, str, tuple[Any, ...], dict[str, Any]]] = [
         ("client.stream", client, "stream", ([], []), {"max_completion_tokens": None}),
         ("session_store.append", session_store, "append", ("id", {}), {}),
@@ -365,5 +416,7 @@ def _check_signature(name: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str
         signature.bind(*args, **kwargs)
     except TypeError as exc:
         shown = ", ".join([*("..." for _ in args), *(f"{k}=..." for k in kwargs)])
-        raise TypeError(f"{name} cannot be called as the agent calls it, {name.split('.')[-1]}({shown}): "
-                        f"{exc} (its signature is {signature})") from None
+        raise TypeError(
+            f"{name} cannot be called as the agent calls it, {name.split('.')[-1]}({shown}): "
+            f"{exc} (its signature is {signature})"
+        ) from None

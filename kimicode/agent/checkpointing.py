@@ -36,8 +36,9 @@ class RewindResult:
     """What was undone, in words: `turn 2`, or `restore 1 (undo of turn 2), so the files of turn 2 are back`."""
 
 
-def open_checkpoints(r: Resolved, o: AgentOptions, log: SessionLog | None,
-                     warn: Callable[[str], None]) -> SessionCheckpoints | None:
+def open_checkpoints(
+    r: Resolved, o: AgentOptions, log: SessionLog | None, warn: Callable[[str], None]
+) -> SessionCheckpoints | None:
     """The session's checkpoints, unless `[checkpoints] enabled = false`; finishes an interrupted restore,
     starts storing the workspace in the background (`[checkpoints] warm_at_open`: the terminal, `-p`, ACP
     and the library alike, so a large tree's first snapshot overlaps the model's first request) and the
@@ -127,8 +128,15 @@ def conversation_has(messages: list[dict[str, Any]], entry: Entry) -> bool:
     return not (isinstance(content, str) and entry.prompt and not user_words(content).startswith(entry.prompt[:500]))
 
 
-def rewind_core(cps: SessionCheckpoints, messages: list[dict[str, Any]], turn: int | None, *, files: bool,
-                conversation: bool, force: bool) -> tuple[RewindResult, Entry]:
+def rewind_core(
+    cps: SessionCheckpoints,
+    messages: list[dict[str, Any]],
+    turn: int | None,
+    *,
+    files: bool,
+    conversation: bool,
+    force: bool,
+) -> tuple[RewindResult, Entry]:
     """Restore files (when asked) and check the conversation can be cut; the caller cuts it.
 
     Going back to before a turn puts back the files of that turn and of every later one, even when the
@@ -153,8 +161,9 @@ def rewind_core(cps: SessionCheckpoints, messages: list[dict[str, Any]], turn: i
     if conversation and entry.kind == "turn":
         result.messages_removed = len(messages) - entry.at
         if cps.log is not None:
-            cps.log.append({"type": "compaction", "reason": "rewind", "start": entry.at, "end": len(messages),
-                            "messages": []})
+            cps.log.append(
+                {"type": "compaction", "reason": "rewind", "start": entry.at, "end": len(messages), "messages": []}
+            )
             cps.log.sync()
     return result, entry
 
@@ -170,7 +179,7 @@ async def rewind(agent: Agent, turn: int | None, *, files: bool, conversation: b
         rewind_core, cps, agent.messages, turn, files=files, conversation=conversation, force=force
     )
     if result.messages_removed:
-        del agent.messages[entry.at:]
+        del agent.messages[entry.at :]
         agent.context.used = agent.context.estimate(agent.messages, agent.tools.schemas())
     return result
 
@@ -193,8 +202,9 @@ def open_for_log(home: Path, path: Path) -> SessionCheckpoints:
     return cps
 
 
-def undo_in_log(path: Path, cps: Any, turn: int | None, *, files: bool, conversation: bool,
-                force: bool) -> RewindResult:
+def undo_in_log(
+    path: Path, cps: Any, turn: int | None, *, files: bool, conversation: bool, force: bool
+) -> RewindResult:
     """`kimicode undo`: rewind a saved session's files and log (the conversation as the log replays it)."""
     from kimicode.session.log import load
 

@@ -70,10 +70,10 @@ if TYPE_CHECKING:
     from kimicode.tools.registry import ToolRegistry
     from kimicode.tools.sandbox import Sandbox
 
-__all__ = ["Agent", "AgentOptions", "Approval", "ApprovalRequest", "ApproveFn", "ApproveResult",
-           "RunResult"]
+__all__ = ["Agent", "AgentOptions", "Approval", "ApprovalRequest", "ApproveFn", "ApproveResult", "RunResult"]
 
 T = TypeVar("T")
+
 
 class Agent(Explorer):
     """A multi-turn coding agent over an OpenAI-compatible endpoint.
@@ -159,9 +159,14 @@ class Agent(Explorer):
         """The running turn's permission denials (subagents add theirs)."""
         self.switches = ModelSwitches()
         """Which model wrote each assistant message, and a pending switch compaction (agent/switch.py)."""
-        self.parts: Parts = build_parts(base.replace(**settings) if settings else base, tools=tools,
-                                        extra_tools=extra_tools, messages=messages, client=client,
-                                        session_store=session_store)
+        self.parts: Parts = build_parts(
+            base.replace(**settings) if settings else base,
+            tools=tools,
+            extra_tools=extra_tools,
+            messages=messages,
+            client=client,
+            session_store=session_store,
+        )
         """What the agent is made of (agent/parts.py); its attributes above are these parts."""
         self.extras = install(self, default_tools=tools is None)
 
@@ -194,8 +199,9 @@ class Agent(Explorer):
         """Record the model and settings in effect from now on (resume, fork, a change of model, effort or
         permission mode) in the session log."""
         if self.log:
-            self.log.append({"type": "settings", "reason": reason, **self.parts.resolved.record(self.permission_mode),
-                             **extra})
+            self.log.append(
+                {"type": "settings", "reason": reason, **self.parts.resolved.record(self.permission_mode), **extra}
+            )
 
     @property
     def client(self) -> ModelClient:
@@ -234,8 +240,9 @@ class Agent(Explorer):
 
         def on_start(task: asyncio.Task[Any]) -> None:
             self._worker, self._owner = task, ref
-            task.add_done_callback(lambda t: self.__dict__.update(_worker=None, turn_emit=None) if self._worker is t
-                                   else None)  # a finished task (and its emit) holds its stream and queue
+            task.add_done_callback(
+                lambda t: self.__dict__.update(_worker=None, turn_emit=None) if self._worker is t else None
+            )  # a finished task (and its emit) holds its stream and queue
 
         stream = EventStream(work, lambda: self.on_event, self._claim, on_start, self._outgoing)
         ref = weakref.ref(stream)
@@ -271,8 +278,11 @@ class Agent(Explorer):
         With `output_type` (a pydantic model, any type pydantic describes, or a JSON Schema dict) the answer
         must be JSON of that type (validated with jsonschema; an invalid answer is sent back, 3 answers in
         all): `RunResult.output`, else the status `invalid_output` (kimicode/agent/structured.py)."""
-        return await collect(self, self.stream(prompt, output_type=output_type),
-                             lambda usage: self.parts.resolved.cost(self.options, usage))
+        return await collect(
+            self,
+            self.stream(prompt, output_type=output_type),
+            lambda usage: self.parts.resolved.cost(self.options, usage),
+        )
 
     @overload
     def run_sync(self, prompt: str, *, output_type: type[T]) -> RunResult[T]: ...
@@ -327,8 +337,9 @@ class Agent(Explorer):
 
         return fork_agent(self, **overrides)
 
-    async def rewind(self, turn: int | None = None, *, files: bool = True, conversation: bool = True,
-                     force: bool = False) -> Any:
+    async def rewind(
+        self, turn: int | None = None, *, files: bool = True, conversation: bool = True, force: bool = False
+    ) -> Any:
         """Undo turn `turn` and every turn after it (default: the last turn): put back the files they
         changed (`files`) and take them out of the history (`conversation`). Files changed outside
         kimicode since are not overwritten (RestoreConflict) unless `force`. See docs/checkpoints.md."""
@@ -510,8 +521,13 @@ class Agent(Explorer):
         prompt hooks, and the user message committed with kimicode's notes (the permission mode's, the hooks')."""
         await self.extras.start(self.tools, emit)  # MCP servers (bounded by their startup timeout)
         if self.switches.compact_pending:  # the `compact` switch policy: summarise before the new model answers
-            await self.switches.compact(lambda: self._compact(None, emit), self.messages, self.endpoint.model,
-                                        self.log, self.checkpoints.current if self.checkpoints else None)
+            await self.switches.compact(
+                lambda: self._compact(None, emit),
+                self.messages,
+                self.endpoint.model,
+                self.log,
+                self.checkpoints.current if self.checkpoints else None,
+            )
         notes = await self.extras.hooking.prompt_submitted(prompt, emit)  # SessionStart, UserPromptSubmit hooks
         if self.messages[-1].get("role") == "user":  # the last turn ended before the model answered
             self.commit({"role": "assistant", "content": NO_ANSWER}, emit)  # no two user messages in a row
@@ -531,9 +547,7 @@ class Agent(Explorer):
             emit(notice)
         self._notices.clear()
 
-        def finish(
-            status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None
-        ) -> None:
+        def finish(status: TurnStatus, result: str = "", error: str | None = None, kind: str | None = None) -> None:
             end_turn(self.checkpoints, emit)  # the turn's checkpoint (none when they are off)
             info = turn_error(error, kind or status)  # with the status and retry-after of a model error
             if (refused := self._log_turn_end(status, steps)) and info is None:  # else the turn's own failure

@@ -139,8 +139,13 @@ def install(agent: Agent, default_tools: bool) -> Extras:
     _install_vision(agent.tools, agent.parts.resolved)
     from kimicode.agent.hooking import AgentHooks, load
 
-    hooks = load(agent.options.config, agent.workspace, agent.home, agent.endpoint.api_key,
-                 lambda text: agent.notify(text, "warning"))
+    hooks = load(
+        agent.options.config,
+        agent.workspace,
+        agent.home,
+        agent.endpoint.api_key,
+        lambda text: agent.notify(text, "warning"),
+    )
     extras.hooking = AgentHooks(agent, hooks)
     _discover(agent.options.config, agent.parts.resolved, extras)
     if default_tools:
@@ -148,10 +153,14 @@ def install(agent: Agent, default_tools: bool) -> Extras:
         agent.tools.add(_web_fetch(agent.settings))
         if (search := _web_search(agent.settings, agent.endpoint.base_url, extras.notices)) is not None:
             if search.name.startswith("$") and not _search_allowed(agent, search):
-                extras.notices.append((
-                    "Moonshot's built-in $web_search is not offered: it cannot ask before each search (the "
-                    f"server runs it), and permission mode {agent.permission_mode!r} would ask; "
-                    "--allow web_search (or --yolo) offers it", "info"))
+                extras.notices.append(
+                    (
+                        "Moonshot's built-in $web_search is not offered: it cannot ask before each search (the "
+                        f"server runs it), and permission mode {agent.permission_mode!r} would ask; "
+                        "--allow web_search (or --yolo) offers it",
+                        "info",
+                    )
+                )
             else:
                 agent.tools.add(search)
         agent.tools.add(extras.todos.tool())

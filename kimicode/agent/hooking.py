@@ -37,8 +37,9 @@ MAX_STOP_BLOCKS = 8
 loop until max_turns)."""
 
 
-def load(settings: Settings | None, workspace: Path, home: Path, api_key: str,
-         warn: Callable[[str], None]) -> Hooks | None:
+def load(
+    settings: Settings | None, workspace: Path, home: Path, api_key: str, warn: Callable[[str], None]
+) -> Hooks | None:
     """The hooks of a configuration (`settings`), Claude Code's settings and enabled plugins; None when
     there are none (or the agent is hermetic: no `settings`). A malformed hooks table raises ConfigError."""
     if settings is None:
@@ -48,8 +49,13 @@ def load(settings: Settings | None, workspace: Path, home: Path, api_key: str,
     from kimicode.extensions.hooks import HookConfigError, load_hooks
 
     try:
-        hookset = load_hooks(workspace, {p: settings.parsed[p] for p in settings.sources}, settings.config.hooks,
-                             trusted=settings.trusted, plugins=[(p.name, p.root) for p in plugins_in_use(home)])
+        hookset = load_hooks(
+            workspace,
+            {p: settings.parsed[p] for p in settings.sources},
+            settings.config.hooks,
+            trusted=settings.trusted,
+            plugins=[(p.name, p.root) for p in plugins_in_use(home)],
+        )
     except HookConfigError as exc:
         raise ConfigError(str(exc)) from None
     for problem in hookset.problems:
@@ -87,8 +93,16 @@ class AgentHooks:
             **fields,
         }
 
-    async def fire(self, event: str, values: tuple[str, ...], emit: Emit | None, call_id: str = "",
-                   *, call: tuple[str, str, Mapping[str, Any]] | None = None, **fields: Any) -> Verdict:
+    async def fire(
+        self,
+        event: str,
+        values: tuple[str, ...],
+        emit: Emit | None,
+        call_id: str = "",
+        *,
+        call: tuple[str, str, Mapping[str, Any]] | None = None,
+        **fields: Any,
+    ) -> Verdict:
         """Run the hooks of `event` that match `values` (and, for a tool `call` (name, kind, arguments), whose
         `if` rule names it); report each run (event, log) and each message."""
         hooks = self.hooks
@@ -100,12 +114,23 @@ class AgentHooks:
         verdict = await hooks.run(specs, self.payload(event, **fields))
         mask, log = self.agent.masker.mask, self.agent.log
         for r in verdict.reports:
-            record = HookRan(r.event, mask(r.command), r.outcome, r.exit_code, r.duration_ms, mask(r.message),
-                             call_id, r.source)
+            record = HookRan(
+                r.event, mask(r.command), r.outcome, r.exit_code, r.duration_ms, mask(r.message), call_id, r.source
+            )
             if log is not None:
-                log.append({"type": "hook", "event": r.event, "command": record.command, "outcome": r.outcome,
-                            "exit_code": r.exit_code, "duration_ms": r.duration_ms, "message": record.message,
-                            "tool_use_id": call_id, "source": r.source})
+                log.append(
+                    {
+                        "type": "hook",
+                        "event": r.event,
+                        "command": record.command,
+                        "outcome": r.outcome,
+                        "exit_code": r.exit_code,
+                        "duration_ms": r.duration_ms,
+                        "message": record.message,
+                        "tool_use_id": call_id,
+                        "source": r.source,
+                    }
+                )
             if emit is not None:
                 emit(record)
         for text in verdict.messages:
@@ -115,8 +140,15 @@ class AgentHooks:
             self.stop = verdict.stop
         return verdict
 
-    def _refuse(self, prep: Prepared, event: str, reason: str, denials: list[dict[str, Any]], emit: Emit,
-                verdict: Verdict | None = None) -> None:
+    def _refuse(
+        self,
+        prep: Prepared,
+        event: str,
+        reason: str,
+        denials: list[dict[str, Any]],
+        emit: Emit,
+        verdict: Verdict | None = None,
+    ) -> None:
         tool = prep.tool
         assert tool is not None
         refusing = [r for r in (verdict.reports if verdict is not None else ()) if r.outcome in _REFUSALS]
@@ -124,13 +156,23 @@ class AgentHooks:
         hook = mask("; ".join(f"{event} hook `{r.command}` ({r.source})" for r in refusing)) or f"a {event} hook"
         reason = mask(reason)
         prep.error = f"Blocked by a {event} hook: {reason}"
-        denials.append({"tool_name": tool.name, "tool_use_id": prep.call_id, "tool_input": dict(prep.args),
-                        "reason": f"{event} hook: {reason}"})
-        emit(PermissionDenied(prep.call_id, tool.name, frozen(prep.args), f"{event} hook: {reason}", "", False,
-                              tool.kind, hook))
+        denials.append(
+            {
+                "tool_name": tool.name,
+                "tool_use_id": prep.call_id,
+                "tool_input": dict(prep.args),
+                "reason": f"{event} hook: {reason}",
+            }
+        )
+        emit(
+            PermissionDenied(
+                prep.call_id, tool.name, frozen(prep.args), f"{event} hook: {reason}", "", False, tool.kind, hook
+            )
+        )
 
-    async def before_tool(self, prep: Prepared, decision: Decision, denials: list[dict[str, Any]],
-                          emit: Emit) -> Decision | None:
+    async def before_tool(
+        self, prep: Prepared, decision: Decision, denials: list[dict[str, Any]], emit: Emit
+    ) -> Decision | None:
         """PreToolUse hooks, then (when the call would ask) PermissionRequest hooks; the decision that
         stands, or None when a hook refused the call (recorded as a denial)."""
         tool = prep.tool
@@ -140,14 +182,22 @@ class AgentHooks:
         for event in ("PreToolUse", "PermissionRequest"):
             if event == "PermissionRequest" and decision.verdict != "ask":
                 break
-            verdict = await self.fire(event, values, emit, prep.call_id, call=(tool.name, tool.kind, prep.args),
-                                      tool_name=claude_name(tool.name),
-                                      tool_input=claude_input(tool.name, prep.args), tool_use_id=prep.call_id)
+            verdict = await self.fire(
+                event,
+                values,
+                emit,
+                prep.call_id,
+                call=(tool.name, tool.kind, prep.args),
+                tool_name=claude_name(tool.name),
+                tool_input=claude_input(tool.name, prep.args),
+                tool_use_id=prep.call_id,
+            )
             if verdict is EMPTY:
                 continue
             if verdict.decision in ("deny", "block") or verdict.stop is not None:
-                self._refuse(prep, event, verdict.reason if verdict.decision else verdict.stop or "", denials, emit,
-                             verdict)
+                self._refuse(
+                    prep, event, verdict.reason if verdict.decision else verdict.stop or "", denials, emit, verdict
+                )
                 return None
             if verdict.updated_input is not None:
                 problem = _rewrite(prep, verdict.updated_input)
@@ -167,8 +217,12 @@ class AgentHooks:
             return content
         name = prep.tool.name
         event = "PostToolUseFailure" if is_error else "PostToolUse"
-        common: dict[str, Any] = {"tool_name": claude_name(name), "tool_input": claude_input(name, prep.args),
-                                  "tool_use_id": prep.call_id, "call": (name, prep.tool.kind, prep.args)}
+        common: dict[str, Any] = {
+            "tool_name": claude_name(name),
+            "tool_input": claude_input(name, prep.args),
+            "tool_use_id": prep.call_id,
+            "call": (name, prep.tool.kind, prep.args),
+        }
         if is_error:
             verdict = await self.fire(event, names_of(name), emit, prep.call_id, **common, error=content)
         else:
@@ -252,8 +306,13 @@ def _combine(decision: Decision, verdict: Verdict, mode: str) -> Decision:
     """A hook's allow turns the mode's question into a yes (never a deny, never a user's `ask` rule, never a
     write to a place that runs later, never in plan mode, where nothing is changed); its ask turns an allow
     into a question."""
-    if (verdict.decision == "allow" and decision.verdict == "ask" and not decision.by_rule and not decision.firm
-            and mode != "plan"):
+    if (
+        verdict.decision == "allow"
+        and decision.verdict == "ask"
+        and not decision.by_rule
+        and not decision.firm
+        and mode != "plan"
+    ):
         return Decision("allow", "allowed by a hook")
     if verdict.decision == "ask" and decision.verdict == "allow":
         return Decision("ask", f"a hook asks: {verdict.reason}")
@@ -269,8 +328,9 @@ class HookStop(Exception):
         self.kind = kind
 
 
-def _named_by_condition(specs: list[HookSpec], call: tuple[str, str, Mapping[str, Any]],
-                        workspace: Path) -> list[HookSpec]:
+def _named_by_condition(
+    specs: list[HookSpec], call: tuple[str, str, Mapping[str, Any]], workspace: Path
+) -> list[HookSpec]:
     """The hooks of `specs` whose `if` rule (Claude Code's) names the tool call `call` (name, kind, args)."""
     if all(s.condition is None for s in specs):
         return specs

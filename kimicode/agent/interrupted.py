@@ -48,8 +48,10 @@ class _Retracting(Protocol):
     def log(self) -> SessionLog | None: ...
 
 
-UNSENT_NOTE = ("your message was not kept in the conversation, so the next turn does not carry it: send it "
-               "again shorter, or put the text in a file and ask for it to be read")
+UNSENT_NOTE = (
+    "your message was not kept in the conversation, so the next turn does not carry it: send it "
+    "again shorter, or put the text in a file and ask for it to be read"
+)
 
 
 def retract_unsent(agent: _Retracting, message: Mapping[str, Any] | None) -> str:

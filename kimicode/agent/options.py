@@ -160,8 +160,9 @@ class AgentOptions:
         for name, kind in (("config", Settings), ("rules", Rules)):
             value = getattr(self, name)
             if value is not None and not isinstance(value, kind):
-                raise TypeError(f"{name} must be a {kind.__module__}.{kind.__name__} or None "
-                                f"(got {type(value).__name__})")
+                raise TypeError(
+                    f"{name} must be a {kind.__module__}.{kind.__name__} or None (got {type(value).__name__})"
+                )
         dirs = (self.add_dirs,) if isinstance(self.add_dirs, str | os.PathLike) else self.add_dirs
         found = tuple(Path(d).expanduser().resolve() for d in dirs or ())
         if missing := [str(d) for d in found if not d.is_dir()]:
@@ -296,8 +297,9 @@ def _checked_prices(prices: Any) -> dict[str, float]:
         raise TypeError(f"prices must be a mapping such as {{'input': 3.0, 'output': 15.0}} (got {prices!r})")
     unknown = [k for k in prices if k not in PRICE_KEYS]
     if unknown:
-        raise ValueError(f"prices has unknown key(s) {unknown}; the keys are {', '.join(PRICE_KEYS)} "
-                         "(USD per million tokens)")
+        raise ValueError(
+            f"prices has unknown key(s) {unknown}; the keys are {', '.join(PRICE_KEYS)} (USD per million tokens)"
+        )
     for key, value in prices.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise ValueError(f"prices[{key!r}] must be a non-negative number of USD per million tokens (got {value!r})")

@@ -34,11 +34,13 @@ def library_event(event: Event, options: Collection[str]) -> Event:
     """An event's texts with `library_words` (a library agent's notices and errors)."""
     if isinstance(event, Notice):
         return dataclasses.replace(event, text=library_words(event.text, options))
-    if (isinstance(event, TurnFinished) and event.error
-            and (said := library_words(event.error, options)) != event.error):
+    if isinstance(event, TurnFinished) and event.error and (said := library_words(event.error, options)) != event.error:
         error = event.error
-        kept = (errors.ErrorInfo(said, error.kind, error.status, error.retry_after, error.error_type)
-                if isinstance(error, errors.ErrorInfo) else said)
+        kept = (
+            errors.ErrorInfo(said, error.kind, error.status, error.retry_after, error.error_type)
+            if isinstance(error, errors.ErrorInfo)
+            else said
+        )
         return dataclasses.replace(event, error=kept)
     return event
 
@@ -87,4 +89,3 @@ def _fix_text(value: Any) -> Any:
     if isinstance(value, list):
         return [_fix_text(v) for v in value]
     return value
-

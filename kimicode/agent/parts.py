@@ -221,7 +221,11 @@ class Parts:
         r, context = self.resolved, self.context
         self.window_discovered = True
         info = await discover_server(
-            r.endpoint.base_url, r.endpoint.api_key, r.endpoint.model, r.home, headers=dict(r.model_config.headers),
+            r.endpoint.base_url,
+            r.endpoint.api_key,
+            r.endpoint.model,
+            r.home,
+            headers=dict(r.model_config.headers),
         )
         if info is None:
             self.restore_calibration("", emit)
@@ -242,8 +246,9 @@ class Parts:
             try:
                 context.set_window(found, r.answer_reserve)
             except ValueError as exc:  # e.g. a 1k window, or --max-tokens larger than the server's window
-                raise LLMError(f"the server serves {r.endpoint.model} with a {found:,}-token window: {exc}",
-                               "context_length") from None
+                raise LLMError(
+                    f"the server serves {r.endpoint.model} with a {found:,}-token window: {exc}", "context_length"
+                ) from None
             emit(ContextUpdated(context.used, r.context_window))
         else:
             r.window_origin = "server"
@@ -264,8 +269,12 @@ class Parts:
             return
         if recorded is not None and fingerprint and recorded.get("fingerprint") not in (None, fingerprint):
             ctx.forget_window()
-            emit(Notice("context: the server changed since this session last ran (another model file, window or "
-                        "build): the token estimate is calibrated again from its counts"))
+            emit(
+                Notice(
+                    "context: the server changed since this session last ran (another model file, window or "
+                    "build): the token estimate is calibrated again from its counts"
+                )
+            )
 
     async def count_first_request(self, tools: list[dict[str, Any]]) -> None:
         """llama.cpp renders and counts the request before it is sent: the estimate starts exact (its chat
@@ -274,8 +283,9 @@ class Parts:
 
         ctx, endpoint = self.context, self.resolved.endpoint
         ctx.server_counts = False
-        counted = await count_request(endpoint.base_url, endpoint.api_key, self.messages, tools,
-                                      headers=dict(self.resolved.model_config.headers))
+        counted = await count_request(
+            endpoint.base_url, endpoint.api_key, self.messages, tools, headers=dict(self.resolved.model_config.headers)
+        )
         if counted:
             ctx.accountant.observe(self.messages, tools, counted, ctx.estimate(self.messages, tools))
             ctx.calibration_source = "probe"

@@ -108,9 +108,16 @@ class RunResult(Generic[T]):
         error = finished.error
         if error is not None and not isinstance(error, errors.ErrorInfo):
             error = errors.ErrorInfo(error, finished.error_kind or "internal")
-        return cls(status=finished.status, result=finished.result, num_turns=finished.num_steps,
-                   permission_denials=[dict(d) for d in finished.permission_denials], error=error,
-                   error_kind=finished.error_kind, output=finished.output, **fields)
+        return cls(
+            status=finished.status,
+            result=finished.result,
+            num_turns=finished.num_steps,
+            permission_denials=[dict(d) for d in finished.permission_denials],
+            error=error,
+            error_kind=finished.error_kind,
+            output=finished.output,
+            **fields,
+        )
 
     def raise_for_status(self) -> RunResult[T]:
         """Return self when the turn succeeded; otherwise raise the matching `KimicodeError`.
@@ -146,8 +153,9 @@ class Collected(Protocol):
     def context_window(self) -> int: ...
 
 
-async def collect(agent: Collected, events: EventStream[Any],
-                  cost: Callable[[Mapping[str, int]], float | None]) -> RunResult[Any]:
+async def collect(
+    agent: Collected, events: EventStream[Any], cost: Callable[[Mapping[str, int]], float | None]
+) -> RunResult[Any]:
     """`Agent.run`: consume a turn's stream (every attempt of a structured one) into its RunResult; `cost`
     prices a usage at the agent's current prices."""
     start = time.monotonic()
@@ -164,9 +172,13 @@ async def collect(agent: Collected, events: EventStream[Any],
     assert finished is not None
     turn_usage = {k: v - before.get(k, 0) for k, v in agent.usage.items()}
     result = RunResult.from_finished(
-        finished, session_id=agent.session_id, usage=dict(agent.usage),
-        duration_ms=int((time.monotonic() - start) * 1000), messages=added,
-        context={"used": agent.context.used, "window": agent.context_window}, turn_usage=turn_usage,
+        finished,
+        session_id=agent.session_id,
+        usage=dict(agent.usage),
+        duration_ms=int((time.monotonic() - start) * 1000),
+        messages=added,
+        context={"used": agent.context.used, "window": agent.context_window},
+        turn_usage=turn_usage,
         hook_errors=list(events.hook_errors),
         cost=cost(turn_usage) if any(turn_usage.values()) else None,  # no usage: unknown
         total_cost=cost(agent.usage),

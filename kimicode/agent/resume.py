@@ -58,8 +58,10 @@ def load_stored(store: Any, home: Any, session_id: str) -> LoadedSession:
     check_collaborators(None, store)
     records = stored_records(store, session_id)
     if not records:
-        raise SessionError(f"no session {session_id!r} in the session store {type(store).__name__}: "
-                           "give an id the store has records for")
+        raise SessionError(
+            f"no session {session_id!r} in the session store {type(store).__name__}: "
+            "give an id the store has records for"
+        )
     return load_records(session_id, checked_records(store, session_id, records))
 
 
@@ -112,15 +114,15 @@ def _switch_from_recorded_model(agent: Agent, loaded: LoadedSession) -> None:
     warn (in the library's words for a library caller) unless nothing from the other model is kept."""
     recorded_model = loaded.model
     current = agent.endpoint.model
-    if not (recorded_model and recorded_model != current and any(m.get("role") == "assistant"
-                                                                   for m in agent.messages)):
+    if not (recorded_model and recorded_model != current and any(m.get("role") == "assistant" for m in agent.messages)):
         return
     policy = switch_policy(agent.options, agent.model_config, agent.profile)
     what = agent.apply_switch(recorded_model, policy)
     reasoned = any(m.get(f) for m in agent.messages if m.get("role") == "assistant" for f in REASONING_FIELDS)
     if policy != "keep" or reasoned:  # no reasoning kept, nothing from another model to warn about
         agent.resume_warning = (
-            model_warning(loaded.session_id, recorded_model, current) if policy == "keep"
+            model_warning(loaded.session_id, recorded_model, current)
+            if policy == "keep"
             else f"session {loaded.session_id} was recorded with model {recorded_model}. {what}"
         )
         if agent.origin == "library":  # as the Notice says it (agent/outgoing.py)

@@ -31,8 +31,15 @@ if TYPE_CHECKING:
     from kimicode.context.manager import ContextManager
 
 
-async def _streamed(agent: Agent, sent: Any, schemas: Any, limit: int | None, emit: Callable[[Event], None],
-                   partial: list[str], thought: list[str]) -> Any:
+async def _streamed(
+    agent: Agent,
+    sent: Any,
+    schemas: Any,
+    limit: int | None,
+    emit: Callable[[Event], None],
+    partial: list[str],
+    thought: list[str],
+) -> Any:
     """One request's stream as events; the answer and reasoning so far are collected in `partial` and
     `thought` (cleared when the client retries). Returns the Completion, None if the stream had none."""
     from kimicode.llm.checked import checked_stream
@@ -105,8 +112,9 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
                 sent, schemas = copy.deepcopy((sent, schemas))  # taking the system prompt out) stays its own
             completion = await _streamed(agent, sent, schemas, limit, emit, partial, thought)
             if completion is None:
-                raise LLMError("the model client's stream ended without a Completion (the assistant message)",
-                               "protocol")
+                raise LLMError(
+                    "the model client's stream ended without a Completion (the assistant message)", "protocol"
+                )
             break
         except asyncio.CancelledError:
             text, reasoning = "".join(partial), "".join(thought)
@@ -123,8 +131,9 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
                 continue
             if not retry.may_recover():
                 raise
-            if not await agent.context.recover(err, agent.messages, tools, agent.client, emit, kinds,
-                                               after_cap=retry.capped):
+            if not await agent.context.recover(
+                err, agent.messages, tools, agent.client, emit, kinds, after_cap=retry.capped
+            ):
                 raise
             retry.capped = agent.context.retry_cap is not None
             tools = agent.context.fit_tools(agent.messages, agent.tools.schemas(), emit)  # the window may be smaller
@@ -133,8 +142,14 @@ async def model_step(agent: Agent, emit: Callable[[Event], None]) -> Any:
     assert completion is not None  # the loop breaks only with one
     cached_t = _count_usage(agent, completion.usage, emit)
     if agent.log and completion.usage:  # with kimicode's estimate of the request, to compare with the count
-        agent.log.append({"type": "usage", "usage": completion.usage, "estimate": agent.context.last_estimate,
-                          "calibration": agent.context.calibration_source})
+        agent.log.append(
+            {
+                "type": "usage",
+                "usage": completion.usage,
+                "estimate": agent.context.last_estimate,
+                "calibration": agent.context.calibration_source,
+            }
+        )
     used = agent.context.observe(agent.messages, tools, completion.message, completion.usage)
     parts.save_calibration()
     emit(ContextUpdated(used, agent.effective_window, cached_t))
@@ -163,8 +178,12 @@ class Recovery:
         self.busy += 1
         why = "the server's context is shared by its slots and full with other requests"
         if self.busy > agent.max_retries:
-            raise LLMError(f"{err.message} ({why}; gave up after {self.busy} attempts: run fewer at once, or give "
-                           "the server more context per slot: llama.cpp -c, --parallel)", "transient", err.status)
+            raise LLMError(
+                f"{err.message} ({why}; gave up after {self.busy} attempts: run fewer at once, or give "
+                "the server more context per slot: llama.cpp -c, --parallel)",
+                "transient",
+                err.status,
+            )
         if (slots := slots_for(agent.endpoint.base_url)) is not None:
             slots.pushed_back()
         delay = min(60.0, agent.retry_base_delay * 2 ** (self.busy - 1)) * random.uniform(0.75, 1.25)
@@ -179,8 +198,10 @@ def truncation(ctx: ContextManager, finish_reason: str | None) -> str:
         return ""
     limit = ctx.last_max_tokens or ctx.budget.reserve
     if ctx.cut_by_room():
-        why = (f"the context window ({ctx.budget.window:,} tokens) left room for only {limit:,} of the "
-               f"{ctx.budget.reserve:,} reserved")
+        why = (
+            f"the context window ({ctx.budget.window:,} tokens) left room for only {limit:,} of the "
+            f"{ctx.budget.reserve:,} reserved"
+        )
     else:
         why = "kimicode's default limit for this window; --max-tokens (or [context] max_tokens) sets the one you want"
     return f"the answer was cut off at {limit:,} tokens ({why})"

@@ -52,8 +52,10 @@ class Sink:
             if inspect.isawaitable(returned):  # an `async def` hook: its coroutine would never run
                 if inspect.iscoroutine(returned):
                     returned.close()
-                raise TypeError("on_event must be a plain function; an async hook is never awaited "
-                                "(use `async for event in agent.stream(...)` instead)")
+                raise TypeError(
+                    "on_event must be a plain function; an async hook is never awaited "
+                    "(use `async for event in agent.stream(...)` instead)"
+                )
         except BaseException as exc:  # a broken hook is the caller's bug, whatever it raises (pytest.fail
             # raises a BaseException): report it, never let it end the work or the batch around it
             text = f"on_event hook raised {type(exc).__name__}: {exc} (on {type(event).__name__})"
@@ -177,9 +179,7 @@ class EventStream(Coroutine[Any, Any, T]):
     def send(self, value: Any) -> Any:
         return self._coroutine().send(value)
 
-    def throw(
-        self, typ: Any, val: BaseException | object = None, tb: TracebackType | None = None
-    ) -> Any:
+    def throw(self, typ: Any, val: BaseException | object = None, tb: TracebackType | None = None) -> Any:
         if isinstance(typ, BaseException):
             return self._coroutine().throw(typ)
         exc = typ() if val is None else (val if isinstance(val, BaseException) else typ(val))
@@ -203,5 +203,7 @@ def same_loop(worker: asyncio.Task[Any]) -> None:
     """Refuse to touch a turn that runs on another thread's event loop (its task cannot be awaited or
     safely cancelled from here)."""
     if worker.get_loop() is not asyncio.get_running_loop():
-        raise errors.UsageError("a turn is already running on this agent on another event loop (thread); "
-                                "an agent is used from one event loop at a time")
+        raise errors.UsageError(
+            "a turn is already running on this agent on another event loop (thread); "
+            "an agent is used from one event loop at a time"
+        )

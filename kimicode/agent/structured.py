@@ -84,8 +84,9 @@ class OutputSpec:
                 adapter = TypeAdapter(_describable(output_type))
                 schema = adapter.json_schema()
             except Exception as exc:
-                raise errors.UsageError(f"output_type must be a pydantic model, a type or a JSON Schema dict "
-                                        f"({type(exc).__name__}: {exc})") from None
+                raise errors.UsageError(
+                    f"output_type must be a pydantic model, a type or a JSON Schema dict ({type(exc).__name__}: {exc})"
+                ) from None
             spec = cls(schema, adapter, max_attempts, _name(output_type))
         spec.check_schema()
         return spec
@@ -108,8 +109,10 @@ class OutputSpec:
             try:
                 resolver.lookup(ref)
             except Unresolvable:
-                raise errors.UsageError(f"the output schema's $ref {ref!r} cannot be resolved (kimicode fetches "
-                                        "nothing: put the referenced schema under $defs)") from None
+                raise errors.UsageError(
+                    f"the output schema's $ref {ref!r} cannot be resolved (kimicode fetches "
+                    "nothing: put the referenced schema under $defs)"
+                ) from None
 
     def check(self, answer: str) -> tuple[Any, list[str]]:
         """(the value, []) for a valid answer, or (None, what is wrong)."""
@@ -143,8 +146,12 @@ def _refs(node: Any) -> list[str]:
     """Every `$ref` in a schema."""
     if isinstance(node, Mapping):
         own = [str(node["$ref"])] if isinstance(node.get("$ref"), str) else []
-        return own + [r for key, value in node.items() if key not in ("const", "enum", "default", "examples")
-                      for r in _refs(value)]
+        return own + [
+            r
+            for key, value in node.items()
+            if key not in ("const", "enum", "default", "examples")
+            for r in _refs(value)
+        ]
     if isinstance(node, list):
         return [r for item in node for r in _refs(item)]
     return []
@@ -162,8 +169,10 @@ def _describable(output_type: Any) -> Any:
         return output_type
     hints = typing.get_type_hints(output_type, include_extras=True)
     required = output_type.__required_keys__
-    fields = {k: (typing_extensions.Required[v] if k in required else typing_extensions.NotRequired[v])
-              for k, v in hints.items()}
+    fields = {
+        k: (typing_extensions.Required[v] if k in required else typing_extensions.NotRequired[v])
+        for k, v in hints.items()
+    }
     return typing_extensions.TypedDict(output_type.__name__, fields)  # type: ignore[operator]
 
 
@@ -186,8 +195,9 @@ def parse_answer(text: str) -> Any:
             except ValueError as exc:
                 raise ValueError(f"the JSON in the code block does not parse: {exc}") from None
         if len(fenced) > 1:
-            raise ValueError(f"the answer has {len(fenced)} JSON code blocks; give one JSON document, and only "
-                             "it") from None
+            raise ValueError(
+                f"the answer has {len(fenced)} JSON code blocks; give one JSON document, and only it"
+            ) from None
         raise ValueError(f"the answer is not JSON: {first}") from None
 
 
@@ -195,15 +205,23 @@ def correction(problems: list[str], schema: Mapping[str, Any]) -> str:
     """The message that sends an invalid answer back."""
     shown = problems[:MAX_ERRORS_SHOWN]
     more = f"\n- … and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
-    return ("Your final answer must be a single JSON document valid against this JSON Schema, with no other "
-            "text:\n" + json.dumps(schema, ensure_ascii=False) + "\n\nYour last answer is not valid:\n- "
-            + "\n- ".join(shown) + more + "\n\nAnswer again with the corrected JSON only.")
+    return (
+        "Your final answer must be a single JSON document valid against this JSON Schema, with no other "
+        "text:\n"
+        + json.dumps(schema, ensure_ascii=False)
+        + "\n\nYour last answer is not valid:\n- "
+        + "\n- ".join(shown)
+        + more
+        + "\n\nAnswer again with the corrected JSON only."
+    )
 
 
 def instruction(schema: Mapping[str, Any]) -> str:
     """Appended to the prompt: what the final answer must be."""
-    return ("\n\nWhen you are done, give your final answer as a single JSON document valid against this JSON "
-            "Schema, with no other text:\n" + json.dumps(schema, ensure_ascii=False))
+    return (
+        "\n\nWhen you are done, give your final answer as a single JSON document valid against this JSON "
+        "Schema, with no other text:\n" + json.dumps(schema, ensure_ascii=False)
+    )
 
 
 def format_mode(base_url: str) -> FormatMode:
@@ -246,8 +264,11 @@ async def until_valid(agent: Agent, spec: OutputSpec, prompt: str, turn: Callabl
                 mode = "off"
                 _use_format(agent, before)
                 retract_unsent(agent, agent.messages[-1])  # sent again below, without response_format
-                agent.notify(f"structured output: the server refused response_format ({finished.error}); the "
-                             "answer is checked against the schema without it", "warning")
+                agent.notify(
+                    f"structured output: the server refused response_format ({finished.error}); the "
+                    "answer is checked against the schema without it",
+                    "warning",
+                )
                 finished = await turn(text)
             outcome.turns.append(finished)
             if finished.status != "success":
@@ -278,8 +299,9 @@ def _use_format(agent: Agent, value: Mapping[str, Any] | None) -> None:
         agent.reset_client()
 
 
-async def structured_turns(agent: Agent, spec: OutputSpec, prompt: str, emit: Emit,
-                           turn: Callable[[str, Emit], Awaitable[None]]) -> Any:
+async def structured_turns(
+    agent: Agent, spec: OutputSpec, prompt: str, emit: Emit, turn: Callable[[str, Emit], Awaitable[None]]
+) -> Any:
     """The work of `agent.stream(prompt, output_type=...)`: `turn(text, emit)` (one turn) and then corrections
     until the answer is valid; returns the value (None when it never matched).
 
@@ -319,5 +341,6 @@ async def structured_turns(agent: Agent, spec: OutputSpec, prompt: str, emit: Em
 
 def invalid_message(outcome: Outcome) -> str:
     """Why a structured run failed, in one line."""
-    return (f"the answer did not match the output schema after {len(outcome.turns)} attempts: "
-            + "; ".join(outcome.problems[:3]))
+    return f"the answer did not match the output schema after {len(outcome.turns)} attempts: " + "; ".join(
+        outcome.problems[:3]
+    )

@@ -121,10 +121,18 @@ class TaskRunner:
         from kimicode.agent.options import derived_options
 
         options = derived_options(  # the parent's settings (rules and sandbox included) but its own history
-            p, model=model, append_system_prompt=instructions, max_turns=max_turns, persist=False,
+            p,
+            model=model,
+            append_system_prompt=instructions,
+            max_turns=max_turns,
+            persist=False,
         )
-        child = type(p)(options, tools=self.child_tools(names), approve=p.approve,  # an Agent, as the parent
-                        client=p.parts.client.given)  # the caller's own client serves its subagents too
+        child = type(p)(
+            options,
+            tools=self.child_tools(names),
+            approve=p.approve,  # an Agent, as the parent
+            client=p.parts.client.given,
+        )  # the caller's own client serves its subagents too
         child.parts.client.borrowed = True  # the parent closes the caller's client, not the subagent
         if p.context.server_limit:  # a window the server showed holds for the subagent too
             child.context.learn_window(p.context.server_limit, record=False)
@@ -164,11 +172,22 @@ class TaskRunner:
         def relay(event: Event) -> None:
             if isinstance(event, MessageCommitted) and event.message.get("role") in ("assistant", "tool"):
                 if parent.log is not None:
-                    parent.log.append({"type": "subagent", "parent_tool_use_id": parent_call_id,
-                                       "description": description, "message": dict(event.message)})
+                    parent.log.append(
+                        {
+                            "type": "subagent",
+                            "parent_tool_use_id": parent_call_id,
+                            "description": description,
+                            "message": dict(event.message),
+                        }
+                    )
             elif isinstance(event, PermissionDenied):
-                denial = {"tool_name": event.name, "tool_use_id": event.call_id, "tool_input": dict(event.arguments),
-                          "reason": event.reason, "parent_tool_use_id": parent_call_id}
+                denial = {
+                    "tool_name": event.name,
+                    "tool_use_id": event.call_id,
+                    "tool_input": dict(event.arguments),
+                    "reason": event.reason,
+                    "parent_tool_use_id": parent_call_id,
+                }
                 parent.turn_denials.append(denial)
                 if parent.log is not None:
                     parent.log.append({"type": "subagent_denial", "description": description, **denial})
@@ -193,8 +212,11 @@ class TaskRunner:
         if args.get("agent") and definition is None:
             raise ToolError(f"no subagent named {args.get('agent')!r}; available: {', '.join(self.definitions())}")
         if definition is not None:  # its own list, within the parent's tools (and the call's, when it names some)
-            names = [n for n in definition.tool_names([t for t in self.parent.tools.names if t not in NEVER])[0]
-                     if not (isinstance(requested, list) and requested) or n in requested]
+            names = [
+                n
+                for n in definition.tool_names([t for t in self.parent.tools.names if t not in NEVER])[0]
+                if not (isinstance(requested, list) and requested) or n in requested
+            ]
         child = self.make_child(names, definition)
         child.on_event = self._relay(CURRENT_CALL_ID.get(), description)
         key = f"{description}#{id(child)}"

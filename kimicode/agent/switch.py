@@ -87,8 +87,12 @@ class ModelSwitches:
         return 0
 
     async def compact(
-        self, summarise: Callable[[], Awaitable[Any]], messages: list[dict[str, Any]], model: str,
-        log: RecordLog | None, turn: Any = None,
+        self,
+        summarise: Callable[[], Awaitable[Any]],
+        messages: list[dict[str, Any]],
+        model: str,
+        log: RecordLog | None,
+        turn: Any = None,
     ) -> None:
         """The pending `compact` policy: `summarise` the history (the agent's compaction), strip what it
         kept whole, and move the current turn's checkpoint index (`turn.at`) past the summary."""
@@ -148,7 +152,9 @@ def switch_notice(old: str, new: str, policy: str, stripped: int) -> str:
     elif policy == "strip":
         what = (
             f"the reasoning of {stripped} earlier message{'s' if stripped != 1 else ''} by other models is left out "
-            "(content and tool calls kept)" if stripped else "no earlier reasoning by another model to leave out"
+            "(content and tool calls kept)"
+            if stripped
+            else "no earlier reasoning by another model to leave out"
         )
     else:
         what = f"the history is summarised by {new} before its first answer"

@@ -52,9 +52,7 @@ async def run_tools(
         if limit is None or (prep.tool is not None and prep.tool.repeatable):
             continue  # no limit, or a tool that expects identical calls (polling)
         if count >= limit:
-            prep.error = (
-                f"Not run: this exact call was repeated {count} times in a row. The turn is stopped."
-            )
+            prep.error = f"Not run: this exact call was repeated {count} times in a row. The turn is stopped."
             stop = f"stopped: the same {prep.name} call was repeated {count} times in a row"
         elif count >= max(2, limit - 2):
             prep.warning = (
@@ -90,8 +88,10 @@ async def run_tools(
         agent.commit({"role": "user", "content": agent.extras.steering.pop(0)}, emit)
     return stop
 
-async def checkpoint_batch(agent: Agent, cps: SessionCheckpoints, batch: list[Prepared],
-                           emit: Callable[[Event], None]) -> None:
+
+async def checkpoint_batch(
+    agent: Agent, cps: SessionCheckpoints, batch: list[Prepared], emit: Callable[[Event], None]
+) -> None:
     """Before a batch runs: a snapshot before the turn's first change, and what each call may change
     noted for the turn's last snapshot (kimicode's own edit tools name their files; see `known_writes`)."""
     from kimicode.agent.checkpointing import before_change, known_writes, may_change
@@ -135,6 +135,7 @@ def prepare(agent: Agent, call: dict[str, Any], finish_reason: str | None) -> Pr
     prep.concurrent = tool.kind == "read"
     return prep
 
+
 async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]], emit: Callable[[Event], None]) -> None:
     if prep.error is not None or prep.tool is None:
         return
@@ -164,13 +165,20 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
     if decision.verdict == "ask" and agent.approve is not None:
         diff, problem = await preview(tool, prep.args, agent.ctx)
         request = ApprovalRequest(
-            prep.call_id, tool.name, tool.kind, frozen(prep.args), reason, target_path(tool, prep.args, agent.ctx),
-            diff, problem,
+            prep.call_id,
+            tool.name,
+            tool.kind,
+            frozen(prep.args),
+            reason,
+            target_path(tool, prep.args, agent.ctx),
+            diff,
+            problem,
         )
         before = approved_paths(tool, prep.args, agent.ctx)
         if agent.extras.hooks is not None:
-            await agent.extras.hooking.notify(f"kimicode needs your permission to use {tool.name}",
-                                              "permission_prompt", emit)
+            await agent.extras.hooking.notify(
+                f"kimicode needs your permission to use {tool.name}", "permission_prompt", emit
+            )
         answer, failure = await ask(agent, request)
         if failure is not None:  # a broken callback refuses (fails closed); the turn goes on
             reason = failure
@@ -184,8 +192,10 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
             after = approved_paths(tool, prep.args, agent.ctx)
             if after != before:
                 approved = False
-                moved = next((f"{b} now resolves to {a}" for b, a in zip(before, after, strict=False) if a != b),
-                             "the files it touches changed")
+                moved = next(
+                    (f"{b} now resolves to {a}" for b, a in zip(before, after, strict=False) if a != b),
+                    "the files it touches changed",
+                )
                 reason = f"the approved path changed while approval was pending ({moved}); nothing was written"
     if approved:
         prep.approved = True
@@ -202,6 +212,7 @@ async def authorize(agent: Agent, prep: Prepared, denials: list[dict[str, Any]],
             prep.call_id, tool.name, frozen(prep.args), reason, decision.suggestion, decision.by_rule, tool.kind
         )
     )
+
 
 async def ask(agent: Agent, request: ApprovalRequest) -> tuple[Approval | bool | None, str | None]:
     """The approve callback's answer, or why it cannot be used: a callback that raises, or returns
@@ -220,12 +231,12 @@ async def ask(agent: Agent, request: ApprovalRequest) -> tuple[Approval | bool |
         return None, f"the approve callback raised {described(exc)}; the call was refused"
     if isinstance(answer, Approval | bool):
         return answer, None
-    return None, (f"the approve callback returned {answer!r} (expected True, False or an Approval); "
-                  "the call was refused")
+    return None, (
+        f"the approve callback returned {answer!r} (expected True, False or an Approval); the call was refused"
+    )
 
 
-async def _content_for_model(agent: Agent, prep: Prepared, result: ToolResult, emit: Callable[[Event], None]
-                             ) -> str:
+async def _content_for_model(agent: Agent, prep: Prepared, result: ToolResult, emit: Callable[[Event], None]) -> str:
     """What the model sees of a call's result: masked, capped (the rest spilled), with the call's warning and
     what PostToolUse hooks add; a sandbox notice of the result is also said to the user."""
     notice = (result.display or {}).get("notice")
@@ -251,8 +262,9 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
     CURRENT_CALL_ID.set(prep.call_id)  # each call runs in its own task: no reset needed
     timeout = prep.tool.timeout if prep.tool.timeout is not None else agent.tool_timeout
     # this call's own cancellation flag; `approved`: the user approved this very call at a prompt
-    ctx = replace(agent.ctx, cancelled=threading.Event(), approved=bool(prep.approved),
-                  sandbox_profile=prep.sandbox_profile)
+    ctx = replace(
+        agent.ctx, cancelled=threading.Event(), approved=bool(prep.approved), sandbox_profile=prep.sandbox_profile
+    )
     deadline = asyncio.timeout(timeout)
     call_id = prep.call_id
     try:
@@ -303,7 +315,6 @@ async def execute(agent: Agent, prep: Prepared, emit: Callable[[Event], None]) -
     return content
 
 
-
 def cancelling() -> bool:
     """True when the running task was asked to stop (a CancelledError raised by nobody's cancel() is not)."""
     task = asyncio.current_task()
@@ -312,8 +323,9 @@ def cancelling() -> bool:
 
 def failed(name: str, exc: BaseException) -> ToolResult:
     """The error result of a tool that raised something unexpected (its bug, or a sync tool's StopIteration)."""
-    return ToolResult(f"Error: the tool failed unexpectedly ({described(exc)})", is_error=True,
-                      summary=f"{name}: internal error")
+    return ToolResult(
+        f"Error: the tool failed unexpectedly ({described(exc)})", is_error=True, summary=f"{name}: internal error"
+    )
 
 
 async def preview(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> tuple[str | None, str | None]:
@@ -364,4 +376,3 @@ class RepeatTracker:
         else:
             self.last, self.count = signature, 1
         return self.count
-

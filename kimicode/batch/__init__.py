@@ -81,8 +81,9 @@ async def run(
     if engine == "ray":
         from kimicode.batch.ray_engine import run_ray
 
-        async for result in run_ray(checked, opts, concurrency=concurrency, max_attempts=max_attempts,
-                                    address=address, on_event=on_event):
+        async for result in run_ray(
+            checked, opts, concurrency=concurrency, max_attempts=max_attempts, address=address, on_event=on_event
+        ):
             yield result
         return
     if processes < 1:
@@ -90,12 +91,20 @@ async def run(
     if processes > 1:
         from kimicode.batch.multiproc import run_processes
 
-        async for result in run_processes(checked, opts, processes=processes, concurrency=concurrency,
-                                          max_attempts=max_attempts, limiter=limiter, on_event=on_event):
+        async for result in run_processes(
+            checked,
+            opts,
+            processes=processes,
+            concurrency=concurrency,
+            max_attempts=max_attempts,
+            limiter=limiter,
+            on_event=on_event,
+        ):
             yield result
         return
     from kimicode.batch.local import run_local
 
-    async for result in run_local(checked, opts, concurrency=concurrency, max_attempts=max_attempts,
-                                  limiter=limiter, on_event=on_event):
+    async for result in run_local(
+        checked, opts, concurrency=concurrency, max_attempts=max_attempts, limiter=limiter, on_event=on_event
+    ):
         yield result

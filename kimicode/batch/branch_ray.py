@@ -44,8 +44,10 @@ class BranchActor:
             import socket
 
             b.status = "error"
-            b.error = (f"the Ray node {socket.gethostname()} cannot see the branch's workspace {b.workspace} or "
-                       f"KIMICODE_HOME {options.home}: branches on Ray need them on a file system every node sees")
+            b.error = (
+                f"the Ray node {socket.gethostname()} cannot see the branch's workspace {b.workspace} or "
+                f"KIMICODE_HOME {options.home}: branches on Ray need them on a file system every node sees"
+            )
             return json.dumps(b.to_dict())
         if self._ctx is None:
             import ray
@@ -75,8 +77,9 @@ class RayEngine:
     def __init__(self, address: str | None = None) -> None:
         self.address = address
 
-    async def run(self, parent: Any, record: ExplorationRecord, job: Job,
-                  branches: Sequence[Branch]) -> AsyncIterator[Branch]:
+    async def run(
+        self, parent: Any, record: ExplorationRecord, job: Job, branches: Sequence[Branch]
+    ) -> AsyncIterator[Branch]:
         from kimicode.batch.ray_engine import import_ray
         from kimicode.batch.ray_gate import gate_actor
 

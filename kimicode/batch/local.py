@@ -42,8 +42,12 @@ async def attempt_with_retries(
             last = f"{type(exc).__name__}: {exc}"
             last_tb = traceback.format_exc(limit=5)
     return TaskResult(
-        task.id, "crashed", error=f"gave up after {max_attempts} attempts: {last}\n{last_tb}",
-        error_kind="internal", attempts=max_attempts, metadata=dict(task.metadata),
+        task.id,
+        "crashed",
+        error=f"gave up after {max_attempts} attempts: {last}\n{last_tb}",
+        error_kind="internal",
+        attempts=max_attempts,
+        metadata=dict(task.metadata),
     )
 
 

@@ -51,11 +51,11 @@ class ProcessGate:
                 return
             await asyncio.sleep(delay)
 
-
     @property
     def throttles(self) -> int:
         """How many times a worker was told to slow down (429s), across the processes."""
         return int(self._throttles.value)
+
     def throttled(self, delay: float) -> None:
         delay = min(max(delay, 0.0), self.max_delay)
         with self._until.get_lock():
@@ -70,8 +70,7 @@ def _worker(inbox: Any, outbox: Any, opts: BatchOptions, gate: ProcessGate, slot
     asyncio.run(_serve(inbox, outbox, opts, gate, slots, max_attempts))
 
 
-async def _serve(inbox: Any, outbox: Any, opts: BatchOptions, gate: ProcessGate, slots: int,
-                 max_attempts: int) -> None:
+async def _serve(inbox: Any, outbox: Any, opts: BatchOptions, gate: ProcessGate, slots: int, max_attempts: int) -> None:
     from kimicode.batch.local import attempt_with_retries, batch_context
 
     loop = asyncio.get_running_loop()
@@ -102,8 +101,9 @@ async def _serve(inbox: Any, outbox: Any, opts: BatchOptions, gate: ProcessGate,
     await http.aclose()
 
 
-def _read_results(outbox: Any, loop: asyncio.AbstractEventLoop, arrivals: asyncio.Queue[Any],
-                  stop: threading.Event) -> None:
+def _read_results(
+    outbox: Any, loop: asyncio.AbstractEventLoop, arrivals: asyncio.Queue[Any], stop: threading.Event
+) -> None:
     """The workers' queue blocks: read it in a thread and hand each message to the loop (a `tick` when
     nothing came for a while, so the loop looks for dead workers)."""
     while not stop.is_set():
@@ -148,8 +148,12 @@ async def run_processes(
 
     def start_worker() -> tuple[Any, Any]:
         inbox: Any = mp.Queue()
-        proc = mp.Process(target=_worker, args=(inbox, outbox, opts, gate, slots, max_attempts), daemon=True,
-                          name="kimicode-batch-worker")
+        proc = mp.Process(
+            target=_worker,
+            args=(inbox, outbox, opts, gate, slots, max_attempts),
+            daemon=True,
+            name="kimicode-batch-worker",
+        )
         proc.start()
         return proc, inbox
 
@@ -169,8 +173,9 @@ async def run_processes(
     for _ in range(count):
         workers.append(start_worker())
         assigned.append({})
-    thread = threading.Thread(target=_read_results, args=(outbox, loop, arrivals, stop_reader), daemon=True,
-                              name="kimicode-batch-results")
+    thread = threading.Thread(
+        target=_read_results, args=(outbox, loop, arrivals, stop_reader), daemon=True, name="kimicode-batch-results"
+    )
     thread.start()
     try:
         fill()
@@ -195,9 +200,15 @@ async def run_processes(
                 for task_id in lost:
                     task, attempt = by_id[task_id], attempts.get(task_id, 1)
                     if attempt >= max_attempts:
-                        yield TaskResult(task.id, "crashed", error=f"gave up after {attempt} attempts: its worker "
-                                         f"process died (exit code {proc.exitcode})", error_kind="internal",
-                                         attempts=attempt, metadata=dict(task.metadata))
+                        yield TaskResult(
+                            task.id,
+                            "crashed",
+                            error=f"gave up after {attempt} attempts: its worker "
+                            f"process died (exit code {proc.exitcode})",
+                            error_kind="internal",
+                            attempts=attempt,
+                            metadata=dict(task.metadata),
+                        )
                         continue
                     give(index, task, attempt + 1)
                 fill()

@@ -132,8 +132,12 @@ async def run_ray(
                         submit(task, attempt + 1)
                         continue
                     yield TaskResult(
-                        task.id, "crashed", error=f"gave up after {attempt} attempts: {type(exc).__name__}: "
-                        f"{str(exc)[-2000:]}", error_kind="internal", attempts=attempt, metadata=dict(task.metadata),
+                        task.id,
+                        "crashed",
+                        error=f"gave up after {attempt} attempts: {type(exc).__name__}: {str(exc)[-2000:]}",
+                        error_kind="internal",
+                        attempts=attempt,
+                        metadata=dict(task.metadata),
                     )
                     continue
                 yield TaskResult.from_dict(json.loads(line))

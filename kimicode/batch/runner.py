@@ -82,8 +82,14 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
 
     def failed(status: str, error: str, kind: str | None = None, **extra: Any) -> TaskResult:
         return TaskResult(
-            task.id, status, error=error, error_kind=kind, attempts=attempt,
-            duration_ms=int((time.monotonic() - start) * 1000), metadata=dict(task.metadata), **extra,
+            task.id,
+            status,
+            error=error,
+            error_kind=kind,
+            attempts=attempt,
+            duration_ms=int((time.monotonic() - start) * 1000),
+            metadata=dict(task.metadata),
+            **extra,
         )
 
     try:
@@ -113,9 +119,8 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
             allow=(*opts.allow, *task.allow),
             deny=(*opts.deny, *task.deny),
             system_prompt=task.system_prompt,
-            append_system_prompt="\n\n".join(
-                p for p in (opts.append_system_prompt, task.append_system_prompt) if p
-            ) or None,
+            append_system_prompt="\n\n".join(p for p in (opts.append_system_prompt, task.append_system_prompt) if p)
+            or None,
             persist=opts.persist,
             headless=True,
             max_retries=opts.max_retries,
@@ -137,8 +142,12 @@ async def run_task(task: Task, opts: BatchOptions, gate: Any = None, attempt: in
 
         if not agent_prices(agent)[0]:
             await agent.aclose()
-            return failed("error", f"a budget needs the price of {agent.endpoint.model}: set [models.NAME] prices "
-                          "in config.toml", "config", workspace=str(ws))
+            return failed(
+                "error",
+                f"a budget needs the price of {agent.endpoint.model}: set [models.NAME] prices in config.toml",
+                "config",
+                workspace=str(ws),
+            )
     over = watch_budget(agent, budget)
     timeout = task.timeout if task.timeout is not None else opts.timeout
     status: str

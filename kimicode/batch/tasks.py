@@ -211,5 +211,6 @@ def notify(on_event: Callable[[str, Task, int], None] | None, kind: str, task: T
     except BaseException as exc:  # a caller's callback: any exception type
         import warnings
 
-        warnings.warn(f"batch on_event raised {type(exc).__name__}: {exc} (task {task.id})", RuntimeWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"batch on_event raised {type(exc).__name__}: {exc} (task {task.id})", RuntimeWarning, stacklevel=2
+        )

@@ -77,8 +77,14 @@ class Runner:
             return
         variant = {k: v for k, v in (("model", b.model), ("thinking", b.thinking)) if v}
         try:
-            agent = self.cls.resume(str(b.session_id), options=self.orders["options"], workspace=b.workspace,
-                                    approve=None, on_event=_step_hook(b, self.emit), **variant)
+            agent = self.cls.resume(
+                str(b.session_id),
+                options=self.orders["options"],
+                workspace=b.workspace,
+                approve=None,
+                on_event=_step_hook(b, self.emit),
+                **variant,
+            )
         except Exception as exc:  # one branch that cannot open must not stop the others
             b.status, b.error = "error", f"could not open the branch: {type(exc).__name__}: {exc}"
             self.changed(b)

@@ -27,9 +27,11 @@ class RunsLaterFiles(UsageError):
     def __init__(self, branch: str, files: list[tuple[str, str]]) -> None:
         self.files = files
         shown = "; ".join(f"{name} ({why})" for name, why in files[:10])
-        super().__init__(f"branch {branch} changes files that run later outside any sandbox, not applied unasked: "
-                         f"{shown}. Look at them (kimicode branches diff {branch}), then apply with "
-                         "--allow-runs-later (Exploration.apply(..., runs_later=True))")
+        super().__init__(
+            f"branch {branch} changes files that run later outside any sandbox, not applied unasked: "
+            f"{shown}. Look at them (kimicode branches diff {branch}), then apply with "
+            "--allow-runs-later (Exploration.apply(..., runs_later=True))"
+        )
 
 
 class Exploration:
@@ -95,11 +97,12 @@ class Exploration:
         b = self.record.branch(branch) if isinstance(branch, str) else branch
         agent = self._agents.get(b.id)
         try:
-            history = list(agent.messages) if agent is not None else _branch_messages(
-                Path(self.parent.home), self.record, b)
+            history = (
+                list(agent.messages) if agent is not None else _branch_messages(Path(self.parent.home), self.record, b)
+            )
         except (UsageError, ValueError, OSError):
             return ""
-        for message in reversed(history[self.record.base_messages:]):
+        for message in reversed(history[self.record.base_messages :]):
             if message.get("role") == "assistant" and isinstance(message.get("content"), str) and message["content"]:
                 return str(message["content"])
         return ""
@@ -120,8 +123,9 @@ class Exploration:
             "notice": self.record.notice,
         }
 
-    async def apply(self, branch: Branch | str | None = None, *, force: bool = False,
-                    runs_later: bool = False) -> Branch:
+    async def apply(
+        self, branch: Branch | str | None = None, *, force: bool = False, runs_later: bool = False
+    ) -> Branch:
         """Apply `branch` (default: the chosen one) to the parent's workspace and continue its history.
 
         Raises UsageError when there is nothing to apply or the session moved on, and RestoreConflict
@@ -134,8 +138,7 @@ class Exploration:
             raise UsageError(f"exploration {self.id} chose no branch ({self.reason}); name one to apply")
         agent = self._agents.get(b.id)
         messages = list(agent.messages) if agent is not None else None
-        await asyncio.to_thread(apply_branch, self.parent, self.record, b, messages, force=force,
-                                runs_later=runs_later)
+        await asyncio.to_thread(apply_branch, self.parent, self.record, b, messages, force=force, runs_later=runs_later)
         return b
 
 
@@ -197,13 +200,16 @@ def _check_can_apply(parent: Any, rec: ExplorationRecord, b: Branch) -> None:
     if rec.applied:
         live = [e for e in cps.entries if e.kind == "turn" and e.turn == rec.applied_turn and not e.undone]
         if live or rec.applied_turn is None:
-            raise UsageError(f"branch {rec.applied} of exploration {rec.id} is applied already "
-                             "(undo it first: kimicode undo)")
+            raise UsageError(
+                f"branch {rec.applied} of exploration {rec.id} is applied already (undo it first: kimicode undo)"
+            )
     if b.status not in ("verified", "failed", "done"):
         raise UsageError(f"branch {b.id} did not finish its turn (status {b.status}); nothing to apply")
     if len(parent.messages) != rec.base_messages:
-        raise UsageError(f"session {parent.session_id} moved on since exploration {rec.id} forked "
-                         f"({len(parent.messages)} messages, the branches started from {rec.base_messages})")
+        raise UsageError(
+            f"session {parent.session_id} moved on since exploration {rec.id} forked "
+            f"({len(parent.messages)} messages, the branches started from {rec.base_messages})"
+        )
 
 
 def runs_later_changes(parent: Any, paths: list[str]) -> list[tuple[str, str]]:
@@ -244,17 +250,32 @@ def _add_turn(parent: Any, rec: ExplorationRecord, b: Branch, turn: list[dict[st
         if parent.log is not None:
             parent.log.message(parent.messages[-1])
     if parent.log is not None:
-        parent.log.append({"type": "turn_end", "status": "success", "steps": b.steps, "branch": b.id,
-                           "exploration": rec.id, "usage": dict(parent.usage)})
+        parent.log.append(
+            {
+                "type": "turn_end",
+                "status": "success",
+                "steps": b.steps,
+                "branch": b.id,
+                "exploration": rec.id,
+                "usage": dict(parent.usage),
+            }
+        )
 
 
-def apply_branch(parent: Any, rec: ExplorationRecord, b: Branch, messages: list[dict[str, Any]] | None,
-                 *, force: bool = False, runs_later: bool = False) -> None:
+def apply_branch(
+    parent: Any,
+    rec: ExplorationRecord,
+    b: Branch,
+    messages: list[dict[str, Any]] | None,
+    *,
+    force: bool = False,
+    runs_later: bool = False,
+) -> None:
     """See `Exploration.apply`; `messages` is the branch's history when it ran in this process."""
     _check_can_apply(parent, rec, b)
     home = Path(parent.home)
     history = messages if messages is not None else _branch_messages(home, rec, b)
-    turn = history[rec.base_messages:]
+    turn = history[rec.base_messages :]
     cps = parent.checkpoints
     paths = sorted({p for ps in (b.changes or {}).values() for p in ps})
     later = runs_later_changes(parent, paths)
@@ -319,5 +340,11 @@ def _fetch(store: CheckpointStore, source: CheckpointStore, session_id: str, b: 
         with source.locked():
             source.git("update-ref", f"refs/kimicode/export/{b.id}-{name}", commit)
         with store.locked():
-            store.git("fetch", "-q", "--no-tags", "--no-write-fetch-head", str(source.git_dir),
-                      f"+refs/kimicode/export/{b.id}-{name}:{ref}")
+            store.git(
+                "fetch",
+                "-q",
+                "--no-tags",
+                "--no-write-fetch-head",
+                str(source.git_dir),
+                f"+refs/kimicode/export/{b.id}-{name}:{ref}",
+            )

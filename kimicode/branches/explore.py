@@ -54,8 +54,9 @@ class Hooks:
 class Engine(Protocol):
     """Runs branches somewhere else (a Ray cluster): see `kimicode.batch.branch_ray.RayEngine`."""
 
-    def run(self, parent: Any, record: ExplorationRecord, job: Job,
-            branches: Sequence[Branch]) -> AsyncIterator[Branch]:
+    def run(
+        self, parent: Any, record: ExplorationRecord, job: Job, branches: Sequence[Branch]
+    ) -> AsyncIterator[Branch]:
         """Run each branch (forked already: its session log and workspace exist) and yield it when finished."""
 
 
@@ -63,8 +64,7 @@ def _spread(values: Sequence[str], k: int) -> str | None:
     return values[k % len(values)] if values else None
 
 
-def check_arguments(parent: Any, n: int, pick: str, workspace: str, verify: str | None,
-                    verify_timeout: float) -> None:
+def check_arguments(parent: Any, n: int, pick: str, workspace: str, verify: str | None, verify_timeout: float) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BRANCHES:
         raise ValueError(f"n must be a whole number from 1 to {MAX_BRANCHES} (got {n!r})")
     if pick not in PICKS:
@@ -111,10 +111,18 @@ async def explore(
     home = Path(parent.home)
     first = next_k(home, parent.session_id)
     rec = ExplorationRecord(
-        id=new_exploration_id(), parent_session=parent.session_id, workspace=str(parent.workspace), prompt=prompt,
-        n=n, verify=verify, verify_timeout=float(verify_timeout), pick=pick, base_messages=len(parent.messages),
-        branches=[Branch(id="", k=first + i, model=_spread(models, i), thinking=_spread(thinking, i))
-                  for i in range(n)],
+        id=new_exploration_id(),
+        parent_session=parent.session_id,
+        workspace=str(parent.workspace),
+        prompt=prompt,
+        n=n,
+        verify=verify,
+        verify_timeout=float(verify_timeout),
+        pick=pick,
+        base_messages=len(parent.messages),
+        branches=[
+            Branch(id="", k=first + i, model=_spread(models, i), thinking=_spread(thinking, i)) for i in range(n)
+        ],
     )
     for b in rec.branches:
         b.id = f"{rec.id}-{b.k}"
@@ -124,12 +132,22 @@ async def explore(
     rec.save(home)
     job = Job(prompt, verify, float(verify_timeout), rec.base_messages, parent.session_id, timeout)
     hooks = Hooks(on_update, on_event, parent.approve if approve is INHERIT else approve)
-    return await _run(parent, rec, job, workspace=workspace, engine=engine, hooks=hooks,
-                      judge_model=judge_model, apply=apply)
+    return await _run(
+        parent, rec, job, workspace=workspace, engine=engine, hooks=hooks, judge_model=judge_model, apply=apply
+    )
 
 
-async def _run(parent: Any, rec: ExplorationRecord, job: Job, *, workspace: str, engine: Engine | None,
-               hooks: Hooks, judge_model: str | None, apply: bool) -> Exploration:
+async def _run(
+    parent: Any,
+    rec: ExplorationRecord,
+    job: Job,
+    *,
+    workspace: str,
+    engine: Engine | None,
+    hooks: Hooks,
+    judge_model: str | None,
+    apply: bool,
+) -> Exploration:
     home = Path(parent.home)
 
     def changed(b: Branch) -> None:
@@ -191,16 +209,21 @@ def _open_branch(parent: Any, rec: ExplorationRecord, b: Branch, workspace: str,
     """The branch's agent: a new fork in a new tree, or (resuming) its session continued from its log."""
     collaborators = {"approve": hooks.approve, "on_event": hooks.for_branch(b)}  # never the parent's hook
     if b.session_id and b.workspace and Path(b.workspace).is_dir():
-        return type(parent).resume(b.session_id, options=parent.options, workspace=b.workspace,
-                                   **collaborators, **own_parts(parent), **_variant(parent, b))
+        return type(parent).resume(
+            b.session_id,
+            options=parent.options,
+            workspace=b.workspace,
+            **collaborators,
+            **own_parts(parent),
+            **_variant(parent, b),
+        )
     try:
         if workspace == "overlay" and b.tree is not None:
             tree = b.tree  # made ahead, before any fork (see _run_overlay)
         elif workspace == "overlay":
             tree = create_overlay(Path(parent.workspace), Path(parent.home), rec.parent_session, b.k, rec.id)
         else:
-            tree = create_tree(Path(parent.workspace), Path(parent.home), rec.parent_session, b.k,
-                               workspace).record()
+            tree = create_tree(Path(parent.workspace), Path(parent.home), rec.parent_session, b.k, workspace).record()
     except TreeError as exc:
         b.status, b.error = "error", str(exc)
         return None
@@ -212,8 +235,15 @@ def _open_branch(parent: Any, rec: ExplorationRecord, b: Branch, workspace: str,
     return child
 
 
-async def _run_overlay(parent: Any, rec: ExplorationRecord, job: Job, todo: Sequence[Branch],
-                       open_branch: Callable[[Branch], Awaitable[Any]], changed: OnUpdate, engine: Any) -> None:
+async def _run_overlay(
+    parent: Any,
+    rec: ExplorationRecord,
+    job: Job,
+    todo: Sequence[Branch],
+    open_branch: Callable[[Branch], Awaitable[Any]],
+    changed: OnUpdate,
+    engine: Any,
+) -> None:
     """The overlay engine's run: every branch's directories first (cheap: the first one writes the
     exploration's snapshot), mounted at once by the child; then each branch is forked and handed over as
     soon as it is, so it runs while the next one forks."""
@@ -221,8 +251,9 @@ async def _run_overlay(parent: Any, rec: ExplorationRecord, job: Job, todo: Sequ
     for b in todo:
         if b.tree is None:
             try:
-                b.tree = await asyncio.to_thread(create_overlay, Path(parent.workspace), Path(parent.home),
-                                                 rec.parent_session, b.k, rec.id)
+                b.tree = await asyncio.to_thread(
+                    create_overlay, Path(parent.workspace), Path(parent.home), rec.parent_session, b.k, rec.id
+                )
                 b.workspace = str(b.tree["workspace"])
             except TreeError as exc:
                 b.status, b.error = "error", str(exc)
@@ -252,14 +283,17 @@ async def _run_overlay(parent: Any, rec: ExplorationRecord, job: Job, todo: Sequ
         await updates.aclose()  # stops the child (it saves its branches as interrupted)
 
 
-def _choose_engine(parent: Any, rec: ExplorationRecord, workspace: str, engine: Engine | None,
-                   hooks: Hooks) -> tuple[str, Engine | None]:
+def _choose_engine(
+    parent: Any, rec: ExplorationRecord, workspace: str, engine: Engine | None, hooks: Hooks
+) -> tuple[str, Engine | None]:
     """Overlay workspaces (run by the overlay engine) where possible; else worktrees, saying why once."""
     if engine is not None and workspace == "overlay":
         raise UsageError("branches with overlay workspaces run on this machine only (not on Ray)")
     if engine is not None and own_parts(parent):
-        raise UsageError("branches of an agent given its own model client or session store run in this process "
-                         "(not on another engine): those objects cannot travel")
+        raise UsageError(
+            "branches of an agent given its own model client or session store run in this process "
+            "(not on another engine): those objects cannot travel"
+        )
     if engine is not None or workspace in ("worktree", "copy"):
         return ("worktree" if workspace in ("auto", "overlay") else workspace), engine
     why = overlay_unavailable(parent, hooks)
@@ -318,8 +352,9 @@ def _variant(parent: Any, b: Branch) -> dict[str, Any]:
     return out
 
 
-async def _run_local(todo: Sequence[Branch], open_branch: Callable[[Branch], Awaitable[Any]], job: Job,
-                     changed: OnUpdate) -> None:
+async def _run_local(
+    todo: Sequence[Branch], open_branch: Callable[[Branch], Awaitable[Any]], job: Job, changed: OnUpdate
+) -> None:
     """Every branch at once on this event loop, in a context with one shared HTTP pool and window lookup.
 
     Each branch starts as soon as its workspace exists, while the next one is being made: with a model
@@ -357,8 +392,9 @@ def _final_status(rec: ExplorationRecord, chosen: bool) -> str:
     return "no_verified" if rec.verify else "error"
 
 
-async def _conclude(parent: Any, rec: ExplorationRecord, agents: dict[str, Any], *, judge_model: str | None,
-                    apply: bool) -> Exploration:
+async def _conclude(
+    parent: Any, rec: ExplorationRecord, agents: dict[str, Any], *, judge_model: str | None, apply: bool
+) -> Exploration:
     home = Path(parent.home)
     chosen, reason = choose(rec.branches, rec.verify, rec.pick)
     exploration = Exploration(rec, parent, agents)
@@ -382,8 +418,9 @@ async def _conclude(parent: Any, rec: ExplorationRecord, agents: dict[str, Any],
     return exploration
 
 
-async def _judge(parent: Any, exploration: Exploration, pool: list[Branch], model: str,
-                 fallback: tuple[Branch | None, str]) -> tuple[Branch | None, str]:
+async def _judge(
+    parent: Any, exploration: Exploration, pool: list[Branch], model: str, fallback: tuple[Branch | None, str]
+) -> tuple[Branch | None, str]:
     """Ask `model` (a fork of the parent: it knows the task) to compare the candidates' diffs."""
     diffs = {b.id: await asyncio.to_thread(exploration.diff, b) for b in pool}
     judge = parent.fork(model=model, persist=False, tools=[], approve=None, on_event=None)
@@ -402,10 +439,18 @@ async def _judge(parent: Any, exploration: Exploration, pool: list[Branch], mode
     return chosen, f"judged by {model}: {reason}"
 
 
-async def resume_exploration(parent: Any, rec: ExplorationRecord, *, engine: Engine | None = None,
-                             on_update: OnUpdate | None = None, on_event: OnEvent | None = None,
-                             approve: Any = INHERIT, judge_model: str | None = None,
-                             apply: bool = True, timeout: float | None = None) -> Exploration:
+async def resume_exploration(
+    parent: Any,
+    rec: ExplorationRecord,
+    *,
+    engine: Engine | None = None,
+    on_update: OnUpdate | None = None,
+    on_event: OnEvent | None = None,
+    approve: Any = INHERIT,
+    judge_model: str | None = None,
+    apply: bool = True,
+    timeout: float | None = None,
+) -> Exploration:
     """Finish an interrupted exploration: finished branches are kept, the others continue from their logs
     (or start, if they never did). `parent` is the exploration's session, resumed."""
     if parent.session_id != rec.parent_session:
@@ -416,5 +461,13 @@ async def resume_exploration(parent: Any, rec: ExplorationRecord, *, engine: Eng
     job = Job(rec.prompt, rec.verify, rec.verify_timeout, rec.base_messages, rec.parent_session, timeout)
     kind = next((str(b.tree.get("kind")) for b in rec.branches if b.tree), "auto")
     hooks = Hooks(on_update, on_event, parent.approve if approve is INHERIT else approve)
-    return await _run(parent, rec, job, workspace=kind if kind in WORKSPACE_KINDS else "auto", engine=engine,
-                      hooks=hooks, judge_model=judge_model, apply=apply)
+    return await _run(
+        parent,
+        rec,
+        job,
+        workspace=kind if kind in WORKSPACE_KINDS else "auto",
+        engine=engine,
+        hooks=hooks,
+        judge_model=judge_model,
+        apply=apply,
+    )

@@ -112,16 +112,23 @@ def git_outside(workspace: Path) -> str | None:
     for line in proc.stdout.splitlines():
         where = Path(line).resolve()
         if not where.is_relative_to(workspace):
-            return (f"the workspace's git repository is outside it ({where}: a linked worktree or a separate "
-                    "git directory), which an overlay cannot keep a branch's git from writing")
+            return (
+                f"the workspace's git repository is outside it ({where}: a linked worktree or a separate "
+                "git directory), which an overlay cannot keep a branch's git from writing"
+            )
     return None
 
 
 def _probe(trees: Path) -> str | None:
     scratch = Path(tempfile.mkdtemp(prefix=".probe-", dir=trees))
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE, str(scratch), json.dumps(sys.path)],
-                              capture_output=True, text=True, timeout=30, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE, str(scratch), json.dumps(sys.path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"the overlay probe could not run ({exc})"
     finally:
@@ -151,8 +158,9 @@ def ensure_base(home: Path, workspace: Path, exploration_id: str, parent_session
     return base
 
 
-def create_overlay_tree(workspace: Path, home: Path, parent_session: str, k: int, exploration_id: str,
-                        branch: str) -> dict[str, Any]:
+def create_overlay_tree(
+    workspace: Path, home: Path, parent_session: str, k: int, exploration_id: str, branch: str
+) -> dict[str, Any]:
     """Make branch `k`'s directories and checkpoint store; returns its tree record (mounted by the child)."""
     home = Path(home).expanduser().resolve()
     workspace = workspace.resolve()
@@ -169,8 +177,15 @@ def create_overlay_tree(workspace: Path, home: Path, parent_session: str, k: int
         rmtree(root)
         shutil.rmtree(store_dir(home, root / "tree"), ignore_errors=True)
         raise
-    return {"kind": "overlay", "root": str(root), "workspace": str(root / "tree"), "repo": _repo(workspace),
-            "branch": branch, "base": str(base), "live": str(workspace)}
+    return {
+        "kind": "overlay",
+        "root": str(root),
+        "workspace": str(root / "tree"),
+        "repo": _repo(workspace),
+        "branch": branch,
+        "base": str(base),
+        "live": str(workspace),
+    }
 
 
 def _repo(workspace: Path) -> str | None:
@@ -181,8 +196,12 @@ def _repo(workspace: Path) -> str | None:
 def mount_spec(tree: dict[str, Any]) -> dict[str, Any]:
     """What the branches' process mounts for this tree (see `kimicode.branches.userns.mount_overlay`)."""
     root = Path(str(tree["root"]))
-    return {"target": str(tree["workspace"]), "lowers": [str(Path(str(tree["base"])) / "tree"), str(tree["live"])],
-            "upper": str(root / "upper"), "work": str(root / "work")}
+    return {
+        "target": str(tree["workspace"]),
+        "lowers": [str(Path(str(tree["base"])) / "tree"), str(tree["live"])],
+        "upper": str(root / "upper"),
+        "work": str(root / "work"),
+    }
 
 
 def _checked_root(home: Path, tree: dict[str, Any], key: str, prefix: str) -> Path:
@@ -243,8 +262,17 @@ def open_tree(home: Path, tree: dict[str, Any], snapshot: str) -> tuple[Path, bo
     source = CheckpointStore(home, Path(str(tree["workspace"])))
     try:
         if repo is not None:
-            _git(repo, "worktree", "add", "-q", *(["--no-checkout"] if sub == Path() else []), "-b",
-                 str(tree["branch"]), str(opened), "HEAD")
+            _git(
+                repo,
+                "worktree",
+                "add",
+                "-q",
+                *(["--no-checkout"] if sub == Path() else []),
+                "-b",
+                str(tree["branch"]),
+                str(opened),
+                "HEAD",
+            )
             if sub == Path():
                 _git(opened, "read-tree", "HEAD")
             else:

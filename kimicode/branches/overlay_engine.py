@@ -27,11 +27,29 @@ from kimicode.branches.record import Branch, ExplorationRecord
 from kimicode.branches.run import Job
 from kimicode.events import StepStarted
 
-_BOOT = ("import json, sys\nsys.path[:] = json.loads(sys.argv.pop(1))\n"
-         "from kimicode.branches.child import main\nsys.exit(main())\n")
+_BOOT = (
+    "import json, sys\nsys.path[:] = json.loads(sys.argv.pop(1))\n"
+    "from kimicode.branches.child import main\nsys.exit(main())\n"
+)
 STDERR_TAIL = 2000
-OUTCOME = ("status", "turn_status", "error", "verified", "verify_exit", "verify_timed_out", "verify_output",
-           "changes", "changed_lines", "before", "after", "cost_usd", "usage", "steps", "started_at", "finished_at")
+OUTCOME = (
+    "status",
+    "turn_status",
+    "error",
+    "verified",
+    "verify_exit",
+    "verify_timed_out",
+    "verify_output",
+    "changes",
+    "changed_lines",
+    "before",
+    "after",
+    "cost_usd",
+    "usage",
+    "steps",
+    "started_at",
+    "finished_at",
+)
 """What the branches' process reports of a branch; its identity (id, number, session, workspace, tree, model)
 is the parent's own record, whatever a line says."""
 STOPPED = 130
@@ -56,8 +74,9 @@ def agent_class_path(parent: Any) -> str:
 class OverlayEngine:
     """Runs branches whose trees are overlays (kimicode/branches/overlay.py) in one namespaced child."""
 
-    def __init__(self, on_event: Callable[[Branch, Any], None] | None = None,
-                 on_notice: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, on_event: Callable[[Branch, Any], None] | None = None, on_notice: Callable[[str], None] | None = None
+    ) -> None:
         self.on_event = on_event
         self.on_notice = on_notice
         self._proc: asyncio.subprocess.Process | None = None
@@ -69,8 +88,15 @@ class OverlayEngine:
         if self._proc is not None:
             return
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _BOOT, json.dumps(sys.path), agent_class_path(parent), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            sys.executable,
+            "-c",
+            _BOOT,
+            json.dumps(sys.path),
+            agent_class_path(parent),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
             limit=1 << 24,
         )
         self._stderr_task = asyncio.create_task(self._keep_stderr(self._proc))
@@ -93,8 +119,13 @@ class OverlayEngine:
         await self.start(parent)
         self._pending: dict[str, Branch] = {}
         self._last: dict[str, Branch] = {}
-        self._send({"options": picklable_options(parent), "job": job,
-                    "mounts": {b.id: mount_spec(b.tree or {}) for b in branches}})
+        self._send(
+            {
+                "options": picklable_options(parent),
+                "job": job,
+                "mounts": {b.id: mount_spec(b.tree or {}) for b in branches},
+            }
+        )
 
     def add(self, b: Branch) -> None:
         """Hand the child a forked branch: it resumes it from its log and runs it at once."""
@@ -127,8 +158,9 @@ class OverlayEngine:
         finally:
             await self._stop(proc)
 
-    async def run(self, parent: Any, record: ExplorationRecord, job: Job,
-                  branches: Sequence[Branch]) -> AsyncIterator[Branch]:
+    async def run(
+        self, parent: Any, record: ExplorationRecord, job: Job, branches: Sequence[Branch]
+    ) -> AsyncIterator[Branch]:
         """`Engine.run`: every branch forked already (explore.py feeds forks one by one instead)."""
         await self.begin(parent, job, branches)
         for b in branches:
@@ -172,7 +204,8 @@ class OverlayEngine:
         why = f"killed by signal {-code}" if code < 0 else f"exit {code}"
         b.status = "crashed"
         b.error = f"the branches' process ended before this branch finished ({why})" + (
-            f": {tail[-1][-300:]}" if tail else "")
+            f": {tail[-1][-300:]}" if tail else ""
+        )
         return b
 
     async def _stop(self, proc: asyncio.subprocess.Process) -> None:

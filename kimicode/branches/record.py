@@ -81,14 +81,25 @@ class Branch:
     def result(self) -> dict[str, Any]:
         """The branch as the json result shows it."""
         return {
-            "id": self.id, "status": self.status, "verified": self.verified, "verify_exit": self.verify_exit,
-            "verify_timed_out": self.verify_timed_out, "changes": self.changes, "changed_lines": self.changed_lines,
+            "id": self.id,
+            "status": self.status,
+            "verified": self.verified,
+            "verify_exit": self.verify_exit,
+            "verify_timed_out": self.verify_timed_out,
+            "changes": self.changes,
+            "changed_lines": self.changed_lines,
             "cost_usd": round(self.cost_usd, 6) if self.cost_usd is not None else None,
-            "session_id": self.session_id, "workspace": self.workspace, "model": self.model,
-            "thinking": self.thinking, "turn_status": self.turn_status, "error": self.error,
-            "cached_share": self.cached_share, "steps": self.steps,
+            "session_id": self.session_id,
+            "workspace": self.workspace,
+            "model": self.model,
+            "thinking": self.thinking,
+            "turn_status": self.turn_status,
+            "error": self.error,
+            "cached_share": self.cached_share,
+            "steps": self.steps,
             "duration_ms": int((self.finished_at - self.started_at) * 1000)
-            if self.finished_at and self.started_at else None,
+            if self.finished_at and self.started_at
+            else None,
         }
 
 
@@ -204,8 +215,7 @@ def find(home: Path, ident: str) -> tuple[ExplorationRecord, Branch | None]:
                 return rec, b
         if rec.id.startswith(ident):
             hits.append((rec, None))
-        hits.extend((rec, b) for b in rec.branches
-                    if b.id.startswith(ident) or (b.session_id or "").startswith(ident))
+        hits.extend((rec, b) for b in rec.branches if b.id.startswith(ident) or (b.session_id or "").startswith(ident))
     if len(hits) == 1:
         return hits[0]
     if not hits:

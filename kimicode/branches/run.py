@@ -106,8 +106,9 @@ def changed_lines(store: CheckpointStore, before: str, after: str) -> int:
     return total
 
 
-async def run_branch(agent: Any, branch: Branch, job: Job, gate: Any,
-                     changed: Callable[[Branch], None] = lambda b: None) -> Branch:
+async def run_branch(
+    agent: Any, branch: Branch, job: Job, gate: Any, changed: Callable[[Branch], None] = lambda b: None
+) -> Branch:
     """Run the branch's turn (or continue it), then verify it; `changed` is called at each state change.
 
     Never raises for the branch's own failure (a model error, a crash in its turn): that is its status.
@@ -156,13 +157,22 @@ async def run_branch(agent: Any, branch: Branch, job: Job, gate: Any,
 async def verify(agent: Any, branch: Branch, job: Job) -> None:
     assert job.verify
     sandbox = await asyncio.to_thread(verify_sandbox, agent)
-    outcome = await run_verify(job.verify, Path(agent.workspace), timeout=job.verify_timeout, sandbox=sandbox,
-                               mask=agent.masker, env=agent.ctx.env)
+    outcome = await run_verify(
+        job.verify,
+        Path(agent.workspace),
+        timeout=job.verify_timeout,
+        sandbox=sandbox,
+        mask=agent.masker,
+        env=agent.ctx.env,
+    )
     branch.verified = outcome.passed
     branch.verify_exit = outcome.exit_code
     branch.verify_timed_out = outcome.timed_out
     branch.verify_output = outcome.output
     branch.status = "verified" if outcome.passed else "failed"
     if not outcome.passed:
-        branch.error = (f"verify timed out after {job.verify_timeout:g} s" if outcome.timed_out
-                        else f"verify exited with {outcome.exit_code}")
+        branch.error = (
+            f"verify timed out after {job.verify_timeout:g} s"
+            if outcome.timed_out
+            else f"verify exited with {outcome.exit_code}"
+        )

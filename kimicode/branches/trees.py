@@ -52,8 +52,9 @@ def create_overlay(workspace: Path, home: Path, parent_session: str, k: int, exp
 
     root = Path(home).expanduser().resolve() / "worktrees"
     try:
-        return create_overlay_tree(workspace, home, parent_session, k, exploration_id,
-                                   git_branch_name(parent_session, k))
+        return create_overlay_tree(
+            workspace, home, parent_session, k, exploration_id, git_branch_name(parent_session, k)
+        )
     except (CheckpointError, OSError) as exc:
         raise TreeError(f"could not create branch {k}'s workspace: {_plain(exc, root)}") from exc
 

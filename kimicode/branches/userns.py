@@ -75,8 +75,9 @@ def escape(path: str) -> str:
 
 def mount_overlay(target: str, lowers: Sequence[str], upper: str, work: str) -> None:
     """Mount an overlay at `target`: `lowers` read-only (the first on top), writes go to `upper`."""
-    options = (f"userxattr,lowerdir={':'.join(escape(p) for p in lowers)},upperdir={escape(upper)},"
-               f"workdir={escape(work)}")
+    options = (
+        f"userxattr,lowerdir={':'.join(escape(p) for p in lowers)},upperdir={escape(upper)},workdir={escape(work)}"
+    )
     if _libc().mount(b"overlay", os.fsencode(target), b"overlay", 0, os.fsencode(options)) != 0:
         raise _fail(f"cannot mount the overlay at {target}")
 

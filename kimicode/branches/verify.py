@@ -43,13 +43,21 @@ def verify_sandbox(agent: Any) -> Any:
     mode = agent.options.sandbox if agent.options.sandbox is not None else agent.settings.config.sandbox.mode
     if mode == "off":
         return None
-    sandbox, _warning = setup_sandbox("workspace-write", agent.options.sandbox_network, agent.settings,
-                                      Path(agent.workspace), agent.home)
+    sandbox, _warning = setup_sandbox(
+        "workspace-write", agent.options.sandbox_network, agent.settings, Path(agent.workspace), agent.home
+    )
     return sandbox
 
 
-async def run_verify(command: str, workspace: Path, *, timeout: float, sandbox: Any = None,
-                     mask: Any = None, env: Mapping[str, str] | None = None) -> VerifyOutcome:
+async def run_verify(
+    command: str,
+    workspace: Path,
+    *,
+    timeout: float,
+    sandbox: Any = None,
+    mask: Any = None,
+    env: Mapping[str, str] | None = None,
+) -> VerifyOutcome:
     """Run `command` with bash in `workspace` (with `env`, else the scrubbed environment); never raises
     for the command's own failure."""
     env = dict(env) if env is not None else scrub_env(os.environ)
@@ -57,13 +65,25 @@ async def run_verify(command: str, workspace: Path, *, timeout: float, sandbox: 
     start = time.monotonic()
     try:
         with sandbox.placeholders() if sandbox is not None else contextlib.nullcontext():
-            outcome = await run_shell(command, cwd=str(workspace), env=env, timeout=timeout,
-                                      wrap=sandbox.wrap if sandbox is not None else None, mask=mask)
+            outcome = await run_shell(
+                command,
+                cwd=str(workspace),
+                env=env,
+                timeout=timeout,
+                wrap=sandbox.wrap if sandbox is not None else None,
+                mask=mask,
+            )
     except OSError as exc:
-        return VerifyOutcome(None, False, f"cannot run the verify command: {exc}", time.monotonic() - start,
-                             sandbox is not None)
+        return VerifyOutcome(
+            None, False, f"cannot run the verify command: {exc}", time.monotonic() - start, sandbox is not None
+        )
     output = outcome.output[-OUTPUT_TAIL:]
     if outcome.timed_out:
         output += f"\n[verify timed out after {timeout:g} s; the command and its children were killed]"
-    return VerifyOutcome(None if outcome.timed_out else outcome.returncode, outcome.timed_out, output,
-                         time.monotonic() - start, sandbox is not None)
+    return VerifyOutcome(
+        None if outcome.timed_out else outcome.returncode,
+        outcome.timed_out,
+        output,
+        time.monotonic() - start,
+        sandbox is not None,
+    )

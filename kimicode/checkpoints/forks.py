@@ -33,8 +33,13 @@ class ForkTree:
     branch: str | None = None
 
     def record(self) -> dict[str, Any]:
-        return {"kind": self.kind, "root": str(self.root), "workspace": str(self.workspace),
-                "repo": str(self.repo) if self.repo else None, "branch": self.branch}
+        return {
+            "kind": self.kind,
+            "root": str(self.root),
+            "workspace": str(self.workspace),
+            "repo": str(self.repo) if self.repo else None,
+            "branch": self.branch,
+        }
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -68,8 +73,9 @@ def make_tree(kind: str, workspace: Path, home: Path, session_id: str, *, branch
     private_dirs(root.parent, top=root.parent.parent)  # KIMICODE_HOME/worktrees: 0700
     top = repo_top(workspace) if kind == "worktree" else None
     if top is None:
-        proc = subprocess.run(["cp", "-a", "--reflink=auto", f"{workspace}/.", str(root)], capture_output=True,
-                              text=True, check=False)
+        proc = subprocess.run(
+            ["cp", "-a", "--reflink=auto", f"{workspace}/.", str(root)], capture_output=True, text=True, check=False
+        )
         if proc.returncode != 0:
             shutil.rmtree(root, ignore_errors=True)
             raise CheckpointError(f"cannot copy the workspace: {proc.stderr.strip() or proc.returncode}")

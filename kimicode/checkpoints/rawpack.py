@@ -51,9 +51,19 @@ class Entry:
     def of(cls, path: bytes, mode: int, sha: bytes, st: os.stat_result) -> Entry:
         m = 0xFFFFFFFF
         head = struct.pack(
-            ">10I20sH", int(st.st_ctime) & m, st.st_ctime_ns % 1_000_000_000, int(st.st_mtime) & m,
-            st.st_mtime_ns % 1_000_000_000, st.st_dev & m, st.st_ino & m, mode, st.st_uid & m, st.st_gid & m,
-            st.st_size & m, sha, min(len(path), 0xFFF),
+            ">10I20sH",
+            int(st.st_ctime) & m,
+            st.st_ctime_ns % 1_000_000_000,
+            int(st.st_mtime) & m,
+            st.st_mtime_ns % 1_000_000_000,
+            st.st_dev & m,
+            st.st_ino & m,
+            mode,
+            st.st_uid & m,
+            st.st_gid & m,
+            st.st_size & m,
+            sha,
+            min(len(path), 0xFFF),
         )
         return cls(path, mode, sha, head)
 
@@ -159,9 +169,13 @@ class PackWriter:
                 small.append(0x80000000 | len(large))
                 large.append(off)
         parts = [
-            b"\xfftOc" + struct.pack(">I", 2), struct.pack(">256I", *fanout), b"".join(shas),
+            b"\xfftOc" + struct.pack(">I", 2),
+            struct.pack(">256I", *fanout),
+            b"".join(shas),
             struct.pack(f">{len(shas)}I", *(self._objects[s][1] for s in shas)),
-            struct.pack(f">{len(shas)}I", *small), struct.pack(f">{len(large)}Q", *large), checksum,
+            struct.pack(f">{len(shas)}I", *small),
+            struct.pack(f">{len(large)}Q", *large),
+            checksum,
         ]
         body = b"".join(parts)
         return body + hashlib.sha1(body).digest()
@@ -251,8 +265,9 @@ def add_files(pack: PackWriter, root: Path, paths: Iterable[str]) -> tuple[list[
         if loaded.gone:
             gone.append(rel)
         elif loaded.obj is not None and loaded.st is not None:
-            entries.append(Entry.of(rel.encode("utf-8", "surrogateescape"), loaded.mode, pack.put(loaded.obj),
-                                    loaded.st))
+            entries.append(
+                Entry.of(rel.encode("utf-8", "surrogateescape"), loaded.mode, pack.put(loaded.obj), loaded.st)
+            )
     return entries, gone
 
 

@@ -53,9 +53,17 @@ class Entry:
 
     def record(self) -> dict[str, Any]:
         return {
-            "type": "checkpoint", "kind": self.kind, "turn": self.turn, "prompt": self.prompt[:500], "at": self.at,
-            "before": self.before, "after": self.after, "changes": self.changes.as_dict(),
-            "skipped": self.skipped, "undone": self.undone, "undid": self.undid,
+            "type": "checkpoint",
+            "kind": self.kind,
+            "turn": self.turn,
+            "prompt": self.prompt[:500],
+            "at": self.at,
+            "before": self.before,
+            "after": self.after,
+            "changes": self.changes.as_dict(),
+            "skipped": self.skipped,
+            "undone": self.undone,
+            "undid": self.undid,
         }
 
     @classmethod
@@ -63,12 +71,15 @@ class Entry:
         ch = rec.get("changes") if isinstance(rec.get("changes"), dict) else {}
         assert isinstance(ch, dict)
         return cls(
-            kind=str(rec.get("kind") or "turn"), turn=int(rec.get("turn") or 0), prompt=str(rec.get("prompt") or ""),
+            kind=str(rec.get("kind") or "turn"),
+            turn=int(rec.get("turn") or 0),
+            prompt=str(rec.get("prompt") or ""),
             at=rec["at"] if isinstance(rec.get("at"), int) else -1,
             before=rec.get("before") if isinstance(rec.get("before"), str) else None,
             after=rec.get("after") if isinstance(rec.get("after"), str) else None,
             changes=Changes(*(list(ch.get(k) or []) for k in ("added", "modified", "deleted"))),
-            skipped=list(rec.get("skipped") or []), undone=bool(rec.get("undone")),
+            skipped=list(rec.get("skipped") or []),
+            undone=bool(rec.get("undone")),
             undid=[t for t in rec.get("undid") or [] if isinstance(t, int)],
         )
 
@@ -116,8 +127,9 @@ class SessionCheckpoints:
         walks the whole tree. See `note`."""
 
     @classmethod
-    def open(cls, home: Path, workspace: Path, session_id: str, log: SessionLog | None,
-             settings: Checkpoints) -> SessionCheckpoints:
+    def open(
+        cls, home: Path, workspace: Path, session_id: str, log: SessionLog | None, settings: Checkpoints
+    ) -> SessionCheckpoints:
         """The checkpoints of a session (entries read back from its log when it exists)."""
         store = CheckpointStore(home, workspace, max_file_bytes=int(settings.max_file_mb * 1024 * 1024))
         entries: list[Entry] = []
@@ -159,8 +171,9 @@ class SessionCheckpoints:
         self.store.stored_plain = 0
         return upkeep.compact_detached(self.store)
 
-    def auto_prune(self, settings: Checkpoints, sessions_dir: Path | None,
-                   warn: Callable[[str], None]) -> threading.Thread | None:
+    def auto_prune(
+        self, settings: Checkpoints, sessions_dir: Path | None, warn: Callable[[str], None]
+    ) -> threading.Thread | None:
         """Apply the `[checkpoints]` age and size limits in the background, at most once a day per store
         (see checkpoints/upkeep.py); this session's checkpoints are never dropped for the size. Returns
         the thread started (None when not due, or the store does not exist yet)."""
@@ -173,8 +186,14 @@ class SessionCheckpoints:
             if self.warming is not None:
                 self.warming.join()
 
-        self.pruning = upkeep.start(self.store, upkeep.Limits.from_settings(settings), sessions_dir,
-                                    {self.session_id}, warn, wait_for=after_warm_up)
+        self.pruning = upkeep.start(
+            self.store,
+            upkeep.Limits.from_settings(settings),
+            sessions_dir,
+            {self.session_id},
+            warn,
+            wait_for=after_warm_up,
+        )
         return self.pruning
 
     @property
@@ -222,8 +241,9 @@ class SessionCheckpoints:
         if cur is None or cur.before is not None or self.warning is not None:
             return None
         try:
-            snap = self.store.snapshot(f"before turn {cur.turn}: {cur.prompt[:200]}",
-                                       f"{self.session_id}/{cur.turn}-before")
+            snap = self.store.snapshot(
+                f"before turn {cur.turn}: {cur.prompt[:200]}", f"{self.session_id}/{cur.turn}-before"
+            )
         except (CheckpointError, OSError) as exc:
             self.warning = f"no checkpoint for this turn ({exc}); /undo will not restore its files"
             return self.warning
@@ -231,8 +251,11 @@ class SessionCheckpoints:
         self._log(cur)
         self.compact_if_plain()
         if snap.skipped:
-            return (f"checkpoint skipped {len(snap.skipped)} file(s) over the size limit: "
-                    + ", ".join(snap.skipped[:5]) + ("…" if len(snap.skipped) > 5 else ""))
+            return (
+                f"checkpoint skipped {len(snap.skipped)} file(s) over the size limit: "
+                + ", ".join(snap.skipped[:5])
+                + ("…" if len(snap.skipped) > 5 else "")
+            )
         return None
 
     def end_turn(self) -> Entry | None:
@@ -341,8 +364,16 @@ class SessionCheckpoints:
                     e.undone = False
                     self._log(e)
         what = f"turn {entry.turn}" if entry.kind == "turn" else f"restore {entry.turn}"
-        rec = Entry("restore", n, f"undo of {what}", -1, pre.id, post.id, self.store.changes(pre.id, post.id),
-                    undid=[e.turn for e in later if e.kind == "turn"])
+        rec = Entry(
+            "restore",
+            n,
+            f"undo of {what}",
+            -1,
+            pre.id,
+            post.id,
+            self.store.changes(pre.id, post.id),
+            undid=[e.turn for e in later if e.kind == "turn"],
+        )
         self.entries.append(rec)
         self._log(rec)
         if self.log is not None:

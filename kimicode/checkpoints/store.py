@@ -128,7 +128,12 @@ class CheckpointStore:
         """Run one git command against the private store; raises CheckpointError with git's message."""
         try:
             proc = subprocess.run(
-                ["git", *args], cwd=self.workspace, env=self.git_env(), input=input, capture_output=True, check=False,
+                ["git", *args],
+                cwd=self.workspace,
+                env=self.git_env(),
+                input=input,
+                capture_output=True,
+                check=False,
                 pass_fds=self._held(),
             )
         except OSError as exc:
@@ -168,8 +173,12 @@ class CheckpointStore:
         if not (self.git_dir / "HEAD").exists():
             env = {k: v for k, v in self.git_env().items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
             try:
-                subprocess.run(["git", "init", "--bare", "--quiet", "--shared=0600", str(self.git_dir)], env=env,
-                               check=True, capture_output=True)  # --shared=0600: git keeps its files private
+                subprocess.run(
+                    ["git", "init", "--bare", "--quiet", "--shared=0600", str(self.git_dir)],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )  # --shared=0600: git keeps its files private
             except (OSError, subprocess.CalledProcessError) as exc:
                 raise CheckpointError(f"cannot create the checkpoint store in {self.git_dir}: {exc}") from exc
             self.git("config", "core.autocrlf", "false")
@@ -295,8 +304,16 @@ class CheckpointStore:
             return self._commit(self._first(add), label, ref, skipped)
         add, drop, skipped = self._listing(only)
         if drop:
-            self.git("rm", "--cached", "-q", "-f", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul",
-                     input=_nul(drop))
+            self.git(
+                "rm",
+                "--cached",
+                "-q",
+                "-f",
+                "--ignore-unmatch",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+                input=_nul(drop),
+            )
         if len(add) > BULK:
             self._bulk_add(add)
         elif add:
@@ -415,8 +432,9 @@ class CheckpointStore:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
             reason = "the disk is full" if _is_full(exc) else str(exc)
-            raise NothingRestored(f"could not restore the files ({reason}); nothing in the workspace was "
-                                  "changed") from exc
+            raise NothingRestored(
+                f"could not restore the files ({reason}); nothing in the workspace was changed"
+            ) from exc
         for rel in sorted(wanted - set(present), key=lambda p: -p.count("/")):
             _remove(self.workspace, rel)
         for rel in sorted(present):  # a directory now where a file must go back
@@ -431,9 +449,15 @@ class CheckpointStore:
         """Write each file's content from the store into `staging` (one `cat-file --batch`)."""
         out: dict[str, Path] = {}
         try:
-            proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=self.workspace, env=self.git_env(),
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    pass_fds=self._held())
+            proc = subprocess.Popen(
+                ["git", "cat-file", "--batch"],
+                cwd=self.workspace,
+                env=self.git_env(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                pass_fds=self._held(),
+            )
         except OSError as exc:
             raise CheckpointError(f"cannot run git: {exc}") from exc
         assert proc.stdin is not None and proc.stdout is not None
@@ -508,7 +532,7 @@ class CheckpointStore:
                 oldest = [name for name, _ in refs[: max(1, len(refs) // 4)]]
                 self.drop_refs(oldest)
                 dropped += oldest
-                refs = refs[len(oldest):]
+                refs = refs[len(oldest) :]
                 self._gc()
         return dropped
 

@@ -81,8 +81,14 @@ def due(store: CheckpointStore, now: float | None = None) -> bool:
     return (store.git_dir / "HEAD").exists() and now - last_run(store) >= INTERVAL
 
 
-def auto_prune(store: CheckpointStore, limits: Limits, sessions_dir: Path | None, keep: Collection[str] = (),
-               *, now: float | None = None) -> list[str] | None:
+def auto_prune(
+    store: CheckpointStore,
+    limits: Limits,
+    sessions_dir: Path | None,
+    keep: Collection[str] = (),
+    *,
+    now: float | None = None,
+) -> list[str] | None:
     """Prune `store` when the last automatic prune is a day old; see the module docstring.
 
     `sessions_dir` holds the session logs (`<id>.jsonl`): a session without one no longer exists.
@@ -117,8 +123,7 @@ def _stamp(store: CheckpointStore, now: float) -> None:
         raise CheckpointError(f"cannot prune the checkpoint store {store.dir}: {exc.strerror or exc}") from exc
 
 
-def _prune(store: CheckpointStore, limits: Limits, sessions_dir: Path | None, keep: set[str],
-           now: float) -> list[str]:
+def _prune(store: CheckpointStore, limits: Limits, sessions_dir: Path | None, keep: set[str], now: float) -> list[str]:
     """Every ref to drop is dropped before the one gc: a gc keeps what was unreferenced when it started
     if it is younger than `GRACE`, and its own new pack is, so a second gc would free nothing today."""
     with store.locked():
@@ -128,8 +133,11 @@ def _prune(store: CheckpointStore, limits: Limits, sessions_dir: Path | None, ke
             cutoff = now - limits.max_age_days * 86400
             dropped = [name for name, when in refs if when < cutoff]
         if limits.max_store_mb is not None and store.size() > limits.max_store_mb * 1e6:
-            dropped += [name for name, when in refs if name not in dropped and when < now - ORPHAN_AFTER
-                        and _orphan(name, sessions_dir, keep)]
+            dropped += [
+                name
+                for name, when in refs
+                if name not in dropped and when < now - ORPHAN_AFTER and _orphan(name, sessions_dir, keep)
+            ]
         store.drop_refs(dropped)
         store.git("pack-refs", "--all", "--prune", check=False)
     gc(store)
@@ -148,8 +156,19 @@ def gc(store: CheckpointStore) -> None:
     """`git gc` at low priority without the store's lock (see the module docstring); failures are
     ignored (another gc running, a checkpoint that removed a temporary pack): the next one catches up."""
     nice = shutil.which("nice")
-    cmd = [*([nice, "-n", "10"] if nice else []), "git", "-c", "gc.packRefs=false", "-c", "gc.reflogExpire=never",
-           "-c", "gc.reflogExpireUnreachable=never", "gc", "--quiet", f"--prune={GRACE}"]
+    cmd = [
+        *([nice, "-n", "10"] if nice else []),
+        "git",
+        "-c",
+        "gc.packRefs=false",
+        "-c",
+        "gc.reflogExpire=never",
+        "-c",
+        "gc.reflogExpireUnreachable=never",
+        "gc",
+        "--quiet",
+        f"--prune={GRACE}",
+    ]
     try:
         subprocess.run(cmd, cwd=store.workspace, env=store.git_env(), capture_output=True, check=False)
     except OSError:
@@ -169,21 +188,54 @@ def compact_detached(store: CheckpointStore) -> bool:
     pack mappings keep its memory small (a plain repack of a 1 GB store mapped all of it); files over 8 MB
     are compressed, never deltaed. Returns whether it was started."""
     nice = shutil.which("nice")
-    cmd = [*([nice, "-n", "10"] if nice else []), "git", "-c", "pack.threads=1", "-c", "pack.windowMemory=32m",
-           "-c", "pack.deltaCacheSize=16m", "-c", "core.bigFileThreshold=8m", "-c", "core.packedGitWindowSize=16m",
-           "-c", "core.packedGitLimit=128m", "repack", "-A", "-d", "-F", "-l", "-q",
-           f"--unpack-unreachable={GRACE}"]
+    cmd = [
+        *([nice, "-n", "10"] if nice else []),
+        "git",
+        "-c",
+        "pack.threads=1",
+        "-c",
+        "pack.windowMemory=32m",
+        "-c",
+        "pack.deltaCacheSize=16m",
+        "-c",
+        "core.bigFileThreshold=8m",
+        "-c",
+        "core.packedGitWindowSize=16m",
+        "-c",
+        "core.packedGitLimit=128m",
+        "repack",
+        "-A",
+        "-d",
+        "-F",
+        "-l",
+        "-q",
+        f"--unpack-unreachable={GRACE}",
+    ]
     try:
-        proc = subprocess.Popen(cmd, cwd=store.workspace, env=store.git_env(), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=store.workspace,
+            env=store.git_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     except OSError:
         return False
     spare(proc.pid)  # kimicode's exit ends its other children (procs.reap_children), not this one
     return True
 
 
-def start(store: CheckpointStore, limits: Limits, sessions_dir: Path | None, keep: Collection[str],
-          warn: Callable[[str], None], *, wait_for: Callable[[], Any] | None = None) -> Any:
+def start(
+    store: CheckpointStore,
+    limits: Limits,
+    sessions_dir: Path | None,
+    keep: Collection[str],
+    warn: Callable[[str], None],
+    *,
+    wait_for: Callable[[], Any] | None = None,
+) -> Any:
     """Run `auto_prune` in a daemon thread (never delays the session, never keeps it from exiting);
     `wait_for` runs first in that thread (the warm-up of an empty store goes before the gc). A failure
     is passed to `warn` as one sentence. Returns the thread."""
@@ -224,9 +276,12 @@ def usage(store_dir: Path) -> Usage:
     loose = sum(1 for d in (git_dir / "objects").glob("[0-9a-f][0-9a-f]") for _ in d.iterdir())
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_DIR=str(git_dir), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
-    listed = subprocess.run(["git", "for-each-ref", "--sort=-committerdate",
-                             "--format=%(refname)%00%(contents:body)", "refs/kimicode/"],
-                            env=env, capture_output=True, check=False)
+    listed = subprocess.run(
+        ["git", "for-each-ref", "--sort=-committerdate", "--format=%(refname)%00%(contents:body)", "refs/kimicode/"],
+        env=env,
+        capture_output=True,
+        check=False,
+    )
     out = listed.stdout.decode("utf-8", "replace")
     refs = [line.split("\0", 1) for line in out.split("\n") if line.startswith("refs/")]
     sessions = {name.removeprefix("refs/kimicode/").rpartition("/")[0] for name, *_ in refs}

@@ -31,8 +31,12 @@ def acp_command(
         list[str] | None, typer.Option("--deny", metavar="RULE", help="Never run matching calls (repeatable).")
     ] = None,
     sandbox: Annotated[
-        AcpSandbox | None, typer.Option("--sandbox", help="How kimicode's own bash is confined when the editor "
-                                        "offers no terminals (auto, workspace-write, off).")
+        AcpSandbox | None,
+        typer.Option(
+            "--sandbox",
+            help="How kimicode's own bash is confined when the editor "
+            "offers no terminals (auto, workspace-write, off).",
+        ),
     ] = None,
     max_turns: Annotated[int | None, typer.Option("--max-turns", min=1, help="Maximum model steps per prompt.")] = None,
 ) -> None:
@@ -55,7 +59,11 @@ def acp_command(
 
 def run_acp(args: list[str]) -> None:
     """`kimicode acp ARGS` without loading the main application (the editor waits for `initialize`)."""
-    app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
-                      context_settings={"help_option_names": ["-h", "--help"]})
+    app = typer.Typer(
+        add_completion=False,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
     app.command()(acp_command)
     app(args=args, prog_name="kimicode acp")

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 app = typer.Typer(
     name="kimicode",
     help="A coding agent for kimi-k3 and any OpenAI-compatible endpoint.\n\n"
-    "Run `kimicode` for an interactive session (`kimicode \"PROMPT\"` opens one with that first prompt), or "
+    'Run `kimicode` for an interactive session (`kimicode "PROMPT"` opens one with that first prompt), or '
     "`kimicode -p PROMPT` to run one task headless.",
     epilog="\b\n"
     "Environment:\n"
@@ -102,19 +102,32 @@ def main(
     include_partial: Annotated[
         bool, typer.Option("--include-partial", help="stream-json: also emit text deltas as they stream.")
     ] = False,
-    output_schema: Annotated[Path | None, typer.Option(
-        "--output-schema", metavar="FILE", help="The final answer must be JSON valid against this JSON Schema "
-        "(sent back to the model with the errors until it is; exit 6 when it never is).")] = None,
-    json_schema: Annotated[str | None, typer.Option(
-        "--json-schema", metavar="JSON", help="As --output-schema, with the schema inline.")] = None,
-    input_format: Annotated[InputFormat, typer.Option(
-        "--input-format", help="text (the -p prompt) or stream-json: user messages as JSON lines on stdin, "
-        "one turn each (with --output-format stream-json).")] = InputFormat.text,
+    output_schema: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-schema",
+            metavar="FILE",
+            help="The final answer must be JSON valid against this JSON Schema "
+            "(sent back to the model with the errors until it is; exit 6 when it never is).",
+        ),
+    ] = None,
+    json_schema: Annotated[
+        str | None, typer.Option("--json-schema", metavar="JSON", help="As --output-schema, with the schema inline.")
+    ] = None,
+    input_format: Annotated[
+        InputFormat,
+        typer.Option(
+            "--input-format",
+            help="text (the -p prompt) or stream-json: user messages as JSON lines on stdin, "
+            "one turn each (with --output-format stream-json).",
+        ),
+    ] = InputFormat.text,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model id (env KIMI_MODEL).")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="Endpoint (env KIMI_BASE_URL).")] = None,
     thinking: Annotated[Thinking | None, typer.Option("--thinking", help="Reasoning effort.")] = None,
-    max_turns: Annotated[int, typer.Option(
-        "--max-turns", min=1, help="Maximum model steps per task.")] = DEFAULT_MAX_TURNS,
+    max_turns: Annotated[
+        int, typer.Option("--max-turns", min=1, help="Maximum model steps per task.")
+    ] = DEFAULT_MAX_TURNS,
     cwd: Annotated[
         Path | None, typer.Option("-C", "--cwd", help="Workspace directory (default: the current one).")
     ] = None,
@@ -124,8 +137,11 @@ def main(
     yolo: Annotated[bool, typer.Option("--yolo", help="Shorthand for --permission-mode yolo.")] = False,
     allow: Annotated[
         list[str] | None,
-        typer.Option("--allow", metavar="RULE", help="Run matching calls without asking, e.g. 'bash(git diff*)', "
-                     "'edit(src/**)' (repeatable)."),
+        typer.Option(
+            "--allow",
+            metavar="RULE",
+            help="Run matching calls without asking, e.g. 'bash(git diff*)', 'edit(src/**)' (repeatable).",
+        ),
     ] = None,
     deny: Annotated[
         list[str] | None,
@@ -133,18 +149,24 @@ def main(
     ] = None,
     sandbox: Annotated[
         SandboxOpt | None,
-        typer.Option("--sandbox", help="auto (default): commands that run without asking run in a bubblewrap "
-                     "sandbox (Linux), the workspace writable, the rest read-only, no network; workspace-write: "
-                     "every command runs there without asking; off: never."),
+        typer.Option(
+            "--sandbox",
+            help="auto (default): commands that run without asking run in a bubblewrap "
+            "sandbox (Linux), the workspace writable, the rest read-only, no network; workspace-write: "
+            "every command runs there without asking; off: never.",
+        ),
     ] = None,
     sandbox_network: Annotated[
         bool, typer.Option("--sandbox-network", help="Allow network access inside the sandbox.")
     ] = False,
     tool_choice: Annotated[
         str | None,
-        typer.Option("--tool-choice", metavar="auto|none|required|TOOL",
-                     help="Sent with each request: required makes the model call a tool every step, a tool's "
-                     "name forces that tool (servers that honour it: vLLM, OpenAI; llama.cpp accepts it only)."),
+        typer.Option(
+            "--tool-choice",
+            metavar="auto|none|required|TOOL",
+            help="Sent with each request: required makes the model call a tool every step, a tool's "
+            "name forces that tool (servers that honour it: vLLM, OpenAI; llama.cpp accepts it only).",
+        ),
     ] = None,
     max_retries: Annotated[
         int, typer.Option("--max-retries", min=0, help="Retries of transient API failures.")
@@ -158,18 +180,28 @@ def main(
     ] = None,
     max_tokens: Annotated[
         int | None,
-        typer.Option("--max-tokens", min=1, help="Most tokens of one answer (default: the model's, at most a "
-                     "quarter of the window; config: [context] max_tokens)."),
+        typer.Option(
+            "--max-tokens",
+            min=1,
+            help="Most tokens of one answer (default: the model's, at most a "
+            "quarter of the window; config: [context] max_tokens).",
+        ),
     ] = None,
     scope: Annotated[
         ScopeOpt | None,
-        typer.Option("--scope", help="strict: the model does only what was asked (no new files, dependencies or "
-                     "refactors; asks, or with -p states its assumption and stops, when unclear); [agent] scope."),
+        typer.Option(
+            "--scope",
+            help="strict: the model does only what was asked (no new files, dependencies or "
+            "refactors; asks, or with -p states its assumption and stops, when unclear); [agent] scope.",
+        ),
     ] = None,
     on_switch: Annotated[
         OnSwitchOpt | None,
-        typer.Option("--on-switch", help="When the model changes (-m on resume or fork, /model): keep earlier "
-                     "messages whole, strip another model's reasoning, or compact first. Config: [model] on_switch."),
+        typer.Option(
+            "--on-switch",
+            help="When the model changes (-m on resume or fork, /model): keep earlier "
+            "messages whole, strip another model's reasoning, or compact first. Config: [model] on_switch.",
+        ),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show progress on stderr.")] = False,
     continue_: Annotated[
@@ -203,40 +235,78 @@ def main(
         typer.Option("--mcp-config", metavar="FILE", help="Start the MCP servers of this .mcp.json-style file."),
     ] = None,
     worktree: Annotated[
-        bool, typer.Option("--worktree", help="With --fork: give the fork its own working tree (a git worktree on a "
-                           "new branch; a copy outside git).")
+        bool,
+        typer.Option(
+            "--worktree",
+            help="With --fork: give the fork its own working tree (a git worktree on a "
+            "new branch; a copy outside git).",
+        ),
     ] = False,
-    branches: Annotated[int | None, typer.Option(
-        "--branches", min=1, help="Run the task in N branches at once, each in its own worktree; keep the best "
-        "(docs/branches.md).")] = None,
-    verify: Annotated[str | None, typer.Option(
-        "--verify", metavar="CMD", help="With --branches: run CMD in each branch's workspace (sandboxed); exit 0 "
-        "= verified.")] = None,
-    verify_timeout: Annotated[float, typer.Option(
-        "--verify-timeout", min=1, help="With --verify: seconds before the command is killed.")] = 600.0,
-    pick: Annotated[str, typer.Option(
-        "--pick", help="With --branches: auto (verified, fewer changed lines, cheaper), first-verified, smallest, "
-        "cheapest, ask.")] = "auto",
-    apply_: Annotated[str, typer.Option(
-        "--apply", help="With --branches: auto (apply the chosen branch) or never.")] = "auto",
-    branch_models: Annotated[str | None, typer.Option(
-        "--branch-models", metavar="A,B,...", help="With --branches: spread the branches over these models.")] = None,
-    branch_thinking: Annotated[str | None, typer.Option(
-        "--branch-thinking", metavar="low,high,...", help="With --branches: spread them over these efforts.")] = None,
-    judge_model: Annotated[str | None, typer.Option(
-        "--judge-model", metavar="M", help="With --branches: let model M compare the verified diffs and choose.")
+    branches: Annotated[
+        int | None,
+        typer.Option(
+            "--branches",
+            min=1,
+            help="Run the task in N branches at once, each in its own worktree; keep the best (docs/branches.md).",
+        ),
     ] = None,
-    engine: Annotated[str, typer.Option(
-        "--engine", help="With --branches: local (this process) or ray (a Ray cluster).")] = "local",
-    ray_address: Annotated[str | None, typer.Option(
-        "--ray-address", help="With --engine ray: the cluster (default: RAY_ADDRESS, else a local Ray).")] = None,
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            "--verify",
+            metavar="CMD",
+            help="With --branches: run CMD in each branch's workspace (sandboxed); exit 0 = verified.",
+        ),
+    ] = None,
+    verify_timeout: Annotated[
+        float, typer.Option("--verify-timeout", min=1, help="With --verify: seconds before the command is killed.")
+    ] = 600.0,
+    pick: Annotated[
+        str,
+        typer.Option(
+            "--pick",
+            help="With --branches: auto (verified, fewer changed lines, cheaper), first-verified, smallest, "
+            "cheapest, ask.",
+        ),
+    ] = "auto",
+    apply_: Annotated[
+        str, typer.Option("--apply", help="With --branches: auto (apply the chosen branch) or never.")
+    ] = "auto",
+    branch_models: Annotated[
+        str | None,
+        typer.Option(
+            "--branch-models", metavar="A,B,...", help="With --branches: spread the branches over these models."
+        ),
+    ] = None,
+    branch_thinking: Annotated[
+        str | None,
+        typer.Option(
+            "--branch-thinking", metavar="low,high,...", help="With --branches: spread them over these efforts."
+        ),
+    ] = None,
+    judge_model: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-model", metavar="M", help="With --branches: let model M compare the verified diffs and choose."
+        ),
+    ] = None,
+    engine: Annotated[
+        str, typer.Option("--engine", help="With --branches: local (this process) or ray (a Ray cluster).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="With --engine ray: the cluster (default: RAY_ADDRESS, else a local Ray)."),
+    ] = None,
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
     add_dir: Annotated[
         list[Path] | None,
-        typer.Option("--add-dir", metavar="DIR", help="Another directory the agent may read and change files in "
-                     "(as in the workspace; repeatable)."),
+        typer.Option(
+            "--add-dir",
+            metavar="DIR",
+            help="Another directory the agent may read and change files in (as in the workspace; repeatable).",
+        ),
     ] = None,
     first_prompt: Annotated[str | None, typer.Option("--first-prompt", hidden=True)] = None,
 ) -> None:
@@ -251,42 +321,85 @@ def main(
     from kimicode.cli.options import flag_settings
 
     settings = flag_settings(  # the Agent settings both faces take from the flags (cli/options.py)
-        ctx, model=model, base_url=base_url, permission_mode=permission_mode.value, yolo=yolo,
-        thinking=thinking.value if thinking else None, max_turns=max_turns, max_retries=max_retries,
-        request_timeout=request_timeout, retry_base_delay=_retry_base_delay(), context_window=context_window,
-        max_tokens=max_tokens, allow=allow, deny=deny, sandbox=sandbox.value if sandbox is not None else None,
-        sandbox_network=sandbox_network, scope=scope.value if scope else None,
-        on_switch=on_switch.value if on_switch else None, tool_choice=tool_choice,
+        ctx,
+        model=model,
+        base_url=base_url,
+        permission_mode=permission_mode.value,
+        yolo=yolo,
+        thinking=thinking.value if thinking else None,
+        max_turns=max_turns,
+        max_retries=max_retries,
+        request_timeout=request_timeout,
+        retry_base_delay=_retry_base_delay(),
+        context_window=context_window,
+        max_tokens=max_tokens,
+        allow=allow,
+        deny=deny,
+        sandbox=sandbox.value if sandbox is not None else None,
+        sandbox_network=sandbox_network,
+        scope=scope.value if scope else None,
+        on_switch=on_switch.value if on_switch else None,
+        tool_choice=tool_choice,
     )
     settings.update(_added_dirs(add_dir))
     streaming = input_format is InputFormat.stream_json  # the messages come from stdin (cli/structured_io.py)
     headless_flags = (system_prompt_file, append_system_prompt, max_budget_usd, mcp_config)
     prompt = _headless_prompt(
-        prompt, first_prompt, streaming=streaming, output_format=output_format,
+        prompt,
+        first_prompt,
+        streaming=streaming,
+        output_format=output_format,
         headless_flags=any(v is not None for v in headless_flags) or no_session_persistence or trust_workspace,
     )
     from kimicode.cli.branches_cmd import branch_flags
 
     try:
-        flags = branch_flags(branches, verify=verify, verify_timeout=verify_timeout, pick=pick, apply=apply_,
-                             models=branch_models, thinking=branch_thinking, judge_model=judge_model, engine=engine,
-                             address=ray_address, ctx=ctx)
+        flags = branch_flags(
+            branches,
+            verify=verify,
+            verify_timeout=verify_timeout,
+            pick=pick,
+            apply=apply_,
+            models=branch_models,
+            thinking=branch_thinking,
+            judge_model=judge_model,
+            engine=engine,
+            address=ray_address,
+            ctx=ctx,
+        )
     except ValueError as exc:
         raise fail(str(exc)) from None
     if prompt is None and flags is not None:
         raise fail("--branches applies to headless runs: add -p PROMPT (in the terminal: /branches N)")
-    spec = _output_spec(output_schema, json_schema, headless=prompt is not None, streaming=streaming,
-                        branching=flags is not None)
+    spec = _output_spec(
+        output_schema, json_schema, headless=prompt is not None, streaming=streaming, branching=flags is not None
+    )
     checked = _checked_options(workspace, trust_workspace, settings)
     if prompt is None:
-        _open_terminal(workspace, own_workspace=cwd is None and target is not None, model=model, base_url=base_url,
-                       resume=target, fork=fork, fork_workspace=fork_workspace, first_prompt=first_prompt,
-                       settings=settings)
+        _open_terminal(
+            workspace,
+            own_workspace=cwd is None and target is not None,
+            model=model,
+            base_url=base_url,
+            resume=target,
+            fork=fork,
+            fork_workspace=fork_workspace,
+            first_prompt=first_prompt,
+            settings=settings,
+        )
     prompt = _whole_prompt(prompt, streaming)
     settings.update(_ci_settings(system_prompt_file, append_system_prompt, no_session_persistence))
     agent = _open_agent(
-        checked, settings, workspace, own_workspace=cwd is None, target=target, fork=fork,
-        fork_workspace=fork_workspace, trust=trust_workspace, mcp_config=mcp_config, budget=max_budget_usd,
+        checked,
+        settings,
+        workspace,
+        own_workspace=cwd is None,
+        target=target,
+        fork=fork,
+        fork_workspace=fork_workspace,
+        trust=trust_workspace,
+        mcp_config=mcp_config,
+        budget=max_budget_usd,
     )
     _say_where(agent, forked_apart=fork and fork_workspace != "shared", verbose=verbose)
     from kimicode.cli.headless import Printer, run_headless
@@ -345,21 +458,31 @@ def _added_dirs(add_dir: list[Path] | None) -> dict[str, Any]:
 
 
 def _headless_prompt(
-    prompt: str | None, first_prompt: str | None, *, streaming: bool, output_format: OutputFormat,
+    prompt: str | None,
+    first_prompt: str | None,
+    *,
+    streaming: bool,
+    output_format: OutputFormat,
     headless_flags: bool,
 ) -> str | None:
     """The -p prompt (`-`: read from stdin, which stream-json input always is), None for the terminal face;
     flags that only a headless run takes need one."""
     if streaming and (prompt not in (None, "-") or output_format is not OutputFormat.stream_json):
-        raise fail("--input-format stream-json reads the messages from stdin: use it with --output-format "
-                   "stream-json and without a -p prompt")
+        raise fail(
+            "--input-format stream-json reads the messages from stdin: use it with --output-format "
+            "stream-json and without a -p prompt"
+        )
     prompt = "-" if streaming else prompt
     if prompt is not None and first_prompt is not None:
-        raise fail(f"two prompts: -p {prompt!r} and {first_prompt!r} (kimicode \"PROMPT\" opens a session with it; "
-                   "-p runs it headless)")
+        raise fail(
+            f'two prompts: -p {prompt!r} and {first_prompt!r} (kimicode "PROMPT" opens a session with it; '
+            "-p runs it headless)"
+        )
     if prompt is None and headless_flags:
-        raise fail("--max-budget-usd, --system-prompt-file, --append-system-prompt, --no-session-persistence, "
-                   "--trust-workspace and --mcp-config apply to headless runs: add -p PROMPT")
+        raise fail(
+            "--max-budget-usd, --system-prompt-file, --append-system-prompt, --no-session-persistence, "
+            "--trust-workspace and --mcp-config apply to headless runs: add -p PROMPT"
+        )
     return prompt
 
 
@@ -382,7 +505,6 @@ def _output_spec(
     return spec
 
 
-
 def _checked_options(workspace: Path, trust: bool, settings: dict[str, Any]) -> AgentOptions:
     """The options in the workspace: the configuration files are read (and checked) once, before anything
     starts."""
@@ -396,15 +518,22 @@ def _checked_options(workspace: Path, trust: bool, settings: dict[str, Any]) -> 
 
 
 def _open_terminal(
-    workspace: Path, *, own_workspace: bool, model: str | None, base_url: str | None, first_prompt: str | None,
-    settings: dict[str, Any], **session: Any,
+    workspace: Path,
+    *,
+    own_workspace: bool,
+    model: str | None,
+    base_url: str | None,
+    first_prompt: str | None,
+    settings: dict[str, Any],
+    **session: Any,
 ) -> NoReturn:
     """No -p: the interactive session, in a terminal (the first run asks for a key); elsewhere a usage
     error. `own_workspace`: a session resumed without -C keeps its own workspace."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         if first_prompt is not None:
-            raise fail('kimicode "PROMPT" opens an interactive session, which needs a terminal: '
-                       "run it headless with -p PROMPT")
+            raise fail(
+                'kimicode "PROMPT" opens an interactive session, which needs a terminal: run it headless with -p PROMPT'
+            )
         raise fail("no prompt: pass -p PROMPT (or -p - to read it from stdin)")
     from kimicode.cli.firstrun import ensure_key
     from kimicode.config.endpoint import kimicode_home
@@ -413,8 +542,11 @@ def _open_terminal(
         raise typer.Exit(2)  # no key: first_run said what to set
     from kimicode.ui.launch import run_interactive
 
-    raise typer.Exit(run_interactive(workspace=None if own_workspace else workspace, first_prompt=first_prompt,
-                                     **session, **settings))
+    raise typer.Exit(
+        run_interactive(
+            workspace=None if own_workspace else workspace, first_prompt=first_prompt, **session, **settings
+        )
+    )
 
 
 def _whole_prompt(prompt: str, streaming: bool) -> str:
@@ -435,9 +567,9 @@ def _whole_prompt(prompt: str, streaming: bool) -> str:
     return prompt
 
 
-def _ci_settings(system_prompt_file: Path | None, append_system_prompt: str | None, no_persistence: bool) -> dict[
-    str, Any
-]:
+def _ci_settings(
+    system_prompt_file: Path | None, append_system_prompt: str | None, no_persistence: bool
+) -> dict[str, Any]:
     """The CI flags' settings (cli/ci_flags.py), for headless runs."""
     from kimicode.cli.ci_flags import FlagError, read_system_prompt
 
@@ -453,8 +585,17 @@ def _ci_settings(system_prompt_file: Path | None, append_system_prompt: str | No
 
 
 def _open_agent(
-    checked: AgentOptions, settings: dict[str, Any], workspace: Path, *, own_workspace: bool, target: str | None,
-    fork: bool, fork_workspace: str, trust: bool, mcp_config: Path | None, budget: float | None,
+    checked: AgentOptions,
+    settings: dict[str, Any],
+    workspace: Path,
+    *,
+    own_workspace: bool,
+    target: str | None,
+    fork: bool,
+    fork_workspace: str,
+    trust: bool,
+    mcp_config: Path | None,
+    budget: float | None,
 ) -> Agent:
     """The headless run's agent: a new one in `workspace`, or the session -c/-r names (in `workspace`, or in
     its own when `own_workspace`: no -C), refused when --max-budget-usd cannot be kept."""
@@ -469,8 +610,9 @@ def _open_agent(
         config = checked.config if place.expanduser().resolve() == checked.workspace else None
         if config is None:  # another workspace (a resumed session's own): its files, read once too
             config = load_settings(place.expanduser().resolve(), kimicode_home(), trust=trust)
-        return AgentOptions.from_workspace(place, headless=True, **settings,
-                                           config=ci_settings(config, mcp_config=mcp_config))
+        return AgentOptions.from_workspace(
+            place, headless=True, **settings, config=ci_settings(config, mcp_config=mcp_config)
+        )
 
     try:
         if target is None:
@@ -495,8 +637,12 @@ def _say_where(agent: Agent, *, forked_apart: bool, verbose: bool) -> None:
         from kimicode.ui.toolbar import GitBranch
 
         branch = GitBranch(agent.workspace).get()
-        typer.echo(f"kimicode: forked into session {agent.session_id}, working in its own tree {agent.workspace}"
-                   + (f" on branch {branch}" if branch else ""), err=True)
+        typer.echo(
+            f"kimicode: forked into session {agent.session_id}, working in its own tree {agent.workspace}"
+            + (f" on branch {branch}" if branch else ""),
+            err=True,
+        )
+
 
 from kimicode.cli.checkpoints_cmd import checkpoints_app, undo_command  # noqa: E402 - also adds `sessions diff`
 from kimicode.cli.completion_cmd import answering_completion, completion_command  # noqa: E402

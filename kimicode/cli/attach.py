@@ -29,17 +29,39 @@ from kimicode.ui.format import describe_call, diff_text, money, one_line
 from kimicode.ui.recap import recap
 from kimicode.ui.view import TurnView
 
-DECISIONS = {"y": "allow", "yes": "allow", "allow": "allow", "a": "allow_always", "always": "allow_always",
-             "n": "deny", "no": "deny", "deny": "deny"}
+DECISIONS = {
+    "y": "allow",
+    "yes": "allow",
+    "allow": "allow",
+    "a": "allow_always",
+    "always": "allow_always",
+    "n": "deny",
+    "no": "deny",
+    "deny": "deny",
+}
 """What may be typed to answer an open permission request (after `n`, the rest is the reason given)."""
 SAID = {"allow": "allowed once", "allow_always": "always allowed", "deny": "denied"}
-TURN_EVENTS = frozenset({
-    "StepStarted", "ReasoningDelta", "ContentDelta", "ToolArgumentsDelta", "Retrying", "MessageCommitted",
-    "ToolCallStarted", "ToolOutputDelta", "ToolCallFinished", "PermissionDenied", "TurnFinished", "SubagentEvent",
-})
+TURN_EVENTS = frozenset(
+    {
+        "StepStarted",
+        "ReasoningDelta",
+        "ContentDelta",
+        "ToolArgumentsDelta",
+        "Retrying",
+        "MessageCommitted",
+        "ToolCallStarted",
+        "ToolOutputDelta",
+        "ToolCallFinished",
+        "PermissionDenied",
+        "TurnFinished",
+        "SubagentEvent",
+    }
+)
 """The library events a turn's `TurnView` renders (a Notice too, when a turn is on screen)."""
-KEYS = ("Enter sends a message (queued behind a running turn) · Ctrl-S or /steer TEXT steers the running turn · "
-        "Ctrl-C interrupts it · Ctrl-D detaches (the session goes on in the server)")
+KEYS = (
+    "Enter sends a message (queued behind a running turn) · Ctrl-S or /steer TEXT steers the running turn · "
+    "Ctrl-C interrupts it · Ctrl-D detaches (the session goes on in the server)"
+)
 
 
 def library_event(data: Mapping[str, Any]) -> Any:
@@ -65,8 +87,7 @@ def library_event(data: Mapping[str, Any]) -> Any:
 class Follower:
     """One attached terminal's view of a served session: renders its events and acts on it over HTTP."""
 
-    def __init__(self, client: ServeClient, session_id: str, console: Console, *, show_reasoning: bool = False
-                 ) -> None:
+    def __init__(self, client: ServeClient, session_id: str, console: Console, *, show_reasoning: bool = False) -> None:
         self.client = client
         self.session_id = session_id
         self.console = console
@@ -96,8 +117,12 @@ class Follower:
 
     def _turn_view(self) -> TurnView:
         if self.view is None:
-            self.view = TurnView(self.console, plain=True, show_reasoning=self.show_reasoning,
-                                 tool_kind=lambda name: "execute" if name == "bash" else None)
+            self.view = TurnView(
+                self.console,
+                plain=True,
+                show_reasoning=self.show_reasoning,
+                tool_kind=lambda name: "execute" if name == "bash" else None,
+            )
             self.view.start()
         return self.view
 
@@ -108,13 +133,15 @@ class Follower:
         number to follow its events after."""
         state = self.client.state(self.session_id)
         self.status = str(state.get("status", "idle"))
-        head = (f"attached to session {self.session_id} in {state.get('workspace', '?')} "
-                f"({state.get('model', '?')}, {state.get('permission_mode', '?')})")
+        head = (
+            f"attached to session {self.session_id} in {state.get('workspace', '?')} "
+            f"({state.get('model', '?')}, {state.get('permission_mode', '?')})"
+        )
         history = list(state.get("history") or [])
         running = self.status in ("running", "waiting") and int(state.get("seq", 0)) > 0
         if running:  # the running turn is replayed from its prompt below: the recap is of the turns before it
             users = [n for n, m in enumerate(history) if m.get("role") == "user"]
-            history = history[:users[-1]] if users else history
+            history = history[: users[-1]] if users else history
         for line in recap(history, head, width=self.console.size.width):
             self.console.print(line, highlight=False)
         self.say(KEYS)
@@ -252,15 +279,18 @@ class Follower:
             if text in ("/exit", "/quit", "/detach"):
                 return False
             if text.startswith("/steer"):
-                self.steer(text[len("/steer"):].strip())
+                self.steer(text[len("/steer") :].strip())
             elif text == "/interrupt":
                 self.interrupt()
             elif self.pending:
                 self._answer(text)
             elif text.startswith("/"):
-                self.say(f"{text.split()[0]}: an attached terminal sends messages only (/steer TEXT, /interrupt, "
-                         f"/exit); other commands run in `kimicode -r {self.session_id}` once the server has "
-                         "closed the session", "yellow")
+                self.say(
+                    f"{text.split()[0]}: an attached terminal sends messages only (/steer TEXT, /interrupt, "
+                    f"/exit); other commands run in `kimicode -r {self.session_id}` once the server has "
+                    "closed the session",
+                    "yellow",
+                )
             else:
                 self._call(self.client.send, self.session_id, text)
         return True
@@ -269,8 +299,11 @@ class Follower:
         word, _, reason = text.partition(" ")
         decision = DECISIONS.get(word.lower())
         if decision is None:
-            self.say("a permission request is open: answer y (allow once), a (always) or n [REASON] (deny); "
-                     "Ctrl-C interrupts the turn", "yellow")
+            self.say(
+                "a permission request is open: answer y (allow once), a (always) or n [REASON] (deny); "
+                "Ctrl-C interrupts the turn",
+                "yellow",
+            )
             return
         request_id = next(iter(self.pending))
         self.mine.add(request_id)

@@ -43,8 +43,10 @@ def server(url: str | None) -> tuple[str, str]:
             raise AttachError(f"no token for {url}: set {TOKEN_ENV} to the token `kimicode serve` printed")
         return url, token
     if state is None:
-        raise AttachError(f"no running `kimicode serve` ({state_path(home)} is missing): start one with "
-                          "`kimicode serve` or `kimicode web`, or name one with --url")
+        raise AttachError(
+            f"no running `kimicode serve` ({state_path(home)} is missing): start one with "
+            "`kimicode serve` or `kimicode web`, or name one with --url"
+        )
     return str(state["url"]), token or str(state["token"])
 
 
@@ -53,10 +55,13 @@ def _the_live_one(live: list[str]) -> str:
     if len(live) == 1:
         return live[0]
     if not live:
-        raise AttachError("the server has no live session: start one in the page (`kimicode web`) or name a "
-                          "saved one: kimicode attach ID")
-    raise AttachError("the server has several live sessions; name one: " +
-                      ", ".join(f"kimicode attach {i}" for i in live))
+        raise AttachError(
+            "the server has no live session: start one in the page (`kimicode web`) or name a "
+            "saved one: kimicode attach ID"
+        )
+    raise AttachError(
+        "the server has several live sessions; name one: " + ", ".join(f"kimicode attach {i}" for i in live)
+    )
 
 
 def _matching(ids: list[str], wanted: str) -> list[str]:
@@ -78,19 +83,21 @@ def choose_session(client: ServeClient, wanted: str | None) -> str:
         raise AttachError(f"{wanted!r} is the start of several live sessions: {', '.join(found)}")
     found = _matching([str(s["id"]) for s in listing.get("saved") or []], wanted)
     if len(found) != 1:
-        raise AttachError(f"no session {wanted!r} in the server at {client.url}"
-                          + (f" (live: {', '.join(live)})" if live else ""))
+        raise AttachError(
+            f"no session {wanted!r} in the server at {client.url}" + (f" (live: {', '.join(live)})" if live else "")
+        )
     sys.stderr.write(f"kimicode attach: resuming saved session {found[0]} in the server\n")
     return client.resume(found[0])
 
 
 def attach_command(
-    session: Annotated[str | None, typer.Argument(metavar="SESSION_ID", help="The session (default: the only one)."
-                                                  )] = None,
-    url: Annotated[str | None, typer.Option(
-        "--url", help=f"The server (default: the running one; its token from {TOKEN_ENV}).")] = None,
-    reasoning: Annotated[bool, typer.Option("--reasoning", help="Show the model's reasoning as it streams.")]
-    = False,
+    session: Annotated[
+        str | None, typer.Argument(metavar="SESSION_ID", help="The session (default: the only one).")
+    ] = None,
+    url: Annotated[
+        str | None, typer.Option("--url", help=f"The server (default: the running one; its token from {TOKEN_ENV}).")
+    ] = None,
+    reasoning: Annotated[bool, typer.Option("--reasoning", help="Show the model's reasoning as it streams.")] = False,
 ) -> None:
     """Follow a session of the running `kimicode serve` in this terminal, beside the page (docs/serve.md)."""
     try:
@@ -109,9 +116,15 @@ def make_console() -> Any:
     from kimicode.ui.console import plain_output
 
     plain = plain_output()
-    return Console(file=cast(IO[str], LineWriter()), width=shutil.get_terminal_size().columns,
-                   force_terminal=not plain, color_system=None if plain else "auto", highlight=False, emoji=False,
-                   markup=False)
+    return Console(
+        file=cast(IO[str], LineWriter()),
+        width=shutil.get_terminal_size().columns,
+        force_terminal=not plain,
+        color_system=None if plain else "auto",
+        highlight=False,
+        emoji=False,
+        markup=False,
+    )
 
 
 class Screen:
@@ -212,7 +225,11 @@ def keys(follower: Follower) -> Any:
 
 def run_attach(args: list[str]) -> None:
     """`kimicode attach ARGS` without loading the main application."""
-    app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
-                      context_settings={"help_option_names": ["-h", "--help"]})
+    app = typer.Typer(
+        add_completion=False,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
     app.command()(attach_command)
     app(args=args, prog_name="kimicode attach")

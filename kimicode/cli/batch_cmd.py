@@ -51,8 +51,12 @@ def batch(
     ] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-j", min=1, help="Tasks at once.")] = 4,
     processes: Annotated[
-        int | None, typer.Option("--processes", min=1, help="Local engine: worker processes (default: one per "
-                                 "16 concurrent tasks, at most one per core).")
+        int | None,
+        typer.Option(
+            "--processes",
+            min=1,
+            help="Local engine: worker processes (default: one per 16 concurrent tasks, at most one per core).",
+        ),
     ] = None,
     engine: Annotated[Engine, typer.Option("--engine", help="local (asyncio) or ray.")] = Engine.local,
     address: Annotated[str | None, typer.Option("--address", help="Ray cluster address (default: start one).")] = None,
@@ -88,8 +92,12 @@ def batch(
         bool, typer.Option("--checkpoints", help="Take workspace checkpoints in each task (for kimicode undo).")
     ] = False,
     project_config: Annotated[
-        bool, typer.Option("--project-config", help="Read each task repository's .kimicode/config.toml and "
-                           "AGENTS.md (off: a task repository does not choose the model or instructions).")
+        bool,
+        typer.Option(
+            "--project-config",
+            help="Read each task repository's .kimicode/config.toml and "
+            "AGENTS.md (off: a task repository does not choose the model or instructions).",
+        ),
     ] = False,
     output_format: Annotated[
         BatchFormat, typer.Option("--output-format", help="text (progress on stderr) or stream-json (stdout).")
@@ -142,9 +150,20 @@ def batch(
         retry_base_delay=retry_base_delay,
     )
     code = asyncio.run(
-        _run(tasks, bad, opts, output, engine.value, concurrency, max_attempts, address, retry_failed,
-             output_format.value, resume_cmd=_resume_command(),
-             processes=processes if processes is not None else default_processes(concurrency))
+        _run(
+            tasks,
+            bad,
+            opts,
+            output,
+            engine.value,
+            concurrency,
+            max_attempts,
+            address,
+            retry_failed,
+            output_format.value,
+            resume_cmd=_resume_command(),
+            processes=processes if processes is not None else default_processes(concurrency),
+        )
     )
     raise typer.Exit(code)
 
@@ -161,8 +180,19 @@ def _resume_command() -> str:
 
 
 async def _run(
-    tasks: list[Any], bad: list[Any], opts: Any, output: Path, engine: str, concurrency: int,
-    max_attempts: int, address: str | None, retry_failed: bool, fmt: str, *, resume_cmd: str, processes: int = 1,
+    tasks: list[Any],
+    bad: list[Any],
+    opts: Any,
+    output: Path,
+    engine: str,
+    concurrency: int,
+    max_attempts: int,
+    address: str | None,
+    retry_failed: bool,
+    fmt: str,
+    *,
+    resume_cmd: str,
+    processes: int = 1,
 ) -> int:
     from kimicode.batch import run
     from kimicode.batch.results import ResultWriter, finished_ids, read_results
@@ -178,8 +208,11 @@ async def _run(
     if unreadable:
         progress.note("note", message=f"{unreadable} unreadable line(s) in {output} (a killed run?) ignored")
     if len(tasks) - len(todo):
-        progress.note("resume", skipped=len(tasks) - len(todo),
-                      message=f"{len(tasks) - len(todo)} task(s) already finished in {output}, skipped")
+        progress.note(
+            "resume",
+            skipped=len(tasks) - len(todo),
+            message=f"{len(tasks) - len(todo)} task(s) already finished in {output}, skipped",
+        )
     if not todo and not tasks:
         progress.note("note", message="no tasks to run")
     writer = ResultWriter(output)
@@ -199,10 +232,17 @@ async def _run(
     try:
         with progress:
             try:
-                async for result in run(todo, engine=engine, concurrency=concurrency, root=opts.root,
-                                        processes=processes if engine == "local" else 1,
-                                        max_attempts=max_attempts, address=address, on_event=progress.event,
-                                        **_fields(opts)):
+                async for result in run(
+                    todo,
+                    engine=engine,
+                    concurrency=concurrency,
+                    root=opts.root,
+                    processes=processes if engine == "local" else 1,
+                    max_attempts=max_attempts,
+                    address=address,
+                    on_event=progress.event,
+                    **_fields(opts),
+                ):
                     writer.write(result)
                     fresh.append(result)
                     progress.result(result)
@@ -220,8 +260,13 @@ async def _run(
     ran = [everything[t.id] for t in tasks if t.id in everything]
     if stopped:
         left = len(todo) - len(fresh)
-        progress.note("interrupted", finished=len(fresh), left=left, resume=resume_cmd,
-                      message=f"stopped ({stopped[0]}): {len(fresh)} finished, {left} left; resume with: {resume_cmd}")
+        progress.note(
+            "interrupted",
+            finished=len(fresh),
+            left=left,
+            resume=resume_cmd,
+            message=f"stopped ({stopped[0]}): {len(fresh)} finished, {left} left; resume with: {resume_cmd}",
+        )
         return EXIT_INTERRUPTED
     if fmt == "stream-json":
         progress.note("summary", **summarize(ran))

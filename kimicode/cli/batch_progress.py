@@ -37,9 +37,14 @@ class Progress:
             from rich.progress import Progress as Bar
 
             self._bar = Bar(
-                TextColumn("batch"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                TextColumn("eta"), TimeRemainingColumn(),
-                console=Console(file=self.err), transient=False,
+                TextColumn("batch"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                console=Console(file=self.err),
+                transient=False,
             )
             self._echo = quiet_control_echo(self.err)
             self._bar.__enter__()

@@ -68,8 +68,12 @@ def print_summary(results: Iterable[TaskResult], out: IO[str], *, color: bool = 
         )
     total = data["cost_usd"]
     table.add_row(
-        "total", str(data["tasks"]), _tokens(data["tokens"]["prompt"]), _tokens(data["tokens"]["completion"]),
-        f"${total:.4f}" if total is not None else "-", style="bold",
+        "total",
+        str(data["tasks"]),
+        _tokens(data["tokens"]["prompt"]),
+        _tokens(data["tokens"]["completion"]),
+        f"${total:.4f}" if total is not None else "-",
+        style="bold",
     )
     console.print(table)
     slow = Table(title="slowest", title_justify="left")

@@ -75,16 +75,32 @@ class BranchFlags:
 def branch_flags(n: int | None, *, ctx: Any, **given: Any) -> BranchFlags | None:
     """The exploration flags, checked; None without --branches (then the others are refused)."""
     if n is None:
-        names = ("verify", "pick", "apply", "branch_models", "branch_thinking", "judge_model", "engine",
-                 "ray_address", "verify_timeout")
+        names = (
+            "verify",
+            "pick",
+            "apply",
+            "branch_models",
+            "branch_thinking",
+            "judge_model",
+            "engine",
+            "ray_address",
+            "verify_timeout",
+        )
         used = [f"--{name.replace('_', '-')}" for name in names if _given(ctx, name)]
         if used:
             raise ValueError(f"{', '.join(used)} go{'es' if len(used) == 1 else ''} with --branches N")
         return None
     flags = BranchFlags(
-        n=n, verify=given["verify"], verify_timeout=given["verify_timeout"], pick=given["pick"], apply=given["apply"],
-        models=split_list(given["models"]), thinking=split_list(given["thinking"]), judge_model=given["judge_model"],
-        engine=given["engine"], address=given["address"],
+        n=n,
+        verify=given["verify"],
+        verify_timeout=given["verify_timeout"],
+        pick=given["pick"],
+        apply=given["apply"],
+        models=split_list(given["models"]),
+        thinking=split_list(given["thinking"]),
+        judge_model=given["judge_model"],
+        engine=given["engine"],
+        address=given["address"],
     )
     flags.check()
     return flags
@@ -115,8 +131,10 @@ def branch_line(b: Any) -> str:
     extra = f"  {one_line(b.error, 80)}" if b.error and b.status not in ("verified", "done") else ""
     model = f"  {b.model}" if b.model else ""
     effort = f"/{b.thinking}" if b.thinking else ""
-    return (f"{b.id:<12} {b.status:<11} verified {verified:<3}  {b.changed_lines:>5} lines  {cost:>9}  "
-            f"cached {b.cached_share:>4.0%}{model}{effort}{extra}")
+    return (
+        f"{b.id:<12} {b.status:<11} verified {verified:<3}  {b.changed_lines:>5} lines  {cost:>9}  "
+        f"cached {b.cached_share:>4.0%}{model}{effort}{extra}"
+    )
 
 
 def result_object(agent: Any, exploration: Any, duration_ms: int, error: str | None) -> dict[str, Any]:
@@ -146,8 +164,7 @@ def result_object(agent: Any, exploration: Any, duration_ms: int, error: str | N
     }
 
 
-async def run_branches(agent: Any, prompt: str | None, printer: Printer, flags: BranchFlags,
-                       resume: Any = None) -> int:
+async def run_branches(agent: Any, prompt: str | None, printer: Printer, flags: BranchFlags, resume: Any = None) -> int:
     """Run (or, with `resume`, finish) an exploration headless; Ctrl-C and SIGTERM stop it cleanly."""
     from kimicode.branches.explore import explore, resume_exploration
     from kimicode.errors import UsageError
@@ -163,13 +180,27 @@ async def run_branches(agent: Any, prompt: str | None, printer: Printer, flags: 
             printer.err.write(f"branch {branch_line(b)}\n")
             printer.err.flush()
 
-    options: dict[str, Any] = {"judge_model": flags.judge_model, "apply": False, "engine": make_engine(flags),
-                               "on_update": on_update, "timeout": flags.timeout}
+    options: dict[str, Any] = {
+        "judge_model": flags.judge_model,
+        "apply": False,
+        "engine": make_engine(flags),
+        "on_update": on_update,
+        "timeout": flags.timeout,
+    }
     if resume is not None:
         work = resume_exploration(agent, resume, **options)
     else:
-        work = explore(agent, prompt or "", n=flags.n, verify=flags.verify, verify_timeout=flags.verify_timeout,
-                       pick=flags.pick, models=flags.models, thinking=flags.thinking, **options)
+        work = explore(
+            agent,
+            prompt or "",
+            n=flags.n,
+            verify=flags.verify,
+            verify_timeout=flags.verify_timeout,
+            pick=flags.pick,
+            models=flags.models,
+            thinking=flags.thinking,
+            **options,
+        )
     task = asyncio.ensure_future(work)
 
     def on_signal(sig: signal.Signals) -> None:
@@ -216,7 +247,8 @@ async def _maybe_apply(exploration: Any, printer: Printer, flags: BranchFlags) -
         await exploration.apply(chosen)
     except RestoreConflict as exc:
         return f"branch {chosen.id} not applied: changed in the workspace since the branches forked: " + ", ".join(
-            exc.files[:10])
+            exc.files[:10]
+        )
     except (CheckpointError, UsageError, OSError) as exc:
         return f"branch {chosen.id} not applied: {exc}"
     return None
@@ -241,9 +273,13 @@ def _print(printer: Printer, result: dict[str, Any], exploration: Any) -> None:
         for b in exploration.branches:
             mark = "*" if b.id == exploration.record.chosen else " "
             printer.err.write(f"{mark} {branch_line(b)}\n")
-        what = (f"applied branch {exploration.record.applied}" if exploration.record.applied
-                else f"chose branch {exploration.record.chosen} (not applied)" if exploration.record.chosen
-                else "no branch chosen")
+        what = (
+            f"applied branch {exploration.record.applied}"
+            if exploration.record.applied
+            else f"chose branch {exploration.record.chosen} (not applied)"
+            if exploration.record.chosen
+            else "no branch chosen"
+        )
         per = result.get("cost_usd_per_verified")
         cost = f"; total ${result['cost_usd']:.4f}" if result.get("cost_usd") is not None else ""
         cost += f", ${per:.4f} per verified branch" if per is not None else ""
@@ -262,17 +298,26 @@ def _interrupted(agent: Any, printer: Printer, stopped: list[signal.Signals], st
     terminated = bool(stopped) and stopped[0] == signal.SIGTERM
     why = "terminated by SIGTERM" if terminated else "interrupted by user"
     hint = f"{why}; resume with: kimicode branches resume {ident}"
-    result = {"type": "result", "status": "interrupted", "result": "", "session_id": agent.session_id,
-              "error": hint, "exploration": ident, "duration_ms": int((time.monotonic() - start) * 1000),
-              "branches": [b.result() for b in recs[-1].branches] if recs else [], "chosen": None}
+    result = {
+        "type": "result",
+        "status": "interrupted",
+        "result": "",
+        "session_id": agent.session_id,
+        "error": hint,
+        "exploration": ident,
+        "duration_ms": int((time.monotonic() - start) * 1000),
+        "branches": [b.result() for b in recs[-1].branches] if recs else [],
+        "chosen": None,
+    }
     printer.result(result)
     return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
 # -- kimicode branches ... ----------------------------------------------------------------------------
 
-branches_app = typer.Typer(help="Explorations and their branches (kimicode -p ... --branches N).",
-                           no_args_is_help=True, rich_markup_mode=None)
+branches_app = typer.Typer(
+    help="Explorations and their branches (kimicode -p ... --branches N).", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 def _home() -> Path:
@@ -312,8 +357,7 @@ def list_command(
             typer.echo(json.dumps(r.to_dict(), ensure_ascii=False))
         return
     if not recs:
-        typer.echo("no explorations" + ("" if all_ else " in this workspace (--all lists every workspace's)"),
-                   err=True)
+        typer.echo("no explorations" + ("" if all_ else " in this workspace (--all lists every workspace's)"), err=True)
         return
     for r in recs:
         applied = f", applied {r.applied}" if r.applied else ""
@@ -326,8 +370,9 @@ def list_command(
 def show_command(
     ident: Annotated[str, typer.Argument(metavar="ID", help="A branch (or exploration) id, or a unique prefix.")],
     diff: Annotated[bool, typer.Option("--diff/--no-diff", help="Show the branch's changes.")] = True,
-    color: Annotated[bool | None, typer.Option("--color/--no-color", help="Colour the diff (default: on a "
-                                               "terminal).")] = None,
+    color: Annotated[
+        bool | None, typer.Option("--color/--no-color", help="Colour the diff (default: on a terminal).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="The branch as JSON.")] = False,
 ) -> None:
     """A branch's status, verify output and diff (an exploration: each of its branches)."""
@@ -342,8 +387,11 @@ def show_command(
             continue
         typer.echo(f"branch {b.id} of exploration {rec.id} ({one_line(rec.prompt, 60)})")
         typer.echo(f"  {branch_line(b)}")
-        where = (f"an overlay: `kimicode branches open {b.id}` puts its files in a worktree"
-                 if (b.tree or {}).get("kind") == "overlay" else f"workspace {b.workspace}")
+        where = (
+            f"an overlay: `kimicode branches open {b.id}` puts its files in a worktree"
+            if (b.tree or {}).get("kind") == "overlay"
+            else f"workspace {b.workspace}"
+        )
         typer.echo(f"  session {b.session_id}  {where}")
         if b.verify_output:
             typer.echo(f"  verify ({rec.verify}), last lines:")
@@ -370,8 +418,7 @@ def open_command(
 
     rec, branch = _find(ident)
     if branch is None:
-        raise _fail(f"{ident} is an exploration; name one of its branches: "
-                    + ", ".join(b.id for b in rec.branches), 2)
+        raise _fail(f"{ident} is an exploration; name one of its branches: " + ", ".join(b.id for b in rec.branches), 2)
     try:
         typer.echo(str(open_branch(_home(), rec, branch)))
     except (CheckpointError, UsageError, OSError) as exc:
@@ -380,21 +427,30 @@ def open_command(
 
 @branches_app.command("apply")
 def apply_command(
-    ident: Annotated[str, typer.Argument(metavar="ID", help="The branch to apply (or an exploration: its chosen "
-                                         "branch).")],
-    force: Annotated[bool, typer.Option("--force", help="Overwrite files changed in the workspace since the "
-                                        "branches forked.")] = False,
-    allow_runs_later: Annotated[bool, typer.Option("--allow-runs-later", help="Also apply files that run "
-                                                   "later outside any sandbox (git internals, .claude/, .mcp.json, "
-                                                   "...), which are otherwise refused.")] = False,
+    ident: Annotated[
+        str, typer.Argument(metavar="ID", help="The branch to apply (or an exploration: its chosen branch).")
+    ],
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite files changed in the workspace since the branches forked.")
+    ] = False,
+    allow_runs_later: Annotated[
+        bool,
+        typer.Option(
+            "--allow-runs-later",
+            help="Also apply files that run "
+            "later outside any sandbox (git internals, .claude/, .mcp.json, "
+            "...), which are otherwise refused.",
+        ),
+    ] = False,
 ) -> None:
     """Apply a branch's changes to its session's workspace as one checkpointed change (`kimicode undo` takes
     it back); the session continues from the branch's history."""
     rec, branch = _find(ident)
     if branch is None:
         if not rec.chosen:
-            raise _fail(f"exploration {rec.id} chose no branch ({rec.reason}); name one: kimicode branches show "
-                        f"{rec.id}", 2)
+            raise _fail(
+                f"exploration {rec.id} chose no branch ({rec.reason}); name one: kimicode branches show {rec.id}", 2
+            )
         branch = rec.branch(rec.chosen)
     agent = _parent(rec)
     from kimicode.branches.exploration import apply_branch
@@ -405,8 +461,10 @@ def apply_command(
     try:
         apply_branch(agent, rec, branch, None, force=force, runs_later=allow_runs_later)
     except RestoreConflict as exc:
-        typer.echo("kimicode: not applied: changed in the workspace since the branches forked (--force "
-                   "overwrites them):", err=True)
+        typer.echo(
+            "kimicode: not applied: changed in the workspace since the branches forked (--force overwrites them):",
+            err=True,
+        )
         for name in exc.files:
             typer.echo(f"  {name}", err=True)
         raise typer.Exit(1) from None
@@ -418,8 +476,11 @@ def apply_command(
     for kind, paths in (branch.changes or {}).items():
         for p in paths:
             typer.echo(f"{kind} {p}")
-    typer.echo(f"applied branch {branch.id} to {rec.workspace} (session {rec.parent_session}; kimicode undo "
-               f"--session {rec.parent_session} takes it back)", err=True)
+    typer.echo(
+        f"applied branch {branch.id} to {rec.workspace} (session {rec.parent_session}; kimicode undo "
+        f"--session {rec.parent_session} takes it back)",
+        err=True,
+    )
 
 
 def _parent(rec: Any, **settings: Any) -> Any:
@@ -429,8 +490,11 @@ def _parent(rec: Any, **settings: Any) -> Any:
     from kimicode.session.store import SessionError
 
     try:
-        return Agent.resume(rec.parent_session, home=_home(),
-                            options=lambda ws: AgentOptions.from_workspace(ws, headless=True, **settings))
+        return Agent.resume(
+            rec.parent_session,
+            home=_home(),
+            options=lambda ws: AgentOptions.from_workspace(ws, headless=True, **settings),
+        )
     except (SessionError, ConfigError, ValueError) as exc:
         raise _fail(f"cannot open session {rec.parent_session}: {exc}") from None
 
@@ -457,9 +521,13 @@ def resume_command(
     apply: Annotated[str, typer.Option("--apply", help="auto: apply the chosen branch; never.")] = "auto",
     engine: Annotated[str, typer.Option("--engine", help="local or ray.")] = "local",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show progress on stderr.")] = False,
-    permission_mode: Annotated[str, typer.Option(
-        "--permission-mode", help="What may run without asking (as for -p; a resumed session does not keep its "
-        "mode).")] = "default",
+    permission_mode: Annotated[
+        str,
+        typer.Option(
+            "--permission-mode",
+            help="What may run without asking (as for -p; a resumed session does not keep its mode).",
+        ),
+    ] = "default",
     allow: Annotated[list[str] | None, typer.Option("--allow", metavar="RULE", help="As for -p.")] = None,
     deny: Annotated[list[str] | None, typer.Option("--deny", metavar="RULE", help="As for -p.")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="Endpoint (env KIMI_BASE_URL).")] = None,
@@ -474,8 +542,11 @@ def resume_command(
         flags.check()
     except ValueError as exc:
         raise _fail(str(exc), 2) from None
-    settings: dict[str, Any] = {"permission_mode": permission_mode, "allow": tuple(allow or ()),
-                                "deny": tuple(deny or ())}
+    settings: dict[str, Any] = {
+        "permission_mode": permission_mode,
+        "allow": tuple(allow or ()),
+        "deny": tuple(deny or ()),
+    }
     if base_url:
         settings["base_url"] = base_url
     agent = _parent(rec, **settings)

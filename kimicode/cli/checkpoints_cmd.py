@@ -15,8 +15,9 @@ import typer
 
 from kimicode.cli.sessions import sessions_app
 
-checkpoints_app = typer.Typer(help="The workspaces' checkpoint stores (KIMICODE_HOME/checkpoints).",
-                              no_args_is_help=True)
+checkpoints_app = typer.Typer(
+    help="The workspaces' checkpoint stores (KIMICODE_HOME/checkpoints).", no_args_is_help=True
+)
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -47,13 +48,14 @@ def open_session(session_id: str | None, cwd: Path) -> tuple[Path, object]:
 
 
 def undo_command(
-    session: Annotated[str | None, typer.Option("--session", "-s", metavar="ID",
-                                                help="Session id or prefix (default: the latest here).")] = None,
+    session: Annotated[
+        str | None,
+        typer.Option("--session", "-s", metavar="ID", help="Session id or prefix (default: the latest here)."),
+    ] = None,
     turn: Annotated[int | None, typer.Option("--turn", "-t", help="Undo this turn and every later one.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite files changed outside kimicode too.")] = False,
     files_only: Annotated[bool, typer.Option("--files-only", help="Keep the conversation as it is.")] = False,
-    conversation_only: Annotated[bool, typer.Option("--conversation-only",
-                                                    help="Keep the files as they are.")] = False,
+    conversation_only: Annotated[bool, typer.Option("--conversation-only", help="Keep the files as they are.")] = False,
     cwd: Annotated[Path, typer.Option("--cwd", "-C", help="Workspace whose latest session to use.")] = Path("."),
 ) -> None:
     """Undo the last turn of a session (or --turn N and later): restore its files and drop it from the
@@ -68,8 +70,11 @@ def undo_command(
     try:
         result = undo_in_log(path, cps, turn, files=not conversation_only, conversation=not files_only, force=force)
     except RestoreConflict as exc:
-        typer.echo(f"kimicode: not restored: {len(exc.files)} file(s) changed outside kimicode since the agent "
-                   "last touched them (use --force to overwrite them):", err=True)
+        typer.echo(
+            f"kimicode: not restored: {len(exc.files)} file(s) changed outside kimicode since the agent "
+            "last touched them (use --force to overwrite them):",
+            err=True,
+        )
         for name in exc.files:
             typer.echo(f"  {name!r}" if "\n" in name else f"  {name}", err=True)
         raise typer.Exit(1) from None
@@ -88,8 +93,9 @@ def undo_command(
 def diff_command(
     session_id: Annotated[str, typer.Argument(metavar="ID", help="Session id (or a unique prefix).")],
     turn: Annotated[int | None, typer.Option("--turn", "-t", help="Only this turn's changes.")] = None,
-    color: Annotated[bool | None, typer.Option("--color/--no-color", help="Default: when stdout is a terminal.")]
-    = None,
+    color: Annotated[
+        bool | None, typer.Option("--color/--no-color", help="Default: when stdout is a terminal.")
+    ] = None,
 ) -> None:
     """What a session (or one turn of it) changed in the workspace, as a unified diff."""
     from kimicode.checkpoints.session import SessionCheckpoints
@@ -134,7 +140,9 @@ def du_command(
         return
     for u in sorted(rows, key=lambda u: -u.bytes):
         where = u.workspace or "(no snapshot kept)"
-        typer.echo(f"{u.bytes / 1e6:10.1f} MB  {where}  {u.snapshots} checkpoint(s) of {u.sessions} session(s), "
-                   f"{u.packs} pack(s), {u.loose} loose object(s)  [{u.dir}]")
+        typer.echo(
+            f"{u.bytes / 1e6:10.1f} MB  {where}  {u.snapshots} checkpoint(s) of {u.sessions} session(s), "
+            f"{u.packs} pack(s), {u.loose} loose object(s)  [{u.dir}]"
+        )
     if len(rows) > 1:
         typer.echo(f"{sum(u.bytes for u in rows) / 1e6:10.1f} MB  in all")

@@ -25,8 +25,13 @@ from kimicode.cli.ci_flags import FlagError, read_mcp_config
 
 CLAUDE_FLAG = "--claude-protocol"
 
-CLAUDE_MODES = {"default": "default", "acceptEdits": "accept-edits", "plan": "plan", "bypassPermissions": "yolo",
-                "dontAsk": "default"}
+CLAUDE_MODES = {
+    "default": "default",
+    "acceptEdits": "accept-edits",
+    "plan": "plan",
+    "bypassPermissions": "yolo",
+    "dontAsk": "default",
+}
 """Claude Code's permission modes → kimicode's (`dontAsk` refuses what is not pre-approved: kimicode's headless
 `default`). kimicode's own names are accepted too."""
 KIMICODE_TO_CLAUDE = {"default": "default", "accept-edits": "acceptEdits", "plan": "plan", "yolo": "bypassPermissions"}
@@ -34,21 +39,67 @@ EFFORT = {"low": "low", "medium": "high", "high": "high", "xhigh": "max", "max":
 """`--effort` → kimicode's reasoning effort (kimicode has low, high and max)."""
 
 _VALUED = (
-    "--system-prompt", "--system-prompt-file", "--append-system-prompt", "--append-system-prompt-file", "--tools",
-    "--allowedTools", "--allowed-tools", "--disallowedTools", "--disallowed-tools", "--max-turns",
-    "--max-budget-usd", "--task-budget", "--model", "--fallback-model", "--betas", "--permission-prompt-tool",
-    "--permission-mode", "--resume", "--session-id", "--settings", "--setting-sources", "--plugin-dir",
-    "--plugin-dir-no-mcp", "--resume-session-at", "--resume-drops-turn", "--thinking", "--max-thinking-tokens",
-    "--thinking-display", "--effort", "--json-schema", "--output-format", "--input-format", "--debug-file",
-    "--agent", "--channels", "--permission-prompts", "--project-config-root", "--initialize-fields",
-    "--managed-settings", "--sdk-url", "--cwd",
+    "--system-prompt",
+    "--system-prompt-file",
+    "--append-system-prompt",
+    "--append-system-prompt-file",
+    "--tools",
+    "--allowedTools",
+    "--allowed-tools",
+    "--disallowedTools",
+    "--disallowed-tools",
+    "--max-turns",
+    "--max-budget-usd",
+    "--task-budget",
+    "--model",
+    "--fallback-model",
+    "--betas",
+    "--permission-prompt-tool",
+    "--permission-mode",
+    "--resume",
+    "--session-id",
+    "--settings",
+    "--setting-sources",
+    "--plugin-dir",
+    "--plugin-dir-no-mcp",
+    "--resume-session-at",
+    "--resume-drops-turn",
+    "--thinking",
+    "--max-thinking-tokens",
+    "--thinking-display",
+    "--effort",
+    "--json-schema",
+    "--output-format",
+    "--input-format",
+    "--debug-file",
+    "--agent",
+    "--channels",
+    "--permission-prompts",
+    "--project-config-root",
+    "--initialize-fields",
+    "--managed-settings",
+    "--sdk-url",
+    "--cwd",
 )
 _REPEATED = ("--add-dir", "--mcp-config")
 _SWITCHES = (
-    "--verbose", "--continue", "--include-partial-messages", "--include-hook-events", "--strict-mcp-config",
-    "--fork-session", "--session-mirror", "--debug", "--debug-to-stderr", "--allow-dangerously-skip-permissions",
-    "--dangerously-skip-permissions", "--await-initialize", "--managed-settings-in-initialize",
-    "--no-session-persistence", "--hard-fail", "--print", CLAUDE_FLAG,
+    "--verbose",
+    "--continue",
+    "--include-partial-messages",
+    "--include-hook-events",
+    "--strict-mcp-config",
+    "--fork-session",
+    "--session-mirror",
+    "--debug",
+    "--debug-to-stderr",
+    "--allow-dangerously-skip-permissions",
+    "--dangerously-skip-permissions",
+    "--await-initialize",
+    "--managed-settings-in-initialize",
+    "--no-session-persistence",
+    "--hard-fail",
+    "--print",
+    CLAUDE_FLAG,
 )
 _IGNORED_WHY = {
     "--fallback-model": "kimicode retries the one model",
@@ -269,8 +320,9 @@ def _model(ns: dict[str, Any], out: ClaudeArgs) -> None:
             raise UsageExit(f"--effort {effort!r}: expected one of {', '.join(EFFORT)}")
         out.settings["thinking"] = EFFORT[effort]
     if ns["thinking"] or ns["max_thinking_tokens"]:
-        out.ignored.append("--thinking/--max-thinking-tokens: the model reasons at kimicode's effort; set it with "
-                           "effort=low|high|max")
+        out.ignored.append(
+            "--thinking/--max-thinking-tokens: the model reasons at kimicode's effort; set it with effort=low|high|max"
+        )
 
 
 def is_claude_model(model: str) -> bool:

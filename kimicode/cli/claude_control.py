@@ -82,11 +82,18 @@ class SdkApprover:
     async def __call__(self, request: ApprovalRequest) -> Approval:
         arguments = dict(request.arguments)
         try:
-            answer = await self.channel.request({
-                "subtype": "can_use_tool", "tool_name": request.tool, "input": arguments,
-                "permission_suggestions": [], "blocked_path": request.path, "tool_use_id": request.call_id,
-                "decision_reason": request.reason, "title": f"kimicode wants to use {request.tool}",
-            })
+            answer = await self.channel.request(
+                {
+                    "subtype": "can_use_tool",
+                    "tool_name": request.tool,
+                    "input": arguments,
+                    "permission_suggestions": [],
+                    "blocked_path": request.path,
+                    "tool_use_id": request.call_id,
+                    "decision_reason": request.reason,
+                    "title": f"kimicode wants to use {request.tool}",
+                }
+            )
         except ControlError as exc:
             return Approval(False, f"the permission callback failed: {exc}")
         if answer.get("interrupt") and self.agent is not None:
@@ -95,8 +102,11 @@ class SdkApprover:
             return Approval(False, str(answer.get("message") or ""))
         updated = answer.get("updatedInput")
         if isinstance(updated, dict) and json.dumps(updated, sort_keys=True) != json.dumps(arguments, sort_keys=True):
-            return Approval(False, "the permission callback changed the call's input (updatedInput), which kimicode "
-                                   "does not apply; refuse the call with a message saying what to do instead")
+            return Approval(
+                False,
+                "the permission callback changed the call's input (updatedInput), which kimicode "
+                "does not apply; refuse the call with a message saying what to do instead",
+            )
         return Approval(True)
 
 
@@ -127,20 +137,36 @@ class SdkServer:
         """Connect (initialize, initialized) and list the server's tools as kimicode tools."""
         from kimicode.mcp.config import tool_name
 
-        await self.rpc("initialize", {"protocolVersion": MCP_PROTOCOL, "capabilities": {},
-                                      "clientInfo": {"name": "kimicode", "version": __version__}})
-        await self.channel.request({"subtype": "mcp_message", "server_name": self.name,
-                                    "message": {"jsonrpc": "2.0", "method": "notifications/initialized"}})
+        await self.rpc(
+            "initialize",
+            {
+                "protocolVersion": MCP_PROTOCOL,
+                "capabilities": {},
+                "clientInfo": {"name": "kimicode", "version": __version__},
+            },
+        )
+        await self.channel.request(
+            {
+                "subtype": "mcp_message",
+                "server_name": self.name,
+                "message": {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            }
+        )
         listed = await self.rpc("tools/list", {})
         out = []
         for entry in listed.get("tools") or ():
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                 continue
             schema = entry.get("inputSchema")
-            out.append(Tool(name=tool_name(self.name, entry["name"]),
-                            description=f"[{self.name}] {entry.get('description') or entry['name']}",
-                            parameters=schema if isinstance(schema, dict) else {"type": "object", "properties": {}},
-                            fn=self._caller(entry["name"]), kind="execute"))
+            out.append(
+                Tool(
+                    name=tool_name(self.name, entry["name"]),
+                    description=f"[{self.name}] {entry.get('description') or entry['name']}",
+                    parameters=schema if isinstance(schema, dict) else {"type": "object", "properties": {}},
+                    fn=self._caller(entry["name"]),
+                    kind="execute",
+                )
+            )
         self.status = "connected"
         return out
 

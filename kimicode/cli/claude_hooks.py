@@ -26,8 +26,14 @@ def _caller(channel: Channel, callback_id: str) -> HookCall:
     async def call(stdin: bytes) -> tuple[int, str, str]:
         payload = json.loads(stdin)
         try:
-            answer = await channel.request({"subtype": "hook_callback", "callback_id": callback_id, "input": payload,
-                                            "tool_use_id": payload.get("tool_use_id")})
+            answer = await channel.request(
+                {
+                    "subtype": "hook_callback",
+                    "callback_id": callback_id,
+                    "input": payload,
+                    "tool_use_id": payload.get("tool_use_id"),
+                }
+            )
         except ControlError as exc:
             return 1, "", str(exc)
         return 0, json.dumps(answer, ensure_ascii=False), ""
@@ -59,9 +65,16 @@ def install_hooks(agent: Agent, config: Mapping[str, Any], channel: Channel, war
                 continue
             timeout = entry.get("timeout")
             for callback_id in entry.get("hookCallbackIds") or ():
-                hooking.hooks.set.add(HookSpec(
-                    event=event, command=f"hook function {callback_id}", matcher=matcher,
-                    timeout=float(timeout) if isinstance(timeout, int | float) and timeout > 0 else 60.0,
-                    source=SOURCE, pattern=pattern, call=_caller(channel, str(callback_id))))
+                hooking.hooks.set.add(
+                    HookSpec(
+                        event=event,
+                        command=f"hook function {callback_id}",
+                        matcher=matcher,
+                        timeout=float(timeout) if isinstance(timeout, int | float) and timeout > 0 else 60.0,
+                        source=SOURCE,
+                        pattern=pattern,
+                        call=_caller(channel, str(callback_id)),
+                    )
+                )
                 added += 1
     return added

@@ -42,8 +42,13 @@ if TYPE_CHECKING:
 CLAUDE_CODE_VERSION = "2.1.0"
 """The Claude Code version the init message reports (the SDKs warn below their minimum); kimicode's own
 version is beside it as `kimicode_version`."""
-SUBTYPES = {"success": "success", "max_turns": "error_max_turns", "repeat_limit": "error_max_turns",
-            "budget": "error_max_budget_usd", "invalid_output": "error_max_structured_output_retries"}
+SUBTYPES = {
+    "success": "success",
+    "max_turns": "error_max_turns",
+    "repeat_limit": "error_max_turns",
+    "budget": "error_max_budget_usd",
+    "invalid_output": "error_max_structured_output_retries",
+}
 """kimicode's turn status → Claude's result subtype (anything else: `error_during_execution`)."""
 
 
@@ -78,8 +83,9 @@ def content_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
             args = None
         if not isinstance(args, dict):
             args = {"arguments": raw}  # what the model wrote, unparsed: its call failed with that error
-        blocks.append({"type": "tool_use", "id": str(call.get("id") or ""), "name": str(fn.get("name") or ""),
-                       "input": args})
+        blocks.append(
+            {"type": "tool_use", "id": str(call.get("id") or ""), "name": str(fn.get("name") or ""), "input": args}
+        )
     return blocks
 
 
@@ -88,15 +94,22 @@ def result_content(content: Any) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return [{"type": "text", "text": str(p.get("text") or "")} for p in content
-                if isinstance(p, dict) and p.get("type") == "text"]
+        return [
+            {"type": "text", "text": str(p.get("text") or "")}
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text"
+        ]
     return str(content or "")
 
 
 def claude_usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
     """kimicode's token counts in Claude's usage shape (input_tokens excludes the cache reads)."""
-    return {"input_tokens": max(prompt - cached, 0), "output_tokens": completion,
-            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+    return {
+        "input_tokens": max(prompt - cached, 0),
+        "output_tokens": completion,
+        "cache_read_input_tokens": cached,
+        "cache_creation_input_tokens": 0,
+    }
 
 
 class ClaudeWriter:
@@ -129,12 +142,28 @@ class ClaudeWriter:
 
         self.session_id = agent.session_id
         self.model = agent.endpoint.model
-        self.line({"type": "system", "subtype": "init", "cwd": str(agent.workspace), "session_id": agent.session_id,
-                   "tools": agent.tools.names, "mcp_servers": mcp_servers, "model": agent.endpoint.model,
-                   "permissionMode": KIMICODE_TO_CLAUDE.get(agent.permission_mode, agent.permission_mode),
-                   "slash_commands": [], "apiKeySource": "none", "claude_code_version": CLAUDE_CODE_VERSION,
-                   "kimicode_version": __version__, "output_style": "default", "agents": [], "skills": [],
-                   "plugins": [], "kimicode_ignored": ignored, "uuid": new_id()})
+        self.line(
+            {
+                "type": "system",
+                "subtype": "init",
+                "cwd": str(agent.workspace),
+                "session_id": agent.session_id,
+                "tools": agent.tools.names,
+                "mcp_servers": mcp_servers,
+                "model": agent.endpoint.model,
+                "permissionMode": KIMICODE_TO_CLAUDE.get(agent.permission_mode, agent.permission_mode),
+                "slash_commands": [],
+                "apiKeySource": "none",
+                "claude_code_version": CLAUDE_CODE_VERSION,
+                "kimicode_version": __version__,
+                "output_style": "default",
+                "agents": [],
+                "skills": [],
+                "plugins": [],
+                "kimicode_ignored": ignored,
+                "uuid": new_id(),
+            }
+        )
 
     # -- events --------------------------------------------------------------------------------------
 
@@ -153,21 +182,57 @@ class ClaudeWriter:
             self._committed(ev.event.message, ev.parent_call_id)
         elif isinstance(ev, Retrying):
             self._close_message(None)
-            self.line({"type": "system", "subtype": "api_retry", "attempt": ev.attempt, "max_retries": ev.max_retries,
-                       "retry_delay_ms": int(ev.delay * 1000), "error_status": None, "error": ev.error,
-                       "session_id": self.session_id, "uuid": new_id()})
+            self.line(
+                {
+                    "type": "system",
+                    "subtype": "api_retry",
+                    "attempt": ev.attempt,
+                    "max_retries": ev.max_retries,
+                    "retry_delay_ms": int(ev.delay * 1000),
+                    "error_status": None,
+                    "error": ev.error,
+                    "session_id": self.session_id,
+                    "uuid": new_id(),
+                }
+            )
         elif isinstance(ev, Notice):
-            self.line({"type": "system", "subtype": "notice", "level": ev.level, "text": ev.text,
-                       "session_id": self.session_id, "uuid": new_id()})
+            self.line(
+                {
+                    "type": "system",
+                    "subtype": "notice",
+                    "level": ev.level,
+                    "text": ev.text,
+                    "session_id": self.session_id,
+                    "uuid": new_id(),
+                }
+            )
         elif isinstance(ev, HookRan):
-            self.line({"type": "system", "subtype": "hook_response", "hook_event": ev.hook_event,
-                       "hook_name": ev.hook_event, "command": ev.command, "outcome": ev.outcome,
-                       "exit_code": ev.exit_code, "output": ev.message, "tool_use_id": ev.call_id,
-                       "session_id": self.session_id, "uuid": new_id()})
+            self.line(
+                {
+                    "type": "system",
+                    "subtype": "hook_response",
+                    "hook_event": ev.hook_event,
+                    "hook_name": ev.hook_event,
+                    "command": ev.command,
+                    "outcome": ev.outcome,
+                    "exit_code": ev.exit_code,
+                    "output": ev.message,
+                    "tool_use_id": ev.call_id,
+                    "session_id": self.session_id,
+                    "uuid": new_id(),
+                }
+            )
 
     def _stream(self, event: dict[str, Any]) -> None:
-        self.line({"type": "stream_event", "uuid": new_id(), "session_id": self.session_id, "event": event,
-                   "parent_tool_use_id": None})
+        self.line(
+            {
+                "type": "stream_event",
+                "uuid": new_id(),
+                "session_id": self.session_id,
+                "event": event,
+                "parent_tool_use_id": None,
+            }
+        )
 
     def _delta(self, ev: ReasoningDelta | ContentDelta) -> None:
         if not self.partial:
@@ -176,18 +241,36 @@ class ClaudeWriter:
         if not self._open:
             self._message_id = "msg_" + uuid.uuid4().hex[:24]
             self._open = True
-            self._stream({"type": "message_start", "message": {
-                "id": self._message_id, "type": "message", "role": "assistant", "model": self.model, "content": [],
-                "stop_reason": None, "stop_sequence": None, "usage": claude_usage(0, 0, 0)}})
+            self._stream(
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": self._message_id,
+                        "type": "message",
+                        "role": "assistant",
+                        "model": self.model,
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": claude_usage(0, 0, 0),
+                    },
+                }
+            )
         if self._block != kind:
             self._close_block()
             self._index += 1
             self._block = kind
-            start = {"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking" else {
-                "type": "text", "text": ""}
+            start = (
+                {"type": "thinking", "thinking": "", "signature": ""}
+                if kind == "thinking"
+                else {"type": "text", "text": ""}
+            )
             self._stream({"type": "content_block_start", "index": self._index, "content_block": start})
-        delta = {"type": "thinking_delta", "thinking": ev.text} if kind == "thinking" else {
-            "type": "text_delta", "text": ev.text}
+        delta = (
+            {"type": "thinking_delta", "thinking": ev.text}
+            if kind == "thinking"
+            else {"type": "text_delta", "text": ev.text}
+        )
         self._stream({"type": "content_block_delta", "index": self._index, "delta": delta})
 
     def _close_block(self) -> None:
@@ -199,8 +282,13 @@ class ClaudeWriter:
         if not self._open:
             return
         self._close_block()
-        self._stream({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                      "usage": {"output_tokens": self._last_usage["output_tokens"]}})
+        self._stream(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": self._last_usage["output_tokens"]},
+            }
+        )
         self._stream({"type": "message_stop"})
         self._open = False
         self._index = -1
@@ -214,42 +302,88 @@ class ClaudeWriter:
                 if self._step_started is not None:
                     self.api_ms += (time.monotonic() - self._step_started) * 1000
                     self._step_started = None
-            self.line({"type": "assistant", "message": {
-                "id": self._message_id or "msg_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant",
-                "model": self.model, "content": content_blocks(message), "stop_reason": stop, "stop_sequence": None,
-                "usage": self._last_usage}, "parent_tool_use_id": parent, "session_id": self.session_id,
-                "uuid": new_id()})
+            self.line(
+                {
+                    "type": "assistant",
+                    "message": {
+                        "id": self._message_id or "msg_" + uuid.uuid4().hex[:24],
+                        "type": "message",
+                        "role": "assistant",
+                        "model": self.model,
+                        "content": content_blocks(message),
+                        "stop_reason": stop,
+                        "stop_sequence": None,
+                        "usage": self._last_usage,
+                    },
+                    "parent_tool_use_id": parent,
+                    "session_id": self.session_id,
+                    "uuid": new_id(),
+                }
+            )
             self._message_id = ""
         elif role == "tool":
             call_id = str(message.get("tool_call_id") or "")
             content = result_content(message.get("content"))
             is_error = self.errors.pop(call_id, False)
-            self.line({"type": "user", "message": {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error}]},
-                "parent_tool_use_id": parent, "session_id": self.session_id, "uuid": new_id(),
-                "tool_use_result": content if isinstance(content, str) else None})
+            self.line(
+                {
+                    "type": "user",
+                    "message": {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error}
+                        ],
+                    },
+                    "parent_tool_use_id": parent,
+                    "session_id": self.session_id,
+                    "uuid": new_id(),
+                    "tool_use_result": content if isinstance(content, str) else None,
+                }
+            )
 
     # -- the end of a turn -------------------------------------------------------------------------
 
-    def result(self, agent: Agent, finished: TurnFinished, *, status: str, error: str | None, duration_ms: int,
-               usage: dict[str, Any], structured: tuple[bool, Any] | None = None) -> dict[str, Any]:
+    def result(
+        self,
+        agent: Agent,
+        finished: TurnFinished,
+        *,
+        status: str,
+        error: str | None,
+        duration_ms: int,
+        usage: dict[str, Any],
+        structured: tuple[bool, Any] | None = None,
+    ) -> dict[str, Any]:
         """The `result` line of a turn (`status` may differ from the turn's: `budget`, `invalid_output`)."""
         from kimicode.agent.costs import session_cost
 
         self._close_message(None)
         cost = session_cost(agent)
         obj: dict[str, Any] = {
-            "type": "result", "subtype": SUBTYPES.get(status, "error_during_execution"),
-            "is_error": status != "success", "duration_ms": duration_ms, "duration_api_ms": int(self.api_ms),
-            "num_turns": finished.num_steps, "result": finished.result, "session_id": agent.session_id,
+            "type": "result",
+            "subtype": SUBTYPES.get(status, "error_during_execution"),
+            "is_error": status != "success",
+            "duration_ms": duration_ms,
+            "duration_api_ms": int(self.api_ms),
+            "num_turns": finished.num_steps,
+            "result": finished.result,
+            "session_id": agent.session_id,
             "total_cost_usd": round(cost, 6) if cost is not None else None,
-            "usage": claude_usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
-                                  usage.get("cached_tokens", 0)),
+            "usage": claude_usage(
+                usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), usage.get("cached_tokens", 0)
+            ),
             "modelUsage": {},
-            "permission_denials": [{"tool_name": d.get("tool_name"), "tool_use_id": d.get("tool_use_id"),
-                                    "tool_input": d.get("tool_input")} for d in finished.permission_denials],
+            "permission_denials": [
+                {
+                    "tool_name": d.get("tool_name"),
+                    "tool_use_id": d.get("tool_use_id"),
+                    "tool_input": d.get("tool_input"),
+                }
+                for d in finished.permission_denials
+            ],
             "stop_reason": "end_turn" if status == "success" else None,
-            "kimicode_status": status, "uuid": new_id(),
+            "kimicode_status": status,
+            "uuid": new_id(),
         }
         if error:
             obj["errors"] = [error]

@@ -77,8 +77,9 @@ def open_agent(parsed: ClaudeArgs, approve: Any) -> Agent:
 
     extra = {"approve": approve} if approve is not None else {}
     try:
-        target = resume_target(continue_=parsed.continue_, resume=parsed.resume, fork=parsed.fork,
-                               workspace=parsed.workspace)
+        target = resume_target(
+            continue_=parsed.continue_, resume=parsed.resume, fork=parsed.fork, workspace=parsed.workspace
+        )
         if target is None:
             return Agent(options_for(parsed.workspace), **extra)
         return Agent.resume(target, fork=parsed.fork, options=options_for, **extra)
@@ -169,8 +170,9 @@ class ClaudeSession:
                 self.turns.put_nowait(text)
 
     def _notice(self, text: str, level: str = "warning") -> None:
-        self.writer.line({"type": "system", "subtype": "notice", "level": level, "text": text,
-                          "session_id": self.writer.session_id})
+        self.writer.line(
+            {"type": "system", "subtype": "notice", "level": level, "text": text, "session_id": self.writer.session_id}
+        )
 
     async def _turns(self) -> None:
         while (text := await self.turns.get()) is not None and not self.stopped:
@@ -229,8 +231,15 @@ class ClaudeSession:
         elif structured is not None and not structured[0] and status == "success":
             status, error = INVALID, "the answer did not match the JSON schema"
         usage = {k: agent.usage.get(k, 0) - before.get(k, 0) for k in agent.usage}
-        self.writer.result(agent, finished, status=status, error=error, duration_ms=int((time.monotonic() - start)
-                           * 1000), usage=usage, structured=structured)
+        self.writer.result(
+            agent,
+            finished,
+            status=status,
+            error=error,
+            duration_ms=int((time.monotonic() - start) * 1000),
+            usage=usage,
+            structured=structured,
+        )
         if status == "budget":
             return EXIT_BUDGET
         code = exit_code_for(finished)
@@ -260,13 +269,21 @@ class ClaudeSession:
         request_id = message.get("request_id")
         request = message.get("request")
         subtype = request.get("subtype") if isinstance(request, dict) else None
-        handler = {"initialize": self._initialize, "interrupt": self._interrupt,
-                   "set_permission_mode": self._set_mode, "set_model": self._set_model,
-                   "mcp_status": self._mcp_status, "get_context_usage": self._context_usage,
-                   "end_session": self._end_session}.get(str(subtype))
+        handler = {
+            "initialize": self._initialize,
+            "interrupt": self._interrupt,
+            "set_permission_mode": self._set_mode,
+            "set_model": self._set_model,
+            "mcp_status": self._mcp_status,
+            "get_context_usage": self._context_usage,
+            "end_session": self._end_session,
+        }.get(str(subtype))
         if handler is None or not isinstance(request, dict):
-            self._respond(request_id, error=f"kimicode does not support the control request {subtype!r} "
-                                            "(docs/programs.md lists what Claude protocol mode answers)")
+            self._respond(
+                request_id,
+                error=f"kimicode does not support the control request {subtype!r} "
+                "(docs/programs.md lists what Claude protocol mode answers)",
+            )
             return
         try:
             self._respond(request_id, await handler(request))
@@ -298,9 +315,16 @@ class ClaudeSession:
             self.parsed.settings["append_system_prompt"] = append
         self.initialized.set()
         mode = self.parsed.settings.get("permission_mode", "default")
-        return {"commands": [], "agents": [], "output_style": "default", "available_output_styles": ["default"],
-                "models": [], "account": {}, "permission_mode": KIMICODE_TO_CLAUDE.get(mode, mode),
-                "hook_on_failure_supported": False}
+        return {
+            "commands": [],
+            "agents": [],
+            "output_style": "default",
+            "available_output_styles": ["default"],
+            "models": [],
+            "account": {},
+            "permission_mode": KIMICODE_TO_CLAUDE.get(mode, mode),
+            "hook_on_failure_supported": False,
+        }
 
     async def _interrupt(self, request: Request) -> Request:
         if self.agent is not None and self.agent.busy:
@@ -329,8 +353,11 @@ class ClaudeSession:
         return {"model": model}
 
     async def _mcp_status(self, request: Request) -> Request:
-        servers = self._server_status(self.agent) if self.agent is not None else [
-            {"name": s.name, "status": s.status} for s in self.servers]
+        servers = (
+            self._server_status(self.agent)
+            if self.agent is not None
+            else [{"name": s.name, "status": s.status} for s in self.servers]
+        )
         return {"mcpServers": servers}
 
     async def _context_usage(self, request: Request) -> Request:

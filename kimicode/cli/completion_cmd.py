@@ -14,9 +14,9 @@ COMPLETE_VAR = "_KIMICODE_COMPLETE"
 
 INSTALL = {
     "bash": 'eval "$(kimicode completion bash)"   # in ~/.bashrc, or save it as '
-            "~/.local/share/bash-completion/completions/kimicode",
+    "~/.local/share/bash-completion/completions/kimicode",
     "zsh": 'kimicode completion zsh > "${fpath[1]}/_kimicode"   # then start a new shell '
-           "(or eval \"$(kimicode completion zsh)\" in ~/.zshrc after compinit)",
+    '(or eval "$(kimicode completion zsh)" in ~/.zshrc after compinit)',
     "fish": "kimicode completion fish > ~/.config/fish/completions/kimicode.fish",
     "powershell": "kimicode completion powershell >> $PROFILE",
 }

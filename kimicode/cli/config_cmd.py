@@ -1,5 +1,4 @@
-"""`kimicode config show`: the merged configuration with secrets masked, and where it came from.
-"""
+"""`kimicode config show`: the merged configuration with secrets masked, and where it came from."""
 
 from __future__ import annotations
 
@@ -115,8 +114,18 @@ def show(
     files = [{"path": str(p), "read": p in settings.sources} for p in config_paths(workspace, home)]
     rules, notes = _active_rules(settings, workspace, home)
     if as_json:
-        typer.echo(json.dumps({"files": files, "settings": data, "resolved": resolved,
-                               "permission_rules": rules, "permission_notes": notes}, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    "files": files,
+                    "settings": data,
+                    "resolved": resolved,
+                    "permission_rules": rules,
+                    "permission_notes": notes,
+                },
+                indent=2,
+            )
+        )
         return
     out = ["# configuration files (later ones override earlier ones):"]
     for f in files:
@@ -151,11 +160,15 @@ def _active_rules(settings: Any, workspace: Path, home: Path) -> tuple[list[dict
 
     notes: list[str] = []
     try:
-        rules = session_rules(settings, project_file=config_paths(workspace, home)[1], ignored=notes,
-                              claude_workspace=workspace)
+        rules = session_rules(
+            settings, project_file=config_paths(workspace, home)[1], ignored=notes, claude_workspace=workspace
+        )
     except ConfigError as exc:
         return [], [f"error: {exc}"]
     notes += claude_rules(workspace, trusted=settings.trusted).unused
-    rows = [{"action": action, "rule": r.raw, "source": r.source}
-            for action in ("deny", "ask", "allow") for r in getattr(rules, action)]
+    rows = [
+        {"action": action, "rule": r.raw, "source": r.source}
+        for action in ("deny", "ask", "allow")
+        for r in getattr(rules, action)
+    ]
     return rows, notes

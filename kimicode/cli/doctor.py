@@ -54,9 +54,7 @@ def _config_checks(workspace: Path, home: Path) -> tuple[list[Check], Any]:
         files.append(f"{project} (project, {'trusted' if settings.trusted else 'not trusted'})")
     checks.append(Check("config", "ok", ", ".join(files)))
     if settings.config.auth.api_key and user.is_file() and stat.S_IMODE(user.stat().st_mode) & 0o077:
-        checks.append(
-            Check("config", "fail", f"{user} holds an API key but others can read it", f"chmod 600 {user}")
-        )
+        checks.append(Check("config", "fail", f"{user} holds an API key but others can read it", f"chmod 600 {user}"))
     for text in settings.ignored:
         checks.append(
             Check("config", "warn", text, "trust the workspace only if you trust the repository's configuration")
@@ -89,8 +87,10 @@ def _endpoint_checks(endpoint: Any, mc: Any, key_where: str, timeout: float, hom
     window = profile_with(profile_for(endpoint.model), mc).context_window
     if status is None:
         fix = f"check the base URL ({url}: --base-url or KIMI_BASE_URL) and that the server runs and is reachable"
-        return [Check("endpoint", "fail", f"cannot reach {host}: {error}", fix),
-                Check("context", "warn", f"{window:,} tokens assumed for {endpoint.model} (not checked)")]
+        return [
+            Check("endpoint", "fail", f"cannot reach {host}: {error}", fix),
+            Check("context", "warn", f"{window:,} tokens assumed for {endpoint.model} (not checked)"),
+        ]
     if status in (401, 403):
         fix = f"check the key ({key_where}); it may be revoked or for another platform"
         return [Check("endpoint", "fail", f"{url} rejected the key (HTTP {status})", fix)]
@@ -99,28 +99,42 @@ def _endpoint_checks(endpoint: Any, mc: Any, key_where: str, timeout: float, hom
     entries = body.get("data") if isinstance(body, dict) else None
     if status >= 400 or not isinstance(entries, list):
         detail = f"{host} is reachable but does not list its models (GET /models: HTTP {status})"
-        return [Check("endpoint", "warn", detail + f"; model {endpoint.model!r} not verified"),
-                Check("context", "ok", f"{window:,} tokens (kimicode's default for {endpoint.model})")]
+        return [
+            Check("endpoint", "warn", detail + f"; model {endpoint.model!r} not verified"),
+            Check("context", "ok", f"{window:,} tokens (kimicode's default for {endpoint.model})"),
+        ]
     ids = [str(e.get("id")) for e in entries if isinstance(e, dict) and e.get("id")]
     entry = next((e for e in entries if isinstance(e, dict) and e.get("id") == endpoint.model), None)
     if entry is None:
         shown = ", ".join(ids[:10]) + (", …" if len(ids) > 10 else "")
-        return [Check("endpoint", "fail", f"model {endpoint.model!r} is not among the {len(ids)} models {host} "
-                      f"lists: {shown or 'none'}", "pick one with --model or KIMI_MODEL")]
+        return [
+            Check(
+                "endpoint",
+                "fail",
+                f"model {endpoint.model!r} is not among the {len(ids)} models {host} lists: {shown or 'none'}",
+                "pick one with --model or KIMI_MODEL",
+            )
+        ]
     checks = [Check("endpoint", "ok", f"{url} reachable, model {endpoint.model} listed ({len(ids)} models)")]
     server_window, _ = window_from_models(body, endpoint.model)  # the same reading as window discovery
     info = _discover(endpoint, mc, home, timeout)
     if info is not None and info.window:
         server_window = info.window  # llama.cpp's /props (per slot), LiteLLM's /model/info
     if server_window is not None and server_window < window and mc.context_window:
-        fix = f"--context-window {server_window}, or context_window = {server_window} in [models.\"{mc.name}\"]"
-        checks.append(Check("context", "warn", f"kimicode is set to {window:,} tokens but the server allows "
-                            f"{server_window:,}", fix))
+        fix = f'--context-window {server_window}, or context_window = {server_window} in [models."{mc.name}"]'
+        checks.append(
+            Check(
+                "context", "warn", f"kimicode is set to {window:,} tokens but the server allows {server_window:,}", fix
+            )
+        )
         return checks
     if server_window:
         window = server_window
-    said = f" (as the server reports{' per slot' if info and (info.slots or 1) > 1 else ''})" if server_window \
+    said = (
+        f" (as the server reports{' per slot' if info and (info.slots or 1) > 1 else ''})"
+        if server_window
         else " (the server does not say)"
+    )
     checks.append(_fit_check(window, said, info))
     checks.append(_calibration_check(endpoint, home, info))
     return checks
@@ -130,8 +144,16 @@ def _discover(endpoint: Any, mc: Any, home: Path, timeout: float) -> Any:
     from kimicode.llm.discovery import discover_server
 
     try:
-        return asyncio.run(discover_server(endpoint.base_url, endpoint.api_key, endpoint.model, home,
-                                           headers=dict(mc.headers), timeout=min(timeout, 5.0)))
+        return asyncio.run(
+            discover_server(
+                endpoint.base_url,
+                endpoint.api_key,
+                endpoint.model,
+                home,
+                headers=dict(mc.headers),
+                timeout=min(timeout, 5.0),
+            )
+        )
     except Exception:  # discovery is a hint here too: the /models check above reported the endpoint
         return None
 
@@ -154,19 +176,32 @@ def _fit_check(window: int, said: str, info: Any) -> Check:
     try:
         budget = Budget.make(window, fit_reserve(window, 32_768))
     except ValueError as exc:
-        return Check("context", "fail", f"{window:,} tokens{said}: too small for any request ({exc})",
-                     "give the server a larger context (llama.cpp: -c 8192)")
-    fitted, _ = fit_tools(tools, lambda t: accountant.estimate_unanchored(system, t),
-                          int(budget.input_budget * TOOLS_SHARE))
+        return Check(
+            "context",
+            "fail",
+            f"{window:,} tokens{said}: too small for any request ({exc})",
+            "give the server a larger context (llama.cpp: -c 8192)",
+        )
+    fitted, _ = fit_tools(
+        tools, lambda t: accountant.estimate_unanchored(system, t), int(budget.input_budget * TOOLS_SHARE)
+    )
     fixed = accountant.estimate_unanchored(system, fitted)
     how = "; the server's template leaves the tool definitions out" if not accountant.tools_in_prompt else ""
     if fixed + 512 + COMPLETION_FLOOR > window:
-        return Check("context", "fail", f"{window:,} tokens{said}: the system prompt and tools alone take about "
-                     f"{fixed:,}{how}, so every request would be refused",
-                     "give the server a larger context (llama.cpp: -c 8192; vLLM: --max-model-len)")
+        return Check(
+            "context",
+            "fail",
+            f"{window:,} tokens{said}: the system prompt and tools alone take about "
+            f"{fixed:,}{how}, so every request would be refused",
+            "give the server a larger context (llama.cpp: -c 8192; vLLM: --max-model-len)",
+        )
     if len(fitted) < len(tools):
-        return Check("context", "warn", f"{window:,} tokens{said}: only {len(fitted)} of {len(tools)} tools fit "
-                     f"(shortened){how}", "a larger window gives the model every tool")
+        return Check(
+            "context",
+            "warn",
+            f"{window:,} tokens{said}: only {len(fitted)} of {len(tools)} tools fit (shortened){how}",
+            "a larger window gives the model every tool",
+        )
     return Check("context", "ok", f"{window:,} tokens{said}; system prompt and tools about {fixed:,}{how}")
 
 
@@ -181,8 +216,9 @@ def _calibration_check(endpoint: Any, home: Path, info: Any) -> Check:
     if stored is None:
         return Check("estimate", "ok", f"not calibrated yet: the first answer calibrates it{counts}")
     tools = "" if stored.get("tools_in_prompt", True) else ", tool definitions not counted by the template"
-    return Check("estimate", "ok", f"calibrated on this server's counts: factor {stored.get('correction')}{tools}"
-                 f"{counts}")
+    return Check(
+        "estimate", "ok", f"calibrated on this server's counts: factor {stored.get('correction')}{tools}{counts}"
+    )
 
 
 def _tool_checks(settings: Any) -> list[Check]:
@@ -199,13 +235,20 @@ def _tool_checks(settings: Any) -> list[Check]:
         fix = (
             "apt install bubblewrap (or dnf/pacman); without it commands that run without asking are not "
             "confined (--sandbox off silences the notice)"
-            if mode != "off" else "apt install bubblewrap (or dnf/pacman); the sandbox is off in your config"
+            if mode != "off"
+            else "apt install bubblewrap (or dnf/pacman); the sandbox is off in your config"
         )
         checks.append(Check("sandbox", "fail" if wanted else "warn", sandbox.reason, fix))
     rg = find_ripgrep()
     if rg is None:
-        checks.append(Check("ripgrep", "warn", "rg not found: grep and glob use a slower Python engine",
-                            "pip install ripgrep (in kimicode's environment) or install rg"))
+        checks.append(
+            Check(
+                "ripgrep",
+                "warn",
+                "rg not found: grep and glob use a slower Python engine",
+                "pip install ripgrep (in kimicode's environment) or install rg",
+            )
+        )
     else:
         try:
             version = subprocess.run([rg, "--version"], capture_output=True, text=True, timeout=10).stdout
@@ -228,8 +271,14 @@ def _mcp_checks(workspace: Path, home: Path, settings: Any) -> list[Check]:
         if row["status"] == "ready":
             checks.append(Check("mcp", "ok", f"{row['name']}: ready, {len(row['tools'])} tools"))
         else:
-            checks.append(Check("mcp", "fail", f"{row['name']}: {row['status']}: {row['error']}",
-                                "fix its command or URL, or set enabled = false"))
+            checks.append(
+                Check(
+                    "mcp",
+                    "fail",
+                    f"{row['name']}: {row['status']}: {row['error']}",
+                    "fix its command or URL, or set enabled = false",
+                )
+            )
     return checks
 
 

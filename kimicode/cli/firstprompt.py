@@ -21,8 +21,12 @@ def value_options(command: Any) -> set[str]:
     itself so a new option is never mistaken for the start of a prompt."""
     names: set[str] = set()
     for param in getattr(command, "params", ()):
-        if getattr(param, "param_type_name", "") == "option" and not getattr(param, "is_flag", False) \
-                and getattr(param, "nargs", 1) > 0 and not getattr(param, "count", False):
+        if (
+            getattr(param, "param_type_name", "") == "option"
+            and not getattr(param, "is_flag", False)
+            and getattr(param, "nargs", 1) > 0
+            and not getattr(param, "count", False)
+        ):
             names.update(param.opts)
     return names - {"-r", "--resume"}  # its value is optional (sessions.optional_resume_value)
 
@@ -41,8 +45,12 @@ def first_prompt_args(argv: list[str], commands: Collection[str], takes_value: C
             words.extend(range(i + 1, len(argv)))
             break
         if arg.startswith("-") and arg != "-":
-            takes = arg in takes_value or (arg in ("-r", "--resume") and i + 1 < len(argv)
-                                             and not argv[i + 1].startswith("-") and argv[i + 1] not in commands)
+            takes = arg in takes_value or (
+                arg in ("-r", "--resume")
+                and i + 1 < len(argv)
+                and not argv[i + 1].startswith("-")
+                and argv[i + 1] not in commands
+            )
             i += 2 if takes else 1
             continue
         if not words and arg in commands:
@@ -55,8 +63,10 @@ def first_prompt_args(argv: list[str], commands: Collection[str], takes_value: C
     if forced is None and len(words) == 1 and " " not in text:
         close = difflib.get_close_matches(text, list(commands), n=1, cutoff=0.75)
         if close:
-            raise NotACommand(f"no command {text!r} (did you mean {close[0]!r}?); to start a session with it as the "
-                              f'first prompt, write: kimicode -- "{text}"')
+            raise NotACommand(
+                f"no command {text!r} (did you mean {close[0]!r}?); to start a session with it as the "
+                f'first prompt, write: kimicode -- "{text}"'
+            )
     rest = [a for n, a in enumerate(argv) if n not in words and n != forced]
     return [*rest, FIRST_PROMPT, text]
 
@@ -69,7 +79,10 @@ def whole_short_helps(group: Any) -> None:
     for command in getattr(group, "commands", {}).values():
         if not getattr(command, "short_help", None) and getattr(command, "help", None):
             text = " ".join(command.help.split("\n\n", 1)[0].split())
-            ends = [m.start() for m in re.finditer(r"(?<![.])[.!?](?=\s)", text)
-                    if text[: m.start()].count("(") == text[: m.start()].count(")")]
+            ends = [
+                m.start()
+                for m in re.finditer(r"(?<![.])[.!?](?=\s)", text)
+                if text[: m.start()].count("(") == text[: m.start()].count(")")
+            ]
             command.short_help = text[: ends[0]] if ends else text.rstrip(".")
         whole_short_helps(command)

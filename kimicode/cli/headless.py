@@ -158,9 +158,16 @@ class Printer:
             if isinstance(inner, MessageCommitted):
                 self.line({"type": "message", "message": inner.message, "parent_tool_use_id": ev.parent_call_id})
             else:
-                self.line({"type": "permission_denied", "parent_tool_use_id": ev.parent_call_id,
-                           "tool_name": inner.name, "tool_use_id": inner.call_id,
-                           "tool_input": dict(inner.arguments), "reason": inner.reason})
+                self.line(
+                    {
+                        "type": "permission_denied",
+                        "parent_tool_use_id": ev.parent_call_id,
+                        "tool_name": inner.name,
+                        "tool_use_id": inner.call_id,
+                        "tool_input": dict(inner.arguments),
+                        "reason": inner.reason,
+                    }
+                )
         elif isinstance(inner, PermissionDenied) and (self.verbose or self.fmt in ("text", "json")):
             self.err.write(f"{denial_line(inner)} (in subagent {one_line(ev.description, 80)})\n")
             self.err.flush()
@@ -168,15 +175,27 @@ class Printer:
             for call in inner.message.get("tool_calls") or ():
                 fn = call.get("function") or {}
                 args = str(fn.get("arguments") or "")
-                self.err.write(f"  ↳ [{one_line(ev.description, 40)}] → {one_line(str(fn.get('name')), 40)} "
-                               f"{one_line(args, 200)}\n")
+                self.err.write(
+                    f"  ↳ [{one_line(ev.description, 40)}] → {one_line(str(fn.get('name')), 40)} "
+                    f"{one_line(args, 200)}\n"
+                )
             self.err.flush()
 
     def _stream_json(self, ev: Event) -> None:
         if isinstance(ev, HookRan):
-            self.line({"type": "hook", "event": ev.hook_event, "command": ev.command, "outcome": ev.outcome,
-                       "exit_code": ev.exit_code, "duration_ms": ev.duration_ms, "message": ev.message,
-                       "tool_use_id": ev.call_id, "source": ev.source})
+            self.line(
+                {
+                    "type": "hook",
+                    "event": ev.hook_event,
+                    "command": ev.command,
+                    "outcome": ev.outcome,
+                    "exit_code": ev.exit_code,
+                    "duration_ms": ev.duration_ms,
+                    "message": ev.message,
+                    "tool_use_id": ev.call_id,
+                    "source": ev.source,
+                }
+            )
         elif isinstance(ev, Notice):
             self.line({"type": "notice", "level": ev.level, "text": ev.text})
         elif isinstance(ev, MessageCommitted):
@@ -325,8 +344,10 @@ def denial_summary(denials: list[PermissionDenied], mode: str) -> str:
     n = len(denials)
     what = f"{n} action{'s were' if n != 1 else ' was'} refused"
     if mode == "default":
-        why = ("in --permission-mode default a headless run may only read: nothing can be approved; "
-               "for a CI fix use e.g. --permission-mode accept-edits --allow 'bash(pytest*)'")
+        why = (
+            "in --permission-mode default a headless run may only read: nothing can be approved; "
+            "for a CI fix use e.g. --permission-mode accept-edits --allow 'bash(pytest*)'"
+        )
     elif mode == "plan":
         why = "plan mode changes nothing; use --permission-mode accept-edits to let it edit"
     else:
@@ -392,8 +413,9 @@ def add_structured(result: dict[str, Any], outcome: Outcome) -> int | None:
     return EXIT_INVALID_OUTPUT
 
 
-async def turn_result(agent: Agent, text: str, printer: Printer, spec: OutputSpec | None,
-                      start: float) -> tuple[dict[str, Any], TurnFinished, int | None]:
+async def turn_result(
+    agent: Agent, text: str, printer: Printer, spec: OutputSpec | None, start: float
+) -> tuple[dict[str, Any], TurnFinished, int | None]:
     """Run one task's turn (with `spec`, until its answer matches: agent/structured.py), events through the
     printer: (the result object, the last TurnFinished, exit 6 when the answer never matched else None)."""
     outcome: Outcome | None = None
@@ -429,8 +451,9 @@ def on_stop_signals(handler: Callable[[signal.Signals], None]) -> Callable[[], N
     return release
 
 
-async def run_headless(agent: Agent, prompt: str, printer: Printer, *, budget: float | None = None,
-                       spec: OutputSpec | None = None) -> int:
+async def run_headless(
+    agent: Agent, prompt: str, printer: Printer, *, budget: float | None = None, spec: OutputSpec | None = None
+) -> int:
     """Run one task to completion; Ctrl-C (exit 130) and SIGTERM (exit 143) interrupt it cleanly.
 
     With `budget` (dollars) the run stops once its cost passes it: status `budget`, exit 4. With `spec`

@@ -12,11 +12,9 @@ import typer
 
 
 def login_command(
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Check the key for this model's endpoint.")]
-    = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Check the key for this model's endpoint.")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", help="Check the key with this endpoint.")] = None,
-    no_check: Annotated[bool, typer.Option("--no-check", help="Store the key without asking the endpoint.")]
-    = False,
+    no_check: Annotated[bool, typer.Option("--no-check", help="Store the key without asking the endpoint.")] = False,
 ) -> None:
     """Paste an API key (hidden): checked with the endpoint, then stored in config.toml (mode 0600)."""
     from kimicode.cli.firstrun import ask_and_store

@@ -64,8 +64,9 @@ def add(
         contents = plugin.contents()
         runs = contents["hooks"] or contents["mcp servers"]
         version = f" {plugin.version}" if plugin.version else ""
-        typer.echo(f"Plugin {plugin.name}{version}: {sanitize(plugin.description, sequences='escape')}\n"
-                   f"{_describe(contents)}")
+        typer.echo(
+            f"Plugin {plugin.name}{version}: {sanitize(plugin.description, sequences='escape')}\n{_describe(contents)}"
+        )
         if runs:
             typer.echo("Its hooks and MCP servers run these commands on your machine, in every workspace.")
         unloadable = _unloadable(plugin)
@@ -80,11 +81,16 @@ def add(
         except (PluginError, OSError) as exc:
             _fail(str(exc))
             return
-    typer.echo(f"Installed {installed.name} in {installed.root} (enabled; `kimicode plugin disable "
-               f"{installed.name}` turns it off).")
+    typer.echo(
+        f"Installed {installed.name} in {installed.root} (enabled; `kimicode plugin disable "
+        f"{installed.name}` turns it off)."
+    )
     if unloadable:
-        typer.echo(f"kimicode: {installed.name} was installed, but {len(unloadable)} of its files will not load "
-                   "(listed above).", err=True)
+        typer.echo(
+            f"kimicode: {installed.name} was installed, but {len(unloadable)} of its files will not load "
+            "(listed above).",
+            err=True,
+        )
 
 
 def _unloadable(plugin: Any) -> list[str]:
@@ -112,14 +118,25 @@ def list_plugins(as_json: Annotated[bool, typer.Option("--json", help="Print one
     claude = claude_plugins()
     theirs = claude.plugins
     if as_json:
-        rows: list[dict[str, Any]] = [{"name": p.name, "enabled": p.enabled and not (p in theirs and p.name in names),
-                                       "version": p.version, "source": p.source, "path": str(p.root),
-                                       "claude_code": p in theirs, **p.contents()} for p in [*plugins, *theirs]]
+        rows: list[dict[str, Any]] = [
+            {
+                "name": p.name,
+                "enabled": p.enabled and not (p in theirs and p.name in names),
+                "version": p.version,
+                "source": p.source,
+                "path": str(p.root),
+                "claude_code": p in theirs,
+                **p.contents(),
+            }
+            for p in [*plugins, *theirs]
+        ]
         typer.echo(json.dumps({"plugins": rows, "not_used": claude.not_used}, indent=2))
         return
     if not plugins and not theirs:
-        typer.echo("No plugins installed. `kimicode plugin add PATH|GIT_URL` installs one" +
-                   (" (Claude Code's installed plugins are used as they are)." if not claude.not_used else "."))
+        typer.echo(
+            "No plugins installed. `kimicode plugin add PATH|GIT_URL` installs one"
+            + (" (Claude Code's installed plugins are used as they are)." if not claude.not_used else ".")
+        )
     for p in plugins:
         state = "enabled" if p.enabled else "disabled"
         typer.echo(f"{p.name} {p.version} ({state}) from {p.source}\n{_describe(p.contents())}")
@@ -154,8 +171,10 @@ def _claudes(name: str) -> str:
     found = next((p for p in claude_plugins().plugins if p.name == name), None)
     if found is None:
         return ""
-    return (f"{name} is Claude Code's plugin ({found.source}); kimicode uses it while `enabledPlugins` in Claude "
-            "Code's settings.json has it true: change it there (or with Claude Code's /plugin)")
+    return (
+        f"{name} is Claude Code's plugin ({found.source}); kimicode uses it while `enabledPlugins` in Claude "
+        "Code's settings.json has it true: change it there (or with Claude Code's /plugin)"
+    )
 
 
 def _toggle(name: str, enabled: bool) -> None:

@@ -24,8 +24,9 @@ prompt_app = typer.Typer(
 
 @prompt_app.command("show")
 def show(
-    cwd: Annotated[Path | None, typer.Option("-C", "--cwd", help="Workspace directory (default: the current one).")]
-    = None,
+    cwd: Annotated[
+        Path | None, typer.Option("-C", "--cwd", help="Workspace directory (default: the current one).")
+    ] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model id (env KIMI_MODEL).")] = None,
     scope: Annotated[str | None, typer.Option("--scope", help="normal or strict.")] = None,
     headless: Annotated[bool, typer.Option("--headless", help="As `kimicode -p` would send it.")] = False,

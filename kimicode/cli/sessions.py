@@ -32,6 +32,7 @@ sessions_app = typer.Typer(
 PICK = ""
 """The value of `-r/--resume` given without an id: pick one."""
 
+
 def optional_resume_value(argv: list[str], takes_value: Collection[str]) -> list[str]:
     """Let `-r/--resume` stand without an id: `-r` followed by nothing or by another option means "pick".
     `takes_value`: the main command's options whose next word is their value (`firstprompt.value_options`,
@@ -105,8 +106,10 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     origin: Annotated[
         list[Origin] | None,
-        typer.Option("--origin", help="Only sessions started this way: interactive, headless, library, acp "
-                     "or serve (repeatable)."),
+        typer.Option(
+            "--origin",
+            help="Only sessions started this way: interactive, headless, library, acp or serve (repeatable).",
+        ),
     ] = None,
     show_all: Annotated[
         bool, typer.Option("--all", "-a", help="Also sessions without a prompt (saved by older versions).")
@@ -219,10 +222,13 @@ def export_command(
 @sessions_app.command("rm")
 def rm_command(
     session_ids: Annotated[list[str], typer.Argument(metavar="ID...", help="Session ids (or unique prefixes).")],
-    remove_worktree: Annotated[bool | None, typer.Option(
-        "--remove-worktree/--keep-worktree",
-        help="A fork's own working tree: remove it too, or keep it (default: ask in a terminal, else keep).",
-    )] = None,
+    remove_worktree: Annotated[
+        bool | None,
+        typer.Option(
+            "--remove-worktree/--keep-worktree",
+            help="A fork's own working tree: remove it too, or keep it (default: ask in a terminal, else keep).",
+        ),
+    ] = None,
 ) -> None:
     """Delete saved sessions (their logs, spilled tool outputs and workspace checkpoints) and the branches of
     their explorations (worktrees, git branches, branch sessions)."""
@@ -335,4 +341,3 @@ def resume_target(*, continue_: bool, resume: str | None, fork: bool, workspace:
             )
         return pick_session(workspace.resolve())
     return find_session(_home(), resume).stem
-

@@ -103,8 +103,14 @@ def _read_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None
         loop.call_soon_threadsafe(queue.put_nowait, None)
 
 
-async def run_stream_input(agent: Agent, printer: Printer, *, spec: OutputSpec | None = None,
-                           stream: IO[str] | None = None, budget: float | None = None) -> int:
+async def run_stream_input(
+    agent: Agent,
+    printer: Printer,
+    *,
+    spec: OutputSpec | None = None,
+    stream: IO[str] | None = None,
+    budget: float | None = None,
+) -> int:
     """Hold the conversation of stdin's stream-json lines (see the module docstring); the exit code is the
     last turn's (0 when none failed); Ctrl-C or SIGTERM stops the running turn and the run, and so does
     `budget` (`--max-budget-usd`: status `budget`, exit 4) once the session's cost passes it."""

@@ -28,8 +28,10 @@ def claude_settings_files(workspace: Path, *, project: bool = True) -> list[tupl
     workspace's `.claude/settings.json` and `.claude/settings.local.json`."""
     out: list[tuple[Path, SettingsScope]] = [(claude_home() / "settings.json", "user")]
     if project:
-        out += [(workspace / ".claude" / "settings.json", "project"),
-                (workspace / ".claude" / "settings.local.json", "project")]
+        out += [
+            (workspace / ".claude" / "settings.json", "project"),
+            (workspace / ".claude" / "settings.local.json", "project"),
+        ]
     return out
 
 

@@ -103,8 +103,10 @@ def resolve_endpoint(
 def check_model(name: str, source: str) -> str:
     """The model id, or a ConfigError naming where it came from when it is empty or has spaces."""
     if not name.strip() or any(c.isspace() or ord(c) < 32 for c in name):
-        raise ConfigError(f"the model id from {source} is not valid ({name!r}): give an id without spaces, "
-                          "e.g. kimi-k3 (see the server's /v1/models for its ids)")
+        raise ConfigError(
+            f"the model id from {source} is not valid ({name!r}): give an id without spaces, "
+            "e.g. kimi-k3 (see the server's /v1/models for its ids)"
+        )
     return name
 
 
@@ -115,8 +117,10 @@ def check_base_url(url: str, source: str) -> str:
     where = "the default" if source == "default" else source
 
     def bad(why: str) -> ConfigError:
-        return ConfigError(f"the base URL from {where} is not valid ({url!r}): {why}; "
-                           "expected something like https://api.moonshot.ai/v1 or http://localhost:8000/v1")
+        return ConfigError(
+            f"the base URL from {where} is not valid ({url!r}): {why}; "
+            "expected something like https://api.moonshot.ai/v1 or http://localhost:8000/v1"
+        )
 
     if any(c.isspace() or ord(c) < 32 for c in url):
         raise bad("it contains spaces or control characters")

@@ -56,7 +56,7 @@ def store_key(home: Path, key: str, *, replace: bool = False) -> Path:
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: cannot add the key to this file ({exc}); fix it or set KIMI_API_KEY") from None
         if "auth" in data and not replace:
-            raise ConfigError(f"{path} already has an [auth] table: put api_key = \"...\" in it yourself")
+            raise ConfigError(f'{path} already has an [auth] table: put api_key = "..." in it yourself')
     else:
         data = {}
     if "auth" in data:
@@ -83,8 +83,6 @@ def store_key(home: Path, key: str, *, replace: bool = False) -> Path:
             tmp.unlink()
         raise
     return path
-
-
 
 
 def _replaced_key(old: str, key: str, path: Path, data: dict[str, Any]) -> str:

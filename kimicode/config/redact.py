@@ -35,7 +35,6 @@ MIN_SECRET_LEN: Final = 8
 SECRET_SUFFIXES: Final = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_APIKEY", "_ACCESS_KEY")
 
 
-
 def _is_secret_name(name: str) -> bool:
     return name.upper().endswith(SECRET_SUFFIXES)
 
@@ -98,11 +97,11 @@ class Masker:
         self._pattern: re.Pattern[str] | None = None
         self.add(secrets)
 
-
     @property
     def pattern(self) -> re.Pattern[str] | None:
         """The compiled alternation of the known secrets (None when there are none)."""
         return self._pattern
+
     def add(self, secrets: Iterable[str]) -> None:
         """Mask these values too (values shorter than MIN_SECRET_LEN are ignored)."""
         new = {s for s in secrets if isinstance(s, str) and len(s.strip()) >= MIN_SECRET_LEN}

@@ -63,6 +63,7 @@ STRICTNESS: Final[dict[str, dict[str, int]]] = {
 }
 """The scales of the `stricter` keys, loosest first."""
 
+
 def key(default: Any = None, *, untrusted: Direction | None = None, schema: str | None = None, **bounds: Any) -> Any:
     """A field: its default, pydantic bounds (`ge`, `gt`, `le`), and the direction an untrusted project may
     move it in (None: not at all); `schema` names a file-validator type of its own (`hooks`)."""
@@ -327,8 +328,9 @@ def has_directions(keypath: tuple[str, ...]) -> bool:
         node = _unwrap(get_args(node)[1])
     if not (isinstance(node, type) and issubclass(node, BaseModel)):
         return False
-    return any(isinstance(f.json_schema_extra, dict) and "untrusted" in f.json_schema_extra
-               for f in node.model_fields.values())
+    return any(
+        isinstance(f.json_schema_extra, dict) and "untrusted" in f.json_schema_extra for f in node.model_fields.values()
+    )
 
 
 def _unwrap(annotation: Any) -> Any:
@@ -366,8 +368,11 @@ def reference() -> list[tuple[str, str, str, str]]:
                 continue
             extra = field.json_schema_extra
             way = extra.get("untrusted") if isinstance(extra, dict) else None
-            bounds = " ".join(f"{type(m).__name__.lower()} {getattr(m, type(m).__name__.lower())}"
-                              for m in field.metadata if type(m).__name__ in ("Ge", "Gt", "Le", "Lt"))
+            bounds = " ".join(
+                f"{type(m).__name__.lower()} {getattr(m, type(m).__name__.lower())}"
+                for m in field.metadata
+                if type(m).__name__ in ("Ge", "Gt", "Le", "Lt")
+            )
             kind = _type_text(field.annotation) + (f" ({bounds})" if bounds else "")
             default = _toml_text(field.default)
             rows.append((dotted, kind, default, str(way) if way else "ignored"))

@@ -30,9 +30,11 @@ def held_by_serve(home: Path, holder: int | None, session_id: str) -> str | None
     state = read_state(home)
     if holder is None or state is None or state.get("pid") != holder:
         return None
-    return (f"session {session_id} is open in `kimicode serve` ({state['url']}, process {holder}), which writes "
-            f"it: follow it from this terminal with `kimicode attach {session_id}` (or in the page: `kimicode web`), "
-            "or continue a copy here with --fork")
+    return (
+        f"session {session_id} is open in `kimicode serve` ({state['url']}, process {holder}), which writes "
+        f"it: follow it from this terminal with `kimicode attach {session_id}` (or in the page: `kimicode web`), "
+        "or continue a copy here with --fork"
+    )
 
 
 def explain_refusal(exc: BaseException, home: Path) -> str:

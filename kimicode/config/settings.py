@@ -133,16 +133,18 @@ def load_settings(workspace: Path, home: Path, *, trust: bool = False, project: 
         data.pop("trust", None)  # a project cannot trust itself
         if data.pop("auth", None) is not None:  # keys belong in the user's own file (mode 0600), never a repo
             settings.ignored.append(f"{project_path}: [auth] ignored: an API key is only read from {user_path}")
-        kept, notices = filter_project(data, settings.data, trusted=settings.trusted, project_path=project_path,
-                                       user_path=user_path)
+        kept, notices = filter_project(
+            data, settings.data, trusted=settings.trusted, project_path=project_path, user_path=user_path
+        )
         settings.ignored.extend(notices)
         settings.data = merge(settings.data, kept)
         settings.sources.append(project_path)
     return settings
 
 
-def resolve(data: Mapping[str, Any], settings: Settings | None = None, path: Path | None = None,
-            text: str | None = None) -> Config:
+def resolve(
+    data: Mapping[str, Any], settings: Settings | None = None, path: Path | None = None, text: str | None = None
+) -> Config:
     """`data` as typed sections; ConfigError naming the file, line and key for a value out of its bounds."""
     import pydantic
 
@@ -224,16 +226,28 @@ def validate(data: Any, schema: Any, path: tuple[str, ...]) -> list[tuple[tuple[
         "hooks": isinstance(data, dict | list),
     }[schema]
     if not ok:
-        want = {"str": "a string", "int": "an integer", "number": "a number", "bool": "true or false",
-                "list[str]": "a list of strings", "list": "a list",
-                "hooks": "a table of events ([[hooks.PreToolUse]]) or a list of hooks ([[hooks]])"}[schema]
+        want = {
+            "str": "a string",
+            "int": "an integer",
+            "number": "a number",
+            "bool": "true or false",
+            "list[str]": "a list of strings",
+            "list": "a list",
+            "hooks": "a table of events ([[hooks.PreToolUse]]) or a list of hooks ([[hooks]])",
+        }[schema]
         return [(path, f"must be {want}, got {_type_name(data)} {data!r}")]
     return []
 
 
 def _type_name(value: Any) -> str:
-    return {dict: "a table", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
-            float: "a number"}.get(type(value), type(value).__name__)
+    return {
+        dict: "a table",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
 
 
 def find_line(text: str, keypath: tuple[str, ...]) -> int | None:

@@ -19,15 +19,24 @@ from typing import Any
 from kimicode.config.sections import STRICTNESS, Config, default_of, direction, has_directions, schema_of
 
 SCHEMA = schema_of(Config)
-NO_LIMIT_AT_ZERO = frozenset({"checkpoints.max_age_days", "checkpoints.max_store_mb", "sandbox.max_processes",
-                              "sandbox.max_memory_mb", "sandbox.max_file_size_mb", "sandbox.max_cpu_seconds"})
+NO_LIMIT_AT_ZERO = frozenset(
+    {
+        "checkpoints.max_age_days",
+        "checkpoints.max_store_mb",
+        "sandbox.max_processes",
+        "sandbox.max_memory_mb",
+        "sandbox.max_file_size_mb",
+        "sandbox.max_cpu_seconds",
+    }
+)
 """Keys where 0 or less (or unset) means no limit, the highest value."""
 UNSET_IS = {"defaults.permission_mode": "default", "sandbox.mode": "auto"}
 """What an unset `stricter` key means (its place on the scale)."""
 
 
-def filter_project(data: dict[str, Any], user: Mapping[str, Any], *, trusted: bool, project_path: Path,
-                   user_path: Path) -> tuple[dict[str, Any], list[str]]:
+def filter_project(
+    data: dict[str, Any], user: Mapping[str, Any], *, trusted: bool, project_path: Path, user_path: Path
+) -> tuple[dict[str, Any], list[str]]:
     """The part of a project's settings `data` that applies, and the notices (at most one)."""
     dropped: list[str] = []
     loosened: list[str] = []
@@ -43,8 +52,15 @@ def filter_project(data: dict[str, Any], user: Mapping[str, Any], *, trusted: bo
     return kept, notices
 
 
-def _walk(table: Mapping[str, Any], path: tuple[str, ...], schema: Any, user: Mapping[str, Any], trusted: bool,
-          dropped: list[str], loosened: list[str]) -> dict[str, Any]:
+def _walk(
+    table: Mapping[str, Any],
+    path: tuple[str, ...],
+    schema: Any,
+    user: Mapping[str, Any],
+    trusted: bool,
+    dropped: list[str],
+    loosened: list[str],
+) -> dict[str, Any]:
     kept: dict[str, Any] = {}
     for name, value in table.items():
         keypath = (*path, name)

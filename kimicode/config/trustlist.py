@@ -37,13 +37,16 @@ class TrustList:
         try:
             new = _with_workspaces(self.text, listed)
             ok = tomllib.loads(new).get("trust", {}).get("workspaces") == listed
-            rest_same = {k: v for k, v in tomllib.loads(new).items() if k != "trust"} == \
-                {k: v for k, v in self.data.items() if k != "trust"}
+            rest_same = {k: v for k, v in tomllib.loads(new).items() if k != "trust"} == {
+                k: v for k, v in self.data.items() if k != "trust"
+            }
         except (ValueError, tomllib.TOMLDecodeError):
             ok = rest_same = False
         if not (ok and rest_same):
-            raise ConfigError(f"{self.path}: could not change [trust] workspaces safely; edit it yourself "
-                              f"(workspaces = {json.dumps(listed)})")
+            raise ConfigError(
+                f"{self.path}: could not change [trust] workspaces safely; edit it yourself "
+                f"(workspaces = {json.dumps(listed)})"
+            )
         return new
 
 
@@ -126,7 +129,7 @@ def _with_workspaces(text: str, listed: list[str]) -> str:
     end = nxt.start() if nxt is not None else len(text)
     found = _WORKSPACES.search(text, header.end(), end)
     if found is None:
-        return text[: header.end()] + f"\nworkspaces = {value}" + text[header.end():]
+        return text[: header.end()] + f"\nworkspaces = {value}" + text[header.end() :]
     open_at = text.index("[", found.start())
     close = _array_end(text, open_at)
     if close < 0:

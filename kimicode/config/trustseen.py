@@ -21,8 +21,17 @@ from typing import Any
 __all__ = ["TRUST_PLACES", "changes", "fingerprint", "record_seen", "review", "seen_changes"]
 
 TRUST_PLACES = (
-    ".kimicode/config.toml", ".kimicode/hooks", ".kimicode/skills", ".kimicode/agents", ".kimicode/commands",
-    ".kimicode/plugins", ".claude", ".agents", ".claude-plugin", ".mcp.json", "hooks/hooks.json",
+    ".kimicode/config.toml",
+    ".kimicode/hooks",
+    ".kimicode/skills",
+    ".kimicode/agents",
+    ".kimicode/commands",
+    ".kimicode/plugins",
+    ".claude",
+    ".agents",
+    ".claude-plugin",
+    ".mcp.json",
+    "hooks/hooks.json",
 )
 """Below the workspace: the files whose content trust lets run or load (hooks, MCP servers, settings,
 skills, agents, commands, plugins)."""
@@ -117,9 +126,12 @@ def review(home: Path, workspace: Path, *, flag: bool) -> tuple[bool, str | None
         return True, None
     shown = ", ".join(changed[:12]) + (f" and {len(changed) - 12} more" if len(changed) > 12 else "")
     if flag:
-        return True, (f"{workspace}: trusted for this run (--trust-workspace); changed since it was last trusted: "
-                      f"{shown}")
-    return False, (f"{workspace}: what this trusted workspace brings changed since you trusted it: {shown}. Its "
-                   "hooks, MCP servers, settings, skills and plugins are not used this run; to trust it again, "
-                   "answer the question at the next interactive start, use /trust on, or run with "
-                   "--trust-workspace")
+        return True, (
+            f"{workspace}: trusted for this run (--trust-workspace); changed since it was last trusted: {shown}"
+        )
+    return False, (
+        f"{workspace}: what this trusted workspace brings changed since you trusted it: {shown}. Its "
+        "hooks, MCP servers, settings, skills and plugins are not used this run; to trust it again, "
+        "answer the question at the next interactive start, use /trust on, or run with "
+        "--trust-workspace"
+    )

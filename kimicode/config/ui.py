@@ -59,8 +59,10 @@ class UISettings:
         value = "show" if self.show_reasoning else "hide"
         new = _with_reasoning(old, value)
         if new is None or (_parse(new).get("ui") or {}).get("reasoning") != value:
-            return (f"could not save the preference: {path} is not valid TOML or defines [ui] in a form kimicode "
-                    f"does not edit; add reasoning = \"{value}\" under [ui] yourself")
+            return (
+                f"could not save the preference: {path} is not valid TOML or defines [ui] in a form kimicode "
+                f'does not edit; add reasoning = "{value}" under [ui] yourself'
+            )
         try:
             private_dirs(home)
             _write_atomic(target, new)

@@ -357,8 +357,11 @@ class TokenAccountant:
 
     def state(self) -> dict[str, Any]:
         """What calibration has learnt, to keep across processes (`restore`)."""
-        return {"correction": round(self.correction, 4), "tools_in_prompt": self.tools_in_prompt,
-                "weight": round(self._den, 1)}
+        return {
+            "correction": round(self.correction, 4),
+            "tools_in_prompt": self.tools_in_prompt,
+            "weight": round(self._den, 1),
+        }
 
     def restore(self, state: Mapping[str, Any]) -> bool:
         """Start from what an earlier process learnt (`state`); False when it is not a usable state."""

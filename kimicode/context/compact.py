@@ -278,9 +278,9 @@ async def _summarize_parts(
             if err.kind != "context_length" or retried:
                 return summary, err.message, sizes
             retried = True  # our estimate was too low for this server: learn from it, retry once
-            requested = (
-                err.overflow.prompt_estimate(budget.reserve) if err.overflow else None
-            ) or parse_overflow(err.message, budget.reserve)[0]
+            requested = (err.overflow.prompt_estimate(budget.reserve) if err.overflow else None) or parse_overflow(
+                err.message, budget.reserve
+            )[0]
             accountant.observe_raw(raw_size, requested if requested else round(raw_size * corr * 2))
             continue
         if prompt_tokens > 0:
@@ -385,13 +385,17 @@ class _Transcript:
             + "; it was assembled from the transcript.)"
         ]
         sections: list[tuple[object, str]] = [  # (shown when non-empty, the section)
-            (self.earlier, "## Earlier summary (still valid: finished work stays finished)\n"
-             + "\n\n".join(self.earlier)),
+            (
+                self.earlier,
+                "## Earlier summary (still valid: finished work stays finished)\n" + "\n\n".join(self.earlier),
+            ),
             (self.users, "## The user's messages in this part\n" + "\n".join(f"- {u}" for u in self.users)),
             (self.changed, "## Files changed\n" + "\n".join(f"- {p}" for p in self.changed)),
             (self.read, "## Files read\n" + "\n".join(f"- {p}" for p in list(self.read)[-100:])),
-            (self.commands, "## Commands run\n"
-             + "\n".join(f"- `{c}` → {o or 'no output'}" for c, o in self.commands[-60:])),
+            (
+                self.commands,
+                "## Commands run\n" + "\n".join(f"- `{c}` → {o or 'no output'}" for c, o in self.commands[-60:]),
+            ),
             (self.last_text, "## The last reply before this point\n" + self.last_text),
         ]
         out += [section for present, section in sections if present]
@@ -415,7 +419,10 @@ def _cut_user(msg: dict[str, Any], cap: int, accountant: TokenAccountant, spill_
 
 
 def _fit_users(
-    users: list[dict[str, Any]], budget: int, settings: CompactionSettings, accountant: TokenAccountant,
+    users: list[dict[str, Any]],
+    budget: int,
+    settings: CompactionSettings,
+    accountant: TokenAccountant,
     spill_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
     """The user messages to keep: verbatim when possible, long ones cut, and within `budget` tokens."""
@@ -577,8 +584,9 @@ async def compact_history(
     shrunk = False
     # The current prompt (the last user message) is never cut nor left to the summary: a retry after an overflow
     # must still answer what was asked. At a turn's first step it stays last; later it is kept verbatim (below).
-    pinned = next((i for i in range(len(body) - 1, -1, -1)
-                   if body[i].get("role") == "user" and not is_summary(body[i])), None)
+    pinned = next(
+        (i for i in range(len(body) - 1, -1, -1) if body[i].get("role") == "user" and not is_summary(body[i])), None
+    )
     if pinned is not None and pinned == len(body) - 1 and split > pinned:
         split = pinned
         recent = body[split:]
@@ -611,8 +619,15 @@ async def compact_history(
     fallback = False
     if foldable:
         summary, error, requests, fallback = await _summary_of(
-            old, summary_cap, instructions, kinds, accountant=accountant, budget=budget, summarize=summarize,
-            settings=settings)
+            old,
+            summary_cap,
+            instructions,
+            kinds,
+            accountant=accountant,
+            budget=budget,
+            summarize=summarize,
+            settings=settings,
+        )
     middle = [summary_message(summary)] if foldable else []
 
     # 4. assemble, and make sure the result fits

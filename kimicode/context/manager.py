@@ -148,8 +148,9 @@ class ContextManager:
             return False
         self.server_limit = window
         if record and self.log:
-            self.log.append({"type": "context_window", "window": window, "source": "learnt",
-                             "configured": self._configured[0]})
+            self.log.append(
+                {"type": "context_window", "window": window, "source": "learnt", "configured": self._configured[0]}
+            )
         return True
 
     @property
@@ -197,25 +198,37 @@ class ContextManager:
         """The state to log when it changed notably since the last logged one (else None)."""
         state = self.calibration_state()
         last = self._logged_state
-        if last is not None and last.get("fingerprint") == state["fingerprint"] \
-                and last.get("tools_in_prompt") == state["tools_in_prompt"] \
-                and abs(float(last.get("correction", 0)) - state["correction"]) < 0.02 * state["correction"]:
+        if (
+            last is not None
+            and last.get("fingerprint") == state["fingerprint"]
+            and last.get("tools_in_prompt") == state["tools_in_prompt"]
+            and abs(float(last.get("correction", 0)) - state["correction"]) < 0.02 * state["correction"]
+        ):
             return None
         self._logged_state = state
         if self.log:
             self.log.append({"type": "calibration", **state})
         return state
 
-    def fit_tools(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]], emit: Emit,
-                  ) -> list[dict[str, Any]]:
+    def fit_tools(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        emit: Emit,
+    ) -> list[dict[str, Any]]:
         """The tools to send: all of them, or a compact set when with the system prompt they would take more
         than half the input budget (see context/toolfit.py). Said once per change."""
         from kimicode.context.toolfit import TOOLS_SHARE, fit_tools, tools_key
 
         system = [m for m in messages if m.get("role") == "system"]
         limit = int(self.budget.input_budget * TOOLS_SHARE)
-        key = (tools_key(tools), limit, round(self.accountant.correction, 3), self.accountant.tools_in_prompt,
-               len(system))
+        key = (
+            tools_key(tools),
+            limit,
+            round(self.accountant.correction, 3),
+            self.accountant.tools_in_prompt,
+            len(system),
+        )
         if self._tool_fit is not None and self._tool_fit[0] == key:
             return self._tool_fit[1]
         fitted, note = fit_tools(tools, lambda t: self.accountant.estimate_unanchored(system, t), limit)
@@ -323,8 +336,10 @@ class ContextManager:
         user message, or the system prompt and tools) and what the user can do."""
         budget = self.budget
         fixed = self.accountant.estimate_unanchored([m for m in messages if m.get("role") == "system"], tools)
-        room = f"{budget.input_budget:,} tokens of input fit in the {budget.window:,}-token context window " \
-               f"({budget.reserve:,} are reserved for the answer)"
+        room = (
+            f"{budget.input_budget:,} tokens of input fit in the {budget.window:,}-token context window "
+            f"({budget.reserve:,} are reserved for the answer)"
+        )
         last = messages[-1] if messages else None
         newest = self.accountant.message_tokens(last) if last is not None and last.get("role") == "user" else 0
         if newest and fixed + newest > budget.input_budget:
@@ -471,8 +486,9 @@ class ContextManager:
             return False
         return estimate + (self.last_max_tokens or self.completion_floor) <= self.budget.window
 
-    def _learn_overflow(self, overflow: ContextOverflow, messages: list[dict[str, Any]],
-                        tools: Sequence[Mapping[str, Any]]) -> tuple[int | None, bool, int]:
+    def _learn_overflow(
+        self, overflow: ContextOverflow, messages: list[dict[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> tuple[int | None, bool, int]:
         """Learn what the server's refusal says (its count of the request, its window): the count it
         implies (None without one), whether a new window was learnt, and the request's estimate now."""
         counted = overflow.prompt_estimate(self.last_max_tokens or self.budget.reserve)
@@ -519,13 +535,23 @@ class ContextManager:
             if limit >= before:  # by these numbers the same request fits: leave the server's count a margin
                 limit = max(self.completion_floor, before - max(256, before // 10))
             self.retry_cap = limit  # the retry asks for this much at most, so it differs from the refused one
-            emit(Notice(f"context: the server refused the answer's token limit{window_note}; "
-                        f"retrying with max_tokens {limit:,}", "warning"))
+            emit(
+                Notice(
+                    f"context: the server refused the answer's token limit{window_note}; "
+                    f"retrying with max_tokens {limit:,}",
+                    "warning",
+                )
+            )
             self.last_estimate = est
             return True
         counted_note = f" ({counted:,} tokens by its count)" if counted else ""
-        emit(Notice(f"context: the server rejected the request as too long{counted_note}{window_note}; "
-                    "making room and retrying", "warning"))
+        emit(
+            Notice(
+                f"context: the server rejected the request as too long{counted_note}{window_note}; "
+                "making room and retrying",
+                "warning",
+            )
+        )
         result = await self.compact(messages, tools, client, emit, reason="overflow", tool_kinds=tool_kinds)
         est = self.estimate(messages, tools)
         if result is None or est > self.budget.input_budget:

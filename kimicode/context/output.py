@@ -26,7 +26,6 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _HEAD_SHARE = 2 / 3
 
 
-
 _limits: dict[Path, int] = {}
 in_use: set[Path] = set()
 """Spill files still being written (a running command's output): never deleted to make room."""
@@ -205,8 +204,9 @@ def cap_output(
         approx = f" (~{round(len(cut) * tokens_kept / max(1, head_end + len(text) - tail_start)):,} tokens)"
     if whole is not None:
         size = whole.stat().st_size if whole.exists() else 0
-        detail = (f"; the full output ({size:,} bytes) is saved at {whole}: use read_file with offset/limit or "
-                  "grep on it")
+        detail = (
+            f"; the full output ({size:,} bytes) is saved at {whole}: use read_file with offset/limit or grep on it"
+        )
     elif saved.path is not None:
         detail = (
             f"; the full output ({len(text):,} characters, {total_lines:,} lines) is saved at {saved.path}: "

@@ -77,15 +77,21 @@ def fit_tools(
     short = shorten(given)
     if cost(short) <= limit:
         return short, f"tool descriptions shortened to fit the context window ({len(short)} tools)"
-    order = sorted(range(len(short)), key=lambda i: (
-        KEEP_FIRST.index(_name(short[i])) if _name(short[i]) in KEEP_FIRST else len(KEEP_FIRST) + len(short) - i))
+    order = sorted(
+        range(len(short)),
+        key=lambda i: (
+            KEEP_FIRST.index(_name(short[i])) if _name(short[i]) in KEEP_FIRST else len(KEEP_FIRST) + len(short) - i
+        ),
+    )
     kept = list(order)
     while len(kept) > 1 and cost([short[i] for i in sorted(kept)]) > limit:  # read_file stays, whatever it costs
         kept.pop()
     chosen = [short[i] for i in sorted(kept)]
     left = [_name(short[i]) for i in order if i not in kept]
-    return chosen, (f"tool descriptions shortened and {len(left)} tool{'s' if len(left) != 1 else ''} left out "
-                    f"to fit the context window: {', '.join(left)}")
+    return chosen, (
+        f"tool descriptions shortened and {len(left)} tool{'s' if len(left) != 1 else ''} left out "
+        f"to fit the context window: {', '.join(left)}"
+    )
 
 
 def tools_key(tools: Sequence[Mapping[str, Any]]) -> str:

@@ -108,8 +108,11 @@ def agent_parameter(agents: dict[str, AgentDef]) -> tuple[dict[str, Any], str]:
     if not agents:
         return {}, ""
     listing = "\n".join(f"- {a.name}: {a.description[:300]}" for a in agents.values())
-    prop = {"type": "string", "enum": list(agents),
-            "description": "Run this custom subagent (its own instructions and tools) instead of a generic one."}
+    prop = {
+        "type": "string",
+        "enum": list(agents),
+        "description": "Run this custom subagent (its own instructions and tools) instead of a generic one.",
+    }
     return {"agent": prop}, f"\n\nCustom subagents (pass `agent`):\n{listing}"
 
 

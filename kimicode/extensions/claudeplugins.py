@@ -62,12 +62,16 @@ def claude_plugins() -> ClaudePlugins:
         where = entry.get("installPath")
         scope = entry.get("scope", "user")
         if scope not in ("user", None):
-            found.not_used.append(f"Claude Code plugin {key}: installed for a project ({entry.get('projectPath')}), "
-                                  "not for you; `kimicode plugin add PATH` in that project's setup to use it")
+            found.not_used.append(
+                f"Claude Code plugin {key}: installed for a project ({entry.get('projectPath')}), "
+                "not for you; `kimicode plugin add PATH` in that project's setup to use it"
+            )
             continue
         if not isinstance(where, str) or not Path(where).is_dir():
-            found.not_used.append(f"Claude Code plugin {key}: its folder {where!r} is missing; reinstall it in "
-                                  "Claude Code, or `kimicode plugin add` its source")
+            found.not_used.append(
+                f"Claude Code plugin {key}: its folder {where!r} is missing; reinstall it in "
+                "Claude Code, or `kimicode plugin add` its source"
+            )
             continue
         try:
             plugin = read_plugin(Path(where), name=name)

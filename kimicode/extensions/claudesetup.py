@@ -18,13 +18,12 @@ __all__ = ["not_used", "notice"]
 USED_KEYS = frozenset({"$schema", "permissions", "hooks", "enabledPlugins", "statusLine"})
 """Keys of Claude Code's settings files kimicode takes."""
 REASONS = {
-    "env": "kimicode sets no environment variables from a settings file; export them in the shell that "
-           "starts kimicode",
+    "env": "kimicode sets no environment variables from a settings file; export them in the shell that starts kimicode",
     "model": "kimicode's model is chosen with --model or [defaults] model in KIMICODE_HOME/config.toml",
     "apiKeyHelper": "kimicode's key comes from `kimicode login` or KIMI_API_KEY",
     "outputStyle": "kimicode has no output styles; write the instructions in AGENTS.md",
     "disableAllHooks": "kimicode has no switch for all hooks; remove the hooks or `kimicode plugin disable` "
-                       "their plugin",
+    "their plugin",
     "sandbox": "kimicode's own sandbox is set with --sandbox or [sandbox] in config.toml",
     "enableAllProjectMcpServers": "kimicode starts a workspace's .mcp.json servers once you trust it (/trust)",
     "enabledMcpjsonServers": "kimicode starts a workspace's .mcp.json servers once you trust it (/trust)",
@@ -60,9 +59,11 @@ def _claude_json_servers(workspace: Path) -> list[str]:
         names += list(project["mcpServers"])
     if not names:
         return []
-    return [f"MCP servers in {path} ({', '.join(sorted(set(names)))}) not taken: kimicode does not read that file "
-            "(it holds Claude Code's account data); add them with `kimicode mcp add` or [mcp_servers.NAME] in "
-            "config.toml"]
+    return [
+        f"MCP servers in {path} ({', '.join(sorted(set(names)))}) not taken: kimicode does not read that file "
+        "(it holds Claude Code's account data); add them with `kimicode mcp add` or [mcp_servers.NAME] in "
+        "config.toml"
+    ]
 
 
 def not_used(workspace: Path, *, trusted: bool) -> list[str]:
@@ -82,5 +83,7 @@ def notice(workspace: Path, *, trusted: bool) -> str:
     lines = not_used(workspace, trusted=trusted)
     if not lines:
         return ""
-    return (f"Claude Code setup: {len(lines)} thing(s) found and not used (`kimicode doctor` lists them too):\n"
-            + "\n".join(f"  - {line}" for line in lines))
+    return (
+        f"Claude Code setup: {len(lines)} thing(s) found and not used (`kimicode doctor` lists them too):\n"
+        + "\n".join(f"  - {line}" for line in lines)
+    )

@@ -34,7 +34,8 @@ def split(text: str) -> tuple[dict[str, Any], str]:
                     mark = getattr(exc, "problem_mark", None)
                     where = f" (line {mark.line + 2})" if mark is not None else ""
                     raise FrontMatterError(
-                        f"invalid YAML front matter{where}: {getattr(exc, 'problem', exc)}") from None
+                        f"invalid YAML front matter{where}: {getattr(exc, 'problem', exc)}"
+                    ) from None
             if not isinstance(data, dict):
                 data = lenient(raw)
                 if data is None:
@@ -43,11 +44,31 @@ def split(text: str) -> tuple[dict[str, Any], str]:
     return {}, text  # no closing line: not front matter
 
 
-KNOWN_KEYS = frozenset({
-    "name", "description", "tools", "disallowedTools", "model", "color", "version", "allowed-tools",
-    "argument-hint", "license", "disable-model-invocation", "user-invocable", "when_to_use", "metadata",
-    "permissionMode", "skills", "hooks", "mcpServers", "context", "agent", "compatibility",
-})
+KNOWN_KEYS = frozenset(
+    {
+        "name",
+        "description",
+        "tools",
+        "disallowedTools",
+        "model",
+        "color",
+        "version",
+        "allowed-tools",
+        "argument-hint",
+        "license",
+        "disable-model-invocation",
+        "user-invocable",
+        "when_to_use",
+        "metadata",
+        "permissionMode",
+        "skills",
+        "hooks",
+        "mcpServers",
+        "context",
+        "agent",
+        "compatibility",
+    }
+)
 """Keys of Claude Code's agent, skill and command front matter: in a block that is not valid YAML, such a
 key at the start of a line starts a new value; any other `word:` line continues the value above it."""
 _KEY_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9_-]*):(?:\s+(.*)|)$")

@@ -94,13 +94,21 @@ async def _run_one(spec: HookSpec, stdin: bytes, cwd: str, env: Mapping[str, str
             async with asyncio.timeout(spec.timeout):
                 code, answer, complaint = await spec.call(stdin)
         except TimeoutError:
-            return _Run(spec, None, "", "", int((time.monotonic() - started) * 1000),
-                        f"timed out after {spec.timeout:g} s")
+            return _Run(
+                spec, None, "", "", int((time.monotonic() - started) * 1000), f"timed out after {spec.timeout:g} s"
+            )
         return _Run(spec, code, answer.strip(), complaint.strip(), int((time.monotonic() - started) * 1000))
     try:
         proc = await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", spec.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd=cwd, env=dict(env), start_new_session=True,
+            "/bin/sh",
+            "-c",
+            spec.command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
         )
     except OSError as exc:
         return _Run(spec, None, "", "", 0, f"could not start: {exc}")
@@ -166,8 +174,13 @@ def _interpret(run: _Run, verdict: Verdict) -> HookReport:
     def report(outcome: str, message: str = "") -> HookReport:
         return HookReport(event, spec.command, spec.source, outcome, run.exit_code, run.duration_ms, message)
 
-    if run.error is None and run.exit_code == 0 and run.stdout.startswith("{") and _json_answer(run.stdout) is None \
-            and spec.fails_closed:  # a guard's answer cut off (too long, a crash mid-write) is a failure
+    if (
+        run.error is None
+        and run.exit_code == 0
+        and run.stdout.startswith("{")
+        and _json_answer(run.stdout) is None
+        and spec.fails_closed
+    ):  # a guard's answer cut off (too long, a crash mid-write) is a failure
         run.error = "its JSON answer could not be read (malformed, or over 256 KiB)"
     if run.error is not None or run.exit_code not in (0, 2):
         why = run.error or f"exit code {run.exit_code}" + (f": {_first_line(run.stderr)}" if run.stderr else "")
@@ -292,9 +305,9 @@ class Hooks:
         # (inside a JSON string, where json.dumps put it), so the hook still gets valid JSON and nothing crashes.
         stdin = json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8", "backslashreplace")
         cwd = str(self.workspace)
-        runs = await asyncio.gather(*(
-            _run_one(s, stdin, cwd, {**self.env, **hook_variables(self.workspace, s.plugin_root)}) for s in specs
-        ))
+        runs = await asyncio.gather(
+            *(_run_one(s, stdin, cwd, {**self.env, **hook_variables(self.workspace, s.plugin_root)}) for s in specs)
+        )
         for run in runs:  # the first updatedInput wins
             verdict.reports.append(_interpret(run, verdict))
         return verdict

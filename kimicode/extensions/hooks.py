@@ -28,8 +28,17 @@ if TYPE_CHECKING:
     from kimicode.permissions.policy import Rule
 
 EVENTS = (
-    "SessionStart", "SessionEnd", "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure",
-    "PermissionRequest", "Notification", "Stop", "SubagentStop", "PreCompact",
+    "SessionStart",
+    "SessionEnd",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "PermissionRequest",
+    "Notification",
+    "Stop",
+    "SubagentStop",
+    "PreCompact",
 )
 """The events kimicode runs hooks for (Claude Code's names)."""
 DEFAULT_TIMEOUT = 60.0
@@ -205,7 +214,13 @@ def _from_flat(entries: list[Any], source: str) -> dict[str, list[Any]]:
 
 
 def _parse_group(
-    group: Any, event: str, where: str, source: str, scope: Scope, workspace: Path, plugin_root: Path | None,
+    group: Any,
+    event: str,
+    where: str,
+    source: str,
+    scope: Scope,
+    workspace: Path,
+    plugin_root: Path | None,
     problems: list[str],
 ) -> list[HookSpec]:
     if not isinstance(group, Mapping):
@@ -224,7 +239,7 @@ def _parse_group(
             raise HookConfigError(f"{here}: must be a table with `type` and `command`")
         kind = entry.get("type", "command")
         if kind != "command":
-            problems.append(f"{here}: hooks of type {kind!r} are not supported (only \"command\"); skipped")
+            problems.append(f'{here}: hooks of type {kind!r} are not supported (only "command"); skipped')
             continue
         command = entry.get("command")
         if not isinstance(command, str) or not command.strip():
@@ -234,16 +249,26 @@ def _parse_group(
             raise HookConfigError(f"{here}: `timeout` must be a positive number of seconds, got {timeout!r}")
         on_error = entry.get("on_error")
         if on_error not in (None, "block", "continue"):
-            raise HookConfigError(f"{here}: `on_error` must be \"block\" or \"continue\", got {on_error!r}")
+            raise HookConfigError(f'{here}: `on_error` must be "block" or "continue", got {on_error!r}')
         usable, condition = _condition(entry.get("if"), here, problems)
         if not usable:
             continue
         expanded = expand_command(command, workspace, plugin_root)
-        out.append(HookSpec(
-            event, command, matcher, float(timeout), on_error, source, scope, plugin_root,
-            _written_to_block(expanded, workspace) if event in ("PreToolUse", "PermissionRequest") else False,
-            pattern, condition,
-        ))
+        out.append(
+            HookSpec(
+                event,
+                command,
+                matcher,
+                float(timeout),
+                on_error,
+                source,
+                scope,
+                plugin_root,
+                _written_to_block(expanded, workspace) if event in ("PreToolUse", "PermissionRequest") else False,
+                pattern,
+                condition,
+            )
+        )
     return out
 
 

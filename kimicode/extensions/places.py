@@ -48,8 +48,10 @@ def folders(
     out = [Place(p.root / kind, "plugin", p.plugin) for p in plugins or ()]
     out += [Place(claude_home() / kind, "user"), Place(home / kind, "user")]
     if trusted:
-        out += [Place(workspace / ".claude" / kind, "project", confine=workspace),
-                Place(workspace / ".kimicode" / kind, "project", confine=workspace)]
+        out += [
+            Place(workspace / ".claude" / kind, "project", confine=workspace),
+            Place(workspace / ".kimicode" / kind, "project", confine=workspace),
+        ]
     return out
 
 

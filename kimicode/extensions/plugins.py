@@ -91,18 +91,23 @@ class Plugin:
 
     def contents(self) -> dict[str, list[str]]:
         """What it brings, by kind, for listings and the question before adding it."""
+
         def names(sub: str, pattern: str) -> list[str]:
             folder = self.root / sub
-            return sorted(p.parent.name if p.name == "SKILL.md" else p.stem for p in folder.glob(pattern)) \
-                if folder.is_dir() else []
+            return (
+                sorted(p.parent.name if p.name == "SKILL.md" else p.stem for p in folder.glob(pattern))
+                if folder.is_dir()
+                else []
+            )
 
         return {
             "commands": [f"/{self.name}:{n}" for n in names("commands", "*.md")],
             "skills": [f"{self.name}:{n}" for n in names("skills", "*/SKILL.md")],
             "agents": [f"{self.name}:{n}" for n in names("agents", "*.md")],
             "hooks": [f"{event}: {command}" for event, command in self.hook_commands()],
-            "mcp servers": [f"{name}: {_server_command(entry)}"
-                            for name, entry in self.mcp_servers(expand=False).items()],
+            "mcp servers": [
+                f"{name}: {_server_command(entry)}" for name, entry in self.mcp_servers(expand=False).items()
+            ],
         }
 
 
@@ -185,13 +190,20 @@ def fetch_source(source: str, scratch: Path) -> Path:
     if local.is_dir():
         return local.resolve()
     if not GIT_URL.match(source):
-        raise PluginError(f"{source}: not a folder, and not a git URL kimicode clones (https://..., ssh://..., "
-                          "git@host:..., file://...)")
+        raise PluginError(
+            f"{source}: not a folder, and not a git URL kimicode clones (https://..., ssh://..., "
+            "git@host:..., file://...)"
+        )
     dest = scratch / "clone"
     try:
-        done = subprocess.run(["git", "clone", "--depth", "1", "--quiet", "--", source, str(dest)],
-                              capture_output=True, text=True, timeout=300, check=False,
-                              env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+        done = subprocess.run(
+            ["git", "clone", "--depth", "1", "--quiet", "--", source, str(dest)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PluginError(f"git clone {source} failed: {exc}") from None
     if done.returncode != 0:
@@ -256,8 +268,12 @@ def install(home: Path, plugin: Plugin) -> Plugin:
     source = plugin.source
     if Path(source).expanduser().is_dir():
         source = str(Path(source).expanduser().resolve())
-    entries[plugin.name] = {"source": source, "enabled": True, "version": plugin.version,
-                            "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    entries[plugin.name] = {
+        "source": source,
+        "enabled": True,
+        "version": plugin.version,
+        "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     _save_registry(home, entries)
     return read_plugin(dest, name=plugin.name)
 

@@ -32,8 +32,7 @@ def scan_plugin(plugin: Plugin) -> PluginScan:
     agents = load_agents([Place(root / "agents", "plugin", plugin.name)])
     skills = load_skills([Place(root / "skills", "plugin", plugin.name)])
     commands = load_dir(root / "commands", "plugin", plugin.name)
-    out.loaded = {"commands": [f"/{n}" for n in commands], "skills": list(skills.skills),
-                  "agents": list(agents.agents)}
+    out.loaded = {"commands": [f"/{n}" for n in commands], "skills": list(skills.skills), "agents": list(agents.agents)}
     out.problems += [_relative(p, root) for p in agents.problems + skills.problems]
     out.problems += _unloaded_commands(root / "commands", {c.path for c in commands.values()}, root)
     out.problems += _skill_folders_without_file(root / "skills", root)
@@ -66,17 +65,21 @@ def _unloaded_commands(folder: Path, loaded: set[Path], root: Path) -> list[str]
         elif not path.is_file():
             out.append(f"{rel}: not a regular file")
         else:
-            out.append(f"{rel}: not a command (its name must be letters, digits, '-', '_' or '.', and its body "
-                       "must not be empty)")
+            out.append(
+                f"{rel}: not a command (its name must be letters, digits, '-', '_' or '.', and its body "
+                "must not be empty)"
+            )
     return out
 
 
 def _skill_folders_without_file(folder: Path, root: Path) -> list[str]:
     if not folder.is_dir():
         return []
-    return [f"{p.relative_to(root)}: a skill folder without {SKILL_FILE}; not a skill"
-            for p in sorted(folder.iterdir()) if p.is_dir() and not (p / SKILL_FILE).is_file()
-            and any(p.glob("*.md"))]
+    return [
+        f"{p.relative_to(root)}: a skill folder without {SKILL_FILE}; not a skill"
+        for p in sorted(folder.iterdir())
+        if p.is_dir() and not (p / SKILL_FILE).is_file() and any(p.glob("*.md"))
+    ]
 
 
 def _hook_problems(plugin: Plugin) -> list[str]:

@@ -62,18 +62,20 @@ class Skill:
             raise ToolError(f"{rel!r} is not a file of the skill {self.name}")
         text = read_text(Path(target), MAX_SKILL_FILE)
         if text is None or "\x00" in text:
-            raise ToolError(f"{rel!r} is not a readable text file of the skill {self.name} (at most "
-                            f"{MAX_SKILL_FILE // 1024} KB)")
+            raise ToolError(
+                f"{rel!r} is not a readable text file of the skill {self.name} (at most {MAX_SKILL_FILE // 1024} KB)"
+            )
         return text
 
     def activation(self) -> str:
         """What the model gets when it activates the skill (and what `/NAME` sends)."""
-        parts = [f"<skill name=\"{self.name}\" folder=\"{self.folder}\">", self.body.strip()]
+        parts = [f'<skill name="{self.name}" folder="{self.folder}">', self.body.strip()]
         others = self.files()
         if others:
-            parts.append(f"Files in this skill's folder: read one with skill(name=\"{self.name}\", file=PATH) when the "
-                         "instructions need it (scripts run from the folder above):\n"
-                         + "\n".join(f"- {f}" for f in others))
+            parts.append(
+                f'Files in this skill\'s folder: read one with skill(name="{self.name}", file=PATH) when the '
+                "instructions need it (scripts run from the folder above):\n" + "\n".join(f"- {f}" for f in others)
+            )
         if self.allowed_tools:
             parts.append(f"(the skill expects these tools: {', '.join(self.allowed_tools)})")
         parts.append("</skill>")
@@ -99,10 +101,18 @@ def read_skill(folder: Path, scope: Scope, plugin: str = "") -> Skill:
     if plugin:
         name = f"{plugin}:{name}"
     if not NAME_OK.match(name):
-        raise ValueError(f"{path}: skill name {name!r} (its folder's name) must be letters, digits, '-', '_', '.' "
-                         "or ':'")
-    return Skill(name, description[:MAX_DESCRIPTION], folder, body.strip(), scope,
-                 tuple(names(meta.get("allowed-tools"))), display)
+        raise ValueError(
+            f"{path}: skill name {name!r} (its folder's name) must be letters, digits, '-', '_', '.' or ':'"
+        )
+    return Skill(
+        name,
+        description[:MAX_DESCRIPTION],
+        folder,
+        body.strip(),
+        scope,
+        tuple(names(meta.get("allowed-tools"))),
+        display,
+    )
 
 
 def load_skills(places: list[Place]) -> SkillSet:
@@ -150,8 +160,10 @@ def skill_tool(skills: dict[str, Skill]) -> Tool:
             "type": "object",
             "properties": {
                 "name": {"type": "string", "description": "The skill's name, as listed."},
-                "file": {"type": "string",
-                         "description": "A file of the skill's folder to read, as listed when it was activated."},
+                "file": {
+                    "type": "string",
+                    "description": "A file of the skill's folder to read, as listed when it was activated.",
+                },
             },
             "required": ["name"],
             "additionalProperties": False,

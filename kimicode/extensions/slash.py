@@ -29,8 +29,7 @@ def load_commands(workspace: Path, home: Path, *, trusted: bool) -> dict[str, Cu
         out.update({n: c for n, c in load_dir(place.root, place.scope, place.plugin).items() if place.admits(c.path)})
     for skill in found.skills.values():
         name = skill.name if skill.name not in out else f"skill:{skill.name}"
-        out[name] = CustomCommand(name, skill.description, skill.activation(),
-                                  skill.folder / "SKILL.md", "skill")
+        out[name] = CustomCommand(name, skill.description, skill.activation(), skill.folder / "SKILL.md", "skill")
     return dict(sorted(out.items()))
 
 

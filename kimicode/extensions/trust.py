@@ -27,8 +27,11 @@ MAX_LISTED = 8
 def _commands_of(hooks: Any) -> list[str]:
     out: list[str] = []
     if isinstance(hooks, list):  # Kimi Code's [[hooks]]
-        return [f"hook {h.get('event')}: {h['command']}" for h in hooks
-                if isinstance(h, dict) and isinstance(h.get("command"), str)]
+        return [
+            f"hook {h.get('event')}: {h['command']}"
+            for h in hooks
+            if isinstance(h, dict) and isinstance(h.get("command"), str)
+        ]
     if isinstance(hooks, dict):
         for event, groups in hooks.items():
             for group in groups if isinstance(groups, list) else ():
@@ -63,8 +66,11 @@ def project_brings(workspace: Path) -> list[str]:
     if data:
         lines += [f".kimicode/config.toml {line}" for line in _commands_of(data.get("hooks"))]
         servers = data.get("mcp_servers")
-        lines += [_server_line(n, e) + " (.kimicode/config.toml)" for n, e in (servers or {}).items()] \
-            if isinstance(servers, dict) else []
+        lines += (
+            [_server_line(n, e) + " (.kimicode/config.toml)" for n, e in (servers or {}).items()]
+            if isinstance(servers, dict)
+            else []
+        )
         if isinstance(data.get("providers"), dict):
             lines += [f"provider {n} (.kimicode/config.toml)" for n in data["providers"]]
         notify = data.get("notify")

@@ -27,27 +27,35 @@ def _refuse(what: str) -> LLMError:
 async def checked_stream(events: Any) -> AsyncIterator[StreamEvent]:
     """`events` (what `client.stream(...)` returned), checked item by item (see the module's notes)."""
     if not hasattr(events, "__aiter__"):
-        raise _refuse(f"returned {type(events).__name__} from stream(), not an async iterator "
-                      "(write stream as an async generator: `async def stream(...)` with `yield`)")
+        raise _refuse(
+            f"returned {type(events).__name__} from stream(), not an async iterator "
+            "(write stream as an async generator: `async def stream(...)` with `yield`)"
+        )
     completed = False
     try:
         async for event in events:
             if completed:  # the answer is the last thing: a second one would be silently one of two
-                raise _refuse(f"yielded {type(event).__name__} after its Completion; stream() yields one "
-                              "Completion per request, last")
+                raise _refuse(
+                    f"yielded {type(event).__name__} after its Completion; stream() yields one "
+                    "Completion per request, last"
+                )
             if isinstance(event, StreamDelta | StreamRetry):
                 yield event
             elif isinstance(event, Completion):
                 if (problem := message_problem(event.message)) is not None:
                     raise _refuse(f"returned an assistant message that cannot join the history: {problem}")
                 if event.usage is not None and not isinstance(event.usage, dict):  # e.g. the SDK's CompletionUsage
-                    raise _refuse(f"returned Completion.usage as a {type(event.usage).__name__}, not a dict "
-                                  "(or None): give the usage object's fields as a dict (`.model_dump()`)")
+                    raise _refuse(
+                        f"returned Completion.usage as a {type(event.usage).__name__}, not a dict "
+                        "(or None): give the usage object's fields as a dict (`.model_dump()`)"
+                    )
                 completed = True
                 yield event
             else:
-                raise _refuse(f"yielded {type(event).__name__} {str(event)[:80]!r}; stream() yields "
-                              "StreamDelta, StreamRetry and, last, one Completion")
+                raise _refuse(
+                    f"yielded {type(event).__name__} {str(event)[:80]!r}; stream() yields "
+                    "StreamDelta, StreamRetry and, last, one Completion"
+                )
     except LLMError:
         raise
     except ModelError as err:  # the caller's client failed the documented way: the same error, as kimicode's

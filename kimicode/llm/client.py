@@ -329,9 +329,7 @@ class ChatClient:
             self.reached = True
             raise _from_status_error(exc, self.config.key_source) from None
         except openai.APITimeoutError:
-            raise LLMError(
-                f"the server did not answer within {self.config.timeout:g} s", "transient"
-            ) from None
+            raise LLMError(f"the server did not answer within {self.config.timeout:g} s", "transient") from None
         except openai.APIConnectionError as exc:
             raise self._connection_error(exc) from None
         self.reached = True
@@ -378,9 +376,7 @@ class ChatClient:
                 for delta in acc.add(chunk):
                     yield StreamDelta(delta.kind, delta.text, delta.index)
         except httpx2.TimeoutException:
-            raise LLMError(
-                f"the stream stalled: no data for {self.config.timeout:g} s", "transient"
-            ) from None
+            raise LLMError(f"the stream stalled: no data for {self.config.timeout:g} s", "transient") from None
         except httpx2.HTTPError as exc:
             raise LLMError(f"the connection broke mid-stream: {_cause(exc)}", "transient") from None
         finally:
@@ -442,9 +438,7 @@ def _from_status_error(exc: openai.APIStatusError, key_source: str | None = None
         elif isinstance(err, str) and err:
             message = err  # LM Studio, Ollama: {"error": "text"}
     headers = dict(exc.response.headers.items()) if exc.response is not None else {}
-    return classify_status(
-        exc.status_code, message, error_type, headers, key_source=key_source, code=code, body=body
-    )
+    return classify_status(exc.status_code, message, error_type, headers, key_source=key_source, code=code, body=body)
 
 
 def _from_stream_error(err: Any) -> LLMError:

@@ -133,8 +133,14 @@ class ServerInfo:
     """The server did not answer now: this is its last real answer, from the cache."""
 
     def as_json(self) -> dict[str, Any]:
-        return {"window": self.window, "source": self.source, "fingerprint": self.fingerprint,
-                "tools_rendered": self.tools_rendered, "slots": self.slots, "counts": self.counts}
+        return {
+            "window": self.window,
+            "source": self.source,
+            "fingerprint": self.fingerprint,
+            "tools_rendered": self.tools_rendered,
+            "slots": self.slots,
+            "counts": self.counts,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ServerInfo | None:
@@ -266,8 +272,9 @@ def _http(api_key: str, headers: Mapping[str, str], timeout: float) -> Any:
     )
 
 
-async def _ask(base_url: str, api_key: str, model: str, headers: Mapping[str, str], timeout: float,
-               hint: ServerInfo | None) -> ServerInfo | None:
+async def _ask(
+    base_url: str, api_key: str, model: str, headers: Mapping[str, str], timeout: float, hint: ServerInfo | None
+) -> ServerInfo | None:
     async with _http(api_key, headers, timeout) as client:
         if hint is not None and hint.source == "props":  # known to be llama.cpp: one GET revalidates
             found = info_from_props(await _get_json(client, f"{_root(base_url)}/props"))
@@ -335,8 +342,9 @@ async def discover_window(
     return info.window if info else None
 
 
-async def _ask_bounded(base_url: str, api_key: str, model: str, headers: Mapping[str, str],
-                       timeout: float, hint: ServerInfo | None) -> ServerInfo | None:
+async def _ask_bounded(
+    base_url: str, api_key: str, model: str, headers: Mapping[str, str], timeout: float, hint: ServerInfo | None
+) -> ServerInfo | None:
     await asyncio.to_thread(_warm)  # an import and a CA store load: not on the event loop
     try:
         return await asyncio.wait_for(_ask(base_url, api_key, model, headers, timeout, hint), timeout)
@@ -367,8 +375,9 @@ async def count_request(
             prompt = rendered.json().get("prompt") if rendered.status_code == 200 else None
             if not isinstance(prompt, str):
                 return None
-            counted = await client.post(f"{root}/tokenize", json={"content": prompt, "add_special": True,
-                                                                   "parse_special": True})
+            counted = await client.post(
+                f"{root}/tokenize", json={"content": prompt, "add_special": True, "parse_special": True}
+            )
             tokens = counted.json().get("tokens") if counted.status_code == 200 else None
             return len(tokens) if isinstance(tokens, list) and tokens else None
 
@@ -386,12 +395,14 @@ _SHARED_WINDOWS: contextvars.ContextVar[dict[tuple[str, str], asyncio.Future[Ser
 
 SHARED_FOR = 30.0
 """Seconds an answer is shared by the agents of one event loop starting sessions with the same endpoint."""
-_LATELY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, ...], tuple[float, asyncio.Future[
-    ServerInfo | None]]]] = weakref.WeakKeyDictionary()
+_LATELY: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, ...], tuple[float, asyncio.Future[ServerInfo | None]]]
+] = weakref.WeakKeyDictionary()
 
 
-async def _asked_lately(base_url: str, api_key: str, model: str, headers: Mapping[str, str], timeout: float,
-                        hint: ServerInfo | None) -> ServerInfo | None:
+async def _asked_lately(
+    base_url: str, api_key: str, model: str, headers: Mapping[str, str], timeout: float, hint: ServerInfo | None
+) -> ServerInfo | None:
     """The answer of the question this loop asked (or is asking) the same endpoint, with the same key and
     headers, for the same model in the last `SHARED_FOR` seconds, else a new question: 200 agents of a service
     starting together ask once, and a restarted server is still seen by a session started a minute later."""

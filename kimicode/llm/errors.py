@@ -13,6 +13,7 @@ from kimicode.llm.overflow import ContextOverflow, context_overflow
 
 ErrorKind = Literal["transient", "auth", "quota", "context_length", "bad_request", "protocol"]
 
+
 @dataclass
 class LLMError(ModelError):
     """A failed model request. `kind` decides retries and the exit code; `message` is for humans."""

@@ -117,6 +117,7 @@ def _compiled(kind: str) -> list[re.Pattern[str]]:
     every start, for errors most runs never see)."""
     return [re.compile(p, re.IGNORECASE) for p in _PATTERNS[kind]]
 
+
 _COMPLETION_TOO_LARGE = re.compile(r"max_(?:completion_)?tokens'? (?:or '?max_completion_tokens'? )?is too large", re.I)
 
 
@@ -154,8 +155,12 @@ def _flatten(value: Any, out: list[str], fields: dict[str, int], depth: int = 0)
         return
     if isinstance(value, Mapping):
         for key, item in value.items():
-            if key in ("n_ctx", "n_prompt_tokens") and isinstance(item, int) and not isinstance(item, bool) \
-                    and 0 < item < 10**9:
+            if (
+                key in ("n_ctx", "n_prompt_tokens")
+                and isinstance(item, int)
+                and not isinstance(item, bool)
+                and 0 < item < 10**9
+            ):
                 fields.setdefault(str(key), item)
             _flatten(item, out, fields, depth + 1)
     elif isinstance(value, list):

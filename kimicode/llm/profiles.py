@@ -49,7 +49,10 @@ def profile_for(model: str) -> ModelProfile:
         # Moonshot: K3 was trained with preserved reasoning and its answers swing when handed reasoning it
         # did not write, so another model's reasoning is left out when a conversation moves onto it.
         return ModelProfile(
-            "kimi-k3", context_window=1_048_576, supports_images=True, on_switch="strip",
+            "kimi-k3",
+            context_window=1_048_576,
+            supports_images=True,
+            on_switch="strip",
             prompt_addition="profiles/kimi-k3.md",
         )
     if m.startswith("kimi-k2"):

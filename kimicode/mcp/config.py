@@ -57,7 +57,7 @@ def _raw_servers(workspace: Path) -> tuple[dict[str, tuple[dict[str, Any], str]]
         return {}, [f"{path}:{exc.lineno}: invalid JSON: {exc.msg}"]
     servers = data.get("mcpServers") if isinstance(data, dict) else None
     if not isinstance(servers, dict):
-        return {}, [f"{path}: expected an object with an \"mcpServers\" object"]
+        return {}, [f'{path}: expected an object with an "mcpServers" object']
     out: dict[str, tuple[dict[str, Any], str]] = {}
     problems: list[str] = []
     for name, entry in servers.items():
@@ -100,7 +100,7 @@ def _one(
     if kind in ("http", "streamable-http", "streamable_http"):
         url = entry.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ValueError(f"{where}: an http server needs a \"url\" starting with http:// or https://")
+            raise ValueError(f'{where}: an http server needs a "url" starting with http:// or https://')
         transport: Literal["stdio", "http"] = "http"
     elif kind == "stdio":
         url = ""
@@ -109,13 +109,13 @@ def _one(
         raise ValueError(f"{where}: unknown type {kind!r} (stdio or http)")
     command = entry.get("command") or ""
     if transport == "stdio" and (not isinstance(command, str) or not command.strip()):
-        raise ValueError(f"{where}: a stdio server needs a \"command\"")
+        raise ValueError(f'{where}: a stdio server needs a "command"')
     args = entry.get("args") or []
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise ValueError(f"{where}: \"args\" must be a list of strings")
+        raise ValueError(f'{where}: "args" must be a list of strings')
     timeout = entry.get("startup_timeout", default_timeout)
     if not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"{where}: \"startup_timeout\" must be a positive number of seconds")
+        raise ValueError(f'{where}: "startup_timeout" must be a positive number of seconds')
     cwd = entry.get("cwd")
     return ServerConfig(
         name=name,
@@ -123,16 +123,18 @@ def _one(
         source=source,
         command=str(command),
         args=tuple(args),
-        env=_strings(entry.get("env"), f"{where}: \"env\""),
+        env=_strings(entry.get("env"), f'{where}: "env"'),
         cwd=str(cwd) if isinstance(cwd, str) and cwd else None,
         url=str(url),
-        headers=_strings(entry.get("headers"), f"{where}: \"headers\""),
+        headers=_strings(entry.get("headers"), f'{where}: "headers"'),
         startup_timeout=float(timeout),
     )
 
 
 def load_server_configs(
-    workspace: Path, settings: Settings, env: Mapping[str, str] | None = None,
+    workspace: Path,
+    settings: Settings,
+    env: Mapping[str, str] | None = None,
     extra: Mapping[str, tuple[dict[str, Any], str]] | None = None,
 ) -> tuple[list[ServerConfig], list[str]]:
     """The enabled servers, and a message for each entry that could not be used. `extra` adds servers

@@ -157,9 +157,7 @@ class McpManager:
         except BaseException as exc:  # the SDK raises groups and assorted types for dead servers
             if state.status in ("starting", "pending"):
                 state.status = "failed"
-                state.error = _describe(exc) + (
-                    f" (stderr: {tail})" if (tail := self._stderr_tail(cfg.name)) else ""
-                )
+                state.error = _describe(exc) + (f" (stderr: {tail})" if (tail := self._stderr_tail(cfg.name)) else "")
             elif state.status == "ready":
                 state.status = "closed"
                 state.error = f"the connection ended: {_describe(exc)}"

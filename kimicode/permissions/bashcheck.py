@@ -73,8 +73,9 @@ def decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, 
     return _firm(_admit_step(commands, opaque, too_many, allow, mode, ctx, policy), everything, too_many, ctx, policy)
 
 
-def _firm(decision: Decision, commands: Sequence[SimpleCommand], too_many: bool, ctx: Place,
-          policy: Policy) -> Decision:
+def _firm(
+    decision: Decision, commands: Sequence[SimpleCommand], too_many: bool, ctx: Place, policy: Policy
+) -> Decision:
     """A question about a line that writes a place that runs later is firm: no hook's allow, no rule answers it."""
     if decision.verdict == "ask" and not decision.firm and not too_many and _names_runs_later(commands, ctx, policy):
         return replace(decision, firm=True, suggestion="")
@@ -96,8 +97,13 @@ def _names_runs_later(commands: Sequence[SimpleCommand], ctx: Place, policy: Pol
 
 
 def _deny_step(
-    everything: Sequence[SimpleCommand], opaque: str | None, too_many: bool, deny: Sequence[Rule],
-    ask: Sequence[Rule], ctx: Place, policy: Policy,
+    everything: Sequence[SimpleCommand],
+    opaque: str | None,
+    too_many: bool,
+    deny: Sequence[Rule],
+    ask: Sequence[Rule],
+    ctx: Place,
+    policy: Policy,
 ) -> Decision | None:
     """1. Deny rules, everywhere: every command, behind wrappers, inside scripts; redirections and
     arguments against `edit(...)`/`read(...)` deny rules."""
@@ -108,8 +114,11 @@ def _deny_step(
     edit_deny = rules.for_tool("deny", "", "edit")
     read_deny = rules.for_tool("deny", "", "read")
     if too_many and (read_deny or edit_deny):
-        return Decision("ask", f"the line has more than {MAX_PATH_ARGUMENTS} file arguments, too many to check "
-                               "against the read and edit rules")
+        return Decision(
+            "ask",
+            f"the line has more than {MAX_PATH_ARGUMENTS} file arguments, too many to check "
+            "against the read and edit rules",
+        )
     for cmd in everything:
         found = _deny_one(cmd, deny, edit_deny, read_deny, ctx, policy)
         if found is not None:
@@ -123,7 +132,11 @@ def _deny_step(
 
 
 def _deny_one(
-    cmd: SimpleCommand, deny: Sequence[Rule], edit_deny: Sequence[Rule], read_deny: Sequence[Rule], ctx: Place,
+    cmd: SimpleCommand,
+    deny: Sequence[Rule],
+    edit_deny: Sequence[Rule],
+    read_deny: Sequence[Rule],
+    ctx: Place,
     policy: Policy,
 ) -> Decision | None:
     """The deny rules against one simple command: its forms, its redirections, its file arguments."""
@@ -134,20 +147,27 @@ def _deny_one(
     for redirect, path in _redirect_paths(cmd, ctx, policy):
         rule_list = edit_deny if redirect.kind == "write" else read_deny if redirect.kind == "read" else []
         if path is None and rule_list:
-            return Decision("ask", f"cannot tell whether the redirection to {redirect.target.raw!r} is denied "
-                                   "by the rules: its target is computed or cannot be resolved")
+            return Decision(
+                "ask",
+                f"cannot tell whether the redirection to {redirect.target.raw!r} is denied "
+                "by the rules: its target is computed or cannot be resolved",
+            )
         hit = path_rule_hit(rule_list, [path], ctx) if path is not None else None
         if hit is not None and path is not None:
             return Decision(
-                "deny", f"the redirection to {shown_path(path, ctx)} is denied by the rule {rule_text(hit)}",
+                "deny",
+                f"the redirection to {shown_path(path, ctx)} is denied by the rule {rule_text(hit)}",
                 by_rule=True,
             )
     if read_deny:
         for path in _argument_paths(cmd, ctx, policy, expand_globs=True):
             hit = path_rule_hit([r for r in read_deny if r.pattern is not None], [path], ctx)
             if hit is not None:
-                return Decision("deny", f"`{cmd.text}` names {shown_path(path, ctx)}, denied by the rule "
-                                f"{rule_text(hit)}", by_rule=True)
+                return Decision(
+                    "deny",
+                    f"`{cmd.text}` names {shown_path(path, ctx)}, denied by the rule {rule_text(hit)}",
+                    by_rule=True,
+                )
     return None
 
 
@@ -162,8 +182,13 @@ def _ask_step(everything: Sequence[SimpleCommand], ask: Sequence[Rule]) -> Decis
 
 
 def _admit_step(
-    commands: Sequence[SimpleCommand], opaque: str | None, too_many: bool, allow: Sequence[Rule], mode: str,
-    ctx: Place, policy: Policy,
+    commands: Sequence[SimpleCommand],
+    opaque: str | None,
+    too_many: bool,
+    allow: Sequence[Rule],
+    mode: str,
+    ctx: Place,
+    policy: Policy,
 ) -> Decision:
     """3-4. Static or ask; then allow rules or the read-only allowance, command by command; then the
     files each command names, writes or searches, and the repositories git would use."""
@@ -173,8 +198,9 @@ def _admit_step(
     patterned = [r for r in allow if not getattr(r, "literal", False)]
     bases, unknown_cwd = _working_dirs(commands, ctx, policy)
     if too_many:
-        return Decision("ask", f"the line has more than {MAX_PATH_ARGUMENTS} file arguments, too many to check "
-                               "for sensitive files")
+        return Decision(
+            "ask", f"the line has more than {MAX_PATH_ARGUMENTS} file arguments, too many to check for sensitive files"
+        )
     wanting: list[Decision] = []  # parts no rule admits but one could: the hint names each of them
     for cmd in commands:
         shown = cmd.text or " ".join(r.target.raw for r in cmd.redirects)
@@ -189,7 +215,8 @@ def _admit_step(
                 return combined_refusal(wanting) or refused
         if unknown_cwd:
             return combined_refusal(wanting) or Decision(
-                "ask", f"`{shown}`: the line changes directory in a way that cannot be followed")
+                "ask", f"`{shown}`: the line changes directory in a way that cannot be followed"
+            )
         problem = _place_problems(cmd, argv, analysis, bases, unrestricted, mode, ctx, policy)
         if problem is not None:
             return combined_refusal(wanting) or problem
@@ -197,32 +224,51 @@ def _admit_step(
 
 
 def _place_problems(
-    cmd: SimpleCommand, argv: Sequence[str], analysis: Analysis, bases: Sequence[Path], unrestricted: bool,
-    mode: str, ctx: Place, policy: Policy,
+    cmd: SimpleCommand,
+    argv: Sequence[str],
+    analysis: Analysis,
+    bases: Sequence[Path],
+    unrestricted: bool,
+    mode: str,
+    ctx: Place,
+    policy: Policy,
 ) -> Decision | None:
     """4. In every directory the command may run in: the files it names, writes or searches, its
     redirections, and the repository git would use."""
     edit_allow = policy.rules.for_tool("allow", "", "edit")
     read_allow = policy.rules.for_tool("allow", "", "read")
     for base in bases:
-        problem = (_path_problems(cmd, ctx, policy, base, mode, edit_allow, read_allow, analysis,
-                                  writes=(unrestricted or analysis.unsafe is not None) and not set(argv[:1]) & _CD)
-                   or _git_boundary(cmd, argv, base, ctx, unrestricted))
+        problem = _path_problems(
+            cmd,
+            ctx,
+            policy,
+            base,
+            mode,
+            edit_allow,
+            read_allow,
+            analysis,
+            writes=(unrestricted or analysis.unsafe is not None) and not set(argv[:1]) & _CD,
+        ) or _git_boundary(cmd, argv, base, ctx, unrestricted)
         if problem is not None:
             return problem
     return None
 
 
 def _admitted(
-    cmd: SimpleCommand, argv: Sequence[str], analysis: Analysis, patterned: Sequence[Rule], mode: str,
+    cmd: SimpleCommand,
+    argv: Sequence[str],
+    analysis: Analysis,
+    patterned: Sequence[Rule],
+    mode: str,
     allow: Sequence[Rule],
 ) -> Decision | None:
     """None when an allow rule or the read-only allowance admits `cmd` (static, not risky); else why not."""
     shown = cmd.text or " ".join(r.target.raw for r in cmd.redirects)
     moving = why_not_static(cmd)
     if moving is not None:
-        return Decision("ask", f"`{shown}`: {moving}, so neither a rule nor the read-only allowance can "
-                               "allow it without asking")
+        return Decision(
+            "ask", f"`{shown}`: {moving}, so neither a rule nor the read-only allowance can allow it without asking"
+        )
     if not cmd.words:
         return None
     texts = [cmd.text]
@@ -240,16 +286,20 @@ def _admitted(
     return None
 
 
-def _git_boundary(cmd: SimpleCommand, argv: Sequence[str], base: Path, ctx: Place,
-unrestricted: bool) -> Decision | None:
+def _git_boundary(
+    cmd: SimpleCommand, argv: Sequence[str], base: Path, ctx: Place, unrestricted: bool
+) -> Decision | None:
     """Git run in `base` would use a repository other than the workspace's (`cd sub && git log`): ask."""
     if unrestricted or not argv or not any(os.path.basename(f[0]) == "git" for f in unwrap(argv)):
         return None
     foreign = gitsafe.foreign_repository(base, ctx.workspace)
     if foreign is None:
         return None
-    return Decision("ask", f"`{cmd.text}` runs git in {shown_path(foreign, ctx)}, a repository other than the "
-                           "workspace's: its own configuration can run programs (as with `git -C`)")
+    return Decision(
+        "ask",
+        f"`{cmd.text}` runs git in {shown_path(foreign, ctx)}, a repository other than the "
+        "workspace's: its own configuration can run programs (as with `git -C`)",
+    )
 
 
 def _count_path_arguments(commands: Sequence[SimpleCommand]) -> int:
@@ -258,8 +308,16 @@ def _count_path_arguments(commands: Sequence[SimpleCommand]) -> int:
 
 
 def _path_problems(
-    cmd: SimpleCommand, ctx: Place, policy: Policy, base: Path, mode: str,
-    edit_allow: Sequence[Rule], read_allow: Sequence[Rule], analysis: Analysis, *, writes: bool = True,
+    cmd: SimpleCommand,
+    ctx: Place,
+    policy: Policy,
+    base: Path,
+    mode: str,
+    edit_allow: Sequence[Rule],
+    read_allow: Sequence[Rule],
+    analysis: Analysis,
+    *,
+    writes: bool = True,
 ) -> Decision | None:
     """Sensitive files named by arguments (also glued to options: `-fNAME`, `--file=NAME`), the places
     that run later named by a command that may write (`writes`: not one the read-only allowance runs),
@@ -279,20 +337,31 @@ def _path_problems(
         for path in paths:
             why = policy.sensitive(path)
             if why and not specific_allow(read_allow, path, ctx):
-                return Decision("ask", f"`{cmd.text}` names {shown_path(path, ctx)}, which is sensitive: {why}",
-                                f"read({shown_path(path, ctx)})")
+                return Decision(
+                    "ask",
+                    f"`{cmd.text}` names {shown_path(path, ctx)}, which is sensitive: {why}",
+                    f"read({shown_path(path, ctx)})",
+                )
     later = _runs_later_problem(cmd, named, ctx, policy) if writes else None
     if later is not None:
         return later
     written = _written_problem(cmd, analysis, base, mode, ctx, policy, edit_allow)
     if written is not None:
         return written
-    return (_searched_problem(cmd, ctx, policy, base, read_allow, analysis)
-            or _redirects_problem(cmd, ctx, policy, base, mode, edit_allow, read_allow))
+    return _searched_problem(cmd, ctx, policy, base, read_allow, analysis) or _redirects_problem(
+        cmd, ctx, policy, base, mode, edit_allow, read_allow
+    )
 
 
-def _redirects_problem(cmd: SimpleCommand, ctx: Place, policy: Policy, base: Path, mode: str,
-                       edit_allow: Sequence[Rule], read_allow: Sequence[Rule]) -> Decision | None:
+def _redirects_problem(
+    cmd: SimpleCommand,
+    ctx: Place,
+    policy: Policy,
+    base: Path,
+    mode: str,
+    edit_allow: Sequence[Rule],
+    read_allow: Sequence[Rule],
+) -> Decision | None:
     """The first of the command's redirections that is not admitted, as a Decision."""
     for redirect in cmd.redirects:
         problem = _redirect_check(cmd, redirect, base, mode, ctx, policy, edit_allow, read_allow)
@@ -301,8 +370,9 @@ def _redirects_problem(cmd: SimpleCommand, ctx: Place, policy: Policy, base: Pat
     return None
 
 
-def _searched_problem(cmd: SimpleCommand, ctx: Place, policy: Policy, base: Path, read_allow: Sequence[Rule],
-                      analysis: Analysis) -> Decision | None:
+def _searched_problem(
+    cmd: SimpleCommand, ctx: Place, policy: Policy, base: Path, read_allow: Sequence[Rule], analysis: Analysis
+) -> Decision | None:
     """Ask when a tree the command searches holds a sensitive file that no specific rule allows reading."""
     for root in _search_roots(analysis, base, policy):
         found = sensitive_below(
@@ -314,8 +384,14 @@ def _searched_problem(cmd: SimpleCommand, ctx: Place, policy: Policy, base: Path
 
 
 def _redirect_check(
-    cmd: SimpleCommand, redirect: Redirect, base: Path, mode: str, ctx: Place, policy: Policy,
-    edit_allow: Sequence[Rule], read_allow: Sequence[Rule],
+    cmd: SimpleCommand,
+    redirect: Redirect,
+    base: Path,
+    mode: str,
+    ctx: Place,
+    policy: Policy,
+    edit_allow: Sequence[Rule],
+    read_allow: Sequence[Rule],
 ) -> Decision | None:
     if redirect.kind not in ("write", "read"):
         return None
@@ -337,7 +413,12 @@ def _redirect_check(
 
 
 def _written_problem(
-    cmd: SimpleCommand, analysis: Analysis, base: Path, mode: str, ctx: Place, policy: Policy,
+    cmd: SimpleCommand,
+    analysis: Analysis,
+    base: Path,
+    mode: str,
+    ctx: Place,
+    policy: Policy,
     edit_allow: Sequence[Rule],
 ) -> Decision | None:
     """An `!out` option's file (`pytest --basetemp=D`, `--junitxml=F`), checked like an output
@@ -351,13 +432,17 @@ def _written_problem(
             shown = shown_path(path, ctx)
             if specific_allow(edit_allow, path, ctx) and mode != "plan" and policy.config(path) is None:
                 continue
-            why = (policy.config(path) or policy.write_care(path)
-                   or ("nothing is changed in plan mode" if mode == "plan" else "")
-                   or ("" if ctx.is_inside(path) else "it is outside the workspace"))
+            why = (
+                policy.config(path)
+                or policy.write_care(path)
+                or ("nothing is changed in plan mode" if mode == "plan" else "")
+                or ("" if ctx.is_inside(path) else "it is outside the workspace")
+            )
             if why:
                 firm = policy.config(path) is not None
-                return Decision("ask", f"`{cmd.text}` writes {shown}: {why}", "" if firm else f"edit({shown})",
-                                firm=firm)
+                return Decision(
+                    "ask", f"`{cmd.text}` writes {shown}: {why}", "" if firm else f"edit({shown})", firm=firm
+                )
     return None
 
 
@@ -370,8 +455,11 @@ def _runs_later_problem(cmd: SimpleCommand, named: Sequence[Path], ctx: Place, p
     for path in [*named, *landing]:
         why = policy.config(path)
         if why:
-            return Decision("ask", f"`{cmd.text}` names {shown_path(path, ctx)}: {why}; no rule admits that "
-                                   "without asking", firm=True)
+            return Decision(
+                "ask",
+                f"`{cmd.text}` names {shown_path(path, ctx)}: {why}; no rule admits that without asking",
+                firm=True,
+            )
     return None
 
 

@@ -37,8 +37,15 @@ from kimicode.permissions.policy import Rule, Rules, parse_rule
 __all__ = ["ClaudeRules", "call_matches", "claude_rules", "parse_claude_rule", "shown_file"]
 
 _PATH_TOOLS = frozenset({"Read", "Edit", "Write", "MultiEdit", "NotebookEdit", "Glob", "Grep", "LS"})
-_PLAIN_TOOLS = {"Agent": "task", "Task": "task", "Skill": "skill", "TodoWrite": "todo_write",
-                "WebSearch": "web_search", "WebFetch": "web_fetch", "Bash": "bash"}
+_PLAIN_TOOLS = {
+    "Agent": "task",
+    "Task": "task",
+    "Skill": "skill",
+    "TodoWrite": "todo_write",
+    "WebSearch": "web_search",
+    "WebFetch": "web_fetch",
+    "Bash": "bash",
+}
 """Claude Code's tools that take no pattern kimicode can apply, as kimicode's tool."""
 _NOT_TAKEN = {
     "Agent": "kimicode's rules name the task tool, not one subagent; write `Agent` or `Task` for all of them",
@@ -47,8 +54,24 @@ _NOT_TAKEN = {
     "SlashCommand": "kimicode's slash commands are typed by you, not run by the model",
 }
 _TOOL_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_-]*(?:__\*)?)\s*(?:\((.*)\))?\s*", re.DOTALL)
-_KIMICODE_TOOLS = frozenset({"bash", "read", "edit", "read_file", "write_file", "edit_file", "apply_patch", "glob",
-                             "grep", "web_fetch", "web_search", "task", "todo_write", "skill"})
+_KIMICODE_TOOLS = frozenset(
+    {
+        "bash",
+        "read",
+        "edit",
+        "read_file",
+        "write_file",
+        "edit_file",
+        "apply_patch",
+        "glob",
+        "grep",
+        "web_fetch",
+        "web_search",
+        "task",
+        "todo_write",
+        "skill",
+    }
+)
 ACTIONS = ("allow", "deny", "ask")
 _OTHER_KEYS = {
     "defaultMode": "kimicode's mode is set by --permission-mode or [defaults] permission_mode in config.toml",
@@ -74,7 +97,7 @@ def shown_file(path: Path) -> str:
     """A file as messages name it (`~/...` below the home folder)."""
     home = str(Path.home())
     text = str(path)
-    return "~" + text[len(home):] if text.startswith(home.rstrip("/") + "/") else text
+    return "~" + text[len(home) :] if text.startswith(home.rstrip("/") + "/") else text
 
 
 def parse_claude_rule(text: str, source: str = "") -> Rule:
@@ -97,8 +120,10 @@ def parse_claude_rule(text: str, source: str = "") -> Rule:
         return Rule(_PLAIN_TOOLS[tool], None, text.strip(), source)
     if tool == "WebFetch" or tool in _KIMICODE_TOOLS:
         return replace(parse_rule(text, source), raw=text.strip())
-    raise ConfigError(f"{where}`{text}`: kimicode has no tool {tool!r} (its tools: bash, read_file, write_file, "
-                      "edit_file, apply_patch, glob, grep, web_fetch, task, skill, mcp__SERVER__TOOL)")
+    raise ConfigError(
+        f"{where}`{text}`: kimicode has no tool {tool!r} (its tools: bash, read_file, write_file, "
+        "edit_file, apply_patch, glob, grep, web_fetch, task, skill, mcp__SERVER__TOOL)"
+    )
 
 
 def _split(text: str, where: str) -> tuple[str, str | None]:
@@ -158,8 +183,9 @@ def claude_rules(workspace: Path, *, trusted: bool) -> ClaudeRules:
     return out
 
 
-def _read_table(perms: dict[str, object], path: Path, untrusted: bool, lists: dict[str, list[Rule]],
-                out: ClaudeRules) -> None:
+def _read_table(
+    perms: dict[str, object], path: Path, untrusted: bool, lists: dict[str, list[Rule]], out: ClaudeRules
+) -> None:
     shown = shown_file(path)
     for action in ACTIONS:
         texts = perms.get(action) or []
@@ -167,8 +193,10 @@ def _read_table(perms: dict[str, object], path: Path, untrusted: bool, lists: di
             out.unused.append(f"{shown}: permissions.{action} is not a list; not used")
             continue
         if action == "allow" and texts and untrusted:
-            out.ignored.append(f"{shown}: permissions.allow ignored: this workspace is not trusted (/trust on, "
-                               "or --trust-workspace, lets the project allow tool calls)")
+            out.ignored.append(
+                f"{shown}: permissions.allow ignored: this workspace is not trusted (/trust on, "
+                "or --trust-workspace, lets the project allow tool calls)"
+            )
             continue
         for text in texts:
             try:

@@ -54,9 +54,7 @@ def target_path(tool: ToolLike, args: Mapping[str, Any], ctx: Place) -> str | No
     return None
 
 
-def decide(
-    tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, policy: Policy | None = None
-) -> Decision:
+def decide(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place, policy: Policy | None = None) -> Decision:
     """Apply the rules and the permission mode to one call (see the module docstring)."""
     policy = policy if policy is not None else Policy()
     if tool.name == "bash" and tool.kind == "execute":
@@ -102,16 +100,17 @@ def _decide_read(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place,
         why = policy.sensitive(path)
         if why and not specific_allow(allow, path, ctx):
             shown = shown_path(path, ctx)
-            return Decision(
-                "ask", f"{tool.name} would read {shown}, which is sensitive: {why}", f"read({shown})"
-            )
+            return Decision("ask", f"{tool.name} would read {shown}, which is sensitive: {why}", f"read({shown})")
     if tool.name == "grep":  # it reads every (non-hidden) file below a directory
         for path in paths:
             twin = _linked_secret_below(path, policy)
             if twin is not None and not specific_allow(allow, twin, ctx):
                 shown = shown_path(twin, ctx)
-                return Decision("ask", f"{tool.name} would read {shown}, which is sensitive: "
-                                f"{policy.sensitive(twin)}", f"read({shown})")
+                return Decision(
+                    "ask",
+                    f"{tool.name} would read {shown}, which is sensitive: {policy.sensitive(twin)}",
+                    f"read({shown})",
+                )
     glob = args.get("glob")
     if (
         isinstance(glob, str)
@@ -190,9 +189,12 @@ def _runs_later_edit(tool: ToolLike, paths: list[Path], mode: str, ctx: Place, p
     for path in paths:
         why = policy.config(path)
         if why and mode == "yolo" and policy.read_only_sandbox:
-            return Decision("deny", f"{tool.name} would write {shown_path(path, ctx)}: {why}. --yolo skips the "
-                            "questions, not the sandbox's protection of what runs later (only --yolo --sandbox "
-                            "off writes it)")
+            return Decision(
+                "deny",
+                f"{tool.name} would write {shown_path(path, ctx)}: {why}. --yolo skips the "
+                "questions, not the sandbox's protection of what runs later (only --yolo --sandbox "
+                "off writes it)",
+            )
         if why and mode != "yolo":
             return Decision("ask", f"{tool.name} would write {shown_path(path, ctx)}: {why}", firm=True)
     return None
@@ -239,9 +241,12 @@ def _decide_other(tool: ToolLike, mode: str, policy: Policy, args: Mapping[str, 
     if mode == "yolo" or (tool.kind != "execute" and not search) or hits("allow"):
         return Decision("allow")
     action = (
-        "fetches from the network" if tool.name == "web_fetch"
-        else f"searches the web for {_query(args)} (the query leaves this machine)" if search
-        else "calls a tool of an MCP server" if tool.name.startswith("mcp__")
+        "fetches from the network"
+        if tool.name == "web_fetch"
+        else f"searches the web for {_query(args)} (the query leaves this machine)"
+        if search
+        else "calls a tool of an MCP server"
+        if tool.name.startswith("mcp__")
         else "runs commands"
     )
     return Decision("ask", f"{tool.name} {action} (permission mode {mode!r})", "web_search" if search else tool.name)
@@ -263,8 +268,10 @@ def _decide_bash(tool: ToolLike, args: Mapping[str, Any], mode: str, ctx: Place,
     if not policy.read_only_sandbox and mode != "yolo" and not policy.sandboxed:
         unlisted = _off_short_list(args, policy)
         if unlisted is not None:
-            why = (f"`{unlisted}`: without the OS sandbox only a short list of programs runs without asking "
-                   "(docs/permissions.md, \"Without bubblewrap\")")
+            why = (
+                f"`{unlisted}`: without the OS sandbox only a short list of programs runs without asking "
+                '(docs/permissions.md, "Without bubblewrap")'
+            )
             return Decision("ask", why, _suggest_rule(unlisted))
     if decide_bash(tool, args, "plan", ctx, policy.read_only_view()).verdict == "allow":
         return replace(decision, profile="read-only")
@@ -344,9 +351,7 @@ def _ways_to_allow(tool: ToolLike, mode: str, decision: Decision | None) -> list
     return [via, "--yolo (--permission-mode yolo, every command)"]
 
 
-def denial_message(
-    tool: ToolLike, mode: str, reason: str, headless: bool, decision: Decision | None = None
-) -> str:
+def denial_message(tool: ToolLike, mode: str, reason: str, headless: bool, decision: Decision | None = None) -> str:
     """What the model is told when a call is refused, including how the user could allow it."""
     if decision is not None and decision.verdict == "deny":
         if decision.by_rule:

@@ -40,10 +40,10 @@ _NO_EXT_DIFF = ("diff", "diff-tree", "diff-files", "diff-index", "log", "show", 
 _NO_TEXTCONV_ONLY = ("blame", "annotate", "grep")
 
 GIT_FUNCTION = (
-    "() { local -a pre=(); while (($#)) && [[ $1 == -* ]]; do pre+=(\"$1\"); shift; done; "
-    f"case ${{1-}} in {'|'.join(_NO_EXT_DIFF)}) set -- \"$1\" --no-ext-diff --no-textconv \"${{@:2}}\";; "
-    f"{'|'.join(_NO_TEXTCONV_ONLY)}) set -- \"$1\" --no-textconv \"${{@:2}}\";; esac; "
-    "command git --no-pager " + " ".join(f"-c {c}" for c in SAFE_CONFIG) + " \"${pre[@]}\" \"$@\"; }"
+    '() { local -a pre=(); while (($#)) && [[ $1 == -* ]]; do pre+=("$1"); shift; done; '
+    f'case ${{1-}} in {"|".join(_NO_EXT_DIFF)}) set -- "$1" --no-ext-diff --no-textconv "${{@:2}}";; '
+    f'{"|".join(_NO_TEXTCONV_ONLY)}) set -- "$1" --no-textconv "${{@:2}}";; esac; '
+    "command git --no-pager " + " ".join(f"-c {c}" for c in SAFE_CONFIG) + ' "${pre[@]}" "$@"; }'
 )
 """The body of the exported bash function `git` for read-only lines. Global options come first (the
 read-only allowance admits only flags there: `--no-pager`, `--literal-pathspecs`, ...)."""

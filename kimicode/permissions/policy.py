@@ -177,7 +177,6 @@ def parse_rule(text: str, source: str = "") -> Rule:
     return Rule(tool, pattern, text.strip(), source, word_prefix)
 
 
-
 _COMMAND_CACHE: dict[str, re.Pattern[str]] = {}
 _PATH_CACHE: dict[tuple[str, str, str], re.Pattern[str]] = {}
 
@@ -249,7 +248,9 @@ class Rules:
 def load_rules(
     config_files: Iterable[Path],
     *,
-    allow: Iterable[str] = (), deny: Iterable[str] = (), ask: Iterable[str] = (),
+    allow: Iterable[str] = (),
+    deny: Iterable[str] = (),
+    ask: Iterable[str] = (),
     untrusted: Collection[Path] = (),
     ignored: list[str] | None = None,
     parsed: Mapping[Path, Mapping[str, Any]] | None = None,
@@ -378,8 +379,10 @@ def _name_reason(path: Path, real: Places, *, workspace: Path | None) -> str | N
 def _home_places(home: str) -> tuple[tuple[str, str, str], ...]:
     """The credential places below `home` as (relative name, absolute prefix, why), built once per home."""
     mine = tuple((rel, os.path.join(home, rel), "holds credentials") for rel in _HOME_DIRS)
-    others = tuple((rel, os.path.join(home, rel), "holds another program's credentials or private data")
-                   for rel in CREDENTIAL_HOME_PATHS)
+    others = tuple(
+        (rel, os.path.join(home, rel), "holds another program's credentials or private data")
+        for rel in CREDENTIAL_HOME_PATHS
+    )
     return mine + others
 
 
@@ -464,8 +467,9 @@ class Policy:
     def visible(self) -> list[Path]:
         """The places outside the workspace read without asking and shown by the sandbox
         (`kimicode.permissions.visibility`, plus the literal directories of `read(...)` allow rules)."""
-        return visible_roots(self.user_home, [Path("/proc"), Path("/dev"), *self.read_rule_roots(), *self.extra_dirs],
-                             self.kimicode_home)
+        return visible_roots(
+            self.user_home, [Path("/proc"), Path("/dev"), *self.read_rule_roots(), *self.extra_dirs], self.kimicode_home
+        )
 
     @cached_property
     def places(self) -> Places:
@@ -521,6 +525,7 @@ class Policy:
         import dataclasses
 
         parsed = rule if isinstance(rule, Rule) else parse_rule(rule, "session")
+
         def key(r: Rule) -> tuple[str, str | None, bool, bool]:
             return (r.tool, r.pattern, r.word_prefix, r.literal)
 
@@ -538,8 +543,7 @@ class Policy:
 
     def config(self, path: Path) -> str | None:
         """Why writing `path` needs approval whatever the rules (kimicode's own configuration)."""
-        return config_reason(path, kimicode_home=self.kimicode_home, workspace=self.workspace,
-                             user_home=self.user_home)
+        return config_reason(path, kimicode_home=self.kimicode_home, workspace=self.workspace, user_home=self.user_home)
 
     def write_care(self, path: Path) -> str | None:
         """Why writing `path` needs approval unless a rule names it (secrets, .git)."""

@@ -34,8 +34,18 @@ from kimicode.permissions.specs import spec_for
 from kimicode.permissions.specs.tools import SHELLS as _SHELL_NAMES
 from kimicode.permissions.specs.wrappers import WRAPPERS
 
-__all__ = ["SHELLS", "WRAPPERS", "Analysis", "analyze", "embedded", "module_form", "out_paths", "read_only", "risk",
-           "unwrap"]
+__all__ = [
+    "SHELLS",
+    "WRAPPERS",
+    "Analysis",
+    "analyze",
+    "embedded",
+    "module_form",
+    "out_paths",
+    "read_only",
+    "risk",
+    "unwrap",
+]
 
 SHELLS = frozenset(_SHELL_NAMES)
 """Shell interpreters: a line that feeds one a script the parser cannot see is never auto-allowed."""
@@ -135,8 +145,9 @@ def embedded(argv: Sequence[str]) -> tuple[list[str], list[list[str]], str | Non
     return scripts, argvs, None
 
 
-def _embedded_one(name: str, rest: Sequence[str], form: Sequence[str], scripts: list[str],
-                  argvs: list[list[str]]) -> str | None:
+def _embedded_one(
+    name: str, rest: Sequence[str], form: Sequence[str], scripts: list[str], argvs: list[list[str]]
+) -> str | None:
     """Add what one form runs to `scripts`/`argvs`; return why it runs code nobody can see, or None."""
     if name in SHELLS:
         script, opaque = _shell_script(rest)
@@ -149,8 +160,10 @@ def _embedded_one(name: str, rest: Sequence[str], form: Sequence[str], scripts: 
         scripts += given
         if name == "su" and not given and len(unwrap(form)) == 1:
             return "`su` starts a shell that reads commands nobody can see"
-    if name in ("sudo", "doas", "runuser", "pkexec") and len(unwrap(form)) == 1 and any(
-        w in ("-s", "-i", "--shell", "--login", "-", "-l") for w in rest
+    if (
+        name in ("sudo", "doas", "runuser", "pkexec")
+        and len(unwrap(form)) == 1
+        and any(w in ("-s", "-i", "--shell", "--login", "-", "-l") for w in rest)
     ):
         return f"`{name}` starts a shell that reads commands nobody can see"
     if name in ("at", "batch"):
@@ -192,8 +205,11 @@ def _option_scripts(rest: Sequence[str], names: Sequence[str]) -> list[str]:
         for name in names:
             if word == name:
                 out.append(rest[i + 1] if i + 1 < len(rest) else "")
-            elif name.startswith("--") and len(word) > 3 and word.startswith("--") and name.startswith(
-                word.split("=", 1)[0]
+            elif (
+                name.startswith("--")
+                and len(word) > 3
+                and word.startswith("--")
+                and name.startswith(word.split("=", 1)[0])
             ):
                 out.append(word.split("=", 1)[1] if "=" in word else (rest[i + 1] if i + 1 < len(rest) else ""))
             elif not name.startswith("--") and word.startswith(name) and len(word) > 2:
@@ -268,8 +284,9 @@ def _analyze(argv: tuple[str, ...]) -> Analysis:
     if not argv:
         return Analysis()
     scripts, argvs, opaque = embedded(argv)
-    why = opaque or (f"`{os.path.basename(argv[0])}` runs a script or command given in its arguments"
-                     if scripts or argvs else None)
+    why = opaque or (
+        f"`{os.path.basename(argv[0])}` runs a script or command given in its arguments" if scripts or argvs else None
+    )
     forms = unwrap(argv)
     first = _one(os.path.basename(argv[0]), argv[1:])
     written, values = list(first.written), list(first.values)
@@ -440,8 +457,10 @@ def _check_make(parsed: Parsed, rest: Sequence[str]) -> Verdict:
 
 
 def _check_ssh(parsed: Parsed, rest: Sequence[str]) -> Verdict:
-    if any(re.search(r"(?i)proxycommand|localcommand|permitlocalcommand|knownhostscommand|match\s+exec", v)
-           for v in parsed.values("-o")):
+    if any(
+        re.search(r"(?i)proxycommand|localcommand|permitlocalcommand|knownhostscommand|match\s+exec", v)
+        for v in parsed.values("-o")
+    ):
         return "exec", "ssh -o ProxyCommand/LocalCommand runs a local command"
     return None
 
@@ -499,10 +518,21 @@ def _check_reflog(parsed: Parsed, rest: Sequence[str]) -> Verdict:
 
 
 CHECKS: dict[str, Callable[[Parsed, Sequence[str]], Verdict]] = {
-    "sed": _check_sed, "awk": _check_awk, "jq": _check_jq, "find": _check_find, "tar": _check_tar,
-    "make": _check_make, "ssh": _check_ssh, "pytest": _check_pytest, "builtin-eval": _check_builtin,
-    "test": _check_test, "git-branch": _listing(("-l", "--list")), "git-tag": _listing(("-l", "--list")),
-    "git-remote": _listing((), ("get-url",)), "second-operand-written": _check_second_written,
-                            "git-stash": _check_stash, "git-reflog": _check_reflog,
+    "sed": _check_sed,
+    "awk": _check_awk,
+    "jq": _check_jq,
+    "find": _check_find,
+    "tar": _check_tar,
+    "make": _check_make,
+    "ssh": _check_ssh,
+    "pytest": _check_pytest,
+    "builtin-eval": _check_builtin,
+    "test": _check_test,
+    "git-branch": _listing(("-l", "--list")),
+    "git-tag": _listing(("-l", "--list")),
+    "git-remote": _listing((), ("get-url",)),
+    "second-operand-written": _check_second_written,
+    "git-stash": _check_stash,
+    "git-reflog": _check_reflog,
 }
 """Content checks by name (`Spec.check`)."""

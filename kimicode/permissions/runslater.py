@@ -63,8 +63,11 @@ _SHELL = "a shell start-up file: every new shell of the user runs it"
 
 RUNS_LATER: Final[tuple[RunsLater, ...]] = (
     # -- git: what makes the user's own git run a program or read configuration elsewhere ------------
-    _git("config", "git's configuration: core.fsmonitor, core.hooksPath, aliases, filters, the pager run "
-         "programs on the user's next git command"),
+    _git(
+        "config",
+        "git's configuration: core.fsmonitor, core.hooksPath, aliases, filters, the pager run "
+        "programs on the user's next git command",
+    ),
     _git("config.worktree", "per-worktree configuration (read when extensions.worktreeConfig is set)"),
     _git("commondir", "points git at another directory's config and hooks (a linked worktree's pointer)"),
     _git("hooks/", "scripts git runs on commit, checkout, merge and push"),
@@ -79,8 +82,11 @@ RUNS_LATER: Final[tuple[RunsLater, ...]] = (
     # -- the workspace's top: what the next session of an agent or the user's tools load --------------
     _ws(".git", "a repository made here (git init) would have its config and hooks run by the user's git"),
     _ws(".kimicode/", "kimicode's project configuration: hooks, MCP servers, rules, skills, agents"),
-    _ws(".claude/", "Claude Code's project folder (settings*.json hooks, agents, commands, skills), which "
-        "kimicode and Claude Code load"),
+    _ws(
+        ".claude/",
+        "Claude Code's project folder (settings*.json hooks, agents, commands, skills), which "
+        "kimicode and Claude Code load",
+    ),
     _ws(".mcp.json", "MCP servers that kimicode's and Claude Code's next session start"),
     _ws(".claude-plugin/", "a plugin manifest: the folder loads as a plugin (hooks, MCP servers)"),
     _ws(".agents/", "skills (.agents/skills) that Kimi Code and kimicode load"),
@@ -88,13 +94,24 @@ RUNS_LATER: Final[tuple[RunsLater, ...]] = (
     _ws(".kimi/", "Kimi Code's project configuration"),
     _ws(".envrc", "direnv runs it when the user's shell enters the folder"),
     _ws(".vscode/", "editor tasks (tasks.json runOn folderOpen) and settings that run programs"),
-    _ws("hooks/hooks.json", "a plugin's hooks, run in every workspace once the folder is added as a plugin",
-        sandbox=False),
+    _ws(
+        "hooks/hooks.json",
+        "a plugin's hooks, run in every workspace once the folder is added as a plugin",
+        sandbox=False,
+    ),
     # -- the user's home: start-up files, global configuration, agents' user folders -------------------
-    _home(".bashrc", _SHELL), _home(".bash_profile", _SHELL), _home(".bash_login", _SHELL),
-    _home(".bash_logout", _SHELL), _home(".profile", _SHELL), _home(".zshrc", _SHELL),
-    _home(".zshenv", _SHELL), _home(".zprofile", _SHELL), _home(".zlogin", _SHELL), _home(".zlogout", _SHELL),
-    _home(".config/fish/", _SHELL), _home(".inputrc", "readline's start-up file (key bindings run commands)"),
+    _home(".bashrc", _SHELL),
+    _home(".bash_profile", _SHELL),
+    _home(".bash_login", _SHELL),
+    _home(".bash_logout", _SHELL),
+    _home(".profile", _SHELL),
+    _home(".zshrc", _SHELL),
+    _home(".zshenv", _SHELL),
+    _home(".zprofile", _SHELL),
+    _home(".zlogin", _SHELL),
+    _home(".zlogout", _SHELL),
+    _home(".config/fish/", _SHELL),
+    _home(".inputrc", "readline's start-up file (key bindings run commands)"),
     _home(".gitconfig", "git's global configuration (fsmonitor, hooksPath, aliases run programs)"),
     _home(".config/git/", "git's global configuration and attributes"),
     _home(".ssh/config", "ssh's ProxyCommand and LocalCommand run programs"),
@@ -105,8 +122,12 @@ RUNS_LATER: Final[tuple[RunsLater, ...]] = (
     _home(".agents/", "user skills that agents load"),
     _home(".config/autostart/", "desktop sessions start these programs"),
     _home(".config/systemd/user/", "systemd user units run at login"),
-    RunsLater("kimicode_home", "", "kimicode's own configuration, plugins, hooks, skills and state: every later "
-              "session in every workspace loads them"),
+    RunsLater(
+        "kimicode_home",
+        "",
+        "kimicode's own configuration, plugins, hooks, skills and state: every later "
+        "session in every workspace loads them",
+    ),
 )
 
 
@@ -134,9 +155,7 @@ def git_relative(path: Path) -> str | None:
     return None
 
 
-def runs_later_reason(
-    path: Path, *, workspace: Path | None, user_home: Path, kimicode_home: Path | None
-) -> str | None:
+def runs_later_reason(path: Path, *, workspace: Path | None, user_home: Path, kimicode_home: Path | None) -> str | None:
     """Why `path` (resolved) is a place that runs later (see `RUNS_LATER`), or None. `kimicode_home`
     None: not checked (the caller knows `path` is a fork's own tree below it)."""
     text = str(path)
@@ -187,5 +206,8 @@ def _own_tree(path: str, kc_home: str, workspace: Path | None) -> bool:
     if workspace is None:
         return False
     ws = os.path.realpath(workspace)
-    return _within(ws, os.path.join(kc_home, "worktrees")) and ws != os.path.join(kc_home, "worktrees") \
+    return (
+        _within(ws, os.path.join(kc_home, "worktrees"))
+        and ws != os.path.join(kc_home, "worktrees")
         and _within(path, ws)
+    )

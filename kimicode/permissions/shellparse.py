@@ -71,6 +71,8 @@ def _expands(unquoted: str) -> bool:
             if "," in inner or ".." in inner:
                 return True
     return False
+
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -387,7 +389,7 @@ class _Parser:
         dynamic = False
         while True:
             if self.i >= len(s):
-                raise self._error('unclosed double quote')
+                raise self._error("unclosed double quote")
             m = _PLAIN_DQ.match(s, self.i)
             if m is not None:
                 text.append(m.group())

@@ -35,8 +35,15 @@ def session_rules(
     """
     if settings.sources:
         untrusted = [project_file] if project_file is not None and not settings.trusted else []
-        mine = load_rules(settings.sources, allow=allow, deny=deny, ask=ask, untrusted=untrusted,
-                          ignored=ignored, parsed=settings.parsed)
+        mine = load_rules(
+            settings.sources,
+            allow=allow,
+            deny=deny,
+            ask=ask,
+            untrusted=untrusted,
+            ignored=ignored,
+            parsed=settings.parsed,
+        )
     else:
         table = settings.config.permissions
         base = Rules(

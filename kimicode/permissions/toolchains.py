@@ -31,14 +31,33 @@ from kimicode.permissions.secretfiles import secret_name_reason
 
 __all__ = ["ENV_VARIABLES", "TOOLCHAIN_ENV_HOME_PATHS", "environment_toolchains"]
 
-ENV_VARIABLES: Final = ("VIRTUAL_ENV", "CONDA_PREFIX", "PYENV_ROOT", "NVM_DIR", "WORKON_HOME",
-                        "POETRY_VIRTUALENVS_PATH", "UV_TOOL_DIR", "UV_PYTHON_INSTALL_DIR", "PIPX_HOME")
+ENV_VARIABLES: Final = (
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "PYENV_ROOT",
+    "NVM_DIR",
+    "WORKON_HOME",
+    "POETRY_VIRTUALENVS_PATH",
+    "UV_TOOL_DIR",
+    "UV_PYTHON_INSTALL_DIR",
+    "PIPX_HOME",
+)
 """Variables naming an environment's directory (shown whole)."""
 
 TOOLCHAIN_ENV_HOME_PATHS: Final = (
-    ".virtualenvs", ".cache/pypoetry/virtualenvs", ".local/share/pypoetry", ".local/share/pipx",
-    ".local/share/uv/tools", ".local/share/virtualenvs", "miniconda3", "anaconda3", "miniforge3", "mambaforge",
-    "micromamba", ".conda/envs", ".local/share/mamba",
+    ".virtualenvs",
+    ".cache/pypoetry/virtualenvs",
+    ".local/share/pypoetry",
+    ".local/share/pipx",
+    ".local/share/uv/tools",
+    ".local/share/virtualenvs",
+    "miniconda3",
+    "anaconda3",
+    "miniforge3",
+    "mambaforge",
+    "micromamba",
+    ".conda/envs",
+    ".local/share/mamba",
 )
 """Below the home directory: where virtualenvwrapper, poetry, pipx, uv's tools, pipenv and conda keep
 their environments (pyenv's and nvm's are in `visibility.TOOLCHAIN_HOME_PATHS`)."""
@@ -55,8 +74,9 @@ _MAX_LINKS: Final = 400
 """Entries looked at per PATH directory of the home directory (for where their links point)."""
 
 
-def environment_toolchains(home: str, kimicode_home: str | None = None,
-                           env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+def environment_toolchains(
+    home: str, kimicode_home: str | None = None, env: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
     """The resolved directories of the user's toolchain named by `env` (default: this process's
     environment), filtered as the module docstring says."""
     env = os.environ if env is None else env
@@ -131,8 +151,12 @@ def _allowed(real: str, home: str, kc_home: str) -> bool:
     credentials (see the module docstring)."""
     from kimicode.permissions.secretfiles import CREDENTIAL_HOME_PATHS, HOME_CREDENTIAL_DIRS
 
-    if real == "/" or _within(home, real) or any(_within(d, real) for d in _NEVER) or any(
-            _within(real, d) for d in _NEVER_BELOW):
+    if (
+        real == "/"
+        or _within(home, real)
+        or any(_within(d, real) for d in _NEVER)
+        or any(_within(real, d) for d in _NEVER_BELOW)
+    ):
         return False
     if kc_home and (_within(real, kc_home) or _within(kc_home, real)):
         return False

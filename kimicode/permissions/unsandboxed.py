@@ -17,10 +17,57 @@ from typing import Final
 __all__ = ["SHORT_LIST", "short_list_admits"]
 
 _NUMBER: Final = re.compile(r"-?[0-9]+")
-_LS: Final = frozenset({"-l", "-a", "-A", "-la", "-al", "-lh", "-lah", "-alh", "-1", "-R", "-h", "-t", "-S", "-r",
-                        "-F", "-d", "-ld", "-lt", "-ltr", "-latr"})
-_GREP: Final = frozenset({"-n", "-i", "-l", "-L", "-c", "-v", "-w", "-x", "-E", "-F", "-H", "-h", "-o", "-r", "-rn",
-                          "-rni", "-ri", "-in", "-ni", "-nr", "-e", "-q", "-s"})
+_LS: Final = frozenset(
+    {
+        "-l",
+        "-a",
+        "-A",
+        "-la",
+        "-al",
+        "-lh",
+        "-lah",
+        "-alh",
+        "-1",
+        "-R",
+        "-h",
+        "-t",
+        "-S",
+        "-r",
+        "-F",
+        "-d",
+        "-ld",
+        "-lt",
+        "-ltr",
+        "-latr",
+    }
+)
+_GREP: Final = frozenset(
+    {
+        "-n",
+        "-i",
+        "-l",
+        "-L",
+        "-c",
+        "-v",
+        "-w",
+        "-x",
+        "-E",
+        "-F",
+        "-H",
+        "-h",
+        "-o",
+        "-r",
+        "-rn",
+        "-rni",
+        "-ri",
+        "-in",
+        "-ni",
+        "-nr",
+        "-e",
+        "-q",
+        "-s",
+    }
+)
 SHORT_LIST: Final[dict[str, frozenset[str]]] = {
     "ls": _LS,
     "cat": frozenset({"-n", "-A", "-v"}),

@@ -35,28 +35,80 @@ __all__ = [
     "within_text",
 ]
 
-SYSTEM_ROOTS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
-                       "/snap", "/usr/local")
+SYSTEM_ROOTS: Final = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix",
+    "/snap",
+    "/usr/local",
+)
 """System directories: programs, libraries, their configuration. `/etc` entries that are not readable
 by everyone (`/etc/shadow`, host keys) are hidden inside the sandbox and ask outside it."""
 
 TOOLCHAIN_HOME_PATHS: Final = (
-    ".gitconfig", ".config/git", ".gitignore_global",
-    ".local/bin", ".local/lib", ".local/share/uv/python", ".local/share/pnpm",
-    ".pyenv", ".rbenv", ".nvm", ".volta", ".bun", ".deno", ".sdkman", ".asdf", ".nodenv", ".goenv",
-    ".rustup", ".cargo/bin", ".cargo/registry", ".cargo/git",
-    "go/pkg/mod", ".m2/repository", ".gradle/caches", ".gradle/wrapper",
-    ".cache/pip", ".cache/uv", ".cache/go-build", ".npm/_cacache",
+    ".gitconfig",
+    ".config/git",
+    ".gitignore_global",
+    ".local/bin",
+    ".local/lib",
+    ".local/share/uv/python",
+    ".local/share/pnpm",
+    ".pyenv",
+    ".rbenv",
+    ".nvm",
+    ".volta",
+    ".bun",
+    ".deno",
+    ".sdkman",
+    ".asdf",
+    ".nodenv",
+    ".goenv",
+    ".rustup",
+    ".cargo/bin",
+    ".cargo/registry",
+    ".cargo/git",
+    "go/pkg/mod",
+    ".m2/repository",
+    ".gradle/caches",
+    ".gradle/wrapper",
+    ".cache/pip",
+    ".cache/uv",
+    ".cache/go-build",
+    ".npm/_cacache",
 )
 """Below the user's home directory: git's configuration and the toolchains and package caches that
 builds and tests read. Nothing else of the home directory is visible."""
 
-HISTORY_NAMES: Final = frozenset({
-    ".bash_history", ".zsh_history", ".zhistory", ".sh_history", ".history", ".python_history",
-    ".node_repl_history", ".psql_history", ".mysql_history", ".sqlite_history", ".rediscli_history",
-    ".lesshst", ".viminfo", ".irb_history", ".pry_history", ".Rhistory", ".scala_history", ".wget-hsts",
-    "fish_history",
-})
+HISTORY_NAMES: Final = frozenset(
+    {
+        ".bash_history",
+        ".zsh_history",
+        ".zhistory",
+        ".sh_history",
+        ".history",
+        ".python_history",
+        ".node_repl_history",
+        ".psql_history",
+        ".mysql_history",
+        ".sqlite_history",
+        ".rediscli_history",
+        ".lesshst",
+        ".viminfo",
+        ".irb_history",
+        ".pry_history",
+        ".Rhistory",
+        ".scala_history",
+        ".wget-hsts",
+        "fish_history",
+    }
+)
 """Shell and REPL histories: commands typed with passwords and tokens in them. Sensitive wherever they are."""
 
 
@@ -76,8 +128,12 @@ def visible_roots(user_home: Path, extra: Iterable[Path] = (), kimicode_home: Pa
 
     found: set[Path] = set()
     home = os.path.realpath(user_home)
-    candidates = [*SYSTEM_ROOTS, *(os.path.join(home, rel) for rel in TOOLCHAIN_HOME_PATHS), *map(str, extra),
-                  *environment_toolchains(home, str(kimicode_home) if kimicode_home is not None else None)]
+    candidates = [
+        *SYSTEM_ROOTS,
+        *(os.path.join(home, rel) for rel in TOOLCHAIN_HOME_PATHS),
+        *map(str, extra),
+        *environment_toolchains(home, str(kimicode_home) if kimicode_home is not None else None),
+    ]
     for text in candidates:
         if os.path.lexists(text):
             found.add(Path(os.path.realpath(text)))
@@ -146,16 +202,22 @@ class Places:
     session_dir: str | None
 
     @classmethod
-    def resolve(cls, user_home: Path, kimicode_home: Path, workspace: Path | None = None,
-                session_dir: Path | None = None) -> Places:
+    def resolve(
+        cls, user_home: Path, kimicode_home: Path, workspace: Path | None = None, session_dir: Path | None = None
+    ) -> Places:
         """Resolve the four directories now."""
         real = os.path.realpath
-        return cls(real(user_home), real(kimicode_home), None if workspace is None else real(workspace),
-                   None if session_dir is None else real(session_dir))
+        return cls(
+            real(user_home),
+            real(kimicode_home),
+            None if workspace is None else real(workspace),
+            None if session_dir is None else real(session_dir),
+        )
 
 
-def outside_reason(path: Path, workspace: Path, visible: Sequence[Path], kimicode_home: Path,
-                   places: Places | None = None) -> str | None:
+def outside_reason(
+    path: Path, workspace: Path, visible: Sequence[Path], kimicode_home: Path, places: Places | None = None
+) -> str | None:
     """Why a path outside the workspace and the visible list asks (see kimicode.permissions.visibility).
     `places`, when given, holds `workspace` and `kimicode_home` already resolved."""
     text = str(path)
@@ -171,5 +233,7 @@ def outside_reason(path: Path, workspace: Path, visible: Sequence[Path], kimicod
         return None  # this project's own session logs (another project's were refused above)
     if not os.path.lexists(path):
         return None  # nothing there to read (a URL's `//host` part, a file a build will make)
-    return ("it is outside the workspace and not on the list of places read without asking "
-            "(docs/permissions.md, \"What is visible\"; a read(...) allow rule adds a place)")
+    return (
+        "it is outside the workspace and not on the list of places read without asking "
+        '(docs/permissions.md, "What is visible"; a read(...) allow rule adds a place)'
+    )

@@ -66,16 +66,31 @@ def sessions_of(request: Request) -> Sessions:
 
 # -- handlers ------------------------------------------------------------------------------------------
 
+
 async def list_all(request: Request) -> Response:
     """The live sessions, and the saved ones (newest first) that can be resumed."""
     from kimicode import list_sessions
 
     sessions = sessions_of(request)
     saved = await asyncio.to_thread(list_sessions, sessions.home())
-    return Json({"sessions": [s.summary() for s in sessions.live.values()],
-                 "saved": [{"id": i.id, "workspace": i.workspace, "model": i.model, "turns": i.turns,
-                            "updated": i.updated.isoformat(), "first_prompt": i.first_prompt[:200],
-                            "origin": i.origin, "live": i.id in sessions.live} for i in saved[:100]]})
+    return Json(
+        {
+            "sessions": [s.summary() for s in sessions.live.values()],
+            "saved": [
+                {
+                    "id": i.id,
+                    "workspace": i.workspace,
+                    "model": i.model,
+                    "turns": i.turns,
+                    "updated": i.updated.isoformat(),
+                    "first_prompt": i.first_prompt[:200],
+                    "origin": i.origin,
+                    "live": i.id in sessions.live,
+                }
+                for i in saved[:100]
+            ],
+        }
+    )
 
 
 async def create(request: Request) -> Response:
@@ -137,8 +152,9 @@ async def events(request: Request) -> Response:
             else:
                 yield f"id: {item[0]}\ndata: {item[1]}\n\n".encode()
 
-    return StreamingResponse(stream(), media_type="text/event-stream",
-                             headers={"cache-control": "no-store", "x-accel-buffering": "no"})
+    return StreamingResponse(
+        stream(), media_type="text/event-stream", headers={"cache-control": "no-store", "x-accel-buffering": "no"}
+    )
 
 
 async def answer(request: Request) -> Response:
@@ -232,8 +248,13 @@ ROUTES: tuple[Spec, ...] = (
     Spec("GET", "/sessions/{id}", state, answer=m.SessionState),
     Spec("DELETE", "/sessions/{id}", close, 204),
     Spec("POST", "/sessions/{id}/messages", send, 202, m.SendMessage, m.Accepted),
-    Spec("GET", "/sessions/{id}/events", events, query=(("after", "integer", "replay the kept events after this "
-                                                          "number first"),), media="text/event-stream"),
+    Spec(
+        "GET",
+        "/sessions/{id}/events",
+        events,
+        query=(("after", "integer", "replay the kept events after this number first"),),
+        media="text/event-stream",
+    ),
     Spec("GET", "/sessions/{id}/permissions", pending),
     Spec("POST", "/sessions/{id}/permissions/{request_id}", answer, 200, m.Answer, m.Done),
     Spec("POST", "/sessions/{id}/interrupt", interrupt, answer=m.Done),

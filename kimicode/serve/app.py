@@ -21,13 +21,16 @@ from kimicode.serve.manager import ServeConfig, Sessions
 from kimicode.serve.openapi import document
 from kimicode.serve.security import MAX_BODY, Gate
 
-STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8",
-          "markdown.js": "text/javascript; charset=utf-8"}
+STATIC = {
+    "app.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+    "markdown.js": "text/javascript; charset=utf-8",
+}
 """The page's files: only these names are served (no path is ever joined from a request)."""
 
 PAGE_HEADERS = {
     "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-                               "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",
@@ -66,9 +69,16 @@ def build_app(config: ServeConfig, token: str, hosts: frozenset[str], max_body: 
         finally:
             await sessions.close_all()
 
-    inner = Starlette(routes=[*routes(), Route("/", page), Route("/index.html", page),
-                              Route("/favicon.ico", favicon), Route("/static/{name}", static)],
-                      lifespan=lifespan)
+    inner = Starlette(
+        routes=[
+            *routes(),
+            Route("/", page),
+            Route("/index.html", page),
+            Route("/favicon.ico", favicon),
+            Route("/static/{name}", static),
+        ],
+        lifespan=lifespan,
+    )
     inner.state.sessions = sessions
     inner.state.openapi = document(__version__)
     return Gate(inner, token, hosts, max_body)

@@ -49,10 +49,19 @@ class Pending:
 
     def as_event(self) -> dict[str, Any]:
         r = self.request
-        return {"type": "PermissionRequested", "request_id": self.id, "call_id": r.call_id, "tool": r.tool,
-                "kind": r.kind, "arguments": dict(r.arguments), "reason": r.reason, "path": r.path,
-                "preview": r.preview, "preview_error": r.preview_error,
-                "always_rule": self.rule.raw if self.rule is not None else None}
+        return {
+            "type": "PermissionRequested",
+            "request_id": self.id,
+            "call_id": r.call_id,
+            "tool": r.tool,
+            "kind": r.kind,
+            "arguments": dict(r.arguments),
+            "reason": r.reason,
+            "path": r.path,
+            "preview": r.preview,
+            "preview_error": r.preview_error,
+            "always_rule": self.rule.raw if self.rule is not None else None,
+        }
 
 
 class HttpApprover:
@@ -65,8 +74,9 @@ class HttpApprover:
         """Exact calls allowed for the session by `allow_always` (tools whose approvals have no rule)."""
 
     async def __call__(self, request: ApprovalRequest) -> Approval:
-        key = request.tool + "\x00" + json.dumps(dict(request.arguments), sort_keys=True, ensure_ascii=False,
-                                                 default=str)
+        key = (
+            request.tool + "\x00" + json.dumps(dict(request.arguments), sort_keys=True, ensure_ascii=False, default=str)
+        )
         if key in self.calls:
             return Approval(True)
         rule = rule_for(request)
@@ -77,8 +87,9 @@ class HttpApprover:
             decision, reason = await pending.answer
         finally:
             self.pending.pop(pending.id, None)
-        self.publish({"type": "PermissionResolved", "request_id": pending.id, "call_id": request.call_id,
-                      "decision": decision})
+        self.publish(
+            {"type": "PermissionResolved", "request_id": pending.id, "call_id": request.call_id, "decision": decision}
+        )
         if decision == "allow":
             return Approval(True)
         if decision == "allow_always":

@@ -37,8 +37,12 @@ class ServeClient:
 
     def __init__(self, url: str, token: str, *, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
-                                 timeout=httpx.Timeout(timeout, read=None), trust_env=False)
+        self.http = httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(timeout, read=None),
+            trust_env=False,
+        )
 
     @classmethod
     def start_line(cls, line: str, **kwargs: Any) -> ServeClient:
@@ -55,8 +59,9 @@ class ServeClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None,
-                params: dict[str, Any] | None = None) -> Any:
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, params: dict[str, Any] | None = None
+    ) -> Any:
         """One call; the decoded JSON answer (None for 204). Raises ServeClientError when refused."""
         try:
             response = self.http.request(method, path, json=body, params=params)
@@ -100,8 +105,9 @@ class ServeClient:
         return dict(self.request("POST", f"/sessions/{session_id}/messages", {"text": text, "steer": steer}))
 
     def answer(self, session_id: str, request_id: str, decision: Decision, reason: str = "") -> None:
-        self.request("POST", f"/sessions/{session_id}/permissions/{request_id}",
-                     {"decision": decision, "reason": reason})
+        self.request(
+            "POST", f"/sessions/{session_id}/permissions/{request_id}", {"decision": decision, "reason": reason}
+        )
 
     def pending(self, session_id: str) -> list[dict[str, Any]]:
         return list(self.request("GET", f"/sessions/{session_id}/permissions")["pending"])
@@ -112,13 +118,21 @@ class ServeClient:
     def fork(self, session_id: str, workspace: str = "shared") -> str:
         return str(self.request("POST", f"/sessions/{session_id}/fork", {"workspace": workspace})["id"])
 
-    def undo(self, session_id: str, turn: int | None = None, *, files: bool = True, conversation: bool = True,
-             force: bool = False) -> dict[str, Any]:
+    def undo(
+        self,
+        session_id: str,
+        turn: int | None = None,
+        *,
+        files: bool = True,
+        conversation: bool = True,
+        force: bool = False,
+    ) -> dict[str, Any]:
         body = {"turn": turn, "files": files, "conversation": conversation, "force": force}
         return dict(self.request("POST", f"/sessions/{session_id}/undo", body)["detail"])
 
-    def explore(self, session_id: str, text: str, *, n: int = 2, verify: str | None = None,
-                pick: str = "auto") -> dict[str, Any]:
+    def explore(
+        self, session_id: str, text: str, *, n: int = 2, verify: str | None = None, pick: str = "auto"
+    ) -> dict[str, Any]:
         body = {"text": text, "n": n, "verify": verify, "pick": pick}
         return dict(self.request("POST", f"/sessions/{session_id}/explore", body))
 
@@ -126,8 +140,9 @@ class ServeClient:
         params = {"turn": turn} if turn is not None else None
         return str(self.request("GET", f"/sessions/{session_id}/diff", params=params)["diff"])
 
-    def settings(self, session_id: str, *, permission_mode: str | None = None,
-                 model: str | None = None) -> dict[str, Any]:
+    def settings(
+        self, session_id: str, *, permission_mode: str | None = None, model: str | None = None
+    ) -> dict[str, Any]:
         body = {k: v for k, v in {"permission_mode": permission_mode, "model": model}.items() if v is not None}
         return dict(self.request("POST", f"/sessions/{session_id}/settings", body))
 
@@ -165,8 +180,14 @@ class ServeClient:
                     yield json.loads("\n".join(data))
                     data = []
 
-    def until(self, session_id: str, stop: Callable[[dict[str, Any]], bool], *, after: int | None = None,
-              on_event: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    def until(
+        self,
+        session_id: str,
+        stop: Callable[[dict[str, Any]], bool],
+        *,
+        after: int | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> list[dict[str, Any]]:
         """Follow the events until `stop(event)` is true; every event seen, that one last."""
         seen: list[dict[str, Any]] = []
         for event in self.events(session_id, after=after):
@@ -177,8 +198,9 @@ class ServeClient:
                 break
         return seen
 
-    def run(self, session_id: str, text: str, *, decide: Callable[[dict[str, Any]], Decision] | None = None
-            ) -> list[dict[str, Any]]:
+    def run(
+        self, session_id: str, text: str, *, decide: Callable[[dict[str, Any]], Decision] | None = None
+    ) -> list[dict[str, Any]]:
         """Send `text` and follow the session until its turn ends (TurnFinished), answering each permission
         request with `decide(request)` (default: deny); the events of the turn."""
         after = self.state(session_id)["seq"]

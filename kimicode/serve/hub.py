@@ -116,9 +116,16 @@ class Hub:
                         continue
                 if got is None:
                     if sub.overflowed:
-                        yield (sub.last, dumps({"type": "Overflow", "after": sub.last,
-                                                "text": "this stream fell behind and was closed; reconnect "
-                                                        f"with after={sub.last}"}))
+                        yield (
+                            sub.last,
+                            dumps(
+                                {
+                                    "type": "Overflow",
+                                    "after": sub.last,
+                                    "text": f"this stream fell behind and was closed; reconnect with after={sub.last}",
+                                }
+                            ),
+                        )
                     return
                 if got[0] <= sub.last:  # already sent from the backlog
                     continue

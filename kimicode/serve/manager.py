@@ -84,8 +84,7 @@ class Sessions:
     def get(self, session_id: str) -> ServeSession:
         session = self.live.get(check_session_id(session_id))
         if session is None:
-            raise RequestProblem(f"no live session {session_id}; resume it with POST /sessions "
-                                 '{"resume": ID}', 404)
+            raise RequestProblem(f'no live session {session_id}; resume it with POST /sessions {{"resume": ID}}', 404)
         return session
 
     def workspace(self, given: Any) -> Path:
@@ -114,8 +113,11 @@ class Sessions:
         if mode not in MODES:
             raise RequestProblem(f"permission_mode must be one of {', '.join(MODES)} (got {str(mode)[:40]!r})")
         if wider(mode, self.config.max_mode):
-            raise RequestProblem(f"permission_mode {mode} is wider than this server allows "
-                                 f"(--max-permission-mode {self.config.max_mode})", 403)
+            raise RequestProblem(
+                f"permission_mode {mode} is wider than this server allows "
+                f"(--max-permission-mode {self.config.max_mode})",
+                403,
+            )
         return str(mode)
 
     def _options(self, workspace: Path, **overrides: Any) -> AgentOptions:
@@ -149,8 +151,9 @@ class Sessions:
         agent = Agent(self._options(where, permission_mode=mode, model=model), approve=approver)
         return self._add(agent, approver, hub)
 
-    def resume(self, session_id: Any, permission_mode: Any = None, model: Any = None,
-               fork: bool = False) -> ServeSession:
+    def resume(
+        self, session_id: Any, permission_mode: Any = None, model: Any = None, fork: bool = False
+    ) -> ServeSession:
         """A saved session continued (or forked) in this server, as `kimicode -r ID` (POST /sessions with
         `resume`). Its workspace is the one recorded, which a user named when the session began."""
         from kimicode import Agent

@@ -27,23 +27,40 @@ def schema_ref(model: type[BaseModel], components: dict[str, Any]) -> dict[str, 
 def operation(spec: Spec, components: dict[str, Any]) -> dict[str, Any]:
     doc = (spec.handler.__doc__ or "").strip()
     summary, _, description = doc.partition("\n")
-    op: dict[str, Any] = {"operationId": spec.handler.__name__, "summary": summary or spec.path,
-                          "security": [{"bearer": []}]}
+    op: dict[str, Any] = {
+        "operationId": spec.handler.__name__,
+        "summary": summary or spec.path,
+        "security": [{"bearer": []}],
+    }
     if description.strip():
         op["description"] = description.strip()
-    params = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-              for name in re.findall(r"{(\w+)}", spec.path)]
-    params += [{"name": name, "in": "query", "required": False, "schema": {"type": kind}, "description": text}
-               for name, kind, text in spec.query]
+    params = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in re.findall(r"{(\w+)}", spec.path)
+    ]
+    params += [
+        {"name": name, "in": "query", "required": False, "schema": {"type": kind}, "description": text}
+        for name, kind, text in spec.query
+    ]
     if params:
         op["parameters"] = params
     if spec.body is not None:
-        op["requestBody"] = {"required": True,
-                             "content": {"application/json": {"schema": schema_ref(spec.body, components)}}}
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": schema_ref(spec.body, components)}},
+        }
     ok: dict[str, Any] = {"description": "success"}
     if spec.media == "text/event-stream":
-        ok["content"] = {"text/event-stream": {"schema": {"type": "string", "description":
-                         "server-sent events; each `data` is a JSON object with a `type` named as in kimicode.events"}}}
+        ok["content"] = {
+            "text/event-stream": {
+                "schema": {
+                    "type": "string",
+                    "description": (
+                        "server-sent events; each `data` is a JSON object with a `type` named as in kimicode.events"
+                    ),
+                }
+            }
+        }
     elif spec.status != 204:
         schema = schema_ref(spec.answer, components) if spec.answer is not None else {"type": "object"}
         ok["content"] = {"application/json": {"schema": schema}}
@@ -60,12 +77,14 @@ def document(version: str) -> dict[str, Any]:
         paths.setdefault(spec.path, {})[spec.method.lower()] = operation(spec, components)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "kimicode serve", "version": version,
-                 "description": "kimicode's agent over HTTP: sessions, their events as server-sent events, "
-                                "approvals, interrupts, resume, fork, undo, branches. See docs/serve.md."},
+        "info": {
+            "title": "kimicode serve",
+            "version": version,
+            "description": "kimicode's agent over HTTP: sessions, their events as server-sent events, "
+            "approvals, interrupts, resume, fork, undo, branches. See docs/serve.md.",
+        },
         "servers": [{"url": "/"}],
         "paths": paths,
-        "components": {"schemas": components,
-                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {"schemas": components, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
         "security": [{"bearer": []}],
     }

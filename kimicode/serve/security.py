@@ -52,8 +52,9 @@ def allowed_hosts(host: str, port: int) -> frozenset[str]:
 class Gate:
     """The middleware: Host, Origin, token, body size; then the app."""
 
-    def __init__(self, app: ASGIApp, token: str, hosts: frozenset[str] | Callable[[], frozenset[str]],
-                 max_body: int = MAX_BODY) -> None:
+    def __init__(
+        self, app: ASGIApp, token: str, hosts: frozenset[str] | Callable[[], frozenset[str]], max_body: int = MAX_BODY
+    ) -> None:
         self.app = app
         self.token = token.encode()
         self.hosts = hosts
@@ -146,8 +147,11 @@ async def refuse(send: Send, status: int, message: str) -> None:
     from kimicode.serve.wire import dumps
 
     body = dumps({"error": message, "status": status}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"cache-control", b"no-store")]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store"),
+    ]
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="kimicode"'))
     await send({"type": "http.response.start", "status": status, "headers": headers})

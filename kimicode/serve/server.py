@@ -65,8 +65,16 @@ def write_state(home: Path, url: str, token: str) -> Path:
     return path
 
 
-def run(config: ServeConfig, *, host: str = "127.0.0.1", port: int = 0, allow_remote: bool = False,
-        allowed_host: tuple[str, ...] = (), max_body: int = MAX_BODY, out: Any = None) -> int:
+def run(
+    config: ServeConfig,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    allow_remote: bool = False,
+    allowed_host: tuple[str, ...] = (),
+    max_body: int = MAX_BODY,
+    out: Any = None,
+) -> int:
     """Serve until interrupted; returns the exit code."""
     if not is_loopback(host) and not allow_remote:
         raise ServeError(f"--host {host} is reachable from other machines: add --allow-remote to mean it")
@@ -103,9 +111,20 @@ def uvicorn_config(app: Any) -> uvicorn.Config:
     """uvicorn's settings: no access log, no Server header, idle connections closed after 5 s, header blocks
     bounded (64 KiB: h11, whose bound this is, rather than httptools), at most 4096 connections and tasks
     (past that: 503), 3 s for a graceful shutdown."""
-    return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", server_header=False,
-                          date_header=False, timeout_keep_alive=5, timeout_graceful_shutdown=3,
-                          limit_concurrency=4096, http="h11", h11_max_incomplete_event_size=64 * 1024, ws="none")
+    return uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        server_header=False,
+        date_header=False,
+        timeout_keep_alive=5,
+        timeout_graceful_shutdown=3,
+        limit_concurrency=4096,
+        http="h11",
+        h11_max_incomplete_event_size=64 * 1024,
+        ws="none",
+    )
 
 
 def default_home() -> Path:

@@ -178,8 +178,9 @@ class ServeSession:
         self.hub.publish({"type": "TurnCost", **turn_dict(record), "total_cost": self.total_cost()})
 
     async def _explore(self, prompt: str, args: dict[str, Any]) -> dict[str, Any]:
-        self.hub.publish({"type": "ExplorationStarted", "prompt": prompt, "n": args.get("n", 2),
-                          "verify": args.get("verify")})
+        self.hub.publish(
+            {"type": "ExplorationStarted", "prompt": prompt, "n": args.get("n", 2), "verify": args.get("verify")}
+        )
         exploration = await self.agent.explore(prompt, **args)
         summary = exploration.to_dict()
         for branch, data in zip(exploration.branches, summary["branches"], strict=False):
@@ -190,8 +191,12 @@ class ServeSession:
         return summary
 
     async def _undo(self, args: dict[str, Any]) -> dict[str, Any]:
-        result = await self.agent.rewind(args.get("turn"), files=args.get("files", True),
-                                         conversation=args.get("conversation", True), force=args.get("force", False))
+        result = await self.agent.rewind(
+            args.get("turn"),
+            files=args.get("files", True),
+            conversation=args.get("conversation", True),
+            force=args.get("force", False),
+        )
         data: dict[str, Any] = plain(result)
         data.pop("type", None)
         self.hub.publish({"type": "Rewound", **data})
@@ -205,9 +210,16 @@ class ServeSession:
     def summary(self) -> dict[str, Any]:
         """The line of `GET /sessions`."""
         agent = self.agent
-        return {"id": self.id, "workspace": str(agent.workspace), "model": agent.endpoint.model,
-                "permission_mode": agent.permission_mode, "status": self.status, "turns": len(self.turns),
-                "queued": len(self.inbox), "title": self.turns[0].prompt[:80] if self.turns else ""}
+        return {
+            "id": self.id,
+            "workspace": str(agent.workspace),
+            "model": agent.endpoint.model,
+            "permission_mode": agent.permission_mode,
+            "status": self.status,
+            "turns": len(self.turns),
+            "queued": len(self.inbox),
+            "title": self.turns[0].prompt[:80] if self.turns else "",
+        }
 
     def state(self) -> dict[str, Any]:
         """`GET /sessions/{id}`: status, history, usage, cost, context, turns, queue, open questions."""
@@ -252,5 +264,13 @@ class ServeSession:
 
 
 def turn_dict(t: TurnRecord) -> dict[str, Any]:
-    return {"turn": t.n, "prompt": t.prompt, "status": t.status, "usage": t.usage, "cost": t.cost,
-            "context": t.context, "duration_ms": t.duration_ms, "compacted": t.compacted}
+    return {
+        "turn": t.n,
+        "prompt": t.prompt,
+        "status": t.status,
+        "usage": t.usage,
+        "cost": t.cost,
+        "context": t.context,
+        "duration_ms": t.duration_ms,
+        "compacted": t.compacted,
+    }

@@ -17,8 +17,17 @@ from collections.abc import Mapping
 from typing import Any
 
 SERVER_EVENTS = (
-    "PermissionRequested", "PermissionResolved", "Queued", "Steered", "TurnCost", "ExplorationStarted",
-    "ExplorationFinished", "Rewound", "Overflow", "SessionClosed", "StatusChanged",
+    "PermissionRequested",
+    "PermissionResolved",
+    "Queued",
+    "Steered",
+    "TurnCost",
+    "ExplorationStarted",
+    "ExplorationFinished",
+    "Rewound",
+    "Overflow",
+    "SessionClosed",
+    "StatusChanged",
 )
 """The event types the server itself emits (the others are `kimicode.events` classes)."""
 

@@ -106,7 +106,8 @@ class SessionLock:
             raise SessionBusyError(
                 f"session {session_id} is in use by {who}: two writers would mix their conversations. "
                 f"Wait for it to finish, or continue a copy with --fork (Agent.resume(..., fork=True))",
-                session_id=session_id, holder=holder,
+                session_id=session_id,
+                holder=holder,
             ) from None
         except OSError:
             os.close(fd)
@@ -117,7 +118,8 @@ class SessionLock:
             raise SessionBusyError(
                 f"session {session_id} is in use by process {holder}: two writers would mix their conversations. "
                 f"Wait for it to finish, or continue a copy with --fork (Agent.resume(..., fork=True))",
-                session_id=session_id, holder=holder,  # the CLI names `kimicode serve` when it is the holder
+                session_id=session_id,
+                holder=holder,  # the CLI names `kimicode serve` when it is the holder
             )
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)

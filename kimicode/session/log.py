@@ -168,9 +168,11 @@ class SessionLog:
         left, self._left = self._left, None
         with contextlib.suppress(OSError):
             if left is not None and self.path.stat().st_size != left:
-                self.failed = (f"session {self.session_id} was continued by another process since this agent's last "
-                               "turn: two writers would mix their conversations. Resume it again to continue from "
-                               "what it wrote, or fork it")
+                self.failed = (
+                    f"session {self.session_id} was continued by another process since this agent's last "
+                    "turn: two writers would mix their conversations. Resume it again to continue from "
+                    "what it wrote, or fork it"
+                )
                 raise SessionWriteError(self.failed)
 
     def append(self, record: dict[str, Any]) -> None:
@@ -190,10 +192,10 @@ class SessionLog:
                 raise  # a busy session (session/lock.py) is said as it is
             self.failed = (
                 f"the session store could not keep a record of session {self.session_id}: {exc}"
-                if self.store is not None else
-                f"cannot write the session log {self.path}: {out_of_descriptors(exc)}"
-                if out_of_descriptors(exc) is not None else
-                f"cannot write the session log {self.path}: {getattr(exc, 'strerror', None) or exc}. "
+                if self.store is not None
+                else f"cannot write the session log {self.path}: {out_of_descriptors(exc)}"
+                if out_of_descriptors(exc) is not None
+                else f"cannot write the session log {self.path}: {getattr(exc, 'strerror', None) or exc}. "
                 "Check that KIMICODE_HOME is writable and its disk is not full (KIMICODE_HOME=... picks another)"
             )
             raise SessionWriteError(self.failed) from None
@@ -260,9 +262,11 @@ class SessionLog:
         except Exception as exc:  # a caller's store may fail with anything
             if isinstance(exc, SessionError) or (self.store is None and not isinstance(exc, OSError)):
                 raise
-            self.failed = (f"the session store could not keep a record of session {self.session_id}: {exc}"
-                           if self.store is not None else
-                           f"cannot write the session log {self.path}: {getattr(exc, 'strerror', None) or exc}")
+            self.failed = (
+                f"the session store could not keep a record of session {self.session_id}: {exc}"
+                if self.store is not None
+                else f"cannot write the session log {self.path}: {getattr(exc, 'strerror', None) or exc}"
+            )
             raise SessionWriteError(self.failed) from None
 
     def message(self, message: dict[str, Any], model: str | None = None) -> None:
@@ -431,8 +435,9 @@ def stored_records(store: SessionStore, session_id: str) -> Any:
     try:
         return call(store, lambda: store.load(session_id))  # on the store's loop thread (storethread.py)
     except Exception as exc:
-        raise SessionError(f"the session store {type(store).__name__} could not read session {session_id}: "
-                           f"{type(exc).__name__}: {exc}") from exc
+        raise SessionError(
+            f"the session store {type(store).__name__} could not read session {session_id}: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def iter_records(path: Path) -> Iterator[dict[str, Any]]:

@@ -60,5 +60,7 @@ def call(store: Any, fn: Callable[[], T]) -> T:
         return done.result(timeout=WAIT)
     except concurrent.futures.TimeoutError:
         done.cancel()
-        raise SessionError(f"the session store {type(store).__name__} is called on its event loop's thread, "
-                           f"which did not run the call within {WAIT:g} s (is the loop blocked?)") from None
+        raise SessionError(
+            f"the session store {type(store).__name__} is called on its event loop's thread, "
+            f"which did not run the call within {WAIT:g} s (is the loop blocked?)"
+        ) from None

@@ -49,8 +49,16 @@ def _models(dialect: Dialect, model: str, window: int) -> dict[str, Any] | None:
     return None
 
 
-def discovery_body(dialect: Dialect, command: str, route: str, model: str, window: int | None,
-                   slots: int = 1, tools_rendered: bool = True, build: str = "b0-unknown") -> bytes | None:
+def discovery_body(
+    dialect: Dialect,
+    command: str,
+    route: str,
+    model: str,
+    window: int | None,
+    slots: int = 1,
+    tools_rendered: bool = True,
+    build: str = "b0-unknown",
+) -> bytes | None:
     """The JSON body for a discovery request, or None when this dialect has no such route.
 
     `window` is the server's whole context: llama.cpp serves each of its `slots` a share of it and says so."""

@@ -189,8 +189,16 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             whole = fake.context_window  # a unified KV cache gives each slot all of it: /props says so
             whole = whole * fake.slots if whole is not None and fake.kv.size is not None else whole
-            found = discovery_body(fake.dialect, self.command, route, fake.served_model, whole,
-                                   fake.slots, fake.tools_counted, f"b{fake.restarts}-fake")
+            found = discovery_body(
+                fake.dialect,
+                self.command,
+                route,
+                fake.served_model,
+                whole,
+                fake.slots,
+                fake.tools_counted,
+                f"b{fake.restarts}-fake",
+            )
             if found is not None:
                 self._send_bytes(200, found)
                 return
@@ -205,8 +213,14 @@ class _Handler(BaseHTTPRequestHandler):
                 body: Any = json.loads(raw)
             except ValueError:
                 body = None
-            request = RecordedRequest(method=self.command, path=self.path, headers=headers, raw=raw, body=body,
-                                      tools_counted=fake.tools_counted)
+            request = RecordedRequest(
+                method=self.command,
+                path=self.path,
+                headers=headers,
+                raw=raw,
+                body=body,
+                tools_counted=fake.tools_counted,
+            )
             fake._record(request)
             refusal = fake._over_window(request)
             if refusal is not None:

@@ -25,19 +25,26 @@ NAME = "$web_search"
 def declared(request: RecordedRequest) -> bool:
     """Whether the request offers the built-in `$web_search` to the model."""
     tools = request.body.get("tools") if isinstance(request.body, dict) else None
-    return any(isinstance(t, dict) and t.get("type") == "builtin_function"
-               and (t.get("function") or {}).get("name") == NAME for t in tools or ())
+    return any(
+        isinstance(t, dict) and t.get("type") == "builtin_function" and (t.get("function") or {}).get("name") == NAME
+        for t in tools or ()
+    )
 
 
-def web_search_flow(answer: str, *, search_id: str = "search-0001", tokens: int = 1200,
-                    call_id: str = "web_search:0") -> list[ScriptItem]:
+def web_search_flow(
+    answer: str, *, search_id: str = "search-0001", tokens: int = 1200, call_id: str = "web_search:0"
+) -> list[ScriptItem]:
     """Two script items: the model's `$web_search` call, then (when the client echoed it back) `answer`."""
     arguments = {"search_result": {"search_id": search_id}, "usage": {"total_tokens": tokens}}
 
     def call(request: RecordedRequest) -> Reply | ErrorReply:
         if not declared(request):
-            return ErrorReply(400, "fake server: the model can call $web_search only when the request declares it "
-                                   "as a builtin_function tool", "invalid_request_error")
+            return ErrorReply(
+                400,
+                "fake server: the model can call $web_search only when the request declares it "
+                "as a builtin_function tool",
+                "invalid_request_error",
+            )
         return Reply(tool_calls=[ToolCall(NAME, arguments, id=call_id, type="builtin_function")])
 
     def answered(request: RecordedRequest) -> Reply | ErrorReply:
@@ -48,9 +55,14 @@ def web_search_flow(answer: str, *, search_id: str = "search-0001", tokens: int 
         except (TypeError, ValueError):
             echoed = None
         if echoed != arguments or (echo or {}).get("name") != NAME:
-            return ErrorReply(400, "fake server: the tool message for $web_search must carry name \"$web_search\" "
-                                   "and its arguments unchanged", "invalid_request_error")
-        return Reply(content=answer, usage={"prompt_tokens": tokens + 100, "completion_tokens": 20,
-                                            "total_tokens": tokens + 120})
+            return ErrorReply(
+                400,
+                'fake server: the tool message for $web_search must carry name "$web_search" '
+                "and its arguments unchanged",
+                "invalid_request_error",
+            )
+        return Reply(
+            content=answer, usage={"prompt_tokens": tokens + 100, "completion_tokens": 20, "total_tokens": tokens + 120}
+        )
 
     return [call, answered]

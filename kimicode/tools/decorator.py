@@ -254,9 +254,7 @@ def tool(
     `timeout` (seconds) stops a call that runs longer; `repeatable=True` exempts the tool from the
     agent's `repeat_limit` (a tool meant to be polled).
     """
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
-    ):
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
         raise ValueError(f"@tool: timeout must be a positive number of seconds (got {timeout!r})")
     if kind not in typing.get_args(ToolKind):
         raise ValueError(f"@tool: kind must be one of {', '.join(typing.get_args(ToolKind))} (got {kind!r})")
@@ -265,8 +263,10 @@ def tool(
         import pydantic
 
         if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
-            raise TypeError(f"@tool {getattr(func, '__name__', func)!r}: a generator function cannot be a tool; "
-                            "return the whole result instead")
+            raise TypeError(
+                f"@tool {getattr(func, '__name__', func)!r}: a generator function cannot be a tool; "
+                "return the whole result instead"
+            )
         tool_name = name or getattr(func, "__name__", None)
         if not isinstance(tool_name, str):
             raise TypeError(f"@tool: {func!r} has no __name__: give the tool one with @tool(name=...)")

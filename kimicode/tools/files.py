@@ -383,6 +383,8 @@ def preview_edit(args: dict[str, Any], ctx: ToolContext) -> str:
         raise ToolError("old_string and new_string are identical; nothing would change")
     plan = _plan_edit(ctx, path, shown, old, new, bool(args.get("replace_all", False)))
     return unified_diff(plan.before, plan.after, shown, created=plan.create and plan.st is None)[0]
+
+
 # --------------------------------------------------------------------------------------------------
 # tool definitions
 

@@ -93,7 +93,7 @@ def rlimit_prefix(limits: Limits) -> list[str]:
         steps += [f"ulimit -S -t {max(1, cpu - 1)}", f"ulimit -H -t {cpu}"]
     if not steps:
         return []
-    script = f"{' && '.join(steps)} || exit 125; exec \"$@\""
+    script = f'{" && ".join(steps)} || exit 125; exec "$@"'
     return ["/bin/bash", "-c", script, "kimicode-limits"]
 
 
@@ -207,7 +207,7 @@ def _write_limit(path: Path, controller: str, version: int, limits: Limits) -> N
 def _enter_prefix(procs_files: Sequence[str]) -> list[str]:
     """sh moves itself into each cgroup (so everything it starts is counted) and execs the command."""
     moves = " && ".join(f'echo $$ > "${i + 1}"' for i in range(len(procs_files)))
-    script = f"{moves} || exit 125; shift {len(procs_files)}; exec \"$@\""
+    script = f'{moves} || exit 125; shift {len(procs_files)}; exec "$@"'
     return ["/bin/sh", "-c", script, "kimicode-cgroup", *procs_files]
 
 

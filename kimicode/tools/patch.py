@@ -108,8 +108,9 @@ def parse_patch(text: str) -> list[FileOp]:
             ops.append(op)
         elif op is None:
             if raw.strip():
-                raise PatchError(f"patch line {n}: expected `{ADD}`, `{UPDATE}` or `{DELETE}` followed by a path, "
-                                 f"got {raw[:80]!r}")
+                raise PatchError(
+                    f"patch line {n}: expected `{ADD}`, `{UPDATE}` or `{DELETE}` followed by a path, got {raw[:80]!r}"
+                )
         elif raw.startswith(MOVE):
             _move_to(op, raw, n)
         else:
@@ -312,7 +313,9 @@ def _apply_hunks(doc: _Doc, hunks: list[Hunk], shown: str) -> None:
         if found is None:
             raise PatchError(
                 f"{shown}: the hunk at patch line {h.line} does not match the file; these lines were not found "
-                f"in order{_where(doc, old, cursor)}:\n" + "\n".join(old[:8]) + ("\n…" if len(old) > 8 else "")
+                f"in order{_where(doc, old, cursor)}:\n"
+                + "\n".join(old[:8])
+                + ("\n…" if len(old) > 8 else "")
                 + "\nRead the file again and copy the context and removed lines exactly."
             )
         edits.append((found, len(old), lines))

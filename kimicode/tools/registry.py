@@ -46,8 +46,9 @@ class ToolRegistry:
 
     def replace(self, old: str, new: Tool) -> None:
         """Put `new` where the tool `old` is, keeping the order (it is part of the cached prompt prefix)."""
-        self._tools = {(new.name if name == old else name): (new if name == old else t)
-                       for name, t in self._tools.items()}
+        self._tools = {
+            (new.name if name == old else name): (new if name == old else t) for name, t in self._tools.items()
+        }
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -101,9 +102,7 @@ def parse_arguments(raw: str) -> dict[str, Any]:
     brackets = raw.count("[") + raw.count("{")
     depth = _nesting(raw) if brackets > MAX_ARGUMENT_DEPTH else 0
     if depth > MAX_ARGUMENT_DEPTH:  # checked before parsing: json.loads itself would hit RecursionError
-        raise ValueError(
-            f"arguments are nested {depth} levels deep; at most {MAX_ARGUMENT_DEPTH} are accepted"
-        )
+        raise ValueError(f"arguments are nested {depth} levels deep; at most {MAX_ARGUMENT_DEPTH} are accepted")
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:

@@ -45,8 +45,17 @@ from kimicode.tools.sandbox_toolchains import home_toolchain_mounts, secret_mask
 if TYPE_CHECKING:
     from kimicode.config.settings import Settings
 
-__all__ = ["PROFILES", "SANDBOX_MODES", "Profile", "Sandbox", "SandboxStatus", "find_bwrap", "probe", "setup_sandbox",
-           "shared_cgroups"]
+__all__ = [
+    "PROFILES",
+    "SANDBOX_MODES",
+    "Profile",
+    "Sandbox",
+    "SandboxStatus",
+    "find_bwrap",
+    "probe",
+    "setup_sandbox",
+    "shared_cgroups",
+]
 
 SandboxMode = Literal["off", "auto", "workspace-write"]
 SANDBOX_MODES: Final[tuple[SandboxMode, ...]] = ("off", "auto", "workspace-write")
@@ -100,9 +109,7 @@ def probe() -> SandboxStatus:
             else:
                 why = done.stderr.decode("utf-8", "replace").strip().splitlines()
                 detail = why[-1] if why else f"exit code {done.returncode}"
-                status = SandboxStatus(
-                    False, f"{bwrap} cannot create its namespaces here ({detail})", bwrap
-                )
+                status = SandboxStatus(False, f"{bwrap} cannot create its namespaces here ({detail})", bwrap)
     _PROBES[bwrap] = status
     return status
 
@@ -110,14 +117,17 @@ def probe() -> SandboxStatus:
 def _base_args(*, network: bool) -> list[str]:
     args = [
         "--unshare-user-try",  # root outside is an unprivileged user inside: no remounting, no DAC override
-        "--cap-drop", "ALL",
+        "--cap-drop",
+        "ALL",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-cgroup-try",
         "--die-with-parent",
         "--new-session",  # no TIOCSTI into the terminal
-        "--setenv", "TMPDIR", "/tmp",
+        "--setenv",
+        "TMPDIR",
+        "/tmp",
     ]
     if not network:
         args.append("--unshare-net")
@@ -161,8 +171,13 @@ class Sandbox:
         spill = os.path.realpath(self.session_dir) if self.session_dir is not None else None
         kc_home = os.path.realpath(self.kimicode_home) if self.kimicode_home is not None else None
         args += file_system_args(
-            ws, writable=profile == "workspace-write", home=home, tmp_bytes=tmp_bytes,
-            extra=[*(os.path.realpath(p) for p in self.visible), *_own_programs()], spill=spill, kimicode_home=kc_home,
+            ws,
+            writable=profile == "workspace-write",
+            home=home,
+            tmp_bytes=tmp_bytes,
+            extra=[*(os.path.realpath(p) for p in self.visible), *_own_programs()],
+            spill=spill,
+            kimicode_home=kc_home,
         )
         args += _toolchain_view(ws, home, kc_home)
         if self.network:
@@ -278,8 +293,14 @@ def setup_sandbox(
         )
     table = settings.config.sandbox.model_dump() if settings is not None else {}
     return Sandbox(
-        workspace, status.bwrap, network, kimicode_home, auto=mode == "auto", session_dir=session_dir,
-        limits=limits_from_settings(table), cgroups=shared_cgroups(),
+        workspace,
+        status.bwrap,
+        network,
+        kimicode_home,
+        auto=mode == "auto",
+        session_dir=session_dir,
+        limits=limits_from_settings(table),
+        cgroups=shared_cgroups(),
     ), None
 
 

@@ -33,7 +33,8 @@ _NET: Final = re.compile(
 _QUOTED: Final = re.compile(r"""['"‘`]([^'"’`\n]+)['"’`]""")
 _BARE: Final = re.compile(
     r"""(?:^|\s)(/?[^\s:'"]+):\s*"""
-    r"""(?:Read-only file system|Device or resource busy|No such file|Permission denied|not found)""")
+    r"""(?:Read-only file system|Device or resource busy|No such file|Permission denied|not found)"""
+)
 _ABSOLUTE: Final = re.compile(r"(?<![\w.~-])(/[^\s:'\"`’,;()]+)")
 
 
@@ -60,29 +61,36 @@ def _resolve(text: str, workspace: str) -> str:
 def _why_read_only(path: str, workspace: str, profile: str) -> str:
     """Why `path` could not be written in the sandbox."""
     if contains(workspace, path) and profile == "read-only":
-        return ("this command was admitted without asking as read-only, so it ran where nothing can be "
-                "written, not even the workspace; if it has to write, it needs an allow rule or the user's approval")
+        return (
+            "this command was admitted without asking as read-only, so it ran where nothing can be "
+            "written, not even the workspace; if it has to write, it needs an allow rule or the user's approval"
+        )
     if "/.git/" in path + "/":
         rest = (path + "/").split("/.git/", 1)[1].split("/", 1)[0]
         if rest in GIT_PROTECTED:
-            return (f".git/{rest} stays read-only in the sandbox (git's configuration and hooks run code "
-                    "outside it); the user can run this command, or approve it at a prompt")
+            return (
+                f".git/{rest} stays read-only in the sandbox (git's configuration and hooks run code "
+                "outside it); the user can run this command, or approve it at a prompt"
+            )
         return ".git stays read-only in the sandbox here (it has no config file, or shares its configuration)"
     if "/.kimicode" in path:
         return "kimicode's configuration (.kimicode) stays read-only in the sandbox"
     later = runs_later_reason(Path(path), workspace=Path(workspace), user_home=Path(workspace), kimicode_home=None)
     if later is not None:  # the workspace's own places (its home's too, when it holds the home directory)
-        return (f"{later}; it stays read-only in the sandbox, whether or not it exists; the user can write it, "
-                "or approve the command at a prompt")
+        return (
+            f"{later}; it stays read-only in the sandbox, whether or not it exists; the user can write it, "
+            "or approve the command at a prompt"
+        )
     if not contains(workspace, path):
         return "only the workspace is writable in the sandbox"
     return "the sandbox keeps this path read-only"
 
 
-_LIMIT_SIGNALS: Final = {137: "SIGKILL", -9: "SIGKILL", 152: "SIGXCPU", -24: "SIGXCPU", 153: "SIGXFSZ",
-                          -25: "SIGXFSZ"}
-_LIMIT_TEXT: Final = re.compile(r"fork: (?:retry: )?Resource temporarily unavailable|File too large|"
-                                r"No space left on device|Cannot allocate memory|MemoryError")
+_LIMIT_SIGNALS: Final = {137: "SIGKILL", -9: "SIGKILL", 152: "SIGXCPU", -24: "SIGXCPU", 153: "SIGXFSZ", -25: "SIGXFSZ"}
+_LIMIT_TEXT: Final = re.compile(
+    r"fork: (?:retry: )?Resource temporarily unavailable|File too large|"
+    r"No space left on device|Cannot allocate memory|MemoryError"
+)
 
 
 def explain_blocked(
@@ -129,14 +137,18 @@ def _hidden_path(output: str, ws: str, sandbox: Sandbox) -> str | None:
             if not os.path.lexists(path):
                 continue
             if contains(home, path):
-                return (f"{path} is not visible in the sandbox: of the home directory only toolchains and "
-                        "git's configuration are (docs/permissions.md, \"What is visible\"); "
-                        f"{_setting_for(path, home)}")
+                return (
+                    f"{path} is not visible in the sandbox: of the home directory only toolchains and "
+                    'git\'s configuration are (docs/permissions.md, "What is visible"); '
+                    f"{_setting_for(path, home)}"
+                )
             if contains("/tmp", path):
                 return f"{path} is not visible in the sandbox: its /tmp is private (empty at start)"
-            return (f"{path} is not visible in the sandbox: outside the workspace only system directories, "
-                    "toolchains and git's configuration are (docs/permissions.md, \"What is visible\"); "
-                    f"{_setting_for(path, home)}")
+            return (
+                f"{path} is not visible in the sandbox: outside the workspace only system directories, "
+                'toolchains and git\'s configuration are (docs/permissions.md, "What is visible"); '
+                f"{_setting_for(path, home)}"
+            )
     return None
 
 
@@ -161,7 +173,8 @@ def _hidden_interpreter(path: str, sandbox: Sandbox) -> str | None:
 
 
 _NOT_FOUND: Final = re.compile(
-    r"(?:^|\n)(?:[^\n:]*: )?(?:(?:line )?\d+: )?(?P<name>[^\s:/'\"]+): (?:command )?not found")
+    r"(?:^|\n)(?:[^\n:]*: )?(?:(?:line )?\d+: )?(?P<name>[^\s:/'\"]+): (?:command )?not found"
+)
 
 
 def _hidden_command(output: str, returncode: int | None, sandbox: Sandbox) -> str | None:
@@ -180,8 +193,10 @@ def _hidden_command(output: str, returncode: int | None, sandbox: Sandbox) -> st
         hidden = next((p for p in (os.path.abspath(found), real) if not _visible(p, sandbox)), None)
         if hidden is not None:
             home = os.path.realpath(sandbox.user_home)
-            return (f"`{name}` is {found} on the host, but {hidden} is not visible in the sandbox "
-                    f"(docs/permissions.md, \"What is visible\"); {_setting_for(hidden, home)}")
+            return (
+                f"`{name}` is {found} on the host, but {hidden} is not visible in the sandbox "
+                f'(docs/permissions.md, "What is visible"); {_setting_for(hidden, home)}'
+            )
     return None
 
 
@@ -190,13 +205,17 @@ def _setting_for(path: str, home: str) -> str:
     virtualenv's top for its programs), or activating the environment / putting it on PATH."""
     place = os.path.dirname(path) if not os.path.isdir(path) else path
     if contains(place, home):
-        return ("the home directory itself is never shown: the user can move the program to a directory such as "
-                "~/.local/bin (shown when it exists) or another directory on PATH")
+        return (
+            "the home directory itself is never shown: the user can move the program to a directory such as "
+            "~/.local/bin (shown when it exists) or another directory on PATH"
+        )
     if os.path.basename(place) in ("bin", "Scripts"):  # a virtualenv's or an installation's programs
         place = os.path.dirname(place)
-    return (f"the user can show it with the allow rule read({place}/**) (--allow, or [permissions] allow in "
-            "config.toml); activating its environment or putting its bin directory on PATH before starting "
-            "kimicode shows it too")
+    return (
+        f"the user can show it with the allow rule read({place}/**) (--allow, or [permissions] allow in "
+        "config.toml); activating its environment or putting its bin directory on PATH before starting "
+        "kimicode shows it too"
+    )
 
 
 def _limit_note(output: str, returncode: int | None, sandbox: Sandbox) -> Blocked | None:
@@ -206,12 +225,14 @@ def _limit_note(output: str, returncode: int | None, sandbox: Sandbox) -> Blocke
     if signal is None and text is None:
         return None
     lim = sandbox.limits
-    what = f"killed by {signal}" if signal is not None else f"failed with \"{text.group() if text else ''}\""
+    what = f"killed by {signal}" if signal is not None else f'failed with "{text.group() if text else ""}"'
     return Blocked(
-        for_model=(f"[sandbox: the command was {what}, which is what hitting the sandbox's limits looks like "
-                   f"(per command: {lim.processes} processes, {lim.memory_mb} MB memory, {lim.file_size_mb} MB "
-                   f"per file and for /tmp, {lim.cpu_seconds} s CPU); the user can raise them in [sandbox] of "
-                   "config.toml]"),
+        for_model=(
+            f"[sandbox: the command was {what}, which is what hitting the sandbox's limits looks like "
+            f"(per command: {lim.processes} processes, {lim.memory_mb} MB memory, {lim.file_size_mb} MB "
+            f"per file and for /tmp, {lim.cpu_seconds} s CPU); the user can raise them in [sandbox] of "
+            "config.toml]"
+        ),
         notice=f"sandbox limit: the command was {what}",
     )
 

@@ -95,8 +95,7 @@ def _steps(top: str, entry: RunsLater) -> list[tuple[str, bool]]:
     """The paths from `top` down to the entry, each with whether its placeholder is a directory (all but
     the last; the last as the entry says)."""
     parts = entry.name.split("/")
-    return [(os.path.join(top, *parts[: i + 1]), i < len(parts) - 1 or _is_dir_entry(entry))
-            for i in range(len(parts))]
+    return [(os.path.join(top, *parts[: i + 1]), i < len(parts) - 1 or _is_dir_entry(entry)) for i in range(len(parts))]
 
 
 def protect(top: str, entries: Iterable[RunsLater], inside: str) -> list[str] | None:

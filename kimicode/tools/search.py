@@ -268,7 +268,6 @@ def _rg_error(message: str) -> ToolError:
     return ToolError(f"search failed: {text}")
 
 
-
 # --------------------------------------------------------------------------------------------------
 # shared helpers
 

@@ -84,9 +84,7 @@ def _is_secret(name: str) -> bool:
     return upper in SECRET_ENV_NAMES or upper.endswith(SECRET_ENV_SUFFIXES)
 
 
-def scrub_env(
-    env: Mapping[str, str], *, names: Iterable[str] = (), values: Iterable[str] = ()
-) -> dict[str, str]:
+def scrub_env(env: Mapping[str, str], *, names: Iterable[str] = (), values: Iterable[str] = ()) -> dict[str, str]:
     """A copy of `env` without API keys, tokens, secrets and passwords.
 
     `names` adds variables to drop (e.g. the `api_key_env` of each configured provider) and `values`

@@ -58,18 +58,13 @@ class TodoList:
             self.record(self.as_dicts())
 
     @classmethod
-    def from_history(cls, messages: Sequence[Mapping[str, Any]],
-                     records: Iterable[Mapping[str, Any]] = ()) -> TodoList:
+    def from_history(cls, messages: Sequence[Mapping[str, Any]], records: Iterable[Mapping[str, Any]] = ()) -> TodoList:
         """The list as the last successful change left it: from the session log's records if it has one,
         else from the last todo_write call in `messages` whose result was not an error."""
         found = _from_records(records)
         if found is not None:
             return cls(found)
-        results = {
-            str(m.get("tool_call_id")): str(m.get("content") or "")
-            for m in messages
-            if m.get("role") == "tool"
-        }
+        results = {str(m.get("tool_call_id")): str(m.get("content") or "") for m in messages if m.get("role") == "tool"}
         for msg in reversed(messages):
             if msg.get("role") != "assistant":
                 continue

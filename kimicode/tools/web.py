@@ -237,8 +237,15 @@ async def fetch(url: str, max_redirects: int, timeout: float, max_bytes: int = M
                 raise ToolError(f"cannot fetch {current}: {type(exc).__name__}: {exc}") from None
 
 
-async def request_json(method: str, url: str, *, headers: dict[str, str], timeout: float,
-                       body: dict[str, object] | None = None, params: dict[str, str] | None = None) -> object:
+async def request_json(
+    method: str,
+    url: str,
+    *,
+    headers: dict[str, str],
+    timeout: float,
+    body: dict[str, object] | None = None,
+    params: dict[str, str] | None = None,
+) -> object:
     """One JSON request to a search provider (tools/websearch.py): the parsed answer, or ToolError saying
     what went wrong (never the key it was sent with). No redirect is followed: it would carry the key."""
     import httpx2

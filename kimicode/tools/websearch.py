@@ -47,11 +47,17 @@ def moonshot_web_search(price: float = MOONSHOT_PRICE) -> Tool:
         tokens = usage.get("total_tokens") if isinstance(usage, Mapping) else None
         size = f"{tokens:,} tokens of results" if isinstance(tokens, int) else "results"
         summary = f"searched the web on Moonshot's server ({size}; ${price:g} per search)"
-        return ToolResult(content=json.dumps(args, ensure_ascii=False), summary=summary,
-                          display={"web_search_usd": price})
+        return ToolResult(
+            content=json.dumps(args, ensure_ascii=False), summary=summary, display={"web_search_usd": price}
+        )
 
-    return BuiltinFunction(name=BUILTIN_NAME, description="Moonshot's built-in web search.",
-                           parameters={"type": "object"}, fn=run, kind="other")
+    return BuiltinFunction(
+        name=BUILTIN_NAME,
+        description="Moonshot's built-in web search.",
+        parameters={"type": "object"},
+        fn=run,
+        kind="other",
+    )
 
 
 @dataclass(frozen=True)
@@ -73,11 +79,15 @@ class Provider:
             raise ValueError(f"[web_search] provider must be one of {', '.join(PROVIDERS)} (got {name!r})")
         url = table.get("url") or ENDPOINTS.get(name)
         if not isinstance(url, str) or not url:
-            raise ValueError(f"[web_search] provider {name} needs url = \"https://your-searxng.example\"")
+            raise ValueError(f'[web_search] provider {name} needs url = "https://your-searxng.example"')
         key_env = table.get("api_key_env") or DEFAULT_KEY_ENV.get(name)
         count = table.get("max_results", DEFAULT_RESULTS)
-        return cls(name, url.rstrip("/"), key_env if isinstance(key_env, str) else None,
-                   count if isinstance(count, int) and 0 < count <= 20 else DEFAULT_RESULTS)
+        return cls(
+            name,
+            url.rstrip("/"),
+            key_env if isinstance(key_env, str) else None,
+            count if isinstance(count, int) and 0 < count <= 20 else DEFAULT_RESULTS,
+        )
 
     def key(self) -> str | None:
         return os.environ.get(self.key_env) if self.key_env else None
@@ -91,17 +101,28 @@ class Provider:
             raise ToolError(f"no key for the {self.name} search API: set {self.key_env} in the environment")
         if self.name == "searxng":
             headers = {"Authorization": f"Bearer {key}"} if key else {}
-            data = await request_json("GET", f"{self.url}/search", headers=headers, timeout=TIMEOUT,
-                                      params={"q": query, "format": "json"})
+            data = await request_json(
+                "GET", f"{self.url}/search", headers=headers, timeout=TIMEOUT, params={"q": query, "format": "json"}
+            )
             rows = _field(data, "results")
             return [(_s(r, "title"), _s(r, "url"), _s(r, "content")) for r in rows][:count]
         if self.name == "brave":
-            data = await request_json("GET", self.url, headers={"X-Subscription-Token": key or ""}, timeout=TIMEOUT,
-                                      params={"q": query, "count": str(count)})
+            data = await request_json(
+                "GET",
+                self.url,
+                headers={"X-Subscription-Token": key or ""},
+                timeout=TIMEOUT,
+                params={"q": query, "count": str(count)},
+            )
             rows = _field(_field(data, "web"), "results")
             return [(_s(r, "title"), _s(r, "url"), _s(r, "description")) for r in rows][:count]
-        data = await request_json("POST", self.url, headers={"Authorization": f"Bearer {key}"}, timeout=TIMEOUT,
-                                  body={"query": query, "max_results": count})
+        data = await request_json(
+            "POST",
+            self.url,
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=TIMEOUT,
+            body={"query": query, "max_results": count},
+        )
         rows = _field(data, "results")
         return [(_s(r, "title"), _s(r, "url"), _s(r, "content")) for r in rows][:count]
 
@@ -130,21 +151,32 @@ def provider_web_search(provider: Provider) -> Tool:
         found = await provider.search(query, count)
         if not found:
             return ToolResult(content=f"No results for {query!r}.", summary=f"no results ({provider.name})")
-        lines = [f"{n}. {title or '(no title)'}\n   {url}\n   {snippet}".rstrip()
-                 for n, (title, url, snippet) in enumerate(found, 1)]
+        lines = [
+            f"{n}. {title or '(no title)'}\n   {url}\n   {snippet}".rstrip()
+            for n, (title, url, snippet) in enumerate(found, 1)
+        ]
         text = f"Results for {query!r} ({provider.name}):\n\n" + "\n".join(lines)
-        return ToolResult(content=text + "\n\nUse web_fetch on a URL to read the page.",
-                          summary=f"{len(found)} result(s) from {provider.name}")
+        return ToolResult(
+            content=text + "\n\nUse web_fetch on a URL to read the page.",
+            summary=f"{len(found)} result(s) from {provider.name}",
+        )
 
     parameters = {
         "type": "object",
         "properties": {
             "query": {"type": "string", "description": "What to search for."},
-            "max_results": {"type": "integer", "description": f"How many results (1-20, default "
-                                                             f"{provider.max_results})."},
+            "max_results": {
+                "type": "integer",
+                "description": f"How many results (1-20, default {provider.max_results}).",
+            },
         },
         "required": ["query"],
         "additionalProperties": False,
     }
-    return Tool(name="web_search", description="Search the web; returns titles, URLs and snippets (read a page with "
-                "web_fetch).", parameters=parameters, fn=run, kind="other")
+    return Tool(
+        name="web_search",
+        description="Search the web; returns titles, URLs and snippets (read a page with web_fetch).",
+        parameters=parameters,
+        fn=run,
+        kind="other",
+    )

@@ -50,6 +50,7 @@ def described(exc: BaseException) -> str:
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
+
 MAX_THREADS = 64
 """Threads of the caller's code alive at once in this process (running, or abandoned after a timeout)."""
 

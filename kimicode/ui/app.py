@@ -178,8 +178,9 @@ class Session:
         """/clear: a new Agent and session log, keeping the model, effort and permission mode."""
         old = self.agent
         self.agent = Agent(
-            self._options(self.workspace, permission_mode=old.permission_mode, model=old.model_config.name,
-                          thinking=old.thinking),
+            self._options(
+                self.workspace, permission_mode=old.permission_mode, model=old.model_config.name, thinking=old.thinking
+            ),
             approve=self.approver,
         )
         self._replaced()
@@ -195,7 +196,9 @@ class Session:
         """
         old = self.agent
         agent = Agent.resume(
-            session_id, workspace=self.workspace, approve=self.approver,
+            session_id,
+            workspace=self.workspace,
+            approve=self.approver,
             options=lambda where: self._options(where, permission_mode=old.permission_mode),
         )
         self.agent = agent
@@ -366,8 +369,13 @@ class Session:
 
     def notify(self, kind: str, message: str) -> None:
         """A notification (bell or OSC 9, and `[notify] command`): see ui/notify.py."""
-        self.notifier.notify(kind, message, None if self.plain else self.console.file,
-                             session_id=self.agent.session_id, cwd=str(self.workspace))
+        self.notifier.notify(
+            kind,
+            message,
+            None if self.plain else self.console.file,
+            session_id=self.agent.session_id,
+            cwd=str(self.workspace),
+        )
 
     def _suspend_turn(self) -> None:
         self.notify("approval-requested", "kimicode is waiting for your approval")
@@ -464,8 +472,7 @@ class Session:
         """Send `text` (with `@file` attachments) and render the turn until it ends."""
         if echo:
             self.say(echo, "dim")
-        message, attachments = expand_mentions(self.pastes.expand(text), self.workspace, DEFAULT_CAP_CHARS,
-                                               self.index)
+        message, attachments = expand_mentions(self.pastes.expand(text), self.workspace, DEFAULT_CAP_CHARS, self.index)
         message = with_shell_output(self, message)
         agent = self.agent
         for att in attachments:

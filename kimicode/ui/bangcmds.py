@@ -35,7 +35,7 @@ async def expand_bangs(session: SessionHost, name: str, prompt: str) -> str:
     parts: list[str] = []
     last = 0
     for m in matches:
-        parts += [prompt[last:m.start()], await _one(session, name, tool, m.group(1).strip())]
+        parts += [prompt[last : m.start()], await _one(session, name, tool, m.group(1).strip())]
         last = m.end()
     parts.append(prompt[last:])
     return "".join(parts)
@@ -53,14 +53,17 @@ async def _one(session: SessionHost, name: str, tool: Tool | None, command: str)
         return f"[`{command}` not run: {decision.reason}]"
     approved = False
     if decision.verdict == "ask":
-        answer = await approvals.choose(f"/{name} runs `{command}` to build its prompt ({decision.reason}). Run it?",
-                                        [approvals.Option("yes", "y", "Yes"), approvals.Option("no", "n", "No")])
+        answer = await approvals.choose(
+            f"/{name} runs `{command}` to build its prompt ({decision.reason}). Run it?",
+            [approvals.Option("yes", "y", "Yes"), approvals.Option("no", "n", "No")],
+        )
         if answer != "yes":
             session.say(f"/{name}: `{command}` not run", "yellow")
             return f"[`{command}` not run: the user said no]"
         approved = True
-    ctx = dataclasses.replace(agent.ctx, approved=approved, sandbox_profile=decision.profile,
-                              cancelled=threading.Event())
+    ctx = dataclasses.replace(
+        agent.ctx, approved=approved, sandbox_profile=decision.profile, cancelled=threading.Event()
+    )
     try:
         result = await asyncio.wait_for(tool.fn({"command": command}, ctx), TIMEOUT)
     except (ToolError, TimeoutError) as exc:

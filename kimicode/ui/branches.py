@@ -26,8 +26,17 @@ if TYPE_CHECKING:
     from kimicode.ui.app import Session
 
 USAGE = "/branches N [verify command], e.g. /branches 3 pytest -q; /branches alone lists them"
-_STYLE = {"verified": "green", "done": "green", "failed": "red", "error": "red", "crashed": "red",
-          "interrupted": "yellow", "running": "cyan", "verifying": "cyan", "pending": "dim"}
+_STYLE = {
+    "verified": "green",
+    "done": "green",
+    "failed": "red",
+    "error": "red",
+    "crashed": "red",
+    "interrupted": "yellow",
+    "running": "cyan",
+    "verifying": "cyan",
+    "pending": "dim",
+}
 
 
 def parse(arg: str) -> tuple[int, str | None]:
@@ -43,13 +52,23 @@ def table(branches: list[Branch], steps: dict[str, int], chosen: str | None = No
     for col in ("branch", "status", "step", "tests", "changed lines", "cost", "cached", "model"):
         t.add_column(col, justify="right" if col in ("step", "changed lines", "cost", "cached") else "left")
     for b in branches:
-        tests = {True: Text("pass", "green"), False: Text("timeout" if b.verify_timed_out else "fail", "red"),
-                 None: Text("-", "dim")}[b.verified]
+        tests = {
+            True: Text("pass", "green"),
+            False: Text("timeout" if b.verify_timed_out else "fail", "red"),
+            None: Text("-", "dim"),
+        }[b.verified]
         cost = f"${b.cost_usd:.4f}" if b.cost_usd is not None else "-"
         mark = "* " if b.id == chosen else "  "
-        t.add_row(mark + b.id, Text(b.status, _STYLE.get(b.status, "")), str(steps.get(b.id, b.steps) or "-"), tests,
-                  str(b.changed_lines) if b.finished else "-", cost, f"{b.cached_share:.0%}" if b.usage else "-",
-                  "/".join(x for x in (b.model, b.thinking) if x) or "")
+        t.add_row(
+            mark + b.id,
+            Text(b.status, _STYLE.get(b.status, "")),
+            str(steps.get(b.id, b.steps) or "-"),
+            tests,
+            str(b.changed_lines) if b.finished else "-",
+            cost,
+            f"{b.cached_share:.0%}" if b.usage else "-",
+            "/".join(x for x in (b.model, b.thinking) if x) or "",
+        )
     return t
 
 
@@ -82,8 +101,13 @@ async def explore_live(session: Session, prompt: str, n: int, verify: str | None
 
     steps: dict[str, int] = {}
     seen: dict[str, Branch] = {}
-    live = Live(Text("forking…", "dim"), console=session.console, refresh_per_second=4, transient=False,
-                auto_refresh=not session.plain)
+    live = Live(
+        Text("forking…", "dim"),
+        console=session.console,
+        refresh_per_second=4,
+        transient=False,
+        auto_refresh=not session.plain,
+    )
 
     def redraw(b: Branch | None = None) -> None:
         if b is not None:
@@ -95,15 +119,18 @@ async def explore_live(session: Session, prompt: str, n: int, verify: str | None
             steps[b.id] = steps.get(b.id, 0) + 1
             redraw(b)
 
-    work = session.agent.explore(prompt, n=n, verify=verify, apply=False, on_update=redraw, on_event=on_event,
-                                 approve=None)
+    work = session.agent.explore(
+        prompt, n=n, verify=verify, apply=False, on_update=redraw, on_event=on_event, approve=None
+    )
     try:
         with live:
             return await session.run_cancellable(work)
     except asyncio.CancelledError:
         ident = next(iter(seen.values())).id.rsplit("-", 1)[0] if seen else "?"
-        session.say(f"Stopped. The finished branches are kept; `kimicode branches resume {ident}` finishes the "
-                    "others.", "yellow")
+        session.say(
+            f"Stopped. The finished branches are kept; `kimicode branches resume {ident}` finishes the others.",
+            "yellow",
+        )
     except (UsageError, ValueError) as exc:
         session.say(str(exc), "red")
     return None
@@ -114,15 +141,24 @@ async def pick(session: Session, exploration: Exploration) -> None:
     from kimicode.ui.approvals import Option, choose
 
     rec = exploration.record
-    session.say(f"{rec.reason}." if rec.chosen is None else f"Proposed: {rec.chosen} ({rec.reason}).",
-                "green" if rec.chosen else "yellow")
+    session.say(
+        f"{rec.reason}." if rec.chosen is None else f"Proposed: {rec.chosen} ({rec.reason}).",
+        "green" if rec.chosen else "yellow",
+    )
     pool = sorted(exploration.branches, key=lambda b: (b.id != rec.chosen, not b.verified, b.changed_lines))
     pool = [b for b in pool if b.status in ("verified", "failed", "done")]
     keys = "123456789abcdefg"
     while pool:
-        options = [Option(b.id, keys[i], f"{b.id}  {b.status}, {b.changed_lines} changed lines"
-                          + (f", ${b.cost_usd:.4f}" if b.cost_usd is not None else "")
-                          + ("  (proposed)" if b.id == rec.chosen else "")) for i, b in enumerate(pool)]
+        options = [
+            Option(
+                b.id,
+                keys[i],
+                f"{b.id}  {b.status}, {b.changed_lines} changed lines"
+                + (f", ${b.cost_usd:.4f}" if b.cost_usd is not None else "")
+                + ("  (proposed)" if b.id == rec.chosen else ""),
+            )
+            for i, b in enumerate(pool)
+        ]
         options.append(Option("none", "n", "None: keep the workspace as it is (kimicode branches apply ID later)"))
         answer = await choose("Which branch? (its diff is shown next)", options)
         if answer in (None, "none", "interrupt"):
@@ -133,8 +169,10 @@ async def pick(session: Session, exploration: Exploration) -> None:
         session.console.print(Text.from_ansi(diff) if diff else Text("(no changes)", "dim"), highlight=False)
         if b.verify_output and not b.verified:
             session.say(f"verify output (last lines): {one_line(b.verify_output[-300:], 300)}", "dim")
-        sure = await choose(f"Apply {b.id}?", [Option("yes", "y", "Yes, apply it (/undo takes it back)"),
-                                              Option("back", "b", "Back to the list")])
+        sure = await choose(
+            f"Apply {b.id}?",
+            [Option("yes", "y", "Yes, apply it (/undo takes it back)"), Option("back", "b", "Back to the list")],
+        )
         if sure == "yes":
             await _apply(session, exploration, b)
             return
@@ -154,8 +192,12 @@ async def _apply(session: Session, exploration: Exploration, b: Branch) -> None:
                 from kimicode.ui.approvals import Option, choose
 
                 session.say(str(exc), "yellow")
-                if await choose("Apply these files that run later too?",
-                                [Option("yes", "y", "Yes"), Option("no", "n", "No")]) != "yes":
+                if (
+                    await choose(
+                        "Apply these files that run later too?", [Option("yes", "y", "Yes"), Option("no", "n", "No")]
+                    )
+                    != "yes"
+                ):
                     session.say("Nothing applied.", "dim")
                     return
                 await exploration.apply(b, runs_later=True)
@@ -171,8 +213,11 @@ async def _apply(session: Session, exploration: Exploration, b: Branch) -> None:
         session.say(f"Not applied: {exc}", "red")
         return
     files = sorted({p for ps in (b.changes or {}).values() for p in ps})
-    session.say(f"Applied {b.id}: {len(files)} file(s) ({', '.join(files[:5])}{'…' if len(files) > 5 else ''}); "
-                "the conversation continues from its history. /undo takes it back.", "green")
+    session.say(
+        f"Applied {b.id}: {len(files)} file(s) ({', '.join(files[:5])}{'…' if len(files) > 5 else ''}); "
+        "the conversation continues from its history. /undo takes it back.",
+        "green",
+    )
 
 
 def list_explorations(session: Session) -> None:

@@ -45,8 +45,9 @@ async def _restore(session: Session, entry: Entry, files: bool, conversation: bo
     agent = session.agent
     try:
         try:
-            result = await agent.rewind(entry.turn if entry.kind == "turn" else None, files=files,
-                                        conversation=conversation)
+            result = await agent.rewind(
+                entry.turn if entry.kind == "turn" else None, files=files, conversation=conversation
+            )
         except RestoreConflict as exc:
             session.say("Changed outside kimicode since the agent last touched them:", "yellow")
             for name in exc.files:
@@ -59,19 +60,26 @@ async def _restore(session: Session, entry: Entry, files: bool, conversation: bo
             if answer != "yes":
                 session.say("Nothing was restored.", "dim")
                 return
-            result = await agent.rewind(entry.turn if entry.kind == "turn" else None, files=files,
-                                        conversation=conversation, force=True)
+            result = await agent.rewind(
+                entry.turn if entry.kind == "turn" else None, files=files, conversation=conversation, force=True
+            )
     except CheckpointError as exc:
         session.say(f"Could not restore: {exc}", "red")
         return
     done = []
     if result.files:
-        done.append(f"{len(result.files)} file(s) restored ({', '.join(result.files[:5])}"
-                    + ("…" if len(result.files) > 5 else "") + ")")
+        done.append(
+            f"{len(result.files)} file(s) restored ({', '.join(result.files[:5])}"
+            + ("…" if len(result.files) > 5 else "")
+            + ")"
+        )
     if result.messages_removed:
         done.append(f"{result.messages_removed} message(s) taken out of the conversation")
-    session.say((f"Undid {result.what}: " + "; ".join(done) + "." if done else "Nothing to restore.")
-                + (" /undo again to undo this restore." if result.files else ""), "green")
+    session.say(
+        (f"Undid {result.what}: " + "; ".join(done) + "." if done else "Nothing to restore.")
+        + (" /undo again to undo this restore." if result.files else ""),
+        "green",
+    )
 
 
 def _label(entry: Entry) -> str:
@@ -108,7 +116,7 @@ async def cmd_rewind(session: Session, arg: str) -> None:
 
     messages = session.agent.messages
     turns = [e for e in cps.entries if e.kind == "turn" and (not e.undone or conversation_has(messages, e))]
-    turns = turns[-len(_KEYS):]
+    turns = turns[-len(_KEYS) :]
     if not turns:
         session.say("No turn to rewind to in this session.")
         return
@@ -165,5 +173,8 @@ async def cmd_fork(session: Session, arg: str) -> None:
         return
     await session.continue_in(child)
     where = "the same working tree" if mode == "shared" else f"its own working tree {child.workspace}"
-    session.say(f"Forked {old.session_id} into {child.session_id}, working in {where}. "
-                f"`kimicode -r {old.session_id}` goes back to the original.", "green")
+    session.say(
+        f"Forked {old.session_id} into {child.session_id}, working in {where}. "
+        f"`kimicode -r {old.session_id}` goes back to the original.",
+        "green",
+    )

@@ -24,7 +24,7 @@ def _clean(text: str, width: int = 160) -> str:
 def _tail(text: str, width: int = 70) -> str:
     """A file name cut from the left (its end says most): `…/.claude/settings.json: permissions.deny`."""
     flat = " ".join(sanitize(text, sequences="escape").split())
-    return flat if len(flat) <= width else "…" + flat[-(width - 1):]
+    return flat if len(flat) <= width else "…" + flat[-(width - 1) :]
 
 
 def rule_lines(rules: Rules) -> list[str]:
@@ -43,9 +43,11 @@ async def cmd_hooks(session: SessionHost, arg: str) -> None:
     hooks = session.agent.extras.hooks
     specs = hooks.set.all() if hooks is not None else []
     if not specs:
-        session.say("No hooks. kimicode reads them from ~/.claude/settings.json, KIMICODE_HOME/config.toml, "
-                    "plugins and (trusted workspaces) .claude/settings*.json and .kimicode/config.toml; edit "
-                    "those files to add one (docs/extensions.md).")
+        session.say(
+            "No hooks. kimicode reads them from ~/.claude/settings.json, KIMICODE_HOME/config.toml, "
+            "plugins and (trusted workspaces) .claude/settings*.json and .kimicode/config.toml; edit "
+            "those files to add one (docs/extensions.md)."
+        )
         return
     session.say("Hooks (edit the file named to change one; they apply from the next session):")
     for spec in specs:
@@ -58,8 +60,10 @@ async def cmd_agents(session: SessionHost, arg: str) -> None:
     found = session.agent.extras.found
     agents = found.agents if found is not None else {}
     if not agents:
-        session.say("No custom subagents. Put one in ~/.claude/agents/NAME.md, KIMICODE_HOME/agents/ or (trusted "
-                    "workspaces) .claude/agents/; plugins bring theirs.")
+        session.say(
+            "No custom subagents. Put one in ~/.claude/agents/NAME.md, KIMICODE_HOME/agents/ or (trusted "
+            "workspaces) .claude/agents/; plugins bring theirs."
+        )
         return
     session.say("Custom subagents (the model runs one with task(agent=NAME); edit the file to change it):")
     for name, agent in agents.items():
@@ -76,17 +80,22 @@ async def cmd_plugin(session: SessionHost, arg: str) -> None:
             session.say(f"  {p.name} {p.version} from {_clean(p.source or str(p.root), 80)}", "dim")
     else:
         session.say("No plugins in use.")
-    session.say("kimicode installs plugins from a shell: `kimicode plugin add PATH|GIT_URL`, `kimicode plugin list` "
-                "(Claude Code's installed and enabled plugins are used as they are); changes apply from the next "
-                "session.", "dim")
+    session.say(
+        "kimicode installs plugins from a shell: `kimicode plugin add PATH|GIT_URL`, `kimicode plugin list` "
+        "(Claude Code's installed and enabled plugins are used as they are); changes apply from the next "
+        "session.",
+        "dim",
+    )
 
 
 async def cmd_mcp(session: SessionHost, arg: str) -> None:
     """/mcp: the MCP servers of the session and their state."""
     manager = session.agent.extras.mcp
     if manager is None or not manager.servers:
-        session.say("No MCP servers. `kimicode mcp add` adds one ([mcp_servers.NAME] in config.toml, or a trusted "
-                    "workspace's .mcp.json).")
+        session.say(
+            "No MCP servers. `kimicode mcp add` adds one ([mcp_servers.NAME] in config.toml, or a trusted "
+            "workspace's .mcp.json)."
+        )
         return
     session.say("MCP servers (`kimicode mcp list` checks them from a shell):")
     for state in manager.servers:
@@ -100,11 +109,15 @@ async def cmd_memory(session: SessionHost, arg: str) -> None:
 
     files = instruction_files(session.workspace, session.home)
     if not files:
-        session.say("No instruction files. kimicode reads ~/.claude/CLAUDE.md, KIMICODE_HOME/AGENTS.md, and AGENTS.md "
-                    "(else CLAUDE.md) from the repository root down to here; /init writes one.")
+        session.say(
+            "No instruction files. kimicode reads ~/.claude/CLAUDE.md, KIMICODE_HOME/AGENTS.md, and AGENTS.md "
+            "(else CLAUDE.md) from the repository root down to here; /init writes one."
+        )
         return
-    session.say("Instruction files in the system prompt (edit them with your editor; /clear starts a session "
-                "that reads them again):")
+    session.say(
+        "Instruction files in the system prompt (edit them with your editor; /clear starts a session "
+        "that reads them again):"
+    )
     for f in files:
         session.say(f"  {short_path(f.path, 100)}" + (" (cut)" if f.truncated else ""), "dim")
 
@@ -114,18 +127,25 @@ async def cmd_status(session: SessionHost, arg: str) -> None:
     agent = session.agent
     session.say(f"Model: {agent.endpoint.model} at {_clean(agent.endpoint.base_url, 80)}")
     session.say(f"Workspace: {short_path(agent.workspace, 100)}; permission mode: {agent.permission_mode}", "dim")
-    session.say(f"Session: {agent.session_id} (/context for the window, /cost for tokens, `kimicode doctor` "
-                "checks the whole setup)", "dim")
+    session.say(
+        f"Session: {agent.session_id} (/context for the window, /cost for tokens, `kimicode doctor` "
+        "checks the whole setup)",
+        "dim",
+    )
 
 
 async def cmd_doctor(session: SessionHost, arg: str) -> None:
-    session.say("kimicode's check is a shell command: `kimicode doctor` (key, endpoint, model, context window, "
-                "sandbox, MCP servers, and what of a Claude Code setup is not used).")
+    session.say(
+        "kimicode's check is a shell command: `kimicode doctor` (key, endpoint, model, context window, "
+        "sandbox, MCP servers, and what of a Claude Code setup is not used)."
+    )
 
 
 async def cmd_export(session: SessionHost, arg: str) -> None:
-    session.say(f"kimicode exports from a shell: `kimicode sessions export {session.agent.session_id}` (Markdown "
-                "or JSON of this session).")
+    session.say(
+        f"kimicode exports from a shell: `kimicode sessions export {session.agent.session_id}` (Markdown "
+        "or JSON of this session)."
+    )
 
 
 CLAUDE_COMMANDS = (

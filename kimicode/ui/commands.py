@@ -190,8 +190,10 @@ async def cmd_help(session: Session, arg: str) -> None:
     custom = session.custom_commands()
     if custom:
         session.console.print()
-        where = (f".kimicode/commands/, .claude/commands/, {short_path(session.home / 'commands')}/, "
-                 "~/.claude/commands/, plugins, skills")
+        where = (
+            f".kimicode/commands/, .claude/commands/, {short_path(session.home / 'commands')}/, "
+            "~/.claude/commands/, plugins, skills"
+        )
         session.console.print(Text(f"Custom commands ({where}):", style="bold"))
         mine = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
         mine.add_column(style="bold cyan", no_wrap=True)
@@ -281,8 +283,11 @@ async def cmd_permissions(session: Session, arg: str) -> None:
             session.say(line, "dim")
     if agent.sandbox is not None:
         which = "commands that run without asking run" if agent.sandbox.auto else "bash runs"
-        session.say(f"{which} in the sandbox (read-only, or the workspace writable; outside it only system "
-                    "directories and toolchains are visible).", "dim")
+        session.say(
+            f"{which} in the sandbox (read-only, or the workspace writable; outside it only system "
+            "directories and toolchains are visible).",
+            "dim",
+        )
     elif agent.sandbox_warning:
         session.say(f"no sandbox: {agent.sandbox_warning}", "dim")
     rules = describe_rules(session.rules)
@@ -290,8 +295,11 @@ async def cmd_permissions(session: Session, arg: str) -> None:
         session.say("Allowed for this session:")
         for rule in rules:
             session.say(f"  {rule}", "dim")
-    session.say(f"Change it with /permissions {'|'.join(MODES)} or Shift-Tab; /permissions clear forgets "
-                "the session's approvals.", "dim")
+    session.say(
+        f"Change it with /permissions {'|'.join(MODES)} or Shift-Tab; /permissions clear forgets "
+        "the session's approvals.",
+        "dim",
+    )
 
 
 async def cmd_reasoning(session: Session, arg: str) -> None:
@@ -536,23 +544,44 @@ COMMANDS: dict[str, Command] = {
         Command("model", "show or switch the model", cmd_model, "[name] [--fresh] [--force]", model_choices),
         Command("prompt", "show the system prompt and tool definitions the model gets", cmd_prompt),
         Command("thinking", "reasoning effort", cmd_thinking, "low|high|max", lambda s: EFFORTS),
-        Command("permissions", "the permission mode and every rule with its file; set the mode", cmd_permissions,
-                "[mode|clear]", lambda s: (*MODES, "clear")),
+        Command(
+            "permissions",
+            "the permission mode and every rule with its file; set the mode",
+            cmd_permissions,
+            "[mode|clear]",
+            lambda s: (*MODES, "clear"),
+        ),
         Command(
             "reasoning", "show or hide the model's reasoning", cmd_reasoning, "show|hide", lambda s: ("show", "hide")
         ),
         Command("sessions", "list the saved sessions of this workspace", cmd_sessions),
         Command("resume", "switch to a saved session", cmd_resume, "[id]", session_choices),
         Command("init", "have the agent write AGENTS.md for this repository", cmd_init, "[notes]"),
-        Command("undo", "undo the last turn: its file changes and/or its messages", cmd_undo,
-                "[files|conversation|both]", lambda s: ("files", "conversation", "both")),
-        Command("rewind", "pick an earlier turn and go back to before it (Esc Esc)", cmd_rewind,
-                "[files|conversation|both]", lambda s: ("files", "conversation", "both")),
+        Command(
+            "undo",
+            "undo the last turn: its file changes and/or its messages",
+            cmd_undo,
+            "[files|conversation|both]",
+            lambda s: ("files", "conversation", "both"),
+        ),
+        Command(
+            "rewind",
+            "pick an earlier turn and go back to before it (Esc Esc)",
+            cmd_rewind,
+            "[files|conversation|both]",
+            lambda s: ("files", "conversation", "both"),
+        ),
         Command("diff", "what this session (or turn N) changed in the files", cmd_diff, "[N]"),
-        Command("fork", "continue in a fork of this conversation with its own working tree", cmd_fork,
-                "[worktree|copy|shared]", lambda s: ("worktree", "copy", "shared")),
-        Command("branches", "run the next prompt in N branches, verify each, pick one", cmd_branches,
-                "[N [verify command]]"),
+        Command(
+            "fork",
+            "continue in a fork of this conversation with its own working tree",
+            cmd_fork,
+            "[worktree|copy|shared]",
+            lambda s: ("worktree", "copy", "shared"),
+        ),
+        Command(
+            "branches", "run the next prompt in N branches, verify each, pick one", cmd_branches, "[N [verify command]]"
+        ),
         Command("login", "paste a new API key (checked, stored, used at once)", cmd_login),
         Command("trust", "whether this workspace's hooks, MCP servers, skills... are used", cmd_trust, "[on|off]"),
         Command("skills", "the skills the model may activate", cmd_skills),

@@ -45,11 +45,16 @@ async def cmd_compact(session: SessionHost, arg: str) -> None:
         return
     before, after = outcome.tokens_before, outcome.tokens_after
     if after >= before:  # a summary longer than what it replaced freed nothing: not "compacted"
-        session.say(f"Summarised {outcome.summarized} messages, but the context did not shrink (~{tokens(before)} → "
-                    f"~{tokens(after)} tokens); /rewind or /clear frees more.", "yellow")
+        session.say(
+            f"Summarised {outcome.summarized} messages, but the context did not shrink (~{tokens(before)} → "
+            f"~{tokens(after)} tokens); /rewind or /clear frees more.",
+            "yellow",
+        )
     else:
-        session.say(f"Compacted {outcome.summarized} messages into a summary: ~{tokens(before)} → ~{tokens(after)} "
-                    "tokens.", "green")
+        session.say(
+            f"Compacted {outcome.summarized} messages into a summary: ~{tokens(before)} → ~{tokens(after)} tokens.",
+            "green",
+        )
     if outcome.fallback:
         session.say(
             f"The summary request failed ({outcome.error or 'no details'}); a simpler summary was kept instead.",

@@ -122,7 +122,10 @@ def _edit_call(path: str, args: Mapping[str, Any]) -> str:
 
 
 _FILE_CALLS: dict[str, Callable[[str, Mapping[str, Any]], str]] = {
-    "read_file": _read_call, "write_file": _write_call, "edit_file": _edit_call}
+    "read_file": _read_call,
+    "write_file": _write_call,
+    "edit_file": _edit_call,
+}
 """The file tools' one-line descriptions, by tool name (given a string `path`)."""
 
 

@@ -38,8 +38,14 @@ def run_interactive(
         sys.stderr.write("kimicode: --fork needs a session to fork (-c or -r ID)\n")
         return 2
     try:
-        options = SessionOptions(workspace=workspace, resume=resume, fork=fork, fork_workspace=fork_workspace,
-                                 first_prompt=first_prompt, **settings)
+        options = SessionOptions(
+            workspace=workspace,
+            resume=resume,
+            fork=fork,
+            fork_workspace=fork_workspace,
+            first_prompt=first_prompt,
+            **settings,
+        )
     except TypeError as exc:
         sys.stderr.write(f"kimicode: {exc}\n")
         return 2

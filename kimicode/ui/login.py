@@ -40,16 +40,18 @@ def check_with_server(base_url: str, key: str, timeout: float = CHECK_TIMEOUT) -
     return True, f"{host} accepted the key."
 
 
-def key_verifier(workspace: Path, home: Path, model: str | None,
-                 base_url: str | None) -> Callable[[str], tuple[bool, str]]:
+def key_verifier(
+    workspace: Path, home: Path, model: str | None, base_url: str | None
+) -> Callable[[str], tuple[bool, str]]:
     """A check of a pasted key against the endpoint the session would use (first run, `kimicode login`)."""
 
     def verify(key: str) -> tuple[bool, str]:
         from kimicode.config.settings import load_settings, resolve_model
 
         try:
-            endpoint, _ = resolve_model(load_settings(workspace.expanduser().resolve(), home), model=model,
-                                        base_url=base_url, api_key=key)
+            endpoint, _ = resolve_model(
+                load_settings(workspace.expanduser().resolve(), home), model=model, base_url=base_url, api_key=key
+            )
         except (ConfigError, ValueError, OSError) as exc:
             return True, f"The key was not checked: {exc}"
         return check_with_server(endpoint.base_url, key)
@@ -62,8 +64,10 @@ def env_key_note() -> str | None:
     names = [name for name in KEY_VARIABLES if os.environ.get(name)]
     if not names:
         return None
-    return (f"{names[0]} is set in your environment and wins over the stored key when kimicode starts: "
-            f"unset it (or put the new key there).")
+    return (
+        f"{names[0]} is set in your environment and wins over the stored key when kimicode starts: "
+        f"unset it (or put the new key there)."
+    )
 
 
 async def read_secret(question: str) -> str:
@@ -80,8 +84,7 @@ async def read_secret(question: str) -> str:
 async def cmd_login(session: Session, arg: str) -> None:
     """/login: paste an API key (hidden), checked with the endpoint, stored and used from now on."""
     if arg.strip():
-        session.say("/login takes no argument: the key is asked for hidden, never typed on the command line.",
-                    "yellow")
+        session.say("/login takes no argument: the key is asked for hidden, never typed on the command line.", "yellow")
         return
     agent = session.agent
     for _ in range(3):

@@ -100,6 +100,7 @@ def list_kind(item: re.Match[str] | None) -> str:
         return ""
     return item.group(2) or item.group(1)
 
+
 class _OrderedList(ListElement):
     """rich's list, except that an ordered list printed in pieces numbers its column as the whole list would.
 
@@ -225,5 +226,3 @@ def markdown(
     md.fragment_last = fragment_last
     md.code_lines = code_lines
     return md
-
-

@@ -69,8 +69,10 @@ async def check_model(session: Session, name: str) -> tuple[bool, str]:
     close = difflib.get_close_matches(mc.model, ids, n=3, cutoff=0.5)
     listed = ", ".join(close or ids[:8]) + ("" if close or len(ids) <= 8 else ", …")
     hint = "did you mean " if close else "it lists "
-    return False, (f"{host} does not serve {mc.model!r} ({hint}{listed}); the model is unchanged. "
-                   f"/model {name} --force switches anyway.")
+    return False, (
+        f"{host} does not serve {mc.model!r} ({hint}{listed}); the model is unchanged. "
+        f"/model {name} --force switches anyway."
+    )
 
 
 async def cmd_model(session: Session, arg: str) -> None:
@@ -83,9 +85,11 @@ async def cmd_model(session: Session, arg: str) -> None:
         return
     name, *flags = arg.split()
     if not set(flags) <= {"--fresh", "--force"}:
-        session.say("/model NAME switches the model; /model NAME --fresh continues in a fork that starts the new "
-                    "model from a summary of this conversation; --force skips checking the server's list.",
-                    "yellow")
+        session.say(
+            "/model NAME switches the model; /model NAME --fresh continues in a fork that starts the new "
+            "model from a summary of this conversation; --force skips checking the server's list.",
+            "yellow",
+        )
         return
     note = ""
     if "--force" not in flags:
@@ -114,8 +118,11 @@ async def model_fresh(session: Session, name: str) -> None:
         session.say(f"Could not fork: {exc}", "red")
         return
     await session.continue_in(child)
-    session.say(f"Continuing in {child.session_id} on {name}, which starts from a summary of this conversation "
-                f"at your next message. `kimicode -r {old.session_id}` goes back to the original.", "green")
+    session.say(
+        f"Continuing in {child.session_id} on {name}, which starts from a summary of this conversation "
+        f"at your next message. `kimicode -r {old.session_id}` goes back to the original.",
+        "green",
+    )
 
 
 async def cmd_prompt(session: Session, arg: str) -> None:

@@ -72,7 +72,12 @@ class Notifier:
         if self.command:
             payload = json.dumps({"type": kind, "message": message, **details}, ensure_ascii=False)
             try:
-                subprocess.Popen([*self.command, payload], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, start_new_session=True)
+                subprocess.Popen(
+                    [*self.command, payload],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
             except OSError:
                 pass

@@ -38,4 +38,3 @@ class SessionOptions:
         self.first_prompt = first_prompt
         """Sent as the first message once the session is open (`kimicode "PROMPT"`)."""
         self.settings: dict[str, Any] = dict(settings)
-

@@ -98,8 +98,12 @@ def _clipboard_commands() -> list[tuple[list[str], list[str]]]:
     if shutil.which("wl-paste"):
         found.append((["wl-paste", "--list-types"], ["wl-paste", "--no-newline", "--type", "image/png"]))
     if shutil.which("xclip"):
-        found.append((["xclip", "-selection", "clipboard", "-t", "TARGETS", "-o"],
-                      ["xclip", "-selection", "clipboard", "-t", "image/png", "-o"]))
+        found.append(
+            (
+                ["xclip", "-selection", "clipboard", "-t", "TARGETS", "-o"],
+                ["xclip", "-selection", "clipboard", "-t", "image/png", "-o"],
+            )
+        )
     if shutil.which("pngpaste"):
         found.append(([], ["pngpaste", "-"]))
     return found

@@ -97,8 +97,12 @@ def opening_banner(session: Session, version: str, where: str) -> None:
         line.append(f" at {where}", style="dim")
     line.append(f" · {short_path(session.workspace, 60)}", style="dim")
     session.console.print(line)
-    session.console.print(Text("/help for commands · @path attaches a file · !cmd runs a shell command · "
-                               "Esc interrupts · Ctrl-D exits", style="dim"))
+    session.console.print(
+        Text(
+            "/help for commands · @path attaches a file · !cmd runs a shell command · Esc interrupts · Ctrl-D exits",
+            style="dim",
+        )
+    )
     if session.opened != "new":
         show_recap(session)
     session.note_once(agent.sandbox_warning)

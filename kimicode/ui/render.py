@@ -482,6 +482,8 @@ def _word_end(text: str, words: int) -> int:
             break
         end = match.end()
     return end
+
+
 class TextStream:
     """Stream plain text (reasoning) in one style: complete lines go to scrollback, the partial line is live."""
 

@@ -24,8 +24,13 @@ SHELL_CAP = DEFAULT_CAP_CHARS
 
 async def _run(session: Session, command: str, out: list[str]) -> int:
     proc = await asyncio.create_subprocess_exec(
-        os.environ.get("SHELL") or "/bin/sh", "-c", command, cwd=session.workspace,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        os.environ.get("SHELL") or "/bin/sh",
+        "-c",
+        command,
+        cwd=session.workspace,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
     )
     assert proc.stdout is not None
@@ -57,8 +62,9 @@ async def run_shell(session: Session, command: str) -> None:
         text = f"[… {len(text) - SHELL_CAP} earlier characters left out]\n" + text[-SHELL_CAP:]
     status = "stopped (esc)" if code is None else f"exit {code}"
     session.say(f"  ⎿ {status} · the output goes to the model with your next message", "dim")
-    session.shell_output.append(f'<user-shell-command command="{command}" status="{status}">\n'
-                                f"{text.rstrip()}\n</user-shell-command>")
+    session.shell_output.append(
+        f'<user-shell-command command="{command}" status="{status}">\n{text.rstrip()}\n</user-shell-command>'
+    )
 
 
 def with_shell_output(session: Session, message: str) -> str:

@@ -38,19 +38,30 @@ class StatusLine:
         """Run the command with `payload` on stdin; keep the first line it prints (terminal-safe)."""
         try:
             proc = await asyncio.create_subprocess_shell(
-                self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL, cwd=str(cwd), start_new_session=True)
+                self.command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                cwd=str(cwd),
+                start_new_session=True,
+            )
             out, _ = await asyncio.wait_for(proc.communicate(json.dumps(payload).encode()), TIMEOUT)
         except (OSError, TimeoutError) as exc:
-            self.text, self.problem = "", f"statusLine command `{self.command}` ({self.source}) failed: " + (
-                f"no answer in {TIMEOUT:.0f} s" if isinstance(exc, TimeoutError) else str(exc))
+            self.text, self.problem = (
+                "",
+                f"statusLine command `{self.command}` ({self.source}) failed: "
+                + (f"no answer in {TIMEOUT:.0f} s" if isinstance(exc, TimeoutError) else str(exc)),
+            )
             _kill(locals().get("proc"))
             return
         lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
         text = " ".join(sanitize(lines[0], sequences="strip").split()) if lines else ""
         self.text = text[:MAX_CHARS]
-        self.problem = "" if proc.returncode == 0 else (
-            f"statusLine command `{self.command}` ({self.source}) exited with {proc.returncode}")
+        self.problem = (
+            ""
+            if proc.returncode == 0
+            else (f"statusLine command `{self.command}` ({self.source}) exited with {proc.returncode}")
+        )
 
 
 def _kill(proc: Any) -> None:
@@ -73,14 +84,19 @@ def status_line_for(workspace: Path, *, trusted: bool) -> StatusLine | None:
     return found
 
 
-def payload(session_id: str, transcript: str, workspace: Path, model: str, version: str,
-            cost: float | None) -> dict[str, Any]:
+def payload(
+    session_id: str, transcript: str, workspace: Path, model: str, version: str, cost: float | None
+) -> dict[str, Any]:
     """Claude Code's statusLine input, with kimicode's values."""
     return {
-        "hook_event_name": "Status", "session_id": session_id, "transcript_path": transcript,
-        "cwd": str(workspace), "model": {"id": model, "display_name": model},
+        "hook_event_name": "Status",
+        "session_id": session_id,
+        "transcript_path": transcript,
+        "cwd": str(workspace),
+        "model": {"id": model, "display_name": model},
         "workspace": {"current_dir": str(workspace), "project_dir": str(workspace)},
-        "version": version, "output_style": {"name": "default"},
+        "version": version,
+        "output_style": {"name": "default"},
         "cost": {"total_cost_usd": cost or 0.0},
     }
 
@@ -96,8 +112,10 @@ async def refresh_for(session: Any) -> None:
     agent = session.agent
     log = agent.log
     transcript = str(log.transcript or "") if log is not None else ""
-    await line.refresh(payload(agent.session_id, transcript, session.workspace, agent.endpoint.model, __version__,
-                               session.cost()), session.workspace)
+    await line.refresh(
+        payload(agent.session_id, transcript, session.workspace, agent.endpoint.model, __version__, session.cost()),
+        session.workspace,
+    )
     said: set[str] = session.__dict__.setdefault("status_line_said", set())
     if line.problem and line.problem not in said:
         said.add(line.problem)

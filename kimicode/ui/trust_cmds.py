@@ -40,7 +40,11 @@ def listing(items: list[str]) -> str:
 
 
 def ask_trust(
-    workspace: Path, home: Path, *, out: Callable[[str], None] | None = None, ask: Callable[[str], str] = input,
+    workspace: Path,
+    home: Path,
+    *,
+    out: Callable[[str], None] | None = None,
+    ask: Callable[[str], str] = input,
     interactive: bool | None = None,
 ) -> bool | None:
     """Before the session: when the workspace brings something, is not trusted and was not declined, list
@@ -56,11 +60,14 @@ def ask_trust(
     if not items and not changed:
         return None
     if changed:
-        write(f"This folder ({where}) is trusted, but what it brings changed since you trusted it:\n"
-              f"{listing(changed)}\n")
-    write(f"This folder ({where}) brings its own configuration. If you trust it, kimicode will use:\n"
-          f"{listing(items)}\n"
-          "Only trust folders whose contents you know: hooks and MCP servers run commands on your machine.\n")
+        write(
+            f"This folder ({where}) is trusted, but what it brings changed since you trusted it:\n{listing(changed)}\n"
+        )
+    write(
+        f"This folder ({where}) brings its own configuration. If you trust it, kimicode will use:\n"
+        f"{listing(items)}\n"
+        "Only trust folders whose contents you know: hooks and MCP servers run commands on your machine.\n"
+    )
     try:
         answer = ask("Trust this folder? [y/N] ").strip().lower()
     except (EOFError, KeyboardInterrupt):
@@ -75,8 +82,10 @@ def ask_trust(
     if yes:
         write(f"Trusted (added to [trust] workspaces in {path}). /trust off changes it.\n")
     else:
-        write("Not trusted: the project's hooks, MCP servers, skills, agents and commands are not used. "
-              "/trust on changes it.\n")
+        write(
+            "Not trusted: the project's hooks, MCP servers, skills, agents and commands are not used. "
+            "/trust on changes it.\n"
+        )
     return yes
 
 
@@ -118,19 +127,28 @@ async def cmd_trust(session: Session, arg: str) -> None:
         session.say(f"Could not change the trust: {exc}", "red")
         return
     if not want and is_trusted(where, _user_data(session.home)):
-        session.say("A folder above this one is listed in [trust] workspaces, so it stays trusted; edit "
-                    f"{session.home / 'config.toml'} to change that.", "yellow")
+        session.say(
+            "A folder above this one is listed in [trust] workspaces, so it stays trusted; edit "
+            f"{session.home / 'config.toml'} to change that.",
+            "yellow",
+        )
         return
     state = "trusted" if want else "not trusted"
     try:
         await session.agent.aclose()  # releases the session's lock, so it can be reopened with the new settings
         await session.resume_session(session.agent.session_id)  # the same conversation, settings read again
-        session.say(f"This workspace is now {state}; the session was reopened with its project settings "
-                    + ("in effect." if want else "left out."), "green")
+        session.say(
+            f"This workspace is now {state}; the session was reopened with its project settings "
+            + ("in effect." if want else "left out."),
+            "green",
+        )
     except Exception as exc:  # e.g. a session kept without a log (--no-session-persistence)
         await session.new_conversation()
-        session.say(f"This workspace is now {state}; the conversation could not be reopened ({exc}), so a new "
-                    "session started with the new settings.", "yellow")
+        session.say(
+            f"This workspace is now {state}; the conversation could not be reopened ({exc}), so a new "
+            "session started with the new settings.",
+            "yellow",
+        )
 
 
 async def cmd_skills(session: Session, arg: str) -> None:
@@ -138,8 +156,10 @@ async def cmd_skills(session: Session, arg: str) -> None:
     found = session.agent.extras.found
     skills = found.skills if found is not None else {}
     if not skills:
-        session.say("No skills. Put one in KIMICODE_HOME/skills/NAME/SKILL.md, ~/.claude/skills/, or (trusted "
-                    "workspaces) .kimicode/skills/ or .claude/skills/; plugins bring theirs.")
+        session.say(
+            "No skills. Put one in KIMICODE_HOME/skills/NAME/SKILL.md, ~/.claude/skills/, or (trusted "
+            "workspaces) .kimicode/skills/ or .claude/skills/; plugins bring theirs."
+        )
         return
     width = max(60, session.console.width - 1)
     lines = []

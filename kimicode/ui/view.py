@@ -63,7 +63,7 @@ ERROR_HINTS = {
     "quota": "Then send your message again, or switch model with /model.",
     "context_length": "The conversation no longer fits the model's context: run /compact or /clear, then retry.",
     "transient": "The service kept failing after retries: your message is back in the prompt (Enter sends it "
-                 "again); `kimicode doctor` checks the endpoint.",
+    "again); `kimicode doctor` checks the endpoint.",
     "bad_request": "The endpoint rejected the request; try /clear if it keeps happening, or check /model.",
     "protocol": "The endpoint sent something unexpected; send the message again or check --base-url.",
 }
@@ -132,9 +132,7 @@ class TurnView:
         self.hint = hint
         self.clock = clock
         self.live: LiveRegion | None = (
-            None
-            if plain
-            else LiveRegion(console.file, lambda: console.size.height, self._live_parts, console=console)
+            None if plain else LiveRegion(console.file, lambda: console.size.height, self._live_parts, console=console)
         )
         self.answer = MarkdownStream(console, self.live, clock=clock)
         self.reasoning = TextStream(console, self.live)
@@ -486,8 +484,12 @@ class TurnView:
         self.answer = MarkdownStream(self.console, self.live, clock=self.clock)
         self._section_break("status")
         note = " (the partial answer above will be repeated)" if kept else ""
-        self.print(Text(f"↻ retry {ev.attempt} of {ev.max_retries} in {ev.delay:.1f}s{note}, after: "
-                        f"{one_line(ev.error, 160)}", style="yellow"))
+        self.print(
+            Text(
+                f"↻ retry {ev.attempt} of {ev.max_retries} in {ev.delay:.1f}s{note}, after: {one_line(ev.error, 160)}",
+                style="yellow",
+            )
+        )
         self._set_phase("retrying")
         self._retry_at = self.clock() + ev.delay  # the status line counts down to it
 

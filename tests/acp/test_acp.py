@@ -141,8 +141,17 @@ def test_whole_exchange(server: FakeServer, workspace: Path, tmp_path: Path) -> 
 
     check_exchange(messages)  # every message valid against the protocol's schema
     methods = {m["message"].get("method") for m in messages}
-    assert {"initialize", "session/new", "session/prompt", "session/request_permission", "fs/read_text_file",
-            "fs/write_text_file", "session/cancel", "session/load", "session/update"} <= methods
+    assert {
+        "initialize",
+        "session/new",
+        "session/prompt",
+        "session/request_permission",
+        "fs/read_text_file",
+        "fs/write_text_file",
+        "session/cancel",
+        "session/load",
+        "session/update",
+    } <= methods
     if os.environ.get("RECORD_ACP_EXCHANGE"):
         FIXTURE.parent.mkdir(parents=True, exist_ok=True)
         text = "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in messages)
@@ -168,8 +177,9 @@ def test_client_terminal_modes_and_errors(server: FakeServer, workspace: Path, t
 
     async def go() -> None:
         async with kimicode_acp(editor, [*kimicode_command(), "acp"], env, workspace, log) as (conn, _):
-            await conn.initialize(protocol_version=PROTOCOL_VERSION,
-                                  client_capabilities=capabilities(fs=False, terminal=True))
+            await conn.initialize(
+                protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities(fs=False, terminal=True)
+            )
             sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
             assert (await conn.prompt(session_id=sid, prompt=[text_block("run it")])).stop_reason == "end_turn"
             await conn.set_session_mode(session_id=sid, mode_id="accept-edits")
@@ -209,9 +219,12 @@ def test_prompt_contents_and_bad_requests(server: FakeServer, workspace: Path, t
         async with kimicode_acp(editor, [*kimicode_command(), "acp"], env, workspace, log) as (conn, _):
             await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities())
             sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
-            prompt = [text_block("look at these"), image_block(png, "image/png"),
-                      resource_block(embedded_text_resource(f"file://{workspace}/notes.md", "remember the milk")),
-                      resource_link_block("spec.md", f"file://{workspace}/spec.md")]
+            prompt = [
+                text_block("look at these"),
+                image_block(png, "image/png"),
+                resource_block(embedded_text_resource(f"file://{workspace}/notes.md", "remember the milk")),
+                resource_link_block("spec.md", f"file://{workspace}/spec.md"),
+            ]
             assert (await conn.prompt(session_id=sid, prompt=prompt)).stop_reason == "end_turn"
             for bad in ([text_block("   ")], [image_block("not base64!!", "image/png")]):
                 with pytest.raises(RequestError) as err:

@@ -26,14 +26,18 @@ def run(coro: Any) -> Any:
 
 
 async def connect(editor: Editor, server: FakeServer, workspace: Path, tmp_path: Path) -> Any:
-    return kimicode_acp(editor, [*kimicode_command(), "acp"], acp_env(server, tmp_path / "home"), workspace,
-                        tmp_path / "acp-stderr.log")
+    return kimicode_acp(
+        editor, [*kimicode_command(), "acp"], acp_env(server, tmp_path / "home"), workspace, tmp_path / "acp-stderr.log"
+    )
 
 
 def test_plan_mode_survives_load_in_a_new_process(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     """acpx: `set-mode plan`, then each prompt reconnects (session/load in a new process): the write is refused."""
-    server.add(Reply(content="planned"), Reply(tool_calls=[ToolCall("write_file", {"path": "x.txt", "content": "x"})]),
-               Reply(content="could not write"))
+    server.add(
+        Reply(content="planned"),
+        Reply(tool_calls=[ToolCall("write_file", {"path": "x.txt", "content": "x"})]),
+        Reply(content="could not write"),
+    )
 
     async def first() -> str:
         async with await connect(Editor(), server, workspace, tmp_path) as (conn, _):
@@ -58,8 +62,9 @@ def test_plan_mode_survives_load_in_a_new_process(server: FakeServer, workspace:
     assert "plan" in server.requests[2].body["messages"][-1]["content"]
 
 
-def test_a_session_with_no_prompt_yet_loads_in_another_process(server: FakeServer, workspace: Path,
-                                                               tmp_path: Path) -> None:
+def test_a_session_with_no_prompt_yet_loads_in_another_process(
+    server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
     server.add(Reply(content="hello again"))
 
     async def first() -> str:
@@ -80,10 +85,16 @@ def test_a_session_with_no_prompt_yet_loads_in_another_process(server: FakeServe
     assert editor.text() == "hello again"
 
 
-def test_bad_lines_are_answered_and_the_process_lives_on(tmp_path: Path, workspace: Path,
-                                                         server: FakeServer) -> None:
-    proc = subprocess.Popen([*kimicode_command(), "acp"], env=acp_env(server, tmp_path / "home"), cwd=workspace,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def test_bad_lines_are_answered_and_the_process_lives_on(tmp_path: Path, workspace: Path, server: FakeServer) -> None:
+    proc = subprocess.Popen(
+        [*kimicode_command(), "acp"],
+        env=acp_env(server, tmp_path / "home"),
+        cwd=workspace,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": PROTOCOL_VERSION}}
     try:
@@ -110,7 +121,7 @@ def test_slash_commands_answer_with_text(server: FakeServer, workspace: Path, tm
                 before = editor.text()
                 done = await conn.prompt(session_id=sid, prompt=[text_block(text)])
                 assert done.stop_reason == "end_turn"
-                out.append(editor.text()[len(before):])
+                out.append(editor.text()[len(before) :])
             return out
 
     compact, unknown = run(go())
@@ -151,8 +162,9 @@ def test_a_content_filter_400_is_a_refusal(server: FakeServer, workspace: Path, 
     assert run(go()) == "refusal"
 
 
-def test_the_final_tool_update_shows_the_end_of_a_long_command(server: FakeServer, workspace: Path,
-                                                               tmp_path: Path) -> None:
+def test_the_final_tool_update_shows_the_end_of_a_long_command(
+    server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
     command = "for i in $(seq 1 3000); do echo line $i; done; echo 'error: the build broke here'; exit 3"
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": command})]), Reply(content="it failed"))
     editor = Editor()
@@ -205,8 +217,9 @@ def test_list_resume_and_close(server: FakeServer, workspace: Path, tmp_path: Pa
     assert [m["content"] for m in sent if m["role"] == "user"][-2:] == ["remember the word tangerine", "which word?"]
 
 
-def test_reasoning_streamed_before_a_cancel_stays_in_the_history(server: FakeServer, workspace: Path,
-                                                                 tmp_path: Path) -> None:
+def test_reasoning_streamed_before_a_cancel_stays_in_the_history(
+    server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
     server.add(Reply(reasoning="a long thought " * 300, chunk_size=4, chunk_delay=0.03), Reply(content="next"))
     editor = Editor()
 
@@ -227,16 +240,19 @@ def test_reasoning_streamed_before_a_cancel_stays_in_the_history(server: FakeSer
     assert kept["reasoning_content"] == shown and shown.startswith("a long thought")  # what was streamed, whole
 
 
-def test_a_commands_tool_call_comes_before_its_permission_question(server: FakeServer, workspace: Path,
-                                                                   tmp_path: Path) -> None:
+def test_a_commands_tool_call_comes_before_its_permission_question(
+    server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch a.txt"})]), Reply(content="ok"))
     messages: list[dict[str, Any]] = []
     editor = Editor(answers=["allow_once"])
 
     async def go() -> None:
         env = acp_env(server, tmp_path / "home")
-        async with kimicode_acp(editor, [*kimicode_command(), "acp"], env, workspace, tmp_path / "log",
-                                messages) as (conn, _):
+        async with kimicode_acp(editor, [*kimicode_command(), "acp"], env, workspace, tmp_path / "log", messages) as (
+            conn,
+            _,
+        ):
             await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities(fs=False))
             sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
             await conn.prompt(session_id=sid, prompt=[text_block("touch it")])

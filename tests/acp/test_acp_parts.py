@@ -74,8 +74,10 @@ def test_the_schema_check_can_fail(tamper: str) -> None:
 
 
 def test_diff_contents_per_hunk_and_created_files() -> None:
-    diff = ("--- a/x.py\n+++ b/x.py\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n@@ -10,2 +10,3 @@\n j\n k\n+l\n"
-            "\\ No newline at end of file\n")
+    diff = (
+        "--- a/x.py\n+++ b/x.py\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n@@ -10,2 +10,3 @@\n j\n k\n+l\n"
+        "\\ No newline at end of file\n"
+    )
     first, second = diff_contents(diff, "/w/x.py")
     assert (first.old_text, first.new_text, first.path) == ("a\nb\nc", "a\nB\nc", "/w/x.py")
     assert (second.old_text, second.new_text) == ("j\nk", "j\nk\nl")
@@ -88,8 +90,11 @@ def test_events_become_updates(tmp_path: Path) -> None:
     t = Translator(tmp_path, lambda name: {"edit_file": "edit"}.get(name, "other"))
     assert t.updates(ContentDelta("hi"))[0].content.text == "hi"
     assert t.updates(ReasoningDelta("hmm"))[0].session_update == "agent_thought_chunk"
-    call = {"id": "c1", "type": "function",
-            "function": {"name": "edit_file", "arguments": json.dumps({"path": "a.py", "old_string": "x"})}}
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "edit_file", "arguments": json.dumps({"path": "a.py", "old_string": "x"})},
+    }
     (start,) = t.updates(MessageCommitted({"role": "assistant", "content": "", "tool_calls": [call]}))
     assert (start.kind, start.status, start.title) == ("edit", "pending", "Edit a.py")
     assert start.locations[0].path == str(tmp_path / "a.py")
@@ -99,8 +104,20 @@ def test_events_become_updates(tmp_path: Path) -> None:
     assert done[0].status == "completed" and done[0].content[0].type == "diff"
     failed = t.updates(ToolCallFinished("c1", "edit_file", "Error: nope", True))
     assert failed[0].status == "failed" and failed[0].content[0].content.text == "Error: nope"
-    todos = t.updates(ToolCallFinished("c2", "todo_write", "ok", False, display={"todos": [
-        {"id": "1", "content": "write tests", "status": "done"}, {"id": "2", "content": "ship", "status": "pending"}]}))
+    todos = t.updates(
+        ToolCallFinished(
+            "c2",
+            "todo_write",
+            "ok",
+            False,
+            display={
+                "todos": [
+                    {"id": "1", "content": "write tests", "status": "done"},
+                    {"id": "2", "content": "ship", "status": "pending"},
+                ]
+            },
+        )
+    )
     plan = todos[1]
     assert plan.session_update == "plan"
     assert [(e.content, e.status) for e in plan.entries] == [("write tests", "completed"), ("ship", "pending")]
@@ -113,23 +130,39 @@ def test_events_become_updates(tmp_path: Path) -> None:
 def test_replay_shows_the_history(tmp_path: Path) -> None:
     t = Translator(tmp_path, lambda name: "read")
     history = [
-        {"role": "user", "content": [{"type": "text", "text": "look"},
-                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
-        {"role": "assistant", "content": "", "reasoning_content": "think",
-         "tool_calls": [{"id": "r1", "function": {"name": "read_file", "arguments": "{\"path\": \"a\"}"}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "think",
+            "tool_calls": [{"id": "r1", "function": {"name": "read_file", "arguments": '{"path": "a"}'}}],
+        },
         {"role": "tool", "tool_call_id": "r1", "content": "Error: file not found: a"},
         {"role": "assistant", "content": "done"},
     ]
     kinds = [u.session_update for u in t.replay(history)]
-    assert kinds == ["user_message_chunk", "user_message_chunk", "agent_thought_chunk", "tool_call",
-                     "tool_call_update", "agent_message_chunk"]
+    assert kinds == [
+        "user_message_chunk",
+        "user_message_chunk",
+        "agent_thought_chunk",
+        "tool_call",
+        "tool_call_update",
+        "agent_message_chunk",
+    ]
     assert t.replay(history)[4].status == "failed"
 
 
 def request(kind: str, **args: Any) -> ApprovalRequest:
     path = str(args.get("path")) if kind == "edit" else None
-    return ApprovalRequest("call-1", {"execute": "bash", "edit": "edit_file"}.get(kind, "web_fetch"), kind, args,
-                           "it asks", path)
+    return ApprovalRequest(
+        "call-1", {"execute": "bash", "edit": "edit_file"}.get(kind, "web_fetch"), kind, args, "it asks", path
+    )
 
 
 def answering(option: str | None, seen: list[Any]) -> Any:
@@ -143,8 +176,10 @@ def answering(option: str | None, seen: list[Any]) -> Any:
 
 
 def test_always_remembers_the_terminals_rule(tmp_path: Path) -> None:
-    for req, answer in ((request("execute", command="npm test"), "command"),
-                        (request("edit", path="/w/src/app.py"), "file")):
+    for req, answer in (
+        (request("execute", command="npm test"), "command"),
+        (request("edit", path="/w/src/app.py"), "file"),
+    ):
         seen: list[Any] = []
         approval = asyncio.run(Approver(answering("allow_always", seen), tmp_path)(req))
         assert approval.approved and approval.remember == remember_rule(req, answer)
@@ -197,12 +232,13 @@ def test_nothing_but_protocol_on_stdout() -> None:
         "    print('a stray print')\n"
         "    os.write(1, b'a raw write\\n')\n"
         "    os.system('echo a child process')\n"
-        "    writer.write(b'{\"jsonrpc\": \"2.0\"}\\n')\n"
+        '    writer.write(b\'{"jsonrpc": "2.0"}\\n\')\n'
         "    await writer.drain()\n"
         "asyncio.run(main())\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], stdin=subprocess.PIPE, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == '{"jsonrpc": "2.0"}\n'
     assert "a stray print" in done.stderr and "a raw write" in done.stderr and "a child process" in done.stderr

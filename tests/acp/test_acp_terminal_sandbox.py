@@ -30,19 +30,33 @@ def test_yolo_commands_in_the_editors_terminal_run_in_the_sandbox(
     (user / ".codex" / "auth.json").write_text('{"token": "CODEX-TOKEN"}')
     outside = Path("/var/tmp") / f"kimicode-acp-yolo-{os.getpid()}"
     outside.unlink(missing_ok=True)
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"echo pwned > {outside}; cat ~/.codex/auth.json; "
-                                                              "echo inside > in.txt"})]),
-               Reply(content="done"))
+    server.add(
+        Reply(
+            tool_calls=[
+                ToolCall("bash", {"command": f"echo pwned > {outside}; cat ~/.codex/auth.json; echo inside > in.txt"})
+            ]
+        ),
+        Reply(content="done"),
+    )
     editor = Editor()
-    env = {"KIMI_API_KEY": "sk-acp-test-key", "KIMI_BASE_URL": server.base_url, "KIMI_MODEL": "kimi-k3",
-           "KIMICODE_HOME": str(tmp_path / "home"), "KIMICODE_RETRY_BASE_DELAY": "0.01", "HOME": str(user),
-           "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    env = {
+        "KIMI_API_KEY": "sk-acp-test-key",
+        "KIMI_BASE_URL": server.base_url,
+        "KIMI_MODEL": "kimi-k3",
+        "KIMICODE_HOME": str(tmp_path / "home"),
+        "KIMICODE_RETRY_BASE_DELAY": "0.01",
+        "HOME": str(user),
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+    }
 
     async def go() -> None:
-        async with kimicode_acp(editor, [*kimicode_command(), "acp"], env, workspace,
-                                tmp_path / "acp.log", []) as (conn, _):
-            await conn.initialize(protocol_version=PROTOCOL_VERSION,
-                                  client_capabilities=capabilities(fs=False, terminal=True))
+        async with kimicode_acp(editor, [*kimicode_command(), "acp"], env, workspace, tmp_path / "acp.log", []) as (
+            conn,
+            _,
+        ):
+            await conn.initialize(
+                protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities(fs=False, terminal=True)
+            )
             sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
             await conn.set_session_mode(session_id=sid, mode_id="yolo")
             assert (await conn.prompt(session_id=sid, prompt=[text_block("go")])).stop_reason == "end_turn"

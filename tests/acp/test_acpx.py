@@ -28,12 +28,22 @@ def test_acpx_reconnects_keep_the_session_and_its_mode(server: FakeServer, works
     if node is None:
         pytest.skip("node is not installed: acpx cannot run here")
     assert ACPX.exists(), f"acpx is not installed: run `npm ci --prefix {ACPX.parents[3]}` (.ci/run does)"
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo made > made.txt"})]), Reply(content="made it"),
-               Reply(tool_calls=[ToolCall("write_file", {"path": "x.txt", "content": "x"})]),
-               Reply(content="plan mode kept me from writing"),
-               Reply(content="a long answer " * 400, chunk_size=4, chunk_delay=0.03), Reply(content="after the cancel"))
-    env = dict(os.environ, HOME=str(tmp_path), KIMICODE_HOME=str(tmp_path / "home"), KIMI_API_KEY="sk-acpx-test",
-               KIMI_BASE_URL=server.base_url, KIMICODE_RETRY_BASE_DELAY="0.01")
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo made > made.txt"})]),
+        Reply(content="made it"),
+        Reply(tool_calls=[ToolCall("write_file", {"path": "x.txt", "content": "x"})]),
+        Reply(content="plan mode kept me from writing"),
+        Reply(content="a long answer " * 400, chunk_size=4, chunk_delay=0.03),
+        Reply(content="after the cancel"),
+    )
+    env = dict(
+        os.environ,
+        HOME=str(tmp_path),
+        KIMICODE_HOME=str(tmp_path / "home"),
+        KIMI_API_KEY="sk-acpx-test",
+        KIMI_BASE_URL=server.base_url,
+        KIMICODE_RETRY_BASE_DELAY="0.01",
+    )
     base = [node, str(ACPX), "--agent", f"{kimicode_command()[0]} acp", "--ttl", TTL, "--format", "text"]
 
     def acpx(*args: str) -> str:
@@ -51,8 +61,9 @@ def test_acpx_reconnects_keep_the_session_and_its_mode(server: FakeServer, works
     listed = acpx("sessions", "list")
     assert sid in listed and "make the file" in listed
     time.sleep(float(TTL) + 1)
-    running = subprocess.Popen([*base, "write an essay"], cwd=workspace, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    running = subprocess.Popen(
+        [*base, "write an essay"], cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         while len(server.requests) < 5:  # the essay is streaming
             time.sleep(0.05)

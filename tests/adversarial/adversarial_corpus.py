@@ -104,8 +104,11 @@ _SUFFIXES = [
     " < /proc/self/environ",
 ]
 
-WRITES_IN_WORKSPACE = [base + suffix for base in ["ls", "cat README.md", "git diff", "git status"]
-                       for suffix in [" > x", " >> README.md", " &> x", " >| x", " 2> x"]] + ["git diff > x.patch"]
+WRITES_IN_WORKSPACE = [
+    base + suffix
+    for base in ["ls", "cat README.md", "git diff", "git status"]
+    for suffix in [" > x", " >> README.md", " &> x", " >| x", " 2> x"]
+] + ["git diff > x.patch"]
 """Writes inside the workspace: accept-edits runs them (they are edits); default and plan ask."""
 
 HOSTILE_SPECIFIC = [
@@ -137,7 +140,7 @@ HOSTILE_SPECIFIC = [
     "cat x | python -c 'import os; os.remove(\"x\")'",
     "cat x | perl -e 'unlink \"x\"'",
     "cat x | ruby -e 'File.delete(\"x\")'",
-    "cat x | node -e 'require(\"fs\").rmSync(\"x\")'",
+    'cat x | node -e \'require("fs").rmSync("x")\'',
     "cat x | awk '{system(\"id\")}'",
     "cat x | awk '{print > \"/tmp/x\"}'",
     "cat x | awk '{print | \"sh\"}'",
@@ -219,7 +222,7 @@ HOSTILE_SPECIFIC = [
     "sh <<< 'rm x'",
     "bash < x.sh",
     "ls; exec rm x",
-    "ls; \"$@\"",
+    'ls; "$@"',
     "ls; $0",
     "printf -v 'a[$(id)]' x; ls",
     "test -v 'a[$(id)]' && ls",

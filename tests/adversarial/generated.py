@@ -20,9 +20,24 @@ _BUNDLE_WITH = 2
 """How many of a program's harmless flags each risky short option is bundled after."""
 
 
-_GIT_OPERANDS = {"branch": "", "tag": "", "stash": "list", "remote": "", "reflog": "", "status": "",
-                 "count-objects": "", "version": "", "describe": "", "rev-parse": "HEAD", "merge-base": "a b",
-                 "name-rev": "HEAD", "ls-tree": "HEAD", "cat-file": "-p HEAD", "for-each-ref": "", "show-ref": ""}
+_GIT_OPERANDS = {
+    "branch": "",
+    "tag": "",
+    "stash": "list",
+    "remote": "",
+    "reflog": "",
+    "status": "",
+    "count-objects": "",
+    "version": "",
+    "describe": "",
+    "rev-parse": "HEAD",
+    "merge-base": "a b",
+    "name-rev": "HEAD",
+    "ls-tree": "HEAD",
+    "cat-file": "-p HEAD",
+    "for-each-ref": "",
+    "show-ref": "",
+}
 
 
 _OPERANDS = {"rg": "x src", "sed": "p README.md", "tar": "-tf x.tar"}
@@ -59,8 +74,11 @@ def _unique_prefixes(spec: Spec, option: Option, spelling: str) -> list[str]:
 
 def _spellings(spec: Spec, option: Option, value: str) -> Iterator[str]:
     """The option with `value`, every way the program accepts it."""
-    flags = [o.names[0][1:] for o in spec.table
-             if not o.effect and o.arg == "" and o.names[0].startswith("-") and len(o.names[0]) == 2]
+    flags = [
+        o.names[0][1:]
+        for o in spec.table
+        if not o.effect and o.arg == "" and o.names[0].startswith("-") and len(o.names[0]) == 2
+    ]
     for spelling in option.names:
         if spelling.startswith("--") or spec.style == "go":
             for prefix in _unique_prefixes(spec, option, spelling):
@@ -122,8 +140,18 @@ def glued_cases() -> list[Case]:
 
 REPOSITORIES = ["nested", "nested/deep", "bare", "bare/refs", "gitfile", "written"]
 """Directories of the adversarial workspace git would take for another repository (see the test)."""
-_GIT_READS = ["log", "show", "diff", "status", "log -p", "show HEAD:README.md", "blame README.md", "grep -n x",
-              "diff HEAD~1", "whatchanged"]
+_GIT_READS = [
+    "log",
+    "show",
+    "diff",
+    "status",
+    "log -p",
+    "show HEAD:README.md",
+    "blame README.md",
+    "grep -n x",
+    "diff HEAD~1",
+    "whatchanged",
+]
 
 
 def repository_cases() -> list[Case]:
@@ -146,8 +174,13 @@ def environment_cases() -> list[Case]:
             for expr in ("env", "$ENV", "env.HOME", "$ENV.PATH", "[env[]]", "env|keys", "$ENV|to_entries"):
                 cases.append((f"{program} {flags} '{expr}'", f"{program} {flags} '.a'", rules))
     for awk in ("awk", "gawk"):
-        cases.append((f"{awk} 'BEGIN{{for(k in ENVIRON) print k, ENVIRON[k]}}'", f"{awk} '{{print $1}}' README.md",
-                      (f"bash({awk}*)",)))
+        cases.append(
+            (
+                f"{awk} 'BEGIN{{for(k in ENVIRON) print k, ENVIRON[k]}}'",
+                f"{awk} '{{print $1}}' README.md",
+                (f"bash({awk}*)",),
+            )
+        )
     return cases
 
 

@@ -141,9 +141,13 @@ def test_hostile_file_calls_ask_or_are_refused(
 
 @pytest.mark.parametrize(
     ("tool", "args"),
-    [("read_file", {"path": "README.md"}), ("grep", {"pattern": "x", "path": "src"}), ("glob", {"pattern": "*.py"}),
-     ("write_file", {"path": "src/new.py", "content": "x"}), ("edit_file", {"path": "src/app.py",
-                                                                            "old_string": "1", "new_string": "2"})],
+    [
+        ("read_file", {"path": "README.md"}),
+        ("grep", {"pattern": "x", "path": "src"}),
+        ("glob", {"pattern": "*.py"}),
+        ("write_file", {"path": "src/new.py", "content": "x"}),
+        ("edit_file", {"path": "src/app.py", "old_string": "1", "new_string": "2"}),
+    ],
 )
 def test_innocent_file_calls_run(world: dict[str, Any], tool: str, args: dict[str, Any]) -> None:
     decision = decide(TOOLS[tool], args, "accept-edits", world["ctx"], _policy(world, ["read", "edit(src/**)"]))

@@ -40,8 +40,19 @@ def test_the_attacker_gets_nothing_through_ordinary_rules(server: FakeServer, wo
         "bash -lc 'touch pwned8'",
     ]
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": a}) for a in attacks]), Reply(content="done"))
-    code, result, _ = _cli(server, tmp_path / "home", workspace, "--allow", "bash(ls*)", "--allow", "bash(cat*)",
-                           "--allow", "bash(git diff*)", "--allow", "bash(git status)")
+    code, result, _ = _cli(
+        server,
+        tmp_path / "home",
+        workspace,
+        "--allow",
+        "bash(ls*)",
+        "--allow",
+        "bash(cat*)",
+        "--allow",
+        "bash(git diff*)",
+        "--allow",
+        "bash(git status)",
+    )
     assert code == 0
     outputs = sent_tool_results(server)
     assert len(outputs) == len(attacks)
@@ -56,8 +67,15 @@ def test_the_attacker_gets_nothing_through_ordinary_rules(server: FakeServer, wo
 def test_deny_rules_reach_shells_in_shells(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     for name in ("a", "b", "c", "d", "e", "f"):
         (workspace / name).write_text("x")
-    attacks = ["bash -lc 'rm a'", "echo rm b | sh", "sh <<< 'rm c'", "busybox rm d", "ls | xargs rm",
-               "trap 'rm e' EXIT", "find . -name f -exec rm {} \\;"]
+    attacks = [
+        "bash -lc 'rm a'",
+        "echo rm b | sh",
+        "sh <<< 'rm c'",
+        "busybox rm d",
+        "ls | xargs rm",
+        "trap 'rm e' EXIT",
+        "find . -name f -exec rm {} \\;",
+    ]
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": a}) for a in attacks]), Reply(content="done"))
     code, result, _ = _cli(server, tmp_path / "home", workspace, "--yolo", "--deny", "Bash(rm:*)")
     assert code == 0
@@ -70,17 +88,23 @@ def test_accept_edits_asks_for_files_that_run_automatically(
     server: FakeServer, workspace: Path, tmp_path: Path
 ) -> None:
     server.add(
-        Reply(tool_calls=[ToolCall("write_file", {"path": ".husky/pre-commit", "content": "touch pwned\n"}),
-                          ToolCall("write_file", {"path": ".vscode/tasks.json", "content": "{}"}),
-                          ToolCall("write_file", {"path": "src/ok.py", "content": "x = 1\n"})]),
+        Reply(
+            tool_calls=[
+                ToolCall("write_file", {"path": ".husky/pre-commit", "content": "touch pwned\n"}),
+                ToolCall("write_file", {"path": ".vscode/tasks.json", "content": "{}"}),
+                ToolCall("write_file", {"path": "src/ok.py", "content": "x = 1\n"}),
+            ]
+        ),
         Reply(content="done"),
     )
     code, result, _ = _cli(server, tmp_path / "home", workspace, "--permission-mode", "accept-edits")
     assert code == 0
     assert not (workspace / ".husky").exists() and not (workspace / ".vscode").exists()
     assert (workspace / "src" / "ok.py").read_text() == "x = 1\n"
-    assert [d["tool_input"]["path"] for d in result["permission_denials"]] == [".husky/pre-commit",
-                                                                               ".vscode/tasks.json"]
+    assert [d["tool_input"]["path"] for d in result["permission_denials"]] == [
+        ".husky/pre-commit",
+        ".vscode/tasks.json",
+    ]
 
 
 @pytest.mark.slow

@@ -47,8 +47,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 def verdict(world: dict[str, Any], line: str, rules: tuple[str, ...], mode: str = "default") -> str:
-    policy = Policy(load_rules((), allow=list(rules)), kimicode_home=world["ws"] / ".kc", user_home=world["home"],
-                    workspace=world["ws"])
+    policy = Policy(
+        load_rules((), allow=list(rules)),
+        kimicode_home=world["ws"] / ".kc",
+        user_home=world["home"],
+        workspace=world["ws"],
+    )
     return decide(BASH, {"command": line}, mode, world["ctx"], policy).verdict
 
 
@@ -71,8 +75,11 @@ def test_enough_cases_are_generated() -> None:
 @pytest.mark.parametrize("program", sorted(GROUPS))
 def test_generated_hostile_lines_ask_and_their_harmless_forms_run(world: dict[str, Any], program: str) -> None:
     through = [line for line, _, rules in GROUPS[program] if verdict(world, line, rules) == "allow"]
-    blocked = [harmless for harmless, rules in {(h, r) for _, h, r in GROUPS[program]}
-               if verdict(world, harmless, rules) != "allow"]
+    blocked = [
+        harmless
+        for harmless, rules in {(h, r) for _, h, r in GROUPS[program]}
+        if verdict(world, harmless, rules) != "allow"
+    ]
     assert not through, f"{len(through)} hostile lines ran without asking: {through[:20]}"
     assert not blocked, f"harmless forms asked: {sorted(set(blocked))[:20]}"
 

@@ -15,8 +15,17 @@ from kimicode.permissions.gitsafe import foreign_repository, read_only_git_env
 from kimicode.tools.base import ToolContext
 from kimicode.tools.shell import BASH
 
-READS = ["git diff", "git log -p -1", "git show HEAD", "git diff HEAD", "git status", "git blame f.txt",
-         "git grep -n b", "git diff --stat | head -5", "git whatchanged -1 -p"]
+READS = [
+    "git diff",
+    "git log -p -1",
+    "git show HEAD",
+    "git diff HEAD",
+    "git status",
+    "git blame f.txt",
+    "git grep -n b",
+    "git diff --stat | head -5",
+    "git whatchanged -1 -p",
+]
 
 
 def _repo(ws: Path) -> Path:
@@ -32,9 +41,11 @@ def _repo(ws: Path) -> Path:
     hook.write_text(f"#!/bin/sh\ntouch {ws}/pwned-fsmonitor\n")
     hook.chmod(0o755)
     with (ws / ".git" / "config").open("a") as config:
-        config.write(f'[diff]\n\texternal = "touch {ws}/pwned-external"\n'
-                     f'[diff "evil"]\n\ttextconv = "touch {ws}/pwned-textconv; cat"\n'
-                     f"[core]\n\tfsmonitor = {hook}\n")
+        config.write(
+            f'[diff]\n\texternal = "touch {ws}/pwned-external"\n'
+            f'[diff "evil"]\n\ttextconv = "touch {ws}/pwned-textconv; cat"\n'
+            f"[core]\n\tfsmonitor = {hook}\n"
+        )
     return ws
 
 

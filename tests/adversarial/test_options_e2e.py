@@ -33,8 +33,7 @@ def _world(ws: Path, tmp_path: Path) -> Path:
     subprocess.run(["git", "init", "-q", str(nested)], **run)  # type: ignore[call-overload]
     (nested / "a.txt").write_text("a\n")
     subprocess.run(["git", "-C", str(nested), "add", "."], **run)  # type: ignore[call-overload]
-    subprocess.run(["git", "-C", str(nested), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"],
-                   **run)  # type: ignore[call-overload]
+    subprocess.run(["git", "-C", str(nested), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"], **run)  # type: ignore[call-overload]
     (nested / "a.txt").write_text("b\n")
     with (nested / ".git" / "config").open("a") as config:
         config.write(f'[diff]\n\texternal = "touch {ws}/pwned-nested"\n')
@@ -80,15 +79,22 @@ def test_the_attacker_gets_nothing_through_options_on_the_command_line(
         pytest.skip(f"bubblewrap unavailable: {probe().reason}")
     outside = _world(workspace, tmp_path)
     attacks = _attacks(workspace, outside)
-    harmless = (["grep -n hello README.md"] if sandbox == "off"  # without bwrap only the short list runs
-                else ["git grep -n hello", "sort -r README.md", "cd src 2>/dev/null; git log --oneline -1 || true"])
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": a}) for a in [*attacks, *harmless]]),
-               Reply(content="done"))
+    harmless = (
+        ["grep -n hello README.md"]
+        if sandbox == "off"  # without bwrap only the short list runs
+        else ["git grep -n hello", "sort -r README.md", "cd src 2>/dev/null; git log --oneline -1 || true"]
+    )
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": a}) for a in [*attacks, *harmless]]), Reply(content="done")
+    )
     done = subprocess.run(
-        [*kimicode_command(), "-p", "go", "--output-format", "json", "--sandbox", sandbox,
-         "--allow", "bash(pytest*)"],
+        [*kimicode_command(), "-p", "go", "--output-format", "json", "--sandbox", sandbox, "--allow", "bash(pytest*)"],
         env=command_env(tmp_path / "home", server, ATTACK_MARKER=MARKER, HOME=str(tmp_path / "userhome")),
-        cwd=workspace, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 0, done.stderr
@@ -113,8 +119,16 @@ def test_the_library_asks_approve_for_every_attack(server: FakeServer, workspace
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": a}) for a in attacks]), Reply(content="done"))
     os.environ["ATTACK_MARKER"] = MARKER
     try:
-        agent = Agent(base_url=server.base_url, api_key="sk-test", workspace=workspace, home=tmp_path / "home",
-                      retry_base_delay=0.01, approve=approve, allow=["bash(pytest*)"], sandbox="off")
+        agent = Agent(
+            base_url=server.base_url,
+            api_key="sk-test",
+            workspace=workspace,
+            home=tmp_path / "home",
+            retry_base_delay=0.01,
+            approve=approve,
+            allow=["bash(pytest*)"],
+            sandbox="off",
+        )
         agent.run_sync("go")
     finally:
         del os.environ["ATTACK_MARKER"]

@@ -37,11 +37,31 @@ MODES = ("default", "accept-edits", "plan", "yolo")
 SANDBOX = ("auto", "off")
 RULES = {
     "none": (),
-    "broad": ("bash(cp *)", "bash(mv *)", "bash(tee *)", "bash(echo *)", "bash(mkdir *)", "bash(ln *)",
-              "edit(**)", "edit(~/**)", "edit(/**)", "write_file", "edit_file"),
+    "broad": (
+        "bash(cp *)",
+        "bash(mv *)",
+        "bash(tee *)",
+        "bash(echo *)",
+        "bash(mkdir *)",
+        "bash(ln *)",
+        "edit(**)",
+        "edit(~/**)",
+        "edit(/**)",
+        "write_file",
+        "edit_file",
+    ),
 }
-ROUTES = ("write_file", "edit_file", "bash cp", "bash mv", "bash redirect", "bash tee", "bash cp into dir",
-          "hook updatedInput", "apply")
+ROUTES = (
+    "write_file",
+    "edit_file",
+    "bash cp",
+    "bash mv",
+    "bash redirect",
+    "bash tee",
+    "bash cp into dir",
+    "hook updatedInput",
+    "apply",
+)
 
 
 @dataclass(frozen=True)
@@ -90,8 +110,9 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Place:
 
 def _policy(p: Place, rules: str, sandbox: str) -> Policy:
     parsed = tuple(parse_rule(r, "user") for r in RULES[rules])
-    return Policy(Rules(allow=parsed), kimicode_home=p.kc, user_home=p.home, workspace=p.ws,
-                  read_only_sandbox=sandbox != "off")
+    return Policy(
+        Rules(allow=parsed), kimicode_home=p.kc, user_home=p.home, workspace=p.ws, read_only_sandbox=sandbox != "off"
+    )
 
 
 def _route_decision(route: str, path: Path, mode: str, p: Place, policy: Policy) -> Any:
@@ -103,8 +124,11 @@ def _route_decision(route: str, path: Path, mode: str, p: Place, policy: Policy)
     if route == "bash cp into dir":  # the folder exists (else cp would make a file of that name)
         path.parent.mkdir(parents=True, exist_ok=True)
     command = {
-        "bash cp": f"cp src.txt {path}", "bash mv": f"mv src.txt {path}", "bash redirect": f"echo x > {path}",
-        "bash tee": f"tee {path}", "bash cp into dir": f"cp {p.ws / 'stage' / path.name} {path.parent}",
+        "bash cp": f"cp src.txt {path}",
+        "bash mv": f"mv src.txt {path}",
+        "bash redirect": f"echo x > {path}",
+        "bash tee": f"tee {path}",
+        "bash cp into dir": f"cp {p.ws / 'stage' / path.name} {path.parent}",
     }[route]
     return decide(_Tool("bash", "execute"), {"command": command}, mode, ctx, policy)
 
@@ -173,11 +197,17 @@ def _state(root: Path) -> dict[str, Any]:
         for name in dirnames + filenames:
             path = Path(dirpath) / name
             rel = str(path.relative_to(root))
-            if rel.startswith((".git/objects", ".git/logs", ".git/refs")) or rel in (".git/index", ".git/ORIG_HEAD",
-                                                                                     ".git/COMMIT_EDITMSG"):
+            if rel.startswith((".git/objects", ".git/logs", ".git/refs")) or rel in (
+                ".git/index",
+                ".git/ORIG_HEAD",
+                ".git/COMMIT_EDITMSG",
+            ):
                 continue
-            out[rel] = ("link", os.readlink(path)) if path.is_symlink() else (
-                ("dir", None) if path.is_dir() else ("file", path.read_bytes()))
+            out[rel] = (
+                ("link", os.readlink(path))
+                if path.is_symlink()
+                else (("dir", None) if path.is_dir() else ("file", path.read_bytes()))
+            )
     return out
 
 
@@ -234,12 +264,16 @@ def test_the_sandbox_keeps_every_place_that_runs_later(tmp_path: Path, present: 
     before, seen = _state(ws), fingerprint(ws)
     sandbox = Sandbox(ws, str(STATUS.bwrap), kimicode_home=tmp_path / "kc", user_home=home)
     with sandbox.placeholders():
-        done = subprocess.run(sandbox.wrap(["bash", "-c", _plant_script(ws, home_in_ws)]), capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            sandbox.wrap(["bash", "-c", _plant_script(ws, home_in_ws)]), capture_output=True, text=True, timeout=120
+        )
     assert "COMMITTED" in done.stdout and "WROTE" in done.stdout, done.stderr[-2000:]
     after = _state(ws)
-    changed = sorted(k for k in set(before) | set(after)
-                     if before.get(k) != after.get(k) and not k.startswith(("evil", "ordinary.txt")))
+    changed = sorted(
+        k
+        for k in set(before) | set(after)
+        if before.get(k) != after.get(k) and not k.startswith(("evil", "ordinary.txt"))
+    )
     assert not changed, changed
     assert fingerprint(ws) == seen  # the next trusted session loads exactly what it loaded before
     subprocess.run(["git", "status"], cwd=ws, capture_output=True, check=False)

@@ -84,24 +84,30 @@ def test_not_read_only_examples_ask_without_a_rule(world: dict[str, Any], name: 
 
 # -- the parser -------------------------------------------------------------------------------------
 
-SORT = Spec("sort", "-r --reverse\n-n --numeric-sort\n-o= --output=  !write writes\n--compress-program=  !exec runs\n"
-            "--color[=]\n-d[=]\n--arg==")
+SORT = Spec(
+    "sort",
+    "-r --reverse\n-n --numeric-sort\n-o= --output=  !write writes\n--compress-program=  !exec runs\n"
+    "--color[=]\n-d[=]\n--arg==",
+)
 
 
-@pytest.mark.parametrize(("words", "effects"), [
-    (["-rno", "F"], [("write", "F")]),
-    (["-rnoF"], [("write", "F")]),
-    (["-oF", "-r"], [("write", "F")]),
-    (["--out=F"], [("write", "F")]),
-    (["--ou", "F"], [("write", "F")]),
-    (["--compress-p=sh"], [("exec", "sh")]),
-    (["--c=sh"], [("exec", "sh")]),  # ambiguous (--color, --compress-program): the worst of them
-    (["--", "-oF"], []),
-    (["-r", "x", "-o", "F"], [("write", "F")]),  # GNU permutes: options after operands count
-    (["--color", "x"], []),  # an optional argument is only ever attached
-    (["-d", "x"], []),
-    (["--arg", "a", "b", "c"], []),
-])
+@pytest.mark.parametrize(
+    ("words", "effects"),
+    [
+        (["-rno", "F"], [("write", "F")]),
+        (["-rnoF"], [("write", "F")]),
+        (["-oF", "-r"], [("write", "F")]),
+        (["--out=F"], [("write", "F")]),
+        (["--ou", "F"], [("write", "F")]),
+        (["--compress-p=sh"], [("exec", "sh")]),
+        (["--c=sh"], [("exec", "sh")]),  # ambiguous (--color, --compress-program): the worst of them
+        (["--", "-oF"], []),
+        (["-r", "x", "-o", "F"], [("write", "F")]),  # GNU permutes: options after operands count
+        (["--color", "x"], []),  # an optional argument is only ever attached
+        (["-d", "x"], []),
+        (["--arg", "a", "b", "c"], []),
+    ],
+)
 def test_the_parser_reads_options_as_getopt_long_does(words: list[str], effects: list[tuple[str, str]]) -> None:
     parsed = parse_args(SORT, words)
     assert [(f.option.effect, f.value) for f in parsed.effects()] == effects
@@ -153,8 +159,12 @@ def test_python_m_pytest_is_suggested_and_admitted_as_pytest(world: dict[str, An
     for line in ("python -m pytest -q", "python3 -m pytest -q", "python3.11 -m pytest tests -x"):
         assert verdict(world, line, allow=("bash(pytest*)",)) == "allow", line
         assert verdict(world, line, allow=("Bash(pytest:*)",)) == "allow", line
-    for line in ("python -X dev -m pytest", "python -c 'import pytest' -m pytest", "PYTHONPATH=/tmp python -m pytest",
-                 "python -m pytest --basetemp=/tmp/x"):
+    for line in (
+        "python -X dev -m pytest",
+        "python -c 'import pytest' -m pytest",
+        "PYTHONPATH=/tmp python -m pytest",
+        "python -m pytest --basetemp=/tmp/x",
+    ):
         assert verdict(world, line, allow=("bash(pytest*)",)) == "ask", line
     assert verdict(world, "python -m pytest_evil", allow=("Bash(pytest:*)",)) == "ask"  # whole words
 

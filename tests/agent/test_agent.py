@@ -32,7 +32,6 @@ def tool_results(messages: list[dict[str, Any]]) -> dict[str, str]:
     return {m["tool_call_id"]: m["content"] for m in messages if m.get("role") == "tool"}
 
 
-
 def test_tool_loop_runs_real_tools_and_returns_the_answer(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:
@@ -92,9 +91,7 @@ def test_changing_calls_run_one_at_a_time_in_order(server: FakeServer, make_agen
     assert order == ["start 1", "end 1", "start 2", "end 2"]
 
 
-def test_bad_calls_become_error_results_and_the_loop_recovers(
-    server: FakeServer, make_agent: MakeAgent
-) -> None:
+def test_bad_calls_become_error_results_and_the_loop_recovers(server: FakeServer, make_agent: MakeAgent) -> None:
     @tool
     def boom(x: int) -> str:
         """Always fails."""
@@ -106,13 +103,15 @@ def test_bad_calls_become_error_results_and_the_loop_recovers(
         raise ToolError("not today")
 
     server.add(
-        Reply(tool_calls=[
-            ToolCall("boom", '{"x": 1'),                # invalid JSON
-            ToolCall("no_such_tool", {}),                # unknown tool
-            ToolCall("boom", {"x": "one"}),              # schema violation
-            ToolCall("boom", {"x": 1}),                  # exception inside the tool
-            ToolCall("refuse", ""),                      # "" means {}
-        ]),
+        Reply(
+            tool_calls=[
+                ToolCall("boom", '{"x": 1'),  # invalid JSON
+                ToolCall("no_such_tool", {}),  # unknown tool
+                ToolCall("boom", {"x": "one"}),  # schema violation
+                ToolCall("boom", {"x": 1}),  # exception inside the tool
+                ToolCall("refuse", ""),  # "" means {}
+            ]
+        ),
         Reply(content="recovered"),
     )
     result = make_agent(tools=[boom, refuse]).run_sync("try things")
@@ -149,9 +148,7 @@ def test_max_turns_stops_the_turn(server: FakeServer, make_agent: MakeAgent) -> 
     assert_valid_history(result.messages)
 
 
-def test_repeated_identical_calls_warn_at_three_and_stop_at_five(
-    server: FakeServer, make_agent: MakeAgent
-) -> None:
+def test_repeated_identical_calls_warn_at_three_and_stop_at_five(server: FakeServer, make_agent: MakeAgent) -> None:
     calls: list[int] = []
 
     @tool(kind="read")
@@ -176,8 +173,12 @@ def test_headless_permissions_deny_and_tell_the_model(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:
     server.add(
-        Reply(tool_calls=[ToolCall("write_file", {"path": "x.txt", "content": "hi"}),
-                          ToolCall("bash", {"command": "touch ran.txt"})]),  # not `echo`: read-only since issue 10
+        Reply(
+            tool_calls=[
+                ToolCall("write_file", {"path": "x.txt", "content": "hi"}),
+                ToolCall("bash", {"command": "touch ran.txt"}),
+            ]
+        ),  # not `echo`: read-only since issue 10
         Reply(content="could not"),
     )
     result = make_agent(permission_mode="default").run_sync("write and run")
@@ -194,12 +195,14 @@ def test_accept_edits_allows_workspace_writes_but_not_bash_or_outside(
 ) -> None:
     outside = tmp_path / "outside.txt"
     server.add(
-        Reply(tool_calls=[
-            ToolCall("write_file", {"path": "in.txt", "content": "in"}),
-            ToolCall("write_file", {"path": str(outside), "content": "out"}),
-            ToolCall("write_file", {"path": "../escape.txt", "content": "out"}),
-            ToolCall("bash", {"command": "touch ran"}),
-        ]),
+        Reply(
+            tool_calls=[
+                ToolCall("write_file", {"path": "in.txt", "content": "in"}),
+                ToolCall("write_file", {"path": str(outside), "content": "out"}),
+                ToolCall("write_file", {"path": "../escape.txt", "content": "out"}),
+                ToolCall("bash", {"command": "touch ran"}),
+            ]
+        ),
         Reply(content="done"),
     )
     result = make_agent(permission_mode="accept-edits").run_sync("go")
@@ -221,8 +224,12 @@ def test_approval_callback_decides_and_its_reason_reaches_the_model(
         return Approval(True)
 
     server.add(
-        Reply(tool_calls=[ToolCall("write_file", {"path": "a.txt", "content": "A"}),
-                          ToolCall("bash", {"command": "rm -rf /"})]),
+        Reply(
+            tool_calls=[
+                ToolCall("write_file", {"path": "a.txt", "content": "A"}),
+                ToolCall("bash", {"command": "rm -rf /"}),
+            ]
+        ),
         Reply(content="ok"),
     )
     result = make_agent(approve=approve).run_sync("go")
@@ -255,9 +262,7 @@ def test_interrupt_during_stream_keeps_history_valid(server: FakeServer, make_ag
     assert [m["role"] for m in server.requests[1].body["messages"]] == ["system", "user", "assistant", "user"]
 
 
-def test_interrupt_during_a_tool_adds_synthetic_results(
-    server: FakeServer, make_agent: MakeAgent
-) -> None:
+def test_interrupt_during_a_tool_adds_synthetic_results(server: FakeServer, make_agent: MakeAgent) -> None:
     started = asyncio.Event()
 
     @tool
@@ -346,9 +351,7 @@ def test_large_tool_output_is_capped_and_spilled(server: FakeServer, make_agent:
     assert Path(spill).read_text() == big
 
 
-def test_session_log_records_messages_and_never_the_key(
-    server: FakeServer, make_agent: MakeAgent
-) -> None:
+def test_session_log_records_messages_and_never_the_key(server: FakeServer, make_agent: MakeAgent) -> None:
     server.add(Reply(reasoning="r", tool_calls=[ToolCall("glob", {"pattern": "*"})]), Reply(content="done"))
     events: list[Any] = []
     agent = make_agent(on_event=events.append)

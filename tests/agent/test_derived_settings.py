@@ -21,8 +21,9 @@ def configured_agent(server: FakeServer, tmp_path: Path, **kw: Any) -> Agent:
     home.mkdir(parents=True, exist_ok=True)
     ws.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text("[context]\nmax_tokens = 1234\n")
-    options = AgentOptions.from_workspace(ws, home=home, base_url=server.base_url, api_key="sk-test",
-                                          retry_base_delay=0.01, context_window=200_000, **kw)
+    options = AgentOptions.from_workspace(
+        ws, home=home, base_url=server.base_url, api_key="sk-test", retry_base_delay=0.01, context_window=200_000, **kw
+    )
     return Agent(options)
 
 
@@ -30,9 +31,13 @@ def test_the_configured_answer_limit_reaches_parent_fork_and_subagent_alike(serv
     def child(request: RecordedRequest) -> Reply:
         return Reply(content="child done")
 
-    server.add(Reply(content="parent"), Reply(content="fork"),
-               Reply(tool_calls=[ToolCall("task", {"description": "look", "prompt": "look around"})]),
-               child, Reply(content="after task"))
+    server.add(
+        Reply(content="parent"),
+        Reply(content="fork"),
+        Reply(tool_calls=[ToolCall("task", {"description": "look", "prompt": "look around"})]),
+        child,
+        Reply(content="after task"),
+    )
     parent = configured_agent(server, tmp_path)
     parent.set_thinking("low")
     assert parent.run_sync("hello").ok

@@ -22,9 +22,7 @@ PLAN = [
 ]
 
 
-def test_the_model_keeps_a_list_the_ui_can_render(
-    make_agent: Callable[..., Any], server: FakeServer
-) -> None:
+def test_the_model_keeps_a_list_the_ui_can_render(make_agent: Callable[..., Any], server: FakeServer) -> None:
     events: list[Event] = []
     server.add(Reply(tool_calls=[ToolCall("todo_write", {"todos": PLAN})]), Reply(content="planned"))
     agent = make_agent(on_event=events.append)
@@ -37,9 +35,7 @@ def test_the_model_keeps_a_list_the_ui_can_render(
     assert "Task list (1/3 done):" in sent and "[>] 2. Fix the bug" in sent and "[x] 1. Read the code" in sent
 
 
-def test_bad_lists_are_refused_and_leave_the_list_alone(
-    make_agent: Callable[..., Any], server: FakeServer
-) -> None:
+def test_bad_lists_are_refused_and_leave_the_list_alone(make_agent: Callable[..., Any], server: FakeServer) -> None:
     server.add(
         Reply(tool_calls=[ToolCall("todo_write", {"todos": PLAN})]),
         Reply(tool_calls=[ToolCall("todo_write", {"todos": [{"id": "1", "content": "x", "status": "finished"}]})]),
@@ -55,8 +51,10 @@ def test_bad_lists_are_refused_and_leave_the_list_alone(
 @pytest.mark.parametrize(
     ("raw", "needle"),
     [
-        ([{"id": "1", "content": "a", "status": "pending"}, {"id": "1", "content": "b", "status": "done"}],
-         "appears twice"),
+        (
+            [{"id": "1", "content": "a", "status": "pending"}, {"id": "1", "content": "b", "status": "done"}],
+            "appears twice",
+        ),
         ([{"id": "1", "content": "  ", "status": "pending"}], "content is empty"),
         ("not a list", "must be a list"),
         ([{"id": "1", "content": "a", "status": "completed"}], "status must be one of"),

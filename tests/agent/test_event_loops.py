@@ -25,5 +25,4 @@ def test_an_agent_runs_on_successive_event_loops_and_closes_from_another(tmp_pat
         third = agent.run_sync("c")
         assert (third.status, third.result) == ("success", "three")
         # the second request carries the first answer: the history went on across loops
-        assert [m["content"] for m in server.requests[2].body["messages"] if m["role"] == "assistant"] == [
-            "one", "two"]
+        assert [m["content"] for m in server.requests[2].body["messages"] if m["role"] == "assistant"] == ["one", "two"]

@@ -28,15 +28,12 @@ MakeAgent = Callable[..., Agent]
 HANG = 20.0  # seconds after which a test calls it a hang (the fake server answers in milliseconds)
 
 
-
 def hook_notices(events: list[Event]) -> list[Notice]:
     return [e for e in events if isinstance(e, Notice) and "on_event hook raised" in e.text]
 
 
 @pytest.mark.parametrize("target", [TurnFinished, MessageCommitted, object])
-def test_a_raising_hook_never_hangs_or_fails_the_turn(
-    server: FakeServer, make_agent: MakeAgent, target: type
-) -> None:
+def test_a_raising_hook_never_hangs_or_fails_the_turn(server: FakeServer, make_agent: MakeAgent, target: type) -> None:
     """`object` raises on every event; TurnFinished used to hang run(); the others flipped success to error."""
     server.add(Reply(tool_calls=[ToolCall("glob", {"pattern": "*"})]), Reply(content="done"))
     seen: list[Event] = []

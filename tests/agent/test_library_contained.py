@@ -111,8 +111,13 @@ def test_exit_and_ctrl_c_do_not_wait_for_an_abandoned_sync_tool(tmp_path: Path, 
     ws.mkdir()
     code = SCRIPT.format(timeout=0.2 if how == "exit" else 60)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", code, str(late), str(ws), str(home)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(late), str(ws), str(home)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "started"
@@ -241,8 +246,6 @@ def test_a_hook_raising_a_base_exception_stays_in_its_turn(server: FakeServer, t
     assert len(result.hook_errors) == 1 and "Fail" in result.hook_errors[0]
 
 
-
-
 def test_batch_hooks_raising_anything_stay_in_their_task(tmp_path: Path) -> None:
     """A hook that fails like `pytest.fail` (a BaseException), in the agent's events or in the batch's
     progress callback, used to end the whole batch with 0 of 30 results."""
@@ -268,9 +271,16 @@ def test_batch_hooks_raising_anything_stay_in_their_task(tmp_path: Path) -> None
 
     async def main(server: FakeServer) -> dict[str, Any]:
         out = {}
-        async for r in run([{"id": f"t{i}", "prompt": f"p{i}"} for i in range(6)], base_url=server.base_url,
-                           api_key="sk-test", model="kimi-k3", root=tmp_path / "batch", retry_base_delay=0.01,
-                           on_event=progress, agent_options={"on_event": hook, "extra_tools": [noop]}):
+        async for r in run(
+            [{"id": f"t{i}", "prompt": f"p{i}"} for i in range(6)],
+            base_url=server.base_url,
+            api_key="sk-test",
+            model="kimi-k3",
+            root=tmp_path / "batch",
+            retry_base_delay=0.01,
+            on_event=progress,
+            agent_options={"on_event": hook, "extra_tools": [noop]},
+        ):
             out[r.id] = r
         return out
 

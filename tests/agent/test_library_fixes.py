@@ -69,9 +69,11 @@ def test_a_fork_edits_its_own_tree_without_an_approve_callback(server: FakeServe
     """The fork's tree lives under KIMICODE_HOME/worktrees; every write there used to count as touching
     kimicode's own state and asked, so an accept-edits fork without `approve` could not edit its own files."""
     ws = git_repo(tmp_path / "ws")
-    server.add(Reply(content="parent"),
-               Reply(tool_calls=[ToolCall("write_file", {"path": "a.txt", "content": "forked\n"})]),
-               Reply(content="edited"))
+    server.add(
+        Reply(content="parent"),
+        Reply(tool_calls=[ToolCall("write_file", {"path": "a.txt", "content": "forked\n"})]),
+        Reply(content="edited"),
+    )
     parent = lib_agent(server, tmp_path, permission_mode="accept-edits")
     parent.run_sync("hello")
     child = parent.fork(workspace=kind)
@@ -90,8 +92,9 @@ def test_a_fork_still_asks_to_write_kimicode_state_outside_its_tree(server: Fake
     parent.run_sync("hello")
     child = parent.fork(workspace="copy")
     target = str(tmp_path / "home" / "config.toml")
-    server.add(Reply(tool_calls=[ToolCall("write_file", {"path": target, "content": "x = 1\n"})]),
-               Reply(content="refused"))
+    server.add(
+        Reply(tool_calls=[ToolCall("write_file", {"path": target, "content": "x = 1\n"})]), Reply(content="refused")
+    )
     result = child.run_sync("edit config")
     assert result.permission_denials and not (tmp_path / "home" / "config.toml").exists()
 
@@ -131,8 +134,13 @@ def test_pydantic_tool_arguments_refuse_unknown_keys(server: FakeServer, tmp_pat
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [({3, 1, 2}, "[1, 2, 3]"), (b"caf\xc3\xa9", "café"), (bytearray(b"raw"), "raw"), ({"tags": {"b", "a"}},
-     '{"tags": ["a", "b"]}'), ({"blob": b"x"}, '{"blob": "x"}')],
+    [
+        ({3, 1, 2}, "[1, 2, 3]"),
+        (b"caf\xc3\xa9", "café"),
+        (bytearray(b"raw"), "raw"),
+        ({"tags": {"b", "a"}}, '{"tags": ["a", "b"]}'),
+        ({"blob": b"x"}, '{"blob": "x"}'),
+    ],
 )
 def test_set_and_bytes_results_are_sent_as_data_not_their_repr(
     server: FakeServer, tmp_path: Path, value: Any, expected: str
@@ -160,8 +168,10 @@ def test_the_fake_server_takes_a_hundred_parallel_clients() -> None:
         socks = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(100)]
         try:
             body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
-            request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                       f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+            request = (
+                f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode() + body
             for s in socks:
                 s.sendall(request)
             answers = []
@@ -185,13 +195,22 @@ def test_batch_reads_a_task_repositorys_configuration_only_when_asked(tmp_path: 
     repo = tmp_path / "repo"
     (repo / ".kimicode").mkdir(parents=True)
     (repo / ".kimicode" / "config.toml").write_text(
-        '[defaults]\nmodel = "repo-chosen-model"\n[context]\nmax_tokens = 321\n')
+        '[defaults]\nmodel = "repo-chosen-model"\n[context]\nmax_tokens = 321\n'
+    )
     (repo / "AGENTS.md").write_text("REPO-INSTRUCTIONS: always answer in French\n")
 
     async def main(server: FakeServer) -> list[Any]:
-        return [r async for r in run([{"id": "t", "prompt": "hi", "workspace": str(repo)}],
-                                     base_url=server.base_url, api_key="sk-test", root=tmp_path / "batch",
-                                     retry_base_delay=0.01, project_config=asked)]
+        return [
+            r
+            async for r in run(
+                [{"id": "t", "prompt": "hi", "workspace": str(repo)}],
+                base_url=server.base_url,
+                api_key="sk-test",
+                root=tmp_path / "batch",
+                retry_base_delay=0.01,
+                project_config=asked,
+            )
+        ]
 
     with FakeServer([Reply(content="ok")]) as server:
         results = asyncio.run(main(server))

@@ -58,8 +58,7 @@ def test_twenty_agents_interleaved_some_abandoned_interrupted_or_with_broken_hoo
 
     async def main(server: FakeServer) -> None:
         agents = [
-            lib_agent(server, tmp_path / f"a{i}", tools=[nap], on_event=broken if i >= 15 else None)
-            for i in range(20)
+            lib_agent(server, tmp_path / f"a{i}", tools=[nap], on_event=broken if i >= 15 else None) for i in range(20)
         ]
         first: dict[int, str] = {}
 
@@ -271,9 +270,7 @@ def test_tool_returning_non_strings(server: FakeServer, tmp_path: Path, value: A
 # -- approvals that misbehave ---------------------------------------------------------------------------
 
 
-def test_approve_callback_that_raises_refuses_the_call_and_the_turn_goes_on(
-    server: FakeServer, tmp_path: Path
-) -> None:
+def test_approve_callback_that_raises_refuses_the_call_and_the_turn_goes_on(server: FakeServer, tmp_path: Path) -> None:
     def approve(request: ApprovalRequest) -> bool:
         raise RuntimeError("approval service unreachable")
 
@@ -402,14 +399,18 @@ def test_a_thousand_idle_agents_hold_no_descriptors(server: FakeServer, tmp_path
         [{"role": "system", "content": "s"}, {"role": "tool", "tool_call_id": "c1", "content": "orphan"}],
         [{"role": "system", "content": "s"}, {"role": "user"}],
         [{"role": "wizard", "content": "s"}],
-        [{"role": "system", "content": "s"}, {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}],
+        [
+            {"role": "system", "content": "s"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}],
+            },
+        ],
         ["not a dict"],
     ],
 )
-def test_invalid_history_is_refused_before_any_request(
-    server: FakeServer, tmp_path: Path, messages: list[Any]
-) -> None:
+def test_invalid_history_is_refused_before_any_request(server: FakeServer, tmp_path: Path, messages: list[Any]) -> None:
     with pytest.raises((kimicode.KimicodeError, ValueError, TypeError)) as info:
         agent = lib_agent(server, tmp_path, messages=messages)
         agent.run_sync("agent-0 go")

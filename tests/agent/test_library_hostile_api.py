@@ -93,8 +93,9 @@ def test_mutable_default_is_not_shared_between_calls(server: FakeServer, tmp_pat
         bag.append(item)
         return str(len(bag))
 
-    server.add(Reply(tool_calls=[ToolCall("collect", {"item": "a"}), ToolCall("collect", {"item": "b"})]),
-               Reply(content="ok"))
+    server.add(
+        Reply(tool_calls=[ToolCall("collect", {"item": "a"}), ToolCall("collect", {"item": "b"})]), Reply(content="ok")
+    )
     result = lib_agent(server, tmp_path, tools=[collect]).run_sync("go")
     assert [m["content"] for m in result.messages if m["role"] == "tool"] == ["1", "1"]
 
@@ -153,10 +154,22 @@ def test_options_are_frozen() -> None:
 @pytest.mark.parametrize(
     ("name", "value"),
     [
-        ("max_turns", "5"), ("max_turns", 0), ("thinking", "medium"), ("permission_mode", "YOLO"),
-        ("context_window", "big"), ("context_window", -1), ("max_completion_tokens", 0),
-        ("retry_base_delay", -1), ("request_timeout", "30"), ("tool_timeout", 0), ("repeat_limit", 1),
-        ("model", 5), ("workspace", 5), ("persist", "no"), ("allow", 5), ("tool_output_cap", -3),
+        ("max_turns", "5"),
+        ("max_turns", 0),
+        ("thinking", "medium"),
+        ("permission_mode", "YOLO"),
+        ("context_window", "big"),
+        ("context_window", -1),
+        ("max_completion_tokens", 0),
+        ("retry_base_delay", -1),
+        ("request_timeout", "30"),
+        ("tool_timeout", 0),
+        ("repeat_limit", 1),
+        ("model", 5),
+        ("workspace", 5),
+        ("persist", "no"),
+        ("allow", 5),
+        ("tool_output_cap", -3),
     ],
 )
 def test_options_wrong_values_raise_naming_the_setting(name: str, value: Any) -> None:
@@ -189,8 +202,12 @@ def test_async_on_event_hook_is_reported_not_silently_dropped(server: FakeServer
     ("reply", "kind", "status", "cls"),
     [
         (ErrorReply(401, "bad key", "authentication_error"), "auth", 401, kimicode.AuthError),
-        (ErrorReply(429, "slow down", "rate_limit_error", {"retry-after": "7"}), "transient", 429,
-         kimicode.RateLimitError),
+        (
+            ErrorReply(429, "slow down", "rate_limit_error", {"retry-after": "7"}),
+            "transient",
+            429,
+            kimicode.RateLimitError,
+        ),
         (ErrorReply(500, "boom"), "transient", 500, kimicode.ServerUnavailableError),
     ],
 )
@@ -205,8 +222,16 @@ def test_failed_requests_give_typed_errors(
         waits.append(delay)
 
     server.add(*[reply] * 3)
-    client = ChatClient(ClientConfig(base_url=server.base_url, api_key="sk-test", model="kimi-k3", max_retries=1,
-                                     retry_base_delay=0.01, sleep=record))
+    client = ChatClient(
+        ClientConfig(
+            base_url=server.base_url,
+            api_key="sk-test",
+            model="kimi-k3",
+            max_retries=1,
+            retry_base_delay=0.01,
+            sleep=record,
+        )
+    )
     result = lib_agent(server, tmp_path, client=client).run_sync("go")
     assert result.status == "error" and result.error_kind == kind
     assert result.error is not None and result.error.status == status and result.error.kind == kind

@@ -35,13 +35,19 @@ class RecordingClient:
     """A caller's client: kimicode's own ChatClient on the real wire, recording what it is asked to send."""
 
     def __init__(self, server: FakeServer, key: str = "sk-callers-own") -> None:
-        self.inner = ChatClient(ClientConfig(base_url=server.base_url, api_key=key, model="kimi-k3",
-                                             retry_base_delay=0.01))
+        self.inner = ChatClient(
+            ClientConfig(base_url=server.base_url, api_key=key, model="kimi-k3", retry_base_delay=0.01)
+        )
         self.sent: list[list[dict[str, Any]]] = []
         self.closed = 0
 
-    async def stream(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), *,
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         self.sent.append(copy.deepcopy(list(messages)))
         async for event in self.inner.stream(messages, tools, max_completion_tokens=max_completion_tokens):
             yield event
@@ -60,8 +66,13 @@ class ScriptedClient:
         self.tools: list[list[str]] = []
         self.closed = 0
 
-    async def stream(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), *,
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         self.sent.append(copy.deepcopy(list(messages)))
         self.tools.append([t["function"]["name"] for t in tools])
         answer = self.answers.pop(0)
@@ -69,17 +80,22 @@ class ScriptedClient:
             raise answer
         if answer.get("content"):
             yield StreamDelta("content", answer["content"])
-        yield Completion(answer, "tool_calls" if answer.get("tool_calls") else "stop",
-                         {"prompt_tokens": 100, "completion_tokens": 10})
+        yield Completion(
+            answer,
+            "tool_calls" if answer.get("tool_calls") else "stop",
+            {"prompt_tokens": 100, "completion_tokens": 10},
+        )
 
     async def aclose(self) -> None:
         self.closed += 1
 
 
 def call(name: str, args: dict[str, Any], call_id: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
-
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}],
+    }
 
 
 @tool
@@ -155,8 +171,11 @@ def test_a_scripted_client_runs_real_tools_and_streams_its_deltas(tmp_path: Path
 
 
 def test_a_callers_client_that_fails_ends_the_turn_with_a_valid_history(tmp_path: Path) -> None:
-    client = ScriptedClient(call("add", {"a": 1, "b": 1}, "c1"), LLMError("the caller's backend is down", "server"),
-                            {"role": "assistant", "content": "back"})
+    client = ScriptedClient(
+        call("add", {"a": 1, "b": 1}, "c1"),
+        LLMError("the caller's backend is down", "server"),
+        {"role": "assistant", "content": "back"},
+    )
     agent = Agent(client=client, tools=[add], **home_of(tmp_path))
     failed = agent.run_sync("add")
     assert failed.status == "error" and "backend is down" in str(failed.error)
@@ -209,14 +228,21 @@ def test_a_callers_store_receives_every_record_and_a_resume_reads_the_history_ba
     assert server.requests[-1].body["messages"] == first.messages[:-1]
     assert not list((tmp_path / "home").glob("sessions/*.jsonl"))  # no file of kimicode's
 
-    later = Agent.resume(first.session_id, session_store=store, tools=[add], base_url=server.base_url,
-                         api_key="sk-test", **home_of(tmp_path))
+    later = Agent.resume(
+        first.session_id,
+        session_store=store,
+        tools=[add],
+        base_url=server.base_url,
+        api_key="sk-test",
+        **home_of(tmp_path),
+    )
     assert later.session_id == first.session_id and later.messages == first.messages
     assert later.run_sync("and 2 + 3?").result == "five"
     assert server.requests[-1].body["messages"][: len(first.messages)] == first.messages
     again = [r["message"] for r in store.sessions[first.session_id] if r["type"] == "message"]
-    assert again == later.messages and [r["reason"] for r in store.sessions[first.session_id]
-                                        if r["type"] == "settings"] == ["resume"]
+    assert again == later.messages and [
+        r["reason"] for r in store.sessions[first.session_id] if r["type"] == "settings"
+    ] == ["resume"]
     with pytest.raises(kimicode.SessionError, match="no session"):
         Agent.resume("nope", session_store=store, base_url=server.base_url, api_key="sk-test", **home_of(tmp_path))
 
@@ -274,18 +300,22 @@ class SyncClose(NoClose):
         pass
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"client": object()}, r"client must implement kimicode.ModelClient.*without stream or aclose"),
-    ({"client": ScriptedClient}, r"the class ScriptedClient; pass an instance"),
-    ({"client": NoClose()}, r"without aclose"),
-    ({"client": SyncClose()}, r"client.aclose must be a coroutine function"),
-    ({"client": "sk-key"}, r"kimicode.ModelClient"),
-    ({"session_store": {}}, r"session_store must implement kimicode.SessionStore.*without append or load"),
-    ({"session_store": MemoryStore}, r"pass an instance"),
-    ({"session_store": type("Half", (), {"append": lambda self, i, r: None})()}, r"without load"),
-])
-def test_wrong_collaborators_are_refused_when_the_agent_is_made(kwargs: dict[str, Any], match: str,
-                                                               tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"client": object()}, r"client must implement kimicode.ModelClient.*without stream or aclose"),
+        ({"client": ScriptedClient}, r"the class ScriptedClient; pass an instance"),
+        ({"client": NoClose()}, r"without aclose"),
+        ({"client": SyncClose()}, r"client.aclose must be a coroutine function"),
+        ({"client": "sk-key"}, r"kimicode.ModelClient"),
+        ({"session_store": {}}, r"session_store must implement kimicode.SessionStore.*without append or load"),
+        ({"session_store": MemoryStore}, r"pass an instance"),
+        ({"session_store": type("Half", (), {"append": lambda self, i, r: None})()}, r"without load"),
+    ],
+)
+def test_wrong_collaborators_are_refused_when_the_agent_is_made(
+    kwargs: dict[str, Any], match: str, tmp_path: Path
+) -> None:
     with pytest.raises(TypeError, match=match):
         Agent(**kwargs, **home_of(tmp_path))
     with pytest.raises(TypeError, match=match):
@@ -297,7 +327,8 @@ def test_the_protocols_are_exported_and_kimicodes_own_parts_satisfy_them(tmp_pat
     assert isinstance(MemoryStore(), kimicode.SessionStore)
     assert isinstance(ScriptedClient(), kimicode.ModelClient)
     assert {"ModelClient", "SessionStore", "Completion", "StreamDelta", "StreamRetry", "StreamEvent"} <= set(
-        kimicode.__all__)
+        kimicode.__all__
+    )
 
 
 # -- the parts --------------------------------------------------------------------------------------------
@@ -349,12 +380,27 @@ class Misbehaving:
             elif self.way == "not-json":
                 yield Completion({"role": "assistant", "content": {1, 2}}, "stop", None)
             elif self.way == "dict-arguments":
-                yield Completion({"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 1}}}]},
-                    "tool_calls", None)
+                yield Completion(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 1}}}
+                        ],
+                    },
+                    "tool_calls",
+                    None,
+                )
             elif self.way == "no-id":
-                yield Completion({"role": "assistant", "content": None, "tool_calls": [
-                    {"type": "function", "function": {"name": "add", "arguments": "{}"}}]}, "tool_calls", None)
+                yield Completion(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": "{}"}}],
+                    },
+                    "tool_calls",
+                    None,
+                )
 
         return events()
 
@@ -362,17 +408,21 @@ class Misbehaving:
         pass
 
 
-@pytest.mark.parametrize(("way", "said"), [
-    ("list", "not an async iterator"),
-    ("dict", "yielded dict"),
-    ("no-completion", "ended without a Completion"),
-    ("user-role", "not 'assistant'"),
-    ("not-json", "not JSON"),
-    ("dict-arguments", "not a JSON string"),
-    ("no-id", "has no id"),
-])
-def test_a_client_that_breaks_the_protocol_ends_the_turn_with_a_clear_error(way: str, said: str,
-                                                                          tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("way", "said"),
+    [
+        ("list", "not an async iterator"),
+        ("dict", "yielded dict"),
+        ("no-completion", "ended without a Completion"),
+        ("user-role", "not 'assistant'"),
+        ("not-json", "not JSON"),
+        ("dict-arguments", "not a JSON string"),
+        ("no-id", "has no id"),
+    ],
+)
+def test_a_client_that_breaks_the_protocol_ends_the_turn_with_a_clear_error(
+    way: str, said: str, tmp_path: Path
+) -> None:
     store = MemoryStore()
     agent = Agent(client=Misbehaving(way), session_store=store, tools=[add], **home_of(tmp_path))
     result = agent.run_sync("go")

@@ -51,8 +51,13 @@ class Scripted:
         self.calls = 0
         self.closes = 0
 
-    async def stream(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), *,
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         self.calls += 1
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
@@ -61,12 +66,14 @@ class Scripted:
             for item in await answer(messages):
                 yield item
             return
-        yield Completion(answer, "tool_calls" if isinstance(answer, dict) and answer.get("tool_calls") else "stop",
-                         {"prompt_tokens": 10, "completion_tokens": 2})
+        yield Completion(
+            answer,
+            "tool_calls" if isinstance(answer, dict) and answer.get("tool_calls") else "stop",
+            {"prompt_tokens": 10, "completion_tokens": 2},
+        )
 
     async def aclose(self) -> None:
         self.closes += 1  # run_sync closes the agent, this client included, after each turn
-
 
 
 def call(*ids: str | None, args: Any = '{"a": 1, "b": 2}', name: Any = "add") -> dict[str, Any]:
@@ -109,22 +116,25 @@ async def _garbage(messages: Any) -> list[Any]:
     return ["not an event"]
 
 
-@pytest.mark.parametrize(("answer", "said"), [
-    # hole: a call without an id was committed; its result had tool_call_id "" (a history servers refuse)
-    (call(None), "tool_calls[0] has no id"),
-    (call("x", "x"), "repeats the id 'x'"),
-    # hole: arguments given as a dict, a message that is not a dict, tool_calls not a list, no Completion at
-    # all: each was "internal error: AttributeError/AssertionError", and tool_calls="abc" escaped run_sync
-    (call("x", args={"a": 1, "b": 2}), "function.arguments is a dict, not a JSON string"),
-    ("just text", "Completion.message is a str"),
-    ({"content": "no role"}, "its role is None"),  # hole: committed, an unknown role in the history
-    ({"role": "assistant", "content": None, "tool_calls": "abc"}, "tool_calls is a str"),
-    ({"role": "assistant", "content": None, "tool_calls": [{"id": "x", "type": "function"}]}, "no function name"),
-    (_no_completion, "ended without a Completion"),
-    # hole: the SDK's usage object passed as it is (not a dict): "internal error: AttributeError"
-    (_sdk_usage, "Completion.usage as a Usage, not a dict"),
-    (_garbage, "yielded str 'not an event'"),
-])
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        # hole: a call without an id was committed; its result had tool_call_id "" (a history servers refuse)
+        (call(None), "tool_calls[0] has no id"),
+        (call("x", "x"), "repeats the id 'x'"),
+        # hole: arguments given as a dict, a message that is not a dict, tool_calls not a list, no Completion at
+        # all: each was "internal error: AttributeError/AssertionError", and tool_calls="abc" escaped run_sync
+        (call("x", args={"a": 1, "b": 2}), "function.arguments is a dict, not a JSON string"),
+        ("just text", "Completion.message is a str"),
+        ({"content": "no role"}, "its role is None"),  # hole: committed, an unknown role in the history
+        ({"role": "assistant", "content": None, "tool_calls": "abc"}, "tool_calls is a str"),
+        ({"role": "assistant", "content": None, "tool_calls": [{"id": "x", "type": "function"}]}, "no function name"),
+        (_no_completion, "ended without a Completion"),
+        # hole: the SDK's usage object passed as it is (not a dict): "internal error: AttributeError"
+        (_sdk_usage, "Completion.usage as a Usage, not a dict"),
+        (_garbage, "yielded str 'not an event'"),
+    ],
+)
 def test_a_malformed_answer_from_a_callers_client_is_a_protocol_error_and_the_history_stays_valid(
     answer: Any, said: str, tmp_path: Path
 ) -> None:
@@ -147,12 +157,15 @@ def test_arguments_that_are_not_json_are_the_models_mistake_not_the_clients(tmp_
     assert "Invalid arguments for add" in agent.messages[3]["content"]
 
 
-@pytest.mark.parametrize(("error", "kind", "cls"), [
-    (kimicode.ModelError("slow down", "transient", 429, 7.0), "transient", kimicode.RateLimitError),
-    (kimicode.AuthError("bad key", "auth", 401), "auth", kimicode.AuthError),
-    (kimicode.ModelError("too long", "context_length"), "context_length", kimicode.ContextLengthError),
-    (kimicode.ModelError("nonsense", "bad_request", 400), "bad_request", kimicode.BadRequestError),
-])
+@pytest.mark.parametrize(
+    ("error", "kind", "cls"),
+    [
+        (kimicode.ModelError("slow down", "transient", 429, 7.0), "transient", kimicode.RateLimitError),
+        (kimicode.AuthError("bad key", "auth", 401), "auth", kimicode.AuthError),
+        (kimicode.ModelError("too long", "context_length"), "context_length", kimicode.ContextLengthError),
+        (kimicode.ModelError("nonsense", "bad_request", 400), "bad_request", kimicode.BadRequestError),
+    ],
+)
 def test_a_model_error_raised_by_a_callers_client_keeps_its_kind_and_is_not_retried_again(
     error: kimicode.ModelError, kind: str, cls: type[Exception], tmp_path: Path
 ) -> None:
@@ -163,7 +176,9 @@ def test_a_model_error_raised_by_a_callers_client_keeps_its_kind_and_is_not_retr
     result = agent.run_sync("go")
     assert (result.status, result.error_kind) == ("error", kind) and str(result.error) == error.message
     assert result.error is not None and (result.error.status, result.error.retry_after) == (
-        error.status, error.retry_after)
+        error.status,
+        error.retry_after,
+    )
     with pytest.raises(cls):
         result.raise_for_status()
     assert client.calls == 1  # the client's own retries are the only ones: the agent adds none
@@ -172,8 +187,16 @@ def test_a_model_error_raised_by_a_callers_client_keeps_its_kind_and_is_not_retr
 
 def test_a_callers_client_wrapping_kimicodes_is_retried_by_one_layer_only(server: FakeServer, tmp_path: Path) -> None:
     server.add(*(server.error("server") for _ in range(6)))
-    inner = ChatClient(ClientConfig(base_url=server.base_url, api_key="sk-own", model="kimi-k3", max_retries=2,
-                                    retries_explicit=True, retry_base_delay=0.01))
+    inner = ChatClient(
+        ClientConfig(
+            base_url=server.base_url,
+            api_key="sk-own",
+            model="kimi-k3",
+            max_retries=2,
+            retries_explicit=True,
+            retry_base_delay=0.01,
+        )
+    )
     wrapper = Recording(inner)
     agent = Agent(client=wrapper, max_retries=5, **places(tmp_path))  # the agent's setting is not the client's
     result = agent.run_sync("go")
@@ -189,8 +212,13 @@ class Recording:
         self.requests = 0
         self.closes = 0
 
-    async def stream(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), *,
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         self.requests += 1
         async for event in self.inner.stream(messages, tools, max_completion_tokens=max_completion_tokens):
             yield event
@@ -200,8 +228,9 @@ class Recording:
         await self.inner.aclose()
 
 
-def test_subagents_and_forks_do_not_close_the_callers_client_under_its_agent(server: FakeServer,
-                                                                           tmp_path: Path) -> None:
+def test_subagents_and_forks_do_not_close_the_callers_client_under_its_agent(
+    server: FakeServer, tmp_path: Path
+) -> None:
     """hole: a subagent's `aclose()` at the end of its task closed the caller's client, so the parent's very
     next request failed ("internal error: RuntimeError"); a fork's `aclose()` did the same to its parent."""
     server.add(
@@ -211,8 +240,9 @@ def test_subagents_and_forks_do_not_close_the_callers_client_under_its_agent(ser
         Reply(content="forked"),
         Reply(content="the parent still works"),
     )
-    client = Recording(ChatClient(ClientConfig(base_url=server.base_url, api_key="sk-own", model="kimi-k3",
-                                               retry_base_delay=0.01)))
+    client = Recording(
+        ChatClient(ClientConfig(base_url=server.base_url, api_key="sk-own", model="kimi-k3", retry_base_delay=0.01))
+    )
     parent = Agent(client=client, **places(tmp_path))
 
     async def main() -> list[Any]:
@@ -312,19 +342,23 @@ def _tool_result(record: dict[str, Any]) -> bool:
 
 
 @pytest.mark.parametrize("error", [OSError, sqlite3.OperationalError, RuntimeError])
-@pytest.mark.parametrize(("where", "fails"), [
-    ("a tool result", _tool_result),
-    ("the first record", lambda record: record.get("type") == "meta"),
-    ("the turn's end", lambda record: record.get("type") == "turn_end"),
-])
+@pytest.mark.parametrize(
+    ("where", "fails"),
+    [
+        ("a tool result", _tool_result),
+        ("the first record", lambda record: record.get("type") == "meta"),
+        ("the turn's end", lambda record: record.get("type") == "turn_end"),
+    ],
+)
 def test_a_store_that_fails_with_any_exception_ends_the_turn_with_a_valid_history(
     where: str, fails: Callable[[dict[str, Any]], bool], error: type[Exception], tmp_path: Path
 ) -> None:
     """hole: a store raising anything but OSError (sqlite3's "database is locked", a driver's own error) at
     a tool result left that call without a result: an "internal error", and the next turn sent a history
     a server refuses (a user message before the call's result)."""
-    agent = Agent(client=Scripted(call("c1"), OK, OK), session_store=MemoryStore(fails, error), tools=[add],
-                  **places(tmp_path))
+    agent = Agent(
+        client=Scripted(call("c1"), OK, OK), session_store=MemoryStore(fails, error), tools=[add], **places(tmp_path)
+    )
     result = agent.run_sync("go")
     assert (result.status, result.error_kind) == ("error", "session_log"), where
     assert "the session store could not keep a record" in str(result.error)
@@ -337,8 +371,9 @@ def test_a_store_failing_at_the_turns_end_never_makes_run_raise(turn: str, tmp_p
     """hole: when the turn already ended on a model error or an interrupt, a store (or a full disk) refusing
     its `turn_end` record raised SessionWriteError out of run() itself, instead of a RunResult."""
     first = kimicode.ModelError("refused", "bad_request", 400) if turn == "model error" else hang
-    agent = Agent(client=Scripted(first), session_store=MemoryStore(lambda r: r.get("type") == "turn_end"),
-                  **places(tmp_path))
+    agent = Agent(
+        client=Scripted(first), session_store=MemoryStore(lambda r: r.get("type") == "turn_end"), **places(tmp_path)
+    )
 
     async def main() -> Any:
         asyncio.get_running_loop().call_later(0.2, agent.interrupt)
@@ -350,19 +385,33 @@ def test_a_store_failing_at_the_turns_end_never_makes_run_raise(turn: str, tmp_p
     assert problems(agent) == []
 
 
-@pytest.mark.parametrize(("records", "said"), [
-    ({"type": "meta"}, "a dict: load() returns the list of records"),
-    ("meta", "a str: load() returns"),
-    ([{"type": "meta"}, "a line of text"], "a str as record 1"),
-    ([{"type": "message", "message": {"role": "system", "content": "s"}}, 7], "a int as record 1"),
-    ([{"type": "message", "message": {"content": "no role"}}], "do not make a valid history"),
-    ([{"type": "message", "message": {"role": "user", "content": "u"}},
-      {"type": "message", "message": {"role": "assistant", "tool_calls": "zz"}}], "tool_calls that are not a list"),
-    ([{"type": "message", "message": {"role": "system", "content": "s"}},
-      {"type": "message", "message": {"role": "assistant", "tool_calls": [7]}}], "tool_calls that are not a list"),
-])
-def test_garbage_read_back_from_a_store_is_a_session_error_naming_the_store(records: Any, said: str,
-                                                                          tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("records", "said"),
+    [
+        ({"type": "meta"}, "a dict: load() returns the list of records"),
+        ("meta", "a str: load() returns"),
+        ([{"type": "meta"}, "a line of text"], "a str as record 1"),
+        ([{"type": "message", "message": {"role": "system", "content": "s"}}, 7], "a int as record 1"),
+        ([{"type": "message", "message": {"content": "no role"}}], "do not make a valid history"),
+        (
+            [
+                {"type": "message", "message": {"role": "user", "content": "u"}},
+                {"type": "message", "message": {"role": "assistant", "tool_calls": "zz"}},
+            ],
+            "tool_calls that are not a list",
+        ),
+        (
+            [
+                {"type": "message", "message": {"role": "system", "content": "s"}},
+                {"type": "message", "message": {"role": "assistant", "tool_calls": [7]}},
+            ],
+            "tool_calls that are not a list",
+        ),
+    ],
+)
+def test_garbage_read_back_from_a_store_is_a_session_error_naming_the_store(
+    records: Any, said: str, tmp_path: Path
+) -> None:
     """hole: each of these raised AttributeError from deep inside the replay (`'str' object has no
     attribute 'get'`); a caller gets a SessionError saying which store returned what."""
 
@@ -403,13 +452,17 @@ def test_two_agents_cannot_write_one_session_of_a_store_at_once(tmp_path: Path) 
     assert holder.run_sync("two").status == "success"  # run_sync closes it: the session is free again
     again = Agent.resume(first.session_id, session_store=store, client=Scripted(OK), **places(tmp_path))
     assert again.run_sync("three").status == "success"
-    users = [r["message"]["content"] for r in store.sessions[first.session_id]
-             if r["type"] == "message" and r["message"]["role"] == "user"]
+    users = [
+        r["message"]["content"]
+        for r in store.sessions[first.session_id]
+        if r["type"] == "message" and r["message"]["role"] == "user"
+    ]
     assert users == ["one", "two", "three"]
     other = MemoryStore()  # another store's session of the same id is another session
     other.sessions[first.session_id] = copy.deepcopy(store.sessions[first.session_id])
-    both = [Agent.resume(first.session_id, session_store=s, client=Scripted(OK), **places(tmp_path))
-            for s in (store, other)]
+    both = [
+        Agent.resume(first.session_id, session_store=s, client=Scripted(OK), **places(tmp_path)) for s in (store, other)
+    ]
     assert all(a.log is not None and a.log.lock is not None for a in both)
 
 
@@ -445,7 +498,7 @@ def test_a_secret_with_json_escaped_characters_never_reaches_a_store_or_the_log(
 
 
 def test_every_message_record_is_the_wire_object_reasoning_byte_for_byte(server: FakeServer, tmp_path: Path) -> None:
-    thought = "  first, look\n\tthen — add (ünïcode, \"quotes\", \\ and trailing space) "
+    thought = '  first, look\n\tthen — add (ünïcode, "quotes", \\ and trailing space) '
     server.add(
         Reply(reasoning=thought, tool_calls=[ToolCall("add", {"a": 1, "b": 2})]),
         Reply(reasoning="", content="3"),  # an empty reasoning is kept, as the server sent it
@@ -505,8 +558,9 @@ def test_a_client_that_changes_what_it_is_given_changes_neither_the_history_nor_
     agent = Agent(client=client, **places(tmp_path))
     other = Agent(client=Scripted(OK), **places(tmp_path / "other"))
     schemas = copy.deepcopy(other.tools.schemas())
-    assert any("description" in p for s in schemas for p in s["function"].get("parameters", {}).get(
-        "properties", {}).values())
+    assert any(
+        "description" in p for s in schemas for p in s["function"].get("parameters", {}).get("properties", {}).values()
+    )
 
     async def main() -> None:
         await agent.run("one")
@@ -524,15 +578,23 @@ def _shaped(kind: str, **methods: Any) -> Any:
     return type(f"My{kind.title()}", (), {**base, **methods})()
 
 
-@pytest.mark.parametrize(("kwargs", "said"), [
-    # hole: each passed the construction check (the methods exist) and failed at the first request or record
-    ({"client": "agent"}, "client.stream cannot be called as the agent calls it"),  # another Agent as a client
-    ({"client": _shaped("client", stream=lambda self, messages: None)}, "too many positional arguments"),
-    ({"client": _shaped("client", stream=lambda self, messages, tools, max_tokens=None: None)},
-     "unexpected keyword argument 'max_completion_tokens'"),
-    ({"session_store": _shaped("store", append=lambda self, record: None)}, "session_store.append cannot be called"),
-    ({"session_store": _shaped("store", append=MemoryStore.append, load=lambda self: [])}, "session_store.load"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        # hole: each passed the construction check (the methods exist) and failed at the first request or record
+        ({"client": "agent"}, "client.stream cannot be called as the agent calls it"),  # another Agent as a client
+        ({"client": _shaped("client", stream=lambda self, messages: None)}, "too many positional arguments"),
+        (
+            {"client": _shaped("client", stream=lambda self, messages, tools, max_tokens=None: None)},
+            "unexpected keyword argument 'max_completion_tokens'",
+        ),
+        (
+            {"session_store": _shaped("store", append=lambda self, record: None)},
+            "session_store.append cannot be called",
+        ),
+        ({"session_store": _shaped("store", append=MemoryStore.append, load=lambda self: [])}, "session_store.load"),
+    ],
+)
 def test_a_collaborator_that_cannot_be_called_as_the_agent_calls_it_is_refused_when_made(
     kwargs: dict[str, Any], said: str, tmp_path: Path
 ) -> None:

@@ -31,7 +31,6 @@ def no_endpoint_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-
 def strings(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
@@ -66,8 +65,9 @@ def route(request: RecordedRequest) -> Reply:
 
 @pytest.mark.prepush
 @pytest.mark.parametrize("one_store", [False, True], ids=["a-store-each", "one-store-for-all"])
-def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(one_store: bool, server: FakeServer,
-                                                                           tmp_path: Path) -> None:
+def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(
+    one_store: bool, server: FakeServer, tmp_path: Path
+) -> None:
     server.add(*(route for _ in range(AGENTS * 4)))
     home = tmp_path / "home"  # one KIMICODE_HOME, as a harness running many agents has
     calls: list[list[str]] = [[] for _ in range(AGENTS)]
@@ -78,8 +78,17 @@ def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(one_
     for i in range(AGENTS):
         ws = tmp_path / f"ws{i}"
         ws.mkdir()
-        agents.append(Agent(session_store=stores[i], tools=[note_tool(i, calls[i])], base_url=server.base_url,
-                            api_key=keys[i], workspace=ws, home=home, retry_base_delay=0.01))
+        agents.append(
+            Agent(
+                session_store=stores[i],
+                tools=[note_tool(i, calls[i])],
+                base_url=server.base_url,
+                api_key=keys[i],
+                workspace=ws,
+                home=home,
+                retry_base_delay=0.01,
+            )
+        )
 
     async def one(i: int) -> list[Any]:
         agent = agents[i]
@@ -102,7 +111,8 @@ def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(one_
         assert agent.session_id in stores[i].sessions and (one_store or len(stores[i].sessions) == 1)
         records = stores[i].sessions[agent.session_id]
         assert [r["message"] for r in records if r["type"] == "message"] == [
-            json.loads(json.dumps(m).replace(keys[i], "***")) for m in agent.messages]
+            json.loads(json.dumps(m).replace(keys[i], "***")) for m in agent.messages
+        ]
         text = strings(records)
         assert not [s for s in text if "sk-agent-" in s]  # no agent's key reached any store
         assert not [s for s in text if "task-" in s and f"task-{i}-" not in s]  # nor another agent's prompts
@@ -118,8 +128,10 @@ def test_fifty_agents_at_once_keep_their_own_results_stores_tools_and_parts(one_
 
 def test_what_one_agent_changes_stays_in_that_agent(tmp_path: Path) -> None:
     """Settings, tools and rules are per agent: no module-level cache or class attribute carries them."""
-    agents = [Agent(api_key="sk-test", base_url="http://127.0.0.1:9/v1", workspace=tmp_path, home=tmp_path / "h")
-              for _ in range(3)]
+    agents = [
+        Agent(api_key="sk-test", base_url="http://127.0.0.1:9/v1", workspace=tmp_path, home=tmp_path / "h")
+        for _ in range(3)
+    ]
     first, others = agents[0], agents[1:]
     first.set_model("gpt-5")
     first.set_thinking("max")
@@ -156,27 +168,42 @@ class Scripted:
     def __init__(self, *answers: Any) -> None:
         self.answers = list(answers)
 
-    async def stream(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), *,
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         answer = self.answers.pop(0)
         if answer == "hang":
             yield StreamDelta("content", "the old turn's text")
             await asyncio.Event().wait()
-        yield Completion(answer, "tool_calls" if answer.get("tool_calls") else "stop",
-                         {"prompt_tokens": 2_000, "completion_tokens": 500})
+        yield Completion(
+            answer,
+            "tool_calls" if answer.get("tool_calls") else "stop",
+            {"prompt_tokens": 2_000, "completion_tokens": 500},
+        )
 
     async def aclose(self) -> None:
         pass
 
 
 def write(path: str, content: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [{"id": "w1", "type": "function", "function": {
-        "name": "write_file", "arguments": json.dumps({"path": path, "content": content})}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "w1",
+                "type": "function",
+                "function": {"name": "write_file", "arguments": json.dumps({"path": path, "content": content})},
+            }
+        ],
+    }
 
 
-def test_a_sqlite_store_is_only_called_on_the_event_loops_thread_also_by_checkpoints_and_rewind(
-    tmp_path: Path
-) -> None:
+def test_a_sqlite_store_is_only_called_on_the_event_loops_thread_also_by_checkpoints_and_rewind(tmp_path: Path) -> None:
     """hole: the checkpoint before a turn's first edit, and rewind, run in a worker thread and logged from
     there: a sqlite3 store refused every turn that edited a file ("SQLite objects created in a thread can
     only be used in that same thread"), status error; the records are handed to the loop now."""
@@ -184,8 +211,13 @@ def test_a_sqlite_store_is_only_called_on_the_event_loops_thread_also_by_checkpo
     ws.mkdir()
     (ws / "f.txt").write_text("old\n")
     store = SqliteStore(tmp_path / "sessions.db")
-    agent = Agent(client=Scripted(write("f.txt", "new\n"), {"role": "assistant", "content": "written"}),
-                  session_store=store, permission_mode="accept-edits", workspace=ws, home=tmp_path / "home")
+    agent = Agent(
+        client=Scripted(write("f.txt", "new\n"), {"role": "assistant", "content": "written"}),
+        session_store=store,
+        permission_mode="accept-edits",
+        workspace=ws,
+        home=tmp_path / "home",
+    )
 
     async def main() -> tuple[Any, Any]:
         try:
@@ -200,8 +232,7 @@ def test_a_sqlite_store_is_only_called_on_the_event_loops_thread_also_by_checkpo
     assert store.threads == {threading.current_thread().name}
     kinds = [r["type"] for r in store.load(agent.session_id)]
     assert kinds.count("checkpoint") >= 2 and "turn_end" in kinds
-    again = Agent.resume(agent.session_id, session_store=store, client=Scripted(), workspace=ws,
-                         home=tmp_path / "home")
+    again = Agent.resume(agent.session_id, session_store=store, client=Scripted(), workspace=ws, home=tmp_path / "home")
     assert again.messages == agent.messages  # the store replays to the rewound history
     fresh = Agent(client=Scripted(), session_store=store, workspace=ws, home=tmp_path / "home")
     with pytest.raises(kimicode.CheckpointError) as nothing_left:  # nothing to rewind
@@ -211,8 +242,12 @@ def test_a_sqlite_store_is_only_called_on_the_event_loops_thread_also_by_checkpo
 
 def test_an_abandoned_stream_with_a_callers_client_and_store_is_cancelled_and_recorded(tmp_path: Path) -> None:
     store = MemoryStore()
-    agent = Agent(client=Scripted("hang", {"role": "assistant", "content": "the new answer"}), session_store=store,
-                  workspace=tmp_path, home=tmp_path / "home")
+    agent = Agent(
+        client=Scripted("hang", {"role": "assistant", "content": "the new answer"}),
+        session_store=store,
+        workspace=tmp_path,
+        home=tmp_path / "home",
+    )
 
     async def main() -> Any:
         async for event in agent.stream("first"):  # no `async with`, and left with break
@@ -230,16 +265,21 @@ def test_an_abandoned_stream_with_a_callers_client_and_store_is_cancelled_and_re
 
 
 def test_cost_and_prices_with_a_callers_client(tmp_path: Path) -> None:
-    agent = Agent(client=Scripted({"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}),
-                  prices={"input": 2.0, "output": 10.0}, workspace=tmp_path, home=tmp_path / "home")
+    agent = Agent(
+        client=Scripted({"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}),
+        prices={"input": 2.0, "output": 10.0},
+        workspace=tmp_path,
+        home=tmp_path / "home",
+    )
     first = agent.run_sync("one")
     second = agent.run_sync("two")
     per_turn = (2_000 * 2.0 + 500 * 10.0) / 1e6  # USD per million tokens
     assert (first.status, second.status) == ("success", "success")
     assert first.cost == pytest.approx(per_turn) and second.cost == pytest.approx(per_turn)
     assert second.total_cost == pytest.approx(2 * per_turn)
-    unpriced = Agent(client=Scripted({"role": "assistant", "content": "a"}), workspace=tmp_path,
-                     home=tmp_path / "home").run_sync("one")
+    unpriced = Agent(
+        client=Scripted({"role": "assistant", "content": "a"}), workspace=tmp_path, home=tmp_path / "home"
+    ).run_sync("one")
     assert unpriced.cost is None  # no price known for a client of the caller's: no made-up figure
 
 
@@ -253,13 +293,18 @@ def test_a_client_that_fails_to_close_loses_no_result_and_leaves_no_session_lock
     `aclose()` stopped before closing the session log: the session stayed locked ("in use by another agent in
     this process") and could not be resumed."""
     store = MemoryStore()
-    agent = Agent(client=FailsToClose({"role": "assistant", "content": "done"}), session_store=store,
-                  workspace=tmp_path, home=tmp_path / "home")
+    agent = Agent(
+        client=FailsToClose({"role": "assistant", "content": "done"}),
+        session_store=store,
+        workspace=tmp_path,
+        home=tmp_path / "home",
+    )
     with pytest.warns(RuntimeWarning, match="closing the agent after run_sync failed: RuntimeError"):
         result = agent.run_sync("go")
     assert (result.status, result.result) == ("success", "done")
-    later = Agent.resume(agent.session_id, session_store=store, client=FailsToClose(), workspace=tmp_path,
-                         home=tmp_path / "home")
+    later = Agent.resume(
+        agent.session_id, session_store=store, client=FailsToClose(), workspace=tmp_path, home=tmp_path / "home"
+    )
     assert later.messages == agent.messages
     with pytest.raises(RuntimeError, match="failed to close"):  # a direct aclose() still says so
         asyncio.run(later.aclose())
@@ -274,8 +319,13 @@ def test_a_store_that_cannot_be_read_is_a_session_error(tmp_path: Path) -> None:
         def load(self, session_id: str) -> list[dict[str, Any]]:
             raise sqlite3.OperationalError("unable to open database file")
 
-    for make in (lambda: Agent(client=Scripted(), session_store=Down(), workspace=tmp_path),
-                 lambda: Agent.resume("s1", client=Scripted(), session_store=Down(), workspace=tmp_path)):
-        with pytest.raises(kimicode.SessionError, match=r"the session store Down could not read session .*"
-                                                        r"OperationalError: unable to open database file"):
+    for make in (
+        lambda: Agent(client=Scripted(), session_store=Down(), workspace=tmp_path),
+        lambda: Agent.resume("s1", client=Scripted(), session_store=Down(), workspace=tmp_path),
+    ):
+        with pytest.raises(
+            kimicode.SessionError,
+            match=r"the session store Down could not read session .*"
+            r"OperationalError: unable to open database file",
+        ):
             make()

@@ -106,9 +106,12 @@ class Movie(typing.TypedDict):  # typing's own, which pydantic refuses before Py
 
 
 def test_run_sync_and_stream_take_output_type(server: FakeServer, tmp_path: Path) -> None:
-    server.add(Reply(content='{"version": "1.2", "breaking": false}'),
-               Reply(content="not json"), Reply(content='{"version": "2.0", "breaking": true}'),
-               Reply(content='{"title": "Alien", "year": 1979}'))
+    server.add(
+        Reply(content='{"version": "1.2", "breaking": false}'),
+        Reply(content="not json"),
+        Reply(content='{"version": "2.0", "breaking": true}'),
+        Reply(content='{"title": "Alien", "year": 1979}'),
+    )
     agent = lib_agent(server, tmp_path)
     result = agent.run_sync("agent-0 the release?", output_type=Release)
     assert result.ok and result.output == Release(version="1.2", breaking=False)
@@ -220,8 +223,10 @@ def test_a_hook_redacting_arguments_does_not_change_what_the_tool_writes(server:
         if isinstance(event, ToolCallStarted) and "content" in event.arguments:
             event.arguments["content"] = "[redacted]"  # type: ignore[index]  # a dashboard's redaction
 
-    server.add(Reply(tool_calls=[ToolCall("write_file", {"path": "x.txt", "content": "secret plan"})]),
-               Reply(content="written"))
+    server.add(
+        Reply(tool_calls=[ToolCall("write_file", {"path": "x.txt", "content": "secret plan"})]),
+        Reply(content="written"),
+    )
     agent = lib_agent(server, tmp_path, permission_mode="accept-edits", on_event=redact)
     result = agent.run_sync("agent-0 write")
     assert result.ok and (agent.workspace / "x.txt").read_text() == "secret plan"
@@ -237,8 +242,11 @@ def test_editing_results_and_committed_messages_never_changes_the_next_request(
 
     async def main() -> None:
         result = await agent.run("agent-0 one")
-        for tamper in (lambda m: m.__setitem__("content", "tampered"), lambda m: m.update(content="tampered"),
-                       lambda m: m.pop("content")):
+        for tamper in (
+            lambda m: m.__setitem__("content", "tampered"),
+            lambda m: m.update(content="tampered"),
+            lambda m: m.pop("content"),
+        ):
             with pytest.raises(TypeError):
                 tamper(result.messages[-1])
         result.messages.clear()  # the list is the caller's own
@@ -260,11 +268,14 @@ def test_editing_results_and_committed_messages_never_changes_the_next_request(
 
 def try_lock_elsewhere(directory: Path, session_id: str) -> str:
     """What another process gets when it tries to take the session's lock."""
-    code = ("import sys\nfrom pathlib import Path\nfrom kimicode.session.lock import SessionLock\n"
-            "try:\n    SessionLock.acquire(Path(sys.argv[1]), sys.argv[2]).release()\n    print('taken')\n"
-            "except Exception as exc:\n    print(type(exc).__name__)\n")
-    done = subprocess.run([sys.executable, "-c", code, str(directory), session_id], capture_output=True, text=True,
-                          timeout=60)
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom kimicode.session.lock import SessionLock\n"
+        "try:\n    SessionLock.acquire(Path(sys.argv[1]), sys.argv[2]).release()\n    print('taken')\n"
+        "except Exception as exc:\n    print(type(exc).__name__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(directory), session_id], capture_output=True, text=True, timeout=60
+    )
     return done.stdout.strip() or done.stderr
 
 

@@ -55,17 +55,26 @@ class FixingClient:
         self.contents = itertools.chain([WRONG], itertools.repeat(GOOD))
         self.requests = 0
 
-    async def stream(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), *,
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         self.requests += 1
         if messages[-1]["role"] == "user":
             args = json.dumps({"path": "app.py", "content": next(self.contents)})
-            call = {"id": f"call_{self.requests}", "type": "function",
-                    "function": {"name": "write_file", "arguments": args}}
+            call = {
+                "id": f"call_{self.requests}",
+                "type": "function",
+                "function": {"name": "write_file", "arguments": args},
+            }
             yield Completion({"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls", None)
         else:
-            yield Completion({"role": "assistant", "content": "fixed"}, "stop",
-                             {"prompt_tokens": 100, "completion_tokens": 5})
+            yield Completion(
+                {"role": "assistant", "content": "fixed"}, "stop", {"prompt_tokens": 100, "completion_tokens": 5}
+            )
 
     async def aclose(self) -> None:
         pass
@@ -77,8 +86,13 @@ def test_explore_with_a_plain_sqlite_store(workspace: Path, tmp_path: Path) -> N
     which must still only be called on the loop's thread."""
     git_project(workspace)
     store = SqliteStore(tmp_path / "sessions.db")
-    parent = Agent(client=FixingClient(), session_store=store, workspace=workspace, home=tmp_path / "home",
-                   permission_mode="accept-edits")
+    parent = Agent(
+        client=FixingClient(),
+        session_store=store,
+        workspace=workspace,
+        home=tmp_path / "home",
+        permission_mode="accept-edits",
+    )
 
     async def go() -> Any:
         try:
@@ -98,7 +112,8 @@ def test_explore_with_a_plain_sqlite_store(workspace: Path, tmp_path: Path) -> N
 @pytest.mark.slow
 def test_mypy_strict_refuses_a_misused_agent_run_and_types_the_output(tmp_path: Path) -> None:
     client = tmp_path / "client.py"
-    client.write_text(textwrap.dedent('''
+    client.write_text(
+        textwrap.dedent("""
         import asyncio
 
         from pydantic import BaseModel
@@ -119,9 +134,15 @@ def test_mypy_strict_refuses_a_misused_agent_run_and_types_the_output(tmp_path: 
 
 
         asyncio.run(main(Agent()))
-    '''))
-    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"),
-                           str(client)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    """)
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), str(client)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     out = done.stdout
     assert done.returncode == 1, out
     assert 'client.py:14: error: No overload variant of "run" of "Agent" matches argument types "int"' in out
@@ -137,13 +158,21 @@ PRICES = {"input": 1.0, "cached_input": 0.1, "output": 2.0}
 
 
 def test_total_cost_goes_on_across_resume_and_is_none_without_usage(server: FakeServer, tmp_path: Path) -> None:
-    server.add(Reply(content="one", usage={"prompt_tokens": 1_000_000, "completion_tokens": 0}),
-               Reply(content="two", usage={"prompt_tokens": 1_000_000, "completion_tokens": 0}),
-               Reply(content="three", usage_mode="none"))
+    server.add(
+        Reply(content="one", usage={"prompt_tokens": 1_000_000, "completion_tokens": 0}),
+        Reply(content="two", usage={"prompt_tokens": 1_000_000, "completion_tokens": 0}),
+        Reply(content="three", usage_mode="none"),
+    )
     first = lib_agent(server, tmp_path, prices=PRICES).run_sync("agent-0 one")
     assert first.cost == pytest.approx(1.0) and first.total_cost == pytest.approx(1.0)
-    again = Agent.resume(first.session_id, home=tmp_path / "home", base_url=server.base_url, api_key="sk-test",
-                         prices=PRICES, retry_base_delay=0.01)
+    again = Agent.resume(
+        first.session_id,
+        home=tmp_path / "home",
+        base_url=server.base_url,
+        api_key="sk-test",
+        prices=PRICES,
+        retry_base_delay=0.01,
+    )
     second = again.run_sync("agent-0 two")
     assert second.cost == pytest.approx(1.0) and second.total_cost == pytest.approx(2.0)
     third = again.run_sync("agent-0 three")  # the server said nothing of usage: unknown, not free
@@ -155,11 +184,14 @@ class Point(BaseModel):
     y: int
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (Point(x=1, y=2), {"x": 1, "y": 2}),
-    ([Point(x=0, y=0)], [{"x": 0, "y": 0}]),
-    ({"when": datetime.datetime(2026, 12, 7, 17, 30, tzinfo=datetime.UTC)}, {"when": "2026-12-07T17:30:00Z"}),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (Point(x=1, y=2), {"x": 1, "y": 2}),
+        ([Point(x=0, y=0)], [{"x": 0, "y": 0}]),
+        ({"when": datetime.datetime(2026, 12, 7, 17, 30, tzinfo=datetime.UTC)}, {"when": "2026-12-07T17:30:00Z"}),
+    ],
+)
 def test_tool_results_are_json(server: FakeServer, tmp_path: Path, value: Any, expected: Any) -> None:
     @tool
     def give() -> Any:
@@ -186,8 +218,13 @@ def test_a_datetime_alone_is_iso_8601(server: FakeServer, tmp_path: Path) -> Non
 class Raising:
     """A client of the caller's that fails the documented way, with the subclass alone."""
 
-    async def stream(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), *,
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         raise kimicode.RateLimitError("slow down")
         yield  # an async generator
 
@@ -207,8 +244,13 @@ def test_model_errors_can_be_made_with_a_message_alone(tmp_path: Path) -> None:
 
 
 class TwoAnswers:
-    async def stream(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), *,
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         yield Completion({"role": "assistant", "content": "one"}, "stop", None)
         yield Completion({"role": "assistant", "content": "two"}, "stop", None)
 
@@ -230,8 +272,13 @@ class Recording:
     def __init__(self, inner: ChatClient) -> None:
         self.inner, self.requests = inner, 0
 
-    async def stream(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), *,
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         self.requests += 1
         async for event in self.inner.stream(messages, tools, max_completion_tokens=max_completion_tokens):
             yield event
@@ -242,8 +289,9 @@ class Recording:
 
 def test_a_wrapped_chat_client_works_for_every_run_sync(server: FakeServer, tmp_path: Path) -> None:
     server.add(Reply(content="one"), Reply(content="two"))
-    client = Recording(ChatClient(ClientConfig(base_url=server.base_url, api_key="sk-test", model="kimi-k3",
-                                               max_retries=0)))
+    client = Recording(
+        ChatClient(ClientConfig(base_url=server.base_url, api_key="sk-test", model="kimi-k3", max_retries=0))
+    )
     agent = Agent(client=client, workspace=tmp_path, home=tmp_path / "home")
     assert agent.run_sync("hi").result == "one"
     second = agent.run_sync("again")  # a new event loop, after run_sync closed the client
@@ -275,8 +323,9 @@ class socket_closed:
         pass
 
 
-@pytest.mark.parametrize(("setting", "option"),
-                         [({"model": "bad model!"}, "model"), ({"base_url": "ftp://x"}, "base_url")])
+@pytest.mark.parametrize(
+    ("setting", "option"), [({"model": "bad model!"}, "model"), ({"base_url": "ftp://x"}, "base_url")]
+)
 def test_a_bad_setting_is_named_as_the_option_given(tmp_path: Path, setting: dict[str, str], option: str) -> None:
     with pytest.raises(kimicode.ConfigError) as refused:
         Agent(api_key="sk-test", workspace=tmp_path, home=tmp_path / "home", **setting)

@@ -30,8 +30,15 @@ def start(server: FakeServer, workspace: Path, tmp_path: Path, **settings: Any) 
         Reply(reasoning=DEEPSEEK_THOUGHT, tool_calls=[ToolCall("glob", {"pattern": "*.py"}, id="call_ds_1")]),
         Reply(reasoning="deepseek concludes", content="no python files"),
     )
-    opts = AgentOptions(base_url=server.base_url, api_key="sk-test", model="deepseek-reasoner", workspace=workspace,
-                        home=tmp_path / "home", retry_base_delay=0.01, **settings)
+    opts = AgentOptions(
+        base_url=server.base_url,
+        api_key="sk-test",
+        model="deepseek-reasoner",
+        workspace=workspace,
+        home=tmp_path / "home",
+        retry_base_delay=0.01,
+        **settings,
+    )
     agent = Agent(opts)
     assert agent.run_sync("find python files").status == "success"
     return agent
@@ -42,8 +49,11 @@ def assistants(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def calls_of(body: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [(c["id"], c["function"]["name"], c["function"]["arguments"])
-            for m in assistants(body) for c in m.get("tool_calls") or ()]
+    return [
+        (c["id"], c["function"]["name"], c["function"]["arguments"])
+        for m in assistants(body)
+        for c in m.get("tool_calls") or ()
+    ]
 
 
 def test_strip_is_kimi_k3s_default_and_leaves_out_only_the_reasoning(
@@ -64,12 +74,13 @@ def test_strip_is_kimi_k3s_default_and_leaves_out_only_the_reasoning(
     assert calls_of(sent)[0] == ("call_ds_1", "glob", json.dumps({"pattern": "*.py"}))
     assert [m["tool_call_id"] for m in sent["messages"] if m["role"] == "tool"] == ["call_ds_1"]
     notices = [e.text for e in events if isinstance(e, Notice)]
-    assert any("from deepseek-reasoner to kimi-k3" in t and "2 earlier messages" in t and "strip" in t
-               for t in notices), notices
+    assert any(
+        "from deepseek-reasoner to kimi-k3" in t and "2 earlier messages" in t and "strip" in t for t in notices
+    ), notices
     # the stored history is what was sent, and the log replays to it
     assert agent.log is not None
     assert load(agent.log.path).messages == agent.messages
-    assert agent.messages[:len(sent["messages"])] == sent["messages"]
+    assert agent.messages[: len(sent["messages"])] == sent["messages"]
     # kimi-k3's own reasoning is kept from now on
     deepseek.add(Reply(content="again"))
     agent.run_sync("more")
@@ -123,8 +134,9 @@ def test_switch_policy_comes_from_option_then_model_then_model_table_then_profil
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.toml").write_text('[model]\non_switch = "keep"\n[models.kimi-k3]\non_switch = "compact"\n')
-    options = AgentOptions.from_workspace(workspace, home=home, base_url=deepseek.base_url, api_key="k",
-                                          model="deepseek-reasoner")
+    options = AgentOptions.from_workspace(
+        workspace, home=home, base_url=deepseek.base_url, api_key="k", model="deepseek-reasoner"
+    )
     agent = Agent(options)
     from kimicode.agent.builder import switch_policy
 
@@ -169,8 +181,14 @@ def test_resume_and_fork_replay_the_recorded_switch(deepseek: FakeServer, worksp
 def test_resume_with_another_model_applies_its_policy(deepseek: FakeServer, workspace: Path, tmp_path: Path) -> None:
     agent = start(deepseek, workspace, tmp_path)
     events: list[Event] = []
-    resumed = Agent.resume(agent.session_id, home=tmp_path / "home", base_url=deepseek.base_url, api_key="k",
-                           model="kimi-k3", on_event=events.append)
+    resumed = Agent.resume(
+        agent.session_id,
+        home=tmp_path / "home",
+        base_url=deepseek.base_url,
+        api_key="k",
+        model="kimi-k3",
+        on_event=events.append,
+    )
     assert resumed.resume_warning is not None and "deepseek-reasoner" in resumed.resume_warning
     assert "left out" in resumed.resume_warning
     deepseek.add(Reply(content="k3"))
@@ -218,15 +236,25 @@ def test_the_cli_flag_reaches_the_policy(deepseek: FakeServer, workspace: Path, 
 
     agent = start(deepseek, workspace, tmp_path)
     deepseek.add(Reply(content="kept whole"))
-    env = {"KIMICODE_HOME": str(tmp_path / "home"), "OPENAI_API_KEY": "k", "OPENAI_BASE_URL": deepseek.base_url,
-           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {
+        "KIMICODE_HOME": str(tmp_path / "home"),
+        "OPENAI_API_KEY": "k",
+        "OPENAI_BASE_URL": deepseek.base_url,
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+    }
     out = subprocess.run(
         [sys.executable, "-m", "kimicode", "-r", agent.session_id, "-m", "kimi-k3", "--on-switch", "keep", "-p", "go"],
-        capture_output=True, text=True, env=env, cwd=workspace, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=workspace,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     assert [m.get("reasoning_content") for m in assistants(deepseek.requests[-1].body)] == [
-        DEEPSEEK_THOUGHT, "deepseek concludes"
+        DEEPSEEK_THOUGHT,
+        "deepseek concludes",
     ]
     assert "recorded with model deepseek-reasoner" in out.stderr
 
@@ -245,8 +273,9 @@ def test_slash_model_fresh_and_slash_prompt_in_the_terminal(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("OPENAI_BASE_URL", deepseek.base_url)
     console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
-    session = Session(SessionOptions(workspace=workspace, model="deepseek-reasoner", retry_base_delay=0.01), console,
-                      plain=True)
+    session = Session(
+        SessionOptions(workspace=workspace, model="deepseek-reasoner", retry_base_delay=0.01), console, plain=True
+    )
     for i in range(3):
         deepseek.add(Reply(reasoning=f"deepseek thought {i}", content=f"answer {i}: " + "words " * 800))
     models = [{"id": "deepseek-reasoner", "object": "model"}, {"id": "kimi-k3", "object": "model"}]
@@ -288,16 +317,19 @@ def test_a_custom_commands_model_answers_its_turn_only(
 
     home = tmp_path / "home"
     (home / "commands").mkdir(parents=True)
-    (home / "commands" / "review.md").write_text("---\ndescription: review\nmodel: deepseek-reasoner\n---\n"
-                                                 "Review the diff.\n")
+    (home / "commands" / "review.md").write_text(
+        "---\ndescription: review\nmodel: deepseek-reasoner\n---\nReview the diff.\n"
+    )
     monkeypatch.setenv("KIMICODE_HOME", str(home))
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", deepseek.base_url)
     console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
-    session = Session(SessionOptions(workspace=workspace, model="kimi-k3", retry_base_delay=0.01), console,
-                      plain=True)
-    deepseek.add(Reply(reasoning="k3 first", content="one"), Reply(reasoning="ds review", content="looks fine"),
-                 Reply(content="three"))
+    session = Session(SessionOptions(workspace=workspace, model="kimi-k3", retry_base_delay=0.01), console, plain=True)
+    deepseek.add(
+        Reply(reasoning="k3 first", content="one"),
+        Reply(reasoning="ds review", content="looks fine"),
+        Reply(content="three"),
+    )
 
     async def go() -> None:
         await session.run_turn("first")

@@ -86,11 +86,13 @@ def test_in_every_mode_the_request_ends_with_the_users_words_in_one_message(
 def test_hook_context_goes_before_the_prompt_too() -> None:
     message = turn_message("the prompt", [mode_text("plan"), hooks_note(["branch: main", "CI is red"])])
     assert str(message["content"]).endswith("\n\nthe prompt") and user_words(str(message["content"])) == "the prompt"
-    with_image = turn_message([{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "x"}}],
-                              [mode_text("yolo")])
+    with_image = turn_message(
+        [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "x"}}], [mode_text("yolo")]
+    )
     assert noted_mode(with_image) == "yolo" and with_image["content"][1]["type"] == "image_url"
     assert user_words("[permission mode: yolo] a prompt that only looks like a note") == (
-        "[permission mode: yolo] a prompt that only looks like a note")
+        "[permission mode: yolo] a prompt that only looks like a note"
+    )
 
 
 def test_a_resumed_session_is_not_told_again(server: FakeServer, make_agent: MakeAgent, tmp_path: Path) -> None:
@@ -146,8 +148,9 @@ def test_a_session_without_reasoning_resumed_with_another_model_is_not_warned_ab
     agent = make_agent(model="smollm2-135m")
     agent.run_sync("hello")
     asyncio.run(agent.aclose())
-    again = Agent.resume(agent.session_id, base_url=server.base_url, api_key="sk-test", home=tmp_path / "home",
-                         model="other-model")
+    again = Agent.resume(
+        agent.session_id, base_url=server.base_url, api_key="sk-test", home=tmp_path / "home", model="other-model"
+    )
     assert again.resume_warning is None
     assert again.run_sync("go on").status == "success"
     asyncio.run(again.aclose())

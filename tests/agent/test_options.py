@@ -204,20 +204,29 @@ def test_set_permission_mode_is_logged_and_kept_in_the_session(endpoint: FakeSer
     assert resumed.permission_mode == "accept-edits"
     resumed.permission_mode = "default"  # assigning is set_permission_mode
     resumed.run_sync("second")
-    modes = [(r["reason"], r["permission_mode"]) for r in iter_records(resumed.log.path)  # type: ignore[union-attr]
-             if r.get("type") == "settings"]
+    modes = [
+        (r["reason"], r["permission_mode"])
+        for r in iter_records(resumed.log.path)  # type: ignore[union-attr]
+        if r.get("type") == "settings"
+    ]
     assert modes == [("permission_mode", "plan"), ("resume", "accept-edits"), ("permission_mode", "default")]
 
 
 def test_fork_keeps_the_options_and_the_current_settings(endpoint: FakeServer, workspace: Path) -> None:
-    agent = Agent(workspace=workspace, max_turns=7, repeat_limit=None, tool_timeout=3.0, allow=("bash(ls)",),
-                  persist=False)
+    agent = Agent(
+        workspace=workspace, max_turns=7, repeat_limit=None, tool_timeout=3.0, allow=("bash(ls)",), persist=False
+    )
     agent.set_thinking("high")
     agent.set_permission_mode("accept-edits")
     child = agent.fork()
     o = child.options
     assert (o.max_turns, o.repeat_limit, o.tool_timeout, o.thinking, o.permission_mode) == (
-        7, None, 3.0, "high", "accept-edits")
+        7,
+        None,
+        3.0,
+        "high",
+        "accept-edits",
+    )
     assert [str(r) for r in child.policy.rules.allow] == ["bash(ls)"]
     assert child.session_id != agent.session_id
     assert agent.fork(max_turns=2).max_turns == 2
@@ -244,14 +253,34 @@ def test_cli_and_library_build_equal_options(
         return 0
 
     monkeypatch.setattr(headless, "run_headless", capture)
-    flags = ["-p", "hi", "-C", str(workspace), "--max-turns", "9", "--thinking", "low", "--allow", "bash(ls)",
-             "--permission-mode", "accept-edits", "--no-session-persistence"]
+    flags = [
+        "-p",
+        "hi",
+        "-C",
+        str(workspace),
+        "--max-turns",
+        "9",
+        "--thinking",
+        "low",
+        "--allow",
+        "bash(ls)",
+        "--permission-mode",
+        "accept-edits",
+        "--no-session-persistence",
+    ]
     out = CliRunner().invoke(app, flags)
     assert out.exit_code == 0, out.output
-    library = Agent(AgentOptions.from_workspace(
-        workspace, max_turns=9, thinking="low", allow=("bash(ls)",), permission_mode="accept-edits", persist=False,
-        headless=True,
-    ))
+    library = Agent(
+        AgentOptions.from_workspace(
+            workspace,
+            max_turns=9,
+            thinking="low",
+            allow=("bash(ls)",),
+            permission_mode="accept-edits",
+            persist=False,
+            headless=True,
+        )
+    )
     await_close(library)
     assert built == [library.options]
     assert library.options.max_retries == 2  # [defaults] applied the same way to both
@@ -268,17 +297,34 @@ def test_precedence_flags_then_environment_then_files(
 ) -> None:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    (home / "config.toml").write_text('[defaults]\nmodel = "file-model"\nthinking = "high"\n'
-                                      'permission_mode = "plan"\nmax_turns = 11\n')
+    (home / "config.toml").write_text(
+        '[defaults]\nmodel = "file-model"\nthinking = "high"\npermission_mode = "plan"\nmax_turns = 11\n'
+    )
     from_files = Agent(AgentOptions.from_workspace(workspace), persist=False)
     assert (from_files.endpoint.model, from_files.thinking, from_files.permission_mode, from_files.max_turns) == (
-        "file-model", "high", "plan", 11)  # every [defaults] key reaches a library agent that asks for files
+        "file-model",
+        "high",
+        "plan",
+        11,
+    )  # every [defaults] key reaches a library agent that asks for files
     monkeypatch.setenv("KIMI_MODEL", "env-model")
     assert Agent(AgentOptions.from_workspace(workspace), persist=False).endpoint.model == "env-model"
-    given = Agent(AgentOptions.from_workspace(workspace, model="flag-model", thinking="low", max_turns=3,
-                                              permission_mode="default"), persist=False)
+    given = Agent(
+        AgentOptions.from_workspace(
+            workspace, model="flag-model", thinking="low", max_turns=3, permission_mode="default"
+        ),
+        persist=False,
+    )
     assert (given.endpoint.model, given.thinking, given.permission_mode, given.max_turns) == (
-        "flag-model", "low", "default", 3)
+        "flag-model",
+        "low",
+        "default",
+        3,
+    )
     hermetic = Agent(workspace=workspace, persist=False)  # none of the file's settings
     assert (hermetic.endpoint.model, hermetic.thinking, hermetic.permission_mode, hermetic.max_turns) == (
-        "env-model", None, "default", 200)
+        "env-model",
+        None,
+        "default",
+        200,
+    )

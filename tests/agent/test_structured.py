@@ -28,13 +28,21 @@ class Release(BaseModel):
 
 
 GOOD = '{"version": "1.2.0", "breaking": false, "notes": ["faster"]}'
-SCHEMA = {"type": "object", "required": ["version", "breaking"], "additionalProperties": False,
-          "properties": {"version": {"type": "string", "pattern": "^[0-9]+\\.[0-9]+\\.[0-9]+$"},
-                         "breaking": {"type": "boolean"}, "notes": {"type": "array", "items": {"type": "string"}}}}
+SCHEMA = {
+    "type": "object",
+    "required": ["version", "breaking"],
+    "additionalProperties": False,
+    "properties": {
+        "version": {"type": "string", "pattern": "^[0-9]+\\.[0-9]+\\.[0-9]+$"},
+        "breaking": {"type": "boolean"},
+        "notes": {"type": "array", "items": {"type": "string"}},
+    },
+}
 
 
-def test_valid_answer_first_time_as_a_pydantic_model(make_agent: Callable[..., Any], server: FakeServer,
-                                                     workspace: Path) -> None:
+def test_valid_answer_first_time_as_a_pydantic_model(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path
+) -> None:
     (workspace / "CHANGES").write_text("1.2.0: faster\n")
     server.add(Reply(tool_calls=[ToolCall("read_file", {"path": "CHANGES"})]), Reply(content=GOOD))
     result = asyncio.run(make_agent().run("summarise the release", output_type=Release))
@@ -46,8 +54,12 @@ def test_valid_answer_first_time_as_a_pydantic_model(make_agent: Callable[..., A
 
 
 def test_invalid_then_valid_sends_the_errors_back(make_agent: Callable[..., Any], server: FakeServer) -> None:
-    server.add(Reply(content="Here you go: {not json"), Reply(content='{"version": "1.2", "breaking": "no"}'),
-               Reply(content="```json\n" + GOOD + "\n```"), Reply(content="plain text again"))
+    server.add(
+        Reply(content="Here you go: {not json"),
+        Reply(content='{"version": "1.2", "breaking": "no"}'),
+        Reply(content="```json\n" + GOOD + "\n```"),
+        Reply(content="plain text again"),
+    )
     agent = make_agent()
     result = asyncio.run(agent.run("release?", output_type=SCHEMA))
     assert result.ok and result.output == json.loads(GOOD)
@@ -73,8 +85,9 @@ def test_never_valid_fails_with_its_own_status(make_agent: Callable[..., Any], s
         result.raise_for_status()
 
 
-def test_openai_gets_response_format_on_every_request(make_agent: Callable[..., Any], server: FakeServer,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openai_gets_response_format_on_every_request(
+    make_agent: Callable[..., Any], server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(structured, "format_mode", lambda url: "always")
     server.add(Reply(tool_calls=[ToolCall("glob", {"pattern": "*"})]), Reply(content=GOOD))
     assert asyncio.run(make_agent().run("x", output_type=Release)).ok
@@ -102,8 +115,9 @@ def test_format_modes_and_answer_parsing() -> None:
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, server: FakeServer, workspace: Path,
-        capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
+def cli(
+    monkeypatch: pytest.MonkeyPatch, server: FakeServer, workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., tuple[int, str, str]]:
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     monkeypatch.setenv("KIMICODE_RETRY_BASE_DELAY", "0.01")
@@ -132,8 +146,9 @@ def test_cli_inline_schema_prints_the_json_alone(cli: Callable[..., tuple[int, s
     assert json.loads(out) == json.loads(GOOD) and out.count("\n") == 1
 
 
-def test_cli_schema_file_invalid_then_valid_json_result(cli: Callable[..., tuple[int, str, str]], server: FakeServer,
-                                                        tmp_path: Path) -> None:
+def test_cli_schema_file_invalid_then_valid_json_result(
+    cli: Callable[..., tuple[int, str, str]], server: FakeServer, tmp_path: Path
+) -> None:
     schema = tmp_path / "release.schema.json"
     schema.write_text(json.dumps(SCHEMA))
     server.add(Reply(content='{"version": 1}'), Reply(content=GOOD))
@@ -157,25 +172,36 @@ def test_cli_never_valid_exits_6(cli: Callable[..., tuple[int, str, str]], serve
     assert any("'version' is a required property" in p for p in result["validation_errors"])
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--json-schema", "{not json"], "--json-schema: the schema is not JSON"),
-    (["--json-schema", "[1]"], "must be a JSON object"),
-    (["--json-schema", '{"type": 5}'], "not valid JSON Schema"),
-    (["--output-schema", "/no/such/file.json"], "no such file"),
-    (["--json-schema", "{}", "--output-schema", "x.json"], "use one"),
-])
-def test_cli_bad_schemas_are_usage_errors(cli: Callable[..., tuple[int, str, str]], args: list[str],
-                                          message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--json-schema", "{not json"], "--json-schema: the schema is not JSON"),
+        (["--json-schema", "[1]"], "must be a JSON object"),
+        (["--json-schema", '{"type": 5}'], "not valid JSON Schema"),
+        (["--output-schema", "/no/such/file.json"], "no such file"),
+        (["--json-schema", "{}", "--output-schema", "x.json"], "use one"),
+    ],
+)
+def test_cli_bad_schemas_are_usage_errors(
+    cli: Callable[..., tuple[int, str, str]], args: list[str], message: str
+) -> None:
     code, _, err = cli("-p", "x", *args)
     assert code == 2 and message in err
 
 
-def test_stream_input_three_messages_and_a_malformed_line(cli: Callable[..., tuple[int, str, str]],
-                                                          server: FakeServer) -> None:
+def test_stream_input_three_messages_and_a_malformed_line(
+    cli: Callable[..., tuple[int, str, str]], server: FakeServer
+) -> None:
     server.add(Reply(content="one"), Reply(content="two"), Reply(content="three"))
-    lines = stream_json_user("first") + "{broken json\n" + json.dumps({"type": "user", "message": "hi"}) + "\n" + \
-        json.dumps({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": "second"}]}}) \
-        + "\n\n" + stream_json_user("third")
+    lines = (
+        stream_json_user("first")
+        + "{broken json\n"
+        + json.dumps({"type": "user", "message": "hi"})
+        + "\n"
+        + json.dumps({"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": "second"}]}})
+        + "\n\n"
+        + stream_json_user("third")
+    )
     code, out, err = cli("--input-format", "stream-json", "--output-format", "stream-json", stdin=lines)
     assert code == 0, err
     events = [json.loads(line) for line in out.splitlines()]
@@ -191,8 +217,15 @@ def test_stream_input_three_messages_and_a_malformed_line(cli: Callable[..., tup
 
 def test_stream_input_with_a_schema_and_bad_flags(cli: Callable[..., tuple[int, str, str]], server: FakeServer) -> None:
     server.add(Reply(content="nope"), Reply(content=GOOD))
-    code, out, _ = cli("--input-format", "stream-json", "--output-format", "stream-json", "--json-schema",
-                       json.dumps(SCHEMA), stdin=stream_json_user("release?"))
+    code, out, _ = cli(
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--json-schema",
+        json.dumps(SCHEMA),
+        stdin=stream_json_user("release?"),
+    )
     result = [json.loads(line) for line in out.splitlines()][-1]
     assert code == 0 and result["structured_output"] == json.loads(GOOD) and result["attempts"] == 2
     code, _, err = cli("--input-format", "stream-json", stdin="")
@@ -207,31 +240,45 @@ def test_schemas_with_refs(make_agent: Callable[..., Any], server: FakeServer) -
         with pytest.raises(UsageError, match="cannot be resolved"):
             asyncio.run(make_agent().run("x", output_type=bad))
     assert server.requests == []
-    schema = {"$defs": {"v": {"type": "string"}}, "type": "object", "required": ["a"],
-              "properties": {"a": {"$ref": "#/$defs/v"}}}
+    schema = {
+        "$defs": {"v": {"type": "string"}},
+        "type": "object",
+        "required": ["a"],
+        "properties": {"a": {"$ref": "#/$defs/v"}},
+    }
     server.add(Reply(content='{"a": 1}'), Reply(content='{"a": "x"}'))
     result = asyncio.run(make_agent().run("x", output_type=schema))
     assert result.output == {"a": "x"}
     assert "a: 1 is not of type 'string'" in server.requests[1].body["messages"][-1]["content"]
 
 
-def test_stream_input_stops_at_the_budget(cli: Callable[..., tuple[int, str, str]], server: FakeServer,
-                                          tmp_path: Path, workspace: Path) -> None:
+def test_stream_input_stops_at_the_budget(
+    cli: Callable[..., tuple[int, str, str]], server: FakeServer, tmp_path: Path, workspace: Path
+) -> None:
     (tmp_path / "home").mkdir(exist_ok=True)
     (tmp_path / "home" / "config.toml").write_text('[models."kimi-k3"]\nprices = { input = 1000.0, output = 1000.0 }\n')
     (workspace / "a.txt").write_text("x")
     spend = {"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010}  # $1.01 a request
-    server.add(Reply(content="one", usage=spend),
-               *(Reply(tool_calls=[ToolCall("read_file", {"path": "a.txt"})], usage=spend) for _ in range(5)))
-    code, out, _ = cli("--input-format", "stream-json", "--output-format", "stream-json", "--max-budget-usd", "2.5",
-                       stdin=stream_json_user("first") + stream_json_user("second") + stream_json_user("never run"))
+    server.add(
+        Reply(content="one", usage=spend),
+        *(Reply(tool_calls=[ToolCall("read_file", {"path": "a.txt"})], usage=spend) for _ in range(5)),
+    )
+    code, out, _ = cli(
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--max-budget-usd",
+        "2.5",
+        stdin=stream_json_user("first") + stream_json_user("second") + stream_json_user("never run"),
+    )
     results = [json.loads(line) for line in out.splitlines() if '"type": "result"' in line]
     assert code == 4 and [r["status"] for r in results] == ["success", "budget"]
     assert len(server.requests) == 3
 
 
 def test_two_json_blocks_get_a_correction_that_says_so(make_agent: Callable[..., Any], server: FakeServer) -> None:
-    two = "Here:\n```json\n{\"version\": \"1.0.0\"}\n```\nor:\n```json\n" + GOOD + "\n```\n"
+    two = 'Here:\n```json\n{"version": "1.0.0"}\n```\nor:\n```json\n' + GOOD + "\n```\n"
     server.add(Reply(content=two), Reply(content=GOOD))
     result = asyncio.run(make_agent().run("describe it", output_type=Release))
     assert result.ok and result.output.version == "1.2.0"
@@ -262,8 +309,7 @@ def test_a_response_format_the_server_refuses_falls_back_to_validation_and_says_
     server.add(*[llama] * 6)
     events: list[Any] = []
     agent = make_agent(on_event=events.append)
-    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "[A-Z]{3}"}},
-              "required": ["code"]}
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "[A-Z]{3}"}}, "required": ["code"]}
     result = asyncio.run(agent.run("What is the code?", output_type=schema))
     assert result.status == "success" and result.output == {"code": "ABC"}, result.error
     refused = [r for r in server.requests if r.body.get("response_format")]

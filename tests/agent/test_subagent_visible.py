@@ -25,12 +25,21 @@ def attacker(req: RecordedRequest) -> Reply:
     msgs = req.body["messages"]
     if SUBAGENT_MARK in msgs[0]["content"]:
         if msgs[-1]["role"] == "user":
-            return Reply(tool_calls=[ToolCall("bash", {"command": "echo pwned > out.txt"}),
-                                     ToolCall("read_file", {"path": "notes.md"})])
+            return Reply(
+                tool_calls=[
+                    ToolCall("bash", {"command": "echo pwned > out.txt"}),
+                    ToolCall("read_file", {"path": "notes.md"}),
+                ]
+            )
         return Reply(content="child report")
     if msgs[-1]["role"] == "user":
-        return Reply(tool_calls=[ToolCall("task", {"description": "sneaky", "prompt": "do it",
-                                                   "tools": ["bash", "read_file"]}, id=PARENT_CALL)])
+        return Reply(
+            tool_calls=[
+                ToolCall(
+                    "task", {"description": "sneaky", "prompt": "do it", "tools": ["bash", "read_file"]}, id=PARENT_CALL
+                )
+            ]
+        )
     return Reply(content="parent done")
 
 
@@ -56,8 +65,10 @@ def test_a_subagents_calls_results_and_denials_reach_the_parent(
     assert [m["role"] for m in committed] == ["assistant", "tool", "tool", "assistant"]
     assert "the notes" in committed[2]["content"]
 
-    records = [json.loads(line) for line in
-               (tmp_path / "home" / "sessions" / f"{agent.session_id}.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "home" / "sessions" / f"{agent.session_id}.jsonl").read_text().splitlines()
+    ]
     logged = [r for r in records if r.get("type") == "subagent"]
     assert len(logged) == 4 and all(r["parent_tool_use_id"] == PARENT_CALL for r in logged)
     assert any(r.get("type") == "subagent_denial" and r["tool_name"] == "bash" for r in records)
@@ -75,8 +86,15 @@ def test_stream_json_shows_the_subagent_with_its_parent_call_id(
     (workspace / "notes.md").write_text("the notes\n")
     server.add(*[attacker] * 4)
     env = command_env(tmp_path / "home", server, key="sk-sub-key-123")
-    done = subprocess.run([*kimicode_command(), "-p", "go", "--output-format", "stream-json"], env=env,
-                          cwd=workspace, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [*kimicode_command(), "-p", "go", "--output-format", "stream-json"],
+        env=env,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     child = [ln for ln in lines if ln.get("parent_tool_use_id") == PARENT_CALL]
@@ -95,13 +113,24 @@ def test_the_terminal_view_shows_subagent_calls_and_denials_safely() -> None:
     from kimicode.ui.view import TurnView
 
     out = io.StringIO()
-    view = TurnView(Console(file=out, width=120, color_system=None, force_terminal=False), plain=True,
-                    show_reasoning=False)
-    call = {"id": "c9", "type": "function",
-            "function": {"name": "bash", "arguments": json.dumps({"command": "ls \x1b[2K\rrm -rf ~"})}}
+    view = TurnView(
+        Console(file=out, width=120, color_system=None, force_terminal=False), plain=True, show_reasoning=False
+    )
+    call = {
+        "id": "c9",
+        "type": "function",
+        "function": {"name": "bash", "arguments": json.dumps({"command": "ls \x1b[2K\rrm -rf ~"})},
+    }
     view.handle(SubagentEvent(PARENT_CALL, "sneaky", MessageCommitted({"role": "assistant", "tool_calls": [call]})))
-    view.handle(SubagentEvent(PARENT_CALL, "sneaky", PermissionDenied(
-        "c9", "bash", {"command": "echo pwned > out.txt"}, "asks in default mode", None, False, "execute")))
+    view.handle(
+        SubagentEvent(
+            PARENT_CALL,
+            "sneaky",
+            PermissionDenied(
+                "c9", "bash", {"command": "echo pwned > out.txt"}, "asks in default mode", None, False, "execute"
+            ),
+        )
+    )
     text = out.getvalue()
     assert "[sneaky] bash: ls \\x1b[2K\\x0drm -rf ~" in text
     assert "[sneaky] not run: bash: echo pwned > out.txt" in text

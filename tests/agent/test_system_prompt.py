@@ -84,8 +84,9 @@ def test_scope_from_config_and_project_and_bad_values(tmp_path: Path) -> None:
     (ws / ".kimicode" / "config.toml").write_text('[agent]\nscope = "strict"\n')  # a project can tighten
     agent = Agent(AgentOptions.from_workspace(ws, home=home, base_url="http://127.0.0.1:9/v1", api_key="k"))
     assert agent.scope == "strict" and "# Scope: strict" in system_of(agent)
-    loose = Agent(AgentOptions.from_workspace(ws, home=home, base_url="http://127.0.0.1:9/v1", api_key="k",
-                                              scope="normal"))
+    loose = Agent(
+        AgentOptions.from_workspace(ws, home=home, base_url="http://127.0.0.1:9/v1", api_key="k", scope="normal")
+    )
     assert loose.scope == "normal"  # the option wins
     with pytest.raises(ValueError, match="scope must be one of normal, strict"):
         AgentOptions(scope="lenient")  # type: ignore[arg-type]
@@ -95,8 +96,15 @@ def test_strict_scope_is_in_the_cached_prefix_of_every_request(
     server: FakeServer, workspace: Path, tmp_path: Path
 ) -> None:
     server.add(Reply(content="one"), Reply(content="two"))
-    agent = Agent(base_url=server.base_url, api_key="k", model="kimi-k3", workspace=workspace, scope="strict",
-                  home=tmp_path / "home", headless=True)
+    agent = Agent(
+        base_url=server.base_url,
+        api_key="k",
+        model="kimi-k3",
+        workspace=workspace,
+        scope="strict",
+        home=tmp_path / "home",
+        headless=True,
+    )
     agent.run_sync("first")
     agent.run_sync("second")
     first, second = (r.body for r in server.requests)
@@ -108,8 +116,9 @@ def test_strict_scope_is_in_the_cached_prefix_of_every_request(
 
 
 def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kimicode", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "kimicode", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60
+    )
 
 
 @pytest.mark.prepush
@@ -118,8 +127,13 @@ def test_prompt_show_matches_the_first_request_byte_for_byte(
     server: FakeServer, workspace: Path, tmp_path: Path, scope: str
 ) -> None:
     (workspace / "AGENTS.md").write_text("Run `make check` before you finish.\n")
-    env = {"KIMICODE_HOME": str(tmp_path / "home"), "KIMI_API_KEY": "k", "KIMI_BASE_URL": server.base_url,
-           "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    env = {
+        "KIMICODE_HOME": str(tmp_path / "home"),
+        "KIMI_API_KEY": "k",
+        "KIMI_BASE_URL": server.base_url,
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+    }
     shown = run_cli(["prompt", "show", "--json", "--headless", "--scope", scope], env, workspace)
     assert shown.returncode == 0, shown.stderr
     report = json.loads(shown.stdout)
@@ -140,7 +154,11 @@ def test_prompt_show_matches_the_first_request_byte_for_byte(
 def test_prompt_show_with_a_broken_config_is_a_clean_error(workspace: Path, tmp_path: Path) -> None:
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / "config.toml").write_text("[agent]\nscope = 3\n")
-    env = {"KIMICODE_HOME": str(tmp_path / "home"), "KIMI_API_KEY": "k", "PATH": os.environ.get("PATH", ""),
-           "HOME": str(tmp_path)}
+    env = {
+        "KIMICODE_HOME": str(tmp_path / "home"),
+        "KIMI_API_KEY": "k",
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+    }
     out = run_cli(["prompt", "show"], env, workspace)
     assert out.returncode == 2 and "Traceback" not in out.stderr and "scope" in out.stderr

@@ -29,8 +29,13 @@ def prompt_of(req: RecordedRequest) -> str:
 def collect(tasks: list[Any], server: FakeServer, tmp_path: Path, **kw: Any) -> dict[str, TaskResult]:
     async def go() -> dict[str, TaskResult]:
         out: dict[str, TaskResult] = {}
-        opts: dict[str, Any] = {"base_url": server.base_url, "api_key": "sk-test", "model": "kimi-k3",
-                                "root": tmp_path / "batch", "retry_base_delay": 0.01}
+        opts: dict[str, Any] = {
+            "base_url": server.base_url,
+            "api_key": "sk-test",
+            "model": "kimi-k3",
+            "root": tmp_path / "batch",
+            "retry_base_delay": 0.01,
+        }
         opts.update(kw)
         async for r in run(tasks, **opts):
             assert r.id not in out
@@ -85,8 +90,13 @@ def _bare_repo(tmp_path: Path) -> tuple[Path, str, str]:
     work.mkdir()
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=work,
-                              check=True, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=work,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
     git("init", "-q", "-b", "main")
     (work / "f.txt").write_text("v1\n")
@@ -128,23 +138,25 @@ def test_repo_and_ref_are_cloned_and_diff_reported(tmp_path: Path) -> None:
 
 
 def test_bad_lines_are_reported_by_line_number() -> None:
-    text = "\n".join([
-        '{"id": "ok1", "prompt": "a"}',
-        "",
-        "# a comment",
-        "{not json",
-        '{"id": "ok2", "prompt": "b", "timout": 5}',
-        '["a list"]',
-        '{"id": "ok1", "prompt": "again"}',
-        '{"id": "../../etc", "prompt": "x"}',
-        '{"id": "w", "prompt": "x", "workspace": "a", "repo": "b"}',
-        '{"id": "m", "prompt": "x", "max_turns": 0}',
-        '{"id": "e", "prompt": "   "}',
-        '{"id": "t", "prompt": "x", "thinking": "huge"}',
-        '{"id": "ok3", "prompt": "c", "allow": "bash(ls*)"}',
-        '{"id": "ip1", "prompt": "c", "workspace": "shared", "in_place": true}',
-        '{"id": "ip2", "prompt": "c", "workspace": "./shared/", "in_place": true}',
-    ])
+    text = "\n".join(
+        [
+            '{"id": "ok1", "prompt": "a"}',
+            "",
+            "# a comment",
+            "{not json",
+            '{"id": "ok2", "prompt": "b", "timout": 5}',
+            '["a list"]',
+            '{"id": "ok1", "prompt": "again"}',
+            '{"id": "../../etc", "prompt": "x"}',
+            '{"id": "w", "prompt": "x", "workspace": "a", "repo": "b"}',
+            '{"id": "m", "prompt": "x", "max_turns": 0}',
+            '{"id": "e", "prompt": "   "}',
+            '{"id": "t", "prompt": "x", "thinking": "huge"}',
+            '{"id": "ok3", "prompt": "c", "allow": "bash(ls*)"}',
+            '{"id": "ip1", "prompt": "c", "workspace": "shared", "in_place": true}',
+            '{"id": "ip2", "prompt": "c", "workspace": "./shared/", "in_place": true}',
+        ]
+    )
     tasks, bad = parse_lines(text.splitlines(), base=Path("/srv/tasks"))
     assert [t.id for t in tasks] == ["ok1", "ok3", "ip1"] and tasks[1].allow == ("bash(ls*)",)
     assert tasks[2].workspace == "/srv/tasks/shared"
@@ -166,8 +178,14 @@ def test_library_rejects_bad_tasks_before_running_anything(tmp_path: Path) -> No
     with pytest.raises(TaskError, match="missing 'prompt'"):
         asyncio.run(go([{"id": "a"}]))
     with pytest.raises(TaskError, match="in place"):
-        asyncio.run(go([Task("a", "x", workspace=str(tmp_path), in_place=True),
-                        Task("b", "y", workspace=str(tmp_path) + "/.", in_place=True)]))
+        asyncio.run(
+            go(
+                [
+                    Task("a", "x", workspace=str(tmp_path), in_place=True),
+                    Task("b", "y", workspace=str(tmp_path) + "/.", in_place=True),
+                ]
+            )
+        )
     with pytest.raises(ValueError, match="engine"):
         asyncio.run(go([], engine="spark"))
     with pytest.raises(ValueError, match="concurrency"):
@@ -202,8 +220,7 @@ def test_a_crashing_task_is_retried_then_recorded_without_stopping_others(
 
     monkeypatch.setattr(local, "run_task", flaky)
     with FakeServer([Reply(content="fine")] * 2) as server:
-        results = collect([Task("crash", "x"), Task("twice", "y"), Task("ok", "z")], server, tmp_path,
-                          max_attempts=3)
+        results = collect([Task("crash", "x"), Task("twice", "y"), Task("ok", "z")], server, tmp_path, max_attempts=3)
     assert results["crash"].status == "crashed" and results["crash"].attempts == 3
     assert "worker fell over" in str(results["crash"].error)
     assert results["twice"].status == "success" and results["twice"].attempts == 3
@@ -218,13 +235,18 @@ def test_timeout_and_budget_stop_a_task_with_their_own_status(tmp_path: Path) ->
     def loop(req: RecordedRequest) -> Reply:
         if prompt_of(req) == "slow":
             return Reply(content="late", first_delay=5)
-        return Reply(tool_calls=[ToolCall("bash", {"command": "echo hi"})],
-                     usage={"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010})
+        return Reply(
+            tool_calls=[ToolCall("bash", {"command": "echo hi"})],
+            usage={"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010},
+        )
 
     with FakeServer([loop] * 20) as server:
         results = collect(
-            [Task("slow", "slow", timeout=0.5), Task("spend", "spend", budget_usd=2.5)], server, tmp_path,
-            home=home, permission_mode="yolo",
+            [Task("slow", "slow", timeout=0.5), Task("spend", "spend", budget_usd=2.5)],
+            server,
+            tmp_path,
+            home=home,
+            permission_mode="yolo",
         )
     assert results["slow"].status == "timeout" and "0.5s" in str(results["slow"].error)
     spend = results["spend"]
@@ -263,8 +285,7 @@ def test_a_429_slows_every_task_honouring_retry_after(tmp_path: Path) -> None:
         return Reply(content=f"ok {p}")
 
     with FakeServer([script] * 10) as server:
-        results = collect([Task("a", "A"), Task("b", "B")], server, tmp_path, concurrency=2,
-                          permission_mode="yolo")
+        results = collect([Task("a", "A"), Task("b", "B")], server, tmp_path, concurrency=2, permission_mode="yolo")
     assert results["a"].status == results["b"].status == "success"
     assert len(stamps["B"]) == 2
     # B never got a 429 itself, yet its next request waited for A's Retry-After

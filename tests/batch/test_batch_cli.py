@@ -39,11 +39,13 @@ def write_tasks(path: Path, lines: list[Any]) -> None:
     path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
 
 
-def test_batch_resumes_skipping_finished_tasks(env: FakeServer, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_batch_resumes_skipping_finished_tasks(
+    env: FakeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     tasks = tmp_path / "tasks.jsonl"
-    write_tasks(tasks, [{"id": "a", "prompt": "one"}, "{oops", {"id": "b", "prompt": "fail"},
-                        {"id": "c", "prompt": "three"}])
+    write_tasks(
+        tasks, [{"id": "a", "prompt": "one"}, "{oops", {"id": "b", "prompt": "fail"}, {"id": "c", "prompt": "three"}]
+    )
     code, out, err = run_app(["batch", str(tasks), "-o", "r.jsonl", "-j", "2"], capsys)
     assert code == 1  # a task failed and a line was bad
     assert "skipped line 2: not valid JSON" in err
@@ -54,15 +56,15 @@ def test_batch_resumes_skipping_finished_tasks(env: FakeServer, tmp_path: Path,
 
     code, out, err = run_app(["batch", str(tasks), "-o", "r.jsonl"], capsys)
     assert "3 task(s) already finished" in err and len(env.requests) == first  # nothing re-run
-    code, out, err = run_app(["batch", str(tasks), "-o", "r.jsonl", "--retry-failed", "--output-format",
-                          "stream-json"], capsys)
+    code, out, err = run_app(
+        ["batch", str(tasks), "-o", "r.jsonl", "--retry-failed", "--output-format", "stream-json"], capsys
+    )
     events = [json.loads(x) for x in out.splitlines()]
     kinds = [e["type"] for e in events]
     assert kinds[0] == "bad_line" and events[0]["line"] == 2
     assert [e["id"] for e in events if e["type"] == "task_result"] == ["b"]  # only the failed one again
     summary = events[-1]
-    assert summary["type"] == "summary" and summary["tasks"] == 3 and summary["by_status"] == {"success": 2,
-                                                                                                 "error": 1}
+    assert summary["type"] == "summary" and summary["tasks"] == 3 and summary["by_status"] == {"success": 2, "error": 1}
     assert len(env.requests) == first + 1
 
 
@@ -92,8 +94,13 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     write_tasks(tasks, [{"id": "f", "prompt": "fast"}, {"id": "s", "prompt": "slow"}])
     with FakeServer([slow] * 4) as server:
         env = {**os.environ, "KIMI_API_KEY": "sk-test", "KIMI_BASE_URL": server.base_url}
-        proc = subprocess.Popen([*kimicode_command(), "batch", str(tasks), "-o", "r.jsonl"], cwd=tmp_path,
-                                env=env, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [*kimicode_command(), "batch", str(tasks), "-o", "r.jsonl"],
+            cwd=tmp_path,
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         results = tmp_path / "r.jsonl"
         deadline = time.monotonic() + 30
         while not (results.exists() and results.read_text().strip()) and time.monotonic() < deadline:
@@ -122,8 +129,9 @@ def test_progress_counts_on_a_terminal() -> None:
             progress.event("started", Task(t, "x"), 1)
         progress.event("retrying", Task("c", "x"), 2)
         assert progress.counts().startswith("done 0 · running 3 · failed 0 · retried 1")
-        progress.result(TaskResult("a", "success", usage={"prompt_tokens": 1500, "completion_tokens": 500},
-                                   cost_usd=0.25))
+        progress.result(
+            TaskResult("a", "success", usage={"prompt_tokens": 1500, "completion_tokens": 500}, cost_usd=0.25)
+        )
         progress.result(TaskResult("b", "error", error="HTTP 400\nmore"))
         assert progress.counts() == "done 2 · running 1 · failed 1 · retried 1 · 2.0k tokens · $0.2500"
     assert "done 2 · running 1 · failed 1" in err.getvalue() and "0/3" in err.getvalue()

@@ -22,14 +22,24 @@ def prompt_of(req: RecordedRequest) -> str:
     return user_words(next(str(m["content"]) for m in req.body["messages"] if m["role"] == "user"))
 
 
-def collect(tasks: list[Any], server: FakeServer, tmp_path: Path, events: list[tuple[str, str, int]],
-            **kw: Any) -> dict[str, TaskResult]:
+def collect(
+    tasks: list[Any], server: FakeServer, tmp_path: Path, events: list[tuple[str, str, int]], **kw: Any
+) -> dict[str, TaskResult]:
     async def go() -> dict[str, TaskResult]:
         out: dict[str, TaskResult] = {}
-        async for r in run(tasks, processes=2, root=tmp_path / "b", base_url=server.base_url, api_key="sk-test",
-                           model="kimi-k3", permission_mode="yolo", retry_base_delay=0.01,
-                           on_event=lambda kind, t, n: events.append((kind, t.id, n)),
-                           agent_options={"sandbox": "off"}, **kw):
+        async for r in run(
+            tasks,
+            processes=2,
+            root=tmp_path / "b",
+            base_url=server.base_url,
+            api_key="sk-test",
+            model="kimi-k3",
+            permission_mode="yolo",
+            retry_base_delay=0.01,
+            on_event=lambda kind, t, n: events.append((kind, t.id, n)),
+            agent_options={"sandbox": "off"},
+            **kw,
+        ):
             assert r.id not in out
             out[r.id] = r
         return out
@@ -85,8 +95,14 @@ def test_a_429_in_one_worker_process_slows_the_other(tmp_path: Path) -> None:
     events: list[tuple[str, str, int]] = []
     with FakeServer([script] * 10) as server:
         # concurrency 2 on 2 processes: one task per process
-        results = collect([{"id": "a", "prompt": "A"}, {"id": "b", "prompt": "B"}], server, tmp_path, events,
-                          concurrency=2, limiter=limiter)
+        results = collect(
+            [{"id": "a", "prompt": "A"}, {"id": "b", "prompt": "B"}],
+            server,
+            tmp_path,
+            events,
+            concurrency=2,
+            limiter=limiter,
+        )
     assert results["a"].status == results["b"].status == "success"
     assert len(stamps["B"]) == 2 and stamps["B"][1] - limited[0] >= 0.95
     assert limiter.throttles == 1
@@ -172,9 +188,14 @@ def test_ctrl_c_with_worker_processes_stops_them_and_says_how_to_resume(tmp_path
     tasks.write_text("".join(json.dumps({"id": i, "prompt": p}) + "\n" for i, p in (("f", "fast"), ("s", "slow"))))
     with FakeServer([slow] * 4) as server:
         env = {**os.environ, "KIMI_API_KEY": "sk-test", "KIMI_BASE_URL": server.base_url}
-        proc = subprocess.Popen([*kimicode_command(), "batch", str(tasks), "-o", "r.jsonl", "--processes", "2",
-                                 "-j", "2"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [*kimicode_command(), "batch", str(tasks), "-o", "r.jsonl", "--processes", "2", "-j", "2"],
+            cwd=tmp_path,
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         results = tmp_path / "r.jsonl"
         deadline = time.monotonic() + 60
         while not (results.exists() and results.read_text().strip()) and time.monotonic() < deadline:

@@ -30,8 +30,13 @@ def local_ray() -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
     os.environ["RAY_AUTH_MODE"] = "disabled"
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                 _node_ip_address="127.0.0.1")  # loopback only, never the machine's interface
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+            _node_ip_address="127.0.0.1",
+        )  # loopback only, never the machine's interface
         yield
     finally:
         ray.shutdown()
@@ -42,16 +47,27 @@ def local_ray() -> Iterator[None]:
                 os.environ[key] = value
 
 
-def collect(tasks: list[Any], server: FakeServer, tmp_path: Path, events: list[tuple[str, str, int]],
-            **kw: Any) -> dict[str, TaskResult]:
+def collect(
+    tasks: list[Any], server: FakeServer, tmp_path: Path, events: list[tuple[str, str, int]], **kw: Any
+) -> dict[str, TaskResult]:
     async def go() -> dict[str, TaskResult]:
         out: dict[str, TaskResult] = {}
         # sandbox off: a task kills its worker with `kill -9 $PPID`, and inside the default bubblewrap
         # sandbox $PPID is the sandbox's own process, not the Ray worker
-        async for r in run(tasks, engine="ray", concurrency=2, root=tmp_path / "b", base_url=server.base_url,
-                           api_key="sk-test", model="kimi-k3", permission_mode="yolo", retry_base_delay=0.01,
-                           on_event=lambda kind, t, n: events.append((kind, t.id, n)),
-                           agent_options={"sandbox": "off"}, **kw):
+        async for r in run(
+            tasks,
+            engine="ray",
+            concurrency=2,
+            root=tmp_path / "b",
+            base_url=server.base_url,
+            api_key="sk-test",
+            model="kimi-k3",
+            permission_mode="yolo",
+            retry_base_delay=0.01,
+            on_event=lambda kind, t, n: events.append((kind, t.id, n)),
+            agent_options={"sandbox": "off"},
+            **kw,
+        ):
             out[r.id] = r
         return out
 

@@ -33,11 +33,26 @@ def test_cli_runs_a_batch_on_ray_and_resumes(
         monkeypatch.setenv("KIMI_API_KEY", "sk-test")
         monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
         monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # as the loopback cluster of test_branches_ray.py
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                 _node_ip_address="127.0.0.1")  # loopback only: the interface address would stay in this process
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+            _node_ip_address="127.0.0.1",
+        )  # loopback only: the interface address would stay in this process
         try:
-            args = ["batch", str(tasks), "-o", str(out), "--engine", "ray", "--concurrency", "4",
-                    "--permission-mode", "yolo"]
+            args = [
+                "batch",
+                str(tasks),
+                "-o",
+                str(out),
+                "--engine",
+                "ray",
+                "--concurrency",
+                "4",
+                "--permission-mode",
+                "yolo",
+            ]
             try:
                 code = app(args=args, prog_name="kimicode", standalone_mode=False)
             except SystemExit as exc:

@@ -36,12 +36,28 @@ def test_a_shared_kv_cache_that_is_full_is_retried_and_the_batch_sends_fewer_at_
         llama_default_layout(server)
         server.add(*[slow_answer] * 40)
         (tmp_path / "ws").mkdir()
-        tasks = [{"id": f"t{i}", "prompt": f"Task {i}: what is the value of record {i}? Notes: {NOTES}",
-                  "workspace": str(tmp_path / "ws")} for i in range(4)]
+        tasks = [
+            {
+                "id": f"t{i}",
+                "prompt": f"Task {i}: what is the value of record {i}? Notes: {NOTES}",
+                "workspace": str(tmp_path / "ws"),
+            }
+            for i in range(4)
+        ]
 
         async def go() -> list[TaskResult]:
-            return [r async for r in run(tasks, base_url=server.base_url, api_key="none", model="smollm2-135m",
-                                         root=tmp_path / "batch", retry_base_delay=0.05, concurrency=4)]
+            return [
+                r
+                async for r in run(
+                    tasks,
+                    base_url=server.base_url,
+                    api_key="none",
+                    model="smollm2-135m",
+                    root=tmp_path / "batch",
+                    retry_base_delay=0.05,
+                    concurrency=4,
+                )
+            ]
 
         results = asyncio.run(go())
         answered = [r for r in server.requests if "tools" in r.body and r.body.get("stream")]
@@ -63,9 +79,15 @@ def test_a_single_agent_retries_a_full_shared_cache_with_backoff(
         server.add(slow_answer)
         from kimicode import Agent, AgentOptions
 
-        agent = Agent(AgentOptions.from_workspace(workspace, home=tmp_path / "home"), base_url=server.base_url,
-                      api_key="none", model="smollm2-135m", retry_base_delay=0.05, max_retries=2,
-                      on_event=events.append)
+        agent = Agent(
+            AgentOptions.from_workspace(workspace, home=tmp_path / "home"),
+            base_url=server.base_url,
+            api_key="none",
+            model="smollm2-135m",
+            retry_base_delay=0.05,
+            max_retries=2,
+            on_event=events.append,
+        )
         failed = agent.run_sync("What is the value of record 3? Notes: " + NOTES[:9000])
         server.kv.used = 0  # the other client is done
         ok = agent.run_sync("And of record 4?")

@@ -78,8 +78,15 @@ def headless(server: FakeServer, env: dict[str, str], cwd: Path) -> tuple[float,
     before = len(server.requests)
     server.add(Reply(content=REPLY))
     start = time.perf_counter()
-    proc = subprocess.Popen([*command(), "-p", PROMPT], env=env, cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [*command(), "-p", PROMPT],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     answered = time.perf_counter() - start
@@ -97,8 +104,9 @@ async def acp_once(server: FakeServer, env: dict[str, str], cwd: Path) -> tuple[
     server.add(Reply(content=REPLY))
     editor = Editor()
     start = time.perf_counter()
-    async with spawn_agent_process(editor, *command(), "acp", env=env, cwd=cwd,
-                                   transport_kwargs={"stderr": subprocess.DEVNULL}) as (conn, _):
+    async with spawn_agent_process(
+        editor, *command(), "acp", env=env, cwd=cwd, transport_kwargs={"stderr": subprocess.DEVNULL}
+    ) as (conn, _):
         caps = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True, write_text_file=True))
         await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=caps)
         session = await conn.new_session(cwd=str(cwd), mcp_servers=[])
@@ -152,8 +160,10 @@ def main() -> None:
     print(summary("kimicode acp: CPU of the whole run", a_cpu))
     ratio = statistics.median(a_first) / statistics.median(p_answer)
     verdict = "within" if ratio <= TARGET else "over"
-    print(f"  ratio acp first prompt / -p answer: {ratio:.2f}x ({verdict} the {TARGET}x target); "
-          f"CPU ratio {statistics.median(a_cpu) / statistics.median(p_cpu):.2f}x; load {os.getloadavg()[0]:.1f}")
+    print(
+        f"  ratio acp first prompt / -p answer: {ratio:.2f}x ({verdict} the {TARGET}x target); "
+        f"CPU ratio {statistics.median(a_cpu) / statistics.median(p_cpu):.2f}x; load {os.getloadavg()[0]:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -129,8 +129,14 @@ def one(engine: str, concurrency: int, tasks: int, base_url: str) -> dict[str, A
 
     async def go() -> None:
         async for r in batch.run(
-            [{"id": f"t{i}", "prompt": "work"} for i in range(tasks)], engine=engine, concurrency=concurrency,
-            root=root, base_url=base_url, api_key="sk-bench", model="kimi-k3", permission_mode="yolo",
+            [{"id": f"t{i}", "prompt": "work"} for i in range(tasks)],
+            engine=engine,
+            concurrency=concurrency,
+            root=root,
+            base_url=base_url,
+            api_key="sk-bench",
+            model="kimi-k3",
+            permission_mode="yolo",
             **({"processes": processes} if processes > 1 else {}),
         ):
             statuses[r.status] = statuses.get(r.status, 0) + 1
@@ -145,8 +151,7 @@ def one(engine: str, concurrency: int, tasks: int, base_url: str) -> dict[str, A
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     subprocess.run(["rm", "-rf", root], check=False)
     if engine == "ray":
-        return {"wall": wall, "cpu": cpu + sum(sampler.cpu.values()), "grow_mb": sampler.peak_mb,
-                "statuses": statuses}
+        return {"wall": wall, "cpu": cpu + sum(sampler.cpu.values()), "grow_mb": sampler.peak_mb, "statuses": statuses}
     workers_mb = children.ru_maxrss / 1024 * processes if processes > 1 else 0.0  # the largest worker's, each
     return {"wall": wall, "cpu": cpu, "grow_mb": max(0.0, peak - before) + workers_mb, "statuses": statuses}
 
@@ -155,7 +160,10 @@ def run_config(src: Path, engine: str, c: int, tasks: int, base_url: str) -> dic
     env = {**os.environ, "PYTHONPATH": str(src)}
     done = subprocess.run(
         [sys.executable, __file__, "--tasks", str(tasks), "--one", engine, str(c), base_url],
-        capture_output=True, text=True, check=False, env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
     )
     if done.returncode:
         return done.stderr.strip()[-300:]
@@ -195,15 +203,18 @@ def table(name: str, delay: float, args: argparse.Namespace, engines: list[str],
     base_url = recv.recv()
     here = Path(__file__).resolve().parents[2]
     c1 = args.c1_tasks if args.c1_tasks is not None else C1_TASKS[name]
-    print(f"\n## {name}: {delay * 1000:.0f} ms per request, {args.tasks} tasks x {STEPS} tool steps "
-          f"({REQUESTS} requests each); concurrency 1 runs {c1} tasks; {os.cpu_count()} cores; "
-          f"load before: {os.getloadavg()[0]:.1f}")
+    print(
+        f"\n## {name}: {delay * 1000:.0f} ms per request, {args.tasks} tasks x {STEPS} tool steps "
+        f"({REQUESTS} requests each); concurrency 1 runs {c1} tasks; {os.cpu_count()} cores; "
+        f"load before: {os.getloadavg()[0]:.1f}"
+    )
     cols = [*engines, *(["main local (live)"] if args.baseline_src else [])]
-    print("(ceiling: the best % of ideal any engine can reach when tasks run in whole waves of `conc`:"
-          " tasks / (ceil(tasks / conc) x conc))")
+    print(
+        "(ceiling: the best % of ideal any engine can reach when tasks run in whole waves of `conc`:"
+        " tasks / (ceil(tasks / conc) x conc))"
+    )
     print(f"{'conc':>4} {'ceiling':>7}  " + "  ".join(f"{e:^29}" for e in cols) + "  main local (recorded)")
-    print(f"{'':>4} {'':>7}  " + "  ".join(f"{'%ideal ovh ms cpu ms MB/conc':>29}" for _ in cols)
-          + "  %ideal cpu ms")
+    print(f"{'':>4} {'':>7}  " + "  ".join(f"{'%ideal ovh ms cpu ms MB/conc':>29}" for _ in cols) + "  %ideal cpu ms")
     try:
         for c in levels:
             n = c1 if c == 1 else args.tasks

@@ -83,9 +83,11 @@ def serve(port_out: Any, stop: Any, delay: float) -> None:
             return Reply(content="read it", **kw)
         branch = req.headers.get("x-kimicode-branch", "0")
         fixed = f"def add(a, b):\n    return a + b  # {branch}\n"
-        steps = [ToolCall("read_file", {"path": "app.py"}),
-                 ToolCall("write_file", {"path": "app.py", "content": fixed}),
-                 ToolCall("bash", {"command": "python3 -c 'import app; print(app.add(2, 3))'"})]
+        steps = [
+            ToolCall("read_file", {"path": "app.py"}),
+            ToolCall("write_file", {"path": "app.py", "content": fixed}),
+            ToolCall("bash", {"command": "python3 -c 'import app; print(app.add(2, 3))'"}),
+        ]
         if done < len(steps):
             return Reply(tool_calls=[steps[done]], **kw)
         return Reply(content=f"fixed in branch {branch}", **kw)
@@ -107,8 +109,13 @@ def project(ws: Path, files: int, size: int = 4096) -> None:
         (d / f"f{i}.py").write_text(line * max(1, size // len(line)))
     (ws / "app.py").write_text("def add(a, b):\n    return a - b\n")
     (ws / "big.txt").write_text("some context line\n" * 2300)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, "GIT_AUTHOR_NAME": "b",
-           "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@x",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@x",
+    }
     for args in (["init", "-q"], ["config", "gc.auto", "0"], ["add", "-A"], ["commit", "-qm", "init"]):
         subprocess.run(["git", *args], cwd=ws, env=env, check=True, capture_output=True)
     for i in range(5):  # uncommitted work the branches must start from
@@ -124,19 +131,31 @@ def du(path: Path) -> int:
 async def explore_once(ws: Path, home: Path, url: str, n: int) -> dict[str, Any]:
     from kimicode import Agent
 
-    parent = Agent(base_url=url, api_key="sk-bench", model="kimi-k3", workspace=ws, home=home,
-                   permission_mode="yolo", sandbox="off")
+    parent = Agent(
+        base_url=url,
+        api_key="sk-bench",
+        model="kimi-k3",
+        workspace=ws,
+        home=home,
+        permission_mode="yolo",
+        sandbox="off",
+    )
     try:
         await parent.run("read the big file")
         start = time.monotonic()
-        ex = await parent.explore("fix add", n=n, verify="python3 -c 'import app; assert app.add(2, 3) == 5'",
-                                  apply=False)
+        ex = await parent.explore(
+            "fix add", n=n, verify="python3 -c 'import app; assert app.add(2, 3) == 5'", apply=False
+        )
         wall = time.monotonic() - start
     finally:
         await parent.aclose()
     shares = [b.cached_share for b in ex.branches]
-    return {"wall": wall, "verified": sum(1 for b in ex.branches if b.verified), "share": statistics.mean(shares),
-            "min_share": min(shares)}
+    return {
+        "wall": wall,
+        "verified": sum(1 for b in ex.branches if b.verified),
+        "share": statistics.mean(shares),
+        "min_share": min(shares),
+    }
 
 
 def wall_times(url: str, tmp: Path, levels: list[int]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -191,8 +210,13 @@ def overlay_creation(ws: Path, home: Path, runs: int) -> dict[str, list[float]]:
         create_overlay(ws, home, f"ov{r}", 2, f"bench{r}")
         figures["next"].append(time.monotonic() - t)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        out = subprocess.run([sys.executable, "-c", BRANCH_STEP, json.dumps(mount_spec(tree)), str(home)], env=env,
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", BRANCH_STEP, json.dumps(mount_spec(tree)), str(home)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         figures["first_cp"].append(float(out.strip().splitlines()[-1]))
         figures["upper"].append(du(Path(tree["root"])))
         figures["store"].append(du(store_dir(home.resolve(), Path(tree["workspace"]))))
@@ -208,8 +232,9 @@ def creation(tmp: Path, files: int, runs: int = 3) -> dict[str, list[float]]:
     project(ws, files)
     home = tmp / "big" / "home"
     CheckpointStore(home, ws).snapshot("parent's first checkpoint")  # the parent session has one already
-    figures: dict[str, list[float]] = {k: [] for k in ("create", "first_cp", "disk_tree", "disk_store",
-                                                       "worktree_add", "cp_a")}
+    figures: dict[str, list[float]] = {
+        k: [] for k in ("create", "first_cp", "disk_tree", "disk_store", "worktree_add", "cp_a")
+    }
     for r in range(runs):
         os.sync()
         t = time.monotonic()
@@ -225,8 +250,12 @@ def creation(tmp: Path, files: int, runs: int = 3) -> dict[str, list[float]]:
         os.sync()
         t = time.monotonic()
         plain = tmp / "big" / f"plain{r}"
-        subprocess.run(["git", "worktree", "add", "-q", "-b", f"plain{r}", str(plain), "HEAD"], cwd=ws, check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "-q", "-b", f"plain{r}", str(plain), "HEAD"],
+            cwd=ws,
+            check=True,
+            capture_output=True,
+        )
         figures["worktree_add"].append(time.monotonic() - t)
         os.sync()
         t = time.monotonic()
@@ -256,31 +285,57 @@ def main() -> None:
     try:
         print(f"load average before: {os.getloadavg()[0]:.1f}")
         walls = wall_times(url, tmp, levels)
-        print(f"\n## wall time of an exploration ({args.delay:g} s per model request, 4 requests + verify per branch;"
-              " overlay branches, and worktrees right after at the same load)")
-        print(f"{'branches':>9} {'overlay s':>10} {'x one':>6} {'worktree s':>11} {'x one':>6} {'verified':>9} "
-              f"{'cached share':>13}")
+        print(
+            f"\n## wall time of an exploration ({args.delay:g} s per model request, 4 requests + verify per branch;"
+            " overlay branches, and worktrees right after at the same load)"
+        )
+        print(
+            f"{'branches':>9} {'overlay s':>10} {'x one':>6} {'worktree s':>11} {'x one':>6} {'verified':>9} "
+            f"{'cached share':>13}"
+        )
         for n in levels:
             f, w = walls["overlay", n], walls["worktree", n]
-            print(f"{n:>9} {f['wall']:>10.2f} {f['wall'] / walls['overlay', 1]['wall']:>6.2f} {w['wall']:>11.2f} "
-                  f"{w['wall'] / walls['worktree', 1]['wall']:>6.2f} {f['verified']:>9} "
-                  f"{f['share']:>12.0%} (min {f['min_share']:.0%})")
+            print(
+                f"{n:>9} {f['wall']:>10.2f} {f['wall'] / walls['overlay', 1]['wall']:>6.2f} {w['wall']:>11.2f} "
+                f"{w['wall'] / walls['worktree', 1]['wall']:>6.2f} {f['verified']:>9} "
+                f"{f['share']:>12.0%} (min {f['min_share']:.0%})"
+            )
         figs = creation(tmp, files, 1 if args.quick else 3)
         med = {k: statistics.median(v) for k, v in figs.items()}
         mb = 1024 * 1024
-        print(f"\n## one branch of a {files}-file repository ({med['workspace'] / mb:.0f} MB of files; median of "
-              f"{len(figs['create'])}; the branch changes one file)")
+        print(
+            f"\n## one branch of a {files}-file repository ({med['workspace'] / mb:.0f} MB of files; median of "
+            f"{len(figs['create'])}; the branch changes one file)"
+        )
         print(f"{'':<52} {'overlay':>10} {'worktree':>10}")
         row = "{:<52} {:>10} {:>10}"
-        print(row.format("create the first branch of an exploration", f"{med['ov_first']:.3f} s",
-                         f"{med['create']:.3f} s"))
+        print(
+            row.format(
+                "create the first branch of an exploration", f"{med['ov_first']:.3f} s", f"{med['create']:.3f} s"
+            )
+        )
         print(row.format("create each further branch", f"{med['ov_next']:.3f} s", f"{med['create']:.3f} s"))
-        print(row.format("the branch's first checkpoint (one file changed)", f"{med['ov_first_cp']:.3f} s",
-                         f"{med['first_cp']:.3f} s"))
-        print(row.format("extra disk per branch: its workspace", f"{med['ov_upper'] / mb:.2f} MB",
-                         f"{med['disk_tree'] / mb:.1f} MB"))
-        print(row.format("extra disk per branch: its checkpoint store", f"{med['ov_store'] / mb:.2f} MB",
-                         f"{med['disk_store'] / mb:.1f} MB"))
+        print(
+            row.format(
+                "the branch's first checkpoint (one file changed)",
+                f"{med['ov_first_cp']:.3f} s",
+                f"{med['first_cp']:.3f} s",
+            )
+        )
+        print(
+            row.format(
+                "extra disk per branch: its workspace",
+                f"{med['ov_upper'] / mb:.2f} MB",
+                f"{med['disk_tree'] / mb:.1f} MB",
+            )
+        )
+        print(
+            row.format(
+                "extra disk per branch: its checkpoint store",
+                f"{med['ov_store'] / mb:.2f} MB",
+                f"{med['disk_store'] / mb:.1f} MB",
+            )
+        )
         print(row.format("extra disk per exploration: the shared snapshot", f"{med['ov_base'] / mb:.1f} MB", "-"))
         print(f"{'  baseline: git worktree add alone':<52} {med['worktree_add']:>10.3f} s")
         print(f"{'  baseline: cp -a of the workspace':<52} {med['cp_a']:>10.3f} s")

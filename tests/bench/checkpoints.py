@@ -44,8 +44,33 @@ from kimicode.testing import FakeServer, Reply, ToolCall
 SIZES = {10_000: 200_000_000, 50_000: 1_000_000_000, 200_000: 2_000_000_000}
 """Files -> total bytes of the generated trees."""
 OUT = "kimicode_bench_out.txt"
-WORDS = ("def", "return", "self", "value", "import", "class", "for", "in", "if", "else", "None", "result",
-         "items", "append", "config", "path", "name", "=", "(", ")", ":", "+", "data", "index", "error")
+WORDS = (
+    "def",
+    "return",
+    "self",
+    "value",
+    "import",
+    "class",
+    "for",
+    "in",
+    "if",
+    "else",
+    "None",
+    "result",
+    "items",
+    "append",
+    "config",
+    "path",
+    "name",
+    "=",
+    "(",
+    ")",
+    ":",
+    "+",
+    "data",
+    "index",
+    "error",
+)
 
 
 @dataclass
@@ -97,7 +122,7 @@ def make_tree(root: Path, files: int, total: int) -> None:
             size, src, name = int(rng.expovariate(1 / avg_text)) + 16, text, f"mod{i}.py"
         size = min(size, len(src) - 1)
         start = rng.randrange(0, len(src) - size)
-        (d / name).write_bytes(src[start:start + size])
+        (d / name).write_bytes(src[start : start + size])
 
 
 def tree_bytes(root: Path) -> int:
@@ -108,8 +133,9 @@ def measured(cmd: list[str], env: dict[str, str], cwd: Path) -> Run:
     """Run `cmd` to completion; its wall time and the peak RSS of its process tree (children waited)."""
     os.sync()  # the writeback of the step before is not charged to this one
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     out = proc.stdout.read() if proc.stdout else b""
     err = proc.stderr.read() if proc.stderr else b""
     _, status, usage = os.wait4(proc.pid, 0)
@@ -132,10 +158,16 @@ def kimicode_env(home: Path, server: FakeServer) -> dict[str, str]:
 
 def one_write(server: FakeServer, home: Path, ws: Path, n: int) -> Run:
     """`kimicode -p` writing one file (a different content each run, so every run changes the tree)."""
-    server.add(Reply(tool_calls=[ToolCall("write_file", {"path": OUT, "content": f"run {n}\n"})]),
-               Reply("written"))
-    cmd = [str(Path(sys.executable).parent / "kimicode"), "-p", "write the file", "--permission-mode",
-           "accept-edits", "--output-format", "json"]
+    server.add(Reply(tool_calls=[ToolCall("write_file", {"path": OUT, "content": f"run {n}\n"})]), Reply("written"))
+    cmd = [
+        str(Path(sys.executable).parent / "kimicode"),
+        "-p",
+        "write the file",
+        "--permission-mode",
+        "accept-edits",
+        "--output-format",
+        "json",
+    ]
     run = measured(cmd, kimicode_env(home, server), ws)
     if (ws / OUT).read_text() != f"run {n}\n":
         raise SystemExit("the run did not write the file")
@@ -148,8 +180,15 @@ def git_baseline(ws: Path, scratch: Path) -> dict[str, float]:
     shutil.rmtree(gd, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     subprocess.run(["git", "init", "-q", "--bare", str(gd)], check=True, env=env)
-    env.update(GIT_DIR=str(gd), GIT_WORK_TREE=str(ws), GIT_INDEX_FILE=str(scratch / "baseline-index"),
-               GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@x", GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@x")
+    env.update(
+        GIT_DIR=str(gd),
+        GIT_WORK_TREE=str(ws),
+        GIT_INDEX_FILE=str(scratch / "baseline-index"),
+        GIT_AUTHOR_NAME="b",
+        GIT_AUTHOR_EMAIL="b@x",
+        GIT_COMMITTER_NAME="b",
+        GIT_COMMITTER_EMAIL="b@x",
+    )
     subprocess.run(["git", "config", "gc.auto", "0"], check=True, env=env)
     first = measured(["sh", "-c", "git add -A && git commit -qm first"], env, ws)
     loose = du(gd)
@@ -158,9 +197,15 @@ def git_baseline(ws: Path, scratch: Path) -> dict[str, float]:
     packed = du(gd)
     shutil.rmtree(gd, ignore_errors=True)
     (scratch / "baseline-index").unlink(missing_ok=True)
-    return {"git_wall": first.wall, "git_peak": first.peak_mb, "git_cpu": first.cpu, "git_again_cpu": again.cpu,
-            "git_loose": loose, "git_again": again.wall,
-            "git_gc": packed}
+    return {
+        "git_wall": first.wall,
+        "git_peak": first.peak_mb,
+        "git_cpu": first.cpu,
+        "git_again_cpu": again.cpu,
+        "git_loose": loose,
+        "git_again": again.wall,
+        "git_gc": packed,
+    }
 
 
 def bench_tree(ws: Path, scratch: Path, runs: int) -> dict[str, float]:

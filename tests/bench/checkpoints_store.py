@@ -29,8 +29,33 @@ from pathlib import Path
 from kimicode.checkpoints import CheckpointStore
 from kimicode.checkpoints.session import SessionCheckpoints
 
-WORDS = ("def", "return", "self", "value", "import", "class", "for", "in", "if", "else", "None", "result",
-         "items", "append", "config", "path", "name", "=", "(", ")", ":", "+", "data", "index", "error")
+WORDS = (
+    "def",
+    "return",
+    "self",
+    "value",
+    "import",
+    "class",
+    "for",
+    "in",
+    "if",
+    "else",
+    "None",
+    "result",
+    "items",
+    "append",
+    "config",
+    "path",
+    "name",
+    "=",
+    "(",
+    ")",
+    ":",
+    "+",
+    "data",
+    "index",
+    "error",
+)
 
 
 def make_tree(root: Path, files: int, total_bytes: int) -> None:
@@ -79,11 +104,20 @@ def bench(files: int, total: int, runs: int) -> dict[str, float]:
         make_tree(ws, files, total)
         rows: dict[str, float] = {}
         rows["baseline: cp -r"] = timed(
-            lambda: subprocess.run(["cp", "-r", str(ws), str(base / "copy")], check=True), runs,
-            lambda: shutil.rmtree(base / "copy", ignore_errors=True))
-        env = {**os.environ, "GIT_DIR": str(base / "fresh.git"), "GIT_WORK_TREE": str(ws),
-               "GIT_INDEX_FILE": str(base / "fresh-index"), "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x",
-               "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
+            lambda: subprocess.run(["cp", "-r", str(ws), str(base / "copy")], check=True),
+            runs,
+            lambda: shutil.rmtree(base / "copy", ignore_errors=True),
+        )
+        env = {
+            **os.environ,
+            "GIT_DIR": str(base / "fresh.git"),
+            "GIT_WORK_TREE": str(ws),
+            "GIT_INDEX_FILE": str(base / "fresh-index"),
+            "GIT_AUTHOR_NAME": "b",
+            "GIT_AUTHOR_EMAIL": "b@x",
+            "GIT_COMMITTER_NAME": "b",
+            "GIT_COMMITTER_EMAIL": "b@x",
+        }
 
         def fresh_repo() -> None:
             shutil.rmtree(base / "fresh.git", ignore_errors=True)
@@ -119,6 +153,7 @@ def bench(files: int, total: int, runs: int) -> dict[str, float]:
                 waits.append(time.perf_counter() - start)
                 if thread is not None:
                     thread.join()
+
             return run
 
         waits: list[float] = []
@@ -129,15 +164,16 @@ def bench(files: int, total: int, runs: int) -> dict[str, float]:
             rows[f"  turn waits, first change {head_start:.1f} s after open"] = statistics.median(waits)
         first: list[str] = []
         rows["first checkpoint (fresh store)"] = timed(
-            lambda: first.append(stores[-1].snapshot("first", "b/1").id), runs, new_store)
+            lambda: first.append(stores[-1].snapshot("first", "b/1").id), runs, new_store
+        )
         store = stores[-1]
         rows["later checkpoint, nothing changed"] = timed(lambda: store.snapshot("same"), runs)
         round_ = iter(range(runs))
-        rows["later checkpoint, 5 files changed"] = timed(lambda: store.snapshot("later"), runs,
-                                                           lambda: touch_some(ws, 5, next(round_)))
+        rows["later checkpoint, 5 files changed"] = timed(
+            lambda: store.snapshot("later"), runs, lambda: touch_some(ws, 5, next(round_))
+        )
         changed = touch_some(ws, 5, 99)
-        rows["restore 5 files (incl. its own checkpoint)"] = timed(
-            lambda: store.restore(first[-1], changed, "restore"))
+        rows["restore 5 files (incl. its own checkpoint)"] = timed(lambda: store.restore(first[-1], changed, "restore"))
         rows["store size on disk (MB, not seconds)"] = store.size() / 1e6
         order = ["first checkpoint (fresh store)"] + [k for k in rows if k != "first checkpoint (fresh store)"]
         return {k: rows[k] for k in sorted(rows, key=lambda k: (not k.startswith("baseline"), order.index(k)))}

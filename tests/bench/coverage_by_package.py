@@ -44,11 +44,23 @@ def run_tests(args: list[str]) -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".coveragerc", delete=False) as rc:
         rc.write(RC)
     try:
-        cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc.name}", f"--data-file={DATA}",
-               "-m", "pytest", "-p", "no:cacheprovider", *(args or ["-m", "not slow"])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "coverage",
+            "run",
+            f"--rcfile={rc.name}",
+            f"--data-file={DATA}",
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            *(args or ["-m", "not slow"]),
+        ]
         code = subprocess.call(cmd, cwd=ROOT)
-        subprocess.call([sys.executable, "-m", "coverage", "combine", f"--rcfile={rc.name}",
-                         f"--data-file={DATA}", "-q"], cwd=ROOT)
+        subprocess.call(
+            [sys.executable, "-m", "coverage", "combine", f"--rcfile={rc.name}", f"--data-file={DATA}", "-q"], cwd=ROOT
+        )
     finally:
         Path(rc.name).unlink()
     return code

@@ -38,8 +38,11 @@ def main() -> None:
     masker = Masker(SECRETS)
     line = "drwxr-xr-x  5 user user  4096 Dec  1 10:00 some/ordinary/path/file.py: all good\n"
     print(f"{'case':44} {'baseline ms':>12} {'hardened ms':>12}")
-    for label, size in (("mask a 1 KB result", 1_000), ("mask a 40 KB result", 40_000),
-                        ("mask a 1 MB result", 1_000_000)):
+    for label, size in (
+        ("mask a 1 KB result", 1_000),
+        ("mask a 40 KB result", 40_000),
+        ("mask a 1 MB result", 1_000_000),
+    ):
         text = (line * (size // len(line) + 1))[:size]
         print(f"{label:44} {timed(lambda t=text: t):12.3f} {timed(lambda t=text: masker.mask(t)):12.3f}")
     data = (line * 20_000).encode()
@@ -51,13 +54,17 @@ def main() -> None:
             sm.feed(c)
         sm.flush()
 
-    print(f"{'stream-mask 1.6 MB of output in 64 KB reads':44} {timed(lambda: list(chunks)):12.3f} "
-          f"{timed(streamed):12.3f}")
+    print(
+        f"{'stream-mask 1.6 MB of output in 64 KB reads':44} {timed(lambda: list(chunks)):12.3f} "
+        f"{timed(streamed):12.3f}"
+    )
     plain = line * 500
-    hostile = ("\x1b[31mred\x1b[0m \x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ \u202e\r\n" * 500)
+    hostile = "\x1b[31mred\x1b[0m \x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ \u202e\r\n" * 500
     print(f"{'sanitize 40 KB of plain output':44} {timed(lambda: plain):12.3f} {timed(lambda: sanitize(plain)):12.3f}")
-    print(f"{'sanitize 40 KB full of escape sequences':44} {timed(lambda: hostile):12.3f} "
-          f"{timed(lambda: sanitize(hostile)):12.3f}")
+    print(
+        f"{'sanitize 40 KB full of escape sequences':44} {timed(lambda: hostile):12.3f} "
+        f"{timed(lambda: sanitize(hostile)):12.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -74,8 +74,9 @@ def make_agent(root: Path, server: FakeServer, config: str) -> Agent:
     ws.mkdir()
     (ws / "a.txt").write_text("hello\n")
     (home / "config.toml").write_text(config)
-    options = AgentOptions.from_workspace(ws, home=home, base_url=server.base_url, api_key="k",
-                                          model="kimi-k3", persist=False)
+    options = AgentOptions.from_workspace(
+        ws, home=home, base_url=server.base_url, api_key="k", model="kimi-k3", persist=False
+    )
     return Agent(options)
 
 
@@ -89,8 +90,11 @@ def one_turn(agent: Agent, server: FakeServer) -> float:
     return elapsed
 
 
-CONFIGS = (("no hooks configured (baseline)", ""), ("12 hooks, none matching read_file", NONE_MATCH),
-           ("1 PreToolUse hook matching (runs `true`)", ONE_MATCH))
+CONFIGS = (
+    ("no hooks configured (baseline)", ""),
+    ("12 hooks, none matching read_file", NONE_MATCH),
+    ("1 PreToolUse hook matching (runs `true`)", ONE_MATCH),
+)
 
 
 def main() -> None:
@@ -113,8 +117,7 @@ def main() -> None:
             hooks.matching("PostToolUse", ("read_file", "Read"))
         lookup_us = (time.perf_counter() - start) / n * 1e6
     base = statistics.median(times[CONFIGS[0][0]])
-    print(f"{CALLS} read_file calls in one step, median of {rounds} interleaved turns "
-          f"(load {os.getloadavg()[0]:.1f})")
+    print(f"{CALLS} read_file calls in one step, median of {rounds} interleaved turns (load {os.getloadavg()[0]:.1f})")
     print(f"{'configuration':<44} {'turn ms':>9} {'ms/call vs baseline':>20}")
     for label, _ in CONFIGS:
         t = statistics.median(times[label])

@@ -162,8 +162,13 @@ asyncio.run(main())
 def run_child(framework: str, url: str, agents: int, turns: int, trace: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "KIMICODE_HOME": home}
-        done = subprocess.run([sys.executable, "-c", CHILD, framework, url, str(agents), str(turns),
-                               "1" if trace else "0", home], capture_output=True, text=True, env=env, timeout=1800)
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, framework, url, str(agents), str(turns), "1" if trace else "0", home],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=1800,
+        )
     if done.returncode != 0:
         raise RuntimeError(f"{framework} child failed:\n{done.stderr[-3000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -191,8 +196,12 @@ def main() -> None:
     args = parser.parse_args()
     frameworks = ["kimicode"] + (["openai-agents"] if sdk_available() else [])
     requests = (args.agents + 1) * args.turns * 2 * 2 * len(frameworks) * 4  # retries included
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.latency), str(requests)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(args.latency), str(requests)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
@@ -205,11 +214,18 @@ def main() -> None:
         if server.stdin is not None:
             server.stdin.close()
         server.wait(timeout=30)
-    print(f"{args.agents} concurrent agents x {args.turns} turns (a tool call and an answer each), "
-          f"server latency {args.latency:g} s; load {load_before[0]:.1f} -> {load_after[0]:.1f}, {took:.0f} s")
-    rows = [("CPU per turn (ms)", "cpu_ms_per_turn", "{:.2f}"), ("memory per agent (kB)", "mem_kb_per_agent", "{:.0f}"),
-            ("first turn p50 (s)", "first_p50", "{:.2f}"), ("first turn p99 (s)", "first_p99", "{:.2f}"),
-            ("later turns p50 (s)", "later_p50", "{:.2f}"), ("descriptors per agent", "fds_per_agent", "{:.2f}")]
+    print(
+        f"{args.agents} concurrent agents x {args.turns} turns (a tool call and an answer each), "
+        f"server latency {args.latency:g} s; load {load_before[0]:.1f} -> {load_after[0]:.1f}, {took:.0f} s"
+    )
+    rows = [
+        ("CPU per turn (ms)", "cpu_ms_per_turn", "{:.2f}"),
+        ("memory per agent (kB)", "mem_kb_per_agent", "{:.0f}"),
+        ("first turn p50 (s)", "first_p50", "{:.2f}"),
+        ("first turn p99 (s)", "first_p99", "{:.2f}"),
+        ("later turns p50 (s)", "later_p50", "{:.2f}"),
+        ("descriptors per agent", "fds_per_agent", "{:.2f}"),
+    ]
     ratio = "        ratio" if len(frameworks) > 1 else ""
     print(f"{'':24}" + "".join(f"{name:>16}" for name in frameworks) + ratio)
     for label, key, fmt in rows:

@@ -67,8 +67,10 @@ def main() -> None:
             report = json.loads(out.stdout)
             lags.append(report["lag_ms"])
             firsts.append(report["first_request_ms"])
-    print(f"first request, {args.runs} fresh interpreters: max ticker lag (ms) median {statistics.median(lags):.1f}, "
-          f"worst {max(lags):.1f} | target 50 | first request took {statistics.median(firsts):.0f} ms (median)")
+    print(
+        f"first request, {args.runs} fresh interpreters: max ticker lag (ms) median {statistics.median(lags):.1f}, "
+        f"worst {max(lags):.1f} | target 50 | first request took {statistics.median(firsts):.0f} ms (median)"
+    )
 
 
 if __name__ == "__main__":

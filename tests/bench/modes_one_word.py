@@ -46,9 +46,28 @@ def ask(tree: Path, base_url: str, home: Path, cwd: Path, mode: str, word: str) 
     """One `kimicode -p` process with the code in `tree`: (right, the answer)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
     env.update(OPENAI_API_KEY="none", OPENAI_BASE_URL=base_url, KIMICODE_HOME=str(home), PYTHONPATH=str(tree))
-    run = subprocess.run([sys.executable, "-m", "kimicode", "-p", f"Reply with exactly one word: {word}",
-                          "--permission-mode", mode, "--model", "smollm2-135m", "--output-format", "json",
-                          "--max-tokens", "16"], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kimicode",
+            "-p",
+            f"Reply with exactly one word: {word}",
+            "--permission-mode",
+            mode,
+            "--model",
+            "smollm2-135m",
+            "--output-format",
+            "json",
+            "--max-tokens",
+            "16",
+        ],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     try:
         answer = str(json.loads(run.stdout.strip().splitlines()[-1]).get("result") or "")
     except (ValueError, IndexError):
@@ -85,15 +104,19 @@ def main() -> int:
         finally:
             server.stop()
         load = os.getloadavg()[0]
-        print(f"one-word answers right out of {len(words)}, SmolLM2-135M on llama-server -c {args.ctx} "
-              f"(BEFORE = {args.baseline}; {time.monotonic() - start:.0f} s, load {load:.1f})")
+        print(
+            f"one-word answers right out of {len(words)}, SmolLM2-135M on llama-server -c {args.ctx} "
+            f"(BEFORE = {args.baseline}; {time.monotonic() - start:.0f} s, load {load:.1f})"
+        )
         print("| mode | right BEFORE | right AFTER | about the mode note BEFORE | about the mode note AFTER |")
         print("|---|---|---|---|---|")
         n = len(words)
         for mode in MODES:
             about = {label: sum("permission" in a.lower() for a in samples[(label, mode)]) for label in trees}
-            print(f"| {mode} | {right[('BEFORE', mode)]}/{n} | {right[('AFTER', mode)]}/{n} | "
-                  f"{about['BEFORE']}/{n} | {about['AFTER']}/{n} |")
+            print(
+                f"| {mode} | {right[('BEFORE', mode)]}/{n} | {right[('AFTER', mode)]}/{n} | "
+                f"{about['BEFORE']}/{n} | {about['AFTER']}/{n} |"
+            )
         for (label, mode), answers in samples.items():
             print(f"{label:6} {mode:12} {answers}")
     return 0

@@ -37,8 +37,14 @@ DECIDE_BASELINE_COMMIT = "2a4e278"
 """main before the policy's fixed directories were resolved once per Policy (issue 22's sandbox and
 option parser landed, a decision took 2-17 ms)."""
 DECIDE_LINES = [
-    "git status", "git log | head", "cat a | grep b | wc -l", "sort x | head", "cd src && git log", "ls -la",
-    "cat README.md | grep -n foo | sort | head -20", "git diff --stat HEAD~3 -- src/",
+    "git status",
+    "git log | head",
+    "cat a | grep b | wc -l",
+    "sort x | head",
+    "cd src && git log",
+    "ls -la",
+    "cat README.md | grep -n foo | sort | head -20",
+    "git diff --stat HEAD~3 -- src/",
     " | ".join(["cat README.md", *["grep a"] * 19]),
 ]
 """Typical lines for the whole-decision comparison (the last one a pipeline of 20 commands)."""
@@ -74,16 +80,26 @@ def _decide_table(runs: int) -> None:
     columns: list[dict[str, str]] = []
     with tempfile.TemporaryDirectory() as old_tree:
         try:
-            archive = subprocess.run(["git", "archive", DECIDE_BASELINE_COMMIT, "kimicode", "prompts"], cwd=root,
-                                     capture_output=True, check=True).stdout
+            archive = subprocess.run(
+                ["git", "archive", DECIDE_BASELINE_COMMIT, "kimicode", "prompts"],
+                cwd=root,
+                capture_output=True,
+                check=True,
+            ).stdout
             subprocess.run(["tar", "-x", "-C", old_tree], input=archive, check=True)
         except (OSError, subprocess.CalledProcessError):
             print(f"(baseline {DECIDE_BASELINE_COMMIT} unavailable)")
             return
         for tree in (old_tree, str(root)):
             env = {**os.environ, "PYTHONPATH": tree}
-            done = subprocess.run([sys.executable, "-c", _DECIDE_SCRIPT, json.dumps(DECIDE_LINES), str(runs * 10)],
-                                  env=env, stdout=subprocess.PIPE, text=True, check=True, cwd=tree)
+            done = subprocess.run(
+                [sys.executable, "-c", _DECIDE_SCRIPT, json.dumps(DECIDE_LINES), str(runs * 10)],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+                check=True,
+                cwd=tree,
+            )
             columns.append(json.loads(done.stdout))
     head = f"{'line':<44}{f'decide() ms @{DECIDE_BASELINE_COMMIT}':>24}{'decide() ms now':>20}"
     print(head)
@@ -92,6 +108,7 @@ def _decide_table(runs: int) -> None:
         shown = line if len(line) <= 42 else f"pipeline of {line.count('|') + 1}"
         print(f"{shown:<44}{columns[0][line]:>24}{columns[1][line]:>20}")
     print()
+
 
 MB = 1 << 20
 LIMIT = 10.0
@@ -125,7 +142,10 @@ def _old_parser() -> ModuleType | None:
     try:
         source = subprocess.run(
             ["git", "show", f"{BASELINE_COMMIT}:kimicode/permissions/shellparse.py"],
-            cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, check=True,
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -189,8 +209,9 @@ def main() -> None:
         ws = Path(tmp)
         (ws / "README.md").write_text("hi\n")
         ctx = ToolContext(workspace=ws)
-        rules = load_rules((), allow=["bash(ls*)", "bash(cat*)", "bash(git diff*)", "bash(git status)"],
-                           deny=["bash(rm*)"])
+        rules = load_rules(
+            (), allow=["bash(ls*)", "bash(cat*)", "bash(git diff*)", "bash(git status)"], deny=["bash(rm*)"]
+        )
         policy = Policy(rules, kimicode_home=ws / ".kc", user_home=ws / ".home", workspace=ws)
         os.chdir(ws)
         (ws / "src").mkdir()
@@ -214,8 +235,12 @@ def main() -> None:
             def split(line: str = line) -> object:
                 return shlex.split(line)
 
-            cols = [_time(new_decide, runs), _time(new_parse, runs),
-                    _time(old_parse, runs) if old is not None else "n/a", _time(split, runs)]
+            cols = [
+                _time(new_decide, runs),
+                _time(new_parse, runs),
+                _time(old_parse, runs) if old is not None else "n/a",
+                _time(split, runs),
+            ]
             print(f"{label:<24}" + "".join(f"{c:>20}" for c in cols), flush=True)
 
 

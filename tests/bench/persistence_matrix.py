@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def _count(checkout: Path) -> dict[str, object]:
     listed = str(ROOT / "kimicode" / "permissions" / "runslater.py")
     env = {**os.environ, "PYTHONPATH": str(checkout), "PERSISTENCE_LIST": listed}
-    done = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True, timeout=900,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child"], env=env, capture_output=True, text=True, timeout=900, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -49,10 +50,33 @@ def main() -> None:
         print(f"{name}: by route {r['routes']}")
 
 
-RULES = {"none": (), "broad": ("bash(cp *)", "bash(mv *)", "bash(tee *)", "bash(echo *)", "bash(mkdir *)",
-                             "bash(ln *)", "edit(**)", "edit(~/**)", "edit(/**)", "write_file", "edit_file")}
-ROUTES = ("write_file", "edit_file", "bash cp", "bash mv", "bash redirect", "bash tee", "bash cp into dir",
-          "hook updatedInput", "apply")
+RULES = {
+    "none": (),
+    "broad": (
+        "bash(cp *)",
+        "bash(mv *)",
+        "bash(tee *)",
+        "bash(echo *)",
+        "bash(mkdir *)",
+        "bash(ln *)",
+        "edit(**)",
+        "edit(~/**)",
+        "edit(/**)",
+        "write_file",
+        "edit_file",
+    ),
+}
+ROUTES = (
+    "write_file",
+    "edit_file",
+    "bash cp",
+    "bash mv",
+    "bash redirect",
+    "bash tee",
+    "bash cp into dir",
+    "hook updatedInput",
+    "apply",
+)
 METHODS = ("write", "mkdir", "mv", "ln", "replace")
 GIT = ["git", "-c", "user.name=a", "-c", "user.email=a@b", "-c", "init.defaultBranch=main"]
 NOT_PRESENT = ("config", "commondir", "rebase-merge", "rebase-apply", "sequencer")
@@ -87,15 +111,21 @@ def _engine(places: Any) -> tuple[int, int, dict[str, int]]:
     (ws / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     total = through = 0
     by_route: dict[str, int] = {}
-    for e, route, mode, sandbox, rules in itertools.product(places, ROUTES, ("default", "accept-edits", "plan", "yolo"),
-                                                            ("auto", "off"), RULES):
+    for e, route, mode, sandbox, rules in itertools.product(
+        places, ROUTES, ("default", "accept-edits", "plan", "yolo"), ("auto", "off"), RULES
+    ):
         if mode == "yolo" and (sandbox == "off" or route.startswith("bash")):
             continue  # Codex's yolo; yolo's bash: the sandbox half
         top = {"git": ws / ".git", "workspace": ws, "home": home, "kimicode_home": kc}[e.where]
         rel = "plugins/evil/.claude-plugin/plugin.json" if e.where == "kimicode_home" else e.name
         path = top / rel / "x" if e.is_dir else top / rel
-        policy = Policy(Rules(allow=tuple(parse_rule(x, "user") for x in RULES[rules])), kimicode_home=kc,
-                        user_home=home, workspace=ws, read_only_sandbox=sandbox != "off")
+        policy = Policy(
+            Rules(allow=tuple(parse_rule(x, "user") for x in RULES[rules])),
+            kimicode_home=kc,
+            user_home=home,
+            workspace=ws,
+            read_only_sandbox=sandbox != "off",
+        )
         total += 1
         got = _through(route, path, mode, ws, policy, decide)
         through += got
@@ -117,9 +147,13 @@ def _through(route: str, path: Path, mode: str, ws: Path, policy: Any, decide: A
     else:
         if route == "bash cp into dir":
             path.parent.mkdir(parents=True, exist_ok=True)
-        command = {"bash cp": f"cp src.txt {path}", "bash mv": f"mv src.txt {path}",
-                   "bash redirect": f"echo x > {path}",
-                   "bash tee": f"tee {path}", "bash cp into dir": f"cp {ws / 'stage' / path.name} {path.parent}"}[route]
+        command = {
+            "bash cp": f"cp src.txt {path}",
+            "bash mv": f"mv src.txt {path}",
+            "bash redirect": f"echo x > {path}",
+            "bash tee": f"tee {path}",
+            "bash cp into dir": f"cp {ws / 'stage' / path.name} {path.parent}",
+        }[route]
         d = decide(_Tool("bash", "execute"), {"command": command}, mode, _Ctx(ws), policy)
     hook_answers = route == "hook updatedInput" and d.verdict == "ask" and not getattr(d, "firm", False)
     return d.verdict == "allow" or (hook_answers and mode != "plan")
@@ -127,9 +161,13 @@ def _through(route: str, path: Path, mode: str, ws: Path, policy: Any, decide: A
 
 def _attempt(name: str, is_dir: bool, method: str) -> str:
     body = f"{name}/x" if is_dir else name
-    return {"write": f"mkdir -p {name} 2>/dev/null; printf planted > {body}", "mkdir": f"mkdir -p {name}/sub",
-            "mv": f"printf planted > /tmp/m; mkdir -p {os.path.dirname(body) or '.'}; mv -f /tmp/m {body}",
-            "ln": f"ln -sfn /tmp/evil {name}", "replace": f"rm -rf {name}; printf planted > {name}"}[method]
+    return {
+        "write": f"mkdir -p {name} 2>/dev/null; printf planted > {body}",
+        "mkdir": f"mkdir -p {name}/sub",
+        "mv": f"printf planted > /tmp/m; mkdir -p {os.path.dirname(body) or '.'}; mv -f /tmp/m {body}",
+        "ln": f"ln -sfn /tmp/evil {name}",
+        "replace": f"rm -rf {name}; printf planted > {name}",
+    }[method]
 
 
 def _snap(p: Path) -> Any:
@@ -138,8 +176,13 @@ def _snap(p: Path) -> Any:
     if p.is_symlink():
         return ("link", os.readlink(p))
     if p.is_dir():
-        return ("dir", sorted((str(q.relative_to(p)), q.read_bytes() if q.is_file() and not q.is_symlink() else None)
-                              for q in p.rglob("*")))
+        return (
+            "dir",
+            sorted(
+                (str(q.relative_to(p)), q.read_bytes() if q.is_file() and not q.is_symlink() else None)
+                for q in p.rglob("*")
+            ),
+        )
     return ("file", p.read_bytes())
 
 
@@ -148,8 +191,9 @@ def _sandbox(places: Any) -> tuple[int, int]:
     from kimicode.tools.sandbox import Sandbox, probe
 
     status = probe()
-    ents = {w: [e for e in places if e.where == w and e.sandbox and e.name != ".git"]
-            for w in ("git", "workspace", "home")}
+    ents = {
+        w: [e for e in places if e.where == w and e.sandbox and e.name != ".git"] for w in ("git", "workspace", "home")
+    }
     total = through = 0
     for present, home_in_ws, method in itertools.product((False, True), (False, True), METHODS):
         d = Path(tempfile.mkdtemp())

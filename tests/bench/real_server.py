@@ -38,11 +38,13 @@ def pct(value: float | None) -> str:
 
 def row(figures: Figures, blind: Figures) -> str:
     later = figures.evaluated[1:] or [0]
-    return (f"{figures.window:>6,} | {figures.completed:>2}/{figures.turns:<2} | {figures.compactions:>3} | "
-            f"{figures.evaluated[0]:>6,} {statistics.median(later):>6,.0f} {max(later):>6,} | "
-            f"{statistics.median(figures.prompts):>6,.0f} | {pct(figures.error_rate(('probe', 'server'))):>7} | "
-            f"{pct(blind.error_rate(('none',))):>8} {pct(blind.error_rate(('restored', 'server'))):>7} | "
-            f"{blind.completed:>2}/{blind.turns:<2} {blind.compactions:>3}")
+    return (
+        f"{figures.window:>6,} | {figures.completed:>2}/{figures.turns:<2} | {figures.compactions:>3} | "
+        f"{figures.evaluated[0]:>6,} {statistics.median(later):>6,.0f} {max(later):>6,} | "
+        f"{statistics.median(figures.prompts):>6,.0f} | {pct(figures.error_rate(('probe', 'server'))):>7} | "
+        f"{pct(blind.error_rate(('none',))):>8} {pct(blind.error_rate(('restored', 'server'))):>7} | "
+        f"{blind.completed:>2}/{blind.turns:<2} {blind.compactions:>3}"
+    )
 
 
 def main() -> None:
@@ -54,8 +56,10 @@ def main() -> None:
     if reason:
         print(f"skipped: {reason}")
         return
-    print("window | turns | cmp | evaluated/turn: first median max | prompt | est err | blind  learnt | "
-          "blind run: turns cmp")
+    print(
+        "window | turns | cmp | evaluated/turn: first median max | prompt | est err | blind  learnt | "
+        "blind run: turns cmp"
+    )
     for window in (int(w) for w in args.windows.split(",")):
         server = LlamaServer(window).start()
         try:
@@ -67,8 +71,14 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 ws = Path(tmp) / "ws"
                 ws.mkdir()
-                blind = run_session(server, ws, Path(tmp) / "home", turns=max(3, args.turns // 2),
-                                    hide_counting=True, extra=("--context-window", str(window)))
+                blind = run_session(
+                    server,
+                    ws,
+                    Path(tmp) / "home",
+                    turns=max(3, args.turns // 2),
+                    hide_counting=True,
+                    extra=("--context-window", str(window)),
+                )
             print(row(counted, blind), f"  ({time.monotonic() - start:.0f} s)", flush=True)
             print(f"         evaluated per turn: {counted.evaluated}; prompts: {counted.prompts}", flush=True)
         finally:

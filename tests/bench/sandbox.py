@@ -43,9 +43,11 @@ async def median_ms(command: str, cwd: str, wrap: Wrap, runs: int, cgroup: Sandb
         if slot is not None and wrap is not None:
             prefix = slot.prefix
 
-            def inner(argv: Sequence[str], w: Callable[[Sequence[str]], list[str]] = wrap,
-                      p: list[str] = prefix) -> list[str]:
+            def inner(
+                argv: Sequence[str], w: Callable[[Sequence[str]], list[str]] = wrap, p: list[str] = prefix
+            ) -> list[str]:
                 return [*p, *w(argv)]
+
         await run_shell(command, cwd=cwd, env=dict(os.environ), timeout=30, wrap=inner)
         if slot is not None:
             slot.release()

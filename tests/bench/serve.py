@@ -38,11 +38,11 @@ def model(latency: float) -> Any:
     def reply(request: RecordedRequest) -> Reply:
         messages = request.body["messages"]
         if messages[-1]["role"] == "tool":
-            return Reply(content="Done. " + "The file is written and checked. " * 8, chunk_size=12,
-                         first_delay=latency)
+            return Reply(content="Done. " + "The file is written and checked. " * 8, chunk_size=12, first_delay=latency)
         n = sum(1 for m in messages if m["role"] == "user" and not str(m["content"]).startswith("["))
-        return Reply(tool_calls=[ToolCall("write_file", {"path": f"turn{n}.txt", "content": "x\n" * 20})],
-                     first_delay=latency)
+        return Reply(
+            tool_calls=[ToolCall("write_file", {"path": f"turn{n}.txt", "content": "x\n" * 20})], first_delay=latency
+        )
 
     return reply
 
@@ -73,12 +73,27 @@ def percentile(values: list[float], q: float) -> float:
 
 # -- serve ---------------------------------------------------------------------------------------------
 
+
 def run_serve(server: FakeServer, root: Path, sessions: int, turns: int) -> dict[str, Any]:
     from kimicode.serve.client import ServeClient
 
-    proc = subprocess.Popen([sys.executable, "-m", "kimicode", "serve", "--port", "0", "--sandbox", "off",
-                             "--permission-mode", "accept-edits"], stdout=subprocess.PIPE, text=True,
-                            env=env_for(server, root / "home-serve"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kimicode",
+            "serve",
+            "--port",
+            "0",
+            "--sandbox",
+            "off",
+            "--permission-mode",
+            "accept-edits",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env_for(server, root / "home-serve"),
+    )
     try:
         assert proc.stdout is not None
         client = ServeClient.start_line(proc.stdout.readline(), timeout=120)
@@ -118,9 +133,14 @@ def run_serve(server: FakeServer, root: Path, sessions: int, turns: int) -> dict
         wall, cpu = time.monotonic() - start, proc_cpu(proc.pid) - cpu0
         rss_after = proc_rss(proc.pid)
         check(workspaces, statuses, turns)
-        return {"cpu_per_turn": cpu / (sessions * turns), "p50": percentile(latencies, 0.5),
-                "p99": percentile(latencies, 0.99), "wall": wall, "events": len(latencies),
-                "rss_per_session": (rss_after - rss_before) / sessions}
+        return {
+            "cpu_per_turn": cpu / (sessions * turns),
+            "p50": percentile(latencies, 0.5),
+            "p99": percentile(latencies, 0.99),
+            "wall": wall,
+            "events": len(latencies),
+            "rss_per_session": (rss_after - rss_before) / sessions,
+        }
     finally:
         proc.terminate()
         proc.wait(30)
@@ -137,6 +157,7 @@ def check(workspaces: list[Path], statuses: list[str], turns: int) -> None:
 
 
 # -- library (child process) ---------------------------------------------------------------------------
+
 
 async def library_child(root: Path, sessions: int, turns: int) -> dict[str, Any]:
     from kimicode import Agent
@@ -173,13 +194,23 @@ async def library_child(root: Path, sessions: int, turns: int) -> dict[str, Any]
         await a.aclose()
     check(workspaces, statuses, turns)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    return {"cpu_per_turn": cpu / (sessions * turns), "p50": percentile(latencies, 0.5),
-            "p99": percentile(latencies, 0.99), "wall": wall, "events": len(latencies)}
+    return {
+        "cpu_per_turn": cpu / (sessions * turns),
+        "p50": percentile(latencies, 0.5),
+        "p99": percentile(latencies, 0.99),
+        "wall": wall,
+        "events": len(latencies),
+    }
 
 
 def run_library(server: FakeServer, root: Path, sessions: int, turns: int) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, "--library-child", str(root), str(sessions), "--turns", str(turns)],
-                         capture_output=True, text=True, env=env_for(server, root / "home-lib"), timeout=900)
+    out = subprocess.run(
+        [sys.executable, __file__, "--library-child", str(root), str(sessions), "--turns", str(turns)],
+        capture_output=True,
+        text=True,
+        env=env_for(server, root / "home-lib"),
+        timeout=900,
+    )
     if out.returncode != 0:
         raise SystemExit(f"library run failed:\n{out.stderr[-3000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -195,8 +226,10 @@ def main() -> None:
     if args.library_child:
         print(json.dumps(asyncio.run(library_child(Path(args.library_child), args.sessions, args.turns))))
         return
-    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min), "
-          f"{os.cpu_count()} CPUs; {args.sessions} sessions x {args.turns} turns, model latency {args.latency} s")
+    print(
+        f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min), "
+        f"{os.cpu_count()} CPUs; {args.sessions} sessions x {args.turns} turns, model latency {args.latency} s"
+    )
     with FakeServer() as server, tempfile.TemporaryDirectory() as tmp:
         server.add(*([model(args.latency)] * (args.sessions * args.turns * 2 * 2 + 10)))
         root = Path(tmp)

@@ -123,8 +123,16 @@ def one_answer(server: FakeServer, who: Contender, cwd: str) -> tuple[float, flo
     cpu_before = children_cpu()
     start = time.perf_counter()
     try:
-        proc = subprocess.run(who.cmd, env=who.env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=RUN_TIMEOUT, check=False)
+        proc = subprocess.run(
+            who.cmd,
+            env=who.env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         raise BenchFailure(f"{who.name} did not finish within {RUN_TIMEOUT:.0f} s") from exc
     except OSError as exc:
@@ -158,8 +166,16 @@ def children_cpu() -> float:
 
 def wall(cmd: list[str], env: dict[str, str], cwd: str) -> float:
     start = time.perf_counter()
-    subprocess.run(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=True, timeout=RUN_TIMEOUT)
+    subprocess.run(
+        cmd,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        timeout=RUN_TIMEOUT,
+    )
     return time.perf_counter() - start
 
 
@@ -198,8 +214,15 @@ def kimi_code(path: str, base_url: str, base_env: dict[str, str], home: str) -> 
 
 def version_of(path: str, env: dict[str, str]) -> str:
     try:
-        proc = subprocess.run([path, "--version"], env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=RUN_TIMEOUT, check=False)
+        proc = subprocess.run(
+            [path, "--version"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BenchFailure(f"--kimi-code {path}: `--version` failed: {exc}") from exc
     if proc.returncode != 0:
@@ -235,8 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with FakeServer() as server:
             run_env = dict(env, KIMI_API_KEY="bench", KIMI_BASE_URL=server.base_url)
-            contenders = [Contender("kimicode -p", [*kimicode(), "-p", PROMPT], run_env),
-                          Contender("openai SDK script", [sys.executable, "-c", OPENAI_SCRIPT, PROMPT], run_env)]
+            contenders = [
+                Contender("kimicode -p", [*kimicode(), "-p", PROMPT], run_env),
+                Contender("openai SDK script", [sys.executable, "-c", OPENAI_SCRIPT, PROMPT], run_env),
+            ]
             version = ""
             if args.kimi_code:
                 kimi = kimi_code(args.kimi_code, server.base_url, env, home)
@@ -261,20 +286,30 @@ def main(argv: list[str] | None = None) -> int:
         med = statistics.median(times)
         print(f"  {name:<44} {ms(med)} {ms(min(times))}   {med / base:5.2f}x python")
     version_ratio = statistics.median(starts[1][1]) / base
-    print(f"  kimicode --version / python -c pass: {version_ratio:.2f}x; target <= {VERSION_TARGET:.1f}x: "
-          f"{'met' if version_ratio <= VERSION_TARGET else 'MISSED'}")
-    print(f"one-answer headless run, prompt {PROMPT!r}, same fake server"
-          + (", interleaved:" if len(contenders) > 1 else ":"))
+    print(
+        f"  kimicode --version / python -c pass: {version_ratio:.2f}x; target <= {VERSION_TARGET:.1f}x: "
+        f"{'met' if version_ratio <= VERSION_TARGET else 'MISSED'}"
+    )
+    print(
+        f"one-answer headless run, prompt {PROMPT!r}, same fake server"
+        + (", interleaved:" if len(contenders) > 1 else ":")
+    )
     for who in contenders:
-        print(f"  {who.name + ' ' + PROMPT:<44} {ms(statistics.median(who.times))} {ms(min(who.times))}"
-              f"   CPU {ms(statistics.median(who.cpu)).strip()} median")
-    print(f"  checked: all {(runs + 1) * len(contenders)} runs (warm-ups included) printed the fake reply "
-          "and the fake server saw their request")
+        print(
+            f"  {who.name + ' ' + PROMPT:<44} {ms(statistics.median(who.times))} {ms(min(who.times))}"
+            f"   CPU {ms(statistics.median(who.cpu)).strip()} median"
+        )
+    print(
+        f"  checked: all {(runs + 1) * len(contenders)} runs (warm-ups included) printed the fake reply "
+        "and the fake server saw their request"
+    )
     ours, floor = contenders[:2]
     over = statistics.median(ours.times) / statistics.median(floor.times)
-    print(f"  kimicode -p / openai SDK script: median {over:.2f}x, min {min(ours.times) / min(floor.times):.2f}x, "
-          f"CPU {statistics.median(ours.cpu) / statistics.median(floor.cpu):.2f}x; target <= {FLOOR_TARGET:.1f}x: "
-          f"{'met' if over <= FLOOR_TARGET else 'MISSED'}")
+    print(
+        f"  kimicode -p / openai SDK script: median {over:.2f}x, min {min(ours.times) / min(floor.times):.2f}x, "
+        f"CPU {statistics.median(ours.cpu) / statistics.median(floor.cpu):.2f}x; target <= {FLOOR_TARGET:.1f}x: "
+        f"{'met' if over <= FLOOR_TARGET else 'MISSED'}"
+    )
     if len(contenders) == 2:
         print(HOW_TO_COMPARE)
         return 0
@@ -283,8 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     best = min(ours.times) / min(theirs.times)
     cpu_ratio = statistics.median(ours.cpu) / statistics.median(theirs.cpu)
     verdict = "met" if ratio <= TARGET else "MISSED"
-    print(f"  kimicode / Kimi Code ({version}): median {ratio:.2f}x, min {best:.2f}x, CPU {cpu_ratio:.2f}x; "
-          f"target <= {TARGET:.1f}x: {verdict}")
+    print(
+        f"  kimicode / Kimi Code ({version}): median {ratio:.2f}x, min {best:.2f}x, CPU {cpu_ratio:.2f}x; "
+        f"target <= {TARGET:.1f}x: {verdict}"
+    )
     return 0
 
 

@@ -42,10 +42,15 @@ def test_explore_applies_the_verified_branch_and_undo_takes_it_back(
     git_project(workspace)
     state = dot_git_state(workspace)
     parent = make_agent(permission_mode="accept-edits")
-    router = Router(server, {
-        "parent": [Reply(content="hello"), Reply(content="next answer")],
-        "1": write_turn(WRONG, "multiplied"), "2": write_turn(GOOD_BIG, "big fix"), "3": write_turn(GOOD, "small fix"),
-    })
+    router = Router(
+        server,
+        {
+            "parent": [Reply(content="hello"), Reply(content="next answer")],
+            "1": write_turn(WRONG, "multiplied"),
+            "2": write_turn(GOOD_BIG, "big fix"),
+            "3": write_turn(GOOD, "small fix"),
+        },
+    )
     assert parent.run_sync("hi").ok
 
     async def go() -> Any:
@@ -101,8 +106,9 @@ def test_explore_applies_the_verified_branch_and_undo_takes_it_back(
 
     from kimicode.cli.app import app
 
-    out = CliRunner().invoke(app, ["undo", "--session", parent.session_id, "--files-only", "--force",
-                                   "-C", str(workspace)])
+    out = CliRunner().invoke(
+        app, ["undo", "--session", parent.session_id, "--files-only", "--force", "-C", str(workspace)]
+    )
     assert out.exit_code == 0, out.output
     assert (workspace / "app.py").read_text() == BUGGY
 
@@ -123,11 +129,14 @@ def test_verify_that_hangs_times_out_and_a_crashed_branch_does_not_stop_the_othe
 ) -> None:
     git_project(workspace)
     parent = make_agent(permission_mode="accept-edits")
-    Router(server, {
-        "1": write_turn(GOOD + "import time\ntime.sleep(60)\n"),  # importing app hangs: verify must time out
-        "2": [ErrorReply(400, "the model rejected the request", "invalid_request_error")],  # its turn fails
-        "3": write_turn(GOOD),
-    })
+    Router(
+        server,
+        {
+            "1": write_turn(GOOD + "import time\ntime.sleep(60)\n"),  # importing app hangs: verify must time out
+            "2": [ErrorReply(400, "the model rejected the request", "invalid_request_error")],  # its turn fails
+            "3": write_turn(GOOD),
+        },
+    )
     ex = asyncio.run(explore_and_close(parent, n=3, verify=VERIFY, verify_timeout=1.5))
     by_k = {b.k: b for b in ex.branches}
     assert by_k[1].status == "failed" and by_k[1].verify_timed_out and by_k[1].verify_exit is None
@@ -135,7 +144,6 @@ def test_verify_that_hangs_times_out_and_a_crashed_branch_does_not_stop_the_othe
     assert by_k[2].status == "error" and by_k[2].error
     assert by_k[3].status == "verified" and ex.chosen is by_k[3]
     assert (workspace / "app.py").read_text() == GOOD
-
 
 
 def test_apply_never_leaves_the_workspace_and_records_are_listed(
@@ -152,8 +160,9 @@ def test_apply_never_leaves_the_workspace_and_records_are_listed(
     assert "+    return a + b" in ex.diff(ex.chosen)
 
 
-def test_a_branch_store_borrows_the_parent_stores_objects(server: FakeServer, make_agent: MakeAgent,
-                                                          workspace: Path, tmp_path: Path) -> None:
+def test_a_branch_store_borrows_the_parent_stores_objects(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
+) -> None:
     git_project(workspace)
     for i in range(300):
         (workspace / f"m{i}.py").write_text(f"x = {i}\n" * 50)

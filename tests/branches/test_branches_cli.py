@@ -29,18 +29,43 @@ def env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def run_cli(server: FakeServer, ws: Path, *args: str) -> tuple[int, Any, str]:
-    out = CliRunner().invoke(app, ["-p", "fix add", "--base-url", server.base_url, "-C", str(ws),
-                                   "--permission-mode", "accept-edits", "--output-format", "json", *args])
+    out = CliRunner().invoke(
+        app,
+        [
+            "-p",
+            "fix add",
+            "--base-url",
+            server.base_url,
+            "-C",
+            str(ws),
+            "--permission-mode",
+            "accept-edits",
+            "--output-format",
+            "json",
+            *args,
+        ],
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     return out.exit_code, json.loads(lines[-1]) if lines else None, out.stderr
 
 
-def test_headless_applies_the_verified_branch_with_models_spread(env: None, server: FakeServer,
-                                                                 workspace: Path) -> None:
+def test_headless_applies_the_verified_branch_with_models_spread(
+    env: None, server: FakeServer, workspace: Path
+) -> None:
     git_project(workspace)
     router = Router(server, {"1": write_turn(WRONG), "2": write_turn(GOOD, "fixed it")})
-    code, result, err = run_cli(server, workspace, "--branches", "2", "--verify", VERIFY,
-                                "--branch-models", "kimi-k3,other-model", "--branch-thinking", "low,high")
+    code, result, err = run_cli(
+        server,
+        workspace,
+        "--branches",
+        "2",
+        "--verify",
+        VERIFY,
+        "--branch-models",
+        "kimi-k3,other-model",
+        "--branch-thinking",
+        "low,high",
+    )
     assert code == 0, err
     assert result["status"] == "success" and result["result"] == "fixed it"
     branches = {b["id"].rsplit("-", 1)[1]: b for b in result["branches"]}
@@ -65,8 +90,9 @@ def test_headless_no_branch_verified_has_its_own_exit_code(env: None, server: Fa
     assert (workspace / "app.py").read_text() == BUGGY
 
 
-def test_apply_never_then_branches_apply_show_and_rm(env: None, server: FakeServer, workspace: Path,
-                                                     tmp_path: Path) -> None:
+def test_apply_never_then_branches_apply_show_and_rm(
+    env: None, server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
     git_project(workspace)
     Router(server, {"1": write_turn(GOOD_BIG), "2": write_turn(GOOD)})
     code, result, err = run_cli(server, workspace, "--branches", "2", "--verify", VERIFY, "--apply", "never")
@@ -147,11 +173,32 @@ def test_ctrl_c_mid_exploration_then_resume(env: None, workspace: Path, tmp_path
     with FakeServer() as server:
         slow = Reply(content="", first_delay=30)  # branch 2 is still waiting for the model at Ctrl-C
         router = Router(server, {"1": write_turn(GOOD), "2": [slow, *write_turn(GOOD_BIG)]})
-        cmd = [sys.executable, "-m", "kimicode", "-p", "fix add", "--branches", "2", "--verify", VERIFY,
-               "--base-url", server.base_url, "-C", str(workspace), "--permission-mode", "accept-edits",
-               "--output-format", "json"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "KIMICODE_HOME": str(home)})
+        cmd = [
+            sys.executable,
+            "-m",
+            "kimicode",
+            "-p",
+            "fix add",
+            "--branches",
+            "2",
+            "--verify",
+            VERIFY,
+            "--base-url",
+            server.base_url,
+            "-C",
+            str(workspace),
+            "--permission-mode",
+            "accept-edits",
+            "--output-format",
+            "json",
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "KIMICODE_HOME": str(home)},
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             recs = list((home / "branches").glob("*.json")) if (home / "branches").is_dir() else []
@@ -170,11 +217,30 @@ def test_ctrl_c_mid_exploration_then_resume(env: None, workspace: Path, tmp_path
         assert {b["tree"]["kind"] for b in rec["branches"]} == {"overlay"}
         assert _branch_processes(home) == []  # the branches' process was stopped with kimicode
         assert (workspace / "app.py").read_text() == BUGGY
-        resume = [sys.executable, "-m", "kimicode", "branches", "resume", result["exploration"],
-                  "--output-format", "json", "--permission-mode", "accept-edits"]
-        done = subprocess.run(resume, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "KIMICODE_HOME": str(home), "KIMICODE_RETRY_BASE_DELAY": "0.01",
-                                   "KIMI_BASE_URL": server.base_url})
+        resume = [
+            sys.executable,
+            "-m",
+            "kimicode",
+            "branches",
+            "resume",
+            result["exploration"],
+            "--output-format",
+            "json",
+            "--permission-mode",
+            "accept-edits",
+        ]
+        done = subprocess.run(
+            resume,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={
+                **os.environ,
+                "KIMICODE_HOME": str(home),
+                "KIMICODE_RETRY_BASE_DELAY": "0.01",
+                "KIMI_BASE_URL": server.base_url,
+            },
+        )
         assert done.returncode == 0, done.stderr
         final = json.loads(done.stdout.splitlines()[-1])
         by_k = {b["id"].rsplit("-", 1)[1]: b for b in final["branches"]}
@@ -184,11 +250,12 @@ def test_ctrl_c_mid_exploration_then_resume(env: None, workspace: Path, tmp_path
         assert (workspace / "app.py").read_text() == GOOD
 
 
-def test_costs_per_branch_per_verified_and_in_total(env: None, server: FakeServer, workspace: Path,
-                                                    tmp_path: Path) -> None:
+def test_costs_per_branch_per_verified_and_in_total(
+    env: None, server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    (home / "config.toml").write_text('[models.kimi-k3]\nprices = { input = 1.0, output = 2.0 }\n')
+    (home / "config.toml").write_text("[models.kimi-k3]\nprices = { input = 1.0, output = 2.0 }\n")
     git_project(workspace)
     Router(server, {"1": write_turn(WRONG), "2": write_turn(GOOD), "3": write_turn(GOOD_BIG)})
     code, result, err = run_cli(server, workspace, "--branches", "3", "--verify", VERIFY)

@@ -43,8 +43,9 @@ print(json.dumps({"branches": [b.to_dict() for b in ex.branches], "status": ex.s
 """
 
 
-def test_a_full_disk_while_creating_branches_fails_that_branch_cleanly(server: FakeServer, workspace: Path,
-                                                                        tmp_path: Path) -> None:
+def test_a_full_disk_while_creating_branches_fails_that_branch_cleanly(
+    server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
     why = tiny_fs_problem(tmp_path)
     if why:
         pytest.skip(why)
@@ -55,11 +56,34 @@ def test_a_full_disk_while_creating_branches_fails_that_branch_cleanly(server: F
     home = tmp_path / "home"
     (home / "worktrees").mkdir(parents=True)
     Router(server, {"1": write_turn(GOOD), "2": write_turn(GOOD)})
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "KIMICODE_BRANCH_OVERLAY": "0"}  # worktrees: each needs a checkout (overlays: test_branches_overlay)
-    proc = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--size", str(4 << 20), "--tmpfs", str(home / "worktrees"),
-                           sys.executable, "-c", FULL_DISK, str(workspace), str(home), server.base_url, VERIFY],
-                          capture_output=True, text=True, env=env, timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "KIMICODE_BRANCH_OVERLAY": "0",
+    }  # worktrees: each needs a checkout (overlays: test_branches_overlay)
+    proc = subprocess.run(
+        [
+            "bwrap",
+            "--dev-bind",
+            "/",
+            "/",
+            "--size",
+            str(4 << 20),
+            "--tmpfs",
+            str(home / "worktrees"),
+            sys.executable,
+            "-c",
+            FULL_DISK,
+            str(workspace),
+            str(home),
+            server.base_url,
+            VERIFY,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     states = {b["k"]: (b["status"], b["error"]) for b in out["branches"]}
@@ -76,17 +100,23 @@ def test_a_full_disk_while_creating_branches_fails_that_branch_cleanly(server: F
 MakeAgent = Callable[..., Agent]
 
 
-def test_a_branch_is_confined_like_its_parent(server: FakeServer, make_agent: MakeAgent, workspace: Path,
-                                             tmp_path: Path) -> None:
+def test_a_branch_is_confined_like_its_parent(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
+) -> None:
     git_project(workspace)
     outside = tmp_path / "outside.txt"
     parent = make_agent(permission_mode="accept-edits", sandbox="workspace-write")
-    Router(server, {"1": [
-        Reply(tool_calls=[ToolCall("write_file", {"path": str(workspace / "app.py"), "content": "pwned"})]),
-        Reply(tool_calls=[ToolCall("bash", {"command": f"echo pwned > {outside}"})]),
-        Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf ~/.ssh"})]),
-        Reply(content="tried"),
-    ]})
+    Router(
+        server,
+        {
+            "1": [
+                Reply(tool_calls=[ToolCall("write_file", {"path": str(workspace / "app.py"), "content": "pwned"})]),
+                Reply(tool_calls=[ToolCall("bash", {"command": f"echo pwned > {outside}"})]),
+                Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf ~/.ssh"})]),
+                Reply(content="tried"),
+            ]
+        },
+    )
 
     async def go() -> Any:
         try:
@@ -107,14 +137,16 @@ def test_a_branch_is_confined_like_its_parent(server: FakeServer, make_agent: Ma
     assert "Permission denied" in results[0]
 
 
-@pytest.mark.parametrize("tree", [
-    {"kind": "copy", "root": "{victim}"},
-    {"kind": "worktree", "root": "{home}/worktrees/branch-x-1", "repo": "{ws}", "branch": "main"},
-    {"kind": "copy", "root": "{home}/worktrees/../../victim"},
-    {"kind": "copy", "root": "relative/worktrees/branch-x"},
-])
-def test_a_damaged_record_cannot_point_removal_elsewhere(tree: dict[str, str], workspace: Path,
-                                                        tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "tree",
+    [
+        {"kind": "copy", "root": "{victim}"},
+        {"kind": "worktree", "root": "{home}/worktrees/branch-x-1", "repo": "{ws}", "branch": "main"},
+        {"kind": "copy", "root": "{home}/worktrees/../../victim"},
+        {"kind": "copy", "root": "relative/worktrees/branch-x"},
+    ],
+)
+def test_a_damaged_record_cannot_point_removal_elsewhere(tree: dict[str, str], workspace: Path, tmp_path: Path) -> None:
     from kimicode.branches.trees import remove_branch_tree
     from kimicode.checkpoints.store import CheckpointError
 

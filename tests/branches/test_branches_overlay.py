@@ -51,8 +51,6 @@ def digest(root: Path) -> dict[str, str]:
     return out
 
 
-
-
 def test_a_branch_holds_only_what_it_changed_and_nothing_below_it_is_written(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:
@@ -64,18 +62,24 @@ def test_a_branch_holds_only_what_it_changed_and_nothing_below_it_is_written(
     git(workspace, "commit", "-qm", "more")
     before = digest(workspace)
     parent = make_agent(permission_mode="yolo", sandbox="workspace-write")
-    Router(server, {
-        "1": [bash("rm notes.txt; echo c > c.txt && git add c.txt && git -c user.name=b -c user.email=b@x commit -qm "
-                   "in-branch; echo '[x]' >> .git/config; cat secret.env > seen.txt; git log --format=%s -1 > log.txt"),
-              *write_turn(GOOD)],
-        "2": write_turn(WRONG),
-    })
+    Router(
+        server,
+        {
+            "1": [
+                bash(
+                    "rm notes.txt; echo c > c.txt && git add c.txt && git -c user.name=b -c user.email=b@x commit -qm "
+                    "in-branch; echo '[x]' >> .git/config; cat secret.env > seen.txt; git log --format=%s -1 > log.txt"
+                ),
+                *write_turn(GOOD),
+            ],
+            "2": write_turn(WRONG),
+        },
+    )
     ex = asyncio.run(explore_and_close(parent, n=2, verify=VERIFY, apply=False))
     one, two = sorted(ex.branches, key=lambda b: b.k)
     assert (one.status, two.status) == ("verified", "failed")  # verify ran on each branch's merged view
     assert digest(workspace) == before  # the user's files and .git: not a byte changed, no branch added
-    assert one.changes == {"added": ["c.txt", "log.txt", "seen.txt"], "modified": ["app.py"],
-                           "deleted": ["notes.txt"]}
+    assert one.changes == {"added": ["c.txt", "log.txt", "seen.txt"], "modified": ["app.py"], "deleted": ["notes.txt"]}
     upper = Path(str(one.tree and one.tree["root"])) / "upper"
     files = {str(p.relative_to(upper)) for p in upper.rglob("*") if not p.is_dir()}
     mine = {"app.py", "notes.txt", "seen.txt", "log.txt", "c.txt"}
@@ -104,7 +108,8 @@ def test_a_branch_holds_only_what_it_changed_and_nothing_below_it_is_written(
     # only the workspace's own worktree is left (not "'open' absent": xdist's temp paths contain "popen-gw1")
     assert len(git(workspace, "worktree", "list").splitlines()) == 1, git(workspace, "worktree", "list")
     assert {p.name for p in (home / "checkpoints").iterdir()} == stores - {
-        store_dir(home.resolve(), p).name for p in (base, Path(str(one.workspace)), Path(str(two.workspace)), opened)}
+        store_dir(home.resolve(), p).name for p in (base, Path(str(one.workspace)), Path(str(two.workspace)), opened)
+    }
     after = digest(workspace)
     packed = workspace / ".git" / "packed-refs"  # `git branch -D` leaves this file, with no ref in it
     assert {k: v for k, v in after.items() if k != ".git/packed-refs"} == before
@@ -133,8 +138,9 @@ def test_an_overlay_branch_outside_git(server: FakeServer, make_agent: MakeAgent
     assert ex.open(b) == opened  # made once
 
 
-def test_the_fallback_to_worktrees_says_why(server: FakeServer, make_agent: MakeAgent, workspace: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_fallback_to_worktrees_says_why(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     git_project(workspace)
     monkeypatch.setenv("KIMICODE_BRANCH_OVERLAY", "0")
     parent = make_agent(permission_mode="accept-edits")
@@ -173,8 +179,13 @@ def test_a_crash_of_the_branches_process_marks_them_crashed_and_resume_finishes(
     assert b.status == "crashed" and "killed by signal 9" in str(b.error)
     assert ex.applied is None and (workspace / "app.py").read_text() == BUGGY
     Router(server, {"1": write_turn(GOOD)})
-    again = Agent.resume(parent.session_id, home=tmp_path / "home", base_url=server.base_url, api_key="sk-x",
-                         permission_mode="accept-edits")
+    again = Agent.resume(
+        parent.session_id,
+        home=tmp_path / "home",
+        base_url=server.base_url,
+        api_key="sk-x",
+        permission_mode="accept-edits",
+    )
 
     async def resume() -> Any:
         try:
@@ -200,13 +211,22 @@ def test_attacks_on_an_overlay_branch_reach_nothing_outside_it(
     git(workspace, "commit", "-qm", "links")
     before, before_outside = digest(workspace), digest(outside)
     parent = make_agent(permission_mode="accept-edits", sandbox="workspace-write", allow=("bash(*)",))
-    attack = ("echo p > out/keep.txt; echo p > out/new.txt; echo p > back/app.py; rm -f back/notes.txt; "
-              "umount \"$PWD\" 2>/dev/null; echo $? > umount-exit.txt; ln -s ../outside/keep.txt evil; "
-              "ln -s /etc evildir; rm .gitignore")
-    Router(server, {"1": [bash(attack),
-                          Reply(tool_calls=[ToolCall("write_file", {"path": "back/app.py", "content": "pwned"})]),
-                          Reply(tool_calls=[ToolCall("write_file", {"path": str(outside / "w.txt"), "content": "p"})]),
-                          *write_turn(GOOD)]})
+    attack = (
+        "echo p > out/keep.txt; echo p > out/new.txt; echo p > back/app.py; rm -f back/notes.txt; "
+        'umount "$PWD" 2>/dev/null; echo $? > umount-exit.txt; ln -s ../outside/keep.txt evil; '
+        "ln -s /etc evildir; rm .gitignore"
+    )
+    Router(
+        server,
+        {
+            "1": [
+                bash(attack),
+                Reply(tool_calls=[ToolCall("write_file", {"path": "back/app.py", "content": "pwned"})]),
+                Reply(tool_calls=[ToolCall("write_file", {"path": str(outside / "w.txt"), "content": "p"})]),
+                *write_turn(GOOD),
+            ]
+        },
+    )
     ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY, apply=False))
     b = ex.branches[0]
     assert b.status == "verified"
@@ -214,8 +234,7 @@ def test_attacks_on_an_overlay_branch_reach_nothing_outside_it(
     opened = ex.open(b)
     assert (opened / "umount-exit.txt").read_text().strip() != "0"  # it could not unmount its overlay
     # applying it writes the links and the deletion into the workspace, as the branch made them, nothing else
-    applied = Agent.resume(ex.record.parent_session, home=tmp_path / "home", base_url=server.base_url,
-                           api_key="sk-x")
+    applied = Agent.resume(ex.record.parent_session, home=tmp_path / "home", base_url=server.base_url, api_key="sk-x")
 
     async def apply() -> None:
         from kimicode.branches.exploration import Exploration
@@ -238,8 +257,7 @@ def test_a_branch_without_the_sandbox_still_cannot_unmount_its_overlay(
 ) -> None:
     git_project(workspace)
     parent = make_agent(permission_mode="yolo", sandbox="off")
-    Router(server, {"1": [bash("umount \"$PWD\"; echo $? > umount-exit.txt; echo x > under.txt"),
-                          *write_turn(GOOD)]})
+    Router(server, {"1": [bash('umount "$PWD"; echo $? > umount-exit.txt; echo x > under.txt'), *write_turn(GOOD)]})
     ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY, apply=False))
     b = ex.branches[0]
     assert b.status == "verified"

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.prepush  # the branches process (a worker), its overlay
 
 MakeAgent = Callable[..., Agent]
 
-FORGE = r'''
+FORGE = r"""
 import json, os, sys
 home, out = sys.argv[1], sys.argv[2]
 try:
@@ -70,7 +70,7 @@ for pid in os.listdir("/proc"):
 sys.stdout.buffer.write(data)  # the tool's own output, and stderr too: neither is the protocol
 sys.stderr.buffer.write(data)
 open(out, "w").write("\n".join(done))
-'''
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -92,8 +92,6 @@ def digest(root: Path) -> dict[str, str]:
         else:
             out[rel] = "dir"
     return out
-
-
 
 
 @pytest.mark.parametrize("sandbox", ["off", "workspace-write"])
@@ -150,15 +148,30 @@ def test_git_in_a_branch_cannot_reach_a_repository_outside_its_overlay(
     ws, watched = layout(tmp_path)
     before = digest(watched)
     parent = make_agent(permission_mode="yolo", sandbox="workspace-write", workspace=ws)
-    attack = ("echo x > new.txt; git add -A; git -c user.name=b -c user.email=b@x commit -qm evil; "
-              "git rm -qf app.py; git checkout -q -b evil2; git status > st.txt 2>&1")
+    attack = (
+        "echo x > new.txt; git add -A; git -c user.name=b -c user.email=b@x commit -qm evil; "
+        "git rm -qf app.py; git checkout -q -b evil2; git status > st.txt 2>&1"
+    )
     Router(server, {"1": [bash(attack), *write_turn(WRONG)]})
     ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY, apply=False))
     after = digest(watched)
     # a worktree branch adds objects and branches to the repository (documented); nothing else may change
-    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)
-                     and not k.startswith(("objects/", ".git/objects/", "refs/heads/kimicode", "refs/heads/evil2",
-                                           "logs/refs/heads/kimicode", "logs/refs/heads/evil2", "worktrees/branch-")))
+    changed = sorted(
+        k
+        for k in set(before) | set(after)
+        if before.get(k) != after.get(k)
+        and not k.startswith(
+            (
+                "objects/",
+                ".git/objects/",
+                "refs/heads/kimicode",
+                "refs/heads/evil2",
+                "logs/refs/heads/kimicode",
+                "logs/refs/heads/evil2",
+                "worktrees/branch-",
+            )
+        )
+    )
     assert changed == []
     notice = ex.to_dict()["notice"]
     if layout is _linked_worktree:
@@ -191,8 +204,11 @@ def test_removing_a_branch_whose_record_was_damaged_removes_only_kimicodes_own_d
     one, two = sorted(rec.branches, key=lambda b: b.k)
     real_two = dict(two.tree or {})
     assert one.tree is not None
-    one.tree.update(root=str(precious / "branch-mine"), base=str(precious / "base-mine"),
-                    opened=str(precious / "branch-mine" / "open"))
+    one.tree.update(
+        root=str(precious / "branch-mine"),
+        base=str(precious / "base-mine"),
+        opened=str(precious / "branch-mine" / "open"),
+    )
     one.session_id, one.workspace = parent.session_id, str(workspace)
     rec.save(home)
     parent_store = store_dir(home.resolve(), workspace.resolve())
@@ -256,7 +272,11 @@ ODD_FILES = (
 
 @pytest.mark.parametrize("overlay", ["1", "0"])
 def test_odd_files_a_branch_makes_are_applied_as_files_and_links_never_followed(
-    server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    server: FakeServer,
+    make_agent: MakeAgent,
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     overlay: str,
 ) -> None:
     """Attack: the branch leaves a fifo (would `apply`, `show` or `open` hang reading it?), names with a

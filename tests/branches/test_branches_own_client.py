@@ -25,17 +25,26 @@ class FixingClient:
         self.contents = itertools.chain([WRONG], itertools.repeat(GOOD))
         self.requests = 0
 
-    async def stream(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), *,
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         self.requests += 1
         if messages[-1]["role"] == "user":
             args = json.dumps({"path": "app.py", "content": next(self.contents)})
-            call = {"id": f"call_{self.requests}", "type": "function",
-                    "function": {"name": "write_file", "arguments": args}}
+            call = {
+                "id": f"call_{self.requests}",
+                "type": "function",
+                "function": {"name": "write_file", "arguments": args},
+            }
             yield Completion({"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls", None)
         else:
-            yield Completion({"role": "assistant", "content": "fixed"}, "stop",
-                             {"prompt_tokens": 100, "completion_tokens": 5})
+            yield Completion(
+                {"role": "assistant", "content": "fixed"}, "stop", {"prompt_tokens": 100, "completion_tokens": 5}
+            )
 
     async def aclose(self) -> None:
         pass
@@ -59,7 +68,6 @@ def test_explore_with_the_callers_client(workspace: Path, tmp_path: Path) -> Non
     assert client.requests == 4
 
 
-
 class HangingClient(FixingClient):
     """Hangs on every branch's first request (the parent's own turn has none), until cancelled."""
 
@@ -67,8 +75,13 @@ class HangingClient(FixingClient):
         super().__init__()
         self.waiting = 0
 
-    async def stream(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), *,
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         self.waiting += 1
         await asyncio.sleep(3600)
         yield Completion({"role": "assistant", "content": "never"}, "stop", None)
@@ -81,8 +94,7 @@ def test_branches_write_to_the_callers_store_and_an_interrupted_exploration_resu
     git_project(workspace)
     store, home = MemoryStore(), tmp_path / "home"
     hanging = HangingClient()
-    parent = Agent(client=hanging, session_store=store, workspace=workspace, home=home,
-                   permission_mode="accept-edits")
+    parent = Agent(client=hanging, session_store=store, workspace=workspace, home=home, permission_mode="accept-edits")
 
     async def interrupted() -> None:
         task = asyncio.create_task(parent.explore("fix add", n=2, verify=VERIFY))
@@ -104,8 +116,14 @@ def test_branches_write_to_the_callers_store_and_an_interrupted_exploration_resu
     assert (workspace / "app.py").read_text() == BUGGY
 
     fixing = FixingClient()
-    again = Agent.resume(parent.session_id, client=fixing, session_store=store, workspace=workspace, home=home,
-                         permission_mode="accept-edits")
+    again = Agent.resume(
+        parent.session_id,
+        client=fixing,
+        session_store=store,
+        workspace=workspace,
+        home=home,
+        permission_mode="accept-edits",
+    )
 
     async def resume() -> Any:
         try:

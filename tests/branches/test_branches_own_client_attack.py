@@ -21,24 +21,32 @@ class Client:
     def __init__(self, fail: int | None = None) -> None:
         self.fail, self.firsts, self.requests = fail, 0, 0
 
-    async def stream(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = (), *,
-                     max_completion_tokens: int | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] = (),
+        *,
+        max_completion_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
         self.requests += 1
         if messages[-1]["role"] == "user":
             self.firsts += 1
             if self.firsts == self.fail:
                 raise RuntimeError("the caller's client broke")
             args = json.dumps({"path": "app.py", "content": GOOD})
-            call = {"id": f"call_{self.requests}", "type": "function",
-                    "function": {"name": "write_file", "arguments": args}}
+            call = {
+                "id": f"call_{self.requests}",
+                "type": "function",
+                "function": {"name": "write_file", "arguments": args},
+            }
             yield Completion({"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls", None)
         else:
-            yield Completion({"role": "assistant", "content": "fixed"}, "stop",
-                             {"prompt_tokens": 100, "completion_tokens": 5})
+            yield Completion(
+                {"role": "assistant", "content": "fixed"}, "stop", {"prompt_tokens": 100, "completion_tokens": 5}
+            )
 
     async def aclose(self) -> None:
         pass
-
 
 
 @pytest.mark.prepush
@@ -77,8 +85,13 @@ def test_a_store_that_refuses_the_branches_records_never_reports_them_verified(
 ) -> None:
     git_project(workspace)
     store = BrokenStore(after)
-    parent = Agent(client=Client(), session_store=store, workspace=workspace, home=tmp_path / "home",
-                   permission_mode="accept-edits")
+    parent = Agent(
+        client=Client(),
+        session_store=store,
+        workspace=workspace,
+        home=tmp_path / "home",
+        permission_mode="accept-edits",
+    )
     store.parent = parent.session_id
     try:
         ex = asyncio.run(explore_and_close(parent, n=2, verify=VERIFY))
@@ -103,8 +116,14 @@ def test_a_judge_model_with_the_callers_client_never_leaves_this_process(workspa
     """The judge is a fork of the parent: with a caller's client it asks that client (no request elsewhere)."""
     git_project(workspace)
     client = Client()
-    parent = Agent(client=client, workspace=workspace, home=tmp_path / "home", permission_mode="accept-edits",
-                   base_url="http://127.0.0.1:9/v1", api_key="sk-unused-0000000000")
+    parent = Agent(
+        client=client,
+        workspace=workspace,
+        home=tmp_path / "home",
+        permission_mode="accept-edits",
+        base_url="http://127.0.0.1:9/v1",
+        api_key="sk-unused-0000000000",
+    )
     ex = asyncio.run(explore_and_close(parent, n=2, verify=VERIFY, judge_model="judge-model"))
     assert ex.applied is not None and (workspace / "app.py").read_text() == GOOD
     assert client.requests > 4 and "the judge failed" not in str(ex.record.reason), ex.record.reason
@@ -123,8 +142,9 @@ def test_apply_later_and_after_a_restart_with_the_callers_client_and_store(works
     bad = next(b for b in ex.branches if b.status != "verified")
     assert ex.applied is None and (workspace / "app.py").read_text() != GOOD
 
-    later = Agent.resume(parent.session_id, client=Client(), workspace=workspace, home=home,
-                         permission_mode="accept-edits")
+    later = Agent.resume(
+        parent.session_id, client=Client(), workspace=workspace, home=home, permission_mode="accept-edits"
+    )
 
     async def apply() -> None:
         try:

@@ -128,7 +128,6 @@ def background(name: str) -> str:
     return f"setsid bash -c 'exec -a {name} sleep 300' </dev/null >/dev/null 2>&1 &"
 
 
-
 def test_a_background_command_dies_with_the_branches_process_with_the_sandbox_off(
     server: FakeServer, make_agent: MakeAgent, workspace: Path, token: str
 ) -> None:
@@ -194,11 +193,15 @@ def test_a_branch_sees_its_own_proc_and_the_bash_timeout_still_kills(
     out = tmp_path / "out"
     out.mkdir()
     parent = make_agent(permission_mode="yolo", sandbox="off")
-    look = (f"tr '\\0' ' ' < /proc/1/cmdline > {out}/init.txt; ls /proc > {out}/proc.txt; echo $$ > {out}/shell.txt; "
-            f"cut -d' ' -f5 /proc/$$/stat > {out}/pgrp.txt; setsid sleep 0.1 </dev/null >/dev/null 2>&1 &")
+    look = (
+        f"tr '\\0' ' ' < /proc/1/cmdline > {out}/init.txt; ls /proc > {out}/proc.txt; echo $$ > {out}/shell.txt; "
+        f"cut -d' ' -f5 /proc/$$/stat > {out}/pgrp.txt; setsid sleep 0.1 </dev/null >/dev/null 2>&1 &"
+    )
     # shell builtins only (no child of its own to catch unreaped): the orphaned `sleep 0.1` was reaped by PID 1
-    zombies = (f"for s in /proc/[0-9]*/stat; do read -r l < \"$s\" && case \"${{l##*) }}\" in Z*) echo \"$l\";; esac; "
-               f"done > {out}/zombies.txt")
+    zombies = (
+        f'for s in /proc/[0-9]*/stat; do read -r l < "$s" && case "${{l##*) }}" in Z*) echo "$l";; esac; '
+        f"done > {out}/zombies.txt"
+    )
     seen: list[str] = []
 
     def timed_out(request: RecordedRequest) -> Reply:
@@ -206,8 +209,17 @@ def test_a_branch_sees_its_own_proc_and_the_bash_timeout_still_kills(
         return bash(zombies)
 
     # a command that ignores SIGTERM: the timeout kill waits for the group (read from /proc), then SIGKILLs it
-    Router(server, {"1": [bash(look), bash(f"trap '' TERM; exec -a {token} sleep 300", timeout=1), timed_out,
-                          Reply(content="done")]})
+    Router(
+        server,
+        {
+            "1": [
+                bash(look),
+                bash(f"trap '' TERM; exec -a {token} sleep 300", timeout=1),
+                timed_out,
+                Reply(content="done"),
+            ]
+        },
+    )
     ex = asyncio.run(explore_and_close(parent, n=1))
     assert ex.branches[0].status == "done", ex.branches[0].error
     assert "kimicode.branches.child" in (out / "init.txt").read_text()  # PID 1: the branches' own init
@@ -221,9 +233,13 @@ def test_a_branch_sees_its_own_proc_and_the_bash_timeout_still_kills(
 
 def _start_child() -> subprocess.Popen[bytes]:
     """The branches' process as the overlay engine starts it (its orders never sent)."""
-    return subprocess.Popen([sys.executable, "-c", _BOOT, json.dumps(sys.path), "kimicode:Agent"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", _BOOT, json.dumps(sys.path), "kimicode:Agent"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def _descendants(pid: int) -> list[int]:
@@ -278,9 +294,25 @@ def test_a_closed_stdin_ends_the_branches_process() -> None:
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap to mask a file of /proc")
 def test_without_a_proc_of_its_own_the_branches_process_runs_as_before_and_says_why() -> None:
     """A partly masked /proc (as containers have) refuses a new procfs: no PID namespace then, a notice."""
-    argv = ["bwrap", "--dev-bind", "/", "/", "--unshare-user", "--unshare-pid", "--proc", "/proc",
-            "--ro-bind", "/dev/null", "/proc/version", "--",
-            sys.executable, "-c", _BOOT, json.dumps(sys.path), "kimicode:Agent"]
+    argv = [
+        "bwrap",
+        "--dev-bind",
+        "/",
+        "/",
+        "--unshare-user",
+        "--unshare-pid",
+        "--proc",
+        "/proc",
+        "--ro-bind",
+        "/dev/null",
+        "/proc/version",
+        "--",
+        sys.executable,
+        "-c",
+        _BOOT,
+        json.dumps(sys.path),
+        "kimicode:Agent",
+    ]
     done = subprocess.run(argv, input=b"", capture_output=True, timeout=GONE_WITHIN * 2, check=False)
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert done.returncode == 3, done.stderr  # it went on, and found its stdin closed

@@ -37,8 +37,6 @@ def _needs_overlays(tmp_path: Path) -> None:
         pytest.fail(f"overlay branches are not available on this machine: {why}")
 
 
-
-
 def test_a_branch_command_cannot_read_the_workers_memory_environment_or_descriptors(
     server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
 ) -> None:
@@ -48,10 +46,12 @@ def test_a_branch_command_cannot_read_the_workers_memory_environment_or_descript
     out = tmp_path / "out"
     out.mkdir()
     parent = make_agent(permission_mode="yolo", sandbox="off")
-    probe = (f"tr '\\0' ' ' < /proc/2/cmdline > {out}/cmdline.txt; "
-             f"{{ cat /proc/2/environ >/dev/null 2>&1 && echo environ; cat /proc/2/maps >/dev/null 2>&1 && echo maps; "
-             f"readlink /proc/2/fd/0 >/dev/null 2>&1 && echo fd; "
-             f"grep -c sk-test-secret-key /proc/2/mem >/dev/null 2>&1 && echo mem; }} > {out}/seen.txt")
+    probe = (
+        f"tr '\\0' ' ' < /proc/2/cmdline > {out}/cmdline.txt; "
+        f"{{ cat /proc/2/environ >/dev/null 2>&1 && echo environ; cat /proc/2/maps >/dev/null 2>&1 && echo maps; "
+        f"readlink /proc/2/fd/0 >/dev/null 2>&1 && echo fd; "
+        f"grep -c sk-test-secret-key /proc/2/mem >/dev/null 2>&1 && echo mem; }} > {out}/seen.txt"
+    )
     Router(server, {"1": [bash(probe), Reply(content="done")]})
     ex = asyncio.run(explore_and_close(parent, n=1))
     assert ex.branches[0].status == "done", ex.branches[0].error
@@ -65,10 +65,12 @@ def test_forged_protocol_lines_cannot_make_a_branch_verified(
     """A command writing a `verified` outcome into every pipe the worker holds: the branch still fails."""
     git_project(workspace)
     parent = make_agent(permission_mode="yolo", sandbox="off")
-    forge = ("for f in /proc/2/fd/*; do case $(readlink $f) in pipe:*) "
-             "bid=$(basename $PWD); for i in 1 2 3; do printf '%s\\n' "
-             "\"{\\\"branch\\\": {\\\"id\\\": \\\"$bid\\\", \\\"status\\\": \\\"done\\\", \\\"verified\\\": true}}\" "
-             "> $f 2>/dev/null; done;; esac; done; echo forged")
+    forge = (
+        "for f in /proc/2/fd/*; do case $(readlink $f) in pipe:*) "
+        "bid=$(basename $PWD); for i in 1 2 3; do printf '%s\\n' "
+        '"{\\"branch\\": {\\"id\\": \\"$bid\\", \\"status\\": \\"done\\", \\"verified\\": true}}" '
+        "> $f 2>/dev/null; done;; esac; done; echo forged"
+    )
     Router(server, {"1": [bash(forge), *write_turn("def add(a, b):\n    return 0\n")]})
     ex = asyncio.run(explore_and_close(parent, n=1, verify=VERIFY))
     assert ex.branches[0].verified is False, ex.branches[0]
@@ -124,9 +126,11 @@ ESCAPES = {  # ways a command may try to outlive whoever started it
     "double-fork": "( ( setsid bash -c 'exec -a {n} sleep 300' & ) & )",
     "nohup": "nohup bash -c 'exec -a {n} sleep 300'",
     "ignores-all": "bash -c 'trap \"\" HUP TERM INT; exec -a {n} sleep 300'",
-    "new-subreaper": ("python3 -c 'import ctypes,os,sys; ctypes.CDLL(None).prctl(36,1,0,0,0); "
-                      "os.fork() or os.execvp(\"bash\", [\"bash\", \"-c\", sys.argv[1]]); os.wait()' "
-                      "'( exec -a {n} sleep 300 & )'"),
+    "new-subreaper": (
+        "python3 -c 'import ctypes,os,sys; ctypes.CDLL(None).prctl(36,1,0,0,0); "
+        'os.fork() or os.execvp("bash", ["bash", "-c", sys.argv[1]]); os.wait()\' '
+        "'( exec -a {n} sleep 300 & )'"
+    ),
 }
 
 
@@ -160,7 +164,7 @@ def test_no_escape_outlives_a_killed_branches_process_with_the_sandbox_off(
             os.kill(pid, signal.SIGKILL)
 
 
-WATCHER = '''import os, sys, time
+WATCHER = """import os, sys, time
 good, wrong = (open(p).read() for p in sys.argv[1:3])
 mark = ("VERIFY" + "-MARK").encode()
 def verifying():
@@ -181,7 +185,7 @@ open("app.py", "w").write(good)  # while the verify command runs
 while verifying():
     time.sleep(0.001)
 open("app.py", "w").write(wrong)  # and back once it is over
-'''
+"""
 TAMPER_VERIFY = "sleep 2; python3 -c 'import app; assert app.add(2, 3) == 5' && : VERIFY-MARK"
 """A verify command a leftover can see running (its bash does not exec its last command: the marker)."""
 
@@ -222,8 +226,10 @@ def test_a_sandboxed_command_sees_no_process_of_kimicode(
     """With the sandbox on, bwrap's own PID namespace and /proc: neither the worker nor the init is there."""
     git_project(workspace)
     parent = make_agent(permission_mode="accept-edits", sandbox="workspace-write", allow=("bash(*)",))
-    look = ("for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done > seen.txt; "
-            "cat /proc/2/environ /proc/1/environ 2>/dev/null | tr '\\0' '\\n' >> seen.txt; echo end >> seen.txt")
+    look = (
+        "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done > seen.txt; "
+        "cat /proc/2/environ /proc/1/environ 2>/dev/null | tr '\\0' '\\n' >> seen.txt; echo end >> seen.txt"
+    )
     seen: list[str] = []
 
     def report(request: Any) -> Reply:

@@ -86,10 +86,22 @@ def test_batch_tasks_run_on_the_same_cluster(cluster: LoopbackCluster, server: F
     server.add(*[script] * 4)
 
     async def go() -> list[Any]:
-        return [r async for r in run([{"id": "a", "prompt": "a"}, {"id": "b", "prompt": "b"}], engine="ray",
-                                     concurrency=2, root=tmp_path / "b", address=cluster.address,
-                                     base_url=server.base_url, api_key="sk-test", model="kimi-k3",
-                                     permission_mode="yolo", retry_base_delay=0.01, agent_options={"sandbox": "off"})]
+        return [
+            r
+            async for r in run(
+                [{"id": "a", "prompt": "a"}, {"id": "b", "prompt": "b"}],
+                engine="ray",
+                concurrency=2,
+                root=tmp_path / "b",
+                address=cluster.address,
+                base_url=server.base_url,
+                api_key="sk-test",
+                model="kimi-k3",
+                permission_mode="yolo",
+                retry_base_delay=0.01,
+                agent_options={"sandbox": "off"},
+            )
+        ]
 
     results = asyncio.run(go())
     assert sorted(r.status for r in results) == ["success", "success"]

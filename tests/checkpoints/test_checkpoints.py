@@ -196,8 +196,9 @@ def test_rewind_to_an_earlier_turn_and_the_user_committing_in_between(
         asyncio.run(agent.rewind(2))  # already undone
 
 
-def test_too_big_files_are_skipped_and_reported(server: FakeServer, make_agent: MakeAgent, workspace: Path,
-                                                tmp_path: Path) -> None:
+def test_too_big_files_are_skipped_and_reported(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path
+) -> None:
     (tmp_path / "home").mkdir(exist_ok=True)
     (tmp_path / "home" / "config.toml").write_text("[checkpoints]\nmax_file_mb = 0.001\n")
     (workspace / "big.bin").write_bytes(b"0" * 5000)
@@ -245,8 +246,9 @@ def test_a_subagent_given_bash_counts_as_a_change(server: FakeServer, make_agent
     assert (workspace / "f.txt").read_text() == "before\n"
 
 
-def test_a_kimicode_home_inside_the_workspace_is_never_stored(server: FakeServer, make_agent: MakeAgent,
-                                                              workspace: Path) -> None:
+def test_a_kimicode_home_inside_the_workspace_is_never_stored(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
     home = workspace / ".kimi home"
     script(server, bash("echo x > f.txt"))
     agent = make_agent(permission_mode="yolo", home=home)

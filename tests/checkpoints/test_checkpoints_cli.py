@@ -32,8 +32,9 @@ def test_undo_from_the_shell_restores_files_and_cuts_the_log(
     agent = make_agent(permission_mode="yolo")
     bash_turn(server, "echo one > a.txt")
     assert agent.run_sync("first").ok
-    agent = Agent.resume(agent.session_id, base_url=server.base_url, api_key="k", home=agent.home,
-                         permission_mode="yolo")
+    agent = Agent.resume(
+        agent.session_id, base_url=server.base_url, api_key="k", home=agent.home, permission_mode="yolo"
+    )
     bash_turn(server, "echo two > a.txt; echo new > b.txt")
     assert agent.run_sync("second").ok
     assert agent.log is not None
@@ -79,14 +80,28 @@ def test_headless_json_result_has_changes_and_checkpoint(server: FakeServer, wor
     bash_turn(server, "rm gone.txt; echo hi > hello.txt")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "OPENAI_", "KIMICODE_"))}
     env.update(KIMICODE_HOME=str(tmp_path / "home"), KIMI_API_KEY="sk-x", KIMI_BASE_URL=server.base_url)
-    out = subprocess.run([*kimicode_command(), "-p", "go", "--output-format", "json", "--permission-mode", "yolo"],
-                         env=env, cwd=workspace, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        [*kimicode_command(), "-p", "go", "--output-format", "json", "--permission-mode", "yolo"],
+        env=env,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.splitlines()[-1])
     assert result["changes"] == {"added": ["hello.txt"], "modified": [], "deleted": ["gone.txt"]}
     assert isinstance(result["checkpoint"], str) and len(result["checkpoint"]) == 40
-    undo = subprocess.run([*kimicode_command(), "undo"], env=env, cwd=workspace, capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    undo = subprocess.run(
+        [*kimicode_command(), "undo"],
+        env=env,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert undo.returncode == 0, undo.stderr
     assert (workspace / "gone.txt").read_text() == "bye\n" and not (workspace / "hello.txt").exists()
 
@@ -116,8 +131,9 @@ def test_kill_9_mid_restore_is_finished_on_next_start(workspace: Path, tmp_path:
         (workspace / f"d{i // 100}" / f"f{i}.txt").write_text(f"new {i}\n")
     killed_mid_way = False
     for delay in (0.25, 0.15, 0.35, 0.5):
-        proc = subprocess.Popen([sys.executable, "-c", _RESTORER, str(home), str(workspace), old, str(n)],
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _RESTORER, str(home), str(workspace), old, str(n)], stdout=subprocess.PIPE, text=True
+        )
         assert proc.stdout is not None and proc.stdout.readline().strip() == "go"
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
@@ -192,8 +208,9 @@ def test_kill_9_mid_checkpoint_leaves_a_store_that_works(workspace: Path, tmp_pa
         d = workspace / f"d{i // 100}"
         d.mkdir(exist_ok=True)
         (d / f"f{i}.txt").write_text(f"content {i}\n" * 50)
-    proc = subprocess.Popen([sys.executable, "-c", _SNAPSHOTTER, str(home), str(workspace)], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SNAPSHOTTER, str(home), str(workspace)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "go"
     time.sleep(0.3)
     proc.send_signal(signal.SIGKILL)

@@ -81,8 +81,7 @@ def test_a_known_write_that_deleted_or_never_made_its_file_is_recorded_safely(tm
     ws.mkdir()
     (ws / "old.txt").write_text("o\n")
     cps = SessionCheckpoints(CheckpointStore(tmp_path / "home", ws), "s", None)
-    changed = _turn(cps, 1, ["old.txt", "never-written.txt", "sub/also-not.txt"],
-                    lambda: (ws / "old.txt").unlink())
+    changed = _turn(cps, 1, ["old.txt", "never-written.txt", "sub/also-not.txt"], lambda: (ws / "old.txt").unlink())
     assert changed == ["old.txt"]
     entry = cps.entries[-1]
     assert entry.changes.deleted == ["old.txt"]
@@ -113,20 +112,23 @@ def _store_index_written(agent: Agent) -> bool:
     return cps.store.index.exists()
 
 
-def test_the_library_and_headless_start_storing_the_workspace_at_open(make_agent: MakeAgent,
-                                                                      workspace: Path) -> None:
+def test_the_library_and_headless_start_storing_the_workspace_at_open(make_agent: MakeAgent, workspace: Path) -> None:
     (workspace / "big.txt").write_text("x" * 10_000)
     agent = make_agent()
     assert _store_index_written(agent)  # no turn yet: stored ahead, the first change waits for nothing more
 
 
-@pytest.mark.parametrize(("mode", "config", "warmed"), [
-    ("plan", None, False),  # plan mode changes nothing: nothing to store ahead
-    ("accept-edits", "[checkpoints]\nwarm_at_open = false\n", False),
-    ("default", None, True),
-])
-def test_the_warm_up_follows_the_mode_and_the_setting(make_agent: MakeAgent, workspace: Path, tmp_path: Path,
-                                                      mode: str, config: str | None, warmed: bool) -> None:
+@pytest.mark.parametrize(
+    ("mode", "config", "warmed"),
+    [
+        ("plan", None, False),  # plan mode changes nothing: nothing to store ahead
+        ("accept-edits", "[checkpoints]\nwarm_at_open = false\n", False),
+        ("default", None, True),
+    ],
+)
+def test_the_warm_up_follows_the_mode_and_the_setting(
+    make_agent: MakeAgent, workspace: Path, tmp_path: Path, mode: str, config: str | None, warmed: bool
+) -> None:
     (workspace / "f.txt").write_text("f\n")
     if config:
         (tmp_path / "home").mkdir(exist_ok=True)
@@ -135,17 +137,20 @@ def test_the_warm_up_follows_the_mode_and_the_setting(make_agent: MakeAgent, wor
     assert _store_index_written(agent) is warmed
 
 
-def test_a_write_file_turn_through_the_agent_is_undone_exactly(server: FakeServer, make_agent: MakeAgent,
-                                                              workspace: Path) -> None:
+def test_a_write_file_turn_through_the_agent_is_undone_exactly(
+    server: FakeServer, make_agent: MakeAgent, workspace: Path
+) -> None:
     (workspace / "keep.txt").write_text("k\n")
-    server.add(Reply(tool_calls=[ToolCall("write_file", {"path": "out.txt", "content": "new\n"})]),
-               Reply(tool_calls=[ToolCall("bash", {"command": "echo more >> keep.txt"})]), Reply("done"))
+    server.add(
+        Reply(tool_calls=[ToolCall("write_file", {"path": "out.txt", "content": "new\n"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo more >> keep.txt"})]),
+        Reply("done"),
+    )
     agent = make_agent(permission_mode="yolo")
     result = agent.run_sync("write and append")
     assert result.ok and result.changes is not None
     assert sorted(result.changes["added"]) == ["out.txt"] and result.changes["modified"] == ["keep.txt"]
-    server.add(Reply(tool_calls=[ToolCall("write_file", {"path": "out.txt", "content": "newer\n"})]),
-               Reply("done"))
+    server.add(Reply(tool_calls=[ToolCall("write_file", {"path": "out.txt", "content": "newer\n"})]), Reply("done"))
     second = agent.run_sync("rewrite")
     assert second.changes == {"added": [], "modified": ["out.txt"], "deleted": []}
     asyncio.run(agent.rewind(files=True, conversation=False))
@@ -162,18 +167,25 @@ def test_the_first_snapshot_builds_the_tree_git_builds(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path / "home", ws)
     snap = store.snapshot("first", "s/1")
     expected_index = tmp_path / "git-index"
-    env = {"GIT_DIR": str(tmp_path / "ref.git"), "GIT_WORK_TREE": str(ws), "GIT_INDEX_FILE": str(expected_index),
-           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "ref.git")], check=True,
-                   env={"PATH": "/usr/bin:/bin"})
+    env = {
+        "GIT_DIR": str(tmp_path / "ref.git"),
+        "GIT_WORK_TREE": str(ws),
+        "GIT_INDEX_FILE": str(expected_index),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+    }
+    subprocess.run(
+        ["git", "init", "-q", "--bare", str(tmp_path / "ref.git")], check=True, env={"PATH": "/usr/bin:/bin"}
+    )
     subprocess.run(["git", "add", "-A"], cwd=ws, check=True, env=env)
     tree = subprocess.run(["git", "write-tree"], cwd=ws, check=True, env=env, capture_output=True, text=True)
     assert store.git("rev-parse", f"{snap.id}^{{tree}}").decode().strip() == tree.stdout.strip()
     assert store.git("fsck", "--strict", "--no-dangling", check=False) == b""
 
 
-def test_a_large_plain_first_snapshot_is_compacted_in_the_background(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_large_plain_first_snapshot_is_compacted_in_the_background(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kimicode.checkpoints import upkeep
 
     ws = tmp_path / "ws"

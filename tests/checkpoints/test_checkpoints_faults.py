@@ -51,7 +51,9 @@ def leftovers(root: Path) -> list[str]:
                   or p.name == "restore.json")
 """
 
-STORE_FULL = COMMON + r"""
+STORE_FULL = (
+    COMMON
+    + r"""
 ws, home, url = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 tiny = home / "checkpoints"
 agent, notices = make(ws, home, url)
@@ -75,8 +77,11 @@ asyncio.run(agent.rewind(conversation=False))
 out["t4_after_undo"] = (ws / "t4.txt").exists()
 print(json.dumps(out))
 """
+)
 
-RESTORE_FULL = COMMON + r"""
+RESTORE_FULL = (
+    COMMON
+    + r"""
 tiny, home, url = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 ws = tiny / "ws"
 ws.mkdir()
@@ -104,6 +109,7 @@ out["c_gone"] = not (ws / "c.txt").exists()
 out["left_after"] = leftovers(ws) + leftovers(home / "checkpoints")
 print(json.dumps(out))
 """
+)
 
 
 def run_tiny(tmp: Path, mount: Path, size_mb: int, script: str, *args: str) -> dict[str, Any]:
@@ -112,9 +118,24 @@ def run_tiny(tmp: Path, mount: Path, size_mb: int, script: str, *args: str) -> d
         pytest.skip(why)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
-        ["bwrap", "--dev-bind", "/", "/", "--size", str(size_mb << 20), "--tmpfs", str(mount),
-         sys.executable, "-c", script, *args],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            "bwrap",
+            "--dev-bind",
+            "/",
+            "/",
+            "--size",
+            str(size_mb << 20),
+            "--tmpfs",
+            str(mount),
+            sys.executable,
+            "-c",
+            script,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -154,15 +175,16 @@ def test_a_full_store_disk_warns_the_turn_goes_on_and_the_next_checkpoint_works(
 
 
 @pytest.mark.slow
-def test_a_restore_that_runs_out_of_space_leaves_the_workspace_as_it_was(
-    server: FakeServer, tmp_path: Path
-) -> None:
+def test_a_restore_that_runs_out_of_space_leaves_the_workspace_as_it_was(server: FakeServer, tmp_path: Path) -> None:
     tiny = tmp_path / "tiny"
     tiny.mkdir()
     bash_turn(server, ": > a.bin; echo changed > b.txt; echo new > c.txt")
     out = run_tiny(tmp_path, tiny, 4, RESTORE_FULL, str(tiny), str(tmp_path / "home"), server.base_url)
     assert out["turn"]["ok"] and out["turn"]["changes"] == {
-        "added": ["c.txt"], "modified": ["a.bin", "b.txt"], "deleted": []}
+        "added": ["c.txt"],
+        "modified": ["a.bin", "b.txt"],
+        "deleted": [],
+    }
     assert out["error"] is not None
     assert "the disk is full" in out["error"] and "nothing in the workspace was changed" in out["error"]
     assert out["unchanged"], "a restore that ran out of space changed the workspace"

@@ -46,8 +46,11 @@ def test_worktree_fork_runs_beside_the_original_without_touching_its_files(
     assert f"kimicode/fork-{child.session_id}" in git(workspace, "branch", "--list", "kimicode/*")
     assert git(workspace, "rev-parse", "--abbrev-ref", "HEAD") == branch_before
 
-    bash_turn(server, "echo fork > a.txt; echo f > only-in-fork.txt; git add -A; "
-                 "git -c user.name=a -c user.email=a@x commit -qm 'fork work'")
+    bash_turn(
+        server,
+        "echo fork > a.txt; echo f > only-in-fork.txt; git add -A; "
+        "git -c user.name=a -c user.email=a@x commit -qm 'fork work'",
+    )
     assert child.run_sync("change in the fork").ok
     assert (workspace / "a.txt").read_text() == "uncommitted edit\n"
     assert not (workspace / "only-in-fork.txt").exists()
@@ -104,8 +107,9 @@ def test_slash_fork_switches_the_terminal_to_its_own_tree(
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     (workspace / "f.txt").write_text("orig\n")
     console = Console(file=io.StringIO(), width=200, color_system=None, force_terminal=False)
-    session = Session(SessionOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
-                      plain=True)
+    session = Session(
+        SessionOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console, plain=True
+    )
     server.add(Reply(content="hi"))
 
     async def go() -> None:
@@ -140,8 +144,15 @@ def test_cli_fork_worktree(server: FakeServer, workspace: Path, tmp_path: Path) 
     env.update(KIMICODE_HOME=str(tmp_path / "home"), KIMI_API_KEY="sk-x", KIMI_BASE_URL=server.base_url)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*kimicode_command(), *args], env=env, cwd=workspace, capture_output=True, text=True,
-                              timeout=60, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [*kimicode_command(), *args],
+            env=env,
+            cwd=workspace,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
 
     server.add(Reply(content="first"))
     assert run("-p", "hello").returncode == 0

@@ -32,8 +32,13 @@ def old_ref(store: CheckpointStore, ref: str, days: float, content: str = "old o
     store.snapshot("after")  # the private index no longer refers to old.txt's blob
     tree = store.git("rev-parse", f"{snap.id}^{{tree}}").decode().strip()
     env = {**store.git_env(), "GIT_COMMITTER_DATE": f"@{int(time.time() - days * DAY)} +0000"}
-    commit = subprocess.run(["git", "commit-tree", tree, "-m", "old"], env=env, cwd=store.workspace,
-                            capture_output=True, check=True).stdout.decode().strip()
+    commit = (
+        subprocess.run(
+            ["git", "commit-tree", tree, "-m", "old"], env=env, cwd=store.workspace, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .strip()
+    )
     store.git("update-ref", f"refs/kimicode/{ref}", commit)
     return commit
 
@@ -51,8 +56,13 @@ def refs(store: CheckpointStore) -> list[str]:
 
 
 def fsck(store: CheckpointStore) -> None:
-    proc = subprocess.run(["git", "fsck", "--strict", "--no-dangling"], env=store.git_env(), cwd=store.workspace,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["git", "fsck", "--strict", "--no-dangling"],
+        env=store.git_env(),
+        cwd=store.workspace,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -106,16 +116,19 @@ def test_a_fresh_stamp_is_not_run_again(server: FakeServer, make_agent: MakeAgen
     assert store.has(old) and "refs/kimicode/long-gone/1-before" in refs(store)
 
 
-def test_the_hermetic_library_does_not_prune_unless_asked(server: FakeServer, workspace: Path,
-                                                          tmp_path: Path) -> None:
+def test_the_hermetic_library_does_not_prune_unless_asked(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     from kimicode import AgentOptions
     from kimicode.config.settings import Settings
 
     store = CheckpointStore(tmp_path / "home", workspace)
     old_ref(store, "long-gone/1-before", days=40)
     age_everything(store, days=2)
-    base: dict[str, Any] = {"base_url": server.base_url, "api_key": "k", "workspace": workspace,
-                            "home": tmp_path / "home"}
+    base: dict[str, Any] = {
+        "base_url": server.base_url,
+        "api_key": "k",
+        "workspace": workspace,
+        "home": tmp_path / "home",
+    }
     hermetic = Agent(AgentOptions(**base), persist=False)
     assert hermetic.checkpoints is not None and hermetic.checkpoints.pruning is None
     asked = Agent(AgentOptions(**base, config=Settings({"checkpoints": {"auto_prune": True}})), persist=False)

@@ -23,21 +23,36 @@ from kimicode.checkpoints.store import BULK
 def plain_git_tree(ws: Path, scratch: Path) -> str:
     """The tree git itself records for `ws` (a fresh repository, index and `add -A`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_DIR=str(scratch / "ref.git"), GIT_WORK_TREE=str(ws), GIT_INDEX_FILE=str(scratch / "ref-index"),
-               GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    env.update(
+        GIT_DIR=str(scratch / "ref.git"),
+        GIT_WORK_TREE=str(ws),
+        GIT_INDEX_FILE=str(scratch / "ref-index"),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+    )
     (scratch / "ref-index").unlink(missing_ok=True)
     if not (scratch / "ref.git").exists():
-        subprocess.run(["git", "init", "-q", "--bare", str(scratch / "ref.git")], check=True,
-                       env={k: v for k, v in env.items() if k != "GIT_WORK_TREE"})
+        subprocess.run(
+            ["git", "init", "-q", "--bare", str(scratch / "ref.git")],
+            check=True,
+            env={k: v for k, v in env.items() if k != "GIT_WORK_TREE"},
+        )
         subprocess.run(["git", "config", "core.bare", "false"], check=True, env=env)
     subprocess.run(["git", "add", "-A", "-f", "."], cwd=ws, check=True, env=env)
-    ignored = subprocess.run(["git", "ls-files", "-z", "-i", "-c", "--exclude-standard"], cwd=ws, env=env,
-                             check=True, capture_output=True).stdout
+    ignored = subprocess.run(
+        ["git", "ls-files", "-z", "-i", "-c", "--exclude-standard"], cwd=ws, env=env, check=True, capture_output=True
+    ).stdout
     if ignored:  # `add -f .` took ignored files too: keep only what `ls-files --exclude-standard` would list
-        subprocess.run(["git", "rm", "-q", "--cached", "--pathspec-from-file=-", "--pathspec-file-nul"], cwd=ws,
-                       env=env, input=ignored, check=True)
-    return subprocess.run(["git", "write-tree"], cwd=ws, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+        subprocess.run(
+            ["git", "rm", "-q", "--cached", "--pathspec-from-file=-", "--pathspec-file-nul"],
+            cwd=ws,
+            env=env,
+            input=ignored,
+            check=True,
+        )
+    return subprocess.run(
+        ["git", "write-tree"], cwd=ws, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def tree_of(store: CheckpointStore, commit: str) -> str:
@@ -203,8 +218,9 @@ def test_kill_9_at_any_point_of_a_first_snapshot_leaves_a_store_that_works(works
     killed = 0
     for n, delay in enumerate((0.05, 0.15, 0.3, 0.5, 0.8)):
         home = tmp_path / f"home{n}"
-        proc = subprocess.Popen([sys.executable, "-c", _FIRST, str(home), str(workspace)], stdout=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _FIRST, str(home), str(workspace)], stdout=subprocess.PIPE, text=True
+        )
         assert proc.stdout is not None and proc.stdout.readline().strip() == "go"
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)

@@ -22,8 +22,12 @@ def test_undo_after_a_directory_became_a_link(
     (other / "f.txt").write_text("other\n")
     (workspace / "d").mkdir()
     (workspace / "d" / "f.txt").write_text("orig\n")
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"rm -rf d && ln -s {other} d"})]), Reply(content="one"),
-               Reply(tool_calls=[ToolCall("bash", {"command": "echo later > later.txt"})]), Reply(content="two"))
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": f"rm -rf d && ln -s {other} d"})]),
+        Reply(content="one"),
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo later > later.txt"})]),
+        Reply(content="two"),
+    )
     agent = make_agent(permission_mode="yolo", sandbox="off")
     assert agent.run_sync("replace").ok
     second = agent.run_sync("more")  # its snapshot used to fail: "pathspec 'd/f.txt' is beyond a symbolic link"

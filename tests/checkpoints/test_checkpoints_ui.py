@@ -81,7 +81,6 @@ def test_undo_of_a_read_only_turn_takes_only_the_conversation(
     asyncio.run(session.agent.aclose())
 
 
-
 @pytest.mark.prepush
 def test_esc_esc_on_an_empty_prompt_opens_rewind(session: Any) -> None:
     from prompt_toolkit.application.current import create_app_session
@@ -115,8 +114,9 @@ def test_opening_a_terminal_session_stores_the_workspace_ahead_of_the_first_chan
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     console = Console(file=io.StringIO(), width=120, color_system=None, force_terminal=False)
-    session = Session(SessionOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console,
-                      plain=True)
+    session = Session(
+        SessionOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), console, plain=True
+    )
     store = session.agent.checkpoints.store
     deadline = time.monotonic() + 30
     while not store.index.exists() and time.monotonic() < deadline:

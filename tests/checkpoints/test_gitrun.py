@@ -19,8 +19,23 @@ def test_git_variables_of_the_callers_shell_do_not_leak_into_kimicodes_git(
     for repo in (ws, other):
         repo.mkdir()
         subprocess.run(["git", "init", "-q", str(repo)], check=True)
-        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
-                        "--allow-empty", "-m", "init"], check=True)
+        subprocess.run(
+            [
+                "git",
+                "-C",
+                str(repo),
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "init",
+            ],
+            check=True,
+        )
     monkeypatch.setenv("GIT_DIR", str(other / ".git"))  # as a git hook that ran kimicode would leave them
     monkeypatch.setenv("GIT_WORK_TREE", str(other))
     monkeypatch.setenv("GIT_TERMINAL_PROMPT", "1")

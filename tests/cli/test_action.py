@@ -77,8 +77,9 @@ def test_run_step_writes_outputs_against_the_fake_server(tmp_path: Path) -> None
             "KC_ALLOW": "bash(pytest*)\n\nbash(ls*)",
             "KC_MAX_TURNS": "5",
         }
-        done = subprocess.run(["bash", str(ROOT / "action" / "run.sh")], cwd=repo, env=env, capture_output=True,
-                              text=True, timeout=60)
+        done = subprocess.run(
+            ["bash", str(ROOT / "action" / "run.sh")], cwd=repo, env=env, capture_output=True, text=True, timeout=60
+        )
     assert done.returncode == 0, done.stderr
     assert f"::add-mask::{key}" in done.stdout
     outputs = parse_outputs(output.read_text())
@@ -92,6 +93,7 @@ def test_run_step_writes_outputs_against_the_fake_server(tmp_path: Path) -> None
     assert server.requests[0].body["messages"][1]["content"].startswith("fix the test; $(touch pwned)")
 
     env["KC_API_KEY"] = ""
-    done = subprocess.run(["bash", str(ROOT / "action" / "run.sh")], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", str(ROOT / "action" / "run.sh")], cwd=repo, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and "api-key input is empty" in done.stdout

@@ -17,8 +17,10 @@ DEMO = str(MCP_DEMO)
 
 
 def spender(req: RecordedRequest) -> Reply:
-    return Reply(tool_calls=[ToolCall("read_file", {"path": "a.txt"})],
-                 usage={"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010})
+    return Reply(
+        tool_calls=[ToolCall("read_file", {"path": "a.txt"})],
+        usage={"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010},
+    )
 
 
 @pytest.fixture
@@ -103,8 +105,11 @@ def test_mcp_config_servers_start_in_an_untrusted_checkout(
     assert code == 0 and any(t.startswith("mcp__demo__") for t in init["tools"]), (init, err)
     tools = {t["function"]["name"] for t in server.requests[0].body["tools"]}
     assert any(t.startswith("mcp__demo__") for t in tools)
-    for text, why in (("{", "invalid JSON"), ('{"servers": {}}', "mcpServers"), ('{"mcpServers": {"a": 1}}',
-                                                                                   "must be an object")):
+    for text, why in (
+        ("{", "invalid JSON"),
+        ('{"servers": {}}', "mcpServers"),
+        ('{"mcpServers": {"a": 1}}', "must be an object"),
+    ):
         cfg.write_text(text)
         code, _, err = run_app(["-p", "x", "--mcp-config", str(cfg)], capsys)
         assert code == 2 and why in err and "--mcp-config" in err

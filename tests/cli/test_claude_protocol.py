@@ -29,16 +29,33 @@ def sdk_command(**options: Any) -> list[str]:
 
 def test_every_option_of_the_python_sdk_is_accepted(tmp_path: Path) -> None:
     args = sdk_command(
-        tools=["Bash", "Read"], allowed_tools=["Bash(git status:*)", "Read", "mcp__calc__add"],
+        tools=["Bash", "Read"],
+        allowed_tools=["Bash(git status:*)", "Read", "mcp__calc__add"],
         system_prompt={"type": "preset", "preset": "claude_code", "append": "Be brief."},
-        mcp_servers={"calc": {"type": "sdk", "name": "calc", "instance": object()},  # type: ignore[typeddict-item]
-                     "files": {"command": "files-server", "args": ["--x"]}},
-        strict_mcp_config=True, permission_mode="acceptEdits", continue_conversation=False, resume=None,
-        max_turns=7, max_budget_usd=2.5, disallowed_tools=["Bash(rm:*)"], model="claude-sonnet-4-5",
-        fallback_model="claude-haiku-4-5", betas=["context-1m-2025-08-07"], permission_prompt_tool_name="stdio",
-        settings='{"a": 1}', add_dirs=[str(tmp_path)], include_partial_messages=True, include_hook_events=True,
-        fork_session=True, setting_sources=["user", "project"], effort="high",
-        thinking={"type": "adaptive"}, output_format={"type": "json_schema", "schema": {"type": "object"}},
+        mcp_servers={
+            "calc": {"type": "sdk", "name": "calc", "instance": object()},  # type: ignore[typeddict-item]
+            "files": {"command": "files-server", "args": ["--x"]},
+        },
+        strict_mcp_config=True,
+        permission_mode="acceptEdits",
+        continue_conversation=False,
+        resume=None,
+        max_turns=7,
+        max_budget_usd=2.5,
+        disallowed_tools=["Bash(rm:*)"],
+        model="claude-sonnet-4-5",
+        fallback_model="claude-haiku-4-5",
+        betas=["context-1m-2025-08-07"],
+        permission_prompt_tool_name="stdio",
+        settings='{"a": 1}',
+        add_dirs=[str(tmp_path)],
+        include_partial_messages=True,
+        include_hook_events=True,
+        fork_session=True,
+        setting_sources=["user", "project"],
+        effort="high",
+        thinking={"type": "adaptive"},
+        output_format={"type": "json_schema", "schema": {"type": "object"}},
         extra_args={"debug-to-stderr": None},
     )
     assert "--system-prompt=" not in args  # the preset-with-append form
@@ -48,12 +65,23 @@ def test_every_option_of_the_python_sdk_is_accepted(tmp_path: Path) -> None:
     assert parsed.settings["deny"] == ("Bash(rm:*)",) and parsed.settings["append_system_prompt"] == "Be brief."
     assert parsed.settings["thinking"] == "high" and "model" not in parsed.settings
     assert parsed.budget == 2.5 and parsed.partial and parsed.permission_tool and parsed.fork
-    assert parsed.sdk_servers == ["calc"] and parsed.mcp_servers == {"files": {"command": "files-server",
-                                                                              "args": ["--x"]}}
+    assert parsed.sdk_servers == ["calc"] and parsed.mcp_servers == {
+        "files": {"command": "files-server", "args": ["--x"]}
+    }
     assert parsed.json_schema == '{"type": "object"}'
     ignored = " ".join(parsed.ignored)
-    for flag in ("--model claude-sonnet-4-5", "--fallback-model", "--betas", "--settings", "--setting-sources",
-                 "--tools", "--thinking", "--debug-to-stderr", "--strict-mcp-config", "--include-hook-events"):
+    for flag in (
+        "--model claude-sonnet-4-5",
+        "--fallback-model",
+        "--betas",
+        "--settings",
+        "--setting-sources",
+        "--tools",
+        "--thinking",
+        "--debug-to-stderr",
+        "--strict-mcp-config",
+        "--include-hook-events",
+    ):
         assert flag in ignored
 
 
@@ -64,9 +92,14 @@ def test_the_default_options_and_bad_values() -> None:
     assert "system_prompt" not in parsed.settings and not parsed.ignored  # the empty prompt keeps kimicode's own
     assert parse_claude_args(sdk_command(permission_mode="bypassPermissions")).settings["permission_mode"] == "yolo"
     assert parse_claude_args(sdk_command(model="kimi-k3")).settings["model"] == "kimi-k3"
-    for bad, said in ((["--no-such-flag"], "--no-such-flag"), (["--permission-mode", "sometimes"], "sometimes"),
-                      (["--allowedTools", "Bash("], "bad permission rule"), (["--max-turns", "x"], "not a number"),
-                      (["--mcp-config", "{not json"], "invalid JSON"), (["--output-format", "text"], "stream-json")):
+    for bad, said in (
+        (["--no-such-flag"], "--no-such-flag"),
+        (["--permission-mode", "sometimes"], "sometimes"),
+        (["--allowedTools", "Bash("], "bad permission rule"),
+        (["--max-turns", "x"], "not a number"),
+        (["--mcp-config", "{not json"], "invalid JSON"),
+        (["--output-format", "text"], "stream-json"),
+    ):
         with pytest.raises(UsageExit, match=said.replace("(", r"\(")):
             parse_claude_args(bad)
 
@@ -81,8 +114,9 @@ def test_the_mode_is_chosen_by_the_sdk_or_the_flag() -> None:
     assert is_claude_mode(["--claude-protocol", *stream], {})
 
 
-def converse(lines: list[dict[str, Any] | str], server: FakeServer, workspace: Path,
-             monkeypatch: pytest.MonkeyPatch, *args: str) -> list[dict[str, Any]]:
+def converse(
+    lines: list[dict[str, Any] | str], server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch, *args: str
+) -> list[dict[str, Any]]:
     """Run a Claude protocol session in-process on these stdin lines; the stdout lines."""
     monkeypatch.setenv("KIMI_API_KEY", "sk-test-secret-key")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
@@ -95,20 +129,38 @@ def converse(lines: list[dict[str, Any] | str], server: FakeServer, workspace: P
 
 
 @pytest.mark.slow
-def test_control_requests_and_lines_that_cannot_be_used(server: FakeServer, workspace: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_control_requests_and_lines_that_cannot_be_used(
+    server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     server.add(Reply(content="the answer"))
-    request = {"type": "control_request", "request_id": "r1",  # as the TypeScript SDK sends its system prompt
-               "request": {"subtype": "initialize", "hooks": None, "systemPrompt": ["You answer like a pirate."],
-                           "appendSystemPrompt": "Keep it short."}}
-    lines = [request, "not json", {"type": "user", "message": {"role": "user", "content": []}},
-             {"type": "control_request", "request_id": "r2", "request": {"subtype": "rewind_files"}},
-             {"type": "control_request", "request_id": "r3", "request": {"subtype": "set_permission_mode",
-                                                                        "mode": "acceptEdits"}},
-             {"type": "control_request", "request_id": "r4", "request": {"subtype": "set_permission_mode",
-                                                                        "mode": "sometimes"}},
-             {"type": "control_request", "request_id": "r5", "request": {"subtype": "interrupt"}},
-             {"type": "user", "message": {"role": "user", "content": "hi"}}]
+    request = {
+        "type": "control_request",
+        "request_id": "r1",  # as the TypeScript SDK sends its system prompt
+        "request": {
+            "subtype": "initialize",
+            "hooks": None,
+            "systemPrompt": ["You answer like a pirate."],
+            "appendSystemPrompt": "Keep it short.",
+        },
+    }
+    lines = [
+        request,
+        "not json",
+        {"type": "user", "message": {"role": "user", "content": []}},
+        {"type": "control_request", "request_id": "r2", "request": {"subtype": "rewind_files"}},
+        {
+            "type": "control_request",
+            "request_id": "r3",
+            "request": {"subtype": "set_permission_mode", "mode": "acceptEdits"},
+        },
+        {
+            "type": "control_request",
+            "request_id": "r4",
+            "request": {"subtype": "set_permission_mode", "mode": "sometimes"},
+        },
+        {"type": "control_request", "request_id": "r5", "request": {"subtype": "interrupt"}},
+        {"type": "user", "message": {"role": "user", "content": "hi"}},
+    ]
     seen = converse(lines, server, workspace, monkeypatch)
     responses = {m["response"]["request_id"]: m["response"] for m in seen if m["type"] == "control_response"}
     assert responses["r1"]["subtype"] == "success" and responses["r5"]["subtype"] == "success"

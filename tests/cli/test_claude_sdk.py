@@ -41,8 +41,12 @@ pytestmark = pytest.mark.slow
 
 def options(server: FakeServer, tmp_path: Path, workspace: Path, **kw: Any) -> ClaudeAgentOptions:
     """What a Claude Agent SDK program passes, plus `cli_path` (the one change) and the test's environment."""
-    env = {"KIMICODE_HOME": str(tmp_path / "home"), "KIMI_API_KEY": "sk-test-secret-key",
-           "KIMI_BASE_URL": server.base_url, "KIMICODE_RETRY_BASE_DELAY": "0.01"}
+    env = {
+        "KIMICODE_HOME": str(tmp_path / "home"),
+        "KIMI_API_KEY": "sk-test-secret-key",
+        "KIMI_BASE_URL": server.base_url,
+        "KIMICODE_RETRY_BASE_DELAY": "0.01",
+    }
     errors: list[str] = kw.pop("errors", [])
     return ClaudeAgentOptions(cli_path=kimicode_command()[0], cwd=str(workspace), env=env, stderr=errors.append, **kw)
 
@@ -57,14 +61,21 @@ async def collect(prompt: str, opts: ClaudeAgentOptions) -> list[Any]:
     return [m async for m in query(prompt=prompt, options=opts)]
 
 
-def test_query_with_a_tool_returns_claude_messages_and_a_priced_result(server: FakeServer, tmp_path: Path,
-                                                                       workspace: Path) -> None:
+def test_query_with_a_tool_returns_claude_messages_and_a_priced_result(
+    server: FakeServer, tmp_path: Path, workspace: Path
+) -> None:
     priced(tmp_path)
-    server.add(Reply(reasoning="I will look first.", content="Listing.",
-                     tool_calls=[ToolCall("bash", {"command": "echo from-the-tool"})]),
-               Reply(content="The tool said from-the-tool."))
-    messages = anyio.run(collect, "what does echo say?",
-                         options(server, tmp_path, workspace, permission_mode="bypassPermissions"))
+    server.add(
+        Reply(
+            reasoning="I will look first.",
+            content="Listing.",
+            tool_calls=[ToolCall("bash", {"command": "echo from-the-tool"})],
+        ),
+        Reply(content="The tool said from-the-tool."),
+    )
+    messages = anyio.run(
+        collect, "what does echo say?", options(server, tmp_path, workspace, permission_mode="bypassPermissions")
+    )
     assistants = [m for m in messages if isinstance(m, AssistantMessage)]
     assert len(assistants) == 2
     first = assistants[0].content
@@ -82,11 +93,14 @@ def test_query_with_a_tool_returns_claude_messages_and_a_priced_result(server: F
     assert result.usage is not None and result.usage["input_tokens"] > 0 and result.duration_api_ms >= 0
 
 
-def test_client_streams_partials_interrupts_and_keeps_reasoning_verbatim(server: FakeServer, tmp_path: Path,
-                                                                         workspace: Path) -> None:
-    server.add(Reply(reasoning="A thought, kept verbatim.\n  Indented.", content="first"),
-               Reply(content="a very long answer " * 300, chunk_size=5, chunk_delay=0.02),
-               Reply(content="third"))
+def test_client_streams_partials_interrupts_and_keeps_reasoning_verbatim(
+    server: FakeServer, tmp_path: Path, workspace: Path
+) -> None:
+    server.add(
+        Reply(reasoning="A thought, kept verbatim.\n  Indented.", content="first"),
+        Reply(content="a very long answer " * 300, chunk_size=5, chunk_delay=0.02),
+        Reply(content="third"),
+    )
     seen: dict[str, Any] = {"events": [], "results": []}
 
     async def run() -> None:
@@ -126,9 +140,11 @@ def test_client_streams_partials_interrupts_and_keeps_reasoning_verbatim(server:
 
 
 def test_can_use_tool_decides_each_bash_call(server: FakeServer, tmp_path: Path, workspace: Path) -> None:
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch allowed.txt"})]),
-               Reply(tool_calls=[ToolCall("bash", {"command": "touch refused.txt"})]),
-               Reply(content="done"))
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": "touch allowed.txt"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "touch refused.txt"})]),
+        Reply(content="done"),
+    )
     asked: list[tuple[str, dict[str, Any]]] = []
 
     async def can_use_tool(name: str, data: dict[str, Any], context: ToolPermissionContext) -> Any:
@@ -154,8 +170,9 @@ def test_can_use_tool_decides_each_bash_call(server: FakeServer, tmp_path: Path,
     assert refused["role"] == "tool" and "not that file" in refused["content"]
 
 
-def test_an_sdk_tool_and_a_hook_function_run_in_the_program(server: FakeServer, tmp_path: Path,
-                                                            workspace: Path) -> None:
+def test_an_sdk_tool_and_a_hook_function_run_in_the_program(
+    server: FakeServer, tmp_path: Path, workspace: Path
+) -> None:
     @tool("add", "Add two numbers", {"a": int, "b": int})
     async def add(args: dict[str, Any]) -> dict[str, Any]:
         return {"content": [{"type": "text", "text": f"sum={args['a'] + args['b']}"}]}
@@ -165,17 +182,30 @@ def test_an_sdk_tool_and_a_hook_function_run_in_the_program(server: FakeServer, 
     async def no_rm(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
         hooked.append(data)
         if "rm " in data["tool_input"].get("command", ""):
-            return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-                                           "permissionDecisionReason": "rm is not allowed here"}}
+            return {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": "rm is not allowed here",
+                }
+            }
         return {}
 
-    server.add(Reply(tool_calls=[ToolCall("mcp__calc__add", {"a": 2, "b": 3})]),
-               Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf build"})]),
-               Reply(content="five"))
+    server.add(
+        Reply(tool_calls=[ToolCall("mcp__calc__add", {"a": 2, "b": 3})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf build"})]),
+        Reply(content="five"),
+    )
     calc = create_sdk_mcp_server("calc", tools=[add])
-    opts = options(server, tmp_path, workspace, mcp_servers={"calc": calc}, allowed_tools=["mcp__calc__add"],
-                   permission_mode="bypassPermissions",
-                   hooks={"PreToolUse": [HookMatcher(matcher="Bash", hooks=[no_rm])]})
+    opts = options(
+        server,
+        tmp_path,
+        workspace,
+        mcp_servers={"calc": calc},
+        allowed_tools=["mcp__calc__add"],
+        permission_mode="bypassPermissions",
+        hooks={"PreToolUse": [HookMatcher(matcher="Bash", hooks=[no_rm])]},
+    )
     messages = anyio.run(collect, "add 2 and 3", opts)
     assert "mcp__calc__add" in server.requests[0].body["tools"][-1]["function"]["name"]
     assert server.requests[1].body["messages"][-1]["content"] == "sum=5"
@@ -184,8 +214,9 @@ def test_an_sdk_tool_and_a_hook_function_run_in_the_program(server: FakeServer, 
     assert isinstance(messages[-1], ResultMessage) and messages[-1].result == "five"
 
 
-def test_a_flag_kimicode_cannot_take_ends_the_sdk_run_at_once(server: FakeServer, tmp_path: Path,
-                                                              workspace: Path) -> None:
+def test_a_flag_kimicode_cannot_take_ends_the_sdk_run_at_once(
+    server: FakeServer, tmp_path: Path, workspace: Path
+) -> None:
     errors: list[str] = []
     opts = options(server, tmp_path, workspace, extra_args={"no-such-flag": None}, errors=errors)
     started = time.monotonic()
@@ -197,15 +228,22 @@ def test_a_flag_kimicode_cannot_take_ends_the_sdk_run_at_once(server: FakeServer
     assert not server.requests
 
 
-def test_kimicodes_own_stream_json_is_unchanged_without_the_sdk(server: FakeServer, tmp_path: Path,
-                                                                workspace: Path) -> None:
+def test_kimicodes_own_stream_json_is_unchanged_without_the_sdk(
+    server: FakeServer, tmp_path: Path, workspace: Path
+) -> None:
     import subprocess
 
     from helpers import command_env, stream_json_user
 
     server.add(Reply(content="mine"))
-    done = subprocess.run([*kimicode_command(), "--input-format", "stream-json", "--output-format", "stream-json"],
-                          input=stream_json_user("hi"), env=command_env(tmp_path / "home", server), cwd=workspace,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*kimicode_command(), "--input-format", "stream-json", "--output-format", "stream-json"],
+        input=stream_json_user("hi"),
+        env=command_env(tmp_path / "home", server),
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     lines = [json.loads(x) for x in done.stdout.splitlines()]
     assert lines[0]["type"] == "init" and lines[-1]["type"] == "result" and lines[-1]["status"] == "success"

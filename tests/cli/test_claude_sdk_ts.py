@@ -24,13 +24,22 @@ def test_typescript_query_runs_a_tool_turn(server: FakeServer, tmp_path: Path, w
     if node is None:
         pytest.skip("node is not installed: the TypeScript SDK cannot run here")
     assert (PROGRAM / "node_modules" / "@anthropic-ai" / "claude-agent-sdk").is_dir(), (
-        f"the TypeScript SDK is not installed: run `npm ci --prefix {PROGRAM}` (.ci/run does)")
-    server.add(Reply(reasoning="Checking.", tool_calls=[ToolCall("bash", {"command": "echo from-ts"})]),
-               Reply(content="It printed from-ts."))
+        f"the TypeScript SDK is not installed: run `npm ci --prefix {PROGRAM}` (.ci/run does)"
+    )
+    server.add(
+        Reply(reasoning="Checking.", tool_calls=[ToolCall("bash", {"command": "echo from-ts"})]),
+        Reply(content="It printed from-ts."),
+    )
     env = command_env(tmp_path / "home", server)
     env.pop("CLAUDE_CODE_ENTRYPOINT", None)  # the SDK sets its own
-    done = subprocess.run([node, str(PROGRAM / "query.mjs"), kimicode_command()[0], "what does echo print?"],
-                          cwd=workspace, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [node, str(PROGRAM / "query.mjs"), kimicode_command()[0], "what does echo print?"],
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     messages = json.loads(done.stdout)
     kinds = [(m["type"], m.get("subtype")) for m in messages]

@@ -18,12 +18,22 @@ pytestmark = pytest.mark.slow
 
 
 def run_cli(
-    args: list[str], env: dict[str, str], cwd: Path, stdin: Any = subprocess.DEVNULL, input: str | None = None,
+    args: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    stdin: Any = subprocess.DEVNULL,
+    input: str | None = None,
     timeout: float = 30,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*kimicode_command(), *args], env=env, cwd=cwd, stdin=None if input is not None else stdin,
-        input=input, capture_output=True, text=True, timeout=timeout,
+        [*kimicode_command(), *args],
+        env=env,
+        cwd=cwd,
+        stdin=None if input is not None else stdin,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -47,12 +57,18 @@ def test_text_output_is_only_the_answer(server: FakeServer, workspace: Path, tmp
 def test_stream_json_shows_every_message_as_stored(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     (workspace / "f.txt").write_text("data\n")
     server.add(
-        Reply(reasoning="look", tool_calls=[ToolCall("read_file", {"path": "f.txt"})],
-              usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110, "cached_tokens": 40}),
+        Reply(
+            reasoning="look",
+            tool_calls=[ToolCall("read_file", {"path": "f.txt"})],
+            usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110, "cached_tokens": 40},
+        ),
         Reply(reasoning="", content="done", usage={"prompt_tokens": 150, "completion_tokens": 5, "total_tokens": 155}),
     )
-    out = run_cli(["-p", "read f", "--output-format", "stream-json", "--include-partial"],
-                  command_env(tmp_path / "home", server), workspace)
+    out = run_cli(
+        ["-p", "read f", "--output-format", "stream-json", "--include-partial"],
+        command_env(tmp_path / "home", server),
+        workspace,
+    )
     assert out.returncode == 0, out.stderr
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert lines[0]["type"] == "init"
@@ -93,8 +109,11 @@ def test_yolo_runs_bash(server: FakeServer, workspace: Path, tmp_path: Path) -> 
 
 def test_cwd_flag_sets_the_workspace(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(Reply(content="ok"))
-    out = run_cli(["-p", "x", "-C", str(workspace), "--output-format", "stream-json"],
-                  command_env(tmp_path / "home", server), tmp_path)
+    out = run_cli(
+        ["-p", "x", "-C", str(workspace), "--output-format", "stream-json"],
+        command_env(tmp_path / "home", server),
+        tmp_path,
+    )
     assert json.loads(out.stdout.splitlines()[0])["cwd"] == str(workspace.resolve())
 
 
@@ -106,8 +125,12 @@ def test_cwd_flag_sets_the_workspace(server: FakeServer, workspace: Path, tmp_pa
         ([ErrorReply(429, "quota", "exceeded_current_quota_error")], [], 1, "error"),
         ([ErrorReply(503, "down")] * 3, ["--max-retries", "2"], 75, "error"),
         ([ErrorReply(429, "slow", "rate_limit_reached_error")] * 2, ["--max-retries", "1"], 75, "error"),
-        ([Reply(tool_calls=[ToolCall("glob", {"pattern": f"*{i}"})]) for i in range(3)], ["--max-turns", "2"], 3,
-         "max_turns"),
+        (
+            [Reply(tool_calls=[ToolCall("glob", {"pattern": f"*{i}"})]) for i in range(3)],
+            ["--max-turns", "2"],
+            3,
+            "max_turns",
+        ),
     ],
     ids=["401", "400", "quota", "503-exhausted", "429-exhausted", "max-turns"],
 )
@@ -131,8 +154,12 @@ def test_missing_api_key_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_bad_flags_are_usage_errors(tmp_path: Path) -> None:
-    for args in (["--no-such-flag"], ["-p", "x", "--thinking", "extreme"], ["-p", "x", "--max-turns", "0"],
-                 ["-p", "x", "-C", str(tmp_path / "missing")]):
+    for args in (
+        ["--no-such-flag"],
+        ["-p", "x", "--thinking", "extreme"],
+        ["-p", "x", "--max-turns", "0"],
+        ["-p", "x", "-C", str(tmp_path / "missing")],
+    ):
         out = run_cli(args, command_env(tmp_path, KIMI_API_KEY="k"), tmp_path)
         assert out.returncode == 2, (args, out.stderr)
         assert "Traceback" not in out.stderr
@@ -162,8 +189,15 @@ def test_prompt_from_stdin_and_piped_data(server: FakeServer, workspace: Path, t
 def test_never_hangs_on_an_open_silent_stdin(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(Reply(content="fine"))
     start = time.monotonic()
-    proc = subprocess.Popen([*kimicode_command(), "-p", "x"], env=command_env(tmp_path / "home", server), cwd=workspace,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*kimicode_command(), "-p", "x"],
+        env=command_env(tmp_path / "home", server),
+        cwd=workspace,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = _wait_with_open_stdin(proc)
     finally:
@@ -191,15 +225,20 @@ def process_alive(pid: int) -> bool:
 
 
 def _start_and_wait_for(server: FakeServer, args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([*kimicode_command(), *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*kimicode_command(), *args],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     server.wait_for_requests(1, timeout=15)
     return proc
 
 
-def test_sigint_during_stream_exits_130_with_valid_history(
-    server: FakeServer, workspace: Path, tmp_path: Path
-) -> None:
+def test_sigint_during_stream_exits_130_with_valid_history(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(Reply(content="slow " * 200, chunk_size=5, chunk_delay=0.05))
     home = tmp_path / "home"
     proc = _start_and_wait_for(server, ["-p", "talk", "--output-format", "json"], command_env(home, server), workspace)
@@ -225,9 +264,20 @@ def test_sigint_during_long_bash_kills_it_and_records_the_interruption(
     marker = workspace / "child.pid"
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"sleep 300 & echo $! > {marker}; wait"})]))
     home = tmp_path / "home"
-    proc = _start_and_wait_for(server, ["-p", "sleep", "--yolo", "--sandbox", "off", "--output-format",
-                                        "stream-json"],  # unconfined: $! must be a host PID
-                               command_env(home, server), workspace)
+    proc = _start_and_wait_for(
+        server,
+        [
+            "-p",
+            "sleep",
+            "--yolo",
+            "--sandbox",
+            "off",
+            "--output-format",
+            "stream-json",
+        ],  # unconfined: $! must be a host PID
+        command_env(home, server),
+        workspace,
+    )
     deadline = time.monotonic() + 15
     while not marker.exists() or not marker.read_text().strip():
         assert time.monotonic() < deadline, "the command never started"
@@ -299,12 +349,13 @@ def test_untrusted_project_cannot_loosen_the_permission_mode(
 def test_context_window_from_flag_and_config(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     server.add(Reply(content="a"), Reply(content="b"))
-    out = run_cli(["-p", "x", "--output-format", "json", "--context-window", "50000"], command_env(home, server),
-                  workspace)
+    out = run_cli(
+        ["-p", "x", "--output-format", "json", "--context-window", "50000"], command_env(home, server), workspace
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["context"]["window"] == 50000
     home.mkdir(exist_ok=True)
-    (home / "config.toml").write_text('[models.kimi-k3]\ncontext_window = 70000\n[context]\ncompact_threshold = 0.5\n')
+    (home / "config.toml").write_text("[models.kimi-k3]\ncontext_window = 70000\n[context]\ncompact_threshold = 0.5\n")
     out = run_cli(["-p", "x", "--output-format", "json"], command_env(home, server), workspace)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["context"]["window"] == 70000

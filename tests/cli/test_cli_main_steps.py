@@ -16,8 +16,9 @@ from kimicode.cli.app import run_app
 from kimicode.testing import FakeServer, Reply
 
 
-def run(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        stdin: str = "") -> tuple[int, str, str]:
+def run(
+    args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stdin: str = ""
+) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["kimicode", *args])
     monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))  # not a terminal: never the interactive face
     with pytest.raises(SystemExit) as exit_info:
@@ -43,8 +44,11 @@ CHECKS = [
     (["-c", "-r", "abc", "-p", "x"], {}, "use either -c/--continue or -r/--resume, not both"),
     (["-p", "x"], {"KIMICODE_RETRY_BASE_DELAY": "soon"}, "KIMICODE_RETRY_BASE_DELAY must be a number"),
     (["--add-dir", "nowhere", "-p", "x"], {}, "--add-dir: not a directory: nowhere"),
-    (["--input-format", "stream-json", "-p", "x", "--output-format", "stream-json"], {},
-     "--input-format stream-json reads the messages from stdin"),
+    (
+        ["--input-format", "stream-json", "-p", "x", "--output-format", "stream-json"],
+        {},
+        "--input-format stream-json reads the messages from stdin",
+    ),
     (["--input-format", "stream-json"], {}, "--input-format stream-json reads the messages from stdin"),
     (["-p", "x", "--first-prompt", "y"], {}, "two prompts: -p 'x' and 'y'"),
     (["--max-budget-usd", "1"], {}, "--max-budget-usd, --system-prompt-file"),
@@ -53,8 +57,11 @@ CHECKS = [
     (["--branches", "2"], {}, "--branches applies to headless runs"),
     (["-p", "x", "--json-schema", "{}", "--output-schema", "s.json"], {}, "both give the schema: use one"),
     (["-p", "x", "--branches", "2", "--json-schema", "{}"], {}, "--branches does not take --output-schema"),
-    (["--input-format", "stream-json", "--output-format", "stream-json", "--branches", "2"], {},
-     "--branches does not take --output-schema, --json-schema or --input-format stream-json"),
+    (
+        ["--input-format", "stream-json", "--output-format", "stream-json", "--branches", "2"],
+        {},
+        "--branches does not take --output-schema, --json-schema or --input-format stream-json",
+    ),
     (["--json-schema", "{}"], {}, "--output-schema and --json-schema apply to headless runs"),
     ([], {}, "no prompt: pass -p PROMPT"),
     (["--first-prompt", "hi"], {}, 'kimicode "PROMPT" opens an interactive session, which needs a terminal'),
@@ -67,8 +74,12 @@ CHECKS = [
 
 @pytest.mark.parametrize(("args", "env", "said"), CHECKS, ids=[" ".join(a) or "(none)" for a, _, _ in CHECKS])
 def test_each_check_of_the_flags_is_one_clean_line(
-    args: list[str], env: dict[str, str], said: str, endpoint: FakeServer,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    env: dict[str, str],
+    said: str,
+    endpoint: FakeServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -93,8 +104,19 @@ def test_the_prompt_comes_from_the_flag_with_piped_input_or_from_stdin(
     endpoint.add(Reply(content="one"), Reply(content="two"))
     assert run(["-p", "-"], monkeypatch, capsys, stdin="from stdin\n") == (0, "one\n", "")
     assert endpoint.requests[0].body["messages"][-1]["content"] == "from stdin\n"
-    code, out, _ = run(["-p", "the task", "--output-format", "json", "--append-system-prompt", "Be brief.",
-                        "--no-session-persistence"], monkeypatch, capsys)
+    code, out, _ = run(
+        [
+            "-p",
+            "the task",
+            "--output-format",
+            "json",
+            "--append-system-prompt",
+            "Be brief.",
+            "--no-session-persistence",
+        ],
+        monkeypatch,
+        capsys,
+    )
     assert code == 0 and json.loads(out)["result"] == "two"
     messages = endpoint.requests[1].body["messages"]
     assert messages[0]["content"].endswith("Be brief.") and messages[-1]["content"] == "the task"
@@ -130,7 +152,10 @@ def test_piped_input_follows_the_prompt_and_another_directory_is_added(
 
 
 def test_a_session_resumed_from_elsewhere_works_in_its_own_workspace(
-    endpoint: FakeServer, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    endpoint: FakeServer,
+    workspace: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     endpoint.add(Reply(content="first"), Reply(content="second"))

@@ -16,9 +16,9 @@ from kimicode.cli.app import run_app
 from kimicode.testing import FakeServer, Reply
 
 
-def run_in_process(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[
-    int, str, str
-]:
+def run_in_process(
+    args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["kimicode", *args])
     with pytest.raises(SystemExit) as exit_info:
         run_app()
@@ -67,8 +67,10 @@ def test_other_usage_errors_and_help_keep_their_exit_codes(
 def test_sigterm_says_terminated_and_exits_143(
     sig: signal.Signals, code: int, said: str, server: FakeServer, workspace: Path, tmp_path: Path
 ) -> None:
-    server.add(Reply(content="slow " * 400, chunk_size=5, chunk_delay=0.02),
-               Reply(content="slow " * 400, chunk_size=5, chunk_delay=0.02))
+    server.add(
+        Reply(content="slow " * 400, chunk_size=5, chunk_delay=0.02),
+        Reply(content="slow " * 400, chunk_size=5, chunk_delay=0.02),
+    )
     for fmt in ("text", "json"):
         before = len(server.requests)
         proc = subprocess.Popen(

@@ -66,9 +66,7 @@ def models_server() -> Iterator[Callable[..., ModelsServer]]:
         server.close()
 
 
-def doctor(monkeypatch: pytest.MonkeyPatch, base_url: str | None, *args: str, key: str | None = KEY) -> tuple[
-    int, str
-]:
+def doctor(monkeypatch: pytest.MonkeyPatch, base_url: str | None, *args: str, key: str | None = KEY) -> tuple[int, str]:
     if key is not None:
         monkeypatch.setenv("KIMI_API_KEY", key)
     if base_url is not None:
@@ -109,8 +107,9 @@ def test_an_unreachable_port_fails_with_what_to_fix(monkeypatch: pytest.MonkeyPa
 def test_model_listed_and_context_window_compared(
     monkeypatch: pytest.MonkeyPatch, models_server: Callable[..., ModelsServer]
 ) -> None:
-    srv = models_server(body={"object": "list", "data": [{"id": "kimi-k3", "context_length": 262_144},
-                                                          {"id": "kimi-k2.6"}]})
+    srv = models_server(
+        body={"object": "list", "data": [{"id": "kimi-k3", "context_length": 262_144}, {"id": "kimi-k2.6"}]}
+    )
     code, out = doctor(monkeypatch, srv.base_url)
     assert code == 0, out
     assert lines_of(out, "endpoint")[0].startswith("[ok]") and "kimi-k3 listed (2 models)" in out
@@ -119,16 +118,26 @@ def test_model_listed_and_context_window_compared(
     assert srv.requests[0]["path"] == "/v1/models" and srv.requests[0]["authorization"] == f"Bearer {KEY}"
     code, out = doctor(monkeypatch, srv.base_url, "--json")
     report = json.loads(out)
-    assert report["ok"] is True and {c["name"] for c in report["checks"]} >= {"config", "API key", "endpoint",
-                                                                              "context", "sandbox", "ripgrep", "mcp"}
+    assert report["ok"] is True and {c["name"] for c in report["checks"]} >= {
+        "config",
+        "API key",
+        "endpoint",
+        "context",
+        "sandbox",
+        "ripgrep",
+        "mcp",
+    }
     assert KEY not in out
 
 
-@pytest.mark.parametrize("entry", [
-    {"id": "kimi-k3", "owned_by": "llamacpp", "meta": {"n_ctx": 32_768, "n_ctx_train": 1_048_576}},  # llama.cpp
-    {"id": "kimi-k3", "top_provider": {"context_length": 32_768}},  # OpenRouter
-    {"id": "kimi-k3", "max_model_len": 32_768},  # vLLM
-])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"id": "kimi-k3", "owned_by": "llamacpp", "meta": {"n_ctx": 32_768, "n_ctx_train": 1_048_576}},  # llama.cpp
+        {"id": "kimi-k3", "top_provider": {"context_length": 32_768}},  # OpenRouter
+        {"id": "kimi-k3", "max_model_len": 32_768},  # vLLM
+    ],
+)
 def test_the_window_is_read_as_discovery_reads_it(
     monkeypatch: pytest.MonkeyPatch, models_server: Callable[..., ModelsServer], entry: dict[str, object]
 ) -> None:
@@ -138,14 +147,16 @@ def test_the_window_is_read_as_discovery_reads_it(
     assert code == 0 and ctx.startswith("[ok]") and "32,768" in ctx, out  # the serving window, never n_ctx_train
 
 
-@pytest.mark.parametrize(("window", "status", "words"), [
-    (1_200, "[FAIL]", "too small for any request"),
-    (2_048, "[warn]", "only 1 of 6 tools fit"),  # a compact tool set: it works, with less
-    (16_384, "[ok]", "system prompt and tools about"),
-])
+@pytest.mark.parametrize(
+    ("window", "status", "words"),
+    [
+        (1_200, "[FAIL]", "too small for any request"),
+        (2_048, "[warn]", "only 1 of 6 tools fit"),  # a compact tool set: it works, with less
+        (16_384, "[ok]", "system prompt and tools about"),
+    ],
+)
 def test_a_window_too_small_to_work_is_said(
-    monkeypatch: pytest.MonkeyPatch, models_server: Callable[..., ModelsServer], window: int, status: str,
-    words: str
+    monkeypatch: pytest.MonkeyPatch, models_server: Callable[..., ModelsServer], window: int, status: str, words: str
 ) -> None:
     srv = models_server(body={"object": "list", "data": [{"id": "kimi-k3", "max_model_len": window}]})
     code, out = doctor(monkeypatch, srv.base_url)
@@ -167,8 +178,9 @@ def test_a_template_without_tools_makes_a_small_window_work(
     assert "counts each session's first request" in lines_of(out, "estimate")[0]
 
 
-def test_a_model_the_server_does_not_list(monkeypatch: pytest.MonkeyPatch,
-                                          models_server: Callable[..., ModelsServer]) -> None:
+def test_a_model_the_server_does_not_list(
+    monkeypatch: pytest.MonkeyPatch, models_server: Callable[..., ModelsServer]
+) -> None:
     srv = models_server(body={"data": [{"id": f"m{i}"} for i in range(12)]})
     code, out = doctor(monkeypatch, srv.base_url, "--model", "kimi-k3")
     assert code == 1
@@ -187,7 +199,11 @@ def test_a_model_the_server_does_not_list(monkeypatch: pytest.MonkeyPatch,
     ],
 )
 def test_server_moods(
-    status: int, body: Any, verdict: str, said: str, monkeypatch: pytest.MonkeyPatch,
+    status: int,
+    body: Any,
+    verdict: str,
+    said: str,
+    monkeypatch: pytest.MonkeyPatch,
     models_server: Callable[..., ModelsServer],
 ) -> None:
     code, out = doctor(monkeypatch, models_server(status, body).base_url)
@@ -269,6 +285,14 @@ def test_masking() -> None:
 
 def test_help_names_the_key_variables_and_config_locations() -> None:
     out = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "100"}).output
-    for needle in ("KIMI_API_KEY", "MOONSHOT_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "KIMICODE_HOME",
-                   "config.toml", ".kimicode/config.toml", "kimicode doctor"):
+    for needle in (
+        "KIMI_API_KEY",
+        "MOONSHOT_API_KEY",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "KIMICODE_HOME",
+        "config.toml",
+        ".kimicode/config.toml",
+        "kimicode doctor",
+    ):
         assert needle in out, needle

@@ -43,13 +43,23 @@ class Run:
         return [m["content"] for m in self.log.messages if m["role"] == "tool"]
 
 
-def run(server: FakeServer, home: Path, cwd: Path, *args: str, env: dict[str, str] | None = None,
-        prefix: list[str] | None = None) -> Run:
+def run(
+    server: FakeServer,
+    home: Path,
+    cwd: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    prefix: list[str] | None = None,
+) -> Run:
     """`kimicode -p x --output-format stream-json ARGS`; parse its output and check its session log."""
     start = time.monotonic()
     done = subprocess.run(
         [*(prefix or []), *kimicode_command(), "-p", "x", "--output-format", "stream-json", *args],
-        env=env or command_env(home, server), cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        env=env or command_env(home, server),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
         timeout=60,
     )
     seconds = time.monotonic() - start
@@ -108,6 +118,7 @@ def _gave_up(needle: str, attempts: int) -> Callable[[Run], None]:
         assert len(r.requests) == attempts
         assert needle in r.result["error"] and f"gave up after {attempts} attempts" in r.result["error"]
         assert r.seconds < 15
+
     return check
 
 
@@ -148,45 +159,81 @@ def _text(content: str, **faults: Any) -> Reply:
 
 LLM_CASES: dict[str, Case] = {
     "429-retry-after": Case(
-        [ErrorReply(429, "Rate limit reached", "rate_limit_reached_error", headers={"Retry-After": "1"}),
-         Reply(content="ok")], 0, "success", _retry_after),
+        [
+            ErrorReply(429, "Rate limit reached", "rate_limit_reached_error", headers={"Retry-After": "1"}),
+            Reply(content="ok"),
+        ],
+        0,
+        "success",
+        _retry_after,
+    ),
     "429-engine-overloaded": Case(
         [ErrorReply(429, "The engine is currently overloaded", "engine_overloaded_error"), Reply(content="ok")],
-        0, "success", _retried_once),
+        0,
+        "success",
+        _retried_once,
+    ),
     "429-quota": Case(
-        [ErrorReply(429, "You exceeded your current quota", "exceeded_current_quota_error")], 1, "error", _quota),
+        [ErrorReply(429, "You exceeded your current quota", "exceeded_current_quota_error")], 1, "error", _quota
+    ),
     "500": Case([ErrorReply(500, "internal", "server_error"), Reply(content="ok")], 0, "success", _retried_once),
     "502": Case([ErrorReply(502, "bad gateway"), Reply(content="ok")], 0, "success", _retried_once),
     "503": Case([ErrorReply(503, "unavailable"), Reply(content="ok")], 0, "success", _retried_once),
     "503-exhausted": Case([ErrorReply(503, "unavailable")] * 3, 75, "error", _gave_up("HTTP 503", 3)),
     "401": Case([ErrorReply(401, "Invalid Authentication", "invalid_authentication_error")], 1, "error", _auth),
     "cut-mid-stream": Case([_text("a long answer", cut_after=2), Reply(content="ok")], 0, "success", _retried_once),
-    "malformed-chunk": Case([_text("a long answer", malformed_after=2), Reply(content="ok")], 0, "success",
-                            _retried_once),
-    "error-event-mid-stream": Case([_text("a long answer", error_after=2), Reply(content="ok")], 0, "success",
-                                   _retried_once),
-    "never-answers": Case([Reply(content="late", first_delay=30)] * 2, 75, "error",
-                          _gave_up("did not answer within 1 s", 2), ("--max-retries", "1", "--request-timeout", "1")),
-    "stalls-mid-stream": Case([_text("slow", chunk_delay=30)] * 2, 75, "error", _gave_up("stream stalled", 2),
-                              ("--max-retries", "1", "--request-timeout", "1")),
-    "no-done-but-complete": Case([Reply(content="every word arrived", omit_done=True)], 0, "success",
-                                 _complete_without_done),
-    "no-done-cut-short": Case([_text("a long answer", cut_after=2, omit_done=True), Reply(content="ok")], 0,
-                              "success", _retried_once),
+    "malformed-chunk": Case(
+        [_text("a long answer", malformed_after=2), Reply(content="ok")], 0, "success", _retried_once
+    ),
+    "error-event-mid-stream": Case(
+        [_text("a long answer", error_after=2), Reply(content="ok")], 0, "success", _retried_once
+    ),
+    "never-answers": Case(
+        [Reply(content="late", first_delay=30)] * 2,
+        75,
+        "error",
+        _gave_up("did not answer within 1 s", 2),
+        ("--max-retries", "1", "--request-timeout", "1"),
+    ),
+    "stalls-mid-stream": Case(
+        [_text("slow", chunk_delay=30)] * 2,
+        75,
+        "error",
+        _gave_up("stream stalled", 2),
+        ("--max-retries", "1", "--request-timeout", "1"),
+    ),
+    "no-done-but-complete": Case(
+        [Reply(content="every word arrived", omit_done=True)], 0, "success", _complete_without_done
+    ),
+    "no-done-cut-short": Case(
+        [_text("a long answer", cut_after=2, omit_done=True), Reply(content="ok")], 0, "success", _retried_once
+    ),
     "empty-body": Case([ErrorReply(200, body=""), Reply(content="ok")], 0, "success", _retried_once),
-    "empty-stream": Case([ErrorReply(200, body="data: [DONE]\n\n")] * 3, 75, "error",
-                         _gave_up("empty response", 3)),
+    "empty-stream": Case([ErrorReply(200, body="data: [DONE]\n\n")] * 3, 75, "error", _gave_up("empty response", 3)),
     "empty-answer": Case([Reply(content="")], 0, "success", _empty_answer),
     "length-in-tool-arguments": Case(
-        [Reply(tool_calls=[ToolCall("write_file", '{"path": "cut.txt", "content": "abc')], finish_reason="length"),
-         Reply(content="ok")], 0, "success", _cut_off_arguments),
+        [
+            Reply(tool_calls=[ToolCall("write_file", '{"path": "cut.txt", "content": "abc')], finish_reason="length"),
+            Reply(content="ok"),
+        ],
+        0,
+        "success",
+        _cut_off_arguments,
+    ),
     "content-filter": Case([Reply(content="partial", finish_reason="content_filter")], 1, "error", _filtered),
     "content-filter-400": Case(
         [ErrorReply(400, "The request was rejected because it was considered high risk", "content_filter")],
-        1, "error", _filtered_400),
+        1,
+        "error",
+        _filtered_400,
+    ),
     "503-after-a-tool-ran": Case(
         [Reply(tool_calls=[ToolCall("bash", {"command": "echo ran"})]), *[ErrorReply(503, "down")] * 2],
-        75, "error", _fails_after_a_tool, ("--max-retries", "1")),
+        75,
+        "error",
+        _fails_after_a_tool,
+        ("--max-retries", "1"),
+    ),
 }
 
 
@@ -202,10 +249,18 @@ def test_endpoint_faults(name: str, server: FakeServer, workspace: Path, tmp_pat
 
 def test_failures_are_explained_in_one_line_on_stderr(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(ErrorReply(401, "Invalid Authentication", "invalid_authentication_error"))
-    env = command_env(tmp_path / "home", server, OPENAI_API_KEY="sk-openai", KIMI_API_KEY="",
-                  OPENAI_BASE_URL=server.base_url)
-    done = subprocess.run([*kimicode_command(), "-p", "x"], env=env, cwd=workspace, capture_output=True, text=True,
-                          timeout=30, stdin=subprocess.DEVNULL)
+    env = command_env(
+        tmp_path / "home", server, OPENAI_API_KEY="sk-openai", KIMI_API_KEY="", OPENAI_BASE_URL=server.base_url
+    )
+    done = subprocess.run(
+        [*kimicode_command(), "-p", "x"],
+        env=env,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "check the API key in OPENAI_API_KEY" in done.stderr
     checked_log(tmp_path / "home", server)
@@ -252,8 +307,12 @@ def test_a_grandchild_holding_stdout_does_not_hang_the_call(
 
 
 def test_a_gigabyte_of_output_keeps_memory_bounded(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
-    measure = [sys.executable, "-c", "import resource, subprocess, sys; subprocess.run(sys.argv[1:]); "
-               "sys.stderr.write(f'MAXRSS={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n')"]
+    measure = [
+        sys.executable,
+        "-c",
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:]); "
+        "sys.stderr.write(f'MAXRSS={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n')",
+    ]
     line = "x" * 99
     r = _tool_run(server, workspace, tmp_path, [_bash(f"yes {line} | head -c 1000000000")], prefix=measure)
     (result,) = r.tool_results()
@@ -264,7 +323,7 @@ def test_a_gigabyte_of_output_keeps_memory_bounded(server: FakeServer, workspace
 
 
 def test_a_command_waiting_for_input_gets_end_of_file(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
-    r = _tool_run(server, workspace, tmp_path, [_bash("read x; echo \"got:[$x]\"; cat; echo end")])
+    r = _tool_run(server, workspace, tmp_path, [_bash('read x; echo "got:[$x]"; cat; echo end')])
     assert r.tool_results() == ["got:[]\nend\n[exit code: 0]"] and r.seconds < 15
 
 
@@ -274,11 +333,16 @@ def test_a_file_deleted_between_read_and_edit(server: FakeServer, workspace: Pat
 
     def delete_then_edit(_request: RecordedRequest) -> Reply:
         target.unlink()  # someone else removes it while the model is thinking
-        return Reply(tool_calls=[ToolCall("edit_file", {"path": "notes.txt", "old_string": "hello",
-                                                         "new_string": "bye"})])
+        return Reply(
+            tool_calls=[ToolCall("edit_file", {"path": "notes.txt", "old_string": "hello", "new_string": "bye"})]
+        )
 
-    r = _tool_run(server, workspace, tmp_path, [Reply(tool_calls=[ToolCall("read_file", {"path": "notes.txt"})]),
-                                                delete_then_edit])
+    r = _tool_run(
+        server,
+        workspace,
+        tmp_path,
+        [Reply(tool_calls=[ToolCall("read_file", {"path": "notes.txt"})]), delete_then_edit],
+    )
     read, edit = r.tool_results()
     assert "hello" in read and "deleted since you last read it" in edit
     assert not target.exists()
@@ -286,8 +350,11 @@ def test_a_file_deleted_between_read_and_edit(server: FakeServer, workspace: Pat
 
 def test_a_directory_passed_as_a_file(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     (workspace / "adir").mkdir()
-    calls = [ToolCall("read_file", {"path": "adir"}), ToolCall("write_file", {"path": "adir", "content": "x"}),
-             ToolCall("edit_file", {"path": "adir", "old_string": "a", "new_string": "b"})]
+    calls = [
+        ToolCall("read_file", {"path": "adir"}),
+        ToolCall("write_file", {"path": "adir", "content": "x"}),
+        ToolCall("edit_file", {"path": "adir", "old_string": "a", "new_string": "b"}),
+    ]
     r = _tool_run(server, workspace, tmp_path, [Reply(tool_calls=calls)])
     results = r.tool_results()
     assert len(results) == 3 and all("is a directory" in text for text in results)
@@ -313,9 +380,11 @@ def test_a_path_with_invalid_utf8(server: FakeServer, workspace: Path, tmp_path:
 
 def test_a_ten_megabyte_single_line_file(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     (workspace / "big.min.js").write_text("y" * 10_000_000)
-    calls = [ToolCall("read_file", {"path": "big.min.js"}),
-             ToolCall("grep", {"pattern": "y+", "output_mode": "content"}),
-             ToolCall("edit_file", {"path": "big.min.js", "old_string": "yyyy", "new_string": "z"})]
+    calls = [
+        ToolCall("read_file", {"path": "big.min.js"}),
+        ToolCall("grep", {"pattern": "y+", "output_mode": "content"}),
+        ToolCall("edit_file", {"path": "big.min.js", "old_string": "yyyy", "new_string": "z"}),
+    ]
     r = _tool_run(server, workspace, tmp_path, [Reply(tool_calls=calls)])
     read, grepped, edited = r.tool_results()
     assert len(read) < 20_000 and "10000000" in read.replace(",", "")

@@ -57,8 +57,9 @@ def test_paste_a_key_and_it_is_used(tmp_path: Path, workspace: Path) -> None:
     # a key variable wins over the stored key; so does an explicit argument
     endpoint, _ = resolve_model(load_settings(workspace, home), env={"KIMI_API_KEY": "sk-env-key-123456"})
     assert endpoint.api_key == "sk-env-key-123456" and endpoint.key_source == "KIMI_API_KEY"
-    endpoint, _ = resolve_model(load_settings(workspace, home), env={"OPENAI_API_KEY": "none",
-                                                                     "OPENAI_BASE_URL": "http://localhost:1/v1"})
+    endpoint, _ = resolve_model(
+        load_settings(workspace, home), env={"OPENAI_API_KEY": "none", "OPENAI_BASE_URL": "http://localhost:1/v1"}
+    )
     assert endpoint.key_source == "OPENAI_API_KEY"
 
 
@@ -162,12 +163,15 @@ def test_ensure_key_asks_only_when_there_is_none(
     home = tmp_path / "home"
     monkeypatch.setenv("KIMI_API_KEY", "sk-env-key-123456")
     out = io.StringIO()
-    assert ensure_key(workspace, home, model=None, base_url=None, out=out, ask=lambda p: pytest.fail("asked")) \
+    assert (
+        ensure_key(workspace, home, model=None, base_url=None, out=out, ask=lambda p: pytest.fail("asked"))
         and out.getvalue() == ""
+    )
     monkeypatch.delenv("KIMI_API_KEY")
     asked: list[str] = []
-    assert ensure_key(workspace, home, model=None, base_url=None, out=out,
-                      ask=lambda prompt: asked.append(prompt) or KEY)
+    assert ensure_key(
+        workspace, home, model=None, base_url=None, out=out, ask=lambda prompt: asked.append(prompt) or KEY
+    )
     assert len(asked) == 1
     assert (home / "config.toml").exists() and KEY not in out.getvalue()
     with pytest.raises(MissingKeyError):
@@ -182,8 +186,9 @@ def test_the_terminal_asks_and_never_echoes(tmp_path: Path, workspace: Path) -> 
     home = tmp_path / "home"
     env = command_env(home, TERM="xterm")
     cmd = kimicode_command()
-    child = pexpect.spawn(cmd[0], cmd[1:], env=env, cwd=str(workspace), encoding="utf-8", timeout=20,
-                          dimensions=(30, 100))
+    child = pexpect.spawn(
+        cmd[0], cmd[1:], env=env, cwd=str(workspace), encoding="utf-8", timeout=20, dimensions=(30, 100)
+    )
     child.expect("Enter to skip")
     child.sendline(KEY)
     child.expect("Key stored in")

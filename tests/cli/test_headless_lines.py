@@ -24,8 +24,12 @@ def test_each_denial_is_one_line_naming_the_rule_that_allows_it(
     server: FakeServer, make_agent: Callable[..., Any], workspace: Path
 ) -> None:
     server.add(
-        Reply(tool_calls=[ToolCall("bash", {"command": "npm test"}), ToolCall("write_file", {"path": "a.txt",
-                                                                                             "content": "x"})]),
+        Reply(
+            tool_calls=[
+                ToolCall("bash", {"command": "npm test"}),
+                ToolCall("write_file", {"path": "a.txt", "content": "x"}),
+            ]
+        ),
         Reply(content="I could not run anything."),
     )
     code, out, err = run(make_agent(headless=True), "fix it")
@@ -80,8 +84,11 @@ def test_json_says_retries_and_refusals_on_stderr_and_stream_json_keeps_it_quiet
     """A CI log of a `--output-format json` run shows why it waited and what it refused (issue 23: the README's
     Actions example uses json); stdout stays the one result object. stream-json carries them in its lines."""
     for fmt in ("json", "stream-json"):
-        server.add(ErrorReply(503, "down"), Reply(tool_calls=[ToolCall("bash", {"command": "touch x && make"})]),
-                   Reply(content="x"))
+        server.add(
+            ErrorReply(503, "down"),
+            Reply(tool_calls=[ToolCall("bash", {"command": "touch x && make"})]),
+            Reply(content="x"),
+        )
         _, out, err = run(make_agent(headless=True), "q", fmt=fmt)
         assert '"permission_denials": [{"tool_name": "bash"' in out
         if fmt == "stream-json":
@@ -104,8 +111,13 @@ def test_verbose_uses_the_same_lines(server: FakeServer, make_agent: Callable[..
 
 def test_hostile_text_cannot_break_the_line() -> None:
     ev = PermissionDenied(
-        "c1", "bash", {"command": "echo hi\n\x1b]0;pwned\x07rm -rf / #" + "x" * 500}, "bash\nruns\rcommands",
-        "bash(echo hi)", False, "execute",
+        "c1",
+        "bash",
+        {"command": "echo hi\n\x1b]0;pwned\x07rm -rf / #" + "x" * 500},
+        "bash\nruns\rcommands",
+        "bash(echo hi)",
+        False,
+        "execute",
     )
     line = denial_line(ev)
     assert "\n" not in line and "\r" not in line and "\x1b" not in line and "\x07" not in line

@@ -16,14 +16,23 @@ from kimicode.testing import FakeServer, Reply
 pytestmark = pytest.mark.slow
 
 
-def test_three_messages_an_interruption_and_a_malformed_line(server: FakeServer, workspace: Path,
-                                                             tmp_path: Path) -> None:
-    server.add(Reply(content="first answer"),
-               Reply(content="a very long answer " * 200, chunk_size=5, chunk_delay=0.02),
-               Reply(content="third answer"))
-    proc = subprocess.Popen([*kimicode_command(), "--input-format", "stream-json", "--output-format", "stream-json",
-                             "--include-partial"], env=command_env(tmp_path / "home", server), cwd=workspace,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def test_three_messages_an_interruption_and_a_malformed_line(
+    server: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
+    server.add(
+        Reply(content="first answer"),
+        Reply(content="a very long answer " * 200, chunk_size=5, chunk_delay=0.02),
+        Reply(content="third answer"),
+    )
+    proc = subprocess.Popen(
+        [*kimicode_command(), "--input-format", "stream-json", "--output-format", "stream-json", "--include-partial"],
+        env=command_env(tmp_path / "home", server),
+        cwd=workspace,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     seen: list[dict[str, Any]] = []
 

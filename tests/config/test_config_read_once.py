@@ -18,7 +18,7 @@ import pytest
 from kimicode.testing import FakeServer
 from kimicode.testing.replies import Reply
 
-COUNTER = '''
+COUNTER = """
 import atexit, json, os, tomllib
 _loads = tomllib.loads
 _seen = {"user": 0, "project": 0}
@@ -29,30 +29,43 @@ def loads(text, **kw):
     return _loads(text, **kw)
 tomllib.loads = loads
 atexit.register(lambda: open(os.environ["COUNT_FILE"], "w").write(json.dumps(_seen)))
-'''
+"""
 
 
-def run(tmp_path: Path, server: FakeServer, *args: str, extra: str = "") -> tuple[
-    subprocess.CompletedProcess[str], dict[str, int]
-]:
+def run(
+    tmp_path: Path, server: FakeServer, *args: str, extra: str = ""
+) -> tuple[subprocess.CompletedProcess[str], dict[str, int]]:
     hooks = tmp_path / "hooks"
     hooks.mkdir(exist_ok=True)
     (hooks / "sitecustomize.py").write_text(COUNTER)
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    (home / "config.toml").write_text('# marker:user\n[context]\nmax_tokens = 1000\n'
-                                      '[permissions]\ndeny = ["bash(rm *)"]\n' + extra)
+    (home / "config.toml").write_text(
+        '# marker:user\n[context]\nmax_tokens = 1000\n[permissions]\ndeny = ["bash(rm *)"]\n' + extra
+    )
     ws = tmp_path / "ws"
     (ws / ".kimicode").mkdir(parents=True, exist_ok=True)
-    (ws / ".kimicode" / "config.toml").write_text('# marker:project\n[agent]\nscope = "normal"\n'
-                                                  '[permissions]\nask = ["bash(curl *)"]\n' + extra)
+    (ws / ".kimicode" / "config.toml").write_text(
+        '# marker:project\n[agent]\nscope = "normal"\n[permissions]\nask = ["bash(curl *)"]\n' + extra
+    )
     count = tmp_path / "count.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI", "OPENAI", "MOONSHOT"))}
-    env.update(KIMICODE_HOME=str(home), OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-test",
-               KIMICODE_MODEL="m", COUNT_FILE=str(count),
-               PYTHONPATH=os.pathsep.join([str(hooks), *filter(None, [env.get("PYTHONPATH")])]))
-    proc = subprocess.run([sys.executable, "-m", "kimicode", "-p", "hi", *args], cwd=ws, env=env,
-                          capture_output=True, text=True, timeout=120)
+    env.update(
+        KIMICODE_HOME=str(home),
+        OPENAI_BASE_URL=server.base_url,
+        OPENAI_API_KEY="sk-test",
+        KIMICODE_MODEL="m",
+        COUNT_FILE=str(count),
+        PYTHONPATH=os.pathsep.join([str(hooks), *filter(None, [env.get("PYTHONPATH")])]),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "kimicode", "-p", "hi", *args],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc, json.loads(count.read_text())
 
 

@@ -54,8 +54,11 @@ def sample(keypath: tuple[str, ...]) -> Any:
 
 
 def project_toml(keypath: tuple[str, ...], value: Any) -> str:
-    return f"[{'.'.join(keypath[:-1])}]\n{keypath[-1]} = {toml(value)}\n" if len(keypath) > 1 else \
-        f"{keypath[0]} = {toml(value)}\n"
+    return (
+        f"[{'.'.join(keypath[:-1])}]\n{keypath[-1]} = {toml(value)}\n"
+        if len(keypath) > 1
+        else f"{keypath[0]} = {toml(value)}\n"
+    )
 
 
 # -- the allowlist, generated from the declarations -----------------------------------------------------------
@@ -107,9 +110,9 @@ def test_a_limit_moves_only_the_tightening_way(keypath: tuple[str, ...], tmp_pat
         ("[checkpoints]\nauto_prune = true\n", "checkpoints.auto_prune", None),
         ("[checkpoints]\nauto_prune = false\n", "checkpoints.auto_prune", False),
         ("[sandbox]\nnetwork = true\n", "sandbox.network", None),
-        ("[agent]\nscope = \"strict\"\n", "agent.scope", "strict"),
-        ("[defaults]\nthinking = \"max\"\n", "defaults.thinking", None),
-        ("[subagents]\ntools = [\"bash\"]\n", "subagents.tools", None),
+        ('[agent]\nscope = "strict"\n', "agent.scope", "strict"),
+        ('[defaults]\nthinking = "max"\n', "defaults.thinking", None),
+        ('[subagents]\ntools = ["bash"]\n', "subagents.tools", None),
     ],
 )
 def test_switches_and_choices_from_an_untrusted_project(tmp_path: Path, text: str, key: str, applied: Any) -> None:
@@ -128,9 +131,11 @@ def test_switches_and_choices_from_an_untrusted_project(tmp_path: Path, text: st
 
 def test_one_notice_names_every_ignored_key_and_how_to_trust(tmp_path: Path) -> None:
     ws, home = tmp_path / "ws", tmp_path / "home"
-    write(ws / ".kimicode" / "config.toml",
-          '[defaults]\nmodel = "theirs"\nmax_turns = 3\n[checkpoints]\nenabled = false\n'
-          '[providers.p]\nbase_url = "http://127.0.0.1:9/v1"\n[context]\ntokenizer = "/dev/zero"\n')
+    write(
+        ws / ".kimicode" / "config.toml",
+        '[defaults]\nmodel = "theirs"\nmax_turns = 3\n[checkpoints]\nenabled = false\n'
+        '[providers.p]\nbase_url = "http://127.0.0.1:9/v1"\n[context]\ntokenizer = "/dev/zero"\n',
+    )
     settings = load_settings(ws, home)
     (notice,) = settings.ignored
     for named in ("defaults.model", "checkpoints.enabled = false", "[providers]", "context.tokenizer"):
@@ -143,8 +148,10 @@ def test_one_notice_names_every_ignored_key_and_how_to_trust(tmp_path: Path) -> 
 def test_a_trusted_project_applies_whole_and_names_what_loosens(tmp_path: Path) -> None:
     ws, home = tmp_path / "ws", tmp_path / "home"
     write(home / "config.toml", f'[trust]\nworkspaces = ["{ws}"]\n[defaults]\nmax_turns = 10\n')
-    write(ws / ".kimicode" / "config.toml",
-          '[defaults]\nmax_turns = 99\nmodel = "theirs"\n[checkpoints]\nenabled = false\n')
+    write(
+        ws / ".kimicode" / "config.toml",
+        '[defaults]\nmax_turns = 99\nmodel = "theirs"\n[checkpoints]\nenabled = false\n',
+    )
     settings = load_settings(ws, home)
     assert settings.config.defaults.max_turns == 99 and settings.config.defaults.model == "theirs"
     assert settings.config.checkpoints.enabled is False
@@ -201,7 +208,7 @@ def test_defaults_come_from_the_declarations(tmp_path: Path) -> None:
 def test_the_documented_table_is_the_declarations() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
     start = doc.index("<!-- generated from kimicode/config/sections.py")
-    block = doc[doc.index("\n", start) + 1: doc.index("<!-- end of the generated table -->")]
+    block = doc[doc.index("\n", start) + 1 : doc.index("<!-- end of the generated table -->")]
     rows = ["| key | type (bounds) | default | from an untrusted project |", "|---|---|---|---|"]
     rows += [f"| `{k}` | {t} | {d} | {u} |" for k, t, d, u in reference()]
     assert block == "\n".join(rows) + "\n", "regenerate the table in docs/configuration.md from reference()"
@@ -231,9 +238,16 @@ def config_reads(package: Path) -> list[str]:
                 owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
                 if owner_name in ("settings", "config") and node.attr in ("table", "data"):
                     offenders.append(f"{rel}:{node.lineno} {owner_name}.{node.attr}")
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-                    and node.args[0].value.split(".")[0] in SCHEMA and "." in node.args[0].value):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+                and node.args[0].value.split(".")[0] in SCHEMA
+                and "." in node.args[0].value
+            ):
                 offenders.append(f"{rel}:{node.lineno} .get({node.args[0].value!r})")
             elif isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
@@ -254,10 +268,17 @@ def test_the_config_read_check_finds_each_kind(tmp_path: Path) -> None:
     write(tmp_path / "ui" / "notify.py", "import tomllib\ndef f(home):\n    return tomllib.loads(home.read_text())\n")
     write(tmp_path / "ui" / "other.py", "from tomli import loads\nimport tomlkit.api as t\n")
     write(tmp_path / "session" / "replay.py", "import tomllib\ndef f(settings):\n    return settings.data\n")
-    write(tmp_path / "agent" / "x.py", "def f(settings):\n    return settings.table('context'), "
-                                       "settings.config.data, settings.get('context.max_tokens')\n")
+    write(
+        tmp_path / "agent" / "x.py",
+        "def f(settings):\n    return settings.table('context'), "
+        "settings.config.data, settings.get('context.max_tokens')\n",
+    )
     assert sorted(config_reads(tmp_path)) == [
-        "agent/x.py:2 .get('context.max_tokens')", "agent/x.py:2 config.data", "agent/x.py:2 settings.table",
-        "session/replay.py:1 import tomllib", "ui/notify.py:1 import tomllib", "ui/other.py:1 import tomli",
+        "agent/x.py:2 .get('context.max_tokens')",
+        "agent/x.py:2 config.data",
+        "agent/x.py:2 settings.table",
+        "session/replay.py:1 import tomllib",
+        "ui/notify.py:1 import tomllib",
+        "ui/other.py:1 import tomli",
         "ui/other.py:2 import tomlkit.api",
     ]

@@ -88,14 +88,20 @@ def test_flags_and_environment_override_files(
     agent = Agent(AgentOptions.from_workspace(workspace, home=configured), persist=False)
     assert agent.endpoint.model == "kimi-k3-plain"  # the environment beats defaults.model
     assert agent.endpoint.key_source == "KIMI_API_KEY"
-    agent = Agent(AgentOptions.from_workspace(workspace, home=configured), persist=False, model="or-k3", base_url="http://127.0.0.1:9/v1",
-                  thinking="max", context_window=100_000)
+    agent = Agent(
+        AgentOptions.from_workspace(workspace, home=configured),
+        persist=False,
+        model="or-k3",
+        base_url="http://127.0.0.1:9/v1",
+        thinking="max",
+        context_window=100_000,
+    )
     assert agent.endpoint.base_url == "http://127.0.0.1:9/v1"  # the flag beats the provider
     assert agent.thinking == "max" and agent.context_window == 100_000
 
 
 def test_project_file_overrides_user_file(configured: Path, workspace: Path) -> None:
-    write(workspace / ".kimicode" / "config.toml", '[models.or-k3]\ncontext_window = 1234\n')
+    write(workspace / ".kimicode" / "config.toml", "[models.or-k3]\ncontext_window = 1234\n")
     s = load_settings(workspace, configured)
     mc = model_config(s, "or-k3")
     assert mc.context_window == 1234 and mc.model == "moonshotai/kimi-k3" and mc.provider == "router"
@@ -127,8 +133,10 @@ def test_set_model_moves_to_the_models_provider(
     [
         ('[models.x]\nprovider = "nope"\n', ":2: models.x.provider: unknown provider 'nope'"),
         ('[providers.p]\napi_key_env = "MISSING_KEY_VAR"\n[models.x]\nprovider = "p"\n', "MISSING_KEY_VAR"),
-        ('[providers.p]\nheaders = { A = "${UNSET_VAR}" }\n[models.x]\nprovider = "p"\n',
-         ":2: providers.p.headers.A: the environment variable UNSET_VAR is not set"),
+        (
+            '[providers.p]\nheaders = { A = "${UNSET_VAR}" }\n[models.x]\nprovider = "p"\n',
+            ":2: providers.p.headers.A: the environment variable UNSET_VAR is not set",
+        ),
     ],
 )
 def test_errors_name_the_file_line_and_key(tmp_path: Path, workspace: Path, text: str, needle: str) -> None:
@@ -158,8 +166,10 @@ def test_cost_estimate() -> None:
 
 
 def test_masking_keeps_env_references() -> None:
-    data = {"providers": {"p": {"headers": {"X-Api-Key": "raw-secret", "Auth": "${TOKEN}"}, "base_url": "https://x"}},
-            "mcp_servers": {"s": {"env": {"PLAIN": "value"}, "command": "run"}}}
+    data = {
+        "providers": {"p": {"headers": {"X-Api-Key": "raw-secret", "Auth": "${TOKEN}"}, "base_url": "https://x"}},
+        "mcp_servers": {"s": {"env": {"PLAIN": "value"}, "command": "run"}},
+    }
     out = masked(data)
     assert out["providers"]["p"]["headers"] == {"X-Api-Key": "********", "Auth": "${TOKEN}"}
     assert out["mcp_servers"]["s"]["env"]["PLAIN"] == "********"
@@ -171,8 +181,11 @@ def _invoke(args: list[str], cwd: Path) -> Any:
 
 
 def test_config_show_masks_secrets(configured: Path, workspace: Path, server: FakeServer) -> None:
-    write(configured / "config.toml", (configured / "config.toml").read_text()
-          + '\n[mcp_servers.db]\ncommand = "db-mcp"\nenv = { DB_PASSWORD = "hunter2" }\n')
+    write(
+        configured / "config.toml",
+        (configured / "config.toml").read_text()
+        + '\n[mcp_servers.db]\ncommand = "db-mcp"\nenv = { DB_PASSWORD = "hunter2" }\n',
+    )
     out = _invoke(["config", "show"], workspace)
     assert out.exit_code == 0, out.output
     assert str(configured / "config.toml") in out.output

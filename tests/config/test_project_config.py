@@ -41,7 +41,7 @@ def trust(home: Path, workspace: Path, extra: str = "") -> None:
     ("text", "key", "expected"),
     [
         ('[sandbox]\nmode = "off"\n', "sandbox.mode", None),
-        ('[sandbox]\nnetwork = true\n', "sandbox.network", None),
+        ("[sandbox]\nnetwork = true\n", "sandbox.network", None),
         ('[defaults]\npermission_mode = "yolo"\n', "defaults.permission_mode", None),
         ('[defaults]\npermission_mode = "accept-edits"\n', "defaults.permission_mode", None),
         ('[context]\ntokenizer = "/dev/zero"\n', "context.tokenizer", None),
@@ -62,7 +62,7 @@ def test_an_untrusted_project_cannot_loosen(
 @pytest.mark.parametrize(
     ("text", "key", "value"),
     [
-        ('[sandbox]\nnetwork = false\n', "sandbox.network", False),
+        ("[sandbox]\nnetwork = false\n", "sandbox.network", False),
         ('[defaults]\npermission_mode = "plan"\n', "defaults.permission_mode", "plan"),
     ],
 )
@@ -179,18 +179,18 @@ def test_read_regular_refuses_fifos_devices_sockets_and_directories(tmp_path: Pa
     assert read_regular(tmp_path / "f") == b"abc" and read_regular(tmp_path / "f", 2) == b"ab"
 
 
-def test_read_tools_refuse_a_fifo_without_blocking(
-    server: FakeServer, make_agent: MakeAgent, workspace: Path
-) -> None:
+def test_read_tools_refuse_a_fifo_without_blocking(server: FakeServer, make_agent: MakeAgent, workspace: Path) -> None:
     os.mkfifo(workspace / "pipe")
     os.mkfifo(workspace / ".npmrc")  # the sensitive-file check reads it too
     (workspace / "a.txt").write_text("needle\n")
     server.add(
-        Reply(tool_calls=[
-            ToolCall("read_file", {"path": "pipe"}),
-            ToolCall("read_file", {"path": ".npmrc"}),
-            ToolCall("glob", {"pattern": "*.txt"}),
-        ]),
+        Reply(
+            tool_calls=[
+                ToolCall("read_file", {"path": "pipe"}),
+                ToolCall("read_file", {"path": ".npmrc"}),
+                ToolCall("glob", {"pattern": "*.txt"}),
+            ]
+        ),
         Reply(content="ok"),
     )
     agent = make_agent(permission_mode="yolo")

@@ -103,8 +103,14 @@ def _probe(harden: bool) -> str:
         if setpriv is None:
             pytest.skip("running as root without setpriv: cannot test as an ordinary user")
         argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/",
-                          env={**os.environ, "KIMI_API_KEY": "sk-very-secret-parent-key"})
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+        env={**os.environ, "KIMI_API_KEY": "sk-very-secret-parent-key"},
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -136,7 +142,12 @@ def test_headless_stream_json_and_log_never_show_the_key(server: FakeServer, wor
     env = command_env(tmp_path / "home", server, key=key)
     done = subprocess.run(
         [*kimicode_command(), "-p", "x", "--output-format", "stream-json", "--yolo", "--sandbox", "off"],
-        env=env, cwd=workspace, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr
     assert key not in done.stdout and key not in done.stderr and MASK in done.stdout
@@ -156,13 +167,28 @@ def test_masker_prefers_the_longest_secret_and_ignores_short_values() -> None:
 
 
 def test_known_secrets_covers_env_names_provider_keys_and_headers() -> None:
-    env = {"FOO_API_KEY": "value-foo-api", "X_TOKEN": "value-x-token", "GROQ": "value-groq-key",
-           "PLAIN": "value-not-secret", "HDR": "header-secret"}
-    cfg = Settings(data={"providers": {"g": {"api_key_env": "GROQ", "headers": {"X-Auth": "Bearer ${HDR}"}}},
-                         "auth": {"api_key": "stored-key-1234"}})
+    env = {
+        "FOO_API_KEY": "value-foo-api",
+        "X_TOKEN": "value-x-token",
+        "GROQ": "value-groq-key",
+        "PLAIN": "value-not-secret",
+        "HDR": "header-secret",
+    }
+    cfg = Settings(
+        data={
+            "providers": {"g": {"api_key_env": "GROQ", "headers": {"X-Auth": "Bearer ${HDR}"}}},
+            "auth": {"api_key": "stored-key-1234"},
+        }
+    )
     found = known_secrets(env, api_key="sk-in-use-123", settings=cfg)
-    assert {"value-foo-api", "value-x-token", "value-groq-key", "header-secret", "stored-key-1234",
-            "sk-in-use-123"} <= found
+    assert {
+        "value-foo-api",
+        "value-x-token",
+        "value-groq-key",
+        "header-secret",
+        "stored-key-1234",
+        "sk-in-use-123",
+    } <= found
     assert "value-not-secret" not in found
 
 

@@ -32,8 +32,10 @@ def test_no_files_is_empty(tmp_path: Path) -> None:
     [
         ("[defaults]\nmodel = 'x'\nmax_turn = 5\n", ":3: defaults.max_turn: unknown key"),
         ("[defaults]\n\nthinking = 'extreme'\n", ":3: defaults.thinking: must be one of low, high, max"),
-        ("[models.mine]\nprovider = 'p'\ncontext_window = '1M'\n",
-         ":3: models.mine.context_window: must be an integer"),
+        (
+            "[models.mine]\nprovider = 'p'\ncontext_window = '1M'\n",
+            ":3: models.mine.context_window: must be an integer",
+        ),
         ("[defaults\nmodel = 1\n", "invalid TOML"),
     ],
 )
@@ -50,8 +52,10 @@ def test_agent_takes_context_settings_from_config_and_arguments_win(tmp_path: Pa
 
     home, ws = tmp_path / "home", tmp_path / "ws"
     ws.mkdir()
-    write(home / "config.toml",
-          "[context]\ncompact_threshold = 0.5\nprune_threshold = 0.4\ntool_output_cap_tokens = 999\n")
+    write(
+        home / "config.toml",
+        "[context]\ncompact_threshold = 0.5\nprune_threshold = 0.4\ntool_output_cap_tokens = 999\n",
+    )
     agent = Agent(AgentOptions.from_workspace(ws, home=home), api_key="k", persist=False, prune_threshold=0.3)
     assert agent.context.settings.compact_threshold == 0.5
     assert agent.context.settings.prune_threshold == 0.3

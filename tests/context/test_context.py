@@ -73,7 +73,6 @@ def tool_turn(i: int, body: str, name: str = "read_file") -> list[dict[str, Any]
     ]
 
 
-
 # -- tokenizers -------------------------------------------------------------------------------------
 
 

@@ -61,8 +61,10 @@ def server_tokens(text: str) -> int:
 
 def server_count(messages: list[dict[str, Any]], tools: list[dict[str, Any]], with_tools: bool) -> int:
     """What the server reports as prompt_tokens; its chat template may leave the tool schemas out."""
-    n = sum(3 + server_tokens(str(m.get("content") or "")) + server_tokens(json.dumps(m.get("tool_calls") or ""))
-            for m in messages)
+    n = sum(
+        3 + server_tokens(str(m.get("content") or "")) + server_tokens(json.dumps(m.get("tool_calls") or ""))
+        for m in messages
+    )
     return n + (server_tokens(json.dumps(tools)) if with_tools else 0)
 
 
@@ -73,9 +75,17 @@ def test_calibration_keeps_new_messages_within_ten_percent(with_tools: bool) -> 
     history: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a coding agent. Use the tools to read and change files.\n" * 20},
         {"role": "user", "content": "fix the failing test in tests/test_parser.py"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "functions.read_file:0", "type": "function",
-             "function": {"name": "read_file", "arguments": '{"path": "src/parser.py"}'}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "functions.read_file:0",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "src/parser.py"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "functions.read_file:0", "content": code_text(60, 1)},
     ]
     acc.observe(history, tools, server_count(history, tools, with_tools))
@@ -84,8 +94,17 @@ def test_calibration_keeps_new_messages_within_ten_percent(with_tools: bool) -> 
     assert acc.tools_in_prompt is with_tools
     # The issue's case: one calibrating request, then a new tool result of thousands of tokens.
     big = {"role": "tool", "tool_call_id": "functions.bash:1", "content": code_text(700, 3)}
-    call = {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "functions.bash:1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "x"}'}}]}
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "functions.bash:1",
+                "type": "function",
+                "function": {"name": "bash", "arguments": '{"command": "x"}'},
+            }
+        ],
+    }
     new = [*history, call, big]
     anchor = server_count(history, tools, with_tools)
     truth = server_count(new, tools, with_tools) - anchor
@@ -118,16 +137,23 @@ def test_pruning_starts_on_time_when_the_template_omits_the_tools(tmp_path: Path
         n = server_count(body["messages"], body.get("tools") or [], False)
         sizes.append(n + body.get("max_completion_tokens", 0))
         if n + body.get("max_completion_tokens", 0) > 12_000:
-            return ErrorReply(400, f"This model's maximum context length is 12000 tokens. However, your messages "
-                                   f"resulted in {n} tokens.", "invalid_request_error")
+            return ErrorReply(
+                400,
+                f"This model's maximum context length is 12000 tokens. However, your messages resulted in {n} tokens.",
+                "invalid_request_error",
+            )
         last = body["messages"][-1]
         if last["role"] == "user" and len(body["messages"]) < 4:
-            return Reply(tool_calls=[ToolCall("produce", {"n": 380, "seed": 1})],
-                         usage={"prompt_tokens": n, "completion_tokens": 5, "total_tokens": n + 5})
+            return Reply(
+                tool_calls=[ToolCall("produce", {"n": 380, "seed": 1})],
+                usage={"prompt_tokens": n, "completion_tokens": 5, "total_tokens": n + 5},
+            )
         if last["role"] == "tool" and sum(m["role"] == "tool" for m in body["messages"]) < 3:
             k = sum(m["role"] == "tool" for m in body["messages"])
-            return Reply(tool_calls=[ToolCall("produce", {"n": 380, "seed": k + 1})],
-                         usage={"prompt_tokens": n, "completion_tokens": 5, "total_tokens": n + 5})
+            return Reply(
+                tool_calls=[ToolCall("produce", {"n": 380, "seed": k + 1})],
+                usage={"prompt_tokens": n, "completion_tokens": 5, "total_tokens": n + 5},
+            )
         return Reply(content="done", usage={"prompt_tokens": n, "completion_tokens": 2, "total_tokens": n + 2})
 
     @tool(kind="read")
@@ -135,12 +161,23 @@ def test_pruning_starts_on_time_when_the_template_omits_the_tools(tmp_path: Path
         """Produce n lines of code-like text."""
         return code_text(n, seed)
 
-    extra = [tool(kind="read", name=t["function"]["name"], description=t["function"]["description"])(
-        lambda path="": "") for t in bulky]
+    extra = [
+        tool(kind="read", name=t["function"]["name"], description=t["function"]["description"])(lambda path="": "")
+        for t in bulky
+    ]
     with FakeServer([answer] * 20) as server:
-        agent = Agent(base_url=server.base_url, api_key="sk-test", model="local-model", workspace=tmp_path,
-                      home=tmp_path / "home", tools=[produce, *extra], context_window=12_000,
-                      max_completion_tokens=1_000, retry_base_delay=0.01, persist=False)
+        agent = Agent(
+            base_url=server.base_url,
+            api_key="sk-test",
+            model="local-model",
+            workspace=tmp_path,
+            home=tmp_path / "home",
+            tools=[produce, *extra],
+            context_window=12_000,
+            max_completion_tokens=1_000,
+            retry_base_delay=0.01,
+            persist=False,
+        )
         result = agent.run_sync("go")
     assert result.ok, result.error
     assert max(sizes) <= 12_000  # the window was never overflowed: pruning/compaction started in time
@@ -162,16 +199,29 @@ def test_a_failed_turn_never_reports_an_earlier_answer(make_agent: Callable[...,
 def test_text_mode_prints_nothing_on_stdout_after_an_error(server: FakeServer, tmp_path: Path) -> None:
     nope = ErrorReply(400, "bad request: nope", "invalid_request_error")
     server.add(Reply(content="the OLD answer"), nope, nope)
-    env = {"KIMI_API_KEY": "sk-test", "KIMI_BASE_URL": server.base_url, "KIMICODE_HOME": str(tmp_path / "h"),
-           "PATH": "/usr/bin:/bin", "KIMICODE_RETRY_BASE_DELAY": "0.01"}
-    first = subprocess.run([*kimicode_command(), "-p", "one"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=60)
+    env = {
+        "KIMI_API_KEY": "sk-test",
+        "KIMI_BASE_URL": server.base_url,
+        "KIMICODE_HOME": str(tmp_path / "h"),
+        "PATH": "/usr/bin:/bin",
+        "KIMICODE_RETRY_BASE_DELAY": "0.01",
+    }
+    first = subprocess.run(
+        [*kimicode_command(), "-p", "one"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert first.stdout.strip() == "the OLD answer"
-    second = subprocess.run([*kimicode_command(), "-c", "-p", "two"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=60)
+    second = subprocess.run(
+        [*kimicode_command(), "-c", "-p", "two"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert second.returncode == 1 and second.stdout == "" and "nope" in second.stderr
-    as_json = subprocess.run([*kimicode_command(), "-c", "-p", "three", "--output-format", "json"], cwd=tmp_path,
-                             env=env, capture_output=True, text=True, timeout=60)
+    as_json = subprocess.run(
+        [*kimicode_command(), "-c", "-p", "three", "--output-format", "json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     obj = json.loads(as_json.stdout)
     assert obj["result"] == "" and obj["status"] == "error" and obj["error"]
 
@@ -220,8 +270,14 @@ def test_cli_bad_url_and_model_exit_2_with_one_clear_line(tmp_path: Path) -> Non
         ({"KIMI_BASE_URL": "http://h:abc/v1"}, [], "KIMI_BASE_URL"),
         ({"KIMI_MODEL": "two words"}, [], "KIMI_MODEL"),
     ):
-        proc = subprocess.run([*kimicode_command(), *args, "-p", "hi"], cwd=tmp_path, env={**base, **extra_env},
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [*kimicode_command(), *args, "-p", "hi"],
+            cwd=tmp_path,
+            env={**base, **extra_env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 2, proc.stderr
         assert names in proc.stderr and "Traceback" not in proc.stderr and "ExceptionGroup" not in proc.stderr
 
@@ -231,9 +287,17 @@ def test_cli_bad_url_and_model_exit_2_with_one_clear_line(tmp_path: Path) -> Non
 
 def test_a_server_that_never_answered_is_retried_once(tmp_path: Path) -> None:
     events: list[Event] = []
-    agent = Agent(base_url=f"http://127.0.0.1:{free_port()}/v1", api_key="sk-test", model="kimi-k3",
-                  workspace=tmp_path, home=tmp_path / "home", retry_base_delay=0.01, max_retries=5,
-                  on_event=events.append, persist=False)
+    agent = Agent(
+        base_url=f"http://127.0.0.1:{free_port()}/v1",
+        api_key="sk-test",
+        model="kimi-k3",
+        workspace=tmp_path,
+        home=tmp_path / "home",
+        retry_base_delay=0.01,
+        max_retries=5,
+        on_event=events.append,
+        persist=False,
+    )
     result = agent.run_sync("hi")
     retries = [e for e in events if isinstance(e, Retrying)]
     assert result.status == "error" and result.error_kind == "transient"
@@ -244,9 +308,17 @@ def test_a_server_that_never_answered_is_retried_once(tmp_path: Path) -> None:
 def test_a_server_that_answered_before_is_retried_fully_when_it_goes_away(tmp_path: Path) -> None:
     events: list[Event] = []
     server = FakeServer([Reply(content="up")]).start()
-    agent = Agent(base_url=server.base_url, api_key="sk-test", model="kimi-k3", workspace=tmp_path,
-                  home=tmp_path / "home", retry_base_delay=0.01, max_retries=3, on_event=events.append,
-                  persist=False)
+    agent = Agent(
+        base_url=server.base_url,
+        api_key="sk-test",
+        model="kimi-k3",
+        workspace=tmp_path,
+        home=tmp_path / "home",
+        retry_base_delay=0.01,
+        max_retries=3,
+        on_event=events.append,
+        persist=False,
+    )
 
     async def scenario() -> Any:
         first = await agent.run("one")
@@ -264,12 +336,23 @@ def test_a_server_that_answered_before_is_retried_fully_when_it_goes_away(tmp_pa
 
 def test_compaction_notices_say_exactly_what_happened() -> None:
     def res(**kw: Any) -> CompactionResult:
-        base: dict[str, Any] = {"start": 1, "end": 5, "messages": [], "summary": "", "fallback": False, "error": None,
-                                "tokens_before": 9_000, "tokens_after": 3_000, "summarized": 4, "requests": [800]}
+        base: dict[str, Any] = {
+            "start": 1,
+            "end": 5,
+            "messages": [],
+            "summary": "",
+            "fallback": False,
+            "error": None,
+            "tokens_before": 9_000,
+            "tokens_after": 3_000,
+            "summarized": 4,
+            "requests": [800],
+        }
         return CompactionResult(**{**base, **kw})
 
-    assert res().describe() == ("context: compacted 4 messages into a summary in 1 summary request "
-                                "(9,000 → 3,000 tokens)")
+    assert res().describe() == (
+        "context: compacted 4 messages into a summary in 1 summary request (9,000 → 3,000 tokens)"
+    )
     failed = res(fallback=True, error="HTTP 500: boom").describe()
     assert "summary request failed (HTTP 500: boom)" in failed and "built from the transcript" in failed
     shrink = res(summarized=0, requests=[], shrunk=True).describe()
@@ -281,8 +364,11 @@ def test_shrinking_only_the_last_turn_sends_no_summary_request(tmp_path: Path) -
     history = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "read it"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": code_text(3_000, 9)},
     ]
     asked: list[Any] = []
@@ -291,8 +377,17 @@ def test_shrinking_only_the_last_turn_sends_no_summary_request(tmp_path: Path) -
         asked.append(request)
         return "summary", 10
 
-    result = asyncio.run(compact_history(history, [], accountant=acc, budget=Budget.make(20_000, 2_000),
-                                         summarize=summarize, spill_dir=tmp_path, manual=True))
+    result = asyncio.run(
+        compact_history(
+            history,
+            [],
+            accountant=acc,
+            budget=Budget.make(20_000, 2_000),
+            summarize=summarize,
+            spill_dir=tmp_path,
+            manual=True,
+        )
+    )
     assert result is not None and result.shrunk and result.summarized == 0
     assert asked == [] and not result.fallback
     assert "no summary request was sent" in result.describe()

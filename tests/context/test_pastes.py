@@ -27,9 +27,15 @@ NOTES = "\n".join(f"note {i}: the value of item {i} is {i * 37 % 101}, checked o
 
 
 def agent_for(server: FakeServer, workspace: Path, home: Path, **kwargs: Any) -> Agent:
-    opts: dict[str, Any] = {"base_url": server.base_url, "api_key": "sk-test", "model": "smollm2-135m",
-                            "system_prompt": "You are a test agent.", "project_instructions": False,
-                            "retry_base_delay": 0.01, **kwargs}
+    opts: dict[str, Any] = {
+        "base_url": server.base_url,
+        "api_key": "sk-test",
+        "model": "smollm2-135m",
+        "system_prompt": "You are a test agent.",
+        "project_instructions": False,
+        "retry_base_delay": 0.01,
+        **kwargs,
+    }
     return Agent(AgentOptions.from_workspace(workspace, home=home), **opts)
 
 
@@ -57,8 +63,9 @@ def test_an_old_paste_is_cut_and_every_later_short_turn_is_answered(workspace: P
         agent = agent_for(server, workspace, tmp_path / "home", on_event=events.append)
         first = agent.run_sync("Here are my notes:\n" + paste + "\nRemember them.")
         assert first.status == "success", first.error
-        results = [agent.run_sync(f"Question {i}: " + "what does the value of item seven tell us? " * 12)
-                   for i in range(1, 5)]
+        results = [
+            agent.run_sync(f"Question {i}: " + "what does the value of item seven tell us? " * 12) for i in range(1, 5)
+        ]
         chats = [r for r in server.requests if "tools" in r.body]
     assert [r.status for r in results] == ["success"] * 4, [r.error for r in results]
     assert all(r.result.startswith("answer") for r in results)
@@ -136,8 +143,12 @@ def test_a_context_error_that_survives_the_smaller_max_tokens_retry_is_compacted
         prompt, asked = len(req.raw) // 4, req.body["max_completion_tokens"]
         if prompt > 30_000 and len(refusals) < 2:
             refusals.append(len(server.requests))
-            return ErrorReply(400, "Invalid request: Your request exceeded model token limit: "
-                              f"{window} (requested: {prompt + asked + 2_000})", "invalid_request_error")
+            return ErrorReply(
+                400,
+                "Invalid request: Your request exceeded model token limit: "
+                f"{window} (requested: {prompt + asked + 2_000})",
+                "invalid_request_error",
+            )
         reads = sum(m["role"] == "tool" for m in req.body["messages"])
         usage = {"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5}
         if reads >= 12:

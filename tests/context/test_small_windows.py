@@ -138,8 +138,16 @@ def test_the_llamacpp_error_teaches_the_window_which_is_logged_and_restored_on_r
         assert obj["context"]["window"] == 4096 and obj["context"]["window_source"] == "learnt"
         sid = agent.session_id
         server.add(Reply(content="again"))
-        resumed = Agent.resume(sid, base_url=server.base_url, api_key="sk-test", model="smollm2-135m",
-                               home=home, tools=[produce], context_window=32_768, retry_base_delay=0.01)
+        resumed = Agent.resume(
+            sid,
+            base_url=server.base_url,
+            api_key="sk-test",
+            model="smollm2-135m",
+            home=home,
+            tools=[produce],
+            context_window=32_768,
+            retry_base_delay=0.01,
+        )
         assert resumed.context.budget.window == 4096 and resumed.window_source == "learnt"
         assert resumed.run_sync("once more").status == "success"
         last = server.requests[-1]
@@ -151,9 +159,15 @@ def test_vllm_max_tokens_too_large_is_retried_with_a_smaller_reservation(
 ) -> None:
     from kimicode.testing import ErrorReply
 
-    body = {"object": "error", "message": "'max_tokens' or 'max_completion_tokens' is too large: 8192. This "
-            "model's maximum context length is 8192 tokens and your request has 300 input tokens "
-            "(8192 > 8192 - 300). None", "type": "BadRequestError", "param": None, "code": 400}
+    body = {
+        "object": "error",
+        "message": "'max_tokens' or 'max_completion_tokens' is too large: 8192. This "
+        "model's maximum context length is 8192 tokens and your request has 300 input tokens "
+        "(8192 > 8192 - 300). None",
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
     server.add(ErrorReply(400, body=json.dumps(body)), Reply(content="fine"))
     agent = small_agent(server, workspace, tmp_path / "home", context_window=65_536)
     result = agent.run_sync("hi")
@@ -165,9 +179,18 @@ def test_vllm_max_tokens_too_large_is_retried_with_a_smaller_reservation(
 
 
 def _llama_error(prompt: int, n_ctx: int) -> str:
-    return json.dumps({"error": {"code": 400, "message": f"request ({prompt} tokens) exceeds the available context "
-                       f"size ({n_ctx} tokens), try increasing it", "type": "exceed_context_size_error",
-                       "n_prompt_tokens": prompt, "n_ctx": n_ctx}})
+    return json.dumps(
+        {
+            "error": {
+                "code": 400,
+                "message": f"request ({prompt} tokens) exceeds the available context "
+                f"size ({n_ctx} tokens), try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": prompt,
+                "n_ctx": n_ctx,
+            }
+        }
+    )
 
 
 def test_an_absurdly_small_window_is_not_believed_and_ends_the_turn_cleanly(
@@ -195,9 +218,7 @@ def test_a_larger_window_in_the_error_never_grows_the_budget(
     assert agent.context.budget.window == 8192 and agent.window_source == "flag"
 
 
-def test_an_overflow_repeated_after_compaction_ends_with_the_servers_error(
-    workspace: Path, tmp_path: Path
-) -> None:
+def test_an_overflow_repeated_after_compaction_ends_with_the_servers_error(workspace: Path, tmp_path: Path) -> None:
     with FakeServer() as server:
         script = Script(server, calls=6, lines=40)
         events: list[Event] = []

@@ -24,10 +24,18 @@ FORMATS = FIXTURES / "compat" / "claude-formats"
 REAL = FIXTURES / "compat" / "anthropics-claude-code" / "plugins"
 
 EXPECTED = {  # what Claude Code loads from each fixture plugin
-    "review-kit": {"agents": ["review-kit:gap-finder", "review-kit:style-checker"],
-                   "commands": ["/review-kit:review-all"], "skills": [], "hooks": 0},
-    "builder-kit": {"agents": ["builder-kit:checker", "builder-kit:maker"], "commands": ["/builder-kit:make-widget"],
-                    "skills": ["builder-kit:widget-design", "builder-kit:widget-rules"], "hooks": 0},
+    "review-kit": {
+        "agents": ["review-kit:gap-finder", "review-kit:style-checker"],
+        "commands": ["/review-kit:review-all"],
+        "skills": [],
+        "hooks": 0,
+    },
+    "builder-kit": {
+        "agents": ["builder-kit:checker", "builder-kit:maker"],
+        "commands": ["/builder-kit:make-widget"],
+        "skills": ["builder-kit:widget-design", "builder-kit:widget-rules"],
+        "hooks": 0,
+    },
     "explorer-kit": {"agents": ["explorer-kit:tracer"], "commands": [], "skills": [], "hooks": 0},
     "guard-hooks": {"agents": [], "commands": [], "skills": [], "hooks": 4},
     "loop-kit": {"agents": [], "commands": ["/loop-kit:commit", "/loop-kit:start-loop"], "skills": [], "hooks": 1},
@@ -52,8 +60,12 @@ def test_the_official_plugins_kept_here_load_whole(folder: str) -> None:
 
 
 def test_descriptions_keep_their_examples_and_display_names_stay_for_skills() -> None:
-    agents = load_agents([Place(FORMATS / "builder-kit" / "agents", "plugin", "builder-kit"),
-                          Place(FORMATS / "review-kit" / "agents", "plugin", "review-kit")]).agents
+    agents = load_agents(
+        [
+            Place(FORMATS / "builder-kit" / "agents", "plugin", "builder-kit"),
+            Place(FORMATS / "review-kit" / "agents", "plugin", "review-kit"),
+        ]
+    ).agents
     maker = agents["builder-kit:maker"]
     assert "make a widget" in maker.description and "<example>" in maker.description
     assert "I need something that counts clicks" in maker.description
@@ -72,13 +84,16 @@ def test_descriptions_keep_their_examples_and_display_names_stay_for_skills() ->
     assert design.display_name == "Widget Design" and "design a widget" in design.description
 
 
-@pytest.mark.parametrize(("text", "key", "value"), [
-    ("---\nname: a\ndescription: one: two: three\n---\nbody", "description", "one: two: three"),
-    ("---\nname: a\ndescription: first line\n  second line\n---\nbody", "description", "first line second line"),
-    ("---\ndescription: x: y\ntools: [\"Read\", \"Grep\"]\n---\nb", "tools", ["Read", "Grep"]),
-    ("---\ndescription: x: y\ntools:\n  - Read\n  - Grep\n---\nb", "tools", ["Read", "Grep"]),
-    ("---\ndescription: \"quoted: yes\"\nmodel: opus\n---\nb", "model", "opus"),
-])
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("---\nname: a\ndescription: one: two: three\n---\nbody", "description", "one: two: three"),
+        ("---\nname: a\ndescription: first line\n  second line\n---\nbody", "description", "first line second line"),
+        ('---\ndescription: x: y\ntools: ["Read", "Grep"]\n---\nb', "tools", ["Read", "Grep"]),
+        ("---\ndescription: x: y\ntools:\n  - Read\n  - Grep\n---\nb", "tools", ["Read", "Grep"]),
+        ('---\ndescription: "quoted: yes"\nmodel: opus\n---\nb', "model", "opus"),
+    ],
+)
 def test_lenient_front_matter_takes_the_rest_of_the_line(text: str, key: str, value: object) -> None:
     meta, body = split(text)
     got = meta[key]

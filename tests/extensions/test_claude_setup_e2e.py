@@ -45,15 +45,24 @@ def test_user_settings_deny_refuses_naming_the_file_and_allow_runs_unasked(
     make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path
 ) -> None:
     write_settings(tmp_path, {"permissions": {"deny": ["Bash(curl:*)"], "allow": ["Bash(touch:*)"]}})
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "curl -s https://example.com"}),
-                                 ToolCall("bash", {"command": "touch made.txt"})]),
-               Reply(content="done"))
+    server.add(
+        Reply(
+            tool_calls=[
+                ToolCall("bash", {"command": "curl -s https://example.com"}),
+                ToolCall("bash", {"command": "touch made.txt"}),
+            ]
+        ),
+        Reply(content="done"),
+    )
     events: list[Any] = []
     agent = make_agent(headless=True, sandbox="off", on_event=events.append)
     agent.run_sync("go")
     refused, ran = sent_tool_results(server)
-    assert "denied by the rule `Bash(curl:*)` (~/.claude/settings.json: permissions.deny)" in refused.replace(
-        str(claude_dir(tmp_path)), "~/.claude") or "claude-home/settings.json: permissions.deny" in refused
+    assert (
+        "denied by the rule `Bash(curl:*)` (~/.claude/settings.json: permissions.deny)"
+        in refused.replace(str(claude_dir(tmp_path)), "~/.claude")
+        or "claude-home/settings.json: permissions.deny" in refused
+    )
     assert (workspace / "made.txt").exists(), ran
     assert [e.name for e in events if isinstance(e, PermissionDenied)] == ["bash"]
 
@@ -62,12 +71,16 @@ def test_an_untrusted_projects_allow_rules_stay_ignored_its_deny_rules_apply(
     make_agent: Callable[..., Any], server: FakeServer, workspace: Path
 ) -> None:
     (workspace / ".claude").mkdir()
-    (workspace / ".claude" / "settings.json").write_text(json.dumps(
-        {"permissions": {"allow": ["Bash(touch:*)"], "deny": ["Read(./notes.txt)"]}}))
+    (workspace / ".claude" / "settings.json").write_text(
+        json.dumps({"permissions": {"allow": ["Bash(touch:*)"], "deny": ["Read(./notes.txt)"]}})
+    )
     (workspace / "notes.txt").write_text("hello")
-    server.add(Reply(tool_calls=[ToolCall("read_file", {"path": "notes.txt"}),
-                                 ToolCall("bash", {"command": "touch made.txt"})]),
-               Reply(content="done"))
+    server.add(
+        Reply(
+            tool_calls=[ToolCall("read_file", {"path": "notes.txt"}), ToolCall("bash", {"command": "touch made.txt"})]
+        ),
+        Reply(content="done"),
+    )
     make_agent(headless=True, sandbox="off").run_sync("go")
     read, touched = sent_tool_results(server)
     assert "denied by the rule `Read(./notes.txt)`" in read and "settings.json" in read
@@ -84,8 +97,9 @@ def test_trusted_project_and_local_settings_allow(
     from kimicode import Agent, AgentOptions
 
     options = AgentOptions.from_workspace(workspace, home=workspace.parent / "home", trust=True)
-    Agent(options, base_url=server.base_url, api_key="sk-test", model="kimi-k3", headless=True,
-          sandbox="off").run_sync("go")
+    Agent(options, base_url=server.base_url, api_key="sk-test", model="kimi-k3", headless=True, sandbox="off").run_sync(
+        "go"
+    )
     assert (workspace / "made.txt").exists()
 
 
@@ -98,8 +112,23 @@ def install_claude_plugin(tmp_path: Path, name: str = "builder-kit", enabled: bo
     where = root / "plugins" / "cache" / "market" / name / "0.1.0"
     shutil.copytree(FIXTURES / "compat" / "claude-formats" / name, where)
     key = f"{name}@market"
-    (root / "plugins" / "installed_plugins.json").write_text(json.dumps({"version": 2, "plugins": {key: [
-        {"scope": "user", "installPath": str(where), "version": "0.1.0", "installedAt": "2026-01-01T00:00:00Z"}]}}))
+    (root / "plugins" / "installed_plugins.json").write_text(
+        json.dumps(
+            {
+                "version": 2,
+                "plugins": {
+                    key: [
+                        {
+                            "scope": "user",
+                            "installPath": str(where),
+                            "version": "0.1.0",
+                            "installedAt": "2026-01-01T00:00:00Z",
+                        }
+                    ]
+                },
+            }
+        )
+    )
     write_settings(tmp_path, {"enabledPlugins": {key: enabled}})
     return where
 
@@ -136,8 +165,14 @@ def test_user_claude_md_is_in_the_system_prompt(
 def test_what_is_found_and_not_used_is_said_once_at_start_and_by_doctor(
     make_agent: Callable[..., Any], server: FakeServer, tmp_path: Path, workspace: Path
 ) -> None:
-    write_settings(tmp_path, {"model": "opus", "env": {"X": "1"}, "permissions": {
-        "allow": ["Skill(release)"], "defaultMode": "acceptEdits"}})
+    write_settings(
+        tmp_path,
+        {
+            "model": "opus",
+            "env": {"X": "1"},
+            "permissions": {"allow": ["Skill(release)"], "defaultMode": "acceptEdits"},
+        },
+    )
     (claude_dir(tmp_path) / ".claude.json").write_text(json.dumps({"mcpServers": {"github": {"command": "gh-mcp"}}}))
     server.add(Reply(content="ok"), Reply(content="ok again"))
     events: list[Any] = []
@@ -147,8 +182,14 @@ def test_what_is_found_and_not_used_is_said_once_at_start_and_by_doctor(
     notices = [e.text for e in events if isinstance(e, Notice) and "Claude Code setup" in e.text]
     assert len(notices) == 1
     text = notices[0]
-    for piece in ("`model` not taken", "`env` not taken", "Skill(release)", "permissions.defaultMode",
-                  "MCP servers in", "github"):
+    for piece in (
+        "`model` not taken",
+        "`env` not taken",
+        "Skill(release)",
+        "permissions.defaultMode",
+        "MCP servers in",
+        "github",
+    ):
         assert piece in text, piece
     from kimicode.cli.doctor import run_checks
 
@@ -162,8 +203,9 @@ def test_a_hook_refusal_names_the_hook_not_a_flag(
     from kimicode.cli.headless import denial_line
 
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(HOOK))} exit2"
-    write_settings(tmp_path, {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
-        {"type": "command", "command": command}]}]}})
+    write_settings(
+        tmp_path, {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": command}]}]}}
+    )
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "ls"})]), Reply(content="done"))
     events: list[Any] = []
     make_agent(headless=True, on_event=events.append).run_sync("go")
@@ -178,8 +220,13 @@ def test_claudes_slash_command_names_answer(
 ) -> None:
     from kimicode.ui import commands
 
-    write_settings(tmp_path, {"permissions": {"deny": ["Bash(curl:*)"]}, "hooks": {"Stop": [{"hooks": [
-        {"type": "command", "command": "true"}]}]}})
+    write_settings(
+        tmp_path,
+        {
+            "permissions": {"deny": ["Bash(curl:*)"]},
+            "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "true"}]}]},
+        },
+    )
     s = plain_session(server, workspace, monkeypatch)
 
     async def go() -> None:
@@ -204,10 +251,11 @@ def test_config_show_lists_every_rule_with_its_file(
     (tmp_path / "home" / "config.toml").write_text('[permissions]\nask = ["bash(git push*)"]\n')
     code, out, _ = run_app(["config", "show", "-C", str(workspace)], capsys)
     assert code == 0
-    section = out[out.index("# permission rules in effect"):]
+    section = out[out.index("# permission rules in effect") :]
     lines = section.splitlines()
-    assert any(line.startswith("#   deny  Bash(curl:*)") and "settings.json: permissions.deny" in line
-               for line in lines)
+    assert any(
+        line.startswith("#   deny  Bash(curl:*)") and "settings.json: permissions.deny" in line for line in lines
+    )
     assert any(line.startswith("#   ask   bash(git push*)") and "config.toml" in line for line in lines)
     assert any("Read(~/notes/**)" in line and "permissions.allow" in line for line in lines)
     assert any("Agent(x)" in line and "not used" in line for line in lines)
@@ -229,7 +277,8 @@ def test_bang_lines_of_a_command_run_through_the_permission_check(
     folder.mkdir()
     (folder / "state.md").write_text(
         "---\nallowed-tools: Bash(touch granted.txt)\n---\nSaid: !`echo hello-from-bang`\n"
-        "Granted: !`touch granted.txt`\nAsked: !`touch asked.txt`\nDenied: !`rm -f keep.txt`\nNow answer.\n")
+        "Granted: !`touch granted.txt`\nAsked: !`touch asked.txt`\nDenied: !`rm -f keep.txt`\nNow answer.\n"
+    )
     asked = answers(monkeypatch, "yes")
     server.add(Reply(content="ok"))
     s = plain_session(server, workspace, monkeypatch, sandbox="off")
@@ -253,8 +302,10 @@ def test_status_line_runs_its_command_with_claudes_json_and_shows_its_line(
     from kimicode.ui.statusline import refresh_for
 
     got = tmp_path / "status-in.json"
-    write_settings(tmp_path, {"statusLine": {"type": "command",
-                                             "command": f"cat > {shlex.quote(str(got))}; printf 'my-line\\n2nd\\n'"}})
+    write_settings(
+        tmp_path,
+        {"statusLine": {"type": "command", "command": f"cat > {shlex.quote(str(got))}; printf 'my-line\\n2nd\\n'"}},
+    )
     s = plain_session(server, workspace, monkeypatch)
 
     async def go() -> None:
@@ -316,11 +367,26 @@ def test_a_hooks_if_rule_limits_it_to_the_calls_it_names(
     """Claude Code's hook `if` (security-guidance's `"if": "Bash(git commit:*)"`): the hook runs only for the
     calls the rule names; before, kimicode ran it for every call its matcher took."""
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(HOOK))} exit2"
-    write_settings(tmp_path, {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
-        {"type": "command", "command": command, "if": "Bash(rm:*)"}]}]}})
+    write_settings(
+        tmp_path,
+        {
+            "hooks": {
+                "PreToolUse": [
+                    {"matcher": "Bash", "hooks": [{"type": "command", "command": command, "if": "Bash(rm:*)"}]}
+                ]
+            }
+        },
+    )
     (workspace / "keep.txt").write_text("x")
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo fine"}),
-                                 ToolCall("bash", {"command": "cd . && rm keep.txt"})]), Reply(content="done"))
+    server.add(
+        Reply(
+            tool_calls=[
+                ToolCall("bash", {"command": "echo fine"}),
+                ToolCall("bash", {"command": "cd . && rm keep.txt"}),
+            ]
+        ),
+        Reply(content="done"),
+    )
     make_agent(permission_mode="yolo", sandbox="off").run_sync("go")
     ran, refused = sent_tool_results(server)
     assert "fine" in ran and "Blocked by a PreToolUse hook" in refused and (workspace / "keep.txt").exists()

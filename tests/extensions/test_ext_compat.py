@@ -38,9 +38,11 @@ def test_anthropics_skills_are_listed_then_read_on_demand(
     make_agent: Callable[..., Any], server: FakeServer, tmp_path: Path
 ) -> None:
     shutil.copytree(SKILLS, tmp_path / "claude-home" / "skills")
-    server.add(Reply(tool_calls=[ToolCall("skill", {"name": "internal-comms"})]),
-               Reply(tool_calls=[ToolCall("skill", {"name": "internal-comms", "file": "examples/3p-updates.md"})]),
-               Reply(content="Here is your 3P update."))
+    server.add(
+        Reply(tool_calls=[ToolCall("skill", {"name": "internal-comms"})]),
+        Reply(tool_calls=[ToolCall("skill", {"name": "internal-comms", "file": "examples/3p-updates.md"})]),
+        Reply(content="Here is your 3P update."),
+    )
     result = make_agent(headless=True).run_sync("write a 3P update for the team")  # nothing asks
     assert result.ok
     first = server.requests[0].body
@@ -60,11 +62,16 @@ def test_hookify_plugin_blocks_by_its_own_rule_file(
     out = add_plugin(CLAUDE_PLUGINS / "hookify", capsys)
     assert "PreToolUse: python3 ${CLAUDE_PLUGIN_ROOT}/hooks/pretooluse.py" in out
     (workspace / ".claude").mkdir()
-    shutil.copy(CLAUDE_PLUGINS / "hookify" / "examples" / "dangerous-rm.local.md",
-                workspace / ".claude" / "hookify.dangerous-rm.local.md")
+    shutil.copy(
+        CLAUDE_PLUGINS / "hookify" / "examples" / "dangerous-rm.local.md",
+        workspace / ".claude" / "hookify.dangerous-rm.local.md",
+    )
     (workspace / "build").mkdir()
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf build"})]),
-               Reply(tool_calls=[ToolCall("bash", {"command": "echo still-here"})]), Reply(content="ok"))
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf build"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo still-here"})]),
+        Reply(content="ok"),
+    )
     events: list[Event] = []
     make_agent(permission_mode="yolo", on_event=events.append).run_sync("clean up")
     assert (workspace / "build").is_dir()
@@ -78,16 +85,23 @@ def test_hookify_plugin_blocks_by_its_own_rule_file(
 @pytest.mark.prepush
 @pytest.mark.skipif(shutil.which("node") is None, reason="the community guards are Node scripts")
 def test_community_node_guards_refuse_rm_home_and_reading_env(
-    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    make_agent: Callable[..., Any],
+    server: FakeServer,
+    workspace: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "user-home"))  # they log to ~/.claude/hooks-logs
     add_plugin(GUARDS / "block-dangerous-commands", capsys)
     add_plugin(GUARDS / "protect-secrets", capsys)
     (workspace / ".env").write_text("API_TOKEN=do-not-leak\n")
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf ~"})]),
-               Reply(tool_calls=[ToolCall("read_file", {"path": ".env"})]),
-               Reply(tool_calls=[ToolCall("bash", {"command": "echo fine"})]), Reply(content="ok"))
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": "rm -rf ~"})]),
+        Reply(tool_calls=[ToolCall("read_file", {"path": ".env"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo fine"})]),
+        Reply(content="ok"),
+    )
     make_agent(permission_mode="yolo").run_sync("go")
     assert "[rm-home]" in last_tool_result(server.requests[1])
     assert "[env-file]" in last_tool_result(server.requests[2])
@@ -107,7 +121,10 @@ def test_a_plugins_session_start_shell_hook_adds_its_context(
 
 
 def test_anthropics_commands_and_subagents(
-    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path,
+    make_agent: Callable[..., Any],
+    server: FakeServer,
+    workspace: Path,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from kimicode.extensions.slash import load_commands
@@ -125,8 +142,14 @@ def test_anthropics_commands_and_subagents(
         if "expert code analyst" in msgs[0]["content"]:
             return Reply(content="the parser lives in src/")
         if msgs[-1]["role"] == "user":
-            return Reply(tool_calls=[ToolCall("task", {"description": "explore", "prompt": "map the parser",
-                                                       "agent": "feature-dev:code-explorer"})])
+            return Reply(
+                tool_calls=[
+                    ToolCall(
+                        "task",
+                        {"description": "explore", "prompt": "map the parser", "agent": "feature-dev:code-explorer"},
+                    )
+                ]
+            )
         return Reply(content="done")
 
     server.add(*[answer] * 3)
@@ -145,8 +168,11 @@ def test_anthropics_example_bash_validator_hook(
     (tmp_path / "claude-home").mkdir()
     (tmp_path / "claude-home" / "settings.json").write_text(json.dumps(settings))
     (workspace / "a.txt").write_text("needle\n")
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "grep needle a.txt"})]),
-               Reply(tool_calls=[ToolCall("bash", {"command": "rg needle a.txt"})]), Reply(content="ok"))
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": "grep needle a.txt"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "rg needle a.txt"})]),
+        Reply(content="ok"),
+    )
     make_agent(permission_mode="yolo").run_sync("find needle")
     assert "Use 'rg' (ripgrep) instead of 'grep'" in last_tool_result(server.requests[1])
     assert "needle" in last_tool_result(server.requests[2])

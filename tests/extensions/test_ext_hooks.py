@@ -30,7 +30,7 @@ def configure(home: Path, event: str, *entries: tuple[str, str, dict[str, Any]])
     for matcher, command, extra in entries:
         lines.append(f"[[hooks.{event}]]\nmatcher = {json.dumps(matcher)}")
         keys = "".join(f", {k} = {json.dumps(v)}" for k, v in extra.items())
-        lines.append(f"hooks = [{{ type = \"command\", command = {json.dumps(command)}{keys} }}]")
+        lines.append(f'hooks = [{{ type = "command", command = {json.dumps(command)}{keys} }}]')
     with (home / "config.toml").open("a", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
 
@@ -86,8 +86,14 @@ def test_pre_tool_use_gets_claude_codes_payload_and_exit_2_blocks_with_stderr_to
     ],
 )
 def test_permission_decisions_in_json(
-    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path,
-    answer: dict[str, Any], mode: str, rules: dict[str, list[str]], runs_it: bool,
+    make_agent: Callable[..., Any],
+    server: FakeServer,
+    workspace: Path,
+    home: Path,
+    answer: dict[str, Any],
+    mode: str,
+    rules: dict[str, list[str]],
+    runs_it: bool,
 ) -> None:
     out = json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", **answer}})
     configure(home, "PreToolUse", ("", hook_cmd(f"json:{out}"), {}))
@@ -140,11 +146,21 @@ def test_edit_tools_get_claude_names_and_file_path(
 
 @pytest.mark.parametrize(
     ("matcher", "matches"),
-    [("Bash", True), ("bash", True), ("Read|Bash", True), ("Ba.*", True), ("*", True), ("", True),
-     ("Write", False), ("Bas", False), ("mcp__.*", False)],
+    [
+        ("Bash", True),
+        ("bash", True),
+        ("Read|Bash", True),
+        ("Ba.*", True),
+        ("*", True),
+        ("", True),
+        ("Write", False),
+        ("Bas", False),
+        ("mcp__.*", False),
+    ],
 )
-def test_matchers(make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path,
-                  matcher: str, matches: bool) -> None:
+def test_matchers(
+    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path, matcher: str, matches: bool
+) -> None:
     configure(home, "PreToolUse", (matcher, hook_cmd(), {}))
     server.add(*bash_then_done("true"))
     make_agent(permission_mode="yolo").run_sync("go")
@@ -214,8 +230,13 @@ def test_on_error_continue_lets_a_guard_fail_open(
 def test_post_tool_use_context_and_block_reason_reach_the_model(
     make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path
 ) -> None:
-    out = json.dumps({"decision": "block", "reason": "lint failed: fix it",
-                      "hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "ran in CI mode"}})
+    out = json.dumps(
+        {
+            "decision": "block",
+            "reason": "lint failed: fix it",
+            "hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "ran in CI mode"},
+        }
+    )
     configure(home, "PostToolUse", ("Bash", hook_cmd(f"json:{out}"), {}))
     server.add(*bash_then_done("echo hi"))
     make_agent(permission_mode="yolo").run_sync("go")
@@ -302,8 +323,9 @@ def test_continue_false_ends_the_turn(
 def test_permission_request_hooks_answer_the_question_and_notification_hooks_hear_of_it(
     make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path
 ) -> None:
-    allow = json.dumps({"hookSpecificOutput": {"hookEventName": "PermissionRequest",
-                                               "decision": {"behavior": "allow"}}})
+    allow = json.dumps(
+        {"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}}
+    )
     configure(home, "PermissionRequest", ("Bash", hook_cmd(f"json:{allow}"), {}))
     server.add(*bash_then_done("touch made"))
     make_agent(headless=True).run_sync("go")  # default mode asks; the hook answers for the user
@@ -325,8 +347,10 @@ def test_permission_request_hooks_answer_the_question_and_notification_hooks_hea
 def long_history(pairs: int = 30) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i in range(pairs):
-        out += [{"role": "user", "content": f"question {i}: " + "word " * 300},
-                {"role": "assistant", "content": f"answer {i}: " + "text " * 300}]
+        out += [
+            {"role": "user", "content": f"question {i}: " + "word " * 300},
+            {"role": "assistant", "content": f"answer {i}: " + "text " * 300},
+        ]
     return out
 
 
@@ -400,7 +424,8 @@ def test_claude_code_settings_files_and_project_trust(
     (workspace / ".claude" / "settings.local.json").write_text(json.dumps(project))
     (workspace / ".kimicode").mkdir()
     (workspace / ".kimicode" / "config.toml").write_text(
-        f'[[hooks.PreToolUse]]\nhooks = [{{ type = "command", command = {json.dumps(hook_cmd("projtoml"))} }}]\n')
+        f'[[hooks.PreToolUse]]\nhooks = [{{ type = "command", command = {json.dumps(hook_cmd("projtoml"))} }}]\n'
+    )
     server.add(*bash_then_done("true"), *bash_then_done("true"))
     events: list[Event] = []
     make_agent(permission_mode="yolo", on_event=events.append).run_sync("go")
@@ -420,8 +445,12 @@ def test_unknown_events_and_prompt_hooks_are_reported_not_run(
 ) -> None:
     claude = tmp_path / "claude-home"
     claude.mkdir()
-    data = {"hooks": {"Setup": [{"hooks": [{"type": "command", "command": "true"}]}],
-                      "Stop": [{"hooks": [{"type": "prompt", "prompt": "are we done?"}]}]}}
+    data = {
+        "hooks": {
+            "Setup": [{"hooks": [{"type": "command", "command": "true"}]}],
+            "Stop": [{"hooks": [{"type": "prompt", "prompt": "are we done?"}]}],
+        }
+    }
     (claude / "settings.json").write_text(json.dumps(data))
     server.add(Reply(content="ok"))
     events: list[Event] = []
@@ -431,7 +460,10 @@ def test_unknown_events_and_prompt_hooks_are_reported_not_run(
 
 
 def test_headless_stream_json_shows_every_hook_run(
-    server: FakeServer, workspace: Path, home: Path, monkeypatch: pytest.MonkeyPatch,
+    server: FakeServer,
+    workspace: Path,
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from kimicode.cli.app import app
@@ -450,7 +482,9 @@ def test_headless_stream_json_shows_every_hook_run(
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     hooks = [x for x in lines if x["type"] == "hook"]
     assert [(h["event"], h["outcome"], h["tool_use_id"]) for h in hooks] == [
-        ("PreToolUse", "ok", "call_1"), ("PostToolUse", "ok", "call_1")]
+        ("PreToolUse", "ok", "call_1"),
+        ("PostToolUse", "ok", "call_1"),
+    ]
 
 
 def test_kimi_codes_flat_hooks_and_tool_names(
@@ -459,7 +493,8 @@ def test_kimi_codes_flat_hooks_and_tool_names(
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(
         f'[[hooks]]\nevent = "PreToolUse"\nmatcher = "Shell"\ncommand = {json.dumps(hook_cmd("exit2"))}\n'
-        f'timeout = 5\n[[hooks]]\nevent = "Stop"\ncommand = {json.dumps(hook_cmd())}\n')
+        f'timeout = 5\n[[hooks]]\nevent = "Stop"\ncommand = {json.dumps(hook_cmd())}\n'
+    )
     server.add(*bash_then_done("touch made"))
     make_agent(permission_mode="yolo").run_sync("go")
     assert not (workspace / "made").exists()
@@ -479,7 +514,10 @@ def test_a_hooks_value_of_the_wrong_shape_names_the_file(make_agent: Callable[..
 
 
 def test_hooks_get_the_users_environment_but_not_kimicodes_key(
-    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, home: Path,
+    make_agent: Callable[..., Any],
+    server: FakeServer,
+    workspace: Path,
+    home: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SLACK_TOKEN", "xoxb-for-the-notifier")

@@ -24,8 +24,9 @@ def make_plugin(root: Path, name: str = "guard") -> Path:
     """A plugin with a command, a skill, an agent, a PreToolUse hook and an MCP server."""
     plugin = root / name
     (plugin / ".claude-plugin").mkdir(parents=True)
-    (plugin / ".claude-plugin" / "plugin.json").write_text(json.dumps(
-        {"name": name, "version": "1.2.0", "description": "Guards the shell."}))
+    (plugin / ".claude-plugin" / "plugin.json").write_text(
+        json.dumps({"name": name, "version": "1.2.0", "description": "Guards the shell."})
+    )
     files = {
         "commands/check.md": "---\ndescription: Run the checks\n---\nRun the checks on $ARGUMENTS.\n",
         "skills/triage/SKILL.md": "---\nname: triage\ndescription: Triage a bug.\n---\nSteps.\n",
@@ -36,16 +37,21 @@ def make_plugin(root: Path, name: str = "guard") -> Path:
         (plugin / rel).write_text(text)
     (plugin / "hooks").mkdir()
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(HOOK))} ok"
-    (plugin / "hooks" / "hooks.json").write_text(json.dumps(
-        {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": command}]}]}}))
-    (plugin / ".mcp.json").write_text(json.dumps(
-        {"mcpServers": {"tracker": {"command": "${CLAUDE_PLUGIN_ROOT}/bin/tracker", "args": ["--stdio"]}}}))
+    (plugin / "hooks" / "hooks.json").write_text(
+        json.dumps({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": command}]}]}})
+    )
+    (plugin / ".mcp.json").write_text(
+        json.dumps({"mcpServers": {"tracker": {"command": "${CLAUDE_PLUGIN_ROOT}/bin/tracker", "args": ["--stdio"]}}})
+    )
     return plugin
 
 
 @pytest.mark.prepush
 def test_add_shows_what_it_runs_then_installs_and_everything_it_brings_works(
-    make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path,
+    make_agent: Callable[..., Any],
+    server: FakeServer,
+    workspace: Path,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     source = make_plugin(tmp_path / "src")
@@ -122,9 +128,7 @@ def test_not_a_folder_nor_a_url(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 @pytest.mark.parametrize(("answer", "installed"), [("n\n", False), ("\n", False), ("y\n", True)])
-def test_add_asks_in_a_terminal(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str, installed: bool
-) -> None:
+def test_add_asks_in_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str, installed: bool) -> None:
     from typer.testing import CliRunner
 
     from kimicode.cli import plugin_cmd
@@ -147,8 +151,9 @@ def test_a_plugins_mcp_server_starts_and_its_tools_reach_the_model(
     (plugin / ".claude-plugin").mkdir(parents=True)
     (plugin / ".claude-plugin" / "plugin.json").write_text('{"name": "demo"}')
     shutil.copy(demo, plugin / "server.py")
-    (plugin / ".mcp.json").write_text(json.dumps(
-        {"mcpServers": {"demo": {"command": sys.executable, "args": ["${CLAUDE_PLUGIN_ROOT}/server.py"]}}}))
+    (plugin / ".mcp.json").write_text(
+        json.dumps({"mcpServers": {"demo": {"command": sys.executable, "args": ["${CLAUDE_PLUGIN_ROOT}/server.py"]}}})
+    )
     assert run_app(["plugin", "add", str(plugin), "--yes"], capsys)[0] == 0
     code, out, _ = run_app(["mcp", "list", "--json"], capsys)
     [row] = json.loads(out)["servers"]

@@ -40,8 +40,12 @@ def test_only_names_and_descriptions_go_out_until_the_model_activates_a_skill(
     make_agent: Callable[..., Any], server: FakeServer, workspace: Path, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    folder = make_skill(home / "skills", "release", "Cut a release of this project.",
-                        extra={"checklist.md": "1. bump version", "scripts/tag.sh": "git tag"})
+    folder = make_skill(
+        home / "skills",
+        "release",
+        "Cut a release of this project.",
+        extra={"checklist.md": "1. bump version", "scripts/tag.sh": "git tag"},
+    )
     server.add(Reply(tool_calls=[ToolCall("skill", {"name": "release"})]), Reply(content="done"))
     make_agent().run_sync("ship it")
     first = json.dumps(server.requests[0].body)
@@ -108,7 +112,8 @@ def test_skills_and_claude_commands_become_slash_commands(workspace: Path, tmp_p
     (claude / "commands").mkdir(parents=True)
     (claude / "commands" / "review.md").write_text(
         "---\ndescription: Review a PR\nargument-hint: [pr]\nallowed-tools: Bash(gh pr view:*), Read\n"
-        "model: sonnet\n---\nReview PR $1 with focus on $ARGUMENTS.\n")
+        "model: sonnet\n---\nReview PR $1 with focus on $ARGUMENTS.\n"
+    )
     (workspace / ".claude" / "commands").mkdir(parents=True)
     (workspace / ".claude" / "commands" / "deploy.md").write_text("Deploy $ARGUMENTS now.\n")
     found = load_commands(workspace, home, trusted=False)
@@ -148,8 +153,9 @@ def test_a_custom_subagent_gets_its_prompt_and_only_its_tools_within_the_parents
                 return Reply(tool_calls=[ToolCall("bash", {"command": "touch pwned"})])
             return Reply(content="no bugs")
         if msgs[-1]["role"] == "user":
-            return Reply(tool_calls=[ToolCall("task", {"description": "review", "prompt": "review a.py",
-                                                       "agent": "reviewer"})])
+            return Reply(
+                tool_calls=[ToolCall("task", {"description": "review", "prompt": "review a.py", "agent": "reviewer"})]
+            )
         return Reply(content="parent done")
 
     server.add(*[answer] * 4)
@@ -171,8 +177,9 @@ def test_an_unknown_subagent_is_an_error_for_the_model(
     agents = tmp_path / "home" / "agents"
     agents.mkdir(parents=True)
     (agents / "reviewer.md").write_text(AGENT)
-    server.add(Reply(tool_calls=[ToolCall("task", {"description": "d", "prompt": "p", "agent": "ghost"})]),
-               Reply(content="ok"))
+    server.add(
+        Reply(tool_calls=[ToolCall("task", {"description": "d", "prompt": "p", "agent": "ghost"})]), Reply(content="ok")
+    )
     make_agent().run_sync("x")
     result = server.requests[1].body["messages"][-1]["content"]
     assert "ghost" in result and ("reviewer" in result or "enum" in result or "one of" in result)
@@ -180,8 +187,12 @@ def test_an_unknown_subagent_is_an_error_for_the_model(
 
 @pytest.mark.parametrize(
     ("tools", "expected"),
-    [("Read, Grep", ["grep", "read_file"]), ("[Write, Edit]", ["edit_file", "write_file"]),
-     ("Bash(git diff:*)", ["bash"]), ("NotebookRead, Read", ["read_file"])],
+    [
+        ("Read, Grep", ["grep", "read_file"]),
+        ("[Write, Edit]", ["edit_file", "write_file"]),
+        ("Bash(git diff:*)", ["bash"]),
+        ("NotebookRead, Read", ["read_file"]),
+    ],
 )
 def test_claude_tool_names_in_agent_files(tools: str, expected: list[str], tmp_path: Path) -> None:
     from kimicode.extensions.agents import read_agent
@@ -201,8 +212,11 @@ def test_a_skill_file_outside_its_folder_or_not_text_is_refused(
     (home / "config.toml").write_text("# secret-ish\n")
     (folder / "link.md").symlink_to(home / "config.toml")
     (folder / "bin.dat").write_bytes(b"\x00\x01")
-    server.add(Reply(tool_calls=[ToolCall("skill", {"name": "s", "file": rel})]),
-               Reply(tool_calls=[ToolCall("skill", {"name": "s", "file": "ok.md"})]), Reply(content="done"))
+    server.add(
+        Reply(tool_calls=[ToolCall("skill", {"name": "s", "file": rel})]),
+        Reply(tool_calls=[ToolCall("skill", {"name": "s", "file": "ok.md"})]),
+        Reply(content="done"),
+    )
     make_agent(headless=True).run_sync("x")
     refused = server.requests[1].body["messages"][-1]["content"]
     assert refused.startswith("Error:") and "secret-ish" not in refused

@@ -23,7 +23,8 @@ def bring_everything(ws: Path) -> None:
     (ws / ".kimicode").mkdir()
     (ws / ".kimicode" / "config.toml").write_text(
         '[[hooks.PreToolUse]]\nhooks = [{ type = "command", command = "guard.sh" }]\n'
-        '[mcp_servers.db]\ncommand = "db-mcp"\nargs = ["--rw"]\n')
+        '[mcp_servers.db]\ncommand = "db-mcp"\nargs = ["--rw"]\n'
+    )
     (ws / ".mcp.json").write_text(json.dumps({"mcpServers": {"gh": {"command": "npx", "args": ["gh-mcp"]}}}))
     (ws / ".claude" / "skills" / "lint").mkdir(parents=True)
     (ws / ".claude" / "skills" / "lint" / "SKILL.md").write_text("---\nname: lint\ndescription: d\n---\nx\n")
@@ -31,25 +32,37 @@ def bring_everything(ws: Path) -> None:
     (ws / ".claude" / "agents" / "rev.md").write_text("---\nname: rev\ndescription: d\n---\nx\n")
     (ws / ".claude" / "commands").mkdir()
     (ws / ".claude" / "commands" / "ship.md").write_text("Ship it.\n")
-    (ws / ".claude" / "settings.json").write_text(json.dumps(
-        {"permissions": {"allow": ["Bash(npm:*)"]},
-         "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "say done"}]}]}}))
+    (ws / ".claude" / "settings.json").write_text(
+        json.dumps(
+            {
+                "permissions": {"allow": ["Bash(npm:*)"]},
+                "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "say done"}]}]},
+            }
+        )
+    )
 
 
 def test_project_brings_lists_everything_that_would_run_or_be_added(workspace: Path) -> None:
     assert project_brings(workspace) == []
     bring_everything(workspace)
     text = "\n".join(project_brings(workspace))
-    for expected in ("hook PreToolUse: guard.sh", "MCP server db: db-mcp --rw", "MCP server gh: npx gh-mcp",
-                     "skill .claude/skills/lint/SKILL.md", "agent .claude/agents/rev.md",
-                     "command .claude/commands/ship.md", "hook Stop: say done", "allows without asking: Bash(npm:*)"):
+    for expected in (
+        "hook PreToolUse: guard.sh",
+        "MCP server db: db-mcp --rw",
+        "MCP server gh: npx gh-mcp",
+        "skill .claude/skills/lint/SKILL.md",
+        "agent .claude/agents/rev.md",
+        "command .claude/commands/ship.md",
+        "hook Stop: say done",
+        "allows without asking: Bash(npm:*)",
+    ):
         assert expected in text
 
 
 def test_asked_once_yes_is_stored_in_trust_workspaces(workspace: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    (home / "config.toml").write_text("# my settings\n[defaults]\nmodel = \"k3\"  # keep this comment\n")
+    (home / "config.toml").write_text('# my settings\n[defaults]\nmodel = "k3"  # keep this comment\n')
     bring_everything(workspace)
     shown: list[str] = []
     asked: list[str] = []
@@ -57,7 +70,7 @@ def test_asked_once_yes_is_stored_in_trust_workspaces(workspace: Path, tmp_path:
     assert answer is True and asked == ["Trust this folder? [y/N] "]
     assert "guard.sh" in shown[0] and "db-mcp --rw" in shown[0]
     text = (home / "config.toml").read_text()
-    assert text.startswith("# my settings\n[defaults]\nmodel = \"k3\"  # keep this comment\n")
+    assert text.startswith('# my settings\n[defaults]\nmodel = "k3"  # keep this comment\n')
     assert is_trusted(workspace, tomllib.loads(text)) and load_settings(workspace, home).trusted
     assert (home / "config.toml").stat().st_mode & 0o777 == 0o600
     assert ask_trust(workspace, home, ask=lambda q: pytest.fail("asked twice"), interactive=True) is None
@@ -85,7 +98,8 @@ def test_an_existing_trust_table_is_extended_in_place(workspace: Path, tmp_path:
     home.mkdir()
     (home / "config.toml").write_text(
         '[trust]\n# mine\nworkspaces = [\n  "/srv/a", # a comment with ] in it\n  "/srv/b]",\n]\n\n'
-        '[ui]\nreasoning = "hide"\n')
+        '[ui]\nreasoning = "hide"\n'
+    )
     set_trusted(home, workspace, True)
     data = tomllib.loads((home / "config.toml").read_text())
     assert data["trust"]["workspaces"] == ["/srv/a", "/srv/b]", str(workspace.resolve())]
@@ -122,6 +136,6 @@ def test_rewriting_the_trust_list_keeps_every_other_setting(
     (home / "config.toml").write_text(text)
     set_trusted(home, ws, True)
     data = tomllib.loads((home / "config.toml").read_text())
-    assert data["trust"]["workspaces"][:len(existing)] == existing
+    assert data["trust"]["workspaces"][: len(existing)] == existing
     assert data["defaults"] == {"model": "m"} and data["ui"] == {"reasoning": "show"}
     assert is_trusted(ws, data)

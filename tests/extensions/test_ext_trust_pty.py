@@ -24,14 +24,14 @@ def project(ws: Path) -> None:
     (ws / ".kimicode").mkdir()
     command = json.dumps(f"{sys.executable} {script}")
     (ws / ".kimicode" / "config.toml").write_text(
-        f'[[hooks.UserPromptSubmit]]\nhooks = [{{ type = "command", command = {command} }}]\n')
+        f'[[hooks.UserPromptSubmit]]\nhooks = [{{ type = "command", command = {command} }}]\n'
+    )
 
 
 def spawn(ws: Path, home: Path, server: FakeServer) -> pexpect.spawn:
     env = command_env(home, server, TERM="dumb", CLAUDE_CONFIG_DIR=str(home.parent / "claude-home"))
     cmd = kimicode_command()
-    return pexpect.spawn(cmd[0], cmd[1:], env=env, cwd=str(ws), dimensions=(30, 110), encoding="utf-8",
-                         timeout=20)
+    return pexpect.spawn(cmd[0], cmd[1:], env=env, cwd=str(ws), dimensions=(30, 110), encoding="utf-8", timeout=20)
 
 
 def chat(child: pexpect.spawn, reply: str) -> None:

@@ -25,13 +25,19 @@ def test_a_lone_surrogate_reaching_a_hook_is_escaped_not_a_crash(
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(HOOK))} ok"
     (home / "config.toml").write_text(
         '[[hooks.PreToolUse]]\nmatcher = "*"\n'
-        f"hooks = [{{ type = \"command\", command = {json.dumps(command)} }}]\n"
-        '[[hooks.UserPromptSubmit]]\n'
-        f"hooks = [{{ type = \"command\", command = {json.dumps(command)} }}]\n"
+        f'hooks = [{{ type = "command", command = {json.dumps(command)} }}]\n'
+        "[[hooks.UserPromptSubmit]]\n"
+        f'hooks = [{{ type = "command", command = {json.dumps(command)} }}]\n'
     )
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo \ud800"}),
-                                 ToolCall("write_file", {"path": "n\udcff.txt", "content": "x\ud83d"})]),
-               Reply(content="done"))
+    server.add(
+        Reply(
+            tool_calls=[
+                ToolCall("bash", {"command": "echo \ud800"}),
+                ToolCall("write_file", {"path": "n\udcff.txt", "content": "x\ud83d"}),
+            ]
+        ),
+        Reply(content="done"),
+    )
     result = make_agent(permission_mode="yolo").run_sync("look at \udc80 this")
     assert result.ok, result
     logged = [json.loads(line) for line in (workspace / "hooks.jsonl").read_text().splitlines()]

@@ -32,16 +32,34 @@ LLAMACPP_MODELS = FIXTURES / "streams" / "llamacpp" / "models.json"
 LLAMACPP_BODY: dict[str, Any] = {
     "models": [{"name": "smollm2-135m", "model": "smollm2-135m"}],
     "object": "list",
-    "data": [{"id": "smollm2-135m", "object": "model", "owned_by": "llamacpp",
-              "meta": {"vocab_type": 2, "n_vocab": 49152, "n_ctx_train": 8192, "n_embd": 576}}],
+    "data": [
+        {
+            "id": "smollm2-135m",
+            "object": "model",
+            "owned_by": "llamacpp",
+            "meta": {"vocab_type": 2, "n_vocab": 49152, "n_ctx_train": 8192, "n_embd": 576},
+        }
+    ],
 }
 LLAMACPP_PROPS = {"default_generation_settings": {"n_ctx": 4096, "params": {}}, "total_slots": 1}
-VLLM_BODY = {"object": "list", "data": [{"id": "Qwen/Qwen2.5-7B-Instruct", "object": "model", "owned_by": "vllm",
-                                          "root": "Qwen/Qwen2.5-7B-Instruct", "max_model_len": 16384}]}
-OPENROUTER_BODY = {"data": [
-    {"id": "moonshotai/kimi-k2", "context_length": 131072, "top_provider": {"context_length": 131072}},
-    {"id": "meta-llama/llama-3-8b", "context_length": 8192},
-]}
+VLLM_BODY = {
+    "object": "list",
+    "data": [
+        {
+            "id": "Qwen/Qwen2.5-7B-Instruct",
+            "object": "model",
+            "owned_by": "vllm",
+            "root": "Qwen/Qwen2.5-7B-Instruct",
+            "max_model_len": 16384,
+        }
+    ],
+}
+OPENROUTER_BODY = {
+    "data": [
+        {"id": "moonshotai/kimi-k2", "context_length": 131072, "top_provider": {"context_length": 131072}},
+        {"id": "meta-llama/llama-3-8b", "context_length": 8192},
+    ]
+}
 
 
 def test_what_each_server_says_is_read() -> None:
@@ -58,9 +76,18 @@ def test_the_recorded_llamacpp_models_body_is_read_as_llamacpp() -> None:
     assert llamacpp and window == 8192  # its meta.n_ctx (the serving size), /props is asked too
 
 
-@pytest.mark.parametrize("body", [None, [], {"data": None}, {"data": [1, "x"]}, {"data": [{"id": "m", "max_model_len":
-                                  "big"}]}, {"data": [{"id": "m", "max_model_len": -5}]},
-                                  {"data": [{"id": "m", "context_length": True}]}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        None,
+        [],
+        {"data": None},
+        {"data": [1, "x"]},
+        {"data": [{"id": "m", "max_model_len": "big"}]},
+        {"data": [{"id": "m", "max_model_len": -5}]},
+        {"data": [{"id": "m", "context_length": True}]},
+    ],
+)
 def test_odd_bodies_say_nothing(body: Any) -> None:
     assert window_from_models(body, "m")[0] is None
     assert window_from_props(body) is None
@@ -80,8 +107,10 @@ def test_discovery_asks_props_for_llamacpp_revalidates_and_caches_only_answers(t
         assert asyncio.run(discover_window(server.base_url, "sk-secret-key", "smollm2-135m", tmp_path)) == 4096
         server.other_requests.clear()
         # restarted with a smaller -c: the next session start sees it, with one GET of /props
-        server.get_routes = {"/v1/models": LLAMACPP_BODY,
-                             "/props": {**LLAMACPP_PROPS, "default_generation_settings": {"n_ctx": 2048}}}
+        server.get_routes = {
+            "/v1/models": LLAMACPP_BODY,
+            "/props": {**LLAMACPP_PROPS, "default_generation_settings": {"n_ctx": 2048}},
+        }
         assert asyncio.run(discover_window(server.base_url, "sk-secret-key", "smollm2-135m", tmp_path)) == 2048
         assert server.other_requests == ["GET /props"]
         url = server.base_url
@@ -131,9 +160,16 @@ def test_an_unreachable_endpoint_is_not_an_error(tmp_path: Path) -> None:
 def _agent(server: FakeServer, tmp_path: Path, **kwargs: Any) -> Agent:
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
-    opts: dict[str, Any] = {"base_url": server.base_url, "api_key": "k", "model": "Qwen/Qwen2.5-7B-Instruct",
-                            "workspace": ws, "home": tmp_path / "home", "tools": [], "system_prompt": "test",
-                            "project_instructions": False}
+    opts: dict[str, Any] = {
+        "base_url": server.base_url,
+        "api_key": "k",
+        "model": "Qwen/Qwen2.5-7B-Instruct",
+        "workspace": ws,
+        "home": tmp_path / "home",
+        "tools": [],
+        "system_prompt": "test",
+        "project_instructions": False,
+    }
     opts.update(kwargs)
     return Agent(**opts)
 
@@ -158,17 +194,46 @@ def test_cli_max_tokens_and_window_source_in_the_json_result(tmp_path: Path) -> 
         env = command_env(tmp_path / "home", server)
         server.add(Reply(content="done"))
         run = subprocess.run(
-            [*kimicode_command(), "-p", "hi", "--model", "local-gguf", "--context-window", "16384",
-             "--max-tokens", "300", "--output-format", "json"],
-            env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+            [
+                *kimicode_command(),
+                "-p",
+                "hi",
+                "--model",
+                "local-gguf",
+                "--context-window",
+                "16384",
+                "--max-tokens",
+                "300",
+                "--output-format",
+                "json",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
         )
         assert run.returncode == 0, run.stderr
         result = json.loads(run.stdout)
         assert result["context"]["window"] == 16384 and result["context"]["window_source"] == "flag"
         assert server.requests[-1].body["max_completion_tokens"] == 300
         bad = subprocess.run(
-            [*kimicode_command(), "-p", "hi", "--model", "local-gguf", "--context-window", "16384",
-             "--max-tokens", "16000"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+            [
+                *kimicode_command(),
+                "-p",
+                "hi",
+                "--model",
+                "local-gguf",
+                "--context-window",
+                "16384",
+                "--max-tokens",
+                "16000",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
         )
         assert bad.returncode == 2 and "--max-tokens" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -184,8 +249,15 @@ def test_a_silent_or_refusing_server_is_not_cached(tmp_path: Path) -> None:
 
 
 def test_litellm_window_comes_from_model_info(tmp_path: Path) -> None:
-    info = {"data": [{"model_name": "smollm2-135m", "litellm_params": {"model": "openai/smollm2-135m"},
-                      "model_info": {"max_input_tokens": 4096, "max_tokens": 4096}}]}
+    info = {
+        "data": [
+            {
+                "model_name": "smollm2-135m",
+                "litellm_params": {"model": "openai/smollm2-135m"},
+                "model_info": {"max_input_tokens": 4096, "max_tokens": 4096},
+            }
+        ]
+    }
     with FakeServer(dialect="litellm") as server:  # its /v1/models lists the model without a window
         server.get_routes = {"/v1/model/info": info}
         found = asyncio.run(discover_server(server.base_url, "k", "smollm2-135m", tmp_path))
@@ -216,8 +288,9 @@ def test_slash_context_says_where_the_window_came_from(
     ws = tmp_path / "ws"
     ws.mkdir()
     console = Console(file=io.StringIO(), width=160, color_system=None, force_terminal=False)
-    session = Session(SessionOptions(workspace=ws, context_window=50_000, max_completion_tokens=3000), console,
-                      plain=True)
+    session = Session(
+        SessionOptions(workspace=ws, context_window=50_000, max_completion_tokens=3000), console, plain=True
+    )
     asyncio.run(commands.dispatch(session, "/context"))
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert "Window: 50.0k tokens" in text and "from --context-window" in text and "3.0k kept for the answer" in text

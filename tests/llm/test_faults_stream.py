@@ -49,8 +49,9 @@ def test_interleaved_tool_calls_and_usage_anywhere_give_the_same_message(
     # each call: a first fragment with id and name, then its argument pieces; calls interleave freely
     streams: list[list[dict[str, Any]]] = []
     for i, (name, args) in enumerate(calls):
-        frags = [{"index": i, "id": f"functions.{name}:{i}", "type": "function",
-                  "function": {"name": name, "arguments": ""}}]
+        frags = [
+            {"index": i, "id": f"functions.{name}:{i}", "type": "function", "function": {"name": name, "arguments": ""}}
+        ]
         frags += [{"index": i, "function": {"arguments": p}} for p in split_at(args, cuts)]
         streams.append(frags)
     merged: list[dict[str, Any]] = []

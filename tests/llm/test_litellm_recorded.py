@@ -74,8 +74,15 @@ def test_the_window_is_learnt_from_the_proxys_error(tmp_path: Path) -> None:
     ws.mkdir()
     with FakeServer(dialect="litellm") as fake:
         fake.add(RawReply.from_recording(HERE / "upstream-context-error.response.txt"), Reply(content="ok"))
-        agent = Agent(AgentOptions.from_workspace(ws, home=tmp_path / "home"), base_url=fake.base_url,
-                      api_key="k", model="smollm2-135m", retry_base_delay=0.01, tools=[], system_prompt="s")
+        agent = Agent(
+            AgentOptions.from_workspace(ws, home=tmp_path / "home"),
+            base_url=fake.base_url,
+            api_key="k",
+            model="smollm2-135m",
+            retry_base_delay=0.01,
+            tools=[],
+            system_prompt="s",
+        )
         result = agent.run_sync("hi")
     assert agent.effective_window == 2048 and agent.window_source == "learnt"
     assert result.status == "error" and result.error is not None and result.error.kind == "context_length"

@@ -51,13 +51,40 @@ def test_accumulator_assembles_tool_calls_by_index_and_keeps_ids() -> None:
         {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
         {"choices": [{"index": 0, "delta": {"reasoning_content": "think "}}]},
         {"choices": [{"index": 0, "delta": {"reasoning_content": "more"}}]},
-        {"choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": 0, "id": "functions.bash:3", "type": "function", "function": {"name": "bash", "arguments": ""}}
-        ]}}]},
-        {"choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": 1, "id": "functions.read_file:4", "type": "function",
-             "function": {"name": "read_file", "arguments": ""}}
-        ]}}]},
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "functions.bash:3",
+                                "type": "function",
+                                "function": {"name": "bash", "arguments": ""},
+                            }
+                        ]
+                    },
+                }
+            ]
+        },
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 1,
+                                "id": "functions.read_file:4",
+                                "type": "function",
+                                "function": {"name": "read_file", "arguments": ""},
+                            }
+                        ]
+                    },
+                }
+            ]
+        },
         {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"comm'}}]}}]},
         {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'and":"ls"}'}}]}}]},
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
@@ -71,8 +98,11 @@ def test_accumulator_assembles_tool_calls_by_index_and_keeps_ids() -> None:
         "reasoning_content": "think more",
         "content": "",
         "tool_calls": [
-            {"id": "functions.bash:3", "type": "function",
-             "function": {"name": "bash", "arguments": '{"command":"ls"}'}},
+            {
+                "id": "functions.bash:3",
+                "type": "function",
+                "function": {"name": "bash", "arguments": '{"command":"ls"}'},
+            },
             {"id": "functions.read_file:4", "type": "function", "function": {"name": "read_file", "arguments": ""}},
         ],
     }
@@ -85,9 +115,22 @@ def test_accumulator_tolerates_usage_chunks_without_choices_and_legacy_usage() -
     acc.add({"choices": None, "usage": None})
     acc.add({"usage": {"prompt_tokens": 1}})
     acc.add({"choices": [{"index": 0, "delta": {"reasoning": "r"}}]})
-    acc.add({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop",
-                          "usage": {"prompt_tokens": 7, "completion_tokens": 2,
-                                    "prompt_tokens_details": {"cached_tokens": 5}}}]})
+    acc.add(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {},
+                    "finish_reason": "stop",
+                    "usage": {
+                        "prompt_tokens": 7,
+                        "completion_tokens": 2,
+                        "prompt_tokens_details": {"cached_tokens": 5},
+                    },
+                }
+            ]
+        }
+    )
     assert acc.reasoning_field == "reasoning"
     assert acc.message() == {"role": "assistant", "reasoning": "r", "content": ""}
     assert usage_numbers(acc.usage) == (7, 2, 5)
@@ -112,11 +155,29 @@ def test_any_split_of_a_stream_gives_the_same_message(
     for piece in split_at(content, cuts):
         chunks.append({"choices": [{"index": 0, "delta": {"content": piece}}]})
     for i, arg in enumerate(args):
-        chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": i, "id": f"functions.t:{i}", "type": "function", "function": {"name": "t", "arguments": ""}}]}}]})
+        chunks.append(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "index": i,
+                                    "id": f"functions.t:{i}",
+                                    "type": "function",
+                                    "function": {"name": "t", "arguments": ""},
+                                }
+                            ]
+                        },
+                    }
+                ]
+            }
+        )
         for piece in split_at(arg, cuts):
-            chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
-                {"index": i, "function": {"arguments": piece}}]}}]})
+            chunks.append(
+                {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "function": {"arguments": piece}}]}}]}
+            )
     acc = StreamAccumulator()
     for c in chunks:
         acc.add(c)
@@ -132,11 +193,17 @@ def test_any_split_of_a_stream_gives_the_same_message(
 
 @pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
 def test_reasoning_and_tool_calls_round_trip_byte_for_byte(field: str) -> None:
-    with FakeServer([
-        Reply(reasoning="I should list files.", reasoning_field=field,
-              tool_calls=[ToolCall("bash", {"command": "ls -la"})], chunk_size=3),
-        Reply(reasoning="", reasoning_field=field, content="done"),
-    ]) as server:
+    with FakeServer(
+        [
+            Reply(
+                reasoning="I should list files.",
+                reasoning_field=field,
+                tool_calls=[ToolCall("bash", {"command": "ls -la"})],
+                chunk_size=3,
+            ),
+            Reply(reasoning="", reasoning_field=field, content="done"),
+        ]
+    ) as server:
         client = make_client(server)
 
         async def go() -> None:
@@ -158,8 +225,13 @@ def test_reasoning_and_tool_calls_round_trip_byte_for_byte(field: str) -> None:
             "role": "assistant",
             field: "I should list files.",
             "content": "",
-            "tool_calls": [{"id": "functions.bash:0", "type": "function",
-                            "function": {"name": "bash", "arguments": '{"command": "ls -la"}'}}],
+            "tool_calls": [
+                {
+                    "id": "functions.bash:0",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"command": "ls -la"}'},
+                }
+            ],
         }
         encoded = json.dumps(first_msg, ensure_ascii=False, separators=(",", ":")).encode()
         assert encoded in sent.raw
@@ -201,8 +273,13 @@ def test_deltas_stream_in_order() -> None:
     with FakeServer([Reply(reasoning="abcdef", content="xyz", chunk_size=2)]) as server:
         events, _ = run(collect(make_client(server), MESSAGES))
         deltas = [(e.kind, e.text) for e in events if isinstance(e, StreamDelta)]
-        assert deltas == [("reasoning", "ab"), ("reasoning", "cd"), ("reasoning", "ef"), ("content", "xy"),
-                          ("content", "z")]
+        assert deltas == [
+            ("reasoning", "ab"),
+            ("reasoning", "cd"),
+            ("reasoning", "ef"),
+            ("content", "xy"),
+            ("content", "z"),
+        ]
 
 
 # -- retries --------------------------------------------------------------------------------------
@@ -238,8 +315,9 @@ def test_transient_faults_are_retried_and_partial_output_is_flagged(fault: Any) 
 
 
 def test_retry_after_is_honoured() -> None:
-    with FakeServer([ErrorReply(429, "slow down", "rate_limit_reached_error", headers={"Retry-After": "0.6"}),
-                     Reply(content="ok")]) as server:
+    with FakeServer(
+        [ErrorReply(429, "slow down", "rate_limit_reached_error", headers={"Retry-After": "0.6"}), Reply(content="ok")]
+    ) as server:
         start = time.monotonic()
         events, _ = run(collect(make_client(server), MESSAGES))
         assert time.monotonic() - start >= 0.55
@@ -253,8 +331,15 @@ def test_retry_after_is_honoured() -> None:
         (ErrorReply(401, "Invalid Authentication", "invalid_authentication_error"), "auth", "KIMI_API_KEY"),
         (ErrorReply(403, "forbidden", "permission_denied_error"), "auth", "403"),
         (ErrorReply(400, "bad param", "invalid_request_error"), "bad_request", "bad param"),
-        (ErrorReply(400, "Invalid request: Your request exceeded model token limit: 262144 (requested: 269030)",
-                    "invalid_request_error"), "context_length", "token limit"),
+        (
+            ErrorReply(
+                400,
+                "Invalid request: Your request exceeded model token limit: 262144 (requested: 269030)",
+                "invalid_request_error",
+            ),
+            "context_length",
+            "token limit",
+        ),
     ],
 )
 def test_permanent_faults_are_not_retried(fault: ErrorReply, kind: str, needle: str) -> None:
@@ -279,8 +364,11 @@ def test_unreachable_endpoint_is_a_transient_error() -> None:
     server = FakeServer().start()
     port = server.port
     server.stop()
-    client = ChatClient(ClientConfig(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", model="kimi-k3",
-                                     max_retries=1, retry_base_delay=0.01))
+    client = ChatClient(
+        ClientConfig(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="k", model="kimi-k3", max_retries=1, retry_base_delay=0.01
+        )
+    )
     with pytest.raises(LLMError) as info:
         run(collect(client, MESSAGES))
     assert info.value.transient

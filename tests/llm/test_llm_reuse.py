@@ -17,8 +17,7 @@ USER = [{"role": "user", "content": "hi"}]
 
 
 def client_for(server: FakeServer) -> ChatClient:
-    return ChatClient(ClientConfig(base_url=server.base_url, api_key="sk-test", model="kimi-k3",
-                                   retry_base_delay=0.01))
+    return ChatClient(ClientConfig(base_url=server.base_url, api_key="sk-test", model="kimi-k3", retry_base_delay=0.01))
 
 
 async def one_request(client: ChatClient) -> Completion:
@@ -31,6 +30,7 @@ async def one_request(client: ChatClient) -> Completion:
 
 def test_sequential_requests_of_one_client_use_one_connection() -> None:
     with FakeServer([Reply(content=f"answer {i}") for i in range(6)]) as server:
+
         async def go() -> list[str]:
             client = client_for(server)
             try:
@@ -46,6 +46,7 @@ def test_sequential_requests_of_one_client_use_one_connection() -> None:
 
 def test_a_stream_left_early_does_not_break_the_next_request() -> None:
     with FakeServer([Reply(content="x" * 400, chunk_size=4), Reply(content="second")]) as server:
+
         async def go() -> str:
             client = client_for(server)
             try:
@@ -60,6 +61,7 @@ def test_a_stream_left_early_does_not_break_the_next_request() -> None:
 
 def test_clients_created_in_a_shared_context_share_one_pool_their_owner_closes() -> None:
     with FakeServer([Reply(content=f"c{i}") for i in range(4)]) as server:
+
         async def go() -> list[str]:
             http = new_http_client()
             ctx = share_connections(http)
@@ -85,6 +87,7 @@ def test_clients_created_in_a_shared_context_share_one_pool_their_owner_closes()
 def test_clients_outside_a_shared_context_share_the_loops_pool_the_last_one_closes() -> None:
     """A service's agents on one loop: one pool, warm for each client; closed when the last client closes."""
     with FakeServer([Reply(content=f"c{i}") for i in range(6)]) as server:
+
         async def go() -> list[str]:
             clients = [client_for(server) for _ in range(3)]
             out = [str((await one_request(c)).message["content"]) for c in clients]
@@ -109,9 +112,20 @@ def test_a_batch_shares_connections_and_asks_for_the_window_once(tmp_path: Path)
 
     tasks = [{"id": f"t{i}", "prompt": f"p{i}"} for i in range(8)]
     with FakeServer([script] * 16) as server:
+
         async def go() -> list[str]:
-            return [r.status async for r in run(tasks, concurrency=2, root=tmp_path / "b", base_url=server.base_url,
-                                                api_key="sk-test", model="kimi-k3", retry_base_delay=0.01)]
+            return [
+                r.status
+                async for r in run(
+                    tasks,
+                    concurrency=2,
+                    root=tmp_path / "b",
+                    base_url=server.base_url,
+                    api_key="sk-test",
+                    model="kimi-k3",
+                    retry_base_delay=0.01,
+                )
+            ]
 
         assert asyncio.run(go()) == ["success"] * 8
         assert server.other_requests.count("GET /v1/models") == 1

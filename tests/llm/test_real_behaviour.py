@@ -25,8 +25,12 @@ from kimicode.tools.registry import ToolRegistry, builtin_tools
 
 
 def agent_for(server: FakeServer, ws: Path, home: Path, **kwargs: Any) -> Agent:
-    opts: dict[str, Any] = {"base_url": server.base_url, "api_key": "sk-test", "model": "smollm2-135m",
-                            "retry_base_delay": 0.01}
+    opts: dict[str, Any] = {
+        "base_url": server.base_url,
+        "api_key": "sk-test",
+        "model": "smollm2-135m",
+        "retry_base_delay": 0.01,
+    }
     opts.update(kwargs)
     return Agent(AgentOptions.from_workspace(ws, home=home), **opts)
 
@@ -195,8 +199,13 @@ def test_calibration_is_kept_across_processes_and_dropped_when_the_server_change
         assert abs(records[0]["estimate"] - count) / count < 0.25
         # the session carries it too (resume), and a restarted server with another window drops it
         fake.restart(4096)
-        resumed = Agent.resume(second.session_id, options=AgentOptions.from_workspace(ws, home=home),
-                               base_url=fake.base_url, api_key="sk-test", model="smollm2-135m")
+        resumed = Agent.resume(
+            second.session_id,
+            options=AgentOptions.from_workspace(ws, home=home),
+            base_url=fake.base_url,
+            api_key="sk-test",
+            model="smollm2-135m",
+        )
         events: list[Event] = []
         resumed.on_event = events.append
         assert resumed.run_sync("three").status == "success"
@@ -207,16 +216,19 @@ def test_calibration_is_kept_across_processes_and_dropped_when_the_server_change
 # -- retries ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("headers", "body", "seconds"), [
-    ({"retry-after": "7"}, None, 7.0),
-    ({"Retry-After-Ms": "1500"}, None, 1.5),
-    ({"llm_provider-retry-after": "60"}, None, 60.0),
-    ({"llm_provider-retry-after-ms": "250"}, None, 0.25),
-    ({}, {"error": {"message": "slow down", "retry_after": 3}}, 3.0),
-    ({}, {"retry_after": "2.5"}, 2.5),
-    ({"retry-after": "soon"}, None, None),
-    ({"retry-after": "nan"}, None, None),
-])
+@pytest.mark.parametrize(
+    ("headers", "body", "seconds"),
+    [
+        ({"retry-after": "7"}, None, 7.0),
+        ({"Retry-After-Ms": "1500"}, None, 1.5),
+        ({"llm_provider-retry-after": "60"}, None, 60.0),
+        ({"llm_provider-retry-after-ms": "250"}, None, 0.25),
+        ({}, {"error": {"message": "slow down", "retry_after": 3}}, 3.0),
+        ({}, {"retry_after": "2.5"}, 2.5),
+        ({"retry-after": "soon"}, None, None),
+        ({"retry-after": "nan"}, None, None),
+    ],
+)
 def test_every_retry_after_form(headers: dict[str, str], body: Any, seconds: float | None) -> None:
     assert parse_retry_after(headers, body) == seconds
 
@@ -236,11 +248,14 @@ def test_litellm_retry_after_is_honoured(tmp_path: Path) -> None:
     assert events[0].delay == 1.0  # the proxy's llm_provider-retry-after, not a 10 ms backoff
 
 
-@pytest.mark.parametrize(("status", "headers", "body"), [
-    (501, {"content-type": "application/json"}, {"error": "not implemented"}),
-    (404, {"content-type": "text/html"}, "<!DOCTYPE html><html>nope</html>"),
-    (405, {}, "<html><body>Method Not Allowed</body></html>"),
-])
+@pytest.mark.parametrize(
+    ("status", "headers", "body"),
+    [
+        (501, {"content-type": "application/json"}, {"error": "not implemented"}),
+        (404, {"content-type": "text/html"}, "<!DOCTYPE html><html>nope</html>"),
+        (405, {}, "<html><body>Method Not Allowed</body></html>"),
+    ],
+)
 def test_non_api_answers_fail_fast(status: int, headers: dict[str, str], body: Any) -> None:
     err = classify_status(status, "x", None, headers, body=body)
     assert err.kind == "bad_request" and not err.transient and "base URL" in err.message
@@ -274,8 +289,9 @@ def test_an_explicit_max_retries_wins_over_fail_fast_for_a_server_not_up_yet() -
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    config = ClientConfig(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", model="m", max_retries=3,
-                          retry_base_delay=0.01)
+    config = ClientConfig(
+        base_url=f"http://127.0.0.1:{port}/v1", api_key="k", model="m", max_retries=3, retry_base_delay=0.01
+    )
 
     async def count(cfg: ClientConfig) -> int:
         client = ChatClient(cfg)
@@ -353,12 +369,16 @@ def test_a_second_cut_points_at_the_complete_output_not_a_partial_copy(tmp_path:
     assert list(spill_dir.iterdir()) == [saved]  # no 3.5 KB / 40 KB partial copies
 
 
-@pytest.mark.parametrize("entry", [
-    "not a dict", {"fingerprint": "", "at": "yesterday", "correction": 1.0, "weight": 5},
-    {"fingerprint": "", "at": 0, "correction": 1.0, "weight": 5},  # too old
-    {"fingerprint": "", "at": 4e9, "correction": 1.0, "weight": 5},  # from the future
-    {"fingerprint": "", "at": None, "correction": float("nan"), "weight": 5},
-])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "not a dict",
+        {"fingerprint": "", "at": "yesterday", "correction": 1.0, "weight": 5},
+        {"fingerprint": "", "at": 0, "correction": 1.0, "weight": 5},  # too old
+        {"fingerprint": "", "at": 4e9, "correction": 1.0, "weight": 5},  # from the future
+        {"fingerprint": "", "at": None, "correction": float("nan"), "weight": 5},
+    ],
+)
 def test_a_hostile_or_stale_calibration_file_is_ignored(entry: Any, tmp_path: Path) -> None:
     from kimicode.context import calibration
 
@@ -367,10 +387,17 @@ def test_a_hostile_or_stale_calibration_file_is_ignored(entry: Any, tmp_path: Pa
     assert calibration.load(tmp_path, "http://x/v1", "m", "") is None
 
 
-@pytest.mark.parametrize("state", [
-    {"correction": float("nan"), "weight": 5}, {"correction": 50.0, "weight": 5}, {"correction": 1.0, "weight": -1},
-    {"correction": "1.0", "weight": 5}, {"correction": True, "weight": True}, {},
-])
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"correction": float("nan"), "weight": 5},
+        {"correction": 50.0, "weight": 5},
+        {"correction": 1.0, "weight": -1},
+        {"correction": "1.0", "weight": 5},
+        {"correction": True, "weight": True},
+        {},
+    ],
+)
 def test_a_restored_state_outside_the_bounds_is_refused(state: dict[str, Any]) -> None:
     from kimicode.context.manager import ContextManager
 
@@ -395,8 +422,13 @@ def test_props_saying_the_template_renders_no_tools_wins_over_the_heuristic_in_e
         assert first.run_sync("Keep these notes:\n" + notes).status == "success"
         assert first.context.accountant.tools_in_prompt is False
         asyncio.run(first.aclose())
-        second = Agent.resume(first.session_id, options=AgentOptions.from_workspace(ws, home=home),
-                              base_url=fake.base_url, api_key="sk-test", model="smollm2-135m")
+        second = Agent.resume(
+            first.session_id,
+            options=AgentOptions.from_workspace(ws, home=home),
+            base_url=fake.base_url,
+            api_key="sk-test",
+            model="smollm2-135m",
+        )
         assert second.run_sync("What is the value of item 7?").status == "success"
         assert second.run_sync("And item 8?").status == "success"
         assert second.context.accountant.tools_in_prompt is False

@@ -189,14 +189,17 @@ def test_the_sdk_is_imported_only_when_servers_are_configured(tmp_path: Path, wo
         f"a = Agent(api_key='k', base_url='http://127.0.0.1:9/v1', workspace={str(workspace)!r}, persist=False)\n"
         "print('mcp' in sys.modules, a.extras.mcp is None)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={"KIMICODE_HOME": str(tmp_path / "h"), "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"KIMICODE_HOME": str(tmp_path / "h"), "PYTHONPATH": str(ROOT)},
+    )
     assert out.stdout.split() == ["False", "True"], out.stderr
 
 
-def test_headless_init_lists_mcp_tools(
-    server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_headless_init_lists_mcp_tools(server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_mcp_json(workspace, {"demo": demo()})
     monkeypatch.setenv("KIMI_API_KEY", "sk-x")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)

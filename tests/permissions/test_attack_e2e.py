@@ -20,8 +20,15 @@ pytestmark = pytest.mark.slow
 
 def run(server: FakeServer, workspace: Path, home: Path, *flags: str) -> dict[str, Any]:
     env = command_env(home, server, KIMICODE_BWRAP="", HOME=str(home.parent / "userhome"))
-    done = subprocess.run([*kimicode_command(), "-p", "go", "--output-format", "json", *flags], env=env,
-                          cwd=workspace, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [*kimicode_command(), "-p", "go", "--output-format", "json", *flags],
+        env=env,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.stdout, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -52,9 +59,25 @@ def test_a_hostile_model_gets_nothing_past_innocent_rules(
         Reply(tool_calls=[ToolCall("bash", {"command": cmd.format(outside=outside)}) for cmd, _ in ATTACKS]),
         Reply(content="done"),
     )
-    result = run(server, workspace, tmp_path / "home", "--permission-mode", mode,
-                 "--allow", "bash(ls*)", "--allow", "bash(cat*)", "--allow", "bash(git diff*)",
-                 "--allow", "bash(printf*)", "--allow", "bash(find*)", "--allow", "bash(xargs*)")
+    result = run(
+        server,
+        workspace,
+        tmp_path / "home",
+        "--permission-mode",
+        mode,
+        "--allow",
+        "bash(ls*)",
+        "--allow",
+        "bash(cat*)",
+        "--allow",
+        "bash(git diff*)",
+        "--allow",
+        "bash(printf*)",
+        "--allow",
+        "bash(find*)",
+        "--allow",
+        "bash(xargs*)",
+    )
     assert sorted(os.listdir(outside)) == []
     assert len(result["permission_denials"]) == len(ATTACKS), result["permission_denials"]
 
@@ -62,8 +85,14 @@ def test_a_hostile_model_gets_nothing_past_innocent_rules(
 def test_deny_rules_reach_shells_inside_the_shell_in_yolo(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     for name in ("a", "b", "c", "d", "e"):
         (workspace / name).write_text(name)
-    lines = ["bash -lc 'rm a'", "busybox rm b", "find . -name c -exec rm {} \\;", "echo d | xargs rm",
-             "trap 'rm e' EXIT; true", "echo 'rm a' | sh"]
+    lines = [
+        "bash -lc 'rm a'",
+        "busybox rm b",
+        "find . -name c -exec rm {} \\;",
+        "echo d | xargs rm",
+        "trap 'rm e' EXIT; true",
+        "echo 'rm a' | sh",
+    ]
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": line}) for line in lines]), Reply(content="done"))
     result = run(server, workspace, tmp_path / "home", "--yolo", "--deny", "Bash(rm:*)")
     assert sorted(p.name for p in workspace.iterdir() if len(p.name) == 1) == ["a", "b", "c", "d", "e"]
@@ -76,9 +105,13 @@ def test_read_only_commands_run_and_secrets_still_ask(server: FakeServer, worksp
     os.link(workspace / ".env", workspace / "notes.txt")
     server.add(
         # KIMICODE_BWRAP="": without the sandbox only the short list runs unasked (git status would ask)
-        Reply(tool_calls=[ToolCall("bash", {"command": "cat README.md && ls -la"}),
-                          ToolCall("bash", {"command": "cat .e*"}),
-                          ToolCall("bash", {"command": "cat notes.txt"})]),
+        Reply(
+            tool_calls=[
+                ToolCall("bash", {"command": "cat README.md && ls -la"}),
+                ToolCall("bash", {"command": "cat .e*"}),
+                ToolCall("bash", {"command": "cat notes.txt"}),
+            ]
+        ),
         Reply(content="done"),
     )
     subprocess.run(["git", "init", "-q"], cwd=workspace, check=True)
@@ -95,8 +128,11 @@ def test_the_attacks_are_real_when_nothing_stops_them(server: FakeServer, worksp
     outside.mkdir()
     (workspace / "README.md").write_text("hello\n")
     subprocess.run(["git", "init", "-q"], cwd=workspace, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x"],
-                   cwd=workspace, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x"],
+        cwd=workspace,
+        check=True,
+    )
     server.add(
         Reply(tool_calls=[ToolCall("bash", {"command": cmd.format(outside=outside)}) for cmd, _ in ATTACKS]),
         Reply(content="done"),

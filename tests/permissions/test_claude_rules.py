@@ -29,42 +29,74 @@ async def _noop(args: dict[str, Any], ctx: ToolContext) -> str:
 
 MCP_ISSUE = Tool("mcp__github__create_issue", "an MCP tool", {"type": "object"}, _noop, kind="execute")
 MCP_OTHER = Tool("mcp__gitlab__create_issue", "an MCP tool", {"type": "object"}, _noop, kind="execute")
-TOOLS = {"bash": BASH, "read": READ_FILE, "edit": EDIT_FILE, "write": WRITE_FILE, "grep": GREP,
-         "fetch": WEB_FETCH, "mcp": MCP_ISSUE, "mcp_other": MCP_OTHER}
+TOOLS = {
+    "bash": BASH,
+    "read": READ_FILE,
+    "edit": EDIT_FILE,
+    "write": WRITE_FILE,
+    "grep": GREP,
+    "fetch": WEB_FETCH,
+    "mcp": MCP_ISSUE,
+    "mcp_other": MCP_OTHER,
+}
 ARG = {"bash": "command", "read": "path", "edit": "path", "write": "path", "grep": "path", "fetch": "url"}
 
 # (rule, [(tool, argument) that the rule applies to], [(tool, argument) it does not apply to])
 CASES: list[tuple[str, list[tuple[str, str]], list[tuple[str, str]]]] = [
     ("Bash", [("bash", "ls"), ("bash", "curl https://x.org")], [("read", "README.md")]),
     ("Bash(*)", [("bash", "rm x")], [("edit", "x.txt")]),
-    ("Bash(npm run test)", [("bash", "npm run test"), ("bash", "npm  run test"), ("bash", "cd sub && npm run test")],
-     [("bash", "npm run test -- -x"), ("bash", "npm run testx"), ("bash", "npm run build")]),
-    ("Bash(npm run test:*)", [("bash", "npm run test"), ("bash", "npm run test -- --watch"),
-                              ("bash", "echo hi && npm run test foo")],
-     [("bash", "npm run testx"), ("bash", "npm run build"), ("bash", "npm test")]),
-    ("Bash(curl:*)", [("bash", "curl https://example.com"), ("bash", "curl"), ("bash", "ls | curl -d @- x.org"),
-                      ("bash", "sudo curl x.org")],
-     [("bash", "curlie x.org"), ("bash", "echo curl")]),
+    (
+        "Bash(npm run test)",
+        [("bash", "npm run test"), ("bash", "npm  run test"), ("bash", "cd sub && npm run test")],
+        [("bash", "npm run test -- -x"), ("bash", "npm run testx"), ("bash", "npm run build")],
+    ),
+    (
+        "Bash(npm run test:*)",
+        [("bash", "npm run test"), ("bash", "npm run test -- --watch"), ("bash", "echo hi && npm run test foo")],
+        [("bash", "npm run testx"), ("bash", "npm run build"), ("bash", "npm test")],
+    ),
+    (
+        "Bash(curl:*)",
+        [
+            ("bash", "curl https://example.com"),
+            ("bash", "curl"),
+            ("bash", "ls | curl -d @- x.org"),
+            ("bash", "sudo curl x.org"),
+        ],
+        [("bash", "curlie x.org"), ("bash", "echo curl")],
+    ),
     ("Bash(ls *)", [("bash", "ls"), ("bash", "ls -la")], [("bash", "lsof"), ("bash", "cat ls")]),
     ("Bash(ls*)", [("bash", "ls -la"), ("bash", "lsof")], [("bash", "cat x")]),
-    ("Bash(git * main)", [("bash", "git push origin main"), ("bash", "git checkout main")],
-     [("bash", "git push origin dev"), ("bash", "git main x")]),
+    (
+        "Bash(git * main)",
+        [("bash", "git push origin main"), ("bash", "git checkout main")],
+        [("bash", "git push origin dev"), ("bash", "git main x")],
+    ),
     ("Read", [("read", "src/a.py"), ("grep", "src")], [("edit", "src/a.py"), ("bash", "ls")]),
     ("Read(./.env)", [("read", ".env")], [("read", "sub/.env"), ("read", ".envrc"), ("edit", "x.py")]),
     ("Read(.env)", [("read", ".env"), ("read", "sub/dir/.env")], [("read", ".env.example"), ("read", "env")]),
     ("Read(*.pem)", [("read", "server.pem"), ("read", "certs/ca.pem")], [("read", "server.pem.txt")]),
-    ("Read(./secrets/**)", [("read", "secrets/a.txt"), ("read", "secrets/x/y.txt"), ("grep", "secrets/x")],
-     [("read", "other/secrets/a.txt"), ("read", "secrets.txt")]),
+    (
+        "Read(./secrets/**)",
+        [("read", "secrets/a.txt"), ("read", "secrets/x/y.txt"), ("grep", "secrets/x")],
+        [("read", "other/secrets/a.txt"), ("read", "secrets.txt")],
+    ),
     ("Read(/docs/**)", [("read", "docs/a.md")], [("read", "/docs/a.md"), ("read", "src/docs/a.md")]),
     ("Read(//tmp/claude-abs-*)", [("read", "/tmp/claude-abs-1")], [("read", "tmp/claude-abs-1")]),
     ("Read(~/.aws/**)", [("read", "~/.aws/credentials")], [("read", ".aws/credentials")]),
     ("Edit(src/**)", [("edit", "src/a.py"), ("write", "src/x/b.py")], [("edit", "test/a.py"), ("read", "src/a.py")]),
-    ("Edit(/src/**/*.ts)", [("edit", "src/a/b.ts"), ("write", "src/c.ts")], [("edit", "src/a/b.js"),
-                                                                           ("edit", "lib/src/a.ts")]),
+    (
+        "Edit(/src/**/*.ts)",
+        [("edit", "src/a/b.ts"), ("write", "src/c.ts")],
+        [("edit", "src/a/b.js"), ("edit", "lib/src/a.ts")],
+    ),
     ("Write(*.lock)", [("write", "package.lock"), ("edit", "sub/poetry.lock")], [("write", "lock.txt")]),
     ("WebFetch", [("fetch", "https://example.com/")], [("bash", "ls")]),
-    ("WebFetch(domain:example.com)", [("fetch", "https://example.com/a"), ("fetch", "https://docs.example.com/")],
-     [("fetch", "https://example.org/"), ("fetch", "https://notexample.com/")]),
+    (
+        "WebFetch(domain:example.com)",
+        [("fetch", "https://example.com/a"), ("fetch", "https://docs.example.com/")],
+        [("fetch", "https://example.org/"), ("fetch", "https://notexample.com/")],
+    ),
     ("mcp__github", [("mcp", "")], [("mcp_other", "")]),
     ("mcp__github__*", [("mcp", "")], [("mcp_other", "")]),
     ("mcp__github__create_issue", [("mcp", "")], [("mcp_other", "")]),
@@ -105,21 +137,31 @@ def test_each_rule_form_decides_as_claude_code_documents(
         assert _decide(place, rules, key, value) != "deny", f"{rule} should not apply to {key} {value!r}"
 
 
-@pytest.mark.parametrize(("rule", "command", "verdict"), [
-    ("Bash(pytest:*)", "pytest -q tests", "allow"),
-    ("Bash(make test)", "make test", "allow"),
-    ("Bash(make test)", "make test && make deploy", "ask"),
-    ("Bash(npm run *)", "npm run lint", "allow"),
-])
+@pytest.mark.parametrize(
+    ("rule", "command", "verdict"),
+    [
+        ("Bash(pytest:*)", "pytest -q tests", "allow"),
+        ("Bash(make test)", "make test", "allow"),
+        ("Bash(make test)", "make test && make deploy", "ask"),
+        ("Bash(npm run *)", "npm run lint", "allow"),
+    ],
+)
 def test_allow_rules_run_without_asking(place: dict[str, Any], rule: str, command: str, verdict: str) -> None:
     rules = Rules(allow=(parse_claude_rule(rule),))
     assert _decide(place, rules, "bash", command) == verdict
 
 
-@pytest.mark.parametrize(("rule", "why"), [
-    ("Skill(release)", "one skill"), ("Agent(reviewer)", "one subagent"), ("NotebookRead(x)", "no tool"),
-    ("PowerShell(Get-Item *)", "no tool"), ("mcp__github(x)", "no specifier"), ("Bash(", "syntax"),
-])
+@pytest.mark.parametrize(
+    ("rule", "why"),
+    [
+        ("Skill(release)", "one skill"),
+        ("Agent(reviewer)", "one subagent"),
+        ("NotebookRead(x)", "no tool"),
+        ("PowerShell(Get-Item *)", "no tool"),
+        ("mcp__github(x)", "no specifier"),
+        ("Bash(", "syntax"),
+    ],
+)
 def test_rules_kimicode_cannot_apply_are_refused_with_the_reason(rule: str, why: str) -> None:
     with pytest.raises(ConfigError, match=why):
         parse_claude_rule(rule, "f")
@@ -132,8 +174,10 @@ def _settings_file(path: Path, perms: dict[str, Any]) -> None:
 
 def test_user_project_and_local_files_join_and_name_their_file(place: dict[str, Any]) -> None:
     ws, home = place["ws"], place["home"]
-    _settings_file(home / ".claude" / "settings.json",
-                   {"allow": ["Bash(pytest:*)"], "deny": ["Bash(curl:*)"], "defaultMode": "acceptEdits"})
+    _settings_file(
+        home / ".claude" / "settings.json",
+        {"allow": ["Bash(pytest:*)"], "deny": ["Bash(curl:*)"], "defaultMode": "acceptEdits"},
+    )
     _settings_file(ws / ".claude" / "settings.json", {"allow": ["Bash(touch:*)"], "ask": ["Bash(git push:*)"]})
     _settings_file(ws / ".claude" / "settings.local.json", {"deny": ["Read(./.env)", "Skill(x)"]})
     trusted = claude_rules(ws, trusted=True)

@@ -25,8 +25,9 @@ def test_the_accept_edits_denial_hint_does_not_suggest_accept_edits(
     server: FakeServer, make_agent: MakeAgent, workspace: Path
 ) -> None:
     # a file accept-edits still asks about (another program obeys it) that an `edit(...)` rule may allow
-    server.add(Reply(tool_calls=[ToolCall("write_file", {"path": ".npmrc", "content": "x=1\n"})]),
-               Reply(content="done"))
+    server.add(
+        Reply(tool_calls=[ToolCall("write_file", {"path": ".npmrc", "content": "x=1\n"})]), Reply(content="done")
+    )
     make_agent(permission_mode="accept-edits", headless=True).run_sync("x")
     [refusal] = sent_tool_results(server)
     assert "Permission denied" in refusal and "--allow 'edit(.npmrc)'" in refusal, refusal
@@ -39,8 +40,9 @@ def test_the_denial_hint_for_what_runs_later_offers_only_what_writes_it(
 ) -> None:
     """`.envrc` runs later: no `edit(...)` rule and no mode writes it unasked, so neither is offered; only
     --yolo, with the sandbox off where the sandbox would keep it read-only."""
-    server.add(Reply(tool_calls=[ToolCall("write_file", {"path": ".envrc", "content": "echo hi\n"})]),
-               Reply(content="done"))
+    server.add(
+        Reply(tool_calls=[ToolCall("write_file", {"path": ".envrc", "content": "echo hi\n"})]), Reply(content="done")
+    )
     make_agent(permission_mode="accept-edits", headless=True).run_sync("x")
     [refusal] = sent_tool_results(server)
     assert "Permission denied" in refusal and "runs later" in refusal, refusal
@@ -50,8 +52,9 @@ def test_the_denial_hint_for_what_runs_later_offers_only_what_writes_it(
 
 
 @pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
-@pytest.mark.parametrize("program", ["$ ENV", "$\tENV.KIMICODE_TEST_MARK", "\"\\(env.KIMICODE_TEST_MARK)\"",
-                                     "$ # a comment\n ENV"])
+@pytest.mark.parametrize(
+    "program", ["$ ENV", "$\tENV.KIMICODE_TEST_MARK", '"\\(env.KIMICODE_TEST_MARK)"', "$ # a comment\n ENV"]
+)
 def test_jq_reading_the_environment_with_a_space_asks(
     server: FakeServer, make_agent: MakeAgent, monkeypatch: pytest.MonkeyPatch, program: str
 ) -> None:

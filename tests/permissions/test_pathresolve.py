@@ -124,8 +124,17 @@ def test_other_projects_session_logs_are_sensitive(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "rel",
-    [".husky/pre-commit", ".vscode/tasks.json", ".vscode/settings.json", ".envrc", ".github/workflows/ci.yml",
-     "sub/.husky/x", ".pre-commit-config.yaml", ".devcontainer/devcontainer.json", ".gitattributes"],
+    [
+        ".husky/pre-commit",
+        ".vscode/tasks.json",
+        ".vscode/settings.json",
+        ".envrc",
+        ".github/workflows/ci.yml",
+        "sub/.husky/x",
+        ".pre-commit-config.yaml",
+        ".devcontainer/devcontainer.json",
+        ".gitattributes",
+    ],
 )
 def test_autorun_files(rel: str, tmp_path: Path) -> None:
     assert autorun_reason(tmp_path / rel) is not None
@@ -165,8 +174,17 @@ def test_claude_prefix_is_a_whole_word_prefix() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["Bash(rm*:*)", "WebFetch(https://example.com)", "web_fetch(domain:)", "WebFetch(domain:a b)",
-             "task(x)", "bash()", "", "b(a"]
+    "text",
+    [
+        "Bash(rm*:*)",
+        "WebFetch(https://example.com)",
+        "web_fetch(domain:)",
+        "WebFetch(domain:a b)",
+        "task(x)",
+        "bash()",
+        "",
+        "b(a",
+    ],
 )
 def test_unparseable_rules_are_errors_naming_the_rule(text: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -211,8 +229,19 @@ _PARTS = st.sampled_from(["..", ".", "x", "etc", "passwd", "1", "3", "fd", "self
 @pytest.mark.prepush
 @settings(max_examples=200, deadline=None)
 @given(
-    prefix=st.sampled_from(["/dev/fd/1", "/dev/fd/3", "/dev/stdout", "/proc/self/fd/1", "/proc/self/root",
-                            "/proc/1/cwd", "/proc/thread-self/fd", "/tmp/../dev/fd/2", "/dev/fd"]),
+    prefix=st.sampled_from(
+        [
+            "/dev/fd/1",
+            "/dev/fd/3",
+            "/dev/stdout",
+            "/proc/self/fd/1",
+            "/proc/self/root",
+            "/proc/1/cwd",
+            "/proc/thread-self/fd",
+            "/tmp/../dev/fd/2",
+            "/dev/fd",
+        ]
+    ),
     rest=st.lists(_PARTS, min_size=1, max_size=6),
 )
 def test_property_aliases_are_never_harmless_nor_resolved_quietly(prefix: str, rest: list[str]) -> None:

@@ -42,8 +42,13 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"ctx": ToolContext(workspace=ws), "ws": ws, "home": home, "kc": kc, "tmp": tmp_path}
 
 
-def policy(env: dict[str, Any], allow: tuple[str, ...] = (), deny: tuple[str, ...] = (),
-           ask: tuple[str, ...] = (), sandboxed: bool = False) -> Policy:
+def policy(
+    env: dict[str, Any],
+    allow: tuple[str, ...] = (),
+    deny: tuple[str, ...] = (),
+    ask: tuple[str, ...] = (),
+    sandboxed: bool = False,
+) -> Policy:
     rules = load_rules((), allow=allow, deny=deny, ask=ask)
     return Policy(rules, kimicode_home=env["kc"], user_home=env["home"], sandboxed=sandboxed)
 
@@ -122,9 +127,14 @@ def test_redirections_and_dynamic_words() -> None:
     (cmd,) = parse("sort < in.txt > out.txt 2>&1 2>>err.log &>all >&2 <<<'s' 3<>rw")
     kinds = [(r.op, r.fd, r.target.text, r.kind) for r in cmd.redirects]
     assert kinds == [
-        ("<", "", "in.txt", "read"), (">", "", "out.txt", "write"), (">&", "2", "1", "dup"),
-        (">>", "2", "err.log", "write"), ("&>", "", "all", "write"), (">&", "", "2", "dup"),
-        ("<<<", "", "s", "herestring"), ("<>", "3", "rw", "write"),
+        ("<", "", "in.txt", "read"),
+        (">", "", "out.txt", "write"),
+        (">&", "2", "1", "dup"),
+        (">>", "2", "err.log", "write"),
+        ("&>", "", "all", "write"),
+        (">&", "", "2", "dup"),
+        ("<<<", "", "s", "herestring"),
+        ("<>", "3", "rw", "write"),
     ]
     assert parse("echo x >&out.txt")[0].redirects[0].kind == "write"
     for dynamic in ("$CMD x", "{git,rm} x", "g*t x", "$'\\x72m' x", "${CMD} x", "`which rm` x", "g[i]t x"):
@@ -198,9 +208,18 @@ def test_a_bash_rule_never_allows_more_than_it_names(env: dict[str, Any], comman
 
 def test_a_bash_rule_allows_every_matching_part(env: dict[str, Any]) -> None:
     allow = ("bash(git status*)", "bash(git diff*)", "bash(npm test)")
-    for command in ("git status", "git status -s", "git status && git diff --stat", "git diff | git status",
-                    "(git status)", "npm test", "npm 'test'", "git status 2>&1", "git status >/dev/null",
-                    "if git diff --quiet; then git status; fi"):
+    for command in (
+        "git status",
+        "git status -s",
+        "git status && git diff --stat",
+        "git diff | git status",
+        "(git status)",
+        "npm test",
+        "npm 'test'",
+        "git status 2>&1",
+        "git status >/dev/null",
+        "if git diff --quiet; then git status; fi",
+    ):
         assert bash(env, command, allow=allow).verdict == "allow", command
     for command in ("npm test --watch", "npm tests", "/usr/bin/git status", "git  stat"):
         assert bash(env, command, allow=allow).verdict == "ask", command
@@ -243,8 +262,9 @@ def test_redirections_are_writes(env: dict[str, Any]) -> None:
     assert bash(env, "echo x > out.txt", "plan", **rules).verdict == "ask"
     assert bash(env, "echo x > /dev/null 2>&1", "default", **rules).verdict == "allow"
     assert bash(env, "echo x > out/a", "default", allow=("bash(echo*)", "edit(out/**)")).verdict == "allow"
-    assert bash(env, "echo x > ~/notes.txt", "accept-edits", allow=("bash(echo*)", "edit(~/notes.txt)")).verdict \
-        == "allow"
+    assert (
+        bash(env, "echo x > ~/notes.txt", "accept-edits", allow=("bash(echo*)", "edit(~/notes.txt)")).verdict == "allow"
+    )
     # a shell start-up file runs later, outside any sandbox: it asks whatever the rules (issue 34)
     assert bash(env, "echo x > ~/.bashrc", "accept-edits", allow=("bash(echo*)", "edit(~/.bashrc)")).verdict == "ask"
 
@@ -253,8 +273,15 @@ def test_commands_naming_secrets_are_not_allowed_by_a_rule(env: dict[str, Any]) 
     (env["ws"] / ".env").write_text("TOKEN=1")
     rules = ("bash(cat*)",)
     assert bash(env, "cat README.md", allow=rules).verdict == "allow"
-    for command in ("cat .env", "cat ~/.ssh/id_rsa", "cat $HOME/.aws/credentials", "cat < .env",
-                    "cat ~/.ssh/*", "cat --file=.env", "cat server.pem"):
+    for command in (
+        "cat .env",
+        "cat ~/.ssh/id_rsa",
+        "cat $HOME/.aws/credentials",
+        "cat < .env",
+        "cat ~/.ssh/*",
+        "cat --file=.env",
+        "cat server.pem",
+    ):
         assert bash(env, command, allow=rules).verdict == "ask", command
     assert bash(env, "cat .env", allow=("bash(cat*)", "read(.env)")).verdict == "allow"
 
@@ -270,11 +297,17 @@ def test_modes_for_bash(env: dict[str, Any]) -> None:
 
 def test_the_sandbox_runs_commands_in_default_and_accept_edits(env: dict[str, Any]) -> None:
     for mode in ("default", "accept-edits"):
-        assert decide(BASH, {"command": "rm -rf build; f() { :; }"}, mode, env["ctx"],
-                      policy(env, sandboxed=True)).verdict == "allow"
+        assert (
+            decide(BASH, {"command": "rm -rf build; f() { :; }"}, mode, env["ctx"], policy(env, sandboxed=True)).verdict
+            == "allow"
+        )
     assert decide(BASH, {"command": "make"}, "plan", env["ctx"], policy(env, sandboxed=True)).verdict == "ask"
-    assert decide(BASH, {"command": "rm x"}, "default", env["ctx"],
-                  policy(env, deny=("bash(rm*)",), sandboxed=True)).verdict == "deny"
+    assert (
+        decide(
+            BASH, {"command": "rm x"}, "default", env["ctx"], policy(env, deny=("bash(rm*)",), sandboxed=True)
+        ).verdict
+        == "deny"
+    )
 
 
 # -- files --------------------------------------------------------------------------------------------
@@ -283,12 +316,19 @@ def test_the_sandbox_runs_commands_in_default_and_accept_edits(env: dict[str, An
 def test_modes_for_files(env: dict[str, Any]) -> None:
     write = {"path": "src/a.py", "content": "x"}
     assert [verdict(env, WRITE_FILE, write, m) for m in ("default", "accept-edits", "plan", "yolo")] == [
-        "ask", "allow", "deny", "allow"]
+        "ask",
+        "allow",
+        "deny",
+        "allow",
+    ]
     read = {"path": "src/a.py"}
     assert [verdict(env, READ_FILE, read, m) for m in ("default", "accept-edits", "plan", "yolo")] == ["allow"] * 4
     outside = {"path": str(env["tmp"] / "elsewhere.txt"), "content": "x"}
     assert [verdict(env, WRITE_FILE, outside, m) for m in ("default", "accept-edits", "yolo")] == [
-        "ask", "ask", "allow"]
+        "ask",
+        "ask",
+        "allow",
+    ]
     assert verdict(env, OTHER, {}, "plan") == "allow"
     assert [verdict(env, RUNNER, {}, m) for m in ("default", "plan", "yolo")] == ["ask", "ask", "allow"]
     assert verdict(env, RUNNER, {}, "default", allow=("run_tests",)) == "allow"
@@ -296,8 +336,9 @@ def test_modes_for_files(env: dict[str, Any]) -> None:
 
 def test_edit_rules(env: dict[str, Any]) -> None:
     rules = ("edit(src/**)",)
-    assert verdict(env, EDIT_FILE, {"path": "src/deep/a.py", "old_string": "a", "new_string": "b"},
-                   allow=rules) == "allow"
+    assert (
+        verdict(env, EDIT_FILE, {"path": "src/deep/a.py", "old_string": "a", "new_string": "b"}, allow=rules) == "allow"
+    )
     assert verdict(env, WRITE_FILE, {"path": "docs/a.md", "content": ""}, allow=rules) == "ask"
     assert verdict(env, WRITE_FILE, {"path": "src/a.py", "content": ""}, "plan", allow=rules) == "deny"
     # a bare tool rule allows edits in the workspace, not outside it, not secrets, not .git
@@ -307,8 +348,9 @@ def test_edit_rules(env: dict[str, Any]) -> None:
     assert verdict(env, WRITE_FILE, {"path": ".git/hooks/pre-commit", "content": ""}, "accept-edits") == "ask"
     # an absolute rule may open a place outside the workspace
     scratch = env["tmp"] / "scratch"
-    assert verdict(env, WRITE_FILE, {"path": str(scratch / "a"), "content": ""},
-                   allow=(f"edit({scratch}/**)",)) == "allow"
+    assert (
+        verdict(env, WRITE_FILE, {"path": str(scratch / "a"), "content": ""}, allow=(f"edit({scratch}/**)",)) == "allow"
+    )
 
 
 def test_kimicodes_own_configuration_always_needs_approval(env: dict[str, Any]) -> None:
@@ -326,9 +368,23 @@ def test_kimicodes_own_configuration_always_needs_approval(env: dict[str, Any]) 
 
 @pytest.mark.parametrize(
     "target",
-    [".env", ".env.local", ".envrc", "config/id_rsa", "certs/server.pem", "tls.key", "~/.ssh/config",
-     "~/.ssh/id_rsa", "~/.aws/credentials", "~/.config/gcloud/application_default_credentials.json",
-     "~/.kube/config", "~/.azure/accessTokens.json", "~/.netrc", "~/.npmrc", ".git-credentials"],
+    [
+        ".env",
+        ".env.local",
+        ".envrc",
+        "config/id_rsa",
+        "certs/server.pem",
+        "tls.key",
+        "~/.ssh/config",
+        "~/.ssh/id_rsa",
+        "~/.aws/credentials",
+        "~/.config/gcloud/application_default_credentials.json",
+        "~/.kube/config",
+        "~/.azure/accessTokens.json",
+        "~/.netrc",
+        "~/.npmrc",
+        ".git-credentials",
+    ],
 )
 def test_sensitive_files_ask_even_for_reads(env: dict[str, Any], target: str) -> None:
     target = target.replace("~", str(env["home"]))
@@ -385,8 +441,9 @@ def test_symlinks_and_dotdot_are_resolved_before_checking(env: dict[str, Any]) -
     alias = tmp / "alias"
     alias.symlink_to(ws)
     aliased = ToolContext(workspace=alias)
-    assert decide(WRITE_FILE, {"path": "src/a.py", "content": ""}, "accept-edits", aliased,
-                  policy(env)).verdict == "allow"
+    assert (
+        decide(WRITE_FILE, {"path": "src/a.py", "content": ""}, "accept-edits", aliased, policy(env)).verdict == "allow"
+    )
 
 
 # -- messages -----------------------------------------------------------------------------------------
@@ -450,7 +507,7 @@ def test_apply_patch_is_checked_for_every_file_it_touches(env: dict[str, Any]) -
         "ls | xargs -0 -n 1 rm",
         "command rm x",
         "bash -c 'ls; rm -rf x'",
-        "sudo sh -c \"echo hi && rm x\"",
+        'sudo sh -c "echo hi && rm x"',
         "eval rm x",
         "bash -c \"bash -c 'rm x'\"",
     ],

@@ -23,8 +23,12 @@ def test_rules_from_the_config_files_apply(
     write(tmp_path / "home" / "config.toml", '[permissions]\nallow = ["bash(echo hi*)"]\ndeny = ["bash(rm*)"]\n')
     write(workspace / ".kimicode" / "config.toml", '[permissions]\nallow = ["bash"]\ndeny = []\n')
     server.add(
-        Reply(tool_calls=[ToolCall("bash", {"command": "echo hi there"}),
-                          ToolCall("bash", {"command": "ls > /dev/null && rm -f nothing"})]),
+        Reply(
+            tool_calls=[
+                ToolCall("bash", {"command": "echo hi there"}),
+                ToolCall("bash", {"command": "ls > /dev/null && rm -f nothing"}),
+            ]
+        ),
         Reply(content="done"),
     )
     result = make_agent(headless=True).run_sync("go")
@@ -38,8 +42,10 @@ def test_an_untrusted_project_cannot_grant_itself_permissions(
     server: FakeServer, make_agent: MakeAgent, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KIMICODE_BWRAP", "")
-    write(workspace / ".kimicode" / "config.toml",
-                 '[permissions]\nallow = ["bash"]\nask = ["bash(git push*)"]\n[sandbox]\nnetwork = true\n')
+    write(
+        workspace / ".kimicode" / "config.toml",
+        '[permissions]\nallow = ["bash"]\nask = ["bash(git push*)"]\n[sandbox]\nnetwork = true\n',
+    )
     agent = make_agent(sandbox="workspace-write")
     assert agent.policy.rules.allow == () and [r.raw for r in agent.policy.rules.ask] == ["bash(git push*)"]
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch pwned"})]), Reply(content="ok"))
@@ -88,8 +94,10 @@ def test_what_the_model_writes_does_not_change_this_sessions_rules(
 def test_commands_do_not_see_the_agents_secrets(
     server: FakeServer, make_agent: MakeAgent, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write(tmp_path / "home" / "config.toml",
-                 '[providers.groq]\nbase_url = "https://example.invalid/v1"\napi_key_env = "GROQ_KEY"\n')
+    write(
+        tmp_path / "home" / "config.toml",
+        '[providers.groq]\nbase_url = "https://example.invalid/v1"\napi_key_env = "GROQ_KEY"\n',
+    )
     monkeypatch.setenv("GROQ_KEY", "groq-secret-value")
     monkeypatch.setenv("ALIAS_OF_THE_KEY", "sk-test-secret-key")  # the key in use, under an innocent name
     monkeypatch.setenv("HARMLESS", "visible")
@@ -112,13 +120,18 @@ def test_a_malformed_rule_is_a_clear_error(make_agent: MakeAgent, workspace: Pat
 @pytest.mark.slow
 def test_allow_and_deny_flags(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(
-        Reply(tool_calls=[ToolCall("bash", {"command": "git status"}),
-                          ToolCall("bash", {"command": "git status; touch pwned"}),
-                          ToolCall("bash", {"command": "echo $((1+1))"})]),
+        Reply(
+            tool_calls=[
+                ToolCall("bash", {"command": "git status"}),
+                ToolCall("bash", {"command": "git status; touch pwned"}),
+                ToolCall("bash", {"command": "echo $((1+1))"}),
+            ]
+        ),
         Reply(content="done"),
     )
-    code, result, _ = headless_json(server, tmp_path / "home", workspace, "--allow", "bash(git status*)",
-                          "--allow", "bash(echo*)")
+    code, result, _ = headless_json(
+        server, tmp_path / "home", workspace, "--allow", "bash(git status*)", "--allow", "bash(echo*)"
+    )
     assert code == 0
     ran, compound, unparsable = tool_results(server.requests[-1].body["messages"])
     assert "[exit code:" in ran and not ran.startswith("Permission denied")
@@ -136,8 +149,12 @@ def test_allow_and_deny_flags(server: FakeServer, workspace: Path, tmp_path: Pat
 def test_plan_mode_and_bad_rules_on_the_command_line(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     (workspace / "a.txt").write_text("a\n")
     server.add(
-        Reply(tool_calls=[ToolCall("read_file", {"path": "a.txt"}),
-                          ToolCall("write_file", {"path": "a.txt", "content": "b"})]),
+        Reply(
+            tool_calls=[
+                ToolCall("read_file", {"path": "a.txt"}),
+                ToolCall("write_file", {"path": "a.txt", "content": "b"}),
+            ]
+        ),
         Reply(content="here is the plan"),
     )
     code, result, _ = headless_json(server, tmp_path / "home", workspace, "--permission-mode", "plan")

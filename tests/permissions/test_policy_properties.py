@@ -61,9 +61,7 @@ def _extend(inner: st.SearchStrategy[Script]) -> st.SearchStrategy[Script]:
             "redirect": f"{{ {a.text}; }} 2>/dev/null",
         }[form]
         substitution = form in ("$(", '"$(', "`", "<(")
-        return Script(
-            text, a.all_good, a.leaves + (1 if substitution else 0), a.static and not substitution
-        )
+        return Script(text, a.all_good, a.leaves + (1 if substitution else 0), a.static and not substitution)
 
     ops = st.sampled_from([" && ", " || ", "; ", " | ", "\n", " & ", " |& "])
     forms = st.sampled_from(["(", "{", "$(", '"$(', "`", "<(", "if", "while", "for", "!", "redirect"])

@@ -35,8 +35,9 @@ needs_bwrap = pytest.mark.skipif(not STATUS.available, reason=f"bubblewrap canno
 
 
 def run_calls(server: FakeServer, make_agent: MakeAgent, commands: list[str], **opts: Any) -> tuple[list[str], Any]:
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": c, "timeout": 20}) for c in commands]),
-               Reply(content="ok"))
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": c, "timeout": 20}) for c in commands]), Reply(content="ok")
+    )
     seen: list[Any] = []
     agent = make_agent(on_event=seen.append, **opts)
     agent.run_sync("x")
@@ -92,9 +93,16 @@ def test_the_read_only_allowance_runs_in_the_read_only_profile(workspace: Path, 
 def test_reading_outside_the_workspace_asks_unless_visible(workspace: Path, home: Path) -> None:
     policy = _ctx_policy(workspace, home)[1]
     (workspace.parent / "elsewhere.txt").write_text("x")
-    asks = [home / "notes/private.txt", home / ".codex/auth.json", home / ".claude/.credentials.json",
-            home / ".kimi/credentials/kimi.json", home / ".bash_history", workspace / ".zsh_history",
-            Path("/etc/shadow"), workspace.parent / "elsewhere.txt"]
+    asks = [
+        home / "notes/private.txt",
+        home / ".codex/auth.json",
+        home / ".claude/.credentials.json",
+        home / ".kimi/credentials/kimi.json",
+        home / ".bash_history",
+        workspace / ".zsh_history",
+        Path("/etc/shadow"),
+        workspace.parent / "elsewhere.txt",
+    ]
     runs = [workspace / "a.txt", Path("/usr/bin/env"), Path("/etc/hostname"), home / ".gitconfig"]
     for path in asks:
         assert policy.sensitive(path), path
@@ -107,8 +115,13 @@ def test_reading_outside_the_workspace_asks_unless_visible(workspace: Path, home
 
 def test_bash_arguments_outside_the_visible_list_ask(workspace: Path, home: Path) -> None:
     ctx, policy = _ctx_policy(workspace, home)
-    for line in ["cat ~/notes/private.txt", "cat ~/.codex/auth.json", "head ~/.bash_history",
-                 f"cat {home}/../user/.ssh/id_rsa", "ls ~/"]:
+    for line in [
+        "cat ~/notes/private.txt",
+        "cat ~/.codex/auth.json",
+        "head ~/.bash_history",
+        f"cat {home}/../user/.ssh/id_rsa",
+        "ls ~/",
+    ]:
         assert decide(BASH, {"command": line}, "default", ctx, policy).verdict == "ask", line
     assert decide(BASH, {"command": "ls /usr/bin"}, "default", ctx, policy).verdict == "allow"
 
@@ -135,8 +148,15 @@ def test_yolo_attacks_stay_inside(server: FakeServer, make_agent: MakeAgent, wor
     ]
     texts, notices = run_calls(server, make_agent, attacks, permission_mode="yolo")
     joined = "\n".join(texts)
-    for secret in ("PRIVATE-KEY-MATERIAL", "CODEX-TOKEN", "CLAUDE-TOKEN", "KIMI-TOKEN", "HISTORY-TOKEN",
-                   "HOME-NOTES", "root:"):
+    for secret in (
+        "PRIVATE-KEY-MATERIAL",
+        "CODEX-TOKEN",
+        "CLAUDE-TOKEN",
+        "KIMI-TOKEN",
+        "HISTORY-TOKEN",
+        "HOME-NOTES",
+        "root:",
+    ):
         assert secret not in joined, secret
     assert not Path("/etc/kimicode-pwned").exists() and Path("/etc/hostname").read_text() != "pwned\n"
     assert not shm.exists() and not host_tmp.exists()
@@ -169,11 +189,16 @@ def test_git_commit_works_under_yolo_and_git_hooks_stay_read_only(
 ) -> None:
     subprocess.run(["git", "init", "-q", str(workspace)], check=True)
     (workspace / "a.txt").write_text("a\n")
-    texts, notices = run_calls(server, make_agent, [
-        "git add a.txt && git commit -qm first && git log --oneline | wc -l",
-        "echo 'touch /tmp/pwned' > .git/hooks/post-checkout",
-        "git config core.fsmonitor 'touch pwned'",
-    ], permission_mode="yolo")
+    texts, notices = run_calls(
+        server,
+        make_agent,
+        [
+            "git add a.txt && git commit -qm first && git log --oneline | wc -l",
+            "echo 'touch /tmp/pwned' > .git/hooks/post-checkout",
+            "git config core.fsmonitor 'touch pwned'",
+        ],
+        permission_mode="yolo",
+    )
     assert texts[0].startswith("1\n") and texts[0].endswith("[exit code: 0]")
     assert not (workspace / ".git" / "hooks" / "post-checkout").exists()
     assert ".git/hooks stays read-only" in texts[1] and ".git/config stays read-only" in texts[2]
@@ -194,27 +219,44 @@ def test_a_forks_own_worktree_is_writable_by_its_agent(
     parent.run_sync("x")
     fork = parent.fork(workspace="worktree")
     assert fork.workspace != workspace
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo b > b.txt && git add b.txt && "
-                                                   "git commit -qm in-fork && git log --oneline | wc -l"}),
-                                 ToolCall("bash", {"command": "echo x >> $(git rev-parse --git-common-dir)/config"}),
-                                 ToolCall("bash", {"command": "echo 'gitdir: /tmp' > .git"})]),
-               Reply(content="ok"))
+    server.add(
+        Reply(
+            tool_calls=[
+                ToolCall(
+                    "bash",
+                    {
+                        "command": "echo b > b.txt && git add b.txt && "
+                        "git commit -qm in-fork && git log --oneline | wc -l"
+                    },
+                ),
+                ToolCall("bash", {"command": "echo x >> $(git rev-parse --git-common-dir)/config"}),
+                ToolCall("bash", {"command": "echo 'gitdir: /tmp' > .git"}),
+            ]
+        ),
+        Reply(content="ok"),
+    )
     fork.run_sync("y")
     commit, config, repoint = sent_tool_results(server)
     assert commit.startswith("2\n") and commit.endswith("[exit code: 0]"), commit
     assert "Read-only file system" in config
     assert "Read-only file system" in repoint and (fork.workspace / ".git").read_text().startswith("gitdir: /")
     assert (fork.workspace / ".git").read_text().split(" ", 1)[1] != "/tmp\n"
-    assert subprocess.run(["git", "-C", str(workspace), "log", "--oneline"], capture_output=True,
-                          text=True).stdout.count("\n") == 1  # the user's branch did not move
+    assert (
+        subprocess.run(["git", "-C", str(workspace), "log", "--oneline"], capture_output=True, text=True).stdout.count(
+            "\n"
+        )
+        == 1
+    )  # the user's branch did not move
 
 
 @needs_bwrap
 def test_a_fork_bomb_leaves_kimicode_answering(server: FakeServer, make_agent: MakeAgent, workspace: Path) -> None:
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "b(){ b|b& }; b; sleep 3; echo survived",
-                                                   "timeout": 8})]),
-               Reply(content="after the bomb"),
-               Reply(tool_calls=[ToolCall("bash", {"command": "echo still-here"})]), Reply(content="done"))
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": "b(){ b|b& }; b; sleep 3; echo survived", "timeout": 8})]),
+        Reply(content="after the bomb"),
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo still-here"})]),
+        Reply(content="done"),
+    )
     (workspace / ".kimicode").mkdir()
     (workspace / ".kimicode" / "config.toml").write_text("[sandbox]\nmax_processes = 64\n")
     agent = make_agent(permission_mode="yolo")
@@ -226,19 +268,23 @@ def test_a_fork_bomb_leaves_kimicode_answering(server: FakeServer, make_agent: M
 
 
 @needs_bwrap
-def test_filling_the_disk_and_memory_hit_the_limits(
-    server: FakeServer, make_agent: MakeAgent, workspace: Path
-) -> None:
+def test_filling_the_disk_and_memory_hit_the_limits(server: FakeServer, make_agent: MakeAgent, workspace: Path) -> None:
     (workspace / ".kimicode").mkdir()
     (workspace / ".kimicode" / "config.toml").write_text(
-        "[sandbox]\nmax_file_size_mb = 8\nmax_memory_mb = 200\nmax_cpu_seconds = 2\n")
-    texts, _ = run_calls(server, make_agent, [
-        "head -c 20000000 /dev/zero > big.bin; ls -l big.bin | awk '{print $5}'",
-        "for i in 1 2 3; do head -c 5000000 /dev/zero > /tmp/f$i || echo tmp-full; done",
-        "python3 -c 'x = bytearray(400 * 2**20)' 2>&1 | tail -1",
-        "python3 -c 'while True: pass'",
-        "ulimit -f unlimited 2>&1 || echo cannot-raise",
-    ], permission_mode="yolo")
+        "[sandbox]\nmax_file_size_mb = 8\nmax_memory_mb = 200\nmax_cpu_seconds = 2\n"
+    )
+    texts, _ = run_calls(
+        server,
+        make_agent,
+        [
+            "head -c 20000000 /dev/zero > big.bin; ls -l big.bin | awk '{print $5}'",
+            "for i in 1 2 3; do head -c 5000000 /dev/zero > /tmp/f$i || echo tmp-full; done",
+            "python3 -c 'x = bytearray(400 * 2**20)' 2>&1 | tail -1",
+            "python3 -c 'while True: pass'",
+            "ulimit -f unlimited 2>&1 || echo cannot-raise",
+        ],
+        permission_mode="yolo",
+    )
     size = int(texts[0].split("\n")[-2]) if texts[0].split("\n")[-2].isdigit() else int(texts[0].split()[0])
     assert size <= 8 * 1024 * 1024
     assert "tmp-full" in texts[1]
@@ -286,10 +332,15 @@ def test_headless_yolo_reports_a_blocked_path_on_stderr(
     server: FakeServer, workspace: Path, home: Path, tmp_path: Path
 ) -> None:
     subprocess.run(["git", "init", "-q", str(workspace)], check=True)
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo evil > .git/hooks/pre-commit"}),
-                                 ToolCall("bash", {"command": "echo x > a.txt && git add a.txt && "
-                                                              "git commit -qm m && echo committed"})]),
-               Reply(content="ok"))
+    server.add(
+        Reply(
+            tool_calls=[
+                ToolCall("bash", {"command": "echo evil > .git/hooks/pre-commit"}),
+                ToolCall("bash", {"command": "echo x > a.txt && git add a.txt && git commit -qm m && echo committed"}),
+            ]
+        ),
+        Reply(content="ok"),
+    )
     code, _, stderr = headless_json(server, tmp_path / "kc", workspace, "--yolo", timeout=90, HOME=str(home))
     hook, commit = sent_tool_results(server)
     assert code == 0 and "committed" in commit
@@ -360,7 +411,8 @@ def test_a_workspace_inside_the_home_sees_the_toolchains_and_not_the_rest(home: 
     (home / ".local" / "bin" / "mytool").write_text("#!/bin/sh\necho TOOL\n")
     wrapped = Sandbox(project, str(STATUS.bwrap), user_home=home).wrap(
         ["/bin/bash", "-c", "ls -a ~; cat ~/.local/bin/mytool ~/.gitconfig; cat ~/.ssh/id_rsa ~/notes/private.txt"],
-        "read-only")
+        "read-only",
+    )
     done = subprocess.run(wrapped, capture_output=True, text=True, cwd=project, timeout=30)
     listing = done.stdout.split()
     assert "project" in listing and ".gitconfig" in listing and ".local" in listing

@@ -25,8 +25,9 @@ def searxng(server: FakeServer, home: Path) -> None:
 
 
 @pytest.mark.parametrize(("mode", "rules"), [("plan", {}), ("default", {}), ("yolo", {"deny": ["web_fetch"]})])
-def test_web_search_does_not_run_unasked(server: FakeServer, make_agent: Any, tmp_path: Path, mode: str,
-                                         rules: dict[str, list[str]]) -> None:
+def test_web_search_does_not_run_unasked(
+    server: FakeServer, make_agent: Any, tmp_path: Path, mode: str, rules: dict[str, list[str]]
+) -> None:
     searxng(server, tmp_path / "home")
     server.add(Reply(tool_calls=[ToolCall("web_search", {"query": SECRET_QUERY})]), Reply(content="done"))
     asked: list[ApprovalRequest] = []

@@ -21,7 +21,7 @@ from helpers import ROOT
 BENCH = ROOT / "tests" / "bench" / "startup.py"
 FIGURE = re.compile(r"^\s{2}(?P<name>\S.*?)\s+(?P<median>\d+\.\d) ms\s+(?P<min>\d+\.\d) ms", re.M)
 
-ASKS_THE_SERVER = r'''
+ASKS_THE_SERVER = r"""
 import json, sys, urllib.request
 args = sys.argv[1:]
 if args == ["--version"]:
@@ -36,12 +36,12 @@ request = urllib.request.Request(provider["base_url"] + "/chat/completions", dat
                                  headers=headers)
 with urllib.request.urlopen(request, timeout=30) as response:
     print(json.load(response)["choices"][0]["message"]["content"])
-'''
+"""
 
-ANSWERS_WITHOUT_ASKING = r'''
+ANSWERS_WITHOUT_ASKING = r"""
 import sys
 print("kimi, version stand-in" if sys.argv[1:] == ["--version"] else "hello from the fake server")
-'''
+"""
 
 
 def stand_in(tmp_path: Path, body: str) -> Path:
@@ -66,17 +66,24 @@ def test_kimicode_only_prints_its_figures_and_how_to_compare() -> None:
     proc = bench("2")
     assert proc.returncode == 0, proc.stderr
     got = figures(proc.stdout)
-    assert set(got) == {"python -c pass", "kimicode --version", "kimicode --help", "kimicode -p hi",
-                        "openai SDK script hi"}, proc.stdout
+    assert set(got) == {
+        "python -c pass",
+        "kimicode --version",
+        "kimicode --help",
+        "kimicode -p hi",
+        "openai SDK script hi",
+    }, proc.stdout
     for name, (median, least) in got.items():
         assert 0 < least <= median < 120_000, (name, proc.stdout)
     assert "all 6 runs (warm-ups included) printed the fake reply" in proc.stdout
     assert "pass --kimi-code PATH" in proc.stdout
     assert "Kimi Code /" not in proc.stdout
-    version = re.search(r"kimicode --version / python -c pass: (\d+\.\d\d)x; target <= 1\.5x: (met|MISSED)",
-                        proc.stdout)
-    floor = re.search(r"kimicode -p / openai SDK script: median (\d+\.\d\d)x, .*target <= 1\.2x: (met|MISSED)",
-                      proc.stdout)
+    version = re.search(
+        r"kimicode --version / python -c pass: (\d+\.\d\d)x; target <= 1\.5x: (met|MISSED)", proc.stdout
+    )
+    floor = re.search(
+        r"kimicode -p / openai SDK script: median (\d+\.\d\d)x, .*target <= 1\.2x: (met|MISSED)", proc.stdout
+    )
     assert version and floor, proc.stdout
     expected = got["kimicode -p hi"][0] / got["openai SDK script hi"][0]
     assert float(floor[1]) == pytest.approx(expected, rel=0.05, abs=0.02)

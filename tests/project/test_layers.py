@@ -58,8 +58,10 @@ def test_raw_http_is_imported_only_where_http_belongs() -> None:
 
 def test_the_http_scan_finds_what_it_looks_for(tmp_path: Path) -> None:
     sample = tmp_path / "m.py"
-    sample.write_text("import urllib.request\nfrom http import client\nfrom http.client import HTTPConnection\n"
-                      "import json\nfrom urllib.parse import urlsplit\n")
+    sample.write_text(
+        "import urllib.request\nfrom http import client\nfrom http.client import HTTPConnection\n"
+        "import json\nfrom urllib.parse import urlsplit\n"
+    )
     assert http_imports(sample) == ["urllib.request", "http.client", "http.client"]
 
 

@@ -48,15 +48,20 @@ def test_the_checklist_runs_as_written(tmp_path: Path) -> None:
         script.append(line)
     with FakeServer() as server:
         server.add(
-            Reply(tool_calls=[ToolCall("edit_file", {"path": "calc.py", "old_string": "a - b",
-                                                     "new_string": "a + b"})]),
+            Reply(
+                tool_calls=[ToolCall("edit_file", {"path": "calc.py", "old_string": "a - b", "new_string": "a + b"})]
+            ),
             Reply(content="Fixed add()."),
         )
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_", "VIRTUAL_ENV"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_", "VIRTUAL_ENV"))
+        }
         env.update(KIMICODE_HOME=str(tmp_path / "home"), KIMI_BASE_URL=server.base_url, HOME=str(tmp_path))
-        done = subprocess.run(["bash", "-euxc", "\n".join(script)], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=600)
+        done = subprocess.run(
+            ["bash", "-euxc", "\n".join(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     calc = tmp_path / "demo" / "calc.py"
     assert calc.read_text() == "def add(a, b):\n    return a - b\n"  # the task fixed it, undo put it back

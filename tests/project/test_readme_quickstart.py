@@ -43,8 +43,17 @@ def test_the_first_screen_has_clone_install_run_and_test() -> None:
     (inner loop, pre-push, CI) and the real-server model installed without its llama-cpp-python."""
     first = readme().splitlines()[:30]
     text = "\n".join(first)
-    for needed in ("git clone ", "pipx install .", "uv tool install .", "-m venv", "cd ~/src/your-project && kimicode",
-                   INNER_LOOP, PRE_PUSH, ".ci/run", MODEL_INSTALL):
+    for needed in (
+        "git clone ",
+        "pipx install .",
+        "uv tool install .",
+        "-m venv",
+        "cd ~/src/your-project && kimicode",
+        INNER_LOOP,
+        PRE_PUSH,
+        ".ci/run",
+        MODEL_INSTALL,
+    ):
         assert needed in text, needed
     assert text.index("pipx install .") < text.index("-m venv")
     bare = [line for line in first if re.match(r"^\s*pip3? install", line) and "--no-deps" not in line]

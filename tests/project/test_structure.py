@@ -33,7 +33,6 @@ lines: the figure does not change when `ruff format` re-wraps the code."""
 BASELINE_FILE = Path(__file__).with_name("structure_baseline.json")
 
 
-
 def module_name(path: Path, root: Path = ROOT) -> str:
     parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -45,9 +44,17 @@ def imports_of(path: Path, root: Path = ROOT, typing: bool = False) -> list[tupl
     me = module_name(path, root)
     package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
     tree = ast.parse(path.read_text(), str(path))
-    typing_only = set() if typing else {
-        id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-        and "TYPE_CHECKING" in ast.unparse(block.test) for s in block.body for n in ast.walk(s)}
+    typing_only = (
+        set()
+        if typing
+        else {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+            for s in block.body
+            for n in ast.walk(s)
+        }
+    )
     found: list[tuple[str, str | None, int]] = []
     for node in ast.walk(tree):
         if id(node) in typing_only:
@@ -141,19 +148,26 @@ def test_no_new_type_level_ring_inside_a_package() -> None:
     found = package_cycles(typing=True)
     recorded = baseline()["type_rings"]
     assert new_type_rings(found, recorded) == {}, (
-        "a new type-level import ring: name what one side needs of the other as a protocol in a lower module")
+        "a new type-level import ring: name what one side needs of the other as a protocol in a lower module"
+    )
     in_rings = {package: sorted({m for ring in rings for m in ring}) for package, rings in found.items()}
-    gone = {package: sorted(set(mods) - set(in_rings.get(package, []))) for package, mods in recorded.items()
-            if isinstance(mods, list) and set(mods) - set(in_rings.get(package, []))}
+    gone = {
+        package: sorted(set(mods) - set(in_rings.get(package, [])))
+        for package, mods in recorded.items()
+        if isinstance(mods, list) and set(mods) - set(in_rings.get(package, []))
+    }
     assert gone == {}, f"{gone}: no longer in a ring; delete them from {BASELINE_FILE.name} (it only shrinks)"
 
 
 def test_the_type_ring_finder_counts_typing_imports(tmp_path: Path) -> None:
-    root = plant(tmp_path, {
-        "other/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kimicode.other import e\n",
-        "other/e.py": "from kimicode.other import d\n",
-        "other/f.py": "from kimicode.other import e\n",
-    })
+    root = plant(
+        tmp_path,
+        {
+            "other/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kimicode.other import e\n",
+            "other/e.py": "from kimicode.other import d\n",
+            "other/f.py": "from kimicode.other import e\n",
+        },
+    )
     found = package_cycles(root, typing=True)
     assert found == {"other": [["kimicode.other.d", "kimicode.other.e"]]}
     assert new_type_rings(found, {"other": ["kimicode.other.d"]}) == {"other": ["kimicode.other.e"]}
@@ -215,8 +229,9 @@ def statement_counts(tree: ast.Module) -> dict[int, int]:
     return out
 
 
-def over_budget(measures: dict[str, tuple[int, int]], recorded: dict[str, object], index: int, limit: int
-                ) -> dict[str, int]:
+def over_budget(
+    measures: dict[str, tuple[int, int]], recorded: dict[str, object], index: int, limit: int
+) -> dict[str, int]:
     """Functions whose measure `index` (0 complexity, 1 length) is above `limit` and above its recorded figure."""
     found = {}
     for key, values in measures.items():
@@ -248,9 +263,12 @@ def test_the_budget_baseline_only_shrinks() -> None:
     """A recorded offender that is gone or back within budget leaves the list, so it cannot grow back."""
     measures = function_measures()
     recorded = baseline()
-    stale = {key: figure for index, (kind, limit) in enumerate((("complexity", COMPLEXITY_BUDGET),
-                                                                ("length", LENGTH_BUDGET)))
-             for key, figure in recorded[kind].items() if key not in measures or measures[key][index] <= limit}
+    stale = {
+        key: figure
+        for index, (kind, limit) in enumerate((("complexity", COMPLEXITY_BUDGET), ("length", LENGTH_BUDGET)))
+        for key, figure in recorded[kind].items()
+        if key not in measures or measures[key][index] <= limit
+    }
     assert not stale, f"{sorted(stale)}: within budget now; delete them from {BASELINE_FILE.name}"
 
 
@@ -258,10 +276,18 @@ def test_the_budget_checks_find_functions_over_them(tmp_path: Path) -> None:
     def function(name: str, complexity: int) -> str:  # one path, and one more for each `and` (radon's count)
         return f"def {name}(x):\n    return x" + " and x" * (complexity - 1) + "\n"
 
-    long_body = "def long(x):\n    \"\"\"Docstring.\"\"\"\n    if x:\n" + "        x += 1\n" * LENGTH_BUDGET
+    long_body = 'def long(x):\n    """Docstring."""\n    if x:\n' + "        x += 1\n" * LENGTH_BUDGET
     nested = "class C:\n    def m(self):\n        def inner(x):\n            return x or x or x\n        return inner\n"
-    root = plant(tmp_path, {"sub/m.py": function("at_limit", MAX_COMPLEXITY) + function("over", MAX_COMPLEXITY + 1)
-                            + function("small", 3) + long_body + nested})
+    root = plant(
+        tmp_path,
+        {
+            "sub/m.py": function("at_limit", MAX_COMPLEXITY)
+            + function("over", MAX_COMPLEXITY + 1)
+            + function("small", 3)
+            + long_body
+            + nested
+        },
+    )
     measures = function_measures(root)
     assert measures["kimicode/sub/m.py:over"][0] == MAX_COMPLEXITY + 1
     assert measures["kimicode/sub/m.py:C.m.inner"][0] == 3
@@ -275,10 +301,16 @@ def private_getattrs(path: Path) -> list[str]:
     """`getattr(obj, "_x")` (and has/set/delattr) with a private, non-dunder name: a reach-in by another name."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id in ("getattr", "hasattr", "setattr", "delattr") and len(node.args) >= 2
-                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
-                and node.args[1].value.startswith("_") and not node.args[1].value.startswith("__")):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and node.args[1].value.startswith("_")
+            and not node.args[1].value.startswith("__")
+        ):
             found.append(f"{node.lineno}: {ast.unparse(node)}")
     return found
 
@@ -291,8 +323,10 @@ def test_no_private_name_is_read_by_getattr() -> None:
 
 def test_the_getattr_check_finds_one(tmp_path: Path) -> None:
     path = tmp_path / "m.py"
-    path.write_text("def f(search, o):\n    getattr(search, '_in_git_repo', None)\n    hasattr(o, '__len__')\n"
-                    "    setattr(o, '_x', 1)\n    getattr(o, 'public')\n")
+    path.write_text(
+        "def f(search, o):\n    getattr(search, '_in_git_repo', None)\n    hasattr(o, '__len__')\n"
+        "    setattr(o, '_x', 1)\n    getattr(o, 'public')\n"
+    )
     assert private_getattrs(path) == ["2: getattr(search, '_in_git_repo', None)", "4: setattr(o, '_x', 1)"]
 
 
@@ -300,7 +334,11 @@ def unformatted(root: Path, *paths: str) -> list[str]:
     """Files `ruff format --check` would change (the settings of `root`/pyproject.toml, if any)."""
     out = subprocess.run(
         [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "--output-format", "json", *paths],
-        cwd=root, capture_output=True, text=True, timeout=120)
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode in (0, 1), out.stderr
     return sorted({Path(item["filename"]).relative_to(root).as_posix() for item in json.loads(out.stdout or "[]")})
 
@@ -352,21 +390,27 @@ def test_the_scanners_see_the_real_imports() -> None:
 
 
 def test_the_cycle_finder_finds_a_ring_and_leaves_typing_imports_out(tmp_path: Path) -> None:
-    root = plant(tmp_path, {
-        "sub/a.py": "from kimicode.sub.b import B\n",
-        "sub/b.py": "def f():\n    from kimicode.sub import c\n    return c\nB = 1\n",  # inside a function
-        "sub/c.py": "from . import a\n",  # relative
-        "other/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kimicode.other import e\n",
-        "other/e.py": "from kimicode.other import d\n",
-    })
+    root = plant(
+        tmp_path,
+        {
+            "sub/a.py": "from kimicode.sub.b import B\n",
+            "sub/b.py": "def f():\n    from kimicode.sub import c\n    return c\nB = 1\n",  # inside a function
+            "sub/c.py": "from . import a\n",  # relative
+            "other/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kimicode.other import e\n",
+            "other/e.py": "from kimicode.other import d\n",
+        },
+    )
     assert package_cycles(root) == {"sub": [["kimicode.sub.a", "kimicode.sub.b", "kimicode.sub.c"]]}
 
 
 def test_the_underscore_check_finds_a_private_import(tmp_path: Path) -> None:
-    root = plant(tmp_path, {
-        "sub/a.py": "def _helper(): ...\n",
-        "sub/b.py": "from kimicode.sub.a import _helper\nfrom os import _exit\nfrom kimicode import __version__\n",
-    })
+    root = plant(
+        tmp_path,
+        {
+            "sub/a.py": "def _helper(): ...\n",
+            "sub/b.py": "from kimicode.sub.a import _helper\nfrom os import _exit\nfrom kimicode import __version__\n",
+        },
+    )
     assert underscore_imports(root) == {("kimicode.sub.b", "_helper")}
 
 
@@ -391,12 +435,31 @@ def reach_ins(path: Path) -> list[str]:
 def bound_names(tree: ast.Module) -> set[str]:
     """Names bound by assignment or as parameters anywhere in the module (objects, not imported modules)."""
     functions = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
-    names = {a.arg for f in ast.walk(tree) if isinstance(f, functions)
-             for a in (*f.args.args, *f.args.kwonlyargs, *f.args.posonlyargs, f.args.vararg, f.args.kwarg) if a}
-    binders = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith,
-               ast.comprehension, ast.NamedExpr)
-    names |= {t.id for n in ast.walk(tree) if isinstance(n, binders)
-              for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+    names = {
+        a.arg
+        for f in ast.walk(tree)
+        if isinstance(f, functions)
+        for a in (*f.args.args, *f.args.kwonlyargs, *f.args.posonlyargs, f.args.vararg, f.args.kwarg)
+        if a
+    }
+    binders = (
+        ast.Assign,
+        ast.AnnAssign,
+        ast.AugAssign,
+        ast.For,
+        ast.AsyncFor,
+        ast.With,
+        ast.AsyncWith,
+        ast.comprehension,
+        ast.NamedExpr,
+    )
+    names |= {
+        t.id
+        for n in ast.walk(tree)
+        if isinstance(n, binders)
+        for t in ast.walk(n)
+        if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
+    }
     return names
 
 

@@ -183,12 +183,28 @@ class LlamaServer:
         env = {**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.log_dir / f"llama-server-{self.port}.log"
-        command = [str(binary), "-m", str(model), "--alias", MODEL_ALIAS, "--host", "127.0.0.1",
-                   "--port", str(self.port), "--jinja", "-c", str(self.ctx),
-                   *(["--parallel", str(self.parallel)] if self.parallel else []), "-t", "2", "--no-webui"]
+        command = [
+            str(binary),
+            "-m",
+            str(model),
+            "--alias",
+            MODEL_ALIAS,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--jinja",
+            "-c",
+            str(self.ctx),
+            *(["--parallel", str(self.parallel)] if self.parallel else []),
+            "-t",
+            "2",
+            "--no-webui",
+        ]
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -348,13 +364,29 @@ class Relay:
                     return
                 exchange.usage, exchange.timings, exchange.tool_call = answer["usage"], answer["timings"], True
                 n = len(relay.exchanges)
-                call = {"index": 0, "id": f"relay{n:04d}", "type": "function",
-                        "function": {"name": "read_file", "arguments": json.dumps({"path": relay.tool_file})}}
-                base = {"id": f"chatcmpl-relay{n}", "object": "chat.completion.chunk", "created": int(time.time()),
-                        "model": MODEL_ALIAS}
+                call = {
+                    "index": 0,
+                    "id": f"relay{n:04d}",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": json.dumps({"path": relay.tool_file})},
+                }
+                base = {
+                    "id": f"chatcmpl-relay{n}",
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": MODEL_ALIAS,
+                }
                 events = [
-                    {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None,
-                                                                 "tool_calls": [call]}, "finish_reason": None}]},
+                    {
+                        **base,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {"role": "assistant", "content": None, "tool_calls": [call]},
+                                "finish_reason": None,
+                            }
+                        ],
+                    },
                     {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
                     {**base, "choices": [], "usage": answer["usage"], "timings": answer["timings"]},
                 ]

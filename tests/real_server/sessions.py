@@ -56,8 +56,16 @@ def turn_args(turn: int, session_id: str) -> list[str]:
     return ["-p", prompt, "-c"]
 
 
-def run_session(server: LlamaServer, workspace: Path, home: Path, *, turns: int = 10, max_tokens: int = 16,
-                hide_counting: bool = False, extra: tuple[str, ...] = ()) -> Figures:
+def run_session(
+    server: LlamaServer,
+    workspace: Path,
+    home: Path,
+    *,
+    turns: int = 10,
+    max_tokens: int = 16,
+    hide_counting: bool = False,
+    extra: tuple[str, ...] = (),
+) -> Figures:
     """`turns` turns of kimicode, each in its own process, each reading a file through a tool call."""
     (workspace / "notes.txt").write_text(NOTES + "\n")
     figures = Figures(server.window, turns)
@@ -65,8 +73,12 @@ def run_session(server: LlamaServer, workspace: Path, home: Path, *, turns: int 
     with Relay(server.root, tool_file="notes.txt", hide_counting=hide_counting) as relay:
         for turn in range(1, turns + 1):
             before = len(relay.exchanges)
-            code, result, stderr = kimicode([*turn_args(turn, session_id), "--max-tokens", str(max_tokens), *extra],
-                                            base_url=relay.base_url, home=home, cwd=workspace)
+            code, result, stderr = kimicode(
+                [*turn_args(turn, session_id), "--max-tokens", str(max_tokens), *extra],
+                base_url=relay.base_url,
+                home=home,
+                cwd=workspace,
+            )
             session_id = result.get("session_id") or session_id
             figures.results.append(result)
             figures.stderr.append(stderr)
@@ -95,8 +107,14 @@ def kimicode(
     command = [str(script)] if script.exists() else [sys.executable, "-m", "kimicode"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_", "KIMICODE_"))}
     env.update(OPENAI_API_KEY="none", OPENAI_BASE_URL=base_url, KIMICODE_HOME=str(home))
-    run = subprocess.run([*command, *args, "--model", "smollm2-135m", "--output-format", "json"], env=env,
-                         cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    run = subprocess.run(
+        [*command, *args, "--model", "smollm2-135m", "--output-format", "json"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     try:
         result = json.loads(run.stdout.strip().splitlines()[-1]) if run.stdout.strip() else {}
     except ValueError:

@@ -26,7 +26,9 @@ from .sessions import NOTES, kimicode, run_session, session_records
 Llama = Callable[..., LlamaServer]
 
 pytestmark = [
-    pytest.mark.real_server, pytest.mark.slow, pytest.mark.skipif(bool(unavailable()), reason=unavailable()),
+    pytest.mark.real_server,
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(unavailable()), reason=unavailable()),
     pytest.mark.xdist_group("real_server"),  # under xdist, one worker: each server configuration starts once
 ]
 
@@ -49,13 +51,25 @@ def test_discovery_and_the_servers_own_count(llama: Llama, ctx: int, parallel: i
     assert (info.source, info.tools_rendered, info.counts, info.slots) == ("props", False, True, parallel)
     server.served = info.window
     messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name one colour."}]
-    tools = [{"type": "function", "function": {"name": "read_file", "description": "Read a file",
-                                               "parameters": {"type": "object", "properties": {}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "read_file",
+                "description": "Read a file",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+    ]
     counted = asyncio.run(count_request(server.base_url, "none", messages, tools))
     # the probe's count is the count the server gives the request itself
     conn = http.client.HTTPConnection(server.root.removeprefix("http://"), timeout=60)
-    conn.request("POST", "/v1/chat/completions", json.dumps(
-        {"messages": messages, "tools": tools, "max_tokens": 1}), {"Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        json.dumps({"messages": messages, "tools": tools, "max_tokens": 1}),
+        {"Content-Type": "application/json"},
+    )
     usage = json.loads(conn.getresponse().read())["usage"]
     assert counted == usage["prompt_tokens"]
 
@@ -91,8 +105,9 @@ def test_without_the_servers_count_calibration_is_learnt_once_and_kept(llama: Ll
     server = llama(4096)
     ws = tmp_path / "ws"
     ws.mkdir()
-    figures = run_session(server, ws, tmp_path / "home", turns=3, hide_counting=True,
-                          extra=("--context-window", "4096"))
+    figures = run_session(
+        server, ws, tmp_path / "home", turns=3, hide_counting=True, extra=("--context-window", "4096")
+    )
     _report("uncounted-4096", figures.__dict__)
     assert figures.completed == 3 and figures.refused == 0, figures.stderr
     blind = figures.error_rate(("none",))
@@ -115,8 +130,12 @@ def test_overflow_is_recovered_with_the_prompt_whole(llama: Llama, tmp_path: Pat
     (ws / "notes.txt").write_text("\n".join(f"line {i}: the value of item {i} is {i * 37 % 101}" for i in range(160)))
     prompt = "START " + "Please look at notes.txt and tell me the value of item 7. " * 30 + " END"
     with Relay(server.root, tool_file="notes.txt") as relay:
-        code, result, stderr = kimicode(["-p", prompt, "--context-window", "8192", "--max-tokens", "24"],
-                                        base_url=relay.base_url, home=tmp_path / "home", cwd=ws)
+        code, result, stderr = kimicode(
+            ["-p", prompt, "--context-window", "8192", "--max-tokens", "24"],
+            base_url=relay.base_url,
+            home=tmp_path / "home",
+            cwd=ws,
+        )
         refused = [e for e in relay.exchanges if e.status == 400]
         last = relay.exchanges[-1]
     assert refused, "the wrong window should have made the server refuse once"
@@ -133,8 +152,9 @@ def test_overflow_is_recovered_with_the_prompt_whole(llama: Llama, tmp_path: Pat
 def test_a_prompt_that_cannot_fit_is_refused_with_a_clear_error(llama: Llama, tmp_path: Path) -> None:
     server = llama(2048)
     with Relay(server.root) as relay:
-        code, result, stderr = kimicode(["-p", "word " * 2600, "--max-tokens", "24"], base_url=relay.base_url,
-                                        home=tmp_path / "home", cwd=tmp_path)
+        code, result, stderr = kimicode(
+            ["-p", "word " * 2600, "--max-tokens", "24"], base_url=relay.base_url, home=tmp_path / "home", cwd=tmp_path
+        )
         asked = [e.body.get("max_completion_tokens") for e in relay.exchanges]
     assert code != 0 and result["status"] == "error"
     assert "context window" in result["error"] and "Traceback" not in stderr
@@ -147,16 +167,19 @@ def test_a_restart_with_another_window_is_seen_at_the_next_start(tmp_path: Path)
     try:
         home, ws = tmp_path / "home", tmp_path / "ws"
         ws.mkdir()
-        code, first, stderr = kimicode(["-p", "Say hi.", "--max-tokens", "8"], base_url=server.base_url,
-                                       home=home, cwd=ws)
+        code, first, stderr = kimicode(
+            ["-p", "Say hi.", "--max-tokens", "8"], base_url=server.base_url, home=home, cwd=ws
+        )
         assert code == 0 and first["context"]["window"] == 4096, stderr
         server.restart(2048)
-        code, second, stderr = kimicode(["-p", "Say bye.", "-c", "--max-tokens", "8"], base_url=server.base_url,
-                                        home=home, cwd=ws)
+        code, second, stderr = kimicode(
+            ["-p", "Say bye.", "-c", "--max-tokens", "8"], base_url=server.base_url, home=home, cwd=ws
+        )
         assert code == 0 and second["status"] == "success", stderr
         assert second["context"]["window"] == 2048 and second["session_id"] == first["session_id"]
-        prints = [r["fingerprint"] for recs in session_records(home).values() for r in recs
-                  if r["type"] == "calibration"]
+        prints = [
+            r["fingerprint"] for recs in session_records(home).values() for r in recs if r["type"] == "calibration"
+        ]
         assert len(set(prints)) == 2 and all("|4096|" in p or "|2048|" in p for p in prints)
         assert get_json(f"{server.root}/props")[1]["default_generation_settings"]["n_ctx"] == 2048
     finally:
@@ -167,8 +190,12 @@ def test_tool_choice_reaches_the_server(llama: Llama, tmp_path: Path) -> None:
     """llama-server accepts `tool_choice: required` (it does not enforce it with this template)."""
     server = llama(4096)
     with Relay(server.root) as relay:
-        code, result, stderr = kimicode(["-p", "List the files.", "--tool-choice", "required", "--max-tokens", "8"],
-                                        base_url=relay.base_url, home=tmp_path / "home", cwd=tmp_path)
+        code, result, stderr = kimicode(
+            ["-p", "List the files.", "--tool-choice", "required", "--max-tokens", "8"],
+            base_url=relay.base_url,
+            home=tmp_path / "home",
+            cwd=tmp_path,
+        )
         sent = [e.body.get("tool_choice") for e in relay.exchanges]
     assert code == 0 and result["status"] == "success", stderr
     assert sent and set(sent) == {"required"}

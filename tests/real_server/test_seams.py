@@ -33,10 +33,18 @@ def test_a_long_paste_does_not_end_the_session_at_a_4k_window(llama: Llama, tmp_
     ws.mkdir()
     home = tmp_path / "home"
     with Relay(server.root) as relay:
-        first = kimicode(["-p", "Keep these notes:\n" + NOTES, "--max-tokens", "16"], base_url=relay.base_url,
-                         home=home, cwd=ws)
-        later = [kimicode(["-p", f"Question {i}: which item has the value {i}? " * 50, "-c", "--max-tokens", "16"],
-                          base_url=relay.base_url, home=home, cwd=ws) for i in range(2)]
+        first = kimicode(
+            ["-p", "Keep these notes:\n" + NOTES, "--max-tokens", "16"], base_url=relay.base_url, home=home, cwd=ws
+        )
+        later = [
+            kimicode(
+                ["-p", f"Question {i}: which item has the value {i}? " * 50, "-c", "--max-tokens", "16"],
+                base_url=relay.base_url,
+                home=home,
+                cwd=ws,
+            )
+            for i in range(2)
+        ]
         last = relay.exchanges[-1]
     assert first[0] == 0 and first[1]["status"] == "success", (first[1].get("error"), first[2][-500:])
     for code, result, stderr in later:
@@ -54,13 +62,29 @@ def test_a_batch_on_the_default_four_slot_layout_succeeds(tmp_path: Path) -> Non
     try:
         (tmp_path / "ws").mkdir()
         part = NOTES[: len(NOTES) // 3]
-        tasks = [{"id": f"t{i}", "prompt": f"Task {i}. Notes:\n{part}\nWhich item has the value {i}?",
-                  "workspace": str(tmp_path / "ws")} for i in range(4)]
+        tasks = [
+            {
+                "id": f"t{i}",
+                "prompt": f"Task {i}. Notes:\n{part}\nWhich item has the value {i}?",
+                "workspace": str(tmp_path / "ws"),
+            }
+            for i in range(4)
+        ]
 
         async def go() -> list[object]:
-            return [r async for r in run(tasks, base_url=server.base_url, api_key="none", model="smollm2-135m",
-                                         root=tmp_path / "batch", concurrency=4, retry_base_delay=0.5,
-                                         agent_options={"max_completion_tokens": 16})]
+            return [
+                r
+                async for r in run(
+                    tasks,
+                    base_url=server.base_url,
+                    api_key="none",
+                    model="smollm2-135m",
+                    root=tmp_path / "batch",
+                    concurrency=4,
+                    retry_base_delay=0.5,
+                    agent_options={"max_completion_tokens": 16},
+                )
+            ]
 
         results = asyncio.run(go())
         log = server.tail(4000)
@@ -75,9 +99,12 @@ def test_a_batch_on_the_default_four_slot_layout_succeeds(tmp_path: Path) -> Non
 def test_the_users_words_come_last_in_every_mode(llama: Llama, tmp_path: Path, mode: str) -> None:
     server = llama(4096)
     with Relay(server.root) as relay:
-        code, result, stderr = kimicode(["-p", "Reply with exactly one word: apple", "--permission-mode", mode,
-                                         "--max-tokens", "16"], base_url=relay.base_url, home=tmp_path / "home",
-                                        cwd=tmp_path)
+        code, result, stderr = kimicode(
+            ["-p", "Reply with exactly one word: apple", "--permission-mode", mode, "--max-tokens", "16"],
+            base_url=relay.base_url,
+            home=tmp_path / "home",
+            cwd=tmp_path,
+        )
         sent = relay.exchanges[-1].body["messages"]
     assert code == 0 and result["status"] == "success", stderr
     assert sent[-1] == {"role": "user", "content": "Reply with exactly one word: apple"}  # nothing after, nor in it
@@ -88,12 +115,21 @@ def test_the_users_words_come_last_in_every_mode(llama: Llama, tmp_path: Path, m
 def test_a_response_format_llama_refuses_falls_back_to_validation(llama: Llama, tmp_path: Path) -> None:
     """llama.cpp's grammar converter refuses an unanchored `pattern` (HTTP 400); the run used to end `error`."""
     server = llama(4096)
-    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "[A-Z]{3}"}},
-              "required": ["code"]}
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "[A-Z]{3}"}}, "required": ["code"]}
     with Relay(server.root) as relay:
-        _, result, stderr = kimicode(["-p", "Give me a code of three capital letters.", "--json-schema",
-                                         json.dumps(schema), "--max-tokens", "24"], base_url=relay.base_url,
-                                        home=tmp_path / "home", cwd=tmp_path)
+        _, result, stderr = kimicode(
+            [
+                "-p",
+                "Give me a code of three capital letters.",
+                "--json-schema",
+                json.dumps(schema),
+                "--max-tokens",
+                "24",
+            ],
+            base_url=relay.base_url,
+            home=tmp_path / "home",
+            cwd=tmp_path,
+        )
         refused = [i for i, e in enumerate(relay.exchanges) if e.body.get("response_format")]
         statuses = [e.status for e in relay.exchanges]
     assert result.get("status") in ("success", "invalid_output"), (result, stderr[-800:])

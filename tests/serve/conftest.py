@@ -56,10 +56,17 @@ def model(server: FakeServer) -> FakeServer:
 
 @pytest.fixture
 def config(model: FakeServer, tmp_path: Path) -> ServeConfig:
-    return ServeConfig(settings={"base_url": model.base_url, "api_key": "sk-test-secret-key", "model": "kimi-k3",
-                                 "retry_base_delay": 0.01, "sandbox": "off",
-                                 "prices": {"input": 3.0, "cached_input": 0.3, "output": 15.0}},
-                       home=tmp_path / "home")
+    return ServeConfig(
+        settings={
+            "base_url": model.base_url,
+            "api_key": "sk-test-secret-key",
+            "model": "kimi-k3",
+            "retry_base_delay": 0.01,
+            "sandbox": "off",
+            "prices": {"input": 3.0, "cached_input": 0.3, "output": 15.0},
+        },
+        home=tmp_path / "home",
+    )
 
 
 @pytest.fixture

@@ -78,7 +78,8 @@ def turn(client: ServeClient, sid: str, after: int) -> list[dict[str, Any]]:
 
 @pytest.mark.slow  # about 1 s: two turns, two streams
 def test_the_page_and_the_terminal_see_each_others_prompts_stream(
-        client: ServeClient, attach: Callable[[str], Attached], workspace: Path) -> None:
+    client: ServeClient, attach: Callable[[str], Attached], workspace: Path
+) -> None:
     sid = client.create(str(workspace), permission_mode="default")
     term = attach(sid)
     assert f"attached to session {sid}" in term.text and "(no messages yet)" in term.text
@@ -98,11 +99,14 @@ def test_the_page_and_the_terminal_see_each_others_prompts_stream(
     assert "".join(e["text"] for e in page if e["type"] == "ContentDelta") == "echo: hello from the terminal"
     term.wait("echo: hello from the terminal")
     assert [m["content"] for m in client.state(sid)["history"] if m["role"] == "assistant"][-2:] == [
-        "echo: hello from the page", "echo: hello from the terminal"]
+        "echo: hello from the page",
+        "echo: hello from the terminal",
+    ]
 
 
 def test_a_request_answered_in_the_terminal_is_resolved_in_the_page(
-        client: ServeClient, attach: Callable[[str], Attached], workspace: Path) -> None:
+    client: ServeClient, attach: Callable[[str], Attached], workspace: Path
+) -> None:
     sid = client.create(str(workspace), permission_mode="default")
     term = attach(sid)
     after = client.state(sid)["seq"]
@@ -136,7 +140,8 @@ def test_a_request_answered_in_the_terminal_is_resolved_in_the_page(
 
 
 def test_the_terminal_denies_with_a_reason_and_interrupts_over_http(
-        client: ServeClient, attach: Callable[[str], Attached], workspace: Path) -> None:
+    client: ServeClient, attach: Callable[[str], Attached], workspace: Path
+) -> None:
     sid = client.create(str(workspace), permission_mode="default")
     term = attach(sid)
     after = client.state(sid)["seq"]
@@ -160,7 +165,8 @@ def test_the_terminal_denies_with_a_reason_and_interrupts_over_http(
 
 
 def test_the_terminal_detaches_when_the_session_closes(
-        client: ServeClient, attach: Callable[[str], Attached], workspace: Path) -> None:
+    client: ServeClient, attach: Callable[[str], Attached], workspace: Path
+) -> None:
     sid = client.create(str(workspace))
     term = attach(sid)
     assert term.follower.submit("/help") and "an attached terminal sends messages only" in term.text
@@ -176,17 +182,33 @@ def test_the_terminal_detaches_when_the_session_closes(
 def test_every_turn_event_the_terminal_renders_is_a_library_event() -> None:
     for name in TURN_EVENTS:
         assert library_event({"type": name}) is None  # fields missing: refused, never half-built
-    finished = library_event({"type": "TurnFinished", "status": "success", "result": "ok", "num_steps": 1,
-                              "permission_denials": [], "seq": 4, "ts": 1.0})
+    finished = library_event(
+        {
+            "type": "TurnFinished",
+            "status": "success",
+            "result": "ok",
+            "num_steps": 1,
+            "permission_denials": [],
+            "seq": 4,
+            "ts": 1.0,
+        }
+    )
     assert finished is not None and finished.result == "ok" and finished.permission_denials == ()
     assert library_event({"type": "PermissionRequested", "request_id": "x"}) is None
-    sub = library_event({"type": "SubagentEvent", "parent_call_id": "c", "description": "d",
-                         "event": {"type": "MessageCommitted", "message": {"role": "assistant"}}})
+    sub = library_event(
+        {
+            "type": "SubagentEvent",
+            "parent_call_id": "c",
+            "description": "d",
+            "event": {"type": "MessageCommitted", "message": {"role": "assistant"}},
+        }
+    )
     assert sub is not None and sub.event.message == {"role": "assistant"}
 
 
 def test_attaching_during_a_turn_shows_it_from_its_start_and_its_open_question(
-        client: ServeClient, attach: Callable[[str], Attached], workspace: Path) -> None:
+    client: ServeClient, attach: Callable[[str], Attached], workspace: Path
+) -> None:
     sid = client.create(str(workspace), permission_mode="default")
     client.run(sid, "before")
     after = client.state(sid)["seq"]
@@ -221,7 +243,8 @@ def test_a_session_the_server_holds_is_named_with_attach(tmp_path: Path) -> None
 
 
 def test_the_terminal_steers_the_running_turn(
-        client: ServeClient, attach: Callable[[str], Attached], workspace: Path) -> None:
+    client: ServeClient, attach: Callable[[str], Attached], workspace: Path
+) -> None:
     sid = client.create(str(workspace), permission_mode="default")
     term = attach(sid)
     after = client.state(sid)["seq"]
@@ -235,8 +258,9 @@ def test_the_terminal_steers_the_running_turn(
     assert turn(client, sid, steered["seq"])[-1]["status"] == "success"
 
 
-def test_which_server_and_session_attach_picks(live: ThreadedServer, client: ServeClient, make_workspace: Any,
-                                               monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_which_server_and_session_attach_picks(
+    live: ThreadedServer, client: ServeClient, make_workspace: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from kimicode.cli.attach_cmd import AttachError, choose_session, server
 
     with pytest.raises(AttachError, match=r"no running `kimicode serve`.*kimicode web"):

@@ -24,8 +24,13 @@ pytestmark = pytest.mark.slow
 def page(model: FakeServer, tmp_path: Path) -> Iterator[ServeClient]:
     """`kimicode serve` as a process of its own, and a client of it standing for the page."""
     env = command_env(tmp_path / "home", model)
-    proc = subprocess.Popen([*kimicode_command(), "serve", "--sandbox", "off"], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env=env)
+    proc = subprocess.Popen(
+        [*kimicode_command(), "serve", "--sandbox", "off"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     try:
         assert proc.stdout is not None
         first = json.loads(proc.stdout.readline())
@@ -36,15 +41,17 @@ def page(model: FakeServer, tmp_path: Path) -> Iterator[ServeClient]:
         proc.wait(20)
 
 
-def test_attach_follows_the_session_beside_the_page(page: ServeClient, model: FakeServer, workspace: Path,
-                                                     tmp_path: Path) -> None:
+def test_attach_follows_the_session_beside_the_page(
+    page: ServeClient, model: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
     env = command_env(tmp_path / "home", model)
     sid = page.create(str(workspace), permission_mode="default")
     assert page.run(sid, "first from the page")[-1]["result"] == "echo: first from the page"
 
     # the terminal cannot open it (one writer), and says where to follow it instead
-    busy = subprocess.run([*kimicode_command(), "-r", sid, "-p", "hi"], capture_output=True, text=True, env=env,
-                          cwd=workspace, timeout=60)
+    busy = subprocess.run(
+        [*kimicode_command(), "-r", sid, "-p", "hi"], capture_output=True, text=True, env=env, cwd=workspace, timeout=60
+    )
     assert busy.returncode == 2 and f"kimicode attach {sid}" in busy.stderr and "kimicode serve" in busy.stderr
 
     term = Terminal(["attach"], env, workspace, cols=120, rows=40)  # the server's only session, found

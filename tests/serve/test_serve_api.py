@@ -34,7 +34,8 @@ def prompts(state: dict[str, Any]) -> list[str]:
 
 @pytest.mark.slow
 def test_two_sessions_in_two_workspaces_run_prompts_with_tool_calls_at_once(
-        client: ServeClient, make_workspace: Callable[[str], Path]) -> None:
+    client: ServeClient, make_workspace: Callable[[str], Path]
+) -> None:
     a, b = make_workspace("a"), make_workspace("b")
     ids = [client.create(str(a), permission_mode="accept-edits"), client.create(str(b), permission_mode="accept-edits")]
     assert ids[0] != ids[1]

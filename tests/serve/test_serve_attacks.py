@@ -18,8 +18,9 @@ from kimicode.serve.server import ThreadedServer
 from kimicode.testing import FakeServer, Reply
 
 
-def raw(live: ThreadedServer, method: str, path: str, headers: dict[str, str] | None = None,
-        body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+def raw(
+    live: ThreadedServer, method: str, path: str, headers: dict[str, str] | None = None, body: bytes | None = None
+) -> tuple[int, dict[str, str], bytes]:
     """One request with exactly these headers (Host included: http.client adds none we do not give)."""
     conn = http.client.HTTPConnection("127.0.0.1", live.port, timeout=20)
     conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
@@ -57,8 +58,13 @@ def test_a_rebinding_host_is_refused(live: ThreadedServer) -> None:
 
 
 def test_a_foreign_origin_is_refused_and_no_cors_is_offered(live: ThreadedServer) -> None:
-    for origin in ("http://evil.example", f"http://127.0.0.1:{live.port}.evil.example", "null",
-                   f"https://127.0.0.1:{live.port}", f"http://127.0.0.1:{live.port + 1}"):
+    for origin in (
+        "http://evil.example",
+        f"http://127.0.0.1:{live.port}.evil.example",
+        "null",
+        f"https://127.0.0.1:{live.port}",
+        f"http://127.0.0.1:{live.port + 1}",
+    ):
         status, headers, _ = raw(live, "GET", "/sessions", good(live, Origin=origin))
         assert status == 403, origin
         assert not any(k.startswith("access-control-") for k in headers)
@@ -79,9 +85,19 @@ def test_oversized_bodies_are_refused(live: ThreadedServer, workspace: Path) -> 
     assert not list(live.app.app.state.sessions.live)
 
 
-@pytest.mark.parametrize("path", ["/sessions/..%2F..%2Fetc", "/sessions/../../etc/passwd", "/sessions/%00",
-                                  "/sessions/a%2Fb/messages", "/sessions/" + "a" * 300, "/static/../app.py",
-                                  "/static/..%2F__init__.py", "/static/%2e%2e%2fserver.py"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/sessions/..%2F..%2Fetc",
+        "/sessions/../../etc/passwd",
+        "/sessions/%00",
+        "/sessions/a%2Fb/messages",
+        "/sessions/" + "a" * 300,
+        "/static/../app.py",
+        "/static/..%2F__init__.py",
+        "/static/%2e%2e%2fserver.py",
+    ],
+)
 def test_path_tricks_in_ids_find_nothing(live: ThreadedServer, path: str) -> None:
     status, _, body = raw(live, "GET", path, good(live))
     assert status == 404, body
@@ -93,8 +109,16 @@ def test_workspaces_must_be_real_directories_the_user_named(client: ServeClient,
     (home / "sessions").mkdir(parents=True, exist_ok=True)
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "to-home").symlink_to(home)
-    for given in ("relative/dir", "", str(tmp_path / "missing"), str(tmp_path / "file.txt"), str(home),
-                  str(tmp_path / "to-home"), str(tmp_path / "to-home" / "sessions"), "/proc/self/cwd/\x00"):
+    for given in (
+        "relative/dir",
+        "",
+        str(tmp_path / "missing"),
+        str(tmp_path / "file.txt"),
+        str(home),
+        str(tmp_path / "to-home"),
+        str(tmp_path / "to-home" / "sessions"),
+        "/proc/self/cwd/\x00",
+    ):
         with pytest.raises(ServeClientError) as err:
             client.create(given)
         assert err.value.status in (400, 422), given
@@ -167,19 +191,25 @@ def test_five_hundred_slow_clients_do_not_stop_the_server(live: ThreadedServer) 
 
 @pytest.mark.slow
 def test_a_client_that_never_reads_its_events_costs_bounded_memory(
-        server: FakeServer, tmp_path: Path, workspace: Path) -> None:
+    server: FakeServer, tmp_path: Path, workspace: Path
+) -> None:
     """The stuck reader is cut off once its queue is full (its memory freed at once); the session, and a
     client that does read, go on to the end of every turn."""
     server.add(*[Reply(content="x" * 1000 * 400, chunk_size=1000) for _ in range(4)])
-    config = ServeConfig(settings={"base_url": server.base_url, "api_key": "sk-test", "retry_base_delay": 0.01},
-                         home=tmp_path / "home", per_subscriber=64)
+    config = ServeConfig(
+        settings={"base_url": server.base_url, "api_key": "sk-test", "retry_base_delay": 0.01},
+        home=tmp_path / "home",
+        per_subscriber=64,
+    )
     with ThreadedServer(config) as live, ServeClient(live.url, live.token) as client:
         sid = client.create(str(workspace))
         stuck = socket.socket()
         stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         stuck.connect(("127.0.0.1", live.port))
-        stuck.sendall(f"GET /sessions/{sid}/events HTTP/1.1\r\nHost: 127.0.0.1:{live.port}\r\n"
-                      f"Authorization: Bearer {live.token}\r\n\r\n".encode())
+        stuck.sendall(
+            f"GET /sessions/{sid}/events HTTP/1.1\r\nHost: 127.0.0.1:{live.port}\r\n"
+            f"Authorization: Bearer {live.token}\r\n\r\n".encode()
+        )
         hub = live.app.app.state.sessions.live[sid].hub
         deadline = time.monotonic() + 10
         while not hub.subscribers and time.monotonic() < deadline:

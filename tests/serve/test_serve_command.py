@@ -23,8 +23,13 @@ pytestmark = pytest.mark.slow
 @contextmanager
 def serving(server: FakeServer, *args: str) -> Iterator[tuple[ServeClient, dict[str, Any]]]:
     env = {**os.environ, "KIMI_API_KEY": "sk-test", "KIMI_BASE_URL": server.base_url}
-    proc = subprocess.Popen([sys.executable, "-m", "kimicode", "serve", "--port", "0", "--sandbox", "off", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kimicode", "serve", "--port", "0", "--sandbox", "off", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -38,7 +43,8 @@ def serving(server: FakeServer, *args: str) -> Iterator[tuple[ServeClient, dict[
 
 
 def test_serve_announces_itself_and_runs_sessions_across_restarts(
-        model: FakeServer, workspace: Path, tmp_path: Path) -> None:
+    model: FakeServer, workspace: Path, tmp_path: Path
+) -> None:
     with serving(model) as (client, first):
         assert set(first) == {"url", "token"} and first["url"].startswith("http://127.0.0.1:")
         assert len(first["token"]) >= 32
@@ -56,20 +62,27 @@ def test_serve_announces_itself_and_runs_sessions_across_restarts(
 
 
 def test_serve_refuses_a_remote_host_without_the_flag(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "kimicode", "serve", "--host", "0.0.0.0"],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-m", "kimicode", "serve", "--host", "0.0.0.0"], capture_output=True, text=True, timeout=60
+    )
     assert run.returncode == 2 and "--allow-remote" in run.stderr and run.stdout == ""
 
 
 def test_web_attaches_to_the_running_server_or_starts_one(model: FakeServer, tmp_path: Path) -> None:
     env = {**os.environ, "KIMI_API_KEY": "sk-test", "KIMI_BASE_URL": model.base_url}
     with serving(model) as (_, first):
-        attached = subprocess.run([sys.executable, "-m", "kimicode", "web", "--no-open"], capture_output=True,
-                                  text=True, env=env, timeout=60)
+        attached = subprocess.run(
+            [sys.executable, "-m", "kimicode", "web", "--no-open"], capture_output=True, text=True, env=env, timeout=60
+        )
         assert attached.returncode == 0, attached.stderr
         assert f"{first['url']}/#token={first['token']}" in attached.stderr and attached.stdout == ""
-    proc = subprocess.Popen([sys.executable, "-m", "kimicode", "web", "--no-open"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kimicode", "web", "--no-open"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert proc.stdout is not None and proc.stderr is not None
         started = json.loads(proc.stdout.readline())  # no server was running: it serves itself
@@ -85,9 +98,11 @@ def test_web_attaches_to_the_running_server_or_starts_one(model: FakeServer, tmp
 def test_the_asgi_stack_loads_only_for_serve() -> None:
     """`import kimicode`, the library's Agent and the command line's application never import Starlette or
     uvicorn (lint-imports checks the imports; this, what a real process loads)."""
-    probe = ("import sys, kimicode; kimicode.Agent; import kimicode.cli.app; "
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'starlette', 'uvicorn', 'kimicode.serve'}), "
-             "[m for m in sys.modules if m.startswith('kimicode.serve')])")
+    probe = (
+        "import sys, kimicode; kimicode.Agent; import kimicode.cli.app; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'starlette', 'uvicorn', 'kimicode.serve'}), "
+        "[m for m in sys.modules if m.startswith('kimicode.serve')])"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[] []"

@@ -18,12 +18,24 @@ def test_the_document_validates_and_lists_every_route(client: ServeClient, live:
     assert doc["openapi"] == "3.1.0"
     validate(doc)
     listed = {(method.upper(), path) for path, item in doc["paths"].items() for method in item}
-    served = {(method, route.path) for route in routes() if isinstance(route, Route)
-              for method in (route.methods or ()) if method != "HEAD"}
+    served = {
+        (method, route.path)
+        for route in routes()
+        if isinstance(route, Route)
+        for method in (route.methods or ())
+        if method != "HEAD"
+    }
     assert listed == served == {(s.method, s.path) for s in ROUTES}
-    for needed in [("GET", "/openapi.json"), ("GET", "/sessions"), ("POST", "/sessions"), ("GET", "/sessions/{id}"),
-                   ("POST", "/sessions/{id}/messages"), ("GET", "/sessions/{id}/events"),
-                   ("POST", "/sessions/{id}/permissions/{request_id}"), ("POST", "/sessions/{id}/interrupt")]:
+    for needed in [
+        ("GET", "/openapi.json"),
+        ("GET", "/sessions"),
+        ("POST", "/sessions"),
+        ("GET", "/sessions/{id}"),
+        ("POST", "/sessions/{id}/messages"),
+        ("GET", "/sessions/{id}/events"),
+        ("POST", "/sessions/{id}/permissions/{request_id}"),
+        ("POST", "/sessions/{id}/interrupt"),
+    ]:
         assert needed in listed
     for path, item in doc["paths"].items():
         for op in item.values():

@@ -21,8 +21,15 @@ from kimicode.serve.server import ThreadedServer
 pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = Path(os.environ.get("KIMICODE_ARTIFACTS", ROOT / "test-artifacts")) / "web"
 
 
@@ -54,8 +61,9 @@ def region_has_content(path: Path, box: dict[str, float]) -> bool:
     from PIL import Image
 
     with Image.open(path) as image:
-        region = image.convert("RGB").crop((int(box["x"]), int(box["y"]), int(box["x"] + box["width"]),
-                                            int(box["y"] + box["height"])))
+        region = image.convert("RGB").crop(
+            (int(box["x"]), int(box["y"]), int(box["x"] + box["width"]), int(box["y"] + box["height"]))
+        )
         colours = region.getcolors(maxcolors=1 << 20) or []
         background = max(colours)[1] if colours else (0, 0, 0)
         inked = sum(n for n, c in colours if sum(abs(a - b) for a, b in zip(c, background, strict=True)) > 60)

@@ -105,8 +105,12 @@ def test_a_second_writer_is_refused_with_a_fork_hint_and_a_fork_still_works(
     first = make_agent()
     first.run_sync("x")
     opts: dict[str, Any] = {"base_url": server.base_url, "api_key": "sk-test-secret-key", "home": home}
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(home / "sessions"), first.session_id],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(home / "sessions"), first.session_id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdin is not None and holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
@@ -155,19 +159,34 @@ def test_the_command_line_refuses_a_busy_session_with_exit_2(
     home = tmp_path / "home"
     server.add(Reply(content="first"))
     env = command_env(home, server)
-    done = subprocess.run([*kimicode_command(), "-p", "x", "--output-format", "json"], env=env, cwd=workspace,
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [*kimicode_command(), "-p", "x", "--output-format", "json"],
+        env=env,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     sid = json.loads(done.stdout)["session_id"]
     script = (
         "import sys, time; from pathlib import Path; from kimicode.session.lock import SessionLock\n"
         "lock = SessionLock.acquire(Path(sys.argv[1]), sys.argv[2]); print('held', flush=True); time.sleep(60)\n"
     )
-    holder = subprocess.Popen([sys.executable, "-c", script, str(home / "sessions"), sid], stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, str(home / "sessions"), sid], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        busy = subprocess.run([*kimicode_command(), "-p", "y", "-r", sid], env=env, cwd=workspace,
-                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        busy = subprocess.run(
+            [*kimicode_command(), "-p", "y", "-r", sid],
+            env=env,
+            cwd=workspace,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
     finally:
         holder.kill()
         holder.wait(10)
@@ -208,9 +227,15 @@ def test_an_unwritable_home_gives_exit_2_and_stream_json_ends_with_its_result(
     home = tmp_path / "home-is-a-file"
     home.write_text("not a directory")
     server.add(Reply(content="hi"))
-    done = subprocess.run([*kimicode_command(), "-p", "x", "--output-format", "stream-json"],
-                          env=command_env(home, server), cwd=workspace, capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [*kimicode_command(), "-p", "x", "--output-format", "stream-json"],
+        env=command_env(home, server),
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
     last = json.loads(done.stdout.strip().splitlines()[-1])
@@ -238,9 +263,15 @@ def test_setsid_background_jobs_do_not_outlive_kimicode(
     marker = f"1000{len(sandbox)}"
     cmd = f"setsid sleep {marker} >/dev/null 2>&1 & echo PID=$!; nohup sleep {marker} >/dev/null 2>&1 & echo PID=$!"
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": cmd})]), Reply(content="done"))
-    done = subprocess.run([*kimicode_command(), "-p", "x", "--yolo", "--sandbox", sandbox, "--output-format", "json"],
-                          env=command_env(tmp_path / "home", server), cwd=workspace, capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [*kimicode_command(), "-p", "x", "--yolo", "--sandbox", sandbox, "--output-format", "json"],
+        env=command_env(tmp_path / "home", server),
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr
     time.sleep(0.3)
     leftovers = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.split()
@@ -272,8 +303,12 @@ def test_a_session_in_use_by_another_process_is_not_deleted(
     server.add(Reply(content="one"))
     agent = make_agent()
     agent.run_sync("x")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(home / "sessions"), agent.session_id],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(home / "sessions"), agent.session_id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdin is not None and holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"

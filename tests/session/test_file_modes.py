@@ -28,13 +28,24 @@ def test_everything_a_run_leaves_in_kimicode_home_is_private(tmp_path: Path) -> 
     (ws / "a.txt").write_text("a\n")
     with FakeServer() as server:
         server.add(
-            Reply(tool_calls=[ToolCall("write_file", {"path": "b.txt", "content": "b\n"}),
-                              ToolCall("bash", {"command": "seq 1 100000"})]),  # spills its output
+            Reply(
+                tool_calls=[
+                    ToolCall("write_file", {"path": "b.txt", "content": "b\n"}),
+                    ToolCall("bash", {"command": "seq 1 100000"}),
+                ]
+            ),  # spills its output
             Reply(content="done"),
         )
         env = command_env(home, server, key="sk-modes-key")
-        done = subprocess.run([*kimicode_command(), "-p", "x", "--yolo", "--output-format", "json"], cwd=ws, env=env,
-                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [*kimicode_command(), "-p", "x", "--yolo", "--output-format", "json"],
+            cwd=ws,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["result"] == "done"
     seen = {"dirs": 0, "files": 0}

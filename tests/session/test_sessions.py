@@ -86,7 +86,13 @@ def test_log_records_messages_settings_usage_and_turn_ends_but_never_the_key(
     assert [r["status"] for r in records if r["type"] == "turn_end"] == ["success", "success"]
     assert load(agent.log.path).messages == agent.messages
     assert [r.get("model") for r in records if r["type"] == "message"] == [
-        None, None, "kimi-k3", None, "kimi-k3", None, "kimi-k3-mini"  # who wrote each assistant message
+        None,
+        None,
+        "kimi-k3",
+        None,
+        "kimi-k3",
+        None,
+        "kimi-k3-mini",  # who wrote each assistant message
     ]
     for path in (tmp_path / "home").rglob("*"):
         if path.is_file():

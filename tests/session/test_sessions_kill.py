@@ -20,7 +20,6 @@ from kimicode.testing import FakeServer, RecordedRequest, Reply, ToolCall
 pytestmark = pytest.mark.slow
 
 
-
 class Looper:
     """Replies forever with slowly streamed tool-calling steps; each step writes marker files as it runs."""
 
@@ -117,8 +116,11 @@ def test_kill_9_at_many_points_always_resumes_to_a_valid_history(
         prompt = {"role": "user", "content": f"continue {k}"}
         deadline = time.monotonic() + 15
         while True:
-            mine = [i for i in range(seen, len(server.requests)) if (server.requests[i].body or {}).get(
-                "messages", [None])[-1] == prompt]
+            mine = [
+                i
+                for i in range(seen, len(server.requests))
+                if (server.requests[i].body or {}).get("messages", [None])[-1] == prompt
+            ]
             if mine:
                 seen = mine[0]
                 break

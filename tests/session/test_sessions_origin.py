@@ -81,16 +81,23 @@ def test_origin_is_recorded_and_interactive_wins(server: FakeServer, make_agent:
     assert by_id[headless.session_id].origin == "headless"
     assert by_id[term.session_id].origin == "interactive"
     # a headless session continued in the terminal counts as interactive from then on
-    resumed = Agent.resume(headless.session_id, base_url=server.base_url, api_key="k", home=tmp_path / "home",
-                           origin="interactive")
+    resumed = Agent.resume(
+        headless.session_id, base_url=server.base_url, api_key="k", home=tmp_path / "home", origin="interactive"
+    )
     resumed.run_sync("more")
     assert {s.id: s for s in list_sessions(tmp_path / "home")}[headless.session_id].origin == "interactive"
 
 
 def write_log(directory: Path, sid: str, workspace: Path, *, prompt: str | None, origin: str | None) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    meta: dict[str, Any] = {"v": 1, "ts": 0, "type": "meta", "session_id": sid, "model": "kimi-k3",
-                            "workspace": str(workspace.resolve())}
+    meta: dict[str, Any] = {
+        "v": 1,
+        "ts": 0,
+        "type": "meta",
+        "session_id": sid,
+        "model": "kimi-k3",
+        "workspace": str(workspace.resolve()),
+    }
     if origin is not None:
         meta["origin"] = origin
     lines = [meta, {"v": 1, "ts": 0, "type": "message", "message": {"role": "system", "content": "s"}}]
@@ -164,8 +171,10 @@ def test_the_resume_picker_lists_terminal_sessions_first(
 
     d = sessions_dir(tmp_path)
     for i in range(30):  # a CI job's one-shot runs, newer than the one conversation at the desk
-        os.utime(write_log(d, f"20260102-0000{i:02d}-{i:06d}", workspace, prompt=f"ci run {i}", origin="headless"),
-                 (100 + i, 100 + i))
+        os.utime(
+            write_log(d, f"20260102-0000{i:02d}-{i:06d}", workspace, prompt=f"ci run {i}", origin="headless"),
+            (100 + i, 100 + i),
+        )
     desk = write_log(d, "20260101-000000-aaaaaa", workspace, prompt="at the desk", origin="interactive")
     os.utime(desk, (1, 1))
     monkeypatch.setattr(typer, "prompt", lambda *a, **k: "1")

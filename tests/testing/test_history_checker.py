@@ -16,8 +16,11 @@ USER = {"role": "user", "content": "u"}
 
 
 def call(*ids: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": "", "tool_calls": [
-        {"id": i, "type": "function", "function": {"name": "glob", "arguments": "{}"}} for i in ids]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": i, "type": "function", "function": {"name": "glob", "arguments": "{}"}} for i in ids],
+    }
 
 
 def result(call_id: str) -> dict[str, Any]:
@@ -33,17 +36,20 @@ def test_a_valid_history_has_no_problem() -> None:
     assert_valid_history(VALID)
 
 
-@pytest.mark.parametrize(("messages", "kw", "said"), [
-    ([SYSTEM, USER, call("a")], {}, "the calls ['a'] have no result"),
-    ([SYSTEM, USER, call("a", "b"), result("a"), USER], {}, "comes before the results of ['b']"),
-    ([SYSTEM, USER, result("x")], {}, "a tool result for 'x' without its call"),
-    ([SYSTEM, USER, call("a"), result("a"), result("a")], {}, "a tool result for 'a' without its call"),
-    ([SYSTEM, USER, call(""), result("")], {}, "a tool call without an id"),
-    ([SYSTEM, USER, call("a", "a"), result("a"), result("a")], {}, "two tool calls with the same id"),
-    ([SYSTEM, {"role": "robot", "content": "?"}], {}, "unknown role 'robot'"),
-    ([USER], {"system_first": True}, "does not start with the system prompt"),
-    ([SYSTEM, USER, USER], {"alternating": True}, "two user messages in a row"),
-])
+@pytest.mark.parametrize(
+    ("messages", "kw", "said"),
+    [
+        ([SYSTEM, USER, call("a")], {}, "the calls ['a'] have no result"),
+        ([SYSTEM, USER, call("a", "b"), result("a"), USER], {}, "comes before the results of ['b']"),
+        ([SYSTEM, USER, result("x")], {}, "a tool result for 'x' without its call"),
+        ([SYSTEM, USER, call("a"), result("a"), result("a")], {}, "a tool result for 'a' without its call"),
+        ([SYSTEM, USER, call(""), result("")], {}, "a tool call without an id"),
+        ([SYSTEM, USER, call("a", "a"), result("a"), result("a")], {}, "two tool calls with the same id"),
+        ([SYSTEM, {"role": "robot", "content": "?"}], {}, "unknown role 'robot'"),
+        ([USER], {"system_first": True}, "does not start with the system prompt"),
+        ([SYSTEM, USER, USER], {"alternating": True}, "two user messages in a row"),
+    ],
+)
 def test_each_problem_is_found_and_named(messages: list[dict[str, Any]], kw: dict[str, Any], said: str) -> None:
     problems = history_problems(messages, **kw)
     assert any(said in p for p in problems), problems

@@ -145,15 +145,41 @@ def test_parse_errors_name_the_line(text: str, needle: str) -> None:
 def test_the_parsed_operations_follow_the_grammar() -> None:
     """Blank lines before the first file, `@@` contexts narrowing one hunk, a lost leading space, the end-of-file
     mark closing a hunk, a move, and a delete with blank lines."""
-    ops = parse_patch(patch(
-        "", "*** Update File: a.py", "*** Move to: b.py", "@@ class A", "@@ def f", " x", "", "-y", "+z",
-        "*** End of File", " p", "+q", "@@", "-r", "*** Add File: new.txt", "+1", "+", "*** Delete File: old.txt", "",
-    ))
+    ops = parse_patch(
+        patch(
+            "",
+            "*** Update File: a.py",
+            "*** Move to: b.py",
+            "@@ class A",
+            "@@ def f",
+            " x",
+            "",
+            "-y",
+            "+z",
+            "*** End of File",
+            " p",
+            "+q",
+            "@@",
+            "-r",
+            "*** Add File: new.txt",
+            "+1",
+            "+",
+            "*** Delete File: old.txt",
+            "",
+        )
+    )
     assert [(op.kind, op.path, op.move_to, op.line) for op in ops] == [
-        ("update", "a.py", "b.py", 3), ("add", "new.txt", None, 16), ("delete", "old.txt", None, 19)]
+        ("update", "a.py", "b.py", 3),
+        ("add", "new.txt", None, 16),
+        ("delete", "old.txt", None, 19),
+    ]
     first, second, third = ops[0].hunks
     assert (first.contexts, first.lines, first.at_eof, first.line) == (
-        ["class A", "def f"], [(" ", "x"), (" ", ""), ("-", "y"), ("+", "z")], True, 5)
+        ["class A", "def f"],
+        [(" ", "x"), (" ", ""), ("-", "y"), ("+", "z")],
+        True,
+        5,
+    )
     assert (second.contexts, second.lines, second.at_eof, second.line) == ([], [(" ", "p"), ("+", "q")], False, 12)
     assert (third.contexts, third.lines, third.line) == ([], [("-", "r")], 14)
     assert ops[1].add_lines == ["1", ""] and ops[2].hunks == []

@@ -129,5 +129,3 @@ def test_a_tool_without_preview_gets_none(server: FakeServer, make_agent: MakeAg
     server.add(Reply(tool_calls=[ToolCall("touch", {"path": "t"})]), Reply(content="ok"))
     assert make_agent(tools=[touch], approve=approve, persist=False).run_sync("go").ok
     assert requests[0].preview is None and requests[0].preview_error is None
-
-

@@ -28,8 +28,9 @@ def test_missing_bwrap_is_reported_once_and_the_policy_applies(
     server: FakeServer, workspace: Path, tmp_path: Path
 ) -> None:
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch made"})]), Reply(content="ok"))
-    code, result, stderr = headless_json(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
-                               KIMICODE_BWRAP="")
+    code, result, stderr = headless_json(
+        server, tmp_path / "home", workspace, "--sandbox", "workspace-write", KIMICODE_BWRAP=""
+    )
     assert code == 0 and result["status"] == "success"
     assert stderr.count("sandbox is not available") == 1
     assert "bubblewrap (bwrap) is not installed" in stderr and "follow the permission rules" in stderr
@@ -44,8 +45,9 @@ def test_a_bwrap_that_cannot_create_namespaces_counts_as_unavailable(
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo hi"})]), Reply(content="ok"))
-    code, _, stderr = headless_json(server, tmp_path / "home", workspace, "--sandbox", "workspace-write", "--yolo",
-                          KIMICODE_BWRAP=str(fake))
+    code, _, stderr = headless_json(
+        server, tmp_path / "home", workspace, "--sandbox", "workspace-write", "--yolo", KIMICODE_BWRAP=str(fake)
+    )
     assert code == 0
     assert "cannot create its namespaces here (bwrap: No permissions to create new namespace)" in stderr
     assert sent_tool_results(server) == ["hi\n[exit code: 0]"]  # yolo, unconfined: it ran
@@ -72,8 +74,14 @@ def test_the_agent_emits_the_fallback_notice_and_keeps_plain_bash(
 
 
 def test_an_unknown_sandbox_flag_is_a_usage_error(tmp_path: Path) -> None:
-    done = subprocess.run([*kimicode_command(), "-p", "x", "--sandbox", "full"], capture_output=True, text=True,
-                          timeout=30, env={**os.environ, "KIMI_API_KEY": "k"}, cwd=tmp_path)
+    done = subprocess.run(
+        [*kimicode_command(), "-p", "x", "--sandbox", "full"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "KIMI_API_KEY": "k"},
+        cwd=tmp_path,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
 
 
@@ -136,8 +144,9 @@ def test_the_sandbox_confines_commands(server: FakeServer, workspace: Path, tmp_
     ]
     calls = [ToolCall("bash", {"command": c, "timeout": 1} if c == "sleep 60" else {"command": c}) for c in steps]
     server.add(Reply(tool_calls=calls), Reply(content="ok"))
-    code, result, stderr = headless_json(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
-                               HOME=str(home))
+    code, result, stderr = headless_json(
+        server, tmp_path / "home", workspace, "--sandbox", "workspace-write", HOME=str(home)
+    )
     assert code == 0 and result["permission_denials"] == []  # default mode: ran
     assert "sandbox blocked: writing " in stderr and ".ssh/id_rsa is not visible in the sandbox" in stderr
     inside, out, git, tmp, key, net, env, sleep = sent_tool_results(server)
@@ -154,17 +163,21 @@ def test_the_sandbox_confines_commands(server: FakeServer, workspace: Path, tmp_
 @needs_bwrap
 def test_sandbox_network_can_be_allowed(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     port = server.base_url.split(":")[2].split("/")[0]
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo up"})]),
-               Reply(content="ok"))
-    code, _, _ = headless_json(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
-                               "--sandbox-network")
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo up"})]),
+        Reply(content="ok"),
+    )
+    code, _, _ = headless_json(
+        server, tmp_path / "home", workspace, "--sandbox", "workspace-write", "--sandbox-network"
+    )
     assert code == 0 and sent_tool_results(server) == ["up\n[exit code: 0]"]
 
 
 @needs_bwrap
 def test_plan_mode_still_asks_inside_the_sandbox(server: FakeServer, workspace: Path, tmp_path: Path) -> None:
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": "touch made"})]), Reply(content="ok"))
-    code, result, _ = headless_json(server, tmp_path / "home", workspace, "--sandbox", "workspace-write",
-                          "--permission-mode", "plan")
+    code, result, _ = headless_json(
+        server, tmp_path / "home", workspace, "--sandbox", "workspace-write", "--permission-mode", "plan"
+    )
     assert code == 0 and [d["tool_name"] for d in result["permission_denials"]] == ["bash"]
     assert not (workspace / "made").exists()

@@ -75,8 +75,7 @@ def test_host_unix_sockets_are_out_of_reach(
     if where == "env":
         monkeypatch.setenv("SSH_AUTH_SOCK", str(path))
     probe_cmd = (
-        "python3 -c \"import socket,sys; s=socket.socket(socket.AF_UNIX); "
-        f"s.connect('{path}'); print('CONNECTED')\""
+        f"python3 -c \"import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect('{path}'); print('CONNECTED')\""
     )
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": probe_cmd})]), Reply(content="ok"))
     try:
@@ -89,9 +88,7 @@ def test_host_unix_sockets_are_out_of_reach(
 
 
 @needs_bwrap
-def test_a_command_admitted_by_a_rule_runs_confined(
-    server: FakeServer, make_agent: MakeAgent, workspace: Path
-) -> None:
+def test_a_command_admitted_by_a_rule_runs_confined(server: FakeServer, make_agent: MakeAgent, workspace: Path) -> None:
     """The parser may judge `touch` harmless; whatever it decides, the file outside is never made."""
     outside = outside_path("rule")
     server.add(Reply(tool_calls=[ToolCall("bash", {"command": f"touch {outside}"})]), Reply(content="ok"))
@@ -152,8 +149,9 @@ def test_auto_without_bwrap_says_so_once_and_runs_as_before(
     agent = make_agent(permission_mode="yolo", on_event=events.append)
     assert agent.sandbox is None and agent.sandbox_warning is not None
     assert "not installed" in agent.sandbox_warning and "--sandbox off" in agent.sandbox_warning
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "echo hi"})]), Reply(content="ok"),
-               Reply(content="again"))
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": "echo hi"})]), Reply(content="ok"), Reply(content="again")
+    )
     agent.run_sync("x")
     agent.run_sync("y")
     assert sent_tool_results(server) == ["hi\n[exit code: 0]"]
@@ -204,12 +202,14 @@ def test_other_sessions_logs_are_hidden_and_this_sessions_spill_is_not(
     agent.log.spill_dir.mkdir(parents=True)
     (agent.log.spill_dir / "bash-1.txt").write_text("spilled output\n")
     server.add(
-        Reply(tool_calls=[
-            ToolCall("bash", {"command": f"cat {sessions / 'other.jsonl'}"}),
-            ToolCall("bash", {"command": f"ls {sessions}"}),
-            ToolCall("bash", {"command": f"cat {agent.log.spill_dir / 'bash-1.txt'}"}),
-            ToolCall("bash", {"command": f"echo x > {agent.log.spill_dir / 'planted'}"}),
-        ]),
+        Reply(
+            tool_calls=[
+                ToolCall("bash", {"command": f"cat {sessions / 'other.jsonl'}"}),
+                ToolCall("bash", {"command": f"ls {sessions}"}),
+                ToolCall("bash", {"command": f"cat {agent.log.spill_dir / 'bash-1.txt'}"}),
+                ToolCall("bash", {"command": f"echo x > {agent.log.spill_dir / 'planted'}"}),
+            ]
+        ),
         Reply(content="ok"),
     )
     agent.run_sync("x")

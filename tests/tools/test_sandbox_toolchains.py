@@ -82,8 +82,13 @@ def write_tests(workspace: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["activated venv", "pyenv-style shims", "pipx-style link"])
 def test_rule_admitted_pytest_runs_in_the_sandbox_with_the_users_environment(
-    server: FakeServer, make_agent: MakeAgent, workspace: Path, user_home: Path, venv_template: Path,
-    monkeypatch: pytest.MonkeyPatch, layout: str,
+    server: FakeServer,
+    make_agent: MakeAgent,
+    workspace: Path,
+    user_home: Path,
+    venv_template: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    layout: str,
 ) -> None:
     """Finding 9: an allow rule must not make the user's test command vanish."""
     system = "/usr/bin:/bin"
@@ -112,9 +117,15 @@ def test_rule_admitted_pytest_runs_in_the_sandbox_with_the_users_environment(
         monkeypatch.setenv("PATH", f"{links}:{system}")
         monkeypatch.delenv("VIRTUAL_ENV", raising=False)
     write_tests(workspace)
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "pytest -q -p no:cacheprovider test_ok.py"}),
-                                 ToolCall("bash", {"command": "python -m pytest -q -p no:cacheprovider test_ok.py"})]),
-               Reply(content="ok"))
+    server.add(
+        Reply(
+            tool_calls=[
+                ToolCall("bash", {"command": "pytest -q -p no:cacheprovider test_ok.py"}),
+                ToolCall("bash", {"command": "python -m pytest -q -p no:cacheprovider test_ok.py"}),
+            ]
+        ),
+        Reply(content="ok"),
+    )
     agent = make_agent(permission_mode="default", allow=["bash(pytest*)", "bash(python -m pytest*)"])
     assert agent.sandbox is not None
     agent.run_sync("run the tests")
@@ -126,7 +137,11 @@ def test_rule_admitted_pytest_runs_in_the_sandbox_with_the_users_environment(
 @needs_bwrap
 @pytest.mark.slow
 def test_a_command_hidden_by_the_sandbox_gets_a_note_naming_the_setting(
-    server: FakeServer, make_agent: MakeAgent, workspace: Path, user_home: Path, venv_template: Path,
+    server: FakeServer,
+    make_agent: MakeAgent,
+    workspace: Path,
+    user_home: Path,
+    venv_template: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Finding 9: "command not found" (exit 127) and a hidden interpreter say the sandbox hid it, to the
@@ -136,9 +151,15 @@ def test_a_command_hidden_by_the_sandbox_gets_a_note_naming_the_setting(
     (user_home / "deploy-tool").chmod(0o755)
     monkeypatch.setenv("PATH", f"/usr/bin:/bin:{user_home}")  # the home directory itself is never shown
     monkeypatch.delenv("VIRTUAL_ENV", raising=False)
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "deploy-tool --dry-run"}),
-                                 ToolCall("bash", {"command": f"{other}/bin/python -c 'print(1)'"})]),
-               Reply(content="ok"))
+    server.add(
+        Reply(
+            tool_calls=[
+                ToolCall("bash", {"command": "deploy-tool --dry-run"}),
+                ToolCall("bash", {"command": f"{other}/bin/python -c 'print(1)'"}),
+            ]
+        ),
+        Reply(content="ok"),
+    )
     agent = make_agent(permission_mode="yolo")  # yolo skips the questions, not the sandbox
     events: list[Any] = []
     agent.on_event = events.append

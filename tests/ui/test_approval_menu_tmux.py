@@ -30,9 +30,10 @@ def test_the_approval_menu_is_whole_after_streamed_reasoning(
     asks for approval before the terminal has drawn the reasoning it queued (the race the report saw 1 run in 2;
     here it happens every time on main). On main the late reasoning lines were drawn over the
     question and its first options; now they are held until the question is answered."""
-    server.add(Reply(reasoning=REASONING, tool_calls=[ToolCall("bash", {"command": "touch asked.txt"})],
-                     chunk_size=5),
-               Reply(content="All-done-END."))
+    server.add(
+        Reply(reasoning=REASONING, tool_calls=[ToolCall("bash", {"command": "touch asked.txt"})], chunk_size=5),
+        Reply(content="All-done-END."),
+    )
     env = terminal_env(tmp_path / "home", server)
     term = Tmux([*kimicode_command(), "--sandbox", "off", "run it"], env, workspace, cols=120, rows=40)
     try:

@@ -25,11 +25,14 @@ def test_claude_deny_refuses_naming_its_file_and_allow_runs_without_asking(
 ) -> None:
     claude = tmp_path / "claude-home"
     claude.mkdir()
-    (claude / "settings.json").write_text(json.dumps(
-        {"permissions": {"deny": ["Bash(curl:*)"], "allow": ["Bash(touch:*)"]}, "model": "opus"}))
-    server.add(Reply(tool_calls=[ToolCall("bash", {"command": "curl -s https://example.com/x"})]),
-               Reply(tool_calls=[ToolCall("bash", {"command": "touch made.txt"})]),
-               Reply(content="All-done-END."))
+    (claude / "settings.json").write_text(
+        json.dumps({"permissions": {"deny": ["Bash(curl:*)"], "allow": ["Bash(touch:*)"]}, "model": "opus"})
+    )
+    server.add(
+        Reply(tool_calls=[ToolCall("bash", {"command": "curl -s https://example.com/x"})]),
+        Reply(tool_calls=[ToolCall("bash", {"command": "touch made.txt"})]),
+        Reply(content="All-done-END."),
+    )
     env = terminal_env(tmp_path / "home", server, CLAUDE_CONFIG_DIR=str(claude))
     term = Tmux([*kimicode_command(), "--sandbox", "off"], env, workspace, cols=160)
     try:

@@ -52,8 +52,9 @@ def test_a_summary_longer_than_the_history_is_not_called_compacted(
     asyncio.run(session.agent.aclose())
 
 
-def test_a_failed_summary_is_said_once_and_whole(server: FakeServer, workspace: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_summary_is_said_once_and_whole(
+    server: FakeServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On a real screen (pyte, with the transient "Compacting…" row drawn and erased): the summary the model
     returns is refused ("too short to keep"), a summary built from the transcript is kept, and the reason
     appears exactly once, not cut."""
@@ -62,8 +63,9 @@ def test_a_failed_summary_is_said_once_and_whole(server: FakeServer, workspace: 
     monkeypatch.setenv("KIMI_API_KEY", "sk-test")
     monkeypatch.setenv("KIMI_BASE_URL", server.base_url)
     term = Term(rows=60, cols=100)
-    session = Session(SessionOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"),
-                      term.console, plain=False)
+    session = Session(
+        SessionOptions(workspace=workspace, retry_base_delay=0.01, permission_mode="yolo"), term.console, plain=False
+    )
     talk(session, server, 6)
     term.screen.reset()
     server.add(Reply(content="Done."))  # refused as a summary: the fallback is kept and the reason said

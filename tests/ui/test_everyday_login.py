@@ -26,8 +26,7 @@ GOOD = "sk-good-key-0123456789"
 BAD = "sk-wrong-key-0123456789"
 
 
-def test_first_run_checks_the_pasted_key_and_asks_again(server: FakeServer, tmp_path: Path,
-                                                        workspace: Path) -> None:
+def test_first_run_checks_the_pasted_key_and_asks_again(server: FakeServer, tmp_path: Path, workspace: Path) -> None:
     server.api_keys = {GOOD}
     home = tmp_path / "home"
     out = io.StringIO()
@@ -43,8 +42,10 @@ def test_first_run_checks_the_pasted_key_and_asks_again(server: FakeServer, tmp_
 def test_a_stored_key_is_replaced_keeping_the_rest_of_the_file(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    (home / "config.toml").write_text('[defaults]\nmodel = "kimi-k3"\n\n[auth]\napi_key = "sk-old-0123456789"\n'
-                                      '# a comment\n\n[ui]\nshow_reasoning = true\n')
+    (home / "config.toml").write_text(
+        '[defaults]\nmodel = "kimi-k3"\n\n[auth]\napi_key = "sk-old-0123456789"\n'
+        "# a comment\n\n[ui]\nshow_reasoning = true\n"
+    )
     store_key(home, GOOD, replace=True)
     data = tomllib.loads((home / "config.toml").read_text())
     assert data == {"defaults": {"model": "kimi-k3"}, "auth": {"api_key": GOOD}, "ui": {"show_reasoning": True}}
@@ -57,8 +58,15 @@ def test_kimicode_login_from_the_shell(server: FakeServer, tmp_path: Path) -> No
     server.api_keys = {GOOD}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "MOONSHOT_", "OPENAI_"))}
     env.update(KIMICODE_HOME=str(tmp_path / "home"), KIMI_BASE_URL=server.base_url)
-    done = subprocess.run([*kimicode_command(), "login"], input=f"{BAD}\n{GOOD}\n", env=env, capture_output=True,
-                          text=True, timeout=60, start_new_session=True)  # no terminal: getpass reads stdin
+    done = subprocess.run(
+        [*kimicode_command(), "login"],
+        input=f"{BAD}\n{GOOD}\n",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        start_new_session=True,
+    )  # no terminal: getpass reads stdin
     assert done.returncode == 0, done.stderr
     assert "refused that key" in done.stderr and "Key stored in" in done.stderr and GOOD not in done.stderr
     assert tomllib.loads((tmp_path / "home" / "config.toml").read_text())["auth"]["api_key"] == GOOD

@@ -56,8 +56,11 @@ def test_a_pasted_image_path_becomes_a_mention(workspace: Path, tmp_path: Path) 
     (workspace / "notes.txt").write_text("hi")
     pastes = Pastes()
     assert pastes.collapse(str(workspace / "shot.png"), workspace) == "@shot.png "
-    for dropped in (f"'{spaced}/a b.png'", str(spaced / "a b.png").replace(" ", "\\ "),
-                    f"file://{str(spaced).replace(' ', '%20')}/a%20b.png"):
+    for dropped in (
+        f"'{spaced}/a b.png'",
+        str(spaced / "a b.png").replace(" ", "\\ "),
+        f"file://{str(spaced).replace(' ', '%20')}/a%20b.png",
+    ):
         assert pastes.collapse(dropped, workspace) == f'@"{spaced}/a b.png" ', dropped
     assert image_path("notes.txt", workspace) is None and image_path("nope.png", workspace) is None
     assert pastes.collapse("notes.txt", workspace) == "notes.txt"
@@ -75,14 +78,19 @@ def test_the_clipboard_image_is_saved_privately(tmp_path: Path, monkeypatch: pyt
     saved = clipboard_image(tmp_path / "home")
     assert saved is not None and saved.read_bytes() == PNG
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600 and stat.S_IMODE(saved.parent.stat().st_mode) == 0o700
-    fake.write_text('#!/bin/sh\necho TARGETS; echo UTF8_STRING\n')  # text on the clipboard
+    fake.write_text("#!/bin/sh\necho TARGETS; echo UTF8_STRING\n")  # text on the clipboard
     assert clipboard_image(tmp_path / "home") is None
 
 
 def test_a_first_prompt_on_the_command_line() -> None:
     assert first_prompt_args(["fix the bug"], COMMANDS, TAKES) == [FIRST_PROMPT, "fix the bug"]
     assert first_prompt_args(["--yolo", "-m", "kimi-k3", "fix", "it"], COMMANDS, TAKES) == [
-        "--yolo", "-m", "kimi-k3", FIRST_PROMPT, "fix it"]
+        "--yolo",
+        "-m",
+        "kimi-k3",
+        FIRST_PROMPT,
+        "fix it",
+    ]
     assert first_prompt_args(["-r", "abc123", "go on"], COMMANDS, TAKES) == ["-r", "abc123", FIRST_PROMPT, "go on"]
     assert first_prompt_args(["sessions", "list"], COMMANDS, TAKES) == ["sessions", "list"]
     assert first_prompt_args(["-v", "doctor"], COMMANDS, TAKES) == ["-v", "doctor"]
@@ -142,14 +150,19 @@ def test_a_context_error_whose_numbers_fit_is_retried_for_real(make_agent: Any, 
         from kimicode.testing import ErrorReply
 
         asked = request.body.get("max_completion_tokens") or request.body.get("max_tokens")
-        msg = (f"'max_tokens' or 'max_completion_tokens' is too large: {asked}. This model's maximum context "
-               f"length is 32768 tokens and your request has 120 input tokens ({asked} > 32768 - 120).")
+        msg = (
+            f"'max_tokens' or 'max_completion_tokens' is too large: {asked}. This model's maximum context "
+            f"length is 32768 tokens and your request has 120 input tokens ({asked} > 32768 - 120)."
+        )
         return ErrorReply(400, msg, "BadRequestError")
 
     server.add(refuse, Reply(content="fits now"))
     notices: list[str] = []
-    agent = make_agent(context_window=32_768, max_completion_tokens=8_192,
-                       on_event=lambda ev: notices.append(ev.text) if isinstance(ev, Notice) else None)
+    agent = make_agent(
+        context_window=32_768,
+        max_completion_tokens=8_192,
+        on_event=lambda ev: notices.append(ev.text) if isinstance(ev, Notice) else None,
+    )
     result = agent.run_sync("hello")
     assert result.ok and result.result == "fits now", result
     first, second = (r.body.get("max_completion_tokens") or r.body.get("max_tokens") for r in server.requests)
@@ -214,8 +227,10 @@ def test_shell_completion_scripts_complete_commands_and_choices(tmp_path: Path) 
     from helpers import kimicode_command
 
     kc = kimicode_command()
-    scripts = {shell: subprocess.run([*kc, "completion", shell], capture_output=True, text=True, timeout=60)
-               for shell in ("bash", "zsh", "fish")}
+    scripts = {
+        shell: subprocess.run([*kc, "completion", shell], capture_output=True, text=True, timeout=60)
+        for shell in ("bash", "zsh", "fish")
+    }
     assert all(done.returncode == 0 for done in scripts.values())
     assert "compdef _kimicode_completion kimicode" in scripts["zsh"].stdout
     assert "complete --command kimicode" in scripts["fish"].stdout
@@ -224,9 +239,11 @@ def test_shell_completion_scripts_complete_commands_and_choices(tmp_path: Path) 
     assert bash is not None
     (tmp_path / "kc.sh").write_text(scripts["bash"].stdout)
     run = f"_kimicode_completion {shlex.quote(kc[0])}"  # as bash calls it: $1 is the command to ask
-    probe = (f"source {tmp_path / 'kc.sh'}; COMP_WORDS=(kimicode ses); COMP_CWORD=1; {run}; "
-             "echo \"${COMPREPLY[@]}\"; COMP_WORDS=(kimicode --permission-mode ''); COMP_CWORD=2; "
-             f"{run}; echo \"${{COMPREPLY[@]}}\"")
+    probe = (
+        f"source {tmp_path / 'kc.sh'}; COMP_WORDS=(kimicode ses); COMP_CWORD=1; {run}; "
+        "echo \"${COMPREPLY[@]}\"; COMP_WORDS=(kimicode --permission-mode ''); COMP_CWORD=2; "
+        f'{run}; echo "${{COMPREPLY[@]}}"'
+    )
     done = subprocess.run([bash, "-c", probe], capture_output=True, text=True, timeout=60)
     lines = done.stdout.splitlines()
     assert lines[0] == "sessions", done
@@ -260,14 +277,17 @@ def test_notifications_bell_osc9_and_a_command(
     from kimicode.config.settings import load_settings
 
     (tmp_path / "home").mkdir(exist_ok=True)
-    for bad, said in (('terminal = "loud"', "notify.terminal: must be one of auto, bell, osc9, off"),
-                      ("after_seconds = -1", "notify.after_seconds: input should be greater than or equal to 0")):
+    for bad, said in (
+        ('terminal = "loud"', "notify.terminal: must be one of auto, bell, osc9, off"),
+        ("after_seconds = -1", "notify.after_seconds: input should be greater than or equal to 0"),
+    ):
         (tmp_path / "home" / "config.toml").write_text(f"[notify]\n{bad}\n")
         with pytest.raises(ConfigError, match=said):  # the one reading of the file refuses it, naming the line
             load_settings(workspace, tmp_path / "home")
     (tmp_path / "home" / "config.toml").write_text('[notify]\ncommand = ["notify-send", "kc"]\n')
     assert Notifier.from_config(load_settings(workspace, tmp_path / "home").config.notify) == Notifier(
-        "auto", ("notify-send", "kc"), 10.0)
+        "auto", ("notify-send", "kc"), 10.0
+    )
 
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
@@ -312,13 +332,25 @@ def test_add_dir_lets_the_tools_write_there_as_in_the_workspace(
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "OPENAI_"))}
     env.update(KIMI_API_KEY="sk-test", KIMI_BASE_URL=server.base_url)
-    bad = subprocess.run([*kimicode_command(), "-p", "x", "--add-dir", str(tmp_path / "nope")], env=env,
-                         cwd=workspace, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [*kimicode_command(), "-p", "x", "--add-dir", str(tmp_path / "nope")],
+        env=env,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "--add-dir: not a directory" in bad.stderr
     target.unlink()
     server.add(write, Reply(content="done"))
-    ok = subprocess.run([*kimicode_command(), "-p", "write it", "--permission-mode", "accept-edits", "--add-dir",
-                         str(other)], env=env, cwd=workspace, capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [*kimicode_command(), "-p", "write it", "--permission-mode", "accept-edits", "--add-dir", str(other)],
+        env=env,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ok.returncode == 0, ok.stderr
     assert target.read_text() == "from kimicode\n"
 
@@ -350,10 +382,15 @@ def test_a_configured_search_provider_elsewhere(server: FakeServer, make_agent: 
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     (home / "config.toml").write_text(f'[web_search]\nprovider = "searxng"\nurl = "{server.base_url}"\n')
-    server.get_routes["/v1/search"] = {"results": [
-        {"title": "Python 3.14 released", "url": "https://www.python.org/downloads/release/python-3140/",
-         "content": "Python 3.14.0 is the newest major release."},
-    ]}
+    server.get_routes["/v1/search"] = {
+        "results": [
+            {
+                "title": "Python 3.14 released",
+                "url": "https://www.python.org/downloads/release/python-3140/",
+                "content": "Python 3.14.0 is the newest major release.",
+            },
+        ]
+    }
     server.add(Reply(tool_calls=[ToolCall("web_search", {"query": "python 3.14 release"})]), Reply(content="found"))
     agent = make_agent(allow=["web_search"])  # network access: asks without the rule
     assert "web_search" in agent.tools.names and "$web_search" not in agent.tools.names
@@ -404,8 +441,11 @@ def test_continuing_after_compact_shows_the_summary_not_no_answer() -> None:
     from kimicode.context.compact import summary_message
     from kimicode.ui.recap import last_exchange, recap
 
-    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "refactor the parser"},
-                summary_message("## Goal\\nRefactor the parser.\\n## Done\\n- split tokenize()")]
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "refactor the parser"},
+        summary_message("## Goal\\nRefactor the parser.\\n## Done\\n- split tokenize()"),
+    ]
     prompt, answer, _ = last_exchange(messages)
     assert prompt == "refactor the parser" and answer is not None and "Refactor the parser." in answer
     shown = "\n".join(t.plain for t in recap(messages, "Resumed session x"))
@@ -439,9 +479,7 @@ def test_a_denial_with_a_reason_takes_one_line(tmp_path: Path) -> None:
     assert "not run" not in text  # said once, by the question
 
 
-def test_a_closed_port_keeps_the_message_and_suggests_doctor(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_closed_port_keeps_the_message_and_suggests_doctor(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
     from prompt_toolkit.application.current import create_app_session

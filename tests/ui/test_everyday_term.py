@@ -28,7 +28,6 @@ pytestmark = [
 ]
 
 
-
 @pytest.fixture
 def kc(server: FakeServer, tmp_path: Path, workspace: Path) -> Iterator[Callable[..., Tmux]]:
     env = terminal_env(tmp_path / "home", server)

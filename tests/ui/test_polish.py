@@ -44,8 +44,22 @@ def test_streamed_markdown_has_one_blank_line_between_blocks_and_list_dots() -> 
         term = Term()
         stream_into(term, doc, sizes)
         assert term.text.split("\n") == [
-            "Intro.", "", " x = 1", "", "After code.", "", " a  b", " ────", " 1  2", "", "After table.", "",
-            " 1. first", " 2. second", "", "End.",
+            "Intro.",
+            "",
+            " x = 1",
+            "",
+            "After code.",
+            "",
+            " a  b",
+            " ────",
+            " 1  2",
+            "",
+            "After table.",
+            "",
+            " 1. first",
+            " 2. second",
+            "",
+            "End.",
         ]
 
 

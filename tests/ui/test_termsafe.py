@@ -60,11 +60,28 @@ def test_strip_mode_drops_colours_and_keeps_text() -> None:
 
 
 INVISIBLE_SAMPLES = [
-    "\u200b", "\u200c", "\u200d", "\u2060", "\u00ad", "\u180e", "\ufeff", "\u2028", "\u2029",
-    "\U000e0041", "\U000e007f",  # tag characters (hidden ASCII)
-    "\u115f", "\u1160", "\u3164", "\uffa0", "\u2800",  # fillers
-    "\ue000", "\U000f0000", "\U0010fffd",  # private use
-    "\u0378", "\U0003fffe", "\U0010ffff",  # unassigned
+    "\u200b",
+    "\u200c",
+    "\u200d",
+    "\u2060",
+    "\u00ad",
+    "\u180e",
+    "\ufeff",
+    "\u2028",
+    "\u2029",
+    "\U000e0041",
+    "\U000e007f",  # tag characters (hidden ASCII)
+    "\u115f",
+    "\u1160",
+    "\u3164",
+    "\uffa0",
+    "\u2800",  # fillers
+    "\ue000",
+    "\U000f0000",
+    "\U0010fffd",  # private use
+    "\u0378",
+    "\U0003fffe",
+    "\U0010ffff",  # unassigned
 ]
 
 
@@ -77,8 +94,7 @@ def test_invisible_characters_are_escaped_by_category() -> None:
 
 @pytest.mark.prepush
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.characters(codec=None, categories=["Cf", "Co", "Cn", "Cc", "Zl", "Zp", "Lo"]),
-               max_size=40))
+@given(st.text(alphabet=st.characters(codec=None, categories=["Cf", "Co", "Cn", "Cc", "Zl", "Zp", "Lo"]), max_size=40))
 def test_no_format_private_or_unassigned_character_survives(text: str) -> None:
     import unicodedata
 
@@ -92,8 +108,32 @@ def test_newlines_false_escapes_them() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet=st.sampled_from(["\x1b", "[", "]", "\x9b", "\x07", "\\", "\r", "\x08", "a", "2", "K",
-                                         ";", "\u202e", "\x9c", "\n", "\x00", "P"]), max_size=40))
+@given(
+    st.text(
+        alphabet=st.sampled_from(
+            [
+                "\x1b",
+                "[",
+                "]",
+                "\x9b",
+                "\x07",
+                "\\",
+                "\r",
+                "\x08",
+                "a",
+                "2",
+                "K",
+                ";",
+                "\u202e",
+                "\x9c",
+                "\n",
+                "\x00",
+                "P",
+            ]
+        ),
+        max_size=40,
+    )
+)
 def test_no_input_leaves_a_control_character(text: str) -> None:
     assert_safe(sanitize(text))
     assert_safe(sanitize(text, sequences="escape"))
@@ -142,8 +182,9 @@ def test_headless_text_lines_are_terminal_safe() -> None:
         printer.event(ToolCallStarted("c", "bash", {"command": hostile}))
         printer.event(Notice(hostile, "warning"))
         printer.event(PermissionDenied("c", "bash", {"command": hostile}, hostile, None, False, "execute"))
-        assert_safe(denial_line(PermissionDenied("c", "bash", {"command": hostile}, hostile, hostile, False,
-                                                 "execute")))
+        assert_safe(
+            denial_line(PermissionDenied("c", "bash", {"command": hostile}, hostile, hostile, False, "execute"))
+        )
     assert_safe(err.getvalue().replace("\n", ""))
     quiet = io.StringIO()
     Printer("text", err=quiet).event(Notice("\x1b]52;c;Zm9v\x07 warn", "warning"))

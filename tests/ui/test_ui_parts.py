@@ -446,13 +446,13 @@ def test_saving_a_preference_edits_one_line_of_the_users_config(tmp_path: Path) 
 
     config = tmp_path / "config.toml"
     text = (
-        "# my settings\r\n[auth]\r\napi_key = \"sk-secret\"  # keep me\r\n\r\n[ui]  # look\r\n"
-        "reasoning = \"show\"\r\n\r\n[defaults]\r\nmodel = \"kimi-k3\"\r\n"
+        '# my settings\r\n[auth]\r\napi_key = "sk-secret"  # keep me\r\n\r\n[ui]  # look\r\n'
+        'reasoning = "show"\r\n\r\n[defaults]\r\nmodel = "kimi-k3"\r\n'
     )
     config.write_bytes(text.encode())
     os.chmod(config, 0o600)
     assert UISettings(show_reasoning=False).save(tmp_path) is None
-    assert config.read_bytes() == text.replace('reasoning = \"show\"', 'reasoning = \"hide\"').encode()
+    assert config.read_bytes() == text.replace('reasoning = "show"', 'reasoning = "hide"').encode()
     assert stat.S_IMODE(config.stat().st_mode) == 0o600  # it holds the key
     assert load_settings(tmp_path, tmp_path).get("ui.reasoning") == "hide"
     # a [ui] table without the key gets the line right under its header
@@ -461,7 +461,7 @@ def test_saving_a_preference_edits_one_line_of_the_users_config(tmp_path: Path) 
     assert tomllib.loads(config.read_text()) == {"ui": {"reasoning": "hide"}, "context": {"prune_threshold": 0.6}}
     # a linked config.toml stays linked; the file it points to is edited
     real = tmp_path / "dotfiles.toml"
-    real.write_text("[defaults]\nthinking = \"high\"\n")
+    real.write_text('[defaults]\nthinking = "high"\n')
     config.unlink()
     config.symlink_to(real)
     assert UISettings(show_reasoning=True).save(tmp_path) is None

@@ -107,8 +107,6 @@ def test_fence_interrupting_a_paragraph_and_tilde_fences() -> None:
     assert split_all("text\n~~~\na\n\nb\n~~~\nafter\n", [3]) == ["text", "~~~\na\n\nb\n~~~", "after"]
 
 
-
-
 def reference(text: str, cols: int = 80) -> str:
     """What printing every block once, separated by blank lines, looks like."""
     term = Term(rows=1000, cols=cols)

@@ -245,7 +245,7 @@ def test_custom_commands_in_help_completion_and_dispatch(
     (mine / "commit.md").write_text("Write a commit message for the staged changes.\n")
     server.add(Reply(content="Reviewed."), Reply(content="Committed."))
     assert "review" not in session_factory().custom_commands()  # a project's commands need a trusted workspace
-    (tmp_path / "home" / "config.toml").write_text(f"[trust]\nworkspaces = [\"{workspace}\"]\n")
+    (tmp_path / "home" / "config.toml").write_text(f'[trust]\nworkspaces = ["{workspace}"]\n')
     session = session_factory()
 
     asyncio.run(commands.dispatch(session, "/help"))
@@ -417,7 +417,8 @@ def test_cost_with_configured_prices(session_factory: Callable[[], Any], server:
 
 
 def test_cost_without_reported_usage_says_so_not_that_no_price_is_known(
-        session_factory: Callable[[], Any], server: FakeServer, tmp_path: Path) -> None:
+    session_factory: Callable[[], Any], server: FakeServer, tmp_path: Path
+) -> None:
     """A priced model whose server sent no usage: the cost is unknown (not $0), and /cost gives that reason,
     not the hint for a model without prices."""
     from kimicode.ui import commands

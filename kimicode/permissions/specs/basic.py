@@ -12,7 +12,10 @@ from kimicode.permissions.optparse import Spec
 _COMMON = "--help\n--version\n"
 
 SPECS = [
-    Spec("cat", _COMMON + """
+    Spec(
+        "cat",
+        _COMMON
+        + """
         -A --show-all
         -b --number-nonblank
         -e
@@ -23,20 +26,38 @@ SPECS = [
         -T --show-tabs
         -u
         -v --show-nonprinting
-        """, read_only=True, strict=True,
-         match=("cat README.md", "cat -n README.md", "cat -An README.md", "cat --number README.md"),
-         not_read_only=("cat -w README.md", "cat --bogus README.md", "cat -fREADME.md")),
-    Spec("head", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=("cat README.md", "cat -n README.md", "cat -An README.md", "cat --number README.md"),
+        not_read_only=("cat -w README.md", "cat --bogus README.md", "cat -fREADME.md"),
+    ),
+    Spec(
+        "head",
+        _COMMON
+        + """
         -c= --bytes=
         -n= --lines=
         -q --quiet --silent
         -v --verbose
         -z --zero-terminated
-        """, read_only=True, strict=True, numeric=True,
-         match=("head -5 README.md", "head -n 3 README.md", "head -n3 README.md", "head --lines=3 README.md",
-                "head --li=3 README.md"),
-         not_read_only=("head -n3 -x README.md",)),
-    Spec("tail", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        numeric=True,
+        match=(
+            "head -5 README.md",
+            "head -n 3 README.md",
+            "head -n3 README.md",
+            "head --lines=3 README.md",
+            "head --li=3 README.md",
+        ),
+        not_read_only=("head -n3 -x README.md",),
+    ),
+    Spec(
+        "tail",
+        _COMMON
+        + """
         -c= --bytes=
         -f --follow[=]          !unsafe never ends
         -F                      !unsafe never ends
@@ -48,11 +69,24 @@ SPECS = [
         -s= --sleep-interval=
         -v --verbose
         -z --zero-terminated
-        """, read_only=True, strict=True, numeric=True,
-         match=("tail -5 README.md", "tail -n +2 README.md", "tail +2 README.md", "tail -qn2 README.md"),
-         not_read_only=("tail -f README.md", "tail --fol README.md", "tail --follow=name README.md",
-                        "tail -5f README.md", "tail -qF README.md", "tail --re README.md")),
-    Spec("wc", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        numeric=True,
+        match=("tail -5 README.md", "tail -n +2 README.md", "tail +2 README.md", "tail -qn2 README.md"),
+        not_read_only=(
+            "tail -f README.md",
+            "tail --fol README.md",
+            "tail --follow=name README.md",
+            "tail -5f README.md",
+            "tail -qF README.md",
+            "tail --re README.md",
+        ),
+    ),
+    Spec(
+        "wc",
+        _COMMON
+        + """
         -c --bytes
         -m --chars
         -l --lines
@@ -60,9 +94,15 @@ SPECS = [
         -L --max-line-length
         -w --words
         --total=
-        """, read_only=True, strict=True,
-         match=("wc -l README.md", "wc -lw README.md", "wc --li README.md")),
-    Spec("sort", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=("wc -l README.md", "wc -lw README.md", "wc --li README.md"),
+    ),
+    Spec(
+        "sort",
+        _COMMON
+        + """
         -b --ignore-leading-blanks
         -d --dictionary-order
         -f --ignore-case
@@ -91,13 +131,33 @@ SPECS = [
         --parallel=
         -u --unique
         -z --zero-terminated
-        """, read_only=True, strict=True,
-         match=("sort README.md", "sort -rn README.md", "sort -t, -k2 README.md", "sort -k 2,2 README.md",
-                "sort --rev README.md"),
-         not_match=("sort -o x README.md", "sort -ox README.md", "sort -rno x README.md", "sort --output=x README.md",
-                    "sort --out=x README.md", "sort --o x README.md", "sort --compress-prog=sh README.md",
-                    "sort --compress-program sh README.md", "sort -T /tmp README.md", "sort --temp=/tmp README.md")),
-    Spec("uniq", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=(
+            "sort README.md",
+            "sort -rn README.md",
+            "sort -t, -k2 README.md",
+            "sort -k 2,2 README.md",
+            "sort --rev README.md",
+        ),
+        not_match=(
+            "sort -o x README.md",
+            "sort -ox README.md",
+            "sort -rno x README.md",
+            "sort --output=x README.md",
+            "sort --out=x README.md",
+            "sort --o x README.md",
+            "sort --compress-prog=sh README.md",
+            "sort --compress-program sh README.md",
+            "sort -T /tmp README.md",
+            "sort --temp=/tmp README.md",
+        ),
+    ),
+    Spec(
+        "uniq",
+        _COMMON
+        + """
         -c --count
         -d --repeated
         -D
@@ -109,10 +169,18 @@ SPECS = [
         -u --unique
         -z --zero-terminated
         -w= --check-chars=
-        """, read_only=True, strict=True, numeric=True, check="second-operand-written",
-         match=("uniq README.md", "uniq -c README.md", "uniq -f 1 README.md"),
-         not_match=("uniq README.md out.txt", "uniq -c README.md out")),
-    Spec("cut", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        numeric=True,
+        check="second-operand-written",
+        match=("uniq README.md", "uniq -c README.md", "uniq -f 1 README.md"),
+        not_match=("uniq README.md out.txt", "uniq -c README.md out"),
+    ),
+    Spec(
+        "cut",
+        _COMMON
+        + """
         -b= --bytes=
         -c= --characters=
         -d= --delimiter=
@@ -122,10 +190,22 @@ SPECS = [
         -s --only-delimited
         --output-delimiter=
         -z --zero-terminated
-        """, read_only=True, strict=True, match=("cut -d, -f1 README.md", "cut -c1-3 README.md")),
-    Spec("tr", _COMMON + "-c -C --complement\n-d --delete\n-s --squeeze-repeats\n-t --truncate-set1\n",
-         read_only=True, strict=True, match=("tr a-z A-Z", "tr -d x")),
-    Spec("nl", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=("cut -d, -f1 README.md", "cut -c1-3 README.md"),
+    ),
+    Spec(
+        "tr",
+        _COMMON + "-c -C --complement\n-d --delete\n-s --squeeze-repeats\n-t --truncate-set1\n",
+        read_only=True,
+        strict=True,
+        match=("tr a-z A-Z", "tr -d x"),
+    ),
+    Spec(
+        "nl",
+        _COMMON
+        + """
         -b= --body-numbering=
         -d= --section-delimiter=
         -f= --footer-numbering=
@@ -137,11 +217,23 @@ SPECS = [
         -s= --number-separator=
         -v= --starting-line-number=
         -w= --number-width=
-        """, read_only=True, strict=True, match=("nl README.md", "nl -ba README.md")),
-    Spec("basename", _COMMON + "-a --multiple\n-s= --suffix=\n-z --zero\n", read_only=True, strict=True,
-         match=("basename src/app.py .py",)),
+        """,
+        read_only=True,
+        strict=True,
+        match=("nl README.md", "nl -ba README.md"),
+    ),
+    Spec(
+        "basename",
+        _COMMON + "-a --multiple\n-s= --suffix=\n-z --zero\n",
+        read_only=True,
+        strict=True,
+        match=("basename src/app.py .py",),
+    ),
     Spec("dirname", _COMMON + "-z --zero\n", read_only=True, strict=True, match=("dirname src/app.py",)),
-    Spec("realpath", _COMMON + """
+    Spec(
+        "realpath",
+        _COMMON
+        + """
         -e --canonicalize-existing
         -m --canonicalize-missing
         -L --logical
@@ -151,8 +243,15 @@ SPECS = [
         --relative-base=
         -s --strip --no-symlinks
         -z --zero
-        """, read_only=True, strict=True, match=("realpath src",)),
-    Spec("readlink", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=("realpath src",),
+    ),
+    Spec(
+        "readlink",
+        _COMMON
+        + """
         -f --canonicalize
         -e --canonicalize-existing
         -m --canonicalize-missing
@@ -161,10 +260,22 @@ SPECS = [
         -s --silent
         -v --verbose
         -z --zero
-        """, read_only=True, strict=True, match=("readlink -f src",)),
-    Spec("stat", _COMMON + "-L --dereference\n-f --file-system\n--cached=\n-c= --format=\n--printf=\n-t --terse\n",
-         read_only=True, strict=True, match=("stat README.md", "stat -c %s README.md")),
-    Spec("du", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=("readlink -f src",),
+    ),
+    Spec(
+        "stat",
+        _COMMON + "-L --dereference\n-f --file-system\n--cached=\n-c= --format=\n--printf=\n-t --terse\n",
+        read_only=True,
+        strict=True,
+        match=("stat README.md", "stat -c %s README.md"),
+    ),
+    Spec(
+        "du",
+        _COMMON
+        + """
         -0 --null
         -a --all
         --apparent-size
@@ -191,8 +302,15 @@ SPECS = [
         -X= --exclude-from=
         --exclude=
         -x --one-file-system
-        """, read_only=True, strict=True, match=("du -sh src", "du -d1 .")),
-    Spec("df", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=("du -sh src", "du -d1 ."),
+    ),
+    Spec(
+        "df",
+        _COMMON
+        + """
         -a --all
         -B= --block-size=
         -h --human-readable
@@ -209,8 +327,15 @@ SPECS = [
         -T --print-type
         -x= --exclude-type=
         -v
-        """, read_only=True, strict=True, match=("df -h .",)),
-    Spec("ls", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=("df -h .",),
+    ),
+    Spec(
+        "ls",
+        _COMMON
+        + """
         -a --all
         -A --almost-all
         --author
@@ -269,10 +394,16 @@ SPECS = [
         -Z --context
         --zero
         -1
-        """, read_only=True, strict=True,
-         match=("ls", "ls -la", "ls -la src", "ls --color=never -1", "ls -lhS", "ls --group-dir"),
-         not_read_only=("ls -y",)),
-    Spec("date", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=("ls", "ls -la", "ls -la src", "ls --color=never -1", "ls -lhS", "ls --group-dir"),
+        not_read_only=("ls -y",),
+    ),
+    Spec(
+        "date",
+        _COMMON
+        + """
         -d= --date=
         --debug
         -f= --file=
@@ -283,19 +414,55 @@ SPECS = [
         -r= --reference=
         -s= --set=            !write sets the clock
         -u --utc --universal
-        """, read_only=True, strict=True, match=("date", "date -u +%s", "date -d yesterday"),
-         not_match=("date -s 2020-01-01", "date --se=2020-01-01", "date -us2020-01-01")),
-    Spec("seq", _COMMON + "-f= --format=\n-s= --separator=\n-w --equal-width\n", read_only=True, strict=True,
-         numeric=True, match=("seq 3", "seq -w 1 10")),
-    Spec("fold", _COMMON + "-b --bytes\n-s --spaces\n-w= --width=\n", read_only=True, strict=True, numeric=True,
-         match=("fold -w 20 README.md",)),
-    Spec("expand", _COMMON + "-i --initial\n-t= --tabs=\n", read_only=True, strict=True, numeric=True,
-         match=("expand README.md",)),
-    Spec("unexpand", _COMMON + "-a --all\n--first-only\n-t= --tabs=\n", read_only=True, strict=True,
-         numeric=True, match=("unexpand README.md",)),
-    Spec("tac", _COMMON + "-b --before\n-r --regex\n-s= --separator=\n", read_only=True, strict=True,
-         match=("tac README.md",)),
-    Spec("od", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=("date", "date -u +%s", "date -d yesterday"),
+        not_match=("date -s 2020-01-01", "date --se=2020-01-01", "date -us2020-01-01"),
+    ),
+    Spec(
+        "seq",
+        _COMMON + "-f= --format=\n-s= --separator=\n-w --equal-width\n",
+        read_only=True,
+        strict=True,
+        numeric=True,
+        match=("seq 3", "seq -w 1 10"),
+    ),
+    Spec(
+        "fold",
+        _COMMON + "-b --bytes\n-s --spaces\n-w= --width=\n",
+        read_only=True,
+        strict=True,
+        numeric=True,
+        match=("fold -w 20 README.md",),
+    ),
+    Spec(
+        "expand",
+        _COMMON + "-i --initial\n-t= --tabs=\n",
+        read_only=True,
+        strict=True,
+        numeric=True,
+        match=("expand README.md",),
+    ),
+    Spec(
+        "unexpand",
+        _COMMON + "-a --all\n--first-only\n-t= --tabs=\n",
+        read_only=True,
+        strict=True,
+        numeric=True,
+        match=("unexpand README.md",),
+    ),
+    Spec(
+        "tac",
+        _COMMON + "-b --before\n-r --regex\n-s= --separator=\n",
+        read_only=True,
+        strict=True,
+        match=("tac README.md",),
+    ),
+    Spec(
+        "od",
+        _COMMON
+        + """
         -A= --address-radix=
         --endian=
         -j= --skip-bytes=
@@ -315,8 +482,16 @@ SPECS = [
         -o
         -s
         -x
-        """, read_only=True, strict=True, match=("od -c README.md",)),
-    *(Spec(name, _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=("od -c README.md",),
+    ),
+    *(
+        Spec(
+            name,
+            _COMMON
+            + """
         -a= --algorithm=
         -b --binary
         -c --check
@@ -333,13 +508,31 @@ SPECS = [
         --debug
         --base64
         --raw
-        """, read_only=True, strict=True, match=(f"{name} README.md",))
-      for name in ("cksum", "md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum", "b2sum")),
-    Spec("comm", _COMMON + "-1\n-2\n-3\n--check-order\n--nocheck-order\n--output-delimiter=\n--total\n"
-         "-z --zero-terminated\n", read_only=True, strict=True, match=("comm -12 README.md src/app.py",)),
-    Spec("cmp", _COMMON + "-b --print-bytes\n-i= --ignore-initial=\n-l --verbose\n-n= --bytes=\n"
-         "-s --quiet --silent\n-v\n", read_only=True, strict=True, match=("cmp README.md src/app.py",)),
-    Spec("diff", _COMMON + """
+        """,
+            read_only=True,
+            strict=True,
+            match=(f"{name} README.md",),
+        )
+        for name in ("cksum", "md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum", "b2sum")
+    ),
+    Spec(
+        "comm",
+        _COMMON + "-1\n-2\n-3\n--check-order\n--nocheck-order\n--output-delimiter=\n--total\n-z --zero-terminated\n",
+        read_only=True,
+        strict=True,
+        match=("comm -12 README.md src/app.py",),
+    ),
+    Spec(
+        "cmp",
+        _COMMON + "-b --print-bytes\n-i= --ignore-initial=\n-l --verbose\n-n= --bytes=\n-s --quiet --silent\n-v\n",
+        read_only=True,
+        strict=True,
+        match=("cmp README.md src/app.py",),
+    ),
+    Spec(
+        "diff",
+        _COMMON
+        + """
         --normal
         -q --brief
         -s --report-identical-files
@@ -390,9 +583,16 @@ SPECS = [
         --color[=]
         --palette=
         -v
-        """, read_only=True, strict=True, match=("diff README.md src/app.py", "diff -u README.md src/app.py"),
-         not_match=("diff -l README.md src/app.py", "diff --pag README.md src/app.py")),
-    Spec("file", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=("diff README.md src/app.py", "diff -u README.md src/app.py"),
+        not_match=("diff -l README.md src/app.py", "diff --pag README.md src/app.py"),
+    ),
+    Spec(
+        "file",
+        _COMMON
+        + """
         -v
         -m= --magic-file=
         -z --uncompress       !unsafe runs decompressors
@@ -421,11 +621,23 @@ SPECS = [
         -r --raw
         -s --special-files
         -S --no-sandbox
-        """, read_only=True, strict=True, match=("file README.md", "file -b README.md"),
-         not_match=("file -C -m x", "file --comp -m x")),
-    Spec("id", _COMMON + "-a\n-Z --context\n-g --group\n-G --groups\n-n --name\n-r --real\n-u --user\n-z --zero\n",
-         read_only=True, strict=True, match=("id -u",)),
-    Spec("uname", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        match=("file README.md", "file -b README.md"),
+        not_match=("file -C -m x", "file --comp -m x"),
+    ),
+    Spec(
+        "id",
+        _COMMON + "-a\n-Z --context\n-g --group\n-G --groups\n-n --name\n-r --real\n-u --user\n-z --zero\n",
+        read_only=True,
+        strict=True,
+        match=("id -u",),
+    ),
+    Spec(
+        "uname",
+        _COMMON
+        + """
         -a --all
         -s --kernel-name
         -n --nodename
@@ -435,18 +647,39 @@ SPECS = [
         -p --processor
         -i --hardware-platform
         -o --operating-system
-        """, read_only=True, strict=True, match=("uname -a",)),
-    *(Spec(name, _COMMON, read_only=True, strict=True, match=(name,))
-      for name in ("whoami", "groups", "arch", "tty", "true", "false")),
+        """,
+        read_only=True,
+        strict=True,
+        match=("uname -a",),
+    ),
+    *(
+        Spec(name, _COMMON, read_only=True, strict=True, match=(name,))
+        for name in ("whoami", "groups", "arch", "tty", "true", "false")
+    ),
     Spec("nproc", _COMMON + "--all\n--ignore=\n", read_only=True, strict=True, match=("nproc",)),
     Spec("pwd", _COMMON + "-L --logical\n-P --physical\n", read_only=True, strict=True, match=("pwd", "pwd -P")),
-    Spec("locale", _COMMON + "-a --all-locales\n-m --charmaps\n-c --category-name\n-k --keyword-name\n"
-         "-v --verbose\n", read_only=True, strict=True, match=("locale",)),
-    Spec("hostname", _COMMON + "-s --short\n-f --fqdn --long\n-d --domain\n-i --ip-address\n-I --all-ip-addresses\n"
-         "-A --all-fqdns\n-a --alias\n-y --yp --nis\n-F= --file=  !write sets the host name from a file\n",
-         read_only=True, strict=True, max_operands=0, match=("hostname", "hostname -s"),
-         not_read_only=("hostname evil",), not_match=("hostname -F x",)),
-    Spec("column", _COMMON + """
+    Spec(
+        "locale",
+        _COMMON + "-a --all-locales\n-m --charmaps\n-c --category-name\n-k --keyword-name\n-v --verbose\n",
+        read_only=True,
+        strict=True,
+        match=("locale",),
+    ),
+    Spec(
+        "hostname",
+        _COMMON + "-s --short\n-f --fqdn --long\n-d --domain\n-i --ip-address\n-I --all-ip-addresses\n"
+        "-A --all-fqdns\n-a --alias\n-y --yp --nis\n-F= --file=  !write sets the host name from a file\n",
+        read_only=True,
+        strict=True,
+        max_operands=0,
+        match=("hostname", "hostname -s"),
+        not_read_only=("hostname evil",),
+        not_match=("hostname -F x",),
+    ),
+    Spec(
+        "column",
+        _COMMON
+        + """
         -t --table
         -n= --table-name=
         -O= --table-order=
@@ -470,9 +703,16 @@ SPECS = [
         -x --fillrows
         -h
         -V
-        """, read_only=True, strict=True, match=("column -t README.md",)),
+        """,
+        read_only=True,
+        strict=True,
+        match=("column -t README.md",),
+    ),
     Spec("rev", _COMMON + "-h\n-V\n-0 --zero\n", read_only=True, strict=True, match=("rev README.md",)),
-    Spec("strings", _COMMON + """
+    Spec(
+        "strings",
+        _COMMON
+        + """
         -a --all
         -d --data
         -f --print-file-name
@@ -486,8 +726,16 @@ SPECS = [
         -s= --output-separator=
         -h
         -v -V
-        """, read_only=True, strict=True, numeric=True, match=("strings README.md",)),
-    Spec("hexdump", _COMMON + """
+        """,
+        read_only=True,
+        strict=True,
+        numeric=True,
+        match=("strings README.md",),
+    ),
+    Spec(
+        "hexdump",
+        _COMMON
+        + """
         -b --one-byte-octal
         -X --one-byte-hex
         -c --one-byte-char
@@ -503,8 +751,14 @@ SPECS = [
         -v --no-squeezing
         -h
         -V
-        """, read_only=True, strict=True, match=("hexdump -C README.md",)),
-    Spec("xxd", """
+        """,
+        read_only=True,
+        strict=True,
+        match=("hexdump -C README.md",),
+    ),
+    Spec(
+        "xxd",
+        """
         -a -autoskip
         -b -bits
         -C -capitalize
@@ -524,13 +778,29 @@ SPECS = [
         -s= -seek=
         -u
         -v -version
-        """, style="go", read_only=True, strict=True, max_operands=1, match=("xxd README.md", "xxd -l 16 README.md"),
-         not_read_only=("xxd README.md out.bin", "xxd -r README.md")),
+        """,
+        style="go",
+        read_only=True,
+        strict=True,
+        max_operands=1,
+        match=("xxd README.md", "xxd -l 16 README.md"),
+        not_read_only=("xxd README.md out.bin", "xxd -r README.md"),
+    ),
     Spec("echo", "", read_only=True, match=("echo hello", "echo -n hi")),
-    Spec("printf", "-v=  !exec assigns a variable (its subscript can run commands)", read_only=True,
-         match=("printf '%s\\n' hi",), not_match=("printf -v x hi", "printf -vx hi")),
-    Spec("which", "-a\n-s\n--all\n--skip-alias\n--read-alias\n--skip-functions\n--read-functions\n--skip-dot\n"
-         "--skip-tilde\n--show-dot\n--show-tilde\n--tty-only\n-i\n", read_only=True, match=("which git",)),
+    Spec(
+        "printf",
+        "-v=  !exec assigns a variable (its subscript can run commands)",
+        read_only=True,
+        match=("printf '%s\\n' hi",),
+        not_match=("printf -v x hi", "printf -vx hi"),
+    ),
+    Spec(
+        "which",
+        "-a\n-s\n--all\n--skip-alias\n--read-alias\n--skip-functions\n--read-functions\n--skip-dot\n"
+        "--skip-tilde\n--show-dot\n--show-tilde\n--tty-only\n-i\n",
+        read_only=True,
+        match=("which git",),
+    ),
     Spec("type", "-a\n-f\n-p\n-P\n-t\n", read_only=True, match=("type git",)),
     Spec("test", "", read_only=True, check="test", match=("test -f README.md",), not_match=("test -v 'a[x]'",)),
     Spec("[", "", read_only=True, check="test", match=("[ -f README.md ]",)),

@@ -58,7 +58,9 @@ _DIFF = """
     --exit-code --quiet --check --full-index --binary -R -a --text -b -w
 """
 
-_LOG = _DIFF + """
+_LOG = (
+    _DIFF
+    + """
     -n= --max-count=
     --skip= --since= --after= --until= --before= --author= --committer= --grep= --format= --pretty[=]
     --decorate[=] --decorate-refs= --decorate-refs-exclude= --date= --encoding= --notes[=] --show-notes[=]
@@ -66,6 +68,7 @@ _LOG = _DIFF + """
     --grep-reflog= --author-date-order --oneline --graph --follow --all --reverse --first-parent
     --stdin                !unsafe reads revisions from standard input
 """
+)
 
 _BLAME = """
     --textconv             !exec runs the textconv programs of the configuration
@@ -112,9 +115,11 @@ _OTHER = """
 _UPLOAD = "-u=  !exec runs a program of the command line's choosing as git-upload-pack\n"
 _CONFIG = "-c=  !exec sets configuration (which can name programs to run)\n"
 
-_BRANCH_WRITE = ("-d -D -m -M -c -C -f -u --delete --move --copy --force --set-upstream-to= --unset-upstream "
-                 "--edit-description --track[=] --no-track --create-reflog --recurse-submodules  "
-                 "!unsafe changes branches\n")
+_BRANCH_WRITE = (
+    "-d -D -m -M -c -C -f -u --delete --move --copy --force --set-upstream-to= --unset-upstream "
+    "--edit-description --track[=] --no-track --create-reflog --recurse-submodules  "
+    "!unsafe changes branches\n"
+)
 
 
 def _read(name: str, options: str, strict: bool = False, **kw: object) -> Spec:
@@ -127,97 +132,211 @@ _SUBCOMMANDS = {
     "blame": _read("blame", _BLAME),
     "annotate": _read("annotate", _BLAME),
     "grep": _read("grep", _GREP),
-    "status": _read("status", """
+    "status": _read(
+        "status",
+        """
         -s --short -b --branch --show-stash --porcelain[=] --long -v --verbose -z --column[=] --no-column
         -u[=] --untracked-files[=] --ignored[=] --ignore-submodules[=] --ahead-behind --renames --find-renames[=]
-        """, strict=True),
-    "cat-file": _read("cat-file", """
+        """,
+        strict=True,
+    ),
+    "cat-file": _read(
+        "cat-file",
+        """
         --textconv    !exec runs the textconv programs of the configuration
         --filters     !exec runs the clean and smudge filters of the configuration
         --path=
         -t -s -e -p --batch[=] --batch-check[=] --batch-command[=] --batch-all-objects --buffer --unordered
         --follow-symlinks -z --allow-unknown-type --use-mailmap --mailmap
-        """, strict=True),
-    "ls-files": _read("ls-files", """
+        """,
+        strict=True,
+    ),
+    "ls-files": _read(
+        "ls-files",
+        """
         -o --others
         --exclude-standard -x= --exclude= -X= --exclude-from= --exclude-per-directory=
         -c --cached -d --deleted -m --modified -i --ignored -s --stage -k --killed -u --unmerged -z -t -v -f
         --directory --no-empty-directory --eol --full-name --recurse-submodules --abbrev[=] --debug
         --error-unmatch --with-tree= --deduplicate --sparse --format= --resolve-undo
-        """, strict=True),
-    **{name: _read(name, "--format= --sort= --points-at= --merged[=] --no-merged[=] --contains[=] "
-                   "--no-contains[=] --count= --color[=] --abbrev[=] -d --dereference -s --hash[=] --heads --tags "
-                   "--head --verify -q --quiet --exclude-existing[=] --ignore-case --omit-empty --stdin")
-       for name in ("for-each-ref", "show-ref")},
-    "ls-tree": _read("ls-tree", "-d -r -t -l --long -z --name-only --name-status --object-only --full-name "
-                     "--full-tree --abbrev[=] --format=", strict=True),
+        """,
+        strict=True,
+    ),
+    **{
+        name: _read(
+            name,
+            "--format= --sort= --points-at= --merged[=] --no-merged[=] --contains[=] "
+            "--no-contains[=] --count= --color[=] --abbrev[=] -d --dereference -s --hash[=] --heads --tags "
+            "--head --verify -q --quiet --exclude-existing[=] --ignore-case --omit-empty --stdin",
+        )
+        for name in ("for-each-ref", "show-ref")
+    },
+    "ls-tree": _read(
+        "ls-tree",
+        "-d -r -t -l --long -z --name-only --name-status --object-only --full-name --full-tree --abbrev[=] --format=",
+        strict=True,
+    ),
     "rev-parse": _read("rev-parse", ""),
-    "describe": _read("describe", "--all --tags --contains --abbrev= --candidates= --exact-match --debug --long "
-                      "--match= --exclude= --always --first-parent --dirty[=] --broken[=]", strict=True),
+    "describe": _read(
+        "describe",
+        "--all --tags --contains --abbrev= --candidates= --exact-match --debug --long "
+        "--match= --exclude= --always --first-parent --dirty[=] --broken[=]",
+        strict=True,
+    ),
     "merge-base": _read("merge-base", "-a --all --octopus --independent --is-ancestor --fork-point", strict=True),
-    "name-rev": _read("name-rev", "--tags --refs= --exclude= --all --stdin --annotate-stdin --name-only "
-                      "--no-undefined --always"),
+    "name-rev": _read(
+        "name-rev", "--tags --refs= --exclude= --all --stdin --annotate-stdin --name-only --no-undefined --always"
+    ),
     "count-objects": _read("count-objects", "-v --verbose -H --human-readable", strict=True),
     "version": _read("version", "--build-options", strict=True),
-    "check-ignore": _read("check-ignore", "-q --quiet -v --verbose --stdin -z -n --non-matching "
-                          "--no-index", strict=True),
+    "check-ignore": _read(
+        "check-ignore", "-q --quiet -v --verbose --stdin -z -n --non-matching --no-index", strict=True
+    ),
     "reflog": _read("reflog", _LOG, check="git-reflog"),
-    "branch": _read("branch", _BRANCH_WRITE + "-l --list -a --all -r --remotes -v -vv --verbose -q --quiet "
-                    "--abbrev[=] --color[=] --column[=] --sort= --merged[=] --no-merged[=] --contains[=] "
-                    "--no-contains[=] --points-at= --format= --show-current -i --ignore-case --omit-empty",
-                    check="git-branch"),
-    "tag": _read("tag", "-d --delete -a --annotate -s --sign -u= --local-user= -f --force -m= --message= "
-                 "-F= --file= -e --edit --cleanup= --create-reflog  !unsafe changes tags\n"
-                 "-l --list -n[=] --sort= --contains[=] --no-contains[=] --merged[=] --no-merged[=] --points-at= "
-                 "--format= --color[=] --column[=] -i --ignore-case -v --verify --omit-empty", check="git-tag"),
+    "branch": _read(
+        "branch",
+        _BRANCH_WRITE + "-l --list -a --all -r --remotes -v -vv --verbose -q --quiet "
+        "--abbrev[=] --color[=] --column[=] --sort= --merged[=] --no-merged[=] --contains[=] "
+        "--no-contains[=] --points-at= --format= --show-current -i --ignore-case --omit-empty",
+        check="git-branch",
+    ),
+    "tag": _read(
+        "tag",
+        "-d --delete -a --annotate -s --sign -u= --local-user= -f --force -m= --message= "
+        "-F= --file= -e --edit --cleanup= --create-reflog  !unsafe changes tags\n"
+        "-l --list -n[=] --sort= --contains[=] --no-contains[=] --merged[=] --no-merged[=] --points-at= "
+        "--format= --color[=] --column[=] -i --ignore-case -v --verify --omit-empty",
+        check="git-tag",
+    ),
     "remote": _read("remote", "-v --verbose", check="git-remote"),
     "stash": _read("stash", "", check="git-stash"),
 }
 
 _RISKY_SUBCOMMANDS = {
-    "difftool": "runs an external diff tool", "mergetool": "runs an external merge tool",
-    "filter-branch": "runs shell commands", "submodule": "may run commands (foreach) and fetch",
-    "bisect": "may run commands (bisect run)", "send-email": "sends mail and may run commands",
-    "daemon": "starts a server", "instaweb": "starts a web server", "web--browse": "starts a browser",
-    "credential": "reads stored credentials", "credential-store": "reads stored credentials",
-    "credential-cache": "reads stored credentials", "hook": "runs hooks", "upload-pack": "runs a server side",
+    "difftool": "runs an external diff tool",
+    "mergetool": "runs an external merge tool",
+    "filter-branch": "runs shell commands",
+    "submodule": "may run commands (foreach) and fetch",
+    "bisect": "may run commands (bisect run)",
+    "send-email": "sends mail and may run commands",
+    "daemon": "starts a server",
+    "instaweb": "starts a web server",
+    "web--browse": "starts a browser",
+    "credential": "reads stored credentials",
+    "credential-store": "reads stored credentials",
+    "credential-cache": "reads stored credentials",
+    "hook": "runs hooks",
+    "upload-pack": "runs a server side",
     "config": "changes git's configuration (pagers, aliases and hooks run code)",
 }
 
 GIT = Spec(
-    "git", _GLOBAL, style="git", posix=True,
+    "git",
+    _GLOBAL,
+    style="git",
+    posix=True,
     subcommands={
         **_SUBCOMMANDS,
-        **{name: Spec(name, _OTHER, style="git", always=f"git {name} {why}")
-           for name, why in _RISKY_SUBCOMMANDS.items()},
+        **{
+            name: Spec(name, _OTHER, style="git", always=f"git {name} {why}")
+            for name, why in _RISKY_SUBCOMMANDS.items()
+        },
         "rebase": Spec("rebase", _OTHER + "-x=  !exec runs commands after each commit", style="git"),
         "archive": Spec("archive", _OTHER + "-o=  !write writes where the command line says", style="git"),
         "format-patch": Spec("format-patch", _OTHER + "-o=  !write writes where the command line says", style="git"),
-        "difftool": Spec("difftool", _OTHER + "-x=  !exec runs a command given in its arguments", style="git",
-                         always="git difftool runs an external diff tool"),
+        "difftool": Spec(
+            "difftool",
+            _OTHER + "-x=  !exec runs a command given in its arguments",
+            style="git",
+            always="git difftool runs an external diff tool",
+        ),
         "clone": Spec("clone", _OTHER + _UPLOAD + _CONFIG, style="git"),
         **{name: Spec(name, _OTHER + _UPLOAD, style="git") for name in ("fetch", "pull", "ls-remote")},
     },
     other=Spec("other", _OTHER, style="git"),
-    match=("git status", "git diff", "git diff --stat HEAD~1 -- src/app.py", "git log --oneline -5", "git show HEAD",
-           "git log -p --no-ext-diff", "git grep -n hello", "git branch", "git branch -a", "git stash list",
-           "git --no-pager log -1", "git -P diff", "git diff --no-textconv", "git log --no-ext", "git status -uno",
-           "git remote -v", "git tag -l", "git tag", "git reflog", "git blame README.md", "git cat-file -p HEAD"),
-    not_match=("git diff --output=x", "git diff --out=x", "git diff --outp x", "git log --ext-diff",
-               "git log -p --ext-d", "git show --textconv", "git show --textc", "git grep -O id x",
-               "git grep -Oid x", "git grep -nOid x", "git grep --open-files-in-pager=id x", "git grep --open=id x",
-               "git grep --op=id x", "git grep --open-files id x", "git -c core.pager=id log",
-               "git -ccore.pager=id log",
-               "git -C /tmp log", "git --git-dir=/tmp/x log", "git --git=/tmp/x log", "git --exec-path=/tmp log",
-               "git -p log", "git --paginate log", "git --pag log", "git cat-file --filters HEAD:x",
-               "git difftool -x id", "git rebase --exe=id", "git fetch --upload-pack=id", "git fetch --upl=id",
-               "git clone -u id x", "git clone --temp=/tmp/t x", "git archive --remote=x HEAD", "git config x y",
-               "git format-patch -o /tmp HEAD~1", "git grep --no-index x", "git grep --no-ind x",
-               "git grep --untracked --no-exclude-standard x", "git grep --no-exclude x", "git diff --no-index . /tmp"),
-    not_read_only=("git branch -D main", "git branch -m a b", "git branch --set-up=x",
-                   "git branch newname", "git tag -d v1", "git tag v2", "git stash", "git stash drop",
-                   "git reflog expire --all", "git reflog delete x", "git status --bogus", "git remote add x y",
-                   "git log --stdin", "git diff --submodule=diff", "git push", "git add -u", "git commit -o x",
-                   "git commit -m x",
-                   "git --bare log", "git st"),
+    match=(
+        "git status",
+        "git diff",
+        "git diff --stat HEAD~1 -- src/app.py",
+        "git log --oneline -5",
+        "git show HEAD",
+        "git log -p --no-ext-diff",
+        "git grep -n hello",
+        "git branch",
+        "git branch -a",
+        "git stash list",
+        "git --no-pager log -1",
+        "git -P diff",
+        "git diff --no-textconv",
+        "git log --no-ext",
+        "git status -uno",
+        "git remote -v",
+        "git tag -l",
+        "git tag",
+        "git reflog",
+        "git blame README.md",
+        "git cat-file -p HEAD",
+    ),
+    not_match=(
+        "git diff --output=x",
+        "git diff --out=x",
+        "git diff --outp x",
+        "git log --ext-diff",
+        "git log -p --ext-d",
+        "git show --textconv",
+        "git show --textc",
+        "git grep -O id x",
+        "git grep -Oid x",
+        "git grep -nOid x",
+        "git grep --open-files-in-pager=id x",
+        "git grep --open=id x",
+        "git grep --op=id x",
+        "git grep --open-files id x",
+        "git -c core.pager=id log",
+        "git -ccore.pager=id log",
+        "git -C /tmp log",
+        "git --git-dir=/tmp/x log",
+        "git --git=/tmp/x log",
+        "git --exec-path=/tmp log",
+        "git -p log",
+        "git --paginate log",
+        "git --pag log",
+        "git cat-file --filters HEAD:x",
+        "git difftool -x id",
+        "git rebase --exe=id",
+        "git fetch --upload-pack=id",
+        "git fetch --upl=id",
+        "git clone -u id x",
+        "git clone --temp=/tmp/t x",
+        "git archive --remote=x HEAD",
+        "git config x y",
+        "git format-patch -o /tmp HEAD~1",
+        "git grep --no-index x",
+        "git grep --no-ind x",
+        "git grep --untracked --no-exclude-standard x",
+        "git grep --no-exclude x",
+        "git diff --no-index . /tmp",
+    ),
+    not_read_only=(
+        "git branch -D main",
+        "git branch -m a b",
+        "git branch --set-up=x",
+        "git branch newname",
+        "git tag -d v1",
+        "git tag v2",
+        "git stash",
+        "git stash drop",
+        "git reflog expire --all",
+        "git reflog delete x",
+        "git status --bogus",
+        "git remote add x y",
+        "git log --stdin",
+        "git diff --submodule=diff",
+        "git push",
+        "git add -u",
+        "git commit -o x",
+        "git commit -m x",
+        "git --bare log",
+        "git st",
+    ),
 )

@@ -10,7 +10,10 @@ from kimicode.permissions.optparse import Spec
 _COMMON = "--help\n--version\n"
 
 SPECS = [
-    Spec("grep", _COMMON + """
+    Spec(
+        "grep",
+        _COMMON
+        + """
         -E --extended-regexp
         -F --fixed-strings
         -G --basic-regexp
@@ -57,11 +60,17 @@ SPECS = [
         --no-group-separator
         --color[=] --colour[=]
         -U --binary
-        """, read_only=True, strict=True, numeric=True,
-         match=("grep -n hello README.md", "grep -rn hello src", "grep -e hello -- README.md", "grep -C2 hi README.md"),
-         not_match=("grep -R hello .", "grep --derefer hello .", "grep -nR hello ."),
-         not_read_only=("grep -d recurse hello src",)),
-    Spec("rg", """
+        """,
+        read_only=True,
+        strict=True,
+        numeric=True,
+        match=("grep -n hello README.md", "grep -rn hello src", "grep -e hello -- README.md", "grep -C2 hi README.md"),
+        not_match=("grep -R hello .", "grep --derefer hello .", "grep -nR hello ."),
+        not_read_only=("grep -d recurse hello src",),
+    ),
+    Spec(
+        "rg",
+        """
         --pre=              !exec runs a program on every file
         --pre-glob=
         --hostname-bin=     !exec runs a program to find the host name
@@ -98,12 +107,22 @@ SPECS = [
         --context-separator=
         --dfa-size-limit= --regex-size-limit=
         --generate=
-        """, read_only=True,
-         match=("rg hello src", "rg -n hello src", "rg -tpy hello src", "rg --files src"),
-         not_match=("rg --pre id KEY", "rg --pre=id KEY", "rg --pr id KEY", "rg --hostname-b=id KEY", "rg -L hello",
-                    "rg --fol hello ."),
-         not_read_only=("rg -z hello src",)),
-    Spec("jq", """
+        """,
+        read_only=True,
+        match=("rg hello src", "rg -n hello src", "rg -tpy hello src", "rg --files src"),
+        not_match=(
+            "rg --pre id KEY",
+            "rg --pre=id KEY",
+            "rg --pr id KEY",
+            "rg --hostname-b=id KEY",
+            "rg -L hello",
+            "rg --fol hello .",
+        ),
+        not_read_only=("rg -z hello src",),
+    ),
+    Spec(
+        "jq",
+        """
         -c --compact-output
         -n --null-input
         -e --exit-status
@@ -127,19 +146,50 @@ SPECS = [
         -h --help
         -V --version
         --build-configuration
-        """, read_only=True, check="jq",
-         match=("jq .name package.json", "jq -r '.a | keys' package.json", "jq -n '[1,2]'", "jq '.a.env' x.json",
-                "jq -r '.config.env' x.json", "jq -n '\"env is $ENV\"'", "jq '. as $env | $env' x.json",
-                "jq -n '\"a\\\"b\"'"),
-         not_match=("jq -n env", "jq -n '$ENV'", "jq -n '$ENV.HOME'", "jq -rn 'env.HOME'", "jq -n 'env|keys'",
-                    "jq -n '[env[]]'", "jq -n '$ ENV'", "jq -n '$\tENV.HOME'", "jq -n '$ # c\n ENV'",
-                    "jq -n '\"\\(env.HOME)\"'", "jq -n '..env'", "jq -n '$__prog_args'", "jq -n 'import \"a\" as a; 1'",
-                    "jq -n '\"open'"),
-         not_read_only=("jq -f prog.jq x", "jq -L lib .a x")),
-    *(Spec(name, "", check="jq", match=(f"{name} .a package.json",),
-           not_match=(f"{name} -n env", f"{name} -n 'env(HOME)'", f"{name} -n 'strenv(HOME)'", f"{name} '$ENV' x"))
-      for name in ("gojq", "jaq", "yq")),
-    Spec("less", """
+        """,
+        read_only=True,
+        check="jq",
+        match=(
+            "jq .name package.json",
+            "jq -r '.a | keys' package.json",
+            "jq -n '[1,2]'",
+            "jq '.a.env' x.json",
+            "jq -r '.config.env' x.json",
+            "jq -n '\"env is $ENV\"'",
+            "jq '. as $env | $env' x.json",
+            'jq -n \'"a\\"b"\'',
+        ),
+        not_match=(
+            "jq -n env",
+            "jq -n '$ENV'",
+            "jq -n '$ENV.HOME'",
+            "jq -rn 'env.HOME'",
+            "jq -n 'env|keys'",
+            "jq -n '[env[]]'",
+            "jq -n '$ ENV'",
+            "jq -n '$\tENV.HOME'",
+            "jq -n '$ # c\n ENV'",
+            "jq -n '\"\\(env.HOME)\"'",
+            "jq -n '..env'",
+            "jq -n '$__prog_args'",
+            "jq -n 'import \"a\" as a; 1'",
+            "jq -n '\"open'",
+        ),
+        not_read_only=("jq -f prog.jq x", "jq -L lib .a x"),
+    ),
+    *(
+        Spec(
+            name,
+            "",
+            check="jq",
+            match=(f"{name} .a package.json",),
+            not_match=(f"{name} -n env", f"{name} -n 'env(HOME)'", f"{name} -n 'strenv(HOME)'", f"{name} '$ENV' x"),
+        )
+        for name in ("gojq", "jaq", "yq")
+    ),
+    Spec(
+        "less",
+        """
         -o= --log-file=     !write writes a log file
         -O= --LOG-FILE=     !write writes a log file
         -k= --lesskey-file= !exec reads key bindings that run commands
@@ -156,17 +206,38 @@ SPECS = [
         -y= --max-forw-scroll=
         -z= --window=
         --shift=
-        """, read_only=True, plus="exec",
-         match=("less README.md", "less -R README.md"),
-         not_match=("less '+!id' README.md", "less -o /tmp/x README.md", "less -SoX README.md",
-                    "less --log=x README.md",
-                    "less --lesskey-s=x README.md")),
-    Spec("more", "-d --silent\n-f --logical\n-l --no-pause\n-c --print-over\n-p --clean-print\n-e --exit-on-eof\n"
-         "-s --squeeze\n-u --plain\n-n= --lines=\n-h\n-V\n", read_only=True, strict=True, numeric=True, plus="exec",
-         match=("more README.md",), not_match=("more '+!id' README.md",)),
-    Spec("tree", """
+        """,
+        read_only=True,
+        plus="exec",
+        match=("less README.md", "less -R README.md"),
+        not_match=(
+            "less '+!id' README.md",
+            "less -o /tmp/x README.md",
+            "less -SoX README.md",
+            "less --log=x README.md",
+            "less --lesskey-s=x README.md",
+        ),
+    ),
+    Spec(
+        "more",
+        "-d --silent\n-f --logical\n-l --no-pause\n-c --print-over\n-p --clean-print\n-e --exit-on-eof\n"
+        "-s --squeeze\n-u --plain\n-n= --lines=\n-h\n-V\n",
+        read_only=True,
+        strict=True,
+        numeric=True,
+        plus="exec",
+        match=("more README.md",),
+        not_match=("more '+!id' README.md",),
+    ),
+    Spec(
+        "tree",
+        """
         -o= --output=    !write writes its output to a file
         --fromfile       !unsafe reads the listing from a file
         -P= -I= -L= --filelimit= --timefmt= --charset= -H= -T= --sort= --gitfile= --infile=
-        """, read_only=True, match=("tree src", "tree -L 2"), not_match=("tree -o x", "tree -ax -o x", "tree --out=x")),
+        """,
+        read_only=True,
+        match=("tree src", "tree -L 2"),
+        not_match=("tree -o x", "tree -ax -o x", "tree --out=x"),
+    ),
 ]
