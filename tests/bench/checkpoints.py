@@ -39,38 +39,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from checkpoints_store import WORDS  # the same source-like vocabulary as the store-level bench (run from tests/bench)
+
 from kimicode.testing import FakeServer, Reply, ToolCall
 
 SIZES = {10_000: 200_000_000, 50_000: 1_000_000_000, 200_000: 2_000_000_000}
 """Files -> total bytes of the generated trees."""
 OUT = "kimicode_bench_out.txt"
-WORDS = (
-    "def",
-    "return",
-    "self",
-    "value",
-    "import",
-    "class",
-    "for",
-    "in",
-    "if",
-    "else",
-    "None",
-    "result",
-    "items",
-    "append",
-    "config",
-    "path",
-    "name",
-    "=",
-    "(",
-    ")",
-    ":",
-    "+",
-    "data",
-    "index",
-    "error",
-)
 
 
 @dataclass
